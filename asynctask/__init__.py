@@ -1,0 +1,42 @@
+"""AsyncTask: background jobs on Sidekiq's Redis format, whose progress people can see."""
+
+__version__ = "0.1.0"
+
+from asynctask.client import Client, configure, default_client  # noqa: E402
+from asynctask.errors import (  # noqa: E402
+    AsyncTaskError,
+    JobArgumentsError,
+    JobNotRegistered,
+    PayloadError,
+    Shutdown,
+)
+from asynctask.job import JobDefinition, JobOptions, job  # noqa: E402
+from asynctask.middleware import Chain, client_chain, server_chain  # noqa: E402
+from asynctask.registry import Registry, default_registry  # noqa: E402
+from asynctask.settings import QueueSpec, Settings  # noqa: E402
+
+__all__ = [
+    # Errors
+    "AsyncTaskError",
+    # Middleware
+    "Chain",
+    # Jobs and enqueueing
+    "Client",
+    "JobArgumentsError",
+    "JobDefinition",
+    "JobNotRegistered",
+    "JobOptions",
+    "PayloadError",
+    "QueueSpec",
+    "Registry",
+    # Configuration
+    "Settings",
+    "Shutdown",
+    "__version__",
+    "client_chain",
+    "configure",
+    "default_client",
+    "default_registry",
+    "job",
+    "server_chain",
+]

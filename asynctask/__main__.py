@@ -1,0 +1,5 @@
+import sys
+
+from asynctask.cli import main
+
+sys.exit(main())

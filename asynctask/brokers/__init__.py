@@ -1,0 +1,1 @@
+"""Storage backends. Only Redis (Sidekiq's wire format) exists so far."""

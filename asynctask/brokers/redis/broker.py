@@ -1,0 +1,112 @@
+"""RedisBroker: every Redis operation the client and the worker runtime perform.
+
+The worker modules (processor, retry, scheduled, heartbeat) call these methods and never
+build keys or commands themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import redis
+
+from asynctask import payload
+from asynctask.brokers.redis.connection import connect
+from asynctask.brokers.redis.fetch import ReliableFetch, UnitOfWork
+from asynctask.brokers.redis.push import push_jobs
+from asynctask.brokers.redis.recovery import recover_orphans
+from asynctask.brokers.redis.scripts import Scripts
+from asynctask.keys import Keys
+from asynctask.settings import Settings
+
+#: Due jobs moved per round trip by the scheduled/retry poller.
+DUE_BATCH = 100
+
+
+class RedisBroker:
+    def __init__(self, settings: Settings, connection: redis.Redis | None = None) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self.redis = (
+            connection
+            if connection is not None
+            else connect(settings.redis_url, max_connections=settings.concurrency + 8)
+        )
+        self.scripts = Scripts(self.redis)
+
+    def push(self, entries: Sequence[tuple[payload.JobDict, float | None]]) -> None:
+        push_jobs(self.redis, self.keys, entries)
+
+    def fetcher(self, identity: str) -> ReliableFetch:
+        s = self.settings
+        return ReliableFetch(
+            self.redis, self.keys, identity, s.queues, concurrency=s.concurrency, timeout=s.fetch_timeout
+        )
+
+    def retry_at(self, unit: UnitOfWork, job: payload.JobDict, at: float) -> None:
+        """Put a failed job in the retry set and release it from in-flight, atomically."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.keys.retry, {payload.dumps(job): at})
+        pipe.lrem(unit.inflight_key, -1, unit.payload)
+        pipe.execute()
+
+    def kill(self, unit: UnitOfWork | None, encoded: str | bytes) -> None:
+        """Add a job to the dead set (trimmed by age and count, as Sidekiq does) and release it."""
+        now = payload.now()
+        s = self.settings
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.keys.dead, {encoded: now})
+        pipe.zremrangebyscore(self.keys.dead, "-inf", now - s.dead_timeout)
+        pipe.zremrangebyrank(self.keys.dead, 0, -(s.dead_max_jobs + 1))
+        if unit is not None:
+            pipe.lrem(unit.inflight_key, -1, unit.payload)
+        pipe.execute()
+
+    def requeue(self, unit: UnitOfWork) -> None:
+        """Give a claimed job back to the tail of its queue (fetched after the process went quiet)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.rpush(self.keys.queue(unit.queue), unit.payload)
+        pipe.lrem(unit.inflight_key, -1, unit.payload)
+        pipe.execute()
+
+    def release(self, unit: UnitOfWork) -> None:
+        """Drop a job from in-flight without keeping it anywhere (done, skipped or discarded)."""
+        self.redis.lrem(unit.inflight_key, -1, unit.payload)
+
+    def enqueue_due(self, sorted_set: str, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
+        """Move every due member of ``schedule`` or ``retry`` to its queue; return how many.
+
+        ``rewrite`` turns a stored member into the job to push (None: drop it). A member that
+        cannot be decoded goes to the dead set as it is, like Sidekiq's "morgue".
+        """
+        total = 0
+        while True:
+            now = payload.now()
+            members: list[bytes] = self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=DUE_BATCH)
+            if not members:
+                return total
+            queue_keys: list[str] = []
+            pairs: list[str | bytes] = []
+            queue_names: list[str] = []
+            for member in members:
+                job = rewrite(member)
+                if job is None:
+                    queue, encoded = "default", ""
+                else:
+                    job["enqueued_at"] = now
+                    queue, encoded = job["queue"], payload.dumps(job)
+                queue_keys.append(self.keys.queue(queue))
+                pairs += (member, encoded)
+                queue_names.append(queue)
+            total += int(
+                self.scripts.enqueue_due(
+                    keys=[sorted_set, self.keys.queues, *queue_keys], args=[*pairs, *queue_names]
+                )
+            )
+            if len(members) < DUE_BATCH:
+                return total
+
+    def recover_orphans(self, identity: str) -> int:
+        return recover_orphans(
+            self.redis, self.keys, self.scripts, identity, lock_seconds=self.settings.heartbeat_interval
+        )

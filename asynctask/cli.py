@@ -1,0 +1,139 @@
+"""``asynctask`` command line: ``worker`` runs jobs, ``enqueue`` pushes one from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from asynctask import log
+from asynctask.settings import QueueSpec, Settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ValueError, TypeError, ImportError) as exc:
+        print(f"asynctask: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="asynctask", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    worker = commands.add_parser("worker", help="run jobs from Redis queues")
+    _connection_options(worker)
+    worker.add_argument(
+        "-r", "--require", action="append", default=[], metavar="MODULE",
+        help="module (dotted name or .py file) that registers jobs; repeatable",
+    )
+    worker.add_argument(
+        "-q", "--queue", action="append", default=[], metavar="NAME[,WEIGHT]",
+        help="queue to process, with an optional weight; repeatable (default: default)",
+    )
+    worker.add_argument("-c", "--concurrency", type=int, help="processor threads (default 10)")
+    worker.add_argument("-t", "--timeout", type=float, help="seconds to wait for busy jobs on TERM (default 25)")
+    worker.add_argument("-g", "--tag", help="tag shown in Sidekiq's Web UI")
+    worker.add_argument("-v", "--verbose", action="store_true", help="log every job start and finish")
+    worker.add_argument("--log-format", choices=["logfmt", "json"], help="log line format (default logfmt)")
+    worker.set_defaults(run=_run_worker)
+
+    enqueue = commands.add_parser("enqueue", help="push one job")
+    _connection_options(enqueue)
+    enqueue.add_argument("name", help="job class name, e.g. SleepWorker")
+    enqueue.add_argument("args", nargs="?", default="[]", help="JSON array of arguments (default [])")
+    enqueue.add_argument("--queue", default=None, help="queue (default: the job's, or default)")
+    enqueue.add_argument("--retry", default=None, help="true, false or a number of retries")
+    when = enqueue.add_mutually_exclusive_group()
+    when.add_argument("--in", dest="delay", type=float, help="run after this many seconds")
+    when.add_argument("--at", type=float, help="run at this epoch time")
+    enqueue.set_defaults(run=_run_enqueue)
+    return parser
+
+
+def _connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis", metavar="URL", help="Redis URL (env ASYNCTASK_REDIS_URL, then REDIS_URL)")
+    parser.add_argument("--namespace", help="key prefix as redis-namespace writes it (env ASYNCTASK_NAMESPACE)")
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    return Settings.from_env(redis_url=args.redis, namespace=args.namespace, **extra)
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    queues = tuple(QueueSpec.parse(q) for q in args.queue) or None
+    env_require = tuple(m for m in os.environ.get("ASYNCTASK_REQUIRE", "").split(",") if m)
+    settings = _settings(
+        args,
+        queues=queues,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        tag=args.tag,
+        require=tuple(args.require) or env_require or None,
+        log_level="INFO" if args.verbose else None,
+        log_format=args.log_format,
+    )
+    log.setup(settings.log_level, settings.log_format)
+    for module in settings.require:
+        load_module(module)
+    from asynctask.worker import Worker
+
+    Worker(settings).run()
+    return 0
+
+
+def _run_enqueue(args: argparse.Namespace) -> int:
+    from asynctask.client import Client
+
+    try:
+        job_args = json.loads(args.args)
+    except ValueError as exc:
+        raise ValueError(f"ARGS must be a JSON array: {exc}") from None
+    item: dict[str, Any] = {"class": args.name, "args": job_args}
+    if args.queue:
+        item["queue"] = args.queue
+    if args.retry is not None:
+        item["retry"] = _parse_retry(args.retry)
+    if args.delay is not None:
+        from asynctask.payload import now
+
+        item["at"] = now() + args.delay
+    elif args.at is not None:
+        item["at"] = args.at
+    jid = Client(_settings(args)).push(item)
+    print(jid or "dropped by client middleware")
+    return 0 if jid else 1
+
+
+def _parse_retry(text: str) -> bool | int:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return int(text)
+
+
+def load_module(name: str) -> None:
+    """Import ``name`` (a dotted module from the working directory, or a path to a .py file)."""
+    if name.endswith(".py") or os.sep in name:
+        path = Path(name).resolve()
+        if not path.is_file():
+            raise ImportError(f"-r {name}: no such file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"-r {name}: cannot load this file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+        return
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    importlib.import_module(name)

@@ -1,0 +1,142 @@
+"""The client: validates jobs, runs the client middleware, pushes them to Redis."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+
+from asynctask import payload
+from asynctask.brokers.redis.connection import connect
+from asynctask.brokers.redis.push import push_jobs
+from asynctask.job import JobDefinition
+from asynctask.keys import Keys
+from asynctask.middleware import Chain, client_chain
+from asynctask.registry import Registry, default_registry
+from asynctask.settings import Settings
+
+_SIDEKIQ_DEFAULTS: payload.JobDict = {"retry": True, "queue": "default"}
+
+
+class Client:
+    """Pushes jobs. Thread-safe; one per process is enough.
+
+    ``push`` takes a Sidekiq item: ``{"class": "HardJob", "args": [1, 2], "queue": ..., "at": ...}``.
+    A class registered in this process contributes its options as defaults, as in Sidekiq;
+    any other class name (a Ruby worker, say) gets Sidekiq's defaults.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        connection: redis.Redis | None = None,
+        middleware: Chain[payload.JobDict] | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.keys = Keys(self.settings.namespace)
+        self.redis = connection if connection is not None else connect(self.settings.redis_url)
+        self.middleware = client_chain if middleware is None else middleware
+        self.registry = default_registry if registry is None else registry
+
+    def push(self, item: Mapping[str, Any]) -> str | None:
+        """Enqueue one job; return its jid, or None if a client middleware dropped it."""
+        job, at = self._normalize(item, payload.check_args(item.get("args")))
+        pushed = self._through_middleware(job)
+        if pushed is None:
+            return None
+        push_jobs(self.redis, self.keys, [(pushed, at)])
+        return str(pushed["jid"])
+
+    def push_bulk(self, item: Mapping[str, Any], batch_size: int = 1000) -> list[str | None]:
+        """Enqueue one job per entry of ``item["args"]`` (a list of arg lists).
+
+        ``item["at"]`` may be one timestamp or one per job. Each ``batch_size`` jobs cost one
+        pipelined round trip. Returns the jids in order (None where middleware dropped a job).
+        """
+        all_args = item.get("args")
+        if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
+            raise TypeError("push_bulk needs 'args' as a list of argument lists")
+        for args in all_args:
+            payload.check_args(args)
+        at = item.get("at")
+        if isinstance(at, list) and len(at) != len(all_args):
+            raise ValueError("push_bulk 'at' must have one timestamp per job")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        created_at = payload.now()
+        jids: list[str | None] = []
+        for start in range(0, len(all_args), batch_size):
+            entries: list[tuple[payload.JobDict, float | None]] = []
+            for index in range(start, min(start + batch_size, len(all_args))):
+                one = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
+                one["args"] = all_args[index]
+                job_at = at[index] if isinstance(at, list) else at
+                if job_at is not None:
+                    one["at"] = job_at
+                job, when = self._normalize(one, all_args[index], item.get("created_at", created_at))
+                pushed = self._through_middleware(job)
+                jids.append(None if pushed is None else str(pushed["jid"]))
+                if pushed is not None:
+                    entries.append((pushed, when))
+            if entries:
+                push_jobs(self.redis, self.keys, entries)
+        return jids
+
+    def _through_middleware(self, job: payload.JobDict) -> payload.JobDict | None:
+        return self.middleware.invoke(job, job["queue"], final=lambda: job)
+
+    def _normalize(
+        self, item: Mapping[str, Any], args: list[Any], created_at: float | None = None
+    ) -> tuple[payload.JobDict, float | None]:
+        """Sidekiq's ``normalize_item``: defaults first, then the caller's keys, then jid and created_at."""
+        if not isinstance(item, Mapping):
+            raise TypeError(f"a job item must be a mapping, got {type(item).__name__}")
+        name = item.get("class")
+        if isinstance(name, JobDefinition):
+            name = name.name
+        if not isinstance(name, str) or not name:
+            raise TypeError("a job item needs 'class': a non-empty job name")
+        defaults = self.registry.get(name).options.payload_head() if name in self.registry else _SIDEKIQ_DEFAULTS
+        job: payload.JobDict = {**defaults, **item, "class": name, "args": args}
+        at = job.pop("at", None)
+        if at is not None and (isinstance(at, bool) or not isinstance(at, int | float)):
+            raise TypeError(f"'at' must be an epoch timestamp in seconds, got {at!r}")
+        if not isinstance(job["queue"], str) or not job["queue"]:
+            raise TypeError("'queue' must be a non-empty string")
+        retry = job.get("retry")
+        if not isinstance(retry, bool | int):
+            raise TypeError(f"'retry' must be true, false or an integer, got {retry!r}")
+        if "jid" not in job:
+            job["jid"] = payload.new_jid()
+        elif not isinstance(job["jid"], str) or not job["jid"]:
+            raise TypeError("'jid' must be a non-empty string")
+        if "created_at" not in job:
+            job["created_at"] = created_at if created_at is not None else payload.now()
+        payload.check_args([{k: v for k, v in job.items() if k != "args"}])
+        return job, None if at is None else float(at)
+
+
+_default_lock = threading.Lock()
+_default: Client | None = None
+
+
+def default_client() -> Client:
+    """The client ``perform_async`` uses: configured by ``configure()`` or from the environment."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def configure(settings: Settings | None = None, **kwargs: Any) -> Client:
+    """Set the default client, from ``settings`` or ``Client(**kwargs)`` arguments."""
+    global _default
+    client = Client(settings, **kwargs)
+    with _default_lock:
+        _default = client
+    return client

@@ -1,0 +1,225 @@
+"""``@asynctask.job``: a function becomes a job that can be enqueued by name.
+
+The name is the Sidekiq ``class`` string (by default the function's name; set it to a Ruby
+class name such as ``"SleepWorker"`` to share a queue with Ruby code). Options mirror
+``sidekiq_options`` and are written into every payload, as Sidekiq does, so Ruby tooling
+sees them and middleware can read them (``job.get("track")``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
+
+from asynctask import payload
+from asynctask.errors import JobArgumentsError
+from asynctask.registry import Registry, default_registry
+
+if TYPE_CHECKING:
+    from asynctask.client import Client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: ``retry_in(count, exc, job)``: seconds until the next try, None for Sidekiq's default,
+#: "kill" to send the job to the dead set now, or "discard" to drop it.
+RetryIn = Callable[[int, BaseException, payload.JobDict], "float | None | Literal['kill', 'discard']"]
+#: ``on_retries_exhausted(job, exc)``: called once when a job will not be tried again.
+RetriesExhausted = Callable[[payload.JobDict, BaseException], None]
+
+_OPTION_NAMES = ("queue", "retry", "backtrace", "dead", "retry_queue", "tags")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The options written into each payload; unset ones are left out, as Sidekiq leaves them."""
+
+    queue: str = "default"
+    retry: bool | int = True
+    backtrace: bool | int = False
+    dead: bool = True
+    retry_queue: str | None = None
+    tags: tuple[str, ...] = ()
+    #: Further payload keys (JSON-native), e.g. ``track=True``.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def merged(self, overrides: Mapping[str, Any]) -> JobOptions:
+        known = {k: v for k, v in overrides.items() if k in _OPTION_NAMES}
+        extra = {k: v for k, v in overrides.items() if k not in _OPTION_NAMES}
+        if "tags" in known:
+            known["tags"] = tuple(known["tags"])
+        return replace(self, **known, extra={**self.extra, **extra}).validated()
+
+    def validated(self) -> JobOptions:
+        if not isinstance(self.queue, str) or not self.queue:
+            raise ValueError("queue must be a non-empty string")
+        if not isinstance(self.retry, bool | int) or (self.retry is not True and self.retry < 0):
+            raise ValueError("retry must be True, False or a non-negative int")
+        if not isinstance(self.backtrace, bool | int):
+            raise ValueError("backtrace must be a bool or a line count")
+        payload.check_args([dict(self.extra)])
+        return self
+
+    def payload_head(self) -> payload.JobDict:
+        """The leading payload keys, in Sidekiq's order: retry, queue, then the options set."""
+        head: payload.JobDict = {"retry": self.retry, "queue": self.queue}
+        if self.backtrace:
+            head["backtrace"] = self.backtrace
+        if not self.dead:
+            head["dead"] = False
+        if self.retry_queue:
+            head["retry_queue"] = self.retry_queue
+        if self.tags:
+            head["tags"] = list(self.tags)
+        head.update(self.extra)
+        return head
+
+
+class JobDefinition(Generic[P]):
+    """A registered job. Calling it runs the function inline; ``perform_*`` enqueue it."""
+
+    def __init__(self, func: Callable[P, Any], name: str, options: JobOptions) -> None:
+        self.func = func
+        self.name = name
+        self.options = options
+        self.signature = inspect.signature(func)
+        self.retry_in_handler: RetryIn | None = None
+        self.retries_exhausted_handler: RetriesExhausted | None = None
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name} queue={self.options.queue}>"
+
+    def check_args(self, args: Sequence[Any]) -> None:
+        """Raise JobArgumentsError if the function cannot be called with ``args``."""
+        try:
+            self.signature.bind(*args)
+        except TypeError as exc:
+            raise JobArgumentsError(f"{self.name} cannot take {len(args)} argument(s): {exc}") from None
+
+    def retry_in(self, handler: RetryIn) -> RetryIn:
+        """Decorator: a custom retry delay, as Sidekiq's ``sidekiq_retry_in``."""
+        self.retry_in_handler = handler
+        return handler
+
+    def on_retries_exhausted(self, handler: RetriesExhausted) -> RetriesExhausted:
+        """Decorator: called when retries run out, as Sidekiq's ``sidekiq_retries_exhausted``."""
+        self.retries_exhausted_handler = handler
+        return handler
+
+    def set(self, *, client: Client | None = None, **options: Any) -> JobSetter:
+        """Per-call options (queue, retry, ... or extra payload keys), as Sidekiq's ``set``."""
+        return JobSetter(self, self.options.merged(options), client)
+
+    def perform_async(self, *args: Any) -> str:
+        return JobSetter(self, self.options, None).perform_async(*args)
+
+    def perform_in(self, interval: float, *args: Any) -> str:
+        return JobSetter(self, self.options, None).perform_in(interval, *args)
+
+    def perform_at(self, when: float | datetime, *args: Any) -> str:
+        return JobSetter(self, self.options, None).perform_at(when, *args)
+
+    def perform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
+        return JobSetter(self, self.options, None).perform_bulk(args_list, batch_size)
+
+
+class JobSetter:
+    """A job with per-call options; what ``JobDefinition.set`` returns."""
+
+    def __init__(self, definition: JobDefinition[Any], options: JobOptions, client: Client | None) -> None:
+        self.definition = definition
+        self.options = options
+        self.client = client
+
+    def perform_async(self, *args: Any) -> str:
+        return self._push(list(args), None)
+
+    def perform_in(self, interval: float, *args: Any) -> str:
+        """Run after ``interval`` seconds (values of 1e9 and more are taken as timestamps, as in Sidekiq)."""
+        at = float(interval) if interval >= 1_000_000_000 else payload.now() + float(interval)
+        return self._push(list(args), at)
+
+    def perform_at(self, when: float | datetime, *args: Any) -> str:
+        at = when.timestamp() if isinstance(when, datetime) else float(when)
+        return self._push(list(args), at)
+
+    def perform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
+        all_args = [list(args) for args in args_list]
+        for args in all_args:
+            self.definition.check_args(args)
+        jids = self._client().push_bulk(
+            {**self.options.payload_head(), "class": self.definition.name, "args": all_args},
+            batch_size=batch_size,
+        )
+        return [jid for jid in jids if jid is not None]
+
+    def _push(self, args: list[Any], at: float | None) -> str:
+        self.definition.check_args(args)
+        head = self.options.payload_head()
+        name = self.definition.name
+        # Key order as Sidekiq writes it: perform_async puts args before class, perform_in after.
+        if at is None:
+            item: payload.JobDict = {**head, "args": args, "class": name}
+        else:
+            item = {**head, "class": name, "args": args, "at": at}
+        return self._client().push(item) or ""
+
+    def _client(self) -> Client:
+        if self.client is not None:
+            return self.client
+        from asynctask.client import default_client
+
+        return default_client()
+
+
+@overload
+def job(func: Callable[P, Any], /) -> JobDefinition[P]: ...
+
+
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    retry: bool | int = True,
+    backtrace: bool | int = False,
+    dead: bool = True,
+    retry_queue: str | None = None,
+    tags: Sequence[str] = (),
+    registry: Registry | None = None,
+    **extra: Any,
+) -> Callable[[Callable[P, Any]], JobDefinition[P]]: ...
+
+
+def job(
+    func: Callable[P, Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    retry: bool | int = True,
+    backtrace: bool | int = False,
+    dead: bool = True,
+    retry_queue: str | None = None,
+    tags: Sequence[str] = (),
+    registry: Registry | None = None,
+    **extra: Any,
+) -> JobDefinition[P] | Callable[[Callable[P, Any]], JobDefinition[P]]:
+    """Define a job from a function: ``@job`` or ``@job(name="SleepWorker", queue="low", retry=5)``."""
+    options = JobOptions(queue, retry, backtrace, dead, retry_queue, tuple(tags), dict(extra)).validated()
+    target = default_registry if registry is None else registry
+
+    def decorate(fn: Callable[P, Any]) -> JobDefinition[P]:
+        definition = JobDefinition(fn, name or fn.__name__, options)
+        target.add(definition)
+        return definition
+
+    return decorate(func) if func is not None else decorate

@@ -1,0 +1,68 @@
+"""Every Redis key AsyncTask reads or writes, in one place, with the optional namespace.
+
+Sidekiq's keys keep Sidekiq's names so that Ruby and Python processes share them. The few
+keys that only AsyncTask uses (reliable fetch bookkeeping) start with ``asynctask:`` and are
+never read by Sidekiq.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+class Keys:
+    """Key names under a namespace prefix, as redis-namespace writes them (``myapp:queues``).
+
+    Values stored *inside* keys (queue names in ``queues``, identities in ``processes``) are
+    never prefixed, as with redis-namespace.
+    """
+
+    def __init__(self, namespace: str = "") -> None:
+        self.namespace = namespace
+        self.prefix = f"{namespace}:" if namespace else ""
+        p = self.prefix
+        self.queues = f"{p}queues"
+        self.schedule = f"{p}schedule"
+        self.retry = f"{p}retry"
+        self.dead = f"{p}dead"
+        self.processes = f"{p}processes"
+        self.stat_processed = f"{p}stat:processed"
+        self.stat_failed = f"{p}stat:failed"
+        #: Hash: in-flight list key -> owner identity, for recovering the lists of dead processes.
+        self.inflight_registry = f"{p}asynctask:inflight"
+        #: Lock so that one process per interval scans for orphaned in-flight lists.
+        self.recovery_lock = f"{p}asynctask:recovery-lock"
+
+    def queue(self, name: str) -> str:
+        return f"{self.prefix}queue:{name}"
+
+    def queue_name(self, key: str) -> str:
+        return key[len(self.prefix) + len("queue:") :]
+
+    def process(self, identity: str) -> str:
+        return f"{self.prefix}{identity}"
+
+    def workers(self, identity: str) -> str:
+        """Busy-thread hash read by Sidekiq <= 6.4.1."""
+        return f"{self.prefix}{identity}:workers"
+
+    def work(self, identity: str) -> str:
+        """Busy-thread hash read by Sidekiq >= 6.4.2."""
+        return f"{self.prefix}{identity}:work"
+
+    def signals(self, identity: str) -> str:
+        return f"{self.prefix}{identity}-signals"
+
+    def inflight(self, identity: str, queue: str) -> str:
+        """Private list holding the jobs this process fetched from ``queue`` and has not finished."""
+        return f"{self.prefix}asynctask:inflight|{identity}|{queue}"
+
+    def stat_processed_day(self, when: datetime | None = None) -> str:
+        return f"{self.stat_processed}:{_day(when)}"
+
+    def stat_failed_day(self, when: datetime | None = None) -> str:
+        return f"{self.stat_failed}:{_day(when)}"
+
+
+def _day(when: datetime | None) -> str:
+    return (when or datetime.now(UTC)).strftime("%Y-%m-%d")

@@ -1,0 +1,64 @@
+"""Structured logs: one line per event, logfmt or JSON, quiet (WARNING) by default.
+
+Call sites pass context as ``extra={"fields": {...}}``; the formatter renders it after the
+message, so every line can be filtered by jid, class or queue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+_RESERVED_CHARS = (" ", "=", '"')
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        pairs = [
+            ("time", _time(record)),
+            ("level", record.levelname.lower()),
+            ("logger", record.name),
+            ("msg", record.getMessage()),
+            *getattr(record, "fields", {}).items(),
+        ]
+        if record.exc_info:
+            pairs.append(("exception", self.formatException(record.exc_info)))
+        return " ".join(f"{key}={_quote(value)}" for key, value in pairs)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": _time(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **getattr(record, "fields", {}),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def setup(level: str = "WARNING", fmt: str = "logfmt") -> None:
+    """Send AsyncTask's logs to stderr in ``fmt`` ("logfmt" or "json") at ``level``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    root = logging.getLogger("asynctask")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def _time(record: logging.LogRecord) -> str:
+    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _quote(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if text == "" or any(c in text for c in _RESERVED_CHARS) or "\n" in text:
+        return json.dumps(text, ensure_ascii=False)
+    return text

@@ -1,0 +1,88 @@
+"""An ordered chain of around-style middleware, as Sidekiq's ``Middleware::Chain``.
+
+Each middleware receives the call's arguments plus ``call_next``; it may run code before and
+after ``call_next()``, see the exception it raises, change what it returns, or not call it at
+all (the push is dropped, or the job is skipped). Middleware are identified by their class:
+adding a second instance of a class replaces the first. Instances are shared by all threads,
+so they must keep per-job state on the stack, not on ``self``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+R = TypeVar("R")
+Middleware = Callable[..., Any]
+
+
+class Chain(Generic[R]):
+    def __init__(self, entries: Iterable[Middleware] = ()) -> None:
+        self._lock = threading.Lock()
+        self._entries: tuple[Middleware, ...] = ()
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, middleware: Middleware) -> None:
+        """Append ``middleware`` (the innermost so far), replacing one of the same class."""
+        with self._lock:
+            kept = [e for e in self._entries if type(e) is not type(middleware)]
+            self._entries = (*kept, middleware)
+
+    def prepend(self, middleware: Middleware) -> None:
+        """Put ``middleware`` first (the outermost), replacing one of the same class."""
+        with self._lock:
+            kept = [e for e in self._entries if type(e) is not type(middleware)]
+            self._entries = (middleware, *kept)
+
+    def insert_before(self, existing: type | Middleware, middleware: Middleware) -> None:
+        self._insert(existing, middleware, offset=0)
+
+    def insert_after(self, existing: type | Middleware, middleware: Middleware) -> None:
+        self._insert(existing, middleware, offset=1)
+
+    def remove(self, target: type | Middleware) -> None:
+        with self._lock:
+            self._entries = tuple(e for e in self._entries if not _matches(e, target))
+
+    def copy(self) -> Chain[R]:
+        return Chain(self._entries)
+
+    def __contains__(self, target: object) -> bool:
+        return any(_matches(e, target) for e in self._entries)
+
+    def __iter__(self) -> Iterator[Middleware]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def invoke(self, *args: Any, final: Callable[[], R]) -> R | None:
+        """Run the chain around ``final``; each middleware is called as ``mw(*args, call_next)``."""
+        entries = self._entries
+        if not entries:
+            return final()
+
+        def call(index: int) -> R | None:
+            if index == len(entries):
+                return final()
+            result: R | None = entries[index](*args, lambda: call(index + 1))
+            return result
+
+        return call(0)
+
+    def _insert(self, existing: type | Middleware, middleware: Middleware, offset: int) -> None:
+        with self._lock:
+            kept = [e for e in self._entries if type(e) is not type(middleware)]
+            for index, entry in enumerate(kept):
+                if _matches(entry, existing):
+                    kept.insert(index + offset, middleware)
+                    break
+            else:
+                raise ValueError(f"{existing!r} is not in the chain")
+            self._entries = tuple(kept)
+
+
+def _matches(entry: Middleware, target: object) -> bool:
+    return entry is target or (isinstance(target, type) and type(entry) is target)

@@ -1,0 +1,117 @@
+"""Sidekiq's job JSON, byte for byte, with no I/O.
+
+A job is a plain ``dict`` whose key order is the order Ruby's ``JSON.generate`` would emit:
+``retry``, ``queue``, job options, ``args``/``class``, ``jid``, ``created_at``, ``enqueued_at``.
+Timestamps are float epoch seconds as Sidekiq 6.x and 7.x write them; Sidekiq 8's integer
+milliseconds are understood on read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from asynctask.errors import PayloadError
+
+#: A decoded job payload.
+JobDict = dict[str, Any]
+
+#: Sidekiq 8 writes integer epoch milliseconds; anything above this is milliseconds, below it seconds.
+_MILLISECONDS_THRESHOLD = 100_000_000_000
+
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def new_jid() -> str:
+    """24 lowercase hex characters, like Ruby's ``SecureRandom.hex(12)``."""
+    return secrets.token_hex(12)
+
+
+def now() -> float:
+    return time.time()
+
+
+def dumps(job: Mapping[str, Any]) -> str:
+    """Compact JSON with raw UTF-8, as Ruby's ``JSON.generate`` writes it."""
+    return _encoder.encode(job)
+
+
+def loads(raw: bytes | str) -> JobDict:
+    """Decode a payload read from a queue or sorted set; raise PayloadError if it is not a job."""
+    try:
+        job = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PayloadError(f"payload is not valid JSON: {exc}") from None
+    if not isinstance(job, dict):
+        raise PayloadError(f"payload is a JSON {type(job).__name__}, not an object")
+    if not isinstance(job.get("class"), str) or not job["class"]:
+        raise PayloadError("payload has no 'class' string", job)
+    if not isinstance(job.get("args"), list):
+        raise PayloadError(f"payload 'args' must be a list, got {type(job.get('args')).__name__}", job)
+    return job
+
+
+def unparseable(raw: bytes, queue: str, reason: str) -> JobDict:
+    """A dead-set entry for bytes that are not a job: the original text kept as its only arg."""
+    stamp = now()
+    return {
+        "retry": False,
+        "queue": queue,
+        "class": "AsyncTask::UnparseableJob",
+        "args": [raw.decode("utf-8", errors="replace")],
+        "jid": new_jid(),
+        "created_at": stamp,
+        "enqueued_at": stamp,
+        "error_message": reason,
+        "error_class": "asynctask.errors.PayloadError",
+        "failed_at": stamp,
+        "retry_count": 0,
+    }
+
+
+def timestamp(value: Any) -> float | None:
+    """Epoch seconds from a Sidekiq timestamp: float seconds (6.x/7.x) or integer ms (8.x)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = float(value)
+    return seconds / 1000.0 if seconds > _MILLISECONDS_THRESHOLD else seconds
+
+
+def check_args(args: Any) -> list[Any]:
+    """Return ``args`` if it is a list of JSON-native values; raise TypeError naming the culprit.
+
+    JSON-native means what survives a JSON round trip unchanged: str, int, finite float, bool,
+    None, lists and str-keyed dicts of those. Tuples, sets, bytes, dates and objects are refused
+    here rather than silently changed on the way to Redis.
+    """
+    if not isinstance(args, list):
+        raise TypeError(f"job args must be a list, got {type(args).__name__}")
+    _check_value(args, "args")
+    return args
+
+
+def _check_value(value: Any, path: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{path} is {value!r}, which JSON cannot represent")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_value(item, f"{path}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path} has a {type(key).__name__} key {key!r}; JSON object keys must be str")
+            _check_value(item, f"{path}[{key!r}]")
+        return
+    raise TypeError(
+        f"{path} is a {type(value).__name__}, which is not JSON-native "
+        "(use str, int, float, bool, None, list or dict with str keys)"
+    )

@@ -1,0 +1,118 @@
+"""Settings shared by the client, the worker and the CLI, read from the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: Used when neither ASYNCTASK_REDIS_URL nor REDIS_URL is set.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One ``-q name[,weight]`` entry. Weight 0 means "no weight given"."""
+
+    name: str
+    weight: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> QueueSpec:
+        name, _, weight = text.partition(",")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"empty queue name in {text!r}")
+        try:
+            value = int(weight) if weight.strip() else 0
+        except ValueError:
+            raise ValueError(f"queue weight must be an integer in {text!r}") from None
+        if value < 0:
+            raise ValueError(f"queue weight must not be negative in {text!r}")
+        return cls(name, value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a client or worker needs. Defaults are Sidekiq 6.4's where it has one."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    #: Key prefix as redis-namespace writes it ("myapp" gives "myapp:queue:default"); empty for none.
+    namespace: str = ""
+    queues: tuple[QueueSpec, ...] = (QueueSpec("default"),)
+    #: Processor threads per worker process.
+    concurrency: int = 10
+    #: Seconds a TERM waits for busy jobs before they are pushed back to their queues.
+    timeout: float = 25.0
+    #: Seconds between heartbeats (Sidekiq 6.x: 5).
+    heartbeat_interval: float = 5.0
+    #: Seconds the process hash lives without a heartbeat; after that its in-flight jobs are recovered.
+    process_ttl: int = 60
+    #: Average seconds between scheduled/retry polls of the whole cluster (scaled by process count).
+    scheduled_poll_interval: float = 5.0
+    #: Max seconds one idle blocking fetch waits, so threads notice quiet/stop.
+    fetch_timeout: float = 2.0
+    max_retries: int = 25
+    dead_max_jobs: int = 10_000
+    #: Seconds a job stays in the dead set (180 days).
+    dead_timeout: int = 180 * 24 * 3600
+    #: Largest payload accepted, in bytes: bigger ones are refused at push and buried by the worker.
+    max_payload_bytes: int = 1024 * 1024
+    tag: str = ""
+    labels: tuple[str, ...] = field(default_factory=tuple)
+    #: Modules to import at worker start (they register jobs), like Sidekiq's -r.
+    require: tuple[str, ...] = field(default_factory=tuple)
+    log_level: str = "WARNING"
+    log_format: str = "logfmt"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ASYNCTASK_* variables (REDIS_URL as a fallback), then ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        url = env.get("ASYNCTASK_REDIS_URL") or env.get("REDIS_URL")
+        if url:
+            values["redis_url"] = url
+        if "ASYNCTASK_NAMESPACE" in env:
+            values["namespace"] = env["ASYNCTASK_NAMESPACE"]
+        if env.get("ASYNCTASK_QUEUES"):
+            values["queues"] = tuple(QueueSpec.parse(q) for q in env["ASYNCTASK_QUEUES"].split(";"))
+        for name, convert in (
+            ("concurrency", int),
+            ("timeout", float),
+            ("heartbeat_interval", float),
+            ("process_ttl", int),
+            ("scheduled_poll_interval", float),
+            ("max_retries", int),
+            ("max_payload_bytes", int),
+            ("tag", str),
+            ("log_level", str),
+            ("log_format", str),
+        ):
+            raw = env.get(f"ASYNCTASK_{name.upper()}")
+            if raw:
+                try:
+                    values[name] = convert(raw)
+                except ValueError:
+                    raise ValueError(f"ASYNCTASK_{name.upper()}={raw!r} is not a valid {convert.__name__}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return replace(cls(), **values).validated()
+
+    def validated(self) -> Settings:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not self.queues:
+            raise ValueError("at least one queue is needed")
+        if self.timeout < 0:
+            raise ValueError("timeout must not be negative")
+        if self.heartbeat_interval <= 0 or self.process_ttl <= self.heartbeat_interval:
+            raise ValueError("process_ttl must be longer than heartbeat_interval, and both positive")
+        if self.log_format not in ("logfmt", "json"):
+            raise ValueError("log_format must be 'logfmt' or 'json'")
+        return self
+
+    @property
+    def strict_queues(self) -> bool:
+        """Sidekiq's rule: with no weight given anywhere, queues are checked in the order listed."""
+        return all(q.weight == 0 for q in self.queues)

@@ -1,0 +1,157 @@
+"""Worker (Sidekiq's Launcher): one process's manager, poller and heartbeat, and its signals.
+
+Start-up order matters for reliable fetch: the in-flight lists are registered and the first
+heartbeat is written *before* any job is fetched, so that no live process ever looks dead.
+
+Signals (from the OS, or pushed to ``<identity>-signals`` by Sidekiq's API or Web UI):
+TSTP quiets (finish current jobs, fetch no more, stop polling); TERM and INT stop (quiet,
+wait up to ``timeout`` seconds, then push unfinished jobs back and exit); TTIN logs every
+thread's stack.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+import traceback
+from types import FrameType
+from typing import Any
+
+import redis
+
+from asynctask import middleware, payload
+from asynctask.brokers.redis import RedisBroker
+from asynctask.middleware import Chain
+from asynctask.registry import Registry, default_registry
+from asynctask.settings import Settings
+from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
+from asynctask.worker.manager import Manager
+from asynctask.worker.scheduled import Poller
+from asynctask.worker.stats import Stats
+
+logger = logging.getLogger("asynctask.worker")
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        registry: Registry | None = None,
+        server_middleware: Chain[Any] | None = None,
+        client_middleware: Chain[payload.JobDict] | None = None,
+        connection: redis.Redis | None = None,
+    ) -> None:
+        self.settings = (settings or Settings.from_env()).validated()
+        self.registry = default_registry if registry is None else registry
+        self.broker = RedisBroker(self.settings, connection)
+        self.info = ProcessInfo.for_this_process()
+        self.identity = self.info.identity
+        self.stats = Stats()
+        self.fetch = self.broker.fetcher(self.identity)
+        self.manager = Manager(
+            self.settings,
+            self.broker,
+            self.fetch,
+            self.registry,
+            middleware.server_chain if server_middleware is None else server_middleware,
+            self.stats,
+        )
+        self.poller = Poller(
+            self.broker,
+            middleware.client_chain if client_middleware is None else client_middleware,
+            self.settings.scheduled_poll_interval,
+        )
+        self.heartbeat = Heartbeat(
+            self.broker, self.settings, self.info, self.stats, lambda: self.manager.busy, self.handle_signal
+        )
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._beat_thread = threading.Thread(target=self._beat_loop, name="asynctask-heartbeat", daemon=True)
+
+    def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Start, then block until TERM/INT (or ``stop()``), then shut down gracefully."""
+        if install_signal_handlers:
+            self._install_signal_handlers()
+        self.start()
+        try:
+            self._stopping.wait()
+        finally:
+            self.shutdown()
+
+    def start(self) -> None:
+        self.fetch.register()
+        self.heartbeat.beat()
+        self.manager.start()
+        self.poller.start()
+        self._beat_thread.start()
+        queues = ", ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
+        logger.warning(
+            "worker started",
+            extra={
+                "fields": {
+                    "identity": self.identity,
+                    "queues": queues,
+                    "concurrency": self.settings.concurrency,
+                    "jobs": len(self.registry),
+                }
+            },
+        )
+
+    def quiet(self) -> None:
+        self.heartbeat.quiet = True
+        self.poller.stop()
+        self.manager.quiet()
+
+    def stop(self) -> None:
+        """Ask ``run`` to shut down (safe from any thread or a signal handler)."""
+        self._stopping.set()
+
+    def shutdown(self) -> None:
+        """Quiet, wait up to ``timeout`` for busy jobs, push back the rest, leave the process set."""
+        if self._stopped.is_set():
+            return
+        deadline = time.monotonic() + self.settings.timeout
+        self.quiet()
+        self.manager.stop(deadline)
+        self._stopped.set()
+        self.heartbeat.clear()
+        logger.warning("worker stopped", extra={"fields": {"identity": self.identity}})
+
+    def handle_signal(self, name: str) -> None:
+        if name == "TSTP":
+            logger.warning("TSTP: going quiet")
+            self.quiet()
+        elif name in ("TERM", "INT"):
+            logger.warning("%s: shutting down", name)
+            self.stop()
+        elif name == "TTIN":
+            self.dump_threads()
+        else:
+            logger.warning("ignoring unknown signal %r", name)
+
+    def dump_threads(self) -> None:
+        frames = sys._current_frames()
+        for thread in threading.enumerate():
+            frame = frames.get(thread.ident or -1)
+            stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)"
+            logger.warning("thread %s\n%s", thread.name, stack)
+
+    def _beat_loop(self) -> None:
+        interval = self.settings.heartbeat_interval
+        while not self._stopped.wait(interval):
+            self.heartbeat.beat()
+            try:
+                self.broker.recover_orphans(self.identity)
+            except redis.RedisError as exc:
+                logger.error("orphan recovery failed: %s", exc)
+
+    def _install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            self.handle_signal(signal.Signals(signum).name.removeprefix("SIG"))
+
+        for name in ("SIGTERM", "SIGINT", "SIGTSTP", "SIGTTIN"):
+            signal.signal(getattr(signal, name), handler)

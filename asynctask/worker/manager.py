@@ -1,0 +1,121 @@
+"""Manager: owns the processor threads of one worker process.
+
+- ``start``: spin up ``concurrency`` processors.
+- a processor that dies of an unexpected error is logged and replaced.
+- ``quiet``: processors finish their current job and stop fetching.
+- ``stop(deadline)``: quiet, wait for busy processors until the deadline, then hard shutdown:
+  each busy thread gets ``Shutdown`` raised in it and a moment to unwind, then every job this
+  process still holds goes back to its queue (one script per queue). Requeueing last means
+  a thread that claimed a job while being interrupted cannot leave it behind. Jobs run at
+  least once: a job interrupted here runs again, it is never lost.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from typing import Any
+
+from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers.redis.fetch import ReliableFetch
+from asynctask.errors import Shutdown
+from asynctask.middleware import Chain
+from asynctask.registry import Registry
+from asynctask.settings import Settings
+from asynctask.worker.processor import Processor
+from asynctask.worker.retry import Retrier
+from asynctask.worker.stats import Stats
+
+logger = logging.getLogger("asynctask.manager")
+
+#: Seconds between checks while waiting for busy processors to finish.
+PAUSE = 0.1
+#: Seconds given to interrupted threads to unwind after a hard shutdown.
+UNWIND_TIMEOUT = 3.0
+
+
+class Manager:
+    def __init__(
+        self,
+        settings: Settings,
+        broker: RedisBroker,
+        fetch: ReliableFetch,
+        registry: Registry,
+        server_chain: Chain[Any],
+        stats: Stats,
+    ) -> None:
+        self.settings = settings
+        self.broker = broker
+        self.fetch = fetch
+        self.registry = registry
+        self.server_chain = server_chain
+        self.stats = stats
+        self.retrier = Retrier(broker, settings)
+        self.quieting = threading.Event()
+        self._lock = threading.Lock()
+        self._processors: set[Processor] = set()
+
+    def start(self) -> None:
+        for index in range(self.settings.concurrency):
+            self._spawn(index)
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return sum(1 for p in self._processors if p.unit is not None)
+
+    def quiet(self) -> None:
+        if not self.quieting.is_set():
+            logger.info("quieting: finishing current jobs, fetching no more")
+            self.quieting.set()
+
+    def stop(self, deadline: float) -> None:
+        """Quiet, wait for processors until ``deadline`` (monotonic), interrupt the rest, requeue."""
+        self.quiet()
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._processors:
+                    break
+            time.sleep(PAUSE)
+        else:
+            self._interrupt_busy()
+        moved = self.fetch.requeue_all(forget=True)
+        if moved:
+            logger.warning("%d unfinished job(s) pushed back to their queues", moved)
+
+    def processor_stopped(self, processor: Processor) -> None:
+        with self._lock:
+            self._processors.discard(processor)
+
+    def processor_died(self, processor: Processor, exc: BaseException) -> None:
+        logger.error(
+            "processor thread died; starting a new one",
+            exc_info=(type(exc), exc, exc.__traceback__),
+            extra={"fields": {"thread": processor.thread.name}},
+        )
+        with self._lock:
+            self._processors.discard(processor)
+        if not self.quieting.is_set():
+            self._spawn(processor.index)
+
+    def _spawn(self, index: int) -> None:
+        processor = Processor(self, index)
+        with self._lock:
+            self._processors.add(processor)
+        processor.start()
+
+    def _interrupt_busy(self) -> None:
+        with self._lock:
+            remaining = list(self._processors)
+        logger.warning(
+            "timeout reached: interrupting %d busy job(s)", sum(1 for p in remaining if p.unit is not None)
+        )
+        for processor in remaining:
+            ident = processor.thread.ident
+            if ident is not None and processor.thread.is_alive():
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(Shutdown))
+        end = time.monotonic() + UNWIND_TIMEOUT
+        for processor in remaining:
+            processor.thread.join(max(0.0, end - time.monotonic()))

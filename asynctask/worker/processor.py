@@ -1,0 +1,157 @@
+"""Processor: one thread that fetches a job, runs it through the server middleware, and settles it.
+
+Loop: fetch (which also acknowledges the previous success) -> decode -> look up the job in
+the registry -> check its args -> server middleware -> function. Outcomes:
+
+- success: acknowledged by the next fetch (or at exit);
+- exception: ``Retrier.failed`` moves it to ``retry`` or ``dead`` atomically with its release;
+- bytes that are not a job, an unknown class, args the function cannot take, an oversized
+  payload: buried in the dead set with a clear ``error_message`` (retrying cannot help);
+- ``Shutdown`` (hard shutdown): nothing; the manager already pushed the job back.
+
+An unexpected error outside a job (Redis down, say) is logged, and the thread carries on
+after a pause; the job it held stays in this process's in-flight list until shutdown or
+recovery returns it to its queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from asynctask import payload
+from asynctask.brokers.redis import UnitOfWork
+from asynctask.errors import JobArgumentsError, JobNotRegistered, PayloadError, Shutdown
+from asynctask.worker.stats import Work, thread_tid
+
+if TYPE_CHECKING:
+    from asynctask.worker.manager import Manager
+
+logger = logging.getLogger("asynctask.processor")
+
+#: Seconds to wait before fetching again after Redis failed.
+ERROR_PAUSE = 1.0
+
+
+class Processor:
+    def __init__(self, manager: Manager, index: int) -> None:
+        self.manager = manager
+        self.index = index
+        self.thread = threading.Thread(target=self.run, name=f"asynctask-processor-{index}", daemon=True)
+        #: The unit being run now, or None; read by the manager at hard shutdown.
+        self.unit: UnitOfWork | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def run(self) -> None:
+        manager = self.manager
+        pending_ack: UnitOfWork | None = None
+        cycle = self.index
+        try:
+            while not manager.quieting.is_set():
+                try:
+                    unit = manager.fetch.fetch(pending_ack, block_on=cycle)
+                except redis.RedisError as exc:
+                    logger.error("fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}})
+                    time.sleep(ERROR_PAUSE)
+                    continue
+                pending_ack = None
+                if unit is None:
+                    cycle += 1
+                    continue
+                if manager.quieting.is_set():
+                    manager.broker.requeue(unit)
+                    break
+                pending_ack = self.process(unit)
+            if pending_ack is not None:
+                manager.fetch.acknowledge(pending_ack)
+        except Shutdown:
+            pass
+        except BaseException as exc:
+            manager.processor_died(self, exc)
+            return
+        manager.processor_stopped(self)
+
+    def process(self, unit: UnitOfWork) -> UnitOfWork | None:
+        """Run one job; return the unit if it still needs acknowledging (it succeeded)."""
+        manager = self.manager
+        try:
+            job = self._decode(unit)
+        except PayloadError as exc:
+            self._bury_undecodable(unit, exc)
+            return None
+        name = job["class"]
+        tid = thread_tid()
+        manager.stats.started(tid, Work(unit.queue, unit.payload.decode("utf-8", "replace"), int(time.time())))
+        self.unit = unit
+        failed = True
+        try:
+            definition = manager.registry.get(name)
+            args = job["args"]
+            definition.check_args(args)
+        except (JobNotRegistered, JobArgumentsError) as exc:
+            self._log_failure("job buried", job, unit, exc, 0.0, level=logging.ERROR)
+            manager.retrier.bury(unit, job, exc)
+            manager.stats.finished(tid)
+            manager.stats.count(failed=True)
+            self.unit = None
+            return None
+        start = time.perf_counter()
+        verbose = logger.isEnabledFor(logging.INFO)
+        if verbose:
+            logger.info("start", extra={"fields": _fields(job, unit)})
+        try:
+            manager.server_chain.invoke(definition, job, unit.queue, final=lambda: definition.func(*args))
+        except Shutdown:
+            raise
+        except (Exception, SystemExit) as exc:
+            self._log_failure("fail", job, unit, exc, time.perf_counter() - start, level=logging.WARNING)
+            manager.retrier.failed(unit, job, definition, exc)
+            return None
+        else:
+            failed = False
+            if verbose:
+                logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
+            return unit
+        finally:
+            self.unit = None
+            manager.stats.finished(tid)
+            manager.stats.count(failed=failed)
+
+    def _decode(self, unit: UnitOfWork) -> payload.JobDict:
+        limit = self.manager.settings.max_payload_bytes
+        if len(unit.payload) > limit:
+            raise PayloadError(f"payload of {len(unit.payload)} bytes is over the {limit}-byte limit (max_payload_bytes)")
+        return payload.loads(unit.payload)
+
+    def _bury_undecodable(self, unit: UnitOfWork, exc: PayloadError) -> None:
+        if exc.job is not None:
+            job: payload.JobDict = exc.job
+            job.setdefault("queue", unit.queue)
+            self.manager.retrier.bury(unit, job, exc)
+        else:
+            self.manager.broker.kill(unit, payload.dumps(payload.unparseable(unit.payload, unit.queue, str(exc))))
+        self.manager.stats.count(failed=True)
+        logger.error(
+            "job buried: %s", exc, extra={"fields": {"queue": unit.queue, "bytes": len(unit.payload)}}
+        )
+
+    def _log_failure(
+        self, msg: str, job: payload.JobDict, unit: UnitOfWork, exc: BaseException, elapsed: float, level: int
+    ) -> None:
+        if logger.isEnabledFor(level):
+            fields = {**_fields(job, unit), "elapsed": round(elapsed, 6), "error": f"{type(exc).__name__}: {exc}"}
+            logger.log(level, msg, extra={"fields": fields})
+
+
+def _fields(job: payload.JobDict, unit: UnitOfWork) -> dict[str, Any]:
+    return {"class": job.get("class"), "jid": job.get("jid"), "queue": unit.queue}
+
+
+def _elapsed(start: float) -> float:
+    return round(time.perf_counter() - start, 6)

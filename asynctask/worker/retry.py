@@ -1,0 +1,143 @@
+"""What happens to a job that raised: Sidekiq's retry bookkeeping, backoff and dead set.
+
+On each failure the payload gains ``error_message``, ``error_class``, ``failed_at`` (first
+failure) or ``retried_at`` (later ones) and ``retry_count`` (0 on the first failure), and
+optionally ``error_backtrace``. While ``retry_count`` is below the job's ``retry`` (an int,
+or 25 for ``true``) the job goes to the ``retry`` set, due after ``count**4 + 15 +
+rand(10) * (count + 1)`` seconds. After that the retries-exhausted hook runs and the job goes
+to the dead set, unless ``dead: false``. ``retry: false`` drops it after the hook.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import random
+import traceback
+import zlib
+from typing import Any
+
+from asynctask import payload
+from asynctask.brokers.redis import RedisBroker, UnitOfWork
+from asynctask.job import JobDefinition
+from asynctask.settings import Settings
+
+logger = logging.getLogger("asynctask.retry")
+
+#: Sidekiq truncates error messages to this many characters.
+MAX_ERROR_MESSAGE = 10_000
+
+
+def default_delay(count: int) -> float:
+    """Sidekiq's backoff for the ``count``-th retry (0-based), with its jitter."""
+    return count**4 + 15 + random.randrange(10) * (count + 1)
+
+
+def error_class_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def record_error(job: payload.JobDict, exc: BaseException) -> int:
+    """Write Sidekiq's failure fields into ``job``; return the new ``retry_count``."""
+    job["error_message"] = str(exc)[:MAX_ERROR_MESSAGE]
+    job["error_class"] = error_class_name(exc)
+    count = job.get("retry_count")
+    if isinstance(count, int) and not isinstance(count, bool):
+        job["retried_at"] = payload.now()
+        job["retry_count"] = count = count + 1
+    else:
+        job["failed_at"] = payload.now()
+        job["retry_count"] = count = 0
+    limit = job.get("backtrace")
+    if limit and exc.__traceback__ is not None:
+        lines = _ruby_style_backtrace(exc)
+        if not isinstance(limit, bool) and isinstance(limit, int):
+            lines = lines[:limit]
+        job["error_backtrace"] = compress_backtrace(lines)
+    return count
+
+
+def compress_backtrace(lines: list[str]) -> str:
+    """Base64(zlib(JSON lines)), wrapped every 60 characters as Ruby's ``encode64`` (Sidekiq 6.x)."""
+    encoded = base64.b64encode(zlib.compress(json.dumps(lines, separators=(",", ":")).encode()))
+    return "".join(encoded[i : i + 60].decode() + "\n" for i in range(0, len(encoded), 60))
+
+
+def decompress_backtrace(value: str) -> list[str]:
+    """Read either Base64 flavour (6.x wrapped, 7.2.1+ strict)."""
+    lines: list[str] = json.loads(zlib.decompress(base64.b64decode(value)))
+    return lines
+
+
+def _ruby_style_backtrace(exc: BaseException) -> list[str]:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f"{f.filename}:{f.lineno}:in `{f.name}'" for f in reversed(frames)]
+
+
+class Retrier:
+    def __init__(self, broker: RedisBroker, settings: Settings) -> None:
+        self.broker = broker
+        self.settings = settings
+
+    def failed(
+        self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], exc: BaseException
+    ) -> None:
+        """Schedule a retry, or run the exhausted hook and bury or drop the job."""
+        retry = job.get("retry", True)
+        if retry is False or retry is None:
+            self._exhausted(definition, job, exc)
+            self.broker.release(unit)
+            return
+        if job.get("retry_queue"):
+            job["queue"] = job["retry_queue"]
+        count = record_error(job, exc)
+        limit = self.settings.max_retries if retry is True else int(retry)
+        if count < limit:
+            delay = self._delay(definition, count, exc, job)
+            if delay == "discard":
+                self.broker.release(unit)
+                return
+            if delay != "kill":
+                self.broker.retry_at(unit, job, payload.now() + delay)
+                return
+        self._exhausted(definition, job, exc)
+        if job.get("dead") is False:
+            self.broker.release(unit)
+        else:
+            self.broker.kill(unit, payload.dumps(job))
+
+    def bury(self, unit: UnitOfWork, job: payload.JobDict, exc: BaseException) -> None:
+        """Send a job that can never run (unknown class, bad args) straight to the dead set."""
+        record_error(job, exc)
+        self.broker.kill(unit, payload.dumps(job))
+
+    def _delay(
+        self, definition: JobDefinition[Any], count: int, exc: BaseException, job: payload.JobDict
+    ) -> float | str:
+        handler = definition.retry_in_handler
+        if handler is not None:
+            try:
+                custom = handler(count, exc, job)
+            except Exception:
+                logger.exception("retry_in of %s failed; using the default delay", definition.name)
+            else:
+                if custom in ("kill", "discard"):
+                    return str(custom)
+                if isinstance(custom, int | float) and custom > 0:
+                    return float(custom) + random.randrange(10) * (count + 1)
+        return default_delay(count)
+
+    def _exhausted(self, definition: JobDefinition[Any], job: payload.JobDict, exc: BaseException) -> None:
+        handler = definition.retries_exhausted_handler
+        if handler is None:
+            return
+        try:
+            handler(job, exc)
+        except Exception:
+            logger.exception(
+                "retries-exhausted hook of %s failed",
+                definition.name,
+                extra={"fields": {"jid": job.get("jid"), "class": definition.name}},
+            )

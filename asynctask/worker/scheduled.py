@@ -1,0 +1,71 @@
+"""Poller: moves due jobs from ``retry`` and ``schedule`` to their queues.
+
+Each due member is rewritten (fresh ``enqueued_at``, client middleware run again, as
+Sidekiq re-pushes it through its client) and moved by a script that removes and pushes it
+together, so a crash never loses one and two pollers never both enqueue it.
+
+Sleep between passes, as Sidekiq: the cluster polls on average every
+``scheduled_poll_interval`` seconds, so each process waits ``processes * interval`` on
+average, uniformly in [0.5, 1.5) of that below 10 processes, [0, 1) of it above.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+import redis
+
+from asynctask import payload
+from asynctask.brokers.redis import RedisBroker
+from asynctask.middleware import Chain
+
+logger = logging.getLogger("asynctask.scheduled")
+
+
+class Poller:
+    def __init__(self, broker: RedisBroker, client_chain: Chain[payload.JobDict], interval: float) -> None:
+        self.broker = broker
+        self.client_chain = client_chain
+        self.interval = interval
+        self._stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="asynctask-poller", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        # A random first wait spreads the polls of processes that were started together.
+        if self._stopped.wait(random.random() * self.interval):
+            return
+        while not self._stopped.is_set():
+            try:
+                self.enqueue()
+            except redis.RedisError as exc:
+                logger.error("scheduled poll failed: %s", exc)
+            except Exception:
+                logger.exception("scheduled poll failed")
+            self._stopped.wait(self.random_poll_interval())
+
+    def enqueue(self) -> int:
+        """One pass over ``retry`` then ``schedule``; returns how many jobs were moved."""
+        keys = self.broker.keys
+        return sum(self.broker.enqueue_due(key, self._rewrite) for key in (keys.retry, keys.schedule))
+
+    def random_poll_interval(self) -> float:
+        count = max(1, int(self.broker.redis.scard(self.broker.keys.processes)))
+        average = count * self.interval
+        return average * random.random() + average / 2 if count < 10 else average * random.random()
+
+    def _rewrite(self, member: bytes) -> payload.JobDict | None:
+        try:
+            job = payload.loads(member)
+        except payload.PayloadError as exc:
+            logger.error("burying an unreadable scheduled entry: %s", exc)
+            self.broker.kill(None, payload.dumps(payload.unparseable(member, "default", str(exc))))
+            return None
+        return self.client_chain.invoke(job, job["queue"], final=lambda: job)

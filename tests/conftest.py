@@ -1,0 +1,136 @@
+"""Fixtures over the real Redis: every test gets its own key namespace and removes only its keys."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from asynctask import Client, Registry, Settings
+from asynctask.middleware import Chain
+from asynctask.worker import Worker
+
+REDIS_URL = os.environ.get("ASYNCTASK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+#: The first Redis database handed out by ``claimed_db``; lower ones are left alone.
+FIRST_TEST_DB = 4
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def conn() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis is not reachable at {REDIS_URL}: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def namespace(conn: redis.Redis) -> Iterator[str]:
+    """A fresh key prefix; its keys are deleted afterwards (and only they)."""
+    ns = f"attest-{uuid.uuid4().hex[:12]}"
+    yield ns
+    for batch in _batched(conn.scan_iter(match=f"{ns}:*", count=1000), 500):
+        conn.unlink(*batch)
+
+
+@pytest.fixture
+def settings(namespace: str) -> Settings:
+    """Fast timings so that tests of heartbeats, polls and shutdown take seconds."""
+    return Settings(
+        redis_url=REDIS_URL,
+        namespace=namespace,
+        concurrency=4,
+        timeout=5.0,
+        heartbeat_interval=0.5,
+        process_ttl=3,
+        scheduled_poll_interval=0.2,
+        fetch_timeout=0.5,
+    )
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry()
+
+
+@pytest.fixture
+def client(settings: Settings, registry: Registry, conn: redis.Redis) -> Client:
+    return Client(settings, connection=conn, registry=registry, middleware=Chain())
+
+
+@pytest.fixture
+def start_worker(settings: Settings, registry: Registry) -> Iterator[Callable[..., Worker]]:
+    """Start in-process workers (in a thread); all are stopped gracefully after the test."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(**overrides: Any) -> Worker:
+        worker_settings = Settings(**{**settings.__dict__, **overrides}).validated()
+        kwargs = {k: overrides.pop(k) for k in ("server_middleware", "client_middleware") if k in overrides}
+        worker = Worker(
+            worker_settings,
+            registry=registry,
+            server_middleware=kwargs.get("server_middleware", Chain()),
+            client_middleware=kwargs.get("client_middleware", Chain()),
+        )
+        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+        thread.start()
+        wait_until(lambda: worker.manager.busy is not None and worker._beat_thread.is_alive(), 5)
+        started.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, thread in started:
+        worker.stop()
+        thread.join(30)
+
+
+@pytest.fixture
+def claimed_db(conn: redis.Redis) -> Iterator[int]:
+    """An empty Redis database number, locked for this test, flushed afterwards (all its data is ours)."""
+    for number in range(FIRST_TEST_DB, 16):
+        lock = f"asynctask-tests:db-lock:{number}"
+        if not conn.set(lock, os.getpid(), nx=True, ex=3600):
+            continue
+        db = redis.Redis.from_url(REDIS_URL, db=number)
+        if db.dbsize() == 0:
+            try:
+                yield number
+            finally:
+                db.flushdb()
+                db.close()
+                conn.delete(lock)
+            return
+        db.close()
+        conn.delete(lock)
+    pytest.fail("no empty Redis database between 4 and 15 to claim")
+
+
+def _batched(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
