@@ -2,18 +2,18 @@
 
 __version__ = "0.1.0"
 
-from asynctask.client import Client, configure, default_client  # noqa: E402
-from asynctask.errors import (  # noqa: E402
+from asynctask.client import Client, configure, default_client
+from asynctask.errors import (
     AsyncTaskError,
     JobArgumentsError,
     JobNotRegistered,
     PayloadError,
     Shutdown,
 )
-from asynctask.job import JobDefinition, JobOptions, job  # noqa: E402
-from asynctask.middleware import Chain, client_chain, server_chain  # noqa: E402
-from asynctask.registry import Registry, default_registry  # noqa: E402
-from asynctask.settings import QueueSpec, Settings  # noqa: E402
+from asynctask.job import JobDefinition, JobOptions, job
+from asynctask.middleware import Chain, client_chain, server_chain
+from asynctask.registry import Registry, default_registry
+from asynctask.settings import QueueSpec, Settings
 
 __all__ = [
     # Errors

@@ -33,15 +33,25 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run jobs from Redis queues")
     _connection_options(worker)
     worker.add_argument(
-        "-r", "--require", action="append", default=[], metavar="MODULE",
+        "-r",
+        "--require",
+        action="append",
+        default=[],
+        metavar="MODULE",
         help="module (dotted name or .py file) that registers jobs; repeatable",
     )
     worker.add_argument(
-        "-q", "--queue", action="append", default=[], metavar="NAME[,WEIGHT]",
+        "-q",
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME[,WEIGHT]",
         help="queue to process, with an optional weight; repeatable (default: default)",
     )
     worker.add_argument("-c", "--concurrency", type=int, help="processor threads (default 10)")
-    worker.add_argument("-t", "--timeout", type=float, help="seconds to wait for busy jobs on TERM (default 25)")
+    worker.add_argument(
+        "-t", "--timeout", type=float, help="seconds to wait for busy jobs on TERM (default 25)"
+    )
     worker.add_argument("-g", "--tag", help="tag shown in Sidekiq's Web UI")
     worker.add_argument("-v", "--verbose", action="store_true", help="log every job start and finish")
     worker.add_argument("--log-format", choices=["logfmt", "json"], help="log line format (default logfmt)")
@@ -62,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", help="Redis URL (env ASYNCTASK_REDIS_URL, then REDIS_URL)")
-    parser.add_argument("--namespace", help="key prefix as redis-namespace writes it (env ASYNCTASK_NAMESPACE)")
+    parser.add_argument(
+        "--namespace", help="key prefix as redis-namespace writes it (env ASYNCTASK_NAMESPACE)"
+    )
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:

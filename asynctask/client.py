@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -100,7 +100,9 @@ class Client:
             name = name.name
         if not isinstance(name, str) or not name:
             raise TypeError("a job item needs 'class': a non-empty job name")
-        defaults = self.registry.get(name).options.payload_head() if name in self.registry else _SIDEKIQ_DEFAULTS
+        defaults = (
+            self.registry.get(name).options.payload_head() if name in self.registry else _SIDEKIQ_DEFAULTS
+        )
         job: payload.JobDict = {**defaults, **item, "class": name, "args": args}
         at = job.pop("at", None)
         if at is not None and (isinstance(at, bool) or not isinstance(at, int | float)):

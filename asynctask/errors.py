@@ -36,7 +36,7 @@ class JobArgumentsError(AsyncTaskError, TypeError):
     """A job's args do not fit its function's signature; retrying cannot help."""
 
 
-class Shutdown(BaseException):  # noqa: N818 - named as Sidekiq names it
+class Shutdown(BaseException):
     """Raised inside a busy worker thread when a hard shutdown interrupts its job.
 
     A BaseException so that job code catching ``Exception`` does not swallow it. The job

@@ -26,7 +26,7 @@ R = TypeVar("R")
 
 #: ``retry_in(count, exc, job)``: seconds until the next try, None for Sidekiq's default,
 #: "kill" to send the job to the dead set now, or "discard" to drop it.
-RetryIn = Callable[[int, BaseException, payload.JobDict], "float | None | Literal['kill', 'discard']"]
+RetryIn = Callable[[int, BaseException, payload.JobDict], "float | Literal['kill', 'discard'] | None"]
 #: ``on_retries_exhausted(job, exc)``: called once when a job will not be tried again.
 RetriesExhausted = Callable[[payload.JobDict, BaseException], None]
 

@@ -54,7 +54,9 @@ def setup(level: str = "WARNING", fmt: str = "logfmt") -> None:
 
 
 def _time(record: logging.LogRecord) -> str:
-    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 def _quote(value: Any) -> str:

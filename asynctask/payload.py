@@ -108,7 +108,9 @@ def _check_value(value: Any, path: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(f"{path} has a {type(key).__name__} key {key!r}; JSON object keys must be str")
+                raise TypeError(
+                    f"{path} has a {type(key).__name__} key {key!r}; JSON object keys must be str"
+                )
             _check_value(item, f"{path}[{key!r}]")
         return
     raise TypeError(

@@ -95,7 +95,9 @@ class Settings:
                 try:
                     values[name] = convert(raw)
                 except ValueError:
-                    raise ValueError(f"ASYNCTASK_{name.upper()}={raw!r} is not a valid {convert.__name__}") from None
+                    raise ValueError(
+                        f"ASYNCTASK_{name.upper()}={raw!r} is not a valid {convert.__name__}"
+                    ) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values).validated()
 

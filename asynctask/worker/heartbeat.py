@@ -19,8 +19,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 import redis
 
@@ -97,7 +98,9 @@ class Heartbeat:
         processed, failed = self.stats.take()
         busy = {
             tid: json.dumps(
-                {"queue": w.queue, "payload": w.payload, "run_at": w.run_at}, separators=(",", ":"), ensure_ascii=False
+                {"queue": w.queue, "payload": w.payload, "run_at": w.run_at},
+                separators=(",", ":"),
+                ensure_ascii=False,
             )
             for tid, w in self.stats.snapshot().items()
         }
@@ -113,7 +116,7 @@ class Heartbeat:
         for work_key in (keys.workers(identity), keys.work(identity)):
             pipe.unlink(work_key)
             if busy:
-                pipe.hset(work_key, mapping=busy)
+                pipe.hset(work_key, mapping=cast("Mapping[Any, Any]", busy))
                 pipe.expire(work_key, self.settings.process_ttl)
         try:
             pipe.execute()

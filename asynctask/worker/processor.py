@@ -57,7 +57,9 @@ class Processor:
                 try:
                     unit = manager.fetch.fetch(pending_ack, block_on=cycle)
                 except redis.RedisError as exc:
-                    logger.error("fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}})
+                    logger.error(
+                        "fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}}
+                    )
                     time.sleep(ERROR_PAUSE)
                     continue
                 pending_ack = None
@@ -87,7 +89,9 @@ class Processor:
             return None
         name = job["class"]
         tid = thread_tid()
-        manager.stats.started(tid, Work(unit.queue, unit.payload.decode("utf-8", "replace"), int(time.time())))
+        manager.stats.started(
+            tid, Work(unit.queue, unit.payload.decode("utf-8", "replace"), int(time.time()))
+        )
         self.unit = unit
         failed = True
         try:
@@ -126,7 +130,9 @@ class Processor:
     def _decode(self, unit: UnitOfWork) -> payload.JobDict:
         limit = self.manager.settings.max_payload_bytes
         if len(unit.payload) > limit:
-            raise PayloadError(f"payload of {len(unit.payload)} bytes is over the {limit}-byte limit (max_payload_bytes)")
+            raise PayloadError(
+                f"payload of {len(unit.payload)} bytes is over the {limit}-byte limit (max_payload_bytes)"
+            )
         return payload.loads(unit.payload)
 
     def _bury_undecodable(self, unit: UnitOfWork, exc: PayloadError) -> None:
@@ -135,7 +141,9 @@ class Processor:
             job.setdefault("queue", unit.queue)
             self.manager.retrier.bury(unit, job, exc)
         else:
-            self.manager.broker.kill(unit, payload.dumps(payload.unparseable(unit.payload, unit.queue, str(exc))))
+            self.manager.broker.kill(
+                unit, payload.dumps(payload.unparseable(unit.payload, unit.queue, str(exc)))
+            )
         self.manager.stats.count(failed=True)
         logger.error(
             "job buried: %s", exc, extra={"fields": {"queue": unit.queue, "bytes": len(unit.payload)}}
@@ -145,7 +153,11 @@ class Processor:
         self, msg: str, job: payload.JobDict, unit: UnitOfWork, exc: BaseException, elapsed: float, level: int
     ) -> None:
         if logger.isEnabledFor(level):
-            fields = {**_fields(job, unit), "elapsed": round(elapsed, 6), "error": f"{type(exc).__name__}: {exc}"}
+            fields = {
+                **_fields(job, unit),
+                "elapsed": round(elapsed, 6),
+                "error": f"{type(exc).__name__}: {exc}",
+            }
             logger.log(level, msg, extra={"fields": fields})
 
 

@@ -16,7 +16,7 @@ import logging
 import random
 import traceback
 import zlib
-from typing import Any
+from typing import Any, Literal
 
 from asynctask import payload
 from asynctask.brokers.redis import RedisBroker, UnitOfWork
@@ -99,7 +99,7 @@ class Retrier:
             if delay == "discard":
                 self.broker.release(unit)
                 return
-            if delay != "kill":
+            if not isinstance(delay, str):
                 self.broker.retry_at(unit, job, payload.now() + delay)
                 return
         self._exhausted(definition, job, exc)
@@ -115,7 +115,7 @@ class Retrier:
 
     def _delay(
         self, definition: JobDefinition[Any], count: int, exc: BaseException, job: payload.JobDict
-    ) -> float | str:
+    ) -> float | Literal["kill", "discard"]:
         handler = definition.retry_in_handler
         if handler is not None:
             try:
@@ -123,8 +123,8 @@ class Retrier:
             except Exception:
                 logger.exception("retry_in of %s failed; using the default delay", definition.name)
             else:
-                if custom in ("kill", "discard"):
-                    return str(custom)
+                if custom == "kill" or custom == "discard":
+                    return custom
                 if isinstance(custom, int | float) and custom > 0:
                     return float(custom) + random.randrange(10) * (count + 1)
         return default_delay(count)

@@ -19,6 +19,7 @@ import redis
 
 from asynctask import payload
 from asynctask.brokers.redis import RedisBroker
+from asynctask.errors import PayloadError
 from asynctask.middleware import Chain
 
 logger = logging.getLogger("asynctask.scheduled")
@@ -64,7 +65,7 @@ class Poller:
     def _rewrite(self, member: bytes) -> payload.JobDict | None:
         try:
             job = payload.loads(member)
-        except payload.PayloadError as exc:
+        except PayloadError as exc:
             logger.error("burying an unreadable scheduled entry: %s", exc)
             self.broker.kill(None, payload.dumps(payload.unparseable(member, "default", str(exc))))
             return None

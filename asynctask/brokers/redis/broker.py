@@ -7,12 +7,13 @@ build keys or commands themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import redis
 
 from asynctask import payload
 from asynctask.brokers.redis.connection import connect
-from asynctask.brokers.redis.fetch import ReliableFetch, UnitOfWork
+from asynctask.brokers.redis.fetch import ReliableFetch, UnitOfWork, release
 from asynctask.brokers.redis.push import push_jobs
 from asynctask.brokers.redis.recovery import recover_orphans
 from asynctask.brokers.redis.scripts import Scripts
@@ -47,10 +48,10 @@ class RedisBroker:
         """Put a failed job in the retry set and release it from in-flight, atomically."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.zadd(self.keys.retry, {payload.dumps(job): at})
-        pipe.lrem(unit.inflight_key, -1, unit.payload)
+        release(pipe, unit)
         pipe.execute()
 
-    def kill(self, unit: UnitOfWork | None, encoded: str | bytes) -> None:
+    def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
         """Add a job to the dead set (trimmed by age and count, as Sidekiq does) and release it."""
         now = payload.now()
         s = self.settings
@@ -59,19 +60,19 @@ class RedisBroker:
         pipe.zremrangebyscore(self.keys.dead, "-inf", now - s.dead_timeout)
         pipe.zremrangebyrank(self.keys.dead, 0, -(s.dead_max_jobs + 1))
         if unit is not None:
-            pipe.lrem(unit.inflight_key, -1, unit.payload)
+            release(pipe, unit)
         pipe.execute()
 
     def requeue(self, unit: UnitOfWork) -> None:
         """Give a claimed job back to the tail of its queue (fetched after the process went quiet)."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.rpush(self.keys.queue(unit.queue), unit.payload)
-        pipe.lrem(unit.inflight_key, -1, unit.payload)
+        release(pipe, unit)
         pipe.execute()
 
     def release(self, unit: UnitOfWork) -> None:
         """Drop a job from in-flight without keeping it anywhere (done, skipped or discarded)."""
-        self.redis.lrem(unit.inflight_key, -1, unit.payload)
+        release(self.redis, unit)
 
     def enqueue_due(self, sorted_set: str, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
         """Move every due member of ``schedule`` or ``retry`` to its queue; return how many.
@@ -82,7 +83,9 @@ class RedisBroker:
         total = 0
         while True:
             now = payload.now()
-            members: list[bytes] = self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=DUE_BATCH)
+            members = cast(
+                list[bytes], self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=DUE_BATCH)
+            )
             if not members:
                 return total
             queue_keys: list[str] = []

@@ -16,8 +16,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
+from redis.client import Pipeline
 
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
@@ -26,6 +28,12 @@ from asynctask.settings import QueueSpec
 #: Seconds a thread blocks on one queue when there are more queues than threads, so that
 #: a queue without a blocked thread is still checked this often.
 SHORT_BLOCK = 0.25
+
+
+def release(conn: redis.Redis | Pipeline, unit: UnitOfWork) -> None:
+    """Remove ``unit`` from its in-flight list (queue the command, on a pipeline)."""
+    # The exact fetched bytes, which may not be valid UTF-8; redis-py's stubs say str only.
+    conn.lrem(unit.inflight_key, -1, unit.payload)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True, frozen=True)
@@ -89,15 +97,21 @@ class ReliableFetch:
             # Lua index i (1-based) is the queue key; its in-flight list is KEYS[i + 1], keys[i] here.
             return UnitOfWork(order[(int(index) - 2) // 2], job, keys[int(index)])
         name = self.queue_names[block_on % len(self.queue_names)]
+        # Redis takes fractional seconds; redis-py's stubs say int.
         job = self.redis.blmove(
-            self._queue_keys[name], self._inflight_keys[name], self._block_timeout, "RIGHT", "LEFT"
+            self._queue_keys[name],
+            self._inflight_keys[name],
+            self._block_timeout,  # type: ignore[arg-type]
+            "RIGHT",
+            "LEFT",
         )
         if job is None:
             return None
-        return UnitOfWork(name, job, self._inflight_keys[name])
+        # The connection does not decode responses, so the payload arrives as bytes.
+        return UnitOfWork(name, cast(bytes, job), self._inflight_keys[name])
 
     def acknowledge(self, unit: UnitOfWork) -> None:
-        self.redis.lrem(unit.inflight_key, -1, unit.payload)
+        release(self.redis, unit)
 
     def requeue_all(self, *, forget: bool) -> int:
         """Push every job this process holds back to its queue (shutdown). Returns how many.

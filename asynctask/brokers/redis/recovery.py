@@ -9,6 +9,7 @@ and the move happen inside one script, so a process that is alive keeps its jobs
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import redis
 
@@ -18,11 +19,13 @@ from asynctask.keys import Keys
 logger = logging.getLogger("asynctask.recovery")
 
 
-def recover_orphans(conn: redis.Redis, keys: Keys, scripts: Scripts, identity: str, lock_seconds: float) -> int:
+def recover_orphans(
+    conn: redis.Redis, keys: Keys, scripts: Scripts, identity: str, lock_seconds: float
+) -> int:
     """Requeue the jobs of every registered in-flight list whose owner died; return how many."""
     if not conn.set(keys.recovery_lock, identity, nx=True, px=max(1, int(lock_seconds * 1000))):
         return 0
-    registered = conn.hgetall(keys.inflight_registry)
+    registered = cast(dict[bytes, bytes], conn.hgetall(keys.inflight_registry))
     if not registered:
         return 0
     pipe = conn.pipeline(transaction=False)
@@ -42,7 +45,7 @@ def recover_orphans(conn: redis.Redis, keys: Keys, scripts: Scripts, identity: s
             client=pipe,
         )
     total = 0
-    for (key, owner, queue), moved in zip(lists, pipe.execute(), strict=True):
+    for (_key, owner, queue), moved in zip(lists, pipe.execute(), strict=True):
         if int(moved) > 0:
             total += int(moved)
             logger.warning(
