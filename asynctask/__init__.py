@@ -3,6 +3,7 @@
 __version__ = "0.1.0"
 
 from asynctask.client import Client, configure, default_client
+from asynctask.context import JobContext, current_job
 from asynctask.errors import (
     AsyncTaskError,
     JobArgumentsError,
@@ -23,6 +24,7 @@ __all__ = [
     # Jobs and enqueueing
     "Client",
     "JobArgumentsError",
+    "JobContext",
     "JobDefinition",
     "JobNotRegistered",
     "JobOptions",
@@ -35,6 +37,7 @@ __all__ = [
     "__version__",
     "client_chain",
     "configure",
+    "current_job",
     "default_client",
     "default_registry",
     "job",

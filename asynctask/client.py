@@ -9,10 +9,8 @@ from typing import Any
 import redis
 
 from asynctask import payload
-from asynctask.brokers.redis.connection import connect
-from asynctask.brokers.redis.push import push_jobs
+from asynctask.brokers.redis import RedisBroker
 from asynctask.job import JobDefinition
-from asynctask.keys import Keys
 from asynctask.middleware import Chain, client_chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings
@@ -37,8 +35,9 @@ class Client:
         registry: Registry | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
-        self.keys = Keys(self.settings.namespace)
-        self.redis = connection if connection is not None else connect(self.settings.redis_url)
+        self.broker = RedisBroker(self.settings, connection)
+        self.keys = self.broker.keys
+        self.redis = self.broker.redis
         self.middleware = client_chain if middleware is None else middleware
         self.registry = default_registry if registry is None else registry
 
@@ -48,7 +47,7 @@ class Client:
         pushed = self._through_middleware(job)
         if pushed is None:
             return None
-        push_jobs(self.redis, self.keys, [(pushed, at)])
+        self.broker.push([(pushed, at)])
         return str(pushed["jid"])
 
     def push_bulk(self, item: Mapping[str, Any], batch_size: int = 1000) -> list[str | None]:
@@ -83,7 +82,7 @@ class Client:
                 if pushed is not None:
                     entries.append((pushed, when))
             if entries:
-                push_jobs(self.redis, self.keys, entries)
+                self.broker.push(entries)
         return jids
 
     def _through_middleware(self, job: payload.JobDict) -> payload.JobDict | None:

@@ -2,8 +2,9 @@
 
 Each middleware receives the call's arguments plus ``call_next``; it may run code before and
 after ``call_next()``, see the exception it raises, change what it returns, or not call it at
-all (the push is dropped, or the job is skipped). Middleware are identified by their class:
-adding a second instance of a class replaces the first. Instances are shared by all threads,
+all (the push is dropped, or the job is skipped). Middleware objects are identified by their
+class, so adding a second instance of a class replaces the first; plain functions are
+identified by themselves. Instances are shared by all threads,
 so they must keep per-job state on the stack, not on ``self``.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any, Generic, TypeVar
 
 R = TypeVar("R")
@@ -27,13 +30,13 @@ class Chain(Generic[R]):
     def add(self, middleware: Middleware) -> None:
         """Append ``middleware`` (the innermost so far), replacing one of the same class."""
         with self._lock:
-            kept = [e for e in self._entries if type(e) is not type(middleware)]
+            kept = [e for e in self._entries if _kind(e) != _kind(middleware)]
             self._entries = (*kept, middleware)
 
     def prepend(self, middleware: Middleware) -> None:
         """Put ``middleware`` first (the outermost), replacing one of the same class."""
         with self._lock:
-            kept = [e for e in self._entries if type(e) is not type(middleware)]
+            kept = [e for e in self._entries if _kind(e) != _kind(middleware)]
             self._entries = (middleware, *kept)
 
     def insert_before(self, existing: type | Middleware, middleware: Middleware) -> None:
@@ -74,7 +77,7 @@ class Chain(Generic[R]):
 
     def _insert(self, existing: type | Middleware, middleware: Middleware, offset: int) -> None:
         with self._lock:
-            kept = [e for e in self._entries if type(e) is not type(middleware)]
+            kept = [e for e in self._entries if _kind(e) != _kind(middleware)]
             for index, entry in enumerate(kept):
                 if _matches(entry, existing):
                     kept.insert(index + offset, middleware)
@@ -82,6 +85,12 @@ class Chain(Generic[R]):
             else:
                 raise ValueError(f"{existing!r} is not in the chain")
             self._entries = tuple(kept)
+
+
+def _kind(entry: Middleware) -> object:
+    if isinstance(entry, FunctionType | MethodType | BuiltinFunctionType | partial):
+        return entry
+    return type(entry)
 
 
 def _matches(entry: Middleware, target: object) -> bool:

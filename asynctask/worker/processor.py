@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from asynctask import payload
+from asynctask import context, payload
 from asynctask.brokers.redis import UnitOfWork
+from asynctask.context import JobContext
 from asynctask.errors import JobArgumentsError, JobNotRegistered, PayloadError, Shutdown
 from asynctask.worker.stats import Work, thread_tid
 
@@ -109,6 +110,7 @@ class Processor:
         verbose = logger.isEnabledFor(logging.INFO)
         if verbose:
             logger.info("start", extra={"fields": _fields(job, unit)})
+        context.enter(JobContext(job, unit.queue))
         try:
             manager.server_chain.invoke(definition, job, unit.queue, final=lambda: definition.func(*args))
         except Shutdown:
@@ -123,6 +125,7 @@ class Processor:
                 logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
             return unit
         finally:
+            context.enter(None)
             self.unit = None
             manager.stats.finished(tid)
             manager.stats.count(failed=failed)

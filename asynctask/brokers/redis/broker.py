@@ -36,7 +36,7 @@ class RedisBroker:
         self.scripts = Scripts(self.redis)
 
     def push(self, entries: Sequence[tuple[payload.JobDict, float | None]]) -> None:
-        push_jobs(self.redis, self.keys, entries)
+        push_jobs(self.redis, self.keys, entries, self.settings.max_payload_bytes)
 
     def fetcher(self, identity: str) -> ReliableFetch:
         s = self.settings

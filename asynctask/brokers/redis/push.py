@@ -10,7 +10,12 @@ from asynctask import payload
 from asynctask.keys import Keys
 
 
-def push_jobs(conn: redis.Redis, keys: Keys, entries: Sequence[tuple[payload.JobDict, float | None]]) -> None:
+def push_jobs(
+    conn: redis.Redis,
+    keys: Keys,
+    entries: Sequence[tuple[payload.JobDict, float | None]],
+    max_payload_bytes: int,
+) -> None:
     """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one ``ZADD``.
 
     An entry whose run-at time is in the future goes to ``schedule`` without ``enqueued_at``
@@ -22,10 +27,10 @@ def push_jobs(conn: redis.Redis, keys: Keys, entries: Sequence[tuple[payload.Job
     for job, at in entries:
         if at is not None and at > now:
             job.pop("enqueued_at", None)
-            scheduled[payload.dumps(job)] = at
+            scheduled[_encoded(job, max_payload_bytes)] = at
         else:
             job["enqueued_at"] = now
-            by_queue.setdefault(job["queue"], []).append(payload.dumps(job))
+            by_queue.setdefault(job["queue"], []).append(_encoded(job, max_payload_bytes))
     pipe = conn.pipeline(transaction=False)
     for queue, encoded in by_queue.items():
         pipe.sadd(keys.queues, queue)
@@ -33,3 +38,14 @@ def push_jobs(conn: redis.Redis, keys: Keys, entries: Sequence[tuple[payload.Job
     if scheduled:
         pipe.zadd(keys.schedule, scheduled)
     pipe.execute()
+
+
+def _encoded(job: payload.JobDict, limit: int) -> str:
+    encoded = payload.dumps(job)
+    # Characters bound the UTF-8 size from below; encode only when it might matter.
+    if len(encoded) * 4 > limit and len(encoded.encode()) > limit:
+        raise ValueError(
+            f"job {job.get('class')} is {len(encoded.encode())} bytes, over the {limit}-byte limit "
+            "(max_payload_bytes); pass references to data, not the data"
+        )
+    return encoded

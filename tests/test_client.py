@@ -1,0 +1,206 @@
+"""Enqueueing: payload bytes, queues, schedule, bulk round trips, validation, middleware."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+import asynctask
+from asynctask import Client, Registry, Settings
+from asynctask.keys import Keys
+from asynctask.middleware import Chain
+
+CAPTURED_PUSH = (
+    '{"retry":true,"queue":"default","args":[1,"ünï"],"class":"PlainJob",'
+    '"jid":"JID","created_at":CREATED,"enqueued_at":ENQUEUED}'
+)
+CAPTURED_SCHEDULE = '{"retry":true,"queue":"default","class":"PlainJob","args":[3,{"k":"v"}],"jid":"JID","created_at":CREATED}'
+
+
+def normalized(raw: bytes) -> str:
+    text = raw.decode()
+    text = re.sub(r'"jid":"[0-9a-f]{24}"', '"jid":"JID"', text)
+    text = re.sub(r'"created_at":[0-9.]+', '"created_at":CREATED', text)
+    return re.sub(r'"enqueued_at":[0-9.]+', '"enqueued_at":ENQUEUED', text)
+
+
+@pytest.fixture
+def plain_job(registry: Registry, client: Client) -> Any:
+    @asynctask.job(name="PlainJob", registry=registry)
+    def plain(*args: Any) -> None: ...
+
+    return plain
+
+
+def test_perform_async_writes_the_bytes_sidekiq_writes(
+    plain_job: Any, client: Client, conn: redis.Redis
+) -> None:
+    jid = plain_job.set(client=client).perform_async(1, "ünï")
+    keys = client.keys
+    assert conn.smembers(keys.queues) == {b"default"}
+    [raw] = conn.lrange(keys.queue("default"), 0, -1)
+    assert normalized(raw) == CAPTURED_PUSH
+    job = json.loads(raw)
+    assert job["jid"] == jid
+    assert isinstance(job["created_at"], float) and isinstance(job["enqueued_at"], float)
+    assert abs(job["enqueued_at"] - time.time()) < 5
+
+
+def test_perform_in_goes_to_the_schedule_without_enqueued_at(
+    plain_job: Any, client: Client, conn: redis.Redis
+) -> None:
+    before = time.time()
+    plain_job.set(client=client).perform_in(3600, 3, {"k": "v"})
+    [(raw, score)] = conn.zrange(client.keys.schedule, 0, -1, withscores=True)
+    assert normalized(raw) == CAPTURED_SCHEDULE
+    assert before + 3600 <= score <= time.time() + 3600
+    assert conn.llen(client.keys.queue("default")) == 0
+
+
+def test_a_past_timestamp_is_pushed_at_once(plain_job: Any, client: Client, conn: redis.Redis) -> None:
+    plain_job.set(client=client).perform_at(time.time() - 10, 1)
+    assert conn.llen(client.keys.queue("default")) == 1
+    assert conn.zcard(client.keys.schedule) == 0
+
+
+def test_job_options_and_set_overrides_land_in_the_payload(
+    registry: Registry, client: Client, conn: redis.Redis
+) -> None:
+    @asynctask.job(
+        name="Opts", queue="low", retry=5, backtrace=10, dead=False, tags=["a"], registry=registry, track=True
+    )
+    def opts(x: int) -> None: ...
+
+    opts.set(client=client, queue="critical", retry_queue="slow").perform_async(1)
+    [raw] = conn.lrange(client.keys.queue("critical"), 0, -1)
+    job = json.loads(raw)
+    # Sidekiq's order: the class's options, then the per-call ones, then args and class.
+    assert list(job)[:8] == ["retry", "queue", "backtrace", "dead", "tags", "track", "retry_queue", "args"]
+    assert (job["retry"], job["queue"], job["backtrace"], job["dead"]) == (5, "critical", 10, False)
+    assert (job["retry_queue"], job["tags"], job["track"]) == ("slow", ["a"], True)
+
+
+def test_client_push_of_an_unregistered_ruby_class_uses_sidekiq_defaults(
+    client: Client, conn: redis.Redis
+) -> None:
+    jid = client.push({"class": "SleepWorker", "args": [3600]})
+    [raw] = conn.lrange(client.keys.queue("default"), 0, -1)
+    job = json.loads(raw)
+    assert list(job) == ["retry", "queue", "class", "args", "jid", "created_at", "enqueued_at"]
+    assert job["jid"] == jid and job["class"] == "SleepWorker"
+
+
+@pytest.mark.parametrize(
+    ("item", "error"),
+    [
+        ({"class": "X", "args": [object()]}, "is a object"),
+        ({"class": "X", "args": (1,)}, "must be a list"),
+        ({"class": "", "args": []}, "non-empty job name"),
+        ({"class": "X", "args": [], "queue": ""}, "'queue' must be"),
+        ({"class": "X", "args": [], "retry": "yes"}, "'retry' must be"),
+        ({"class": "X", "args": [], "at": "soon"}, "'at' must be"),
+        ({"class": "X", "args": [], "extra": {1, 2}}, "is a set"),
+    ],
+)
+def test_bad_items_are_refused_before_anything_is_written(
+    client: Client, conn: redis.Redis, item: dict[str, Any], error: str
+) -> None:
+    with pytest.raises(TypeError, match=error):
+        client.push(item)
+    assert conn.exists(client.keys.queues) == 0
+
+
+def test_perform_async_checks_the_arguments_against_the_function(registry: Registry, client: Client) -> None:
+    @asynctask.job(registry=registry)
+    def two(a: int, b: int) -> None: ...
+
+    with pytest.raises(TypeError, match="cannot take 1 argument"):
+        two.set(client=client).perform_async(1)
+    with pytest.raises(TypeError, match="is a tuple"):
+        two.set(client=client).perform_async(1, (2,))
+
+
+def test_oversized_payload_is_refused_at_push(namespace: str, conn: redis.Redis) -> None:
+    client = Client(
+        Settings(namespace=namespace, max_payload_bytes=1000), connection=conn, middleware=Chain()
+    )
+    with pytest.raises(ValueError, match="over the 1000-byte limit"):
+        client.push({"class": "X", "args": ["x" * 2000]})
+    assert conn.exists(client.keys.queue("default")) == 0
+
+
+class CountingRedis(redis.Redis):
+    """A real connection that counts pipelines executed (round trips of a bulk push)."""
+
+    executed = 0
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        original: Callable[..., Any] = pipe.execute
+
+        def execute(*args: Any, **kwargs: Any) -> Any:
+            CountingRedis.executed += 1
+            return original(*args, **kwargs)
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+
+def test_push_bulk_is_one_round_trip_per_thousand_jobs(settings: Settings, registry: Registry) -> None:
+    conn = CountingRedis.from_url(settings.redis_url)
+    client = Client(settings, connection=conn, registry=registry, middleware=Chain())
+    CountingRedis.executed = 0
+    jids = client.push_bulk({"class": "Bulk", "args": [[i] for i in range(2500)], "queue": "bulk"})
+    assert CountingRedis.executed == 3
+    assert len(set(jids)) == 2500
+    assert conn.llen(client.keys.queue("bulk")) == 2500
+    # FIFO: the first job pushed is the first a worker (RPOP side) takes.
+    assert json.loads(conn.rpop(client.keys.queue("bulk")) or b"")["args"] == [0]
+    conn.close()
+
+
+def test_push_bulk_with_timestamps_schedules_each_job(client: Client, conn: redis.Redis) -> None:
+    soon = time.time() + 100
+    client.push_bulk({"class": "Bulk", "args": [[1], [2]], "at": [soon, soon + 1]})
+    scores = [score for _, score in conn.zrange(client.keys.schedule, 0, -1, withscores=True)]
+    assert scores == pytest.approx([soon, soon + 1])
+    with pytest.raises(ValueError, match="one timestamp per job"):
+        client.push_bulk({"class": "Bulk", "args": [[1], [2]], "at": [soon]})
+
+
+def test_client_middleware_can_change_or_drop_a_job(settings: Settings, conn: redis.Redis) -> None:
+    def stamp(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        job["stamped"] = queue
+        return call_next()
+
+    def drop_odd(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        return None if job["args"][0] % 2 else call_next()
+
+    client = Client(settings, connection=conn, middleware=Chain([stamp, drop_odd]))
+    assert client.push({"class": "X", "args": [1]}) is None
+    jids = client.push_bulk({"class": "X", "args": [[1], [2], [3], [4]]})
+    assert [j is None for j in jids] == [True, False, True, False]
+    jobs = [json.loads(raw) for raw in conn.lrange(client.keys.queue("default"), 0, -1)]
+    assert sorted(j["args"][0] for j in jobs) == [2, 4]
+    assert all(j["stamped"] == "default" for j in jobs)
+
+
+def test_namespace_prefixes_keys_but_not_values(namespace: str, conn: redis.Redis) -> None:
+    client = Client(Settings(namespace=namespace), connection=conn, middleware=Chain())
+    client.push({"class": "X", "args": [], "queue": "q1"})
+    assert conn.smembers(f"{namespace}:queues") == {b"q1"}
+    assert conn.llen(f"{namespace}:queue:q1") == 1
+    assert Keys(namespace).queue("q1") == f"{namespace}:queue:q1"
+
+
+def test_default_client_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, namespace: str) -> None:
+    monkeypatch.setenv("ASYNCTASK_NAMESPACE", namespace)
+    monkeypatch.setenv("ASYNCTASK_REDIS_URL", Settings().redis_url)
+    monkeypatch.setattr(asynctask.client, "_default", None)
+    assert asynctask.default_client().keys.prefix == f"{namespace}:"
