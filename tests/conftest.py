@@ -84,8 +84,8 @@ def start_worker(settings: Settings, registry: Registry) -> Iterator[Callable[..
     started: list[tuple[Worker, threading.Thread]] = []
 
     def start(**overrides: Any) -> Worker:
-        worker_settings = Settings(**{**settings.__dict__, **overrides}).validated()
         kwargs = {k: overrides.pop(k) for k in ("server_middleware", "client_middleware") if k in overrides}
+        worker_settings = Settings(**{**settings.__dict__, **overrides}).validated()
         worker = Worker(
             worker_settings,
             registry=registry,

@@ -118,7 +118,10 @@ class Worker:
         self.quiet()
         self.manager.stop(deadline)
         self._stopped.set()
+        if self._beat_thread.is_alive():
+            self._beat_thread.join()
         self.heartbeat.clear()
+        self.broker.close()
         logger.warning("worker stopped", extra={"fields": {"identity": self.identity}})
 
     def handle_signal(self, name: str) -> None:

@@ -28,12 +28,18 @@ class RedisBroker:
     def __init__(self, settings: Settings, connection: redis.Redis | None = None) -> None:
         self.settings = settings
         self.keys = Keys(settings.namespace)
+        self._owns_connection = connection is None
         self.redis = (
             connection
             if connection is not None
             else connect(settings.redis_url, max_connections=settings.concurrency + 8)
         )
         self.scripts = Scripts(self.redis)
+
+    def close(self) -> None:
+        """Close the connection pool, if this broker opened it."""
+        if self._owns_connection:
+            self.redis.close()
 
     def push(self, entries: Sequence[tuple[payload.JobDict, float | None]]) -> None:
         push_jobs(self.redis, self.keys, entries, self.settings.max_payload_bytes)
