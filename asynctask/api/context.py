@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
+from redis import Redis
 
 from asynctask.brokers.redis.connection import connect
 from asynctask.client import default_client
@@ -14,13 +14,13 @@ from asynctask.settings import Settings
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    redis: redis.Redis
+    redis: Redis
     keys: Keys
     settings: Settings
 
     @classmethod
     def resolve(
-        cls, connection: redis.Redis | None = None, keys: Keys | None = None, settings: Settings | None = None
+        cls, connection: Redis | None = None, keys: Keys | None = None, settings: Settings | None = None
     ) -> Context:
         """Fill in what is not given.
 

@@ -129,4 +129,6 @@ class JobRecord:
 
     def delete(self) -> bool:
         """Remove this exact job from its queue; False if it was no longer there."""
-        return int(self.context.redis.lrem(self.context.keys.queue(self.queue), 1, self.raw)) > 0
+        key = self.context.keys.queue(self.queue)
+        # redis-py's annotation says str; bytes go to Redis unchanged, which is the point here.
+        return int(self.context.redis.lrem(key, 1, self.raw)) > 0  # type: ignore[arg-type]

@@ -158,7 +158,7 @@ class Stats:
         self._snapshot = None
 
     def history(self, days: int = 30, start: date | None = None) -> History:
-        """Daily processed/failed counts for ``days`` days back from ``start`` (today, UTC), one round trip."""
+        """Daily processed/failed counts for ``days`` days up to ``start`` (default today, UTC)."""
         if days < 1:
             raise ValueError("days must be at least 1")
         first = start or datetime.now(UTC).date()

@@ -88,7 +88,7 @@ class Worker:
         self.manager.start()
         self.poller.start()
         self._beat_thread.start()
-        queues = ", ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
+        queues = " ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
         logger.warning(
             "worker started",
             extra={

@@ -1,0 +1,32 @@
+"""The read model over Sidekiq's Redis data, like Ruby's ``Sidekiq::API``.
+
+Sees and acts on jobs of Ruby and Python processes alike: queues, the scheduled, retry and
+dead sets, live processes and what they run. Nothing here is imported by the worker runtime.
+Each class takes ``(connection, keys)``, or ``settings=``, or nothing for the default client's.
+"""
+
+from asynctask.api.context import Context
+from asynctask.api.processes import Process, ProcessSet
+from asynctask.api.queues import Queue
+from asynctask.api.records import JobRecord
+from asynctask.api.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from asynctask.api.stats import History, Snapshot, Stats
+from asynctask.api.work import Work, WorkSet
+
+__all__ = [
+    "Context",
+    "DeadSet",
+    "History",
+    "JobRecord",
+    "JobSet",
+    "Process",
+    "ProcessSet",
+    "Queue",
+    "RetrySet",
+    "ScheduledSet",
+    "Snapshot",
+    "SortedEntry",
+    "Stats",
+    "Work",
+    "WorkSet",
+]
