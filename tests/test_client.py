@@ -20,7 +20,10 @@ CAPTURED_PUSH = (
     '{"retry":true,"queue":"default","args":[1,"ünï"],"class":"PlainJob",'
     '"jid":"JID","created_at":CREATED,"enqueued_at":ENQUEUED}'
 )
-CAPTURED_SCHEDULE = '{"retry":true,"queue":"default","class":"PlainJob","args":[3,{"k":"v"}],"jid":"JID","created_at":CREATED}'
+CAPTURED_SCHEDULE = (
+    '{"retry":true,"queue":"default","class":"PlainJob","args":[3,{"k":"v"}],'
+    '"jid":"JID","created_at":CREATED}'
+)
 
 
 def normalized(raw: bytes) -> str:

@@ -89,7 +89,11 @@ def test_retries_count_up_then_the_job_dies_and_the_hook_runs(
     start_worker()
     # retry_in adds Sidekiq's jitter (up to 9 * (count + 1) s), so move due retries by hand.
     for expected_count in (0, 1):
-        wait_until(lambda: [j for j, _ in retry_entries(conn, client) if j["retry_count"] == expected_count])
+
+        def has_count(n: int = expected_count) -> list[dict[str, Any]]:
+            return [j for j, _ in retry_entries(conn, client) if j["retry_count"] == n]
+
+        wait_until(has_count)
         [raw] = conn.zrange(client.keys.retry, 0, -1)
         conn.zadd(client.keys.retry, {raw: 0}, xx=True)
     [dead] = wait_until(lambda: dead_entries(conn, client))
