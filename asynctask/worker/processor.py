@@ -27,6 +27,7 @@ from asynctask import context, payload
 from asynctask.brokers.redis import UnitOfWork
 from asynctask.context import JobContext
 from asynctask.errors import JobArgumentsError, JobNotRegistered, PayloadError, Shutdown
+from asynctask.job import JobDefinition
 from asynctask.worker.stats import Work, thread_tid
 
 if TYPE_CHECKING:
@@ -88,7 +89,6 @@ class Processor:
         except PayloadError as exc:
             self._bury_undecodable(unit, exc)
             return None
-        name = job["class"]
         tid = thread_tid()
         manager.stats.started(
             tid, Work(unit.queue, unit.payload.decode("utf-8", "replace"), int(time.time()))
@@ -96,39 +96,44 @@ class Processor:
         self.unit = unit
         failed = True
         try:
-            definition = manager.registry.get(name)
-            args = job["args"]
-            definition.check_args(args)
-        except (JobNotRegistered, JobArgumentsError) as exc:
-            self._log_failure("job buried", job, unit, exc, 0.0, level=logging.ERROR)
-            manager.retrier.bury(unit, job, exc)
-            manager.stats.finished(tid)
-            manager.stats.count(failed=True)
+            try:
+                definition = manager.registry.get(job["class"])
+                definition.check_args(job["args"])
+            except (JobNotRegistered, JobArgumentsError) as exc:
+                # Retrying cannot help a job this process cannot run: bury it at once.
+                self._log_failure("job buried", job, unit, exc, 0.0, level=logging.ERROR)
+                manager.retrier.bury(unit, job, exc)
+                return None
+            failed = not self._run(unit, job, definition)
+            return None if failed else unit
+        finally:
             self.unit = None
-            return None
+            manager.stats.finished(tid)
+            manager.stats.count(failed=failed)
+
+    def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> bool:
+        """Run the job through the server middleware; True if it succeeded."""
+        args = job["args"]
         start = time.perf_counter()
         verbose = logger.isEnabledFor(logging.INFO)
         if verbose:
             logger.info("start", extra={"fields": _fields(job, unit)})
         context.enter(JobContext(job, unit.queue))
         try:
-            manager.server_chain.invoke(definition, job, unit.queue, final=lambda: definition.func(*args))
+            self.manager.server_chain.invoke(
+                definition, job, unit.queue, final=lambda: definition.func(*args)
+            )
         except Shutdown:
             raise
         except (Exception, SystemExit) as exc:
             self._log_failure("fail", job, unit, exc, time.perf_counter() - start, level=logging.WARNING)
-            manager.retrier.failed(unit, job, definition, exc)
-            return None
-        else:
-            failed = False
-            if verbose:
-                logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
-            return unit
+            self.manager.retrier.failed(unit, job, definition, exc)
+            return False
         finally:
             context.enter(None)
-            self.unit = None
-            manager.stats.finished(tid)
-            manager.stats.count(failed=failed)
+        if verbose:
+            logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
+        return True
 
     def _decode(self, unit: UnitOfWork) -> payload.JobDict:
         limit = self.manager.settings.max_payload_bytes
