@@ -116,7 +116,8 @@ class JobDefinition(Generic[P]):
 
     def set(self, *, client: Client | None = None, **options: Any) -> JobSetter:
         """Per-call options (queue, retry, ... or extra payload keys), as Sidekiq's ``set``."""
-        return JobSetter(self, self.options.merged(options), client)
+        # Only real options make this Ruby's Setter (args before class); a client alone does not.
+        return JobSetter(self, self.options.merged(options), client, via_set=bool(options))
 
     def perform_async(self, *args: Any) -> str:
         return JobSetter(self, self.options, None).perform_async(*args)
@@ -134,10 +135,18 @@ class JobDefinition(Generic[P]):
 class JobSetter:
     """A job with per-call options; what ``JobDefinition.set`` returns."""
 
-    def __init__(self, definition: JobDefinition[Any], options: JobOptions, client: Client | None) -> None:
+    def __init__(
+        self,
+        definition: JobDefinition[Any],
+        options: JobOptions,
+        client: Client | None,
+        *,
+        via_set: bool = False,
+    ) -> None:
         self.definition = definition
         self.options = options
         self.client = client
+        self.via_set = via_set
 
     def perform_async(self, *args: Any) -> str:
         return self._push(list(args), None)
@@ -165,11 +174,14 @@ class JobSetter:
         self.definition.check_args(args)
         head = self.options.payload_head()
         name = self.definition.name
-        # Key order as Sidekiq writes it: perform_async puts args before class, perform_in after.
-        if at is None:
+        # Key order as Sidekiq writes it: args before class, except a plain perform_in/perform_at
+        # (Ruby's Setter, behind set(), always writes args first).
+        if at is None or self.via_set:
             item: payload.JobDict = {**head, "args": args, "class": name}
         else:
-            item = {**head, "class": name, "args": args, "at": at}
+            item = {**head, "class": name, "args": args}
+        if at is not None:
+            item["at"] = at
         return self._client().push(item) or ""
 
     def _client(self) -> Client:

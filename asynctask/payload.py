@@ -8,10 +8,13 @@ milliseconds are understood on read.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
 import secrets
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +27,8 @@ JobDict = dict[str, Any]
 _MILLISECONDS_THRESHOLD = 100_000_000_000
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: A digit followed by an exponent, as Python prints 1e+20; only then is the slow encoder needed.
+_BARE_EXPONENT = re.compile(r"[0-9]e[+-]")
 
 
 def new_jid() -> str:
@@ -37,7 +42,39 @@ def now() -> float:
 
 def dumps(job: Mapping[str, Any]) -> str:
     """Compact JSON with raw UTF-8, as Ruby's ``JSON.generate`` writes it."""
-    return _encoder.encode(job)
+    encoded = _encoder.encode(job)
+    if _BARE_EXPONENT.search(encoded) is None:
+        return encoded
+    # Rare: a float in exponent form (or a string that looks like one). Re-encode with Ruby's
+    # float spelling, which the C encoder cannot be told to use.
+    return "".join(_ruby_float_iterencode(job, 0))
+
+
+def _ruby_float(value: float) -> str:
+    """Ruby's ``Float#to_s``: Python's shortest repr, but ``1.0e+20`` where Python writes ``1e+20``."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} cannot be written as JSON")
+    text = float.__repr__(value)
+    mantissa, exponent_mark, exponent = text.partition("e")
+    if exponent_mark and "." not in mantissa:
+        return f"{mantissa}.0e{exponent}"
+    return text
+
+
+# The pure-Python encoder of the json module, with Ruby's float spelling plugged in. No
+# circular-reference markers: they would be shared by threads, and payloads are JSON trees.
+_ruby_float_iterencode = json.encoder._make_iterencode(  # type: ignore[attr-defined]
+    None,
+    _encoder.default,
+    json.encoder.encode_basestring,
+    None,
+    _ruby_float,
+    ":",
+    ",",
+    False,
+    False,
+    True,
+)
 
 
 def loads(raw: bytes | str) -> JobDict:
@@ -117,3 +154,15 @@ def _check_value(value: Any, path: str) -> None:
         f"{path} is a {type(value).__name__}, which is not JSON-native "
         "(use str, int, float, bool, None, list or dict with str keys)"
     )
+
+
+def compress_backtrace(lines: list[str]) -> str:
+    """Base64(zlib(JSON lines)), wrapped every 60 characters as Ruby's ``encode64`` (Sidekiq 6.x)."""
+    encoded = base64.b64encode(zlib.compress(json.dumps(lines, separators=(",", ":")).encode()))
+    return "".join(encoded[i : i + 60].decode() + "\n" for i in range(0, len(encoded), 60))
+
+
+def decompress_backtrace(value: str) -> list[str]:
+    """Read either Base64 flavour (6.x wrapped, 7.2.1+ strict)."""
+    lines: list[str] = json.loads(zlib.decompress(base64.b64decode(value)))
+    return lines

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -104,6 +105,12 @@ def start_worker(settings: Settings, registry: Registry) -> Iterator[Callable[..
         thread.join(30)
 
 
+def db_url(number: int) -> str:
+    """``REDIS_URL`` with its database replaced by ``number`` (redis-py lets the URL's /N win over db=)."""
+    parts = urlsplit(REDIS_URL)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{number}", parts.query, parts.fragment))
+
+
 @pytest.fixture
 def claimed_db(conn: redis.Redis) -> Iterator[int]:
     """An empty Redis database number, locked for this test, flushed afterwards (all its data is ours)."""
@@ -111,18 +118,22 @@ def claimed_db(conn: redis.Redis) -> Iterator[int]:
         lock = f"asynctask-tests:db-lock:{number}"
         if not conn.set(lock, os.getpid(), nx=True, ex=3600):
             continue
-        db = redis.Redis.from_url(REDIS_URL, db=number)
-        if db.dbsize() == 0:
+        candidate = redis.Redis.from_url(db_url(number))
+        if candidate.connection_pool.connection_kwargs.get("db") != number:
+            candidate.close()
+            conn.delete(lock)
+            pytest.fail(f"could not open Redis database {number}")
+        if candidate.dbsize() == 0:
             try:
                 yield number
             finally:
-                db.flushdb()
-                db.close()
+                candidate.flushdb()
+                candidate.close()
                 conn.delete(lock)
             return
-        db.close()
+        candidate.close()
         conn.delete(lock)
-    pytest.fail("no empty Redis database between 4 and 15 to claim")
+    pytest.fail(f"no empty Redis database between {FIRST_TEST_DB} and 15 to claim")
 
 
 def _batched(items: Iterator[Any], size: int) -> Iterator[list[Any]]:

@@ -61,6 +61,7 @@ def test_perform_in_goes_to_the_schedule_without_enqueued_at(
     before = time.time()
     plain_job.set(client=client).perform_in(3600, 3, {"k": "v"})
     [(raw, score)] = conn.zrange(client.keys.schedule, 0, -1, withscores=True)
+    score = float(score)
     assert normalized(raw) == CAPTURED_SCHEDULE
     assert before + 3600 <= score <= time.time() + 3600
     assert conn.llen(client.keys.queue("default")) == 0

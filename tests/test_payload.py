@@ -8,7 +8,7 @@ import pytest
 
 from asynctask import payload
 from asynctask.errors import PayloadError
-from asynctask.worker.retry import compress_backtrace, decompress_backtrace, default_delay
+from asynctask.worker.retry import default_delay
 
 
 def test_jid_is_24_lowercase_hex() -> None:
@@ -90,13 +90,13 @@ def test_unparseable_keeps_the_original_text_in_a_valid_job() -> None:
 
 def test_backtrace_is_ruby_encode64_of_zlib_json() -> None:
     lines = [f"app/jobs/x.py:{n}:in `f'" for n in range(40)]
-    encoded = compress_backtrace(lines)
+    encoded = payload.compress_backtrace(lines)
     # Ruby's Base64.encode64: 60 characters a line, each ending in a newline.
     assert encoded.endswith("\n")
     assert all(len(line) <= 60 for line in encoded.splitlines())
     assert len(encoded.splitlines()[0]) == 60
-    assert decompress_backtrace(encoded) == lines
-    assert decompress_backtrace(encoded.replace("\n", "")) == lines
+    assert payload.decompress_backtrace(encoded) == lines
+    assert payload.decompress_backtrace(encoded.replace("\n", "")) == lines
 
 
 def test_default_backoff_matches_sidekiq() -> None:
@@ -106,3 +106,10 @@ def test_default_backoff_matches_sidekiq() -> None:
         assert min(delays) >= base
         assert max(delays) <= base + 9 * (count + 1)
         assert all((d - base) % (count + 1) == 0 for d in delays)
+
+
+def test_exponent_floats_are_spelled_as_ruby_spells_them() -> None:
+    encoded = payload.dumps({"args": [1e20, 1e-05, 1.5e-07, 2.0, 1e15, 0.0001, "1e+5 stays text"]})
+    assert encoded == '{"args":[1.0e+20,1.0e-05,1.5e-07,2.0,1000000000000000.0,0.0001,"1e+5 stays text"]}'
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        payload.dumps({"args": [1e20, float("inf")]})

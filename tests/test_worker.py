@@ -14,9 +14,9 @@ import redis
 import asynctask
 from asynctask import Client, Registry, Settings
 from asynctask.middleware import Chain
+from asynctask.payload import decompress_backtrace
 from asynctask.settings import QueueSpec
 from asynctask.worker import Worker
-from asynctask.worker.retry import decompress_backtrace
 from tests.conftest import wait_until
 
 StartWorker = Callable[..., Worker]

@@ -8,7 +8,7 @@ from typing import Any
 from asynctask import payload
 from asynctask.api.context import Context, as_bytes
 from asynctask.errors import PayloadError
-from asynctask.worker.retry import decompress_backtrace
+from asynctask.payload import decompress_backtrace
 
 
 class JobRecord:
@@ -37,6 +37,16 @@ class JobRecord:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.klass or '?'} jid={self.jid} queue={self.queue}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobRecord) and other._identity() == self._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def _identity(self) -> tuple[object, ...]:
+        # Same stored bytes in the same place: the same job (a payload carries its unique jid).
+        return (type(self), self.queue, self.raw)
 
     def get(self, key: str, default: Any = None) -> Any:
         return default if self.item is None else self.item.get(key, default)

@@ -40,6 +40,9 @@ class SortedEntry(JobRecord):
     def __repr__(self) -> str:
         return f"<SortedEntry {self.parent.name} {self.klass or '?'} jid={self.jid} score={self.score!r}>"
 
+    def _identity(self) -> tuple[object, ...]:
+        return (type(self), self.parent.key, self.raw, self.score)
+
     @property
     def at(self) -> datetime:
         """The score as a UTC time."""
@@ -96,35 +99,23 @@ class JobSet:
         return int(self.context.redis.zcard(self.key))
 
     def __iter__(self) -> Iterator[SortedEntry]:
-        # Paged by score rather than by rank, so deleting or moving entries while iterating
-        # shifts nothing: the next page starts below the last score seen. Entries sharing
-        # that score (push_bulk gives one ``at`` to many jobs) are skipped by counting them.
-        bound = "+inf"
-        last: float | None = None
-        seen_at_last = 0
+        """Entries by descending score, ``page_size`` per round trip.
+
+        Each page starts after the last entry of the previous page still in the set, looked up
+        when the page is read (``scripts.PAGE``): entries deleted, moved or added meanwhile,
+        by this caller or by the poller, shift nothing.
+        """
+        lowest = "+inf"
+        previous: list[bytes] = []
         while True:
-            rows = _scored(
-                self.context.redis.zrange(
-                    self.key,
-                    bound,
-                    "-inf",
-                    desc=True,
-                    byscore=True,
-                    offset=seen_at_last,
-                    num=self.page_size,
-                    withscores=True,
-                )
-            )
+            flat = self._scripts.page(keys=[self.key], args=[self.page_size, lowest, *reversed(previous)])
+            rows = [(as_bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
             if not rows:
                 return
             for raw, score in rows:
                 yield SortedEntry(self, raw, score)
-            lowest = rows[-1][1]
-            ties = sum(1 for _, score in rows if score == lowest)
-            if lowest == last:
-                seen_at_last += ties
-            else:
-                last, seen_at_last, bound = lowest, ties, repr(lowest)
+            lowest = repr(rows[-1][1])
+            previous = [raw for raw, _ in rows]
 
     def scan(self, text: str) -> Iterator[SortedEntry]:
         """Entries whose stored JSON contains ``text`` (ZSCAN MATCH, as Sidekiq's ``scan``)."""

@@ -10,12 +10,9 @@ to the dead set, unless ``dead: false``. ``retry: false`` drops it after the hoo
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import random
 import traceback
-import zlib
 from typing import Any, Literal
 
 from asynctask import payload
@@ -55,20 +52,8 @@ def record_error(job: payload.JobDict, exc: BaseException) -> int:
         lines = _ruby_style_backtrace(exc)
         if not isinstance(limit, bool) and isinstance(limit, int):
             lines = lines[:limit]
-        job["error_backtrace"] = compress_backtrace(lines)
+        job["error_backtrace"] = payload.compress_backtrace(lines)
     return count
-
-
-def compress_backtrace(lines: list[str]) -> str:
-    """Base64(zlib(JSON lines)), wrapped every 60 characters as Ruby's ``encode64`` (Sidekiq 6.x)."""
-    encoded = base64.b64encode(zlib.compress(json.dumps(lines, separators=(",", ":")).encode()))
-    return "".join(encoded[i : i + 60].decode() + "\n" for i in range(0, len(encoded), 60))
-
-
-def decompress_backtrace(value: str) -> list[str]:
-    """Read either Base64 flavour (6.x wrapped, 7.2.1+ strict)."""
-    lines: list[str] = json.loads(zlib.decompress(base64.b64decode(value)))
-    return lines
 
 
 def _ruby_style_backtrace(exc: BaseException) -> list[str]:

@@ -1,0 +1,175 @@
+"""Queue and JobRecord: size, latency, paged iteration, find, delete, clear, odd payloads."""
+
+from __future__ import annotations
+
+import redis
+
+from asynctask import Client, Settings, payload
+from asynctask.api import JobRecord, Queue
+from asynctask.keys import Keys
+from asynctask.payload import compress_backtrace
+from tests.api.conftest import sidekiq_job
+
+#: A payload exactly as Sidekiq 6.4.1 pushed it (captured).
+CAPTURED = (
+    '{"retry":true,"queue":"default","args":[1,"ünï"],"class":"PlainJob","jid":"fa95523ef3171ce035e99268",'
+    '"created_at":1795264797.8023384,"enqueued_at":1795264797.8024855}'
+).encode()
+
+
+def test_size_latency_and_iteration_newest_first(
+    conn: redis.Redis, settings: Settings, client: Client
+) -> None:
+    queue = Queue("default", conn, settings=settings)
+    assert (queue.size, queue.latency, list(queue)) == (0, 0.0, [])
+    jids = client.push_bulk({"class": "HardJob", "args": [[n] for n in range(120)]})
+    conn.rpush(queue.key, payload.dumps(sidekiq_job(enqueued_at=payload.now() - 60)))
+
+    records = list(queue)
+
+    assert queue.size == 121
+    assert 59 < queue.latency < 70
+    assert [r.jid for r in records[:120]] == list(reversed(jids))
+    assert len({r.jid for r in records}) == 121
+    assert all(r.queue == "default" and r.valid for r in records)
+
+
+def test_record_fields(conn: redis.Redis, settings: Settings) -> None:
+    queue = Queue("default", conn, settings=settings)
+    conn.lpush(queue.key, CAPTURED)
+    (record,) = queue
+    assert record.raw == CAPTURED
+    assert record.item is not None and record.item["jid"] == "fa95523ef3171ce035e99268"
+    assert record.jid == "fa95523ef3171ce035e99268"
+    assert record.klass == record.display_class == "PlainJob"
+    assert record.args == [1, "ünï"]
+    assert record.created_at == 1795264797.8023384
+    assert record.enqueued_at == 1795264797.8024855
+    assert record.error is None and record.error_message is None and record.retry_count is None
+    assert record.get("retry") is True and record.get("missing", 5) == 5
+
+
+def test_error_fields_and_backtrace(conn: redis.Redis, settings: Settings) -> None:
+    queue = Queue("default", conn, settings=settings)
+    packed = compress_backtrace(["app.py:1:in `run'", "app.py:9:in `main'"])
+    job = sidekiq_job(
+        error_message="boom ✓",
+        error_class="ValueError",
+        failed_at=1795264807.6441557,
+        retry_count=2,
+        retried_at=1795264844.6271803,
+        error_backtrace=packed,
+        tags=["a", 1],
+        wrapped="MyActiveJob",
+    )
+    conn.lpush(queue.key, payload.dumps(job))
+    (record,) = queue
+    assert (record.error_message, record.error_class, record.retry_count) == ("boom ✓", "ValueError", 2)
+    assert (record.failed_at, record.retried_at) == (1795264807.6441557, 1795264844.6271803)
+    assert record.error_backtrace == ["app.py:1:in `run'", "app.py:9:in `main'"]
+    assert record.tags == ["a"]
+    assert record.display_class == "MyActiveJob"
+
+
+def test_sidekiq8_millisecond_timestamps_read_as_seconds(conn: redis.Redis, settings: Settings) -> None:
+    queue = Queue("default", conn, settings=settings)
+    now_ms = int(payload.now() * 1000)
+    raw = (
+        '{"retry":true,"queue":"default","args":[],"class":"Sidekiq::ActiveJob::Wrapper",'
+        f'"jid":"0123456789abcdef01234567","created_at":{now_ms - 20_000},"enqueued_at":{now_ms - 10_000},'
+        f'"failed_at":1795264807644}}'
+    )
+    conn.lpush(queue.key, raw)
+    (record,) = queue
+    assert record.enqueued_at == (now_ms - 10_000) / 1000
+    assert record.created_at == (now_ms - 20_000) / 1000
+    assert record.failed_at == 1795264807.644
+    assert 9 < queue.latency < 15
+    assert 9 < record.latency < 15
+
+
+def test_invalid_entries_are_listed(conn: redis.Redis, settings: Settings) -> None:
+    queue = Queue("default", conn, settings=settings)
+    good = payload.dumps(sidekiq_job())
+    conn.lpush(queue.key, b"\xff\xfe not json", b"[1, 2]", b'{"args":[],"jid":"x1"}', good)
+
+    records = list(queue)
+
+    assert [r.valid for r in records] == [True, False, False, False]
+    no_class, array, garbage = records[1:]
+    assert no_class.item == {"args": [], "jid": "x1"} and no_class.jid == "x1" and no_class.klass is None
+    assert "class" in (no_class.error or "")
+    assert array.item is None and array.args == [] and array.jid is None
+    assert garbage.item is None and "JSON" in (garbage.error or "") and garbage.raw == b"\xff\xfe not json"
+    assert garbage.value.endswith("not json")
+    assert queue.latency == 0.0
+    assert garbage.delete() and array.delete() and no_class.delete()
+    assert queue.size == 1
+
+
+def test_find_job_and_delete(conn: redis.Redis, settings: Settings, client: Client) -> None:
+    jids = client.push_bulk({"class": "HardJob", "args": [[n] for n in range(70)]})
+    queue = Queue("default", conn, settings=settings)
+    found = queue.find_job(jids[3])
+    assert found is not None and found.args == [3]
+    assert queue.find_job("0" * 24) is None
+    assert found.delete() is True
+    assert found.delete() is False
+    assert queue.find_job(jids[3]) is None
+    assert queue.size == 69
+
+
+def test_deleting_while_iterating_visits_every_job(
+    conn: redis.Redis, settings: Settings, client: Client
+) -> None:
+    client.push_bulk({"class": "HardJob", "args": [[n] for n in range(130)]})
+    queue = Queue("default", conn, settings=settings)
+    seen = []
+    for record in queue:
+        if record.args[0] % 2 == 0:
+            assert record.delete()
+        seen.append(record.args[0])
+    assert sorted(seen) == list(range(130))
+    assert sorted(r.args[0] for r in queue) == list(range(1, 130, 2))
+
+
+def test_jobs_fetched_from_the_tail_while_iterating_are_not_yielded_twice(
+    conn: redis.Redis, settings: Settings, client: Client
+) -> None:
+    client.push_bulk({"class": "HardJob", "args": [[n] for n in range(130)]})
+    queue = Queue("default", conn, settings=settings)
+    seen = []
+    for record in queue:
+        conn.rpop(queue.key)  # a worker takes the oldest job
+        seen.append(record.jid)
+    assert len(seen) == len(set(seen))
+
+
+def test_clear_removes_the_list_and_the_name(conn: redis.Redis, settings: Settings, client: Client) -> None:
+    client.push_bulk({"class": "HardJob", "args": [[1], [2]], "queue": "low"})
+    client.push({"class": "HardJob", "args": []})
+    queue = Queue("low", conn, settings=settings)
+    assert queue.clear() == 2
+    assert not conn.exists(queue.key)
+    assert [q.name for q in Queue.all(conn, settings=settings)] == ["default"]
+    assert queue.clear() == 0
+
+
+def test_all_is_sorted_by_name(conn: redis.Redis, settings: Settings, client: Client) -> None:
+    for name in ("zeta", "alpha", "mid"):
+        client.push({"class": "HardJob", "args": [], "queue": name})
+    queues = Queue.all(conn, settings=settings)
+    assert [q.name for q in queues] == ["alpha", "mid", "zeta"]
+    assert queues[0] == Queue("alpha", conn, Keys(settings.namespace))
+    assert all(q.size == 1 for q in queues)
+
+
+def test_record_of_a_decode_responses_connection(settings: Settings, client: Client) -> None:
+    text_conn = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    try:
+        client.push({"class": "HardJob", "args": ["ü"]})
+        (record,) = Queue("default", text_conn, settings=settings)
+        assert isinstance(record, JobRecord) and record.args == ["ü"]
+        assert record.delete()
+    finally:
+        text_conn.close()

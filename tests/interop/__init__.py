@@ -1,0 +1,1 @@
+"""Interoperability tests against the real Ruby Sidekiq 6.4 (marker ``interop``)."""
