@@ -37,6 +37,19 @@ class Context:
         return cls(connection, keys or Keys(settings.namespace), settings)
 
 
+class Reader:
+    """Base of the read-model classes: what they read from, resolved once."""
+
+    def __init__(
+        self,
+        connection: Redis | None = None,
+        keys: Keys | None = None,
+        *,
+        settings: Settings | None = None,
+    ) -> None:
+        self.context = Context.resolve(connection, keys, settings)
+
+
 def as_bytes(value: bytes | str) -> bytes:
     """Replies are bytes unless the caller's connection was made with ``decode_responses=True``."""
     return value if isinstance(value, bytes) else value.encode()

@@ -7,12 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from asynctask import payload
-from asynctask.api.context import Context, as_text
-from asynctask.keys import Keys
-from asynctask.settings import Settings
+from asynctask.api.context import Context, Reader, as_text
 
 #: The process hash fields read for each process, in this order.
 FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
@@ -91,21 +87,12 @@ class Process:
         pipe.execute()
 
 
-class ProcessSet:
+class ProcessSet(Reader):
     """The members of ``processes`` whose heartbeat hash is still alive, sorted by identity.
 
     Reading it also removes members whose hash expired (a process that died without
     leaving the set), as Sidekiq's ``ProcessSet`` cleanup does.
     """
-
-    def __init__(
-        self,
-        connection: redis.Redis | None = None,
-        keys: Keys | None = None,
-        *,
-        settings: Settings | None = None,
-    ) -> None:
-        self.context = Context.resolve(connection, keys, settings)
 
     def __iter__(self) -> Iterator[Process]:
         return iter(self.processes())

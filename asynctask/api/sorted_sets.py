@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import redis
 
 from asynctask import payload
-from asynctask.api.context import Context, as_bytes
+from asynctask.api.context import Reader, as_bytes
 from asynctask.api.records import JobRecord
 from asynctask.api.scripts import ApiScripts
 from asynctask.errors import PayloadError
@@ -68,7 +68,7 @@ class SortedEntry(JobRecord):
         return self.parent.kill_entries([self]) == 1
 
 
-class JobSet:
+class JobSet(Reader):
     """A sorted set of jobs. Iteration is by descending score (latest first), as in Sidekiq."""
 
     #: The Sidekiq name of the set: ``schedule``, ``retry`` or ``dead``.
@@ -83,7 +83,7 @@ class JobSet:
         *,
         settings: Settings | None = None,
     ) -> None:
-        self.context = Context.resolve(connection, keys, settings)
+        super().__init__(connection, keys, settings=settings)
         self.key = self._key(self.context.keys)
         self._scripts = ApiScripts(self.context.redis)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from asynctask.api.context import Context, as_text
+from asynctask.api.context import Reader, as_text
 from asynctask.api.queues import oldest_latency
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -38,7 +38,7 @@ class History:
     failed: dict[date, int]
 
 
-class Stats:
+class Stats(Reader):
     """Counters and sizes, read together on first use; ``refresh()`` reads them again.
 
     Two pipelined round trips whatever the number of queues and processes: first the
@@ -53,7 +53,7 @@ class Stats:
         *,
         settings: Settings | None = None,
     ) -> None:
-        self.context = Context.resolve(connection, keys, settings)
+        super().__init__(connection, keys, settings=settings)
         self._snapshot: Snapshot | None = None
 
     def refresh(self) -> Stats:

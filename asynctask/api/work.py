@@ -7,13 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from asynctask import payload
-from asynctask.api.context import Context, as_bytes, as_text
+from asynctask.api.context import Reader, as_bytes, as_text
 from asynctask.api.records import JobRecord
-from asynctask.keys import Keys
-from asynctask.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,22 +28,13 @@ class Work:
         return self.job.jid
 
 
-class WorkSet:
+class WorkSet(Reader):
     """Busy threads of every live process, oldest job first.
 
     Read from ``<identity>:work`` (Sidekiq >= 6.4.2), or from ``<identity>:workers`` for a
     process that writes only that (Sidekiq <= 6.4.1). AsyncTask writes both. Both are as of
     the process's last heartbeat.
     """
-
-    def __init__(
-        self,
-        connection: redis.Redis | None = None,
-        keys: Keys | None = None,
-        *,
-        settings: Settings | None = None,
-    ) -> None:
-        self.context = Context.resolve(connection, keys, settings)
 
     def __iter__(self) -> Iterator[Work]:
         return iter(self.works())
