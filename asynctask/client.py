@@ -44,6 +44,7 @@ class Client:
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Enqueue one job; return its jid, or None if a client middleware dropped it."""
         job, at = self._normalize(item, payload.check_args(item.get("args")))
+        _check_header(job)
         pushed = self._through_middleware(job)
         if pushed is None:
             return None
@@ -77,6 +78,9 @@ class Client:
                 if job_at is not None:
                     one["at"] = job_at
                 job, when = self._normalize(one, all_args[index], item.get("created_at", created_at))
+                if index == 0:
+                    # Every job of the call shares this header: checking it once is enough.
+                    _check_header(job)
                 pushed = self._through_middleware(job)
                 jids.append(None if pushed is None else str(pushed["jid"]))
                 if pushed is not None:
@@ -117,8 +121,12 @@ class Client:
             raise TypeError("'jid' must be a non-empty string")
         if "created_at" not in job:
             job["created_at"] = created_at if created_at is not None else payload.now()
-        payload.check_args([{k: v for k, v in job.items() if k != "args"}])
         return job, None if at is None else float(at)
+
+
+def _check_header(job: payload.JobDict) -> None:
+    """Every key but args (checked on their own) must be JSON-native too."""
+    payload.check_args([{k: v for k, v in job.items() if k != "args"}])
 
 
 _default_lock = threading.Lock()

@@ -4,8 +4,9 @@
 - a processor that dies of an unexpected error is logged and replaced.
 - ``quiet``: processors finish their current job and stop fetching.
 - ``stop(deadline)``: quiet, wait for busy processors until the deadline, then hard shutdown:
-  each busy thread gets ``Shutdown`` raised in it and a moment to unwind, then every job this
-  process still holds goes back to its queue (one script per queue). Requeueing last means
+  each busy thread gets ``Shutdown`` raised in it and a moment to unwind, finished jobs are
+  acknowledged, then every job this process still holds goes back to its queue (one script
+  per queue). Requeueing last means
   a thread that claimed a job while being interrupted cannot leave it behind. Jobs run at
   least once: a job interrupted here runs again, it is never lost.
 """
@@ -70,6 +71,7 @@ class Manager:
         if not self.quieting.is_set():
             logger.info("quieting: finishing current jobs, fetching no more")
             self.quieting.set()
+            self.fetch.requeue_buffered()
 
     def stop(self, deadline: float) -> None:
         """Quiet, wait for processors until ``deadline`` (monotonic), interrupt the rest, requeue."""
@@ -81,6 +83,7 @@ class Manager:
             time.sleep(PAUSE)
         else:
             self._interrupt_busy()
+        self.fetch.flush_acks()
         moved = self.fetch.requeue_all(forget=True)
         if moved:
             logger.warning("%d unfinished job(s) pushed back to their queues", moved)

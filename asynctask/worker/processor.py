@@ -46,25 +46,28 @@ class Processor:
         self.thread = threading.Thread(target=self.run, name=f"asynctask-processor-{index}", daemon=True)
         #: The unit being run now, or None; read by the manager at hard shutdown.
         self.unit: UnitOfWork | None = None
+        self.tid = ""
 
     def start(self) -> None:
         self.thread.start()
 
     def run(self) -> None:
         manager = self.manager
+        self.tid = thread_tid()
         pending_ack: UnitOfWork | None = None
         cycle = self.index
         try:
             while not manager.quieting.is_set():
+                # fetch() owns the ack from here: on failure it keeps it for the next call.
+                ack, pending_ack = pending_ack, None
                 try:
-                    unit = manager.fetch.fetch(pending_ack, block_on=cycle)
+                    unit = manager.fetch.fetch(ack, block_on=cycle)
                 except redis.RedisError as exc:
                     logger.error(
                         "fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}}
                     )
                     time.sleep(ERROR_PAUSE)
                     continue
-                pending_ack = None
                 if unit is None:
                     cycle += 1
                     continue
@@ -89,7 +92,7 @@ class Processor:
         except PayloadError as exc:
             self._bury_undecodable(unit, exc)
             return None
-        tid = thread_tid()
+        tid = self.tid
         manager.stats.started(
             tid, Work(unit.queue, unit.payload.decode("utf-8", "replace"), int(time.time()))
         )

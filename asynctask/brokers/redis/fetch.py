@@ -2,18 +2,23 @@
 
 Sidekiq OSS pops a job with BRPOP, so a crash loses it. Here a job is moved atomically from
 ``queue:<name>`` into ``asynctask:inflight|<identity>|<name>`` and removed from there only
-when it succeeded, was moved to the retry or dead set, or was pushed back at shutdown. The
+after it succeeded, was moved to the retry or dead set, or was pushed back at shutdown. The
 in-flight lists are registered in the ``asynctask:inflight`` hash with their owner, so that a
 live process returns a dead owner's jobs to their queues (see ``recovery``).
 
-One round trip per job in steady state: the fetch script also acknowledges the previous
-job. When every queue is empty a thread blocks with BLMOVE on one queue (threads spread over
-the queues, rotating), so a new job starts at once instead of waiting for a poll.
+Round trips are shared by the process's threads. One script call acknowledges every job
+finished since the last call and claims as many jobs as threads are waiting for one, into
+a buffer the threads take from. Claimed jobs are in the in-flight list all along, so a
+crash loses none. When every queue is empty a thread blocks with BLMOVE on one queue
+(threads spread over the queues, rotating), so a new job starts at once instead of
+waiting for a poll.
 """
 
 from __future__ import annotations
 
 import random
+import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -67,6 +72,11 @@ class ReliableFetch:
         self._inflight_keys = {name: keys.inflight(identity, name) for name in self.queue_names}
         self._block_timeout = timeout if len(self.queue_names) <= concurrency else min(timeout, SHORT_BLOCK)
         self._scripts = Scripts(conn)
+        self._lock = threading.Lock()
+        self._buffer: deque[UnitOfWork] = deque()
+        self._acks: list[UnitOfWork] = []
+        #: Threads inside ``fetch`` without a job yet: how many jobs one claim should take.
+        self._waiting = 0
 
     def register(self) -> None:
         """Record this process's in-flight lists so that others can recover them if it dies."""
@@ -82,20 +92,53 @@ class ReliableFetch:
         return list(dict.fromkeys(shuffled))
 
     def fetch(self, ack: UnitOfWork | None, block_on: int) -> UnitOfWork | None:
-        """Acknowledge ``ack`` (if given) and claim the next job; block briefly when idle.
+        """Queue ``ack`` (a finished job) for acknowledgement and return the next job, or None.
 
         ``block_on`` picks which queue this call blocks on when all are empty (threads pass
         different values so that every queue has a blocked reader).
         """
+        with self._lock:
+            if ack is not None:
+                self._acks.append(ack)
+            if self._buffer:
+                return self._buffer.popleft()
+            self._waiting += 1
+            wanted = self._waiting
+            acks, self._acks = self._acks, []
+        try:
+            return self._claim(wanted, acks) or self._block(block_on)
+        except BaseException:
+            with self._lock:
+                self._acks[:0] = acks
+            raise
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def _claim(self, wanted: int, acks: list[UnitOfWork]) -> UnitOfWork | None:
         order = self.queue_order()
-        keys = [ack.inflight_key if ack else self._inflight_keys[order[0]]]
+        keys: list[str] = []
+        position: dict[str, int] = {}
         for name in order:
+            position[self._inflight_keys[name]] = len(keys) + 2
             keys += (self._queue_keys[name], self._inflight_keys[name])
-        found = self._scripts.fetch(keys=keys, args=[ack.payload if ack else ""])
-        if found:
-            index, job = found
-            # Lua index i (1-based) is the queue key; its in-flight list is KEYS[i + 1], keys[i] here.
-            return UnitOfWork(order[(int(index) - 2) // 2], job, keys[int(index)])
+        args: list[str | bytes | int] = [wanted, len(acks)]
+        for unit in acks:
+            args += (position[unit.inflight_key], unit.payload)
+        found = self._scripts.fetch(keys=keys, args=args)
+        # Lua index i (1-based) is a queue key; its in-flight list is KEYS[i + 1], keys[i] here.
+        units = [
+            UnitOfWork(order[(int(index) - 1) // 2], job, keys[int(index)])
+            for index, job in zip(found[::2], found[1::2], strict=True)
+        ]
+        if not units:
+            return None
+        if len(units) > 1:
+            with self._lock:
+                self._buffer.extend(units[1:])
+        return units[0]
+
+    def _block(self, block_on: int) -> UnitOfWork | None:
         name = self.queue_names[block_on % len(self.queue_names)]
         # Redis takes fractional seconds; redis-py's stubs say int.
         job = self.redis.blmove(
@@ -111,13 +154,42 @@ class ReliableFetch:
         return UnitOfWork(name, cast(bytes, job), self._inflight_keys[name])
 
     def acknowledge(self, unit: UnitOfWork) -> None:
-        release(self.redis, unit)
+        """Acknowledge ``unit`` and any others waiting, now."""
+        with self._lock:
+            self._acks.append(unit)
+        self.flush_acks()
+
+    def flush_acks(self) -> None:
+        """Acknowledge every finished job now (before a shutdown requeues what is left)."""
+        with self._lock:
+            acks, self._acks = self._acks, []
+        if acks:
+            pipe = self.redis.pipeline(transaction=False)
+            for unit in acks:
+                release(pipe, unit)
+            pipe.execute()
+
+    def requeue_buffered(self) -> int:
+        """Give back the claimed jobs no thread has started (the process is going quiet)."""
+        with self._lock:
+            units = list(self._buffer)
+            self._buffer.clear()
+        if units:
+            pipe = self.redis.pipeline(transaction=True)
+            for unit in units:
+                pipe.rpush(self._queue_keys[unit.queue], unit.payload)
+                release(pipe, unit)
+            pipe.execute()
+        return len(units)
 
     def requeue_all(self, *, forget: bool) -> int:
         """Push every job this process holds back to its queue (shutdown). Returns how many.
 
+        Finished jobs must be acknowledged first (``flush_acks``), or they would run again.
         ``forget`` also unregisters the lists: the process is leaving for good.
         """
+        with self._lock:
+            self._buffer.clear()
         moved = 0
         for name in self.queue_names:
             moved += int(

@@ -1,0 +1,6 @@
+"""Side-by-side benchmark of AsyncTask and Ruby Sidekiq 6.4 on a private Redis.
+
+Run it from the repository root: ``python -m bench`` (full) or ``python -m bench --quick``
+(smoke). See ``bench/__main__.py`` for the options and ``bench/results/RESULTS.md`` for the
+last full run.
+"""

@@ -1,0 +1,138 @@
+"""``python -m bench [--quick] [--reps N] [--jobs N] ...``: run the benchmark, print and save tables.
+
+Order of work, so that noise hits every configuration alike:
+
+1. for each repetition: every (system, concurrency) processing run in turn (each starts with
+   its push_bulk enqueue), then every system's perform_async enqueue pass;
+2. one Redis-command-count pass per system;
+3. tables to stdout, RESULTS.md and runtime.json to ``--out``.
+
+The private redis-server and all workers are killed on any exit path (error, Ctrl-C, TERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from bench import asynctask_bench, machine, procs, report, runner, sidekiq_bench
+from bench.redis_server import RedisServer
+from bench.system import ROOT, System
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: N=2000, 1 rep (CI)")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3; --quick: 1)")
+    parser.add_argument("--jobs", type=int, help="jobs per processing run (default 20000; --quick: 2000)")
+    parser.add_argument(
+        "--single-jobs", type=int, help="jobs per perform_async pass (default 5000; --quick: 1000)"
+    )
+    parser.add_argument(
+        "--cmd-jobs", type=int, help="jobs in the command-count pass (default 3000; --quick: 2000)"
+    )
+    parser.add_argument(
+        "--concurrency", default="10,25", help="comma-separated worker thread counts (default 10,25)"
+    )
+    parser.add_argument(
+        "--no-sidekiq", action="store_true", help="AsyncTask only (also automatic without Ruby)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="results directory (default bench/results; --quick: .../quick)"
+    )
+    return parser
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    # TERM and HUP unwind like Ctrl-C, so the finally blocks stop Redis and the workers. INT
+    # is set too: a shell starting us in the background would otherwise leave it ignored.
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    quick = bool(args.quick)
+    jobs = args.jobs or (2000 if quick else 20_000)
+    settings = {
+        "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
+        "quick": quick,
+        "reps": args.reps or (1 if quick else 3),
+        "jobs": jobs,
+        "single_jobs": args.single_jobs or (1000 if quick else 5000),
+        "commands_jobs": args.cmd_jobs or (2000 if quick else 3000),
+        "commands_concurrency": 10,
+        "concurrency": [int(c) for c in args.concurrency.split(",")],
+    }
+    systems: list[System] = [asynctask_bench.SYSTEM]
+    if not args.no_sidekiq:
+        if sidekiq_bench.available():
+            systems.append(sidekiq_bench.SYSTEM)
+        else:
+            print("ruby/sidekiq not found: running AsyncTask only", file=sys.stderr)
+    out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if quick else ""))
+    results = report.Results(settings, {s.name: s.describe() for s in systems})
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupt)
+    load_at_start = machine.load_average()
+    workdir = Path(tempfile.mkdtemp(prefix="asynctask-bench-"))
+    try:
+        with RedisServer(workdir) as server:
+            _run_all(results, systems, server, workdir)
+            results.machine = machine.describe(server, len(systems) > 1, load_at_start)
+    except KeyboardInterrupt:
+        print("\ninterrupted: workers and redis-server stopped, nothing written", file=sys.stderr)
+        return 130
+    finally:
+        procs.kill_all()
+        if results.errors():
+            print(f"worker logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(report.tables(results))
+    report.write(results, out_dir)
+    print(f"wrote {out_dir / 'RESULTS.md'} and {out_dir / 'runtime.json'}", file=sys.stderr)
+    return 1 if results.errors() else 0
+
+
+def _run_all(results: report.Results, systems: list[System], server: RedisServer, workdir: Path) -> None:
+    s = results.settings
+    for rep in range(s["reps"]):
+        for concurrency in s["concurrency"]:
+            for system in systems:
+                run = runner.process(system, server, concurrency, s["jobs"], workdir)
+                results.process.append((rep, run))
+                _progress(f"rep {rep + 1}/{s['reps']} {system.name} c={concurrency}", run)
+        for system in systems:
+            single = runner.enqueue(system, server, "single", s["single_jobs"])
+            results.single.append((rep, single))
+            print(
+                f"rep {rep + 1}/{s['reps']} {system.name} perform_async: {single.rate:,.0f}/s",
+                file=sys.stderr,
+            )
+    for system in systems:
+        run = runner.process(system, server, s["commands_concurrency"], s["commands_jobs"], workdir)
+        results.commands.append(run)
+        _progress(f"commands {system.name}", run)
+
+
+def _progress(label: str, run: runner.ProcessRun) -> None:
+    if run.error:
+        print(f"{label}: FAILED: {run.error}", file=sys.stderr)
+        return
+    print(
+        f"{label}: enqueue {run.enqueue.rate:,.0f}/s, steady {run.steady_rate:,.0f}/s, "
+        f"incl. start-up {run.total_rate:,.0f}/s, {run.redis_cmds / run.jobs:.2f} cmds/job",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""The facts a reader needs to compare two runs: machine, load, versions, commit."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from datetime import UTC, datetime
+from importlib import metadata
+
+import psutil
+
+from bench import sidekiq_bench
+from bench.redis_server import RedisServer
+from bench.system import ROOT
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def describe(server: RedisServer, with_sidekiq: bool, load_at_start: str) -> dict[str, str]:
+    info = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": str(os.cpu_count()),
+        "cpu": _cpu_model(),
+        "memory": f"{psutil.virtual_memory().total / 2**30:.1f} GiB",
+        # Other work on the machine shows here; the bench cannot stop it, only report it.
+        "load average (1/5/15 min) at start, at end": f"{load_at_start}, {load_average()}",
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "asynctask": f"{_version('asynctask')} (commit {_git_commit()})",
+        "redis-py": _version("redis"),
+        "hiredis": _version("hiredis"),
+        "psutil": _version("psutil"),
+        "redis-server": server.version(),
+    }
+    if with_sidekiq:
+        info.update(sidekiq_bench.versions())
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"

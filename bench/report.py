@@ -1,0 +1,296 @@
+"""Tables (stdout and RESULTS.md) and raw data (runtime.json) from the runs of one bench.
+
+Every figure is the median of the repetitions with (min-max) beside it. Ratios are taken
+per repetition, between runs that were interleaved (A B A B ...), and only then summarised:
+on a shared, noisy machine two runs seconds apart compare better than two medians.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.runner import EnqueueRun, ProcessRun
+
+MIB = 2**20
+
+
+@dataclass
+class Results:
+    settings: dict[str, Any]
+    configs: dict[str, list[str]]
+    machine: dict[str, str] = field(default_factory=dict)
+    #: (repetition, run), in the order they ran.
+    process: list[tuple[int, ProcessRun]] = field(default_factory=list)
+    single: list[tuple[int, EnqueueRun]] = field(default_factory=list)
+    #: The separate pass that counts Redis commands per job (one run per system).
+    commands: list[ProcessRun] = field(default_factory=list)
+
+    def systems(self) -> list[str]:
+        return list(dict.fromkeys(run.system for _, run in self.process))
+
+    def concurrencies(self) -> list[int]:
+        return list(dict.fromkeys(run.concurrency for _, run in self.process))
+
+    def runs(self, system: str, concurrency: int) -> list[ProcessRun]:
+        return [
+            r for _, r in self.process if r.system == system and r.concurrency == concurrency and not r.error
+        ]
+
+    def errors(self) -> list[str]:
+        runs = [r for _, r in self.process] + self.commands
+        return [f"{r.system} c={r.concurrency}: {r.error}" for r in runs if r.error]
+
+
+def spread(values: Iterable[float], fmt: Callable[[float], str]) -> str:
+    """``median (min-max)``, or just the value for one sample, or a dash for none."""
+    data = sorted(values)
+    if not data:
+        return "-"
+    if len(data) == 1:
+        return fmt(data[0])
+    return f"{fmt(statistics.median(data))} ({fmt(data[0])}-{fmt(data[-1])})"
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f}".replace(",", " ")
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def fixed(digits: int) -> Callable[[float], str]:
+    return lambda value: f"{value:.{digits}f}"
+
+
+def processing_table(results: Results) -> list[str]:
+    lines = [
+        "| system | concurrency | enqueue jobs/s (push_bulk x1000) | process jobs/s steady "
+        "| process jobs/s incl. start-up | start-up s | peak RSS (PSS) MiB | CPU µs/job worker + redis "
+        "| TERM → exit s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for concurrency in results.concurrencies():
+        for system in results.systems():
+            runs = results.runs(system, concurrency)
+            if not runs:
+                lines.append(f"| {system} | 1 proc x {concurrency} | failed | | | | | | |")
+                continue
+            rss = statistics.median(r.peak_rss for r in runs) / MIB
+            pss = statistics.median(r.peak_pss for r in runs) / MIB
+            cpu_worker = statistics.median(r.worker_steady.cpu / r.jobs for r in runs) * 1e6
+            cpu_redis = statistics.median(r.redis_steady.cpu / r.jobs for r in runs) * 1e6
+            lines.append(
+                f"| {system} | 1 proc x {concurrency} | {spread((r.enqueue.rate for r in runs), rate)} "
+                f"| **{spread((r.steady_rate for r in runs), rate)}** "
+                f"| {spread((r.total_rate for r in runs), rate)} "
+                f"| {spread((r.startup_s for r in runs), fixed(2))} | {rss:.0f} ({pss:.0f}) "
+                f"| {cpu_worker:.0f} + {cpu_redis:.0f} | {spread((r.stop_s for r in runs), fixed(1))} |"
+            )
+    return lines
+
+
+def _per_job(runs: list[ProcessRun], value: Callable[[ProcessRun], float], scale: float = 1e6) -> str:
+    """``value`` divided by the jobs of each run, in µs (``scale`` 1e6) or as a plain count (1)."""
+    return spread((value(r) / r.jobs * scale for r in runs), fixed(0 if scale > 1 else 2))
+
+
+def cost_table(results: Results) -> list[str]:
+    """Where a worker's time goes per job: user vs kernel CPU, and how often its threads switch."""
+    lines = [
+        "| system | concurrency | worker user µs/job | worker sys µs/job | voluntary ctx switches/job "
+        "| involuntary ctx switches/job | redis-server CPU µs/job |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for concurrency in results.concurrencies():
+        for system in results.systems():
+            runs = results.runs(system, concurrency)
+            if not runs:
+                continue
+            lines.append(
+                f"| {system} | {concurrency} | {_per_job(runs, lambda r: r.worker_steady.user)} "
+                f"| {_per_job(runs, lambda r: r.worker_steady.system)} "
+                f"| {_per_job(runs, lambda r: r.worker_steady.voluntary, 1)} "
+                f"| {_per_job(runs, lambda r: r.worker_steady.involuntary, 1)} "
+                f"| {_per_job(runs, lambda r: r.redis_steady.cpu)} |"
+            )
+    return lines
+
+
+def enqueue_table(results: Results) -> list[str]:
+    jobs, single_jobs = results.settings["jobs"], results.settings["single_jobs"]
+    lines = [
+        f"| system | push_bulk x1000 jobs/s (N = {jobs}) | perform_async loop jobs/s (N = {single_jobs}) |",
+        "|---|---|---|",
+    ]
+    for system in results.systems():
+        bulk = [r.enqueue.rate for _, r in results.process if r.system == system]
+        single = [r.rate for _, r in results.single if r.system == system]
+        lines.append(f"| {system} | {spread(bulk, rate)} | {spread(single, rate)} |")
+    return lines
+
+
+def _paired(results: Results, concurrency: int, metric: Callable[[ProcessRun], float]) -> list[float]:
+    """AsyncTask ÷ Sidekiq of ``metric``, one value per repetition where both ran."""
+    by_rep: dict[int, dict[str, ProcessRun]] = {}
+    for rep, run in results.process:
+        if run.concurrency == concurrency and not run.error:
+            by_rep.setdefault(rep, {})[run.system] = run
+    pairs = [(r["AsyncTask"], r["Sidekiq"]) for r in by_rep.values() if {"AsyncTask", "Sidekiq"} <= r.keys()]
+    return [metric(a) / metric(s) for a, s in pairs if metric(s) > 0]
+
+
+def ratio_table(results: Results) -> list[str]:
+    if set(results.systems()) != {"AsyncTask", "Sidekiq"}:
+        return []
+    concurrencies = results.concurrencies()
+    lines = [
+        "| AsyncTask ÷ Sidekiq | " + " | ".join(f"c = {c}" for c in concurrencies) + " |",
+        "|---|" + "---|" * len(concurrencies),
+    ]
+    metrics: list[tuple[str, Callable[[ProcessRun], float]]] = [
+        ("enqueue push_bulk jobs/s", lambda r: r.enqueue.rate),
+        ("process jobs/s steady", lambda r: r.steady_rate),
+        ("process jobs/s incl. start-up", lambda r: r.total_rate),
+        ("worker CPU per job (lower is better)", lambda r: r.worker_steady.cpu / r.jobs),
+        ("peak RSS (lower is better)", lambda r: float(r.peak_rss)),
+    ]
+    for label, metric in metrics:
+        cells = [spread(_paired(results, c, metric), ratio) for c in concurrencies]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    singles: dict[int, dict[str, float]] = {}
+    for rep, run in results.single:
+        singles.setdefault(rep, {})[run.system] = run.rate
+    single_ratios = [r["AsyncTask"] / r["Sidekiq"] for r in singles.values() if len(r) == 2]
+    lines.append(
+        f"| enqueue perform_async jobs/s | {spread(single_ratios, ratio)} |" + " |" * (len(concurrencies) - 1)
+    )
+    return lines
+
+
+def commands_table(results: Results) -> list[str]:
+    lines = [
+        "| system | N | enqueue cmds/job | process cmds/job | process commands per job (calls ÷ N) |",
+        "|---|---|---|---|---|",
+    ]
+    for run in results.commands:
+        if run.error:
+            lines.append(f"| {run.system} | {run.jobs} | failed | | |")
+            continue
+        top = sorted(run.cmdstats.items(), key=lambda kv: -kv[1])
+        breakdown = ", ".join(
+            f"{name} {calls / run.jobs:.3g}" for name, calls in top if calls / run.jobs >= 0.001
+        )
+        lines.append(
+            f"| {run.system} | {run.jobs} | {run.enqueue.redis_cmds / run.jobs:.3f} "
+            f"| {run.redis_cmds / run.jobs:.2f} | {breakdown} |"
+        )
+    return lines
+
+
+def tables(results: Results) -> str:
+    s = results.settings
+    parts = [
+        f"Processing: N = {s['jobs']} no-op jobs, one worker process, {s['reps']} rep(s) interleaved; "
+        "median (min-max).",
+        "",
+        *processing_table(results),
+        "",
+        "Cost per job, steady phase (first -> last job done), median (min-max):",
+        "",
+        *cost_table(results),
+        "",
+        "Enqueue (no worker running; each pass in a fresh process):",
+        "",
+        *enqueue_table(results),
+    ]
+    ratios = ratio_table(results)
+    if ratios:
+        parts += ["", "Ratios, per repetition then median (min-max):", "", *ratios]
+    parts += [
+        "",
+        f"Redis commands per job (separate pass, c = {s['commands_concurrency']}):",
+        "",
+        *commands_table(results),
+    ]
+    errors = results.errors()
+    if errors:
+        parts += ["", "Errors:", "", *(f"- {e}" for e in errors)]
+    return "\n".join(parts) + "\n"
+
+
+METHOD = """\
+- A private redis-server (`--save "" --appendonly no`, own port) is started for the bench
+  and FLUSHALLed before every pass.
+- **Enqueue**: N jobs pushed by the system's own client in a fresh process, no worker
+  running; only the pushes are timed (after a PING), not interpreter start-up.
+- **Processing**: after the push_bulk enqueue, one worker process is spawned. Each job
+  appends one byte to an O_APPEND marker file (one `write(2)`, the only work the job does);
+  the bench polls the file's size every 2 ms. *steady* = first job done -> last job done,
+  *incl. start-up* = spawn -> last job done. Rates are N divided by those times.
+- Configurations run interleaved, A B A B ..., in every repetition.
+- **Memory**: peak of the worker tree's summed RSS, sampled every 100 ms with psutil; PSS in
+  brackets.
+- **CPU µs/job**: user + system CPU of the worker tree, and of redis-server, between first
+  and last job done, divided by N (with start-up: `worker_total` in the JSON). Context
+  switches are summed over all threads from `/proc/PID/task/*/status` at the same instants.
+- **Redis cmds/job**: change of INFO commandstats calls (the bench's own INFO left out)
+  from just before the worker spawn to the last job done. Commands run inside Lua scripts
+  and each command of a pipeline or MULTI count, so this is server work, not round trips:
+  one AsyncTask EVALSHA that runs LREM + LMOVE counts 3.
+- After each run the worker gets TERM (*TERM -> exit s* is how long it took to exit) and the
+  bench checks: marker size = N (every job ran exactly once), queue empty, AsyncTask
+  in-flight lists empty, `stat:processed` = N (`checks` in the JSON).
+"""
+
+
+def markdown(results: Results) -> str:
+    s = results.settings
+    lines = [
+        "# AsyncTask vs Sidekiq 6.4: no-op job runtime benchmark",
+        "",
+        f"Produced by `{s['command']}` from the repository root. Raw data: `runtime.json` beside this file.",
+        "",
+        "## Machine and versions",
+        "",
+        *(f"- {key}: {value}" for key, value in results.machine.items()),
+        "",
+        "## Results",
+        "",
+        tables(results),
+        "## Method",
+        "",
+        METHOD,
+        "## Configuration",
+        "",
+    ]
+    for system, description in results.configs.items():
+        lines += [f"### {system}", "", *(f"- {line}" for line in description), ""]
+    return "\n".join(lines)
+
+
+def raw(results: Results) -> dict[str, Any]:
+    def process_entry(rep: int | None, run: ProcessRun) -> dict[str, Any]:
+        entry = {"rep": rep, **asdict(run), "steady_rate": run.steady_rate, "total_rate": run.total_rate}
+        entry["enqueue"]["rate"] = run.enqueue.rate
+        return entry
+
+    return {
+        "settings": results.settings,
+        "machine": results.machine,
+        "configs": results.configs,
+        "process": [process_entry(rep, run) for rep, run in results.process],
+        "enqueue_single": [{"rep": rep, **asdict(run), "rate": run.rate} for rep, run in results.single],
+        "commands": [process_entry(None, run) for run in results.commands],
+    }
+
+
+def write(results: Results, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "RESULTS.md").write_text(markdown(results), encoding="utf-8")
+    (out_dir / "runtime.json").write_text(json.dumps(raw(results), indent=2) + "\n", encoding="utf-8")
