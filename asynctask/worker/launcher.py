@@ -85,9 +85,6 @@ class Worker:
     def start(self) -> None:
         self.fetch.register()
         self.heartbeat.beat()
-        self.manager.start()
-        self.poller.start()
-        self._beat_thread.start()
         queues = " ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
         logger.warning(
             "worker started",
@@ -100,6 +97,9 @@ class Worker:
                 }
             },
         )
+        self.manager.start()
+        self.poller.start()
+        self._beat_thread.start()
 
     def quiet(self) -> None:
         self.heartbeat.quiet = True
