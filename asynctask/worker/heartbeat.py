@@ -98,7 +98,7 @@ class Heartbeat:
         processed, failed = self.stats.take()
         busy = {
             tid: json.dumps(
-                {"queue": w.queue, "payload": w.payload, "run_at": w.run_at},
+                {"queue": w.queue, "payload": w.payload.decode("utf-8", "replace"), "run_at": w.run_at},
                 separators=(",", ":"),
                 ensure_ascii=False,
             )

@@ -93,9 +93,7 @@ class Processor:
             self._bury_undecodable(unit, exc)
             return None
         tid = self.tid
-        manager.stats.started(
-            tid, Work(unit.queue, unit.payload.decode("utf-8", "replace"), int(time.time()))
-        )
+        manager.stats.started(tid, Work(unit.queue, unit.payload, int(time.time())))
         self.unit = unit
         failed = True
         try:
@@ -111,8 +109,7 @@ class Processor:
             return None if failed else unit
         finally:
             self.unit = None
-            manager.stats.finished(tid)
-            manager.stats.count(failed=failed)
+            manager.stats.finished(tid, failed=failed)
 
     def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> bool:
         """Run the job through the server middleware; True if it succeeded."""

@@ -12,7 +12,8 @@ class Work:
     """What one processor thread is running, for the ``<identity>:work`` hash."""
 
     queue: str
-    payload: str
+    #: The job's bytes as fetched; decoded only when the heartbeat writes them.
+    payload: bytes
     run_at: int
 
 
@@ -51,9 +52,13 @@ class Stats:
         with self._lock:
             self.busy[tid] = work
 
-    def finished(self, tid: str) -> None:
+    def finished(self, tid: str, *, failed: bool) -> None:
+        """The job of thread ``tid`` is over: forget it and count it, under one lock."""
         with self._lock:
             self.busy.pop(tid, None)
+            self.processed += 1
+            if failed:
+                self.failed += 1
 
 
 def thread_tid() -> str:
