@@ -6,9 +6,9 @@
 - ``stop(deadline)``: quiet, wait for busy processors until the deadline, then hard shutdown:
   each busy thread gets ``Shutdown`` raised in it and a moment to unwind, finished jobs are
   acknowledged, then every job this process still holds goes back to its queue (one script
-  per queue). Requeueing last means
-  a thread that claimed a job while being interrupted cannot leave it behind. Jobs run at
-  least once: a job interrupted here runs again, it is never lost.
+  per queue). Requeueing last means a thread that claimed a job while being interrupted
+  cannot leave it behind. Jobs run at least once: a job interrupted here runs again, it is
+  never lost.
 """
 
 from __future__ import annotations

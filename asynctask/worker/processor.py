@@ -3,7 +3,7 @@
 Loop: fetch (which also acknowledges the previous success) -> decode -> look up the job in
 the registry -> check its args -> server middleware -> function. Outcomes:
 
-- success: acknowledged by the next fetch (or at exit);
+- success: acknowledged by the next claim any thread makes (or at exit);
 - exception: ``Retrier.failed`` moves it to ``retry`` or ``dead`` atomically with its release;
 - bytes that are not a job, an unknown class, args the function cannot take, an oversized
   payload: buried in the dead set with a clear ``error_message`` (retrying cannot help);
@@ -72,7 +72,7 @@ class Processor:
                     cycle += 1
                     continue
                 if manager.quieting.is_set():
-                    manager.broker.requeue(unit)
+                    manager.fetch.requeue([unit])
                     break
                 pending_ack = self.process(unit)
             if pending_ack is not None:
@@ -149,9 +149,7 @@ class Processor:
             job.setdefault("queue", unit.queue)
             self.manager.retrier.bury(unit, job, exc)
         else:
-            self.manager.broker.kill(
-                unit, payload.dumps(payload.unparseable(unit.payload, unit.queue, str(exc)))
-            )
+            self.manager.broker.kill_unparseable(unit, unit.payload, unit.queue, str(exc))
         self.manager.stats.count(failed=True)
         logger.error(
             "job buried: %s", exc, extra={"fields": {"queue": unit.queue, "bytes": len(unit.payload)}}

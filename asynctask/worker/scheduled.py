@@ -67,6 +67,6 @@ class Poller:
             job = payload.loads(member)
         except PayloadError as exc:
             logger.error("burying an unreadable scheduled entry: %s", exc)
-            self.broker.kill(None, payload.dumps(payload.unparseable(member, "default", str(exc))))
+            self.broker.kill_unparseable(None, member, "default", str(exc))
             return None
         return self.client_chain.invoke(job, job["queue"], final=lambda: job)

@@ -47,7 +47,13 @@ class RedisBroker:
     def fetcher(self, identity: str) -> ReliableFetch:
         s = self.settings
         return ReliableFetch(
-            self.redis, self.keys, identity, s.queues, concurrency=s.concurrency, timeout=s.fetch_timeout
+            self.redis,
+            self.keys,
+            identity,
+            s.queues,
+            self.scripts,
+            concurrency=s.concurrency,
+            timeout=s.fetch_timeout,
         )
 
     def retry_at(self, unit: UnitOfWork, job: payload.JobDict, at: float) -> None:
@@ -69,12 +75,9 @@ class RedisBroker:
             release(pipe, unit)
         pipe.execute()
 
-    def requeue(self, unit: UnitOfWork) -> None:
-        """Give a claimed job back to the tail of its queue (fetched after the process went quiet)."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.rpush(self.keys.queue(unit.queue), unit.payload)
-        release(pipe, unit)
-        pipe.execute()
+    def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None:
+        """Bury bytes that are not a job, keeping their text in a valid dead-set entry."""
+        self.kill(unit, payload.dumps(payload.unparseable(raw, queue, reason)))
 
     def release(self, unit: UnitOfWork) -> None:
         """Drop a job from in-flight without keeping it anywhere (done, skipped or discarded)."""
@@ -83,8 +86,8 @@ class RedisBroker:
     def enqueue_due(self, sorted_set: str, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
         """Move every due member of ``schedule`` or ``retry`` to its queue; return how many.
 
-        ``rewrite`` turns a stored member into the job to push (None: drop it). A member that
-        cannot be decoded goes to the dead set as it is, like Sidekiq's "morgue".
+        ``rewrite`` turns a stored member into the job to push, or None to drop the member
+        (the poller buries what it cannot decode before returning None).
         """
         total = 0
         while True:

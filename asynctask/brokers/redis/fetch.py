@@ -57,6 +57,7 @@ class ReliableFetch:
         keys: Keys,
         identity: str,
         queues: Sequence[QueueSpec],
+        scripts: Scripts,
         *,
         concurrency: int,
         timeout: float,
@@ -71,7 +72,7 @@ class ReliableFetch:
         self._queue_keys = {name: keys.queue(name) for name in self.queue_names}
         self._inflight_keys = {name: keys.inflight(identity, name) for name in self.queue_names}
         self._block_timeout = timeout if len(self.queue_names) <= concurrency else min(timeout, SHORT_BLOCK)
-        self._scripts = Scripts(conn)
+        self._scripts = scripts
         self._lock = threading.Lock()
         self._buffer: deque[UnitOfWork] = deque()
         self._acks: list[UnitOfWork] = []
@@ -174,6 +175,10 @@ class ReliableFetch:
         with self._lock:
             units = list(self._buffer)
             self._buffer.clear()
+        return self.requeue(units)
+
+    def requeue(self, units: Sequence[UnitOfWork]) -> int:
+        """Give claimed jobs back to the tail of their queues (fetched next), atomically."""
         if units:
             pipe = self.redis.pipeline(transaction=True)
             for unit in units:
