@@ -67,20 +67,19 @@ class Client:
             raise ValueError("push_bulk 'at' must have one timestamp per job")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        created_at = payload.now()
+        # Every job of the call shares one normalized, checked header (and created_at), as in
+        # Sidekiq; each copy gets its own args and jid, in the header's key positions.
+        shared = {k: v for k, v in item.items() if k not in ("at", "jid")}
+        template, _ = self._normalize(shared, [], item.get("created_at", payload.now()))
+        _check_header(template)
         jids: list[str | None] = []
         for start in range(0, len(all_args), batch_size):
             entries: list[tuple[payload.JobDict, float | None]] = []
             for index in range(start, min(start + batch_size, len(all_args))):
-                one = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
-                one["args"] = all_args[index]
-                job_at = at[index] if isinstance(at, list) else at
-                if job_at is not None:
-                    one["at"] = job_at
-                job, when = self._normalize(one, all_args[index], item.get("created_at", created_at))
-                if index == 0:
-                    # Every job of the call shares this header: checking it once is enough.
-                    _check_header(job)
+                job = dict(template)
+                job["args"] = all_args[index]
+                job["jid"] = payload.new_jid()
+                when = _run_at(at[index] if isinstance(at, list) else at)
                 pushed = self._through_middleware(job)
                 jids.append(None if pushed is None else str(pushed["jid"]))
                 if pushed is not None:
@@ -107,9 +106,7 @@ class Client:
             self.registry.get(name).options.payload_head() if name in self.registry else _SIDEKIQ_DEFAULTS
         )
         job: payload.JobDict = {**defaults, **item, "class": name, "args": args}
-        at = job.pop("at", None)
-        if at is not None and (isinstance(at, bool) or not isinstance(at, int | float)):
-            raise TypeError(f"'at' must be an epoch timestamp in seconds, got {at!r}")
+        at = _run_at(job.pop("at", None))
         if not isinstance(job["queue"], str) or not job["queue"]:
             raise TypeError("'queue' must be a non-empty string")
         retry = job.get("retry")
@@ -121,7 +118,15 @@ class Client:
             raise TypeError("'jid' must be a non-empty string")
         if "created_at" not in job:
             job["created_at"] = created_at if created_at is not None else payload.now()
-        return job, None if at is None else float(at)
+        return job, at
+
+
+def _run_at(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"'at' must be an epoch timestamp in seconds, got {value!r}")
+    return float(value)
 
 
 def _check_header(job: payload.JobDict) -> None:
