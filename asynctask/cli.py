@@ -1,4 +1,5 @@
-"""``asynctask`` command line: ``worker`` runs jobs, ``enqueue`` pushes one from a shell."""
+"""``asynctask`` command line: ``worker`` runs jobs, ``enqueue`` pushes one from a shell, ``db``
+migrates the tracking database."""
 
 from __future__ import annotations
 
@@ -67,6 +68,22 @@ def _parser() -> argparse.ArgumentParser:
     when.add_argument("--in", dest="delay", type=float, help="run after this many seconds")
     when.add_argument("--at", type=float, help="run at this epoch time")
     enqueue.set_defaults(run=_run_enqueue)
+
+    db = commands.add_parser("db", help="migrate the tracking database")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="apply the migrations up to a revision")
+    upgrade.add_argument("--revision", default="head", help="target revision (default: head, the latest)")
+    downgrade = db_commands.add_parser("downgrade", help="revert the migrations down to a revision")
+    downgrade.add_argument("revision", help="target revision; base removes the tracking tables")
+    current = db_commands.add_parser("current", help="show the revision the database is at")
+    for db_command in (upgrade, downgrade, current):
+        db_command.add_argument(
+            "--database-url",
+            metavar="URL",
+            help="SQLAlchemy URL of the tracking database (env ASYNCTASK_DATABASE_URL, "
+            "default sqlite:///asynctask.db)",
+        )
+        db_command.set_defaults(run=_run_db)
     return parser
 
 
@@ -124,6 +141,47 @@ def _run_enqueue(args: argparse.Namespace) -> int:
     jid = Client(_settings(args)).push(item)
     print(jid or "dropped by client middleware")
     return 0 if jid else 1
+
+
+def _run_db(args: argparse.Namespace) -> int:
+    from alembic.util import CommandError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    from asynctask.tracking import migrate
+
+    url = args.database_url or Settings.from_env().database_url
+    source = "--database-url" if args.database_url else "ASYNCTASK_DATABASE_URL"
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        # Not echoed: an unparsable URL may still hold a password.
+        raise ValueError(
+            f"{source} is not a database URL (like sqlite:///asynctask.db or postgresql://user@host/db)"
+        ) from None
+    try:
+        if args.db_command == "upgrade":
+            migrate.upgrade(url, args.revision)
+        elif args.db_command == "downgrade":
+            migrate.downgrade(url, args.revision)
+        revision = migrate.current(url)
+    except ArgumentError as exc:
+        raise ValueError(f"{source} {shown}: {exc}") from None
+    except DBAPIError as exc:
+        # Driver messages span lines (psycopg adds hints); one line reads better in a shell.
+        raise ValueError(f"database {shown}: {' '.join(str(exc.orig).split())}") from None
+    except CommandError as exc:
+        raise ValueError(f"database {shown}: {exc}") from None
+    head = migrate.head()
+    if revision is None:
+        state = "base (no migrations applied)"
+    elif revision == head:
+        state = f"revision {revision} (head)"
+    else:
+        state = f"revision {revision} (head is {head})"
+    verb = {"upgrade": "upgraded", "downgrade": "downgraded"}.get(args.db_command)
+    print(f"{verb} {shown} to {state}" if verb else f"{shown} is at {state}")
+    return 0
 
 
 def _parse_retry(text: str) -> bool | int:

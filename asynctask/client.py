@@ -14,6 +14,7 @@ from asynctask.job import JobDefinition
 from asynctask.middleware import Chain, client_chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings
+from asynctask.tracking import outbox
 
 _SIDEKIQ_DEFAULTS: payload.JobDict = {"retry": True, "queue": "default"}
 
@@ -45,10 +46,11 @@ class Client:
         """Enqueue one job; return its jid, or None if a client middleware dropped it."""
         job, at = self._normalize(item, payload.check_args(item.get("args")))
         _check_header(job)
-        pushed = self._through_middleware(job)
+        with outbox.collect() as transitions:
+            pushed = self._through_middleware(job)
         if pushed is None:
             return None
-        self.broker.push([(pushed, at)])
+        self.broker.push([(pushed, at)], transitions=transitions)
         return str(pushed["jid"])
 
     def push_bulk(self, item: Mapping[str, Any], batch_size: int = 1000) -> list[str | None]:
@@ -75,17 +77,18 @@ class Client:
         jids: list[str | None] = []
         for start in range(0, len(all_args), batch_size):
             entries: list[tuple[payload.JobDict, float | None]] = []
-            for index in range(start, min(start + batch_size, len(all_args))):
-                job = dict(template)
-                job["args"] = all_args[index]
-                job["jid"] = payload.new_jid()
-                when = _run_at(at[index] if isinstance(at, list) else at)
-                pushed = self._through_middleware(job)
-                jids.append(None if pushed is None else str(pushed["jid"]))
-                if pushed is not None:
-                    entries.append((pushed, when))
+            with outbox.collect() as transitions:
+                for index in range(start, min(start + batch_size, len(all_args))):
+                    job = dict(template)
+                    job["args"] = all_args[index]
+                    job["jid"] = payload.new_jid()
+                    when = _run_at(at[index] if isinstance(at, list) else at)
+                    pushed = self._through_middleware(job)
+                    jids.append(None if pushed is None else str(pushed["jid"]))
+                    if pushed is not None:
+                        entries.append((pushed, when))
             if entries:
-                self.broker.push(entries)
+                self.broker.push(entries, transitions=transitions)
         return jids
 
     def _through_middleware(self, job: payload.JobDict) -> payload.JobDict | None:

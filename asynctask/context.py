@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from asynctask.payload import JobDict
+from asynctask.tracking.tracker import Tracker, is_tracked
+from asynctask.tracking.transitions import LOG, PROGRESS, Transition
+
+logger = logging.getLogger("asynctask.job")
 
 
 @dataclass(frozen=True, slots=True)
 class JobContext:
     job: JobDict
     queue: str
+    #: The worker's tracking, or None when tracking is off.
+    tracker: Tracker | None = None
 
     @property
     def jid(self) -> str:
@@ -22,6 +30,40 @@ class JobContext:
         """None on the first run, then 0, 1, ... on each retry (Sidekiq's count)."""
         count = self.job.get("retry_count")
         return count if isinstance(count, int) else None
+
+    @property
+    def task_id(self) -> str | None:
+        task = self.job.get("task")
+        return task if isinstance(task, str) else None
+
+    @property
+    def tracked(self) -> bool:
+        return self.tracker is not None and is_tracked(self.job)
+
+    def log(self, text: str) -> None:
+        """Append ``text`` to this job's message log (visible to a poll within about a second).
+
+        For a job that is not tracked the text goes to the ``asynctask.job`` logger instead.
+        """
+        if self.tracker is not None and self.tracked:
+            self.tracker.record(Transition(self.jid, LOG, time.time(), str(text)))
+        else:
+            logger.info(str(text), extra={"fields": {"jid": self.jid, "class": self.job.get("class")}})
+
+    def progress(self, done: int, total: int | None = None) -> None:
+        """Report how far the job is: ``done`` units of ``total``."""
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+            raise ValueError("progress 'done' must be a non-negative int")
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+            raise ValueError("progress 'total' must be a non-negative int or None")
+        if self.tracker is not None and self.tracked:
+            self.tracker.record(Transition(self.jid, PROGRESS, time.time(), done=done, total=total))
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this job's task has been cancelled (a running job may stop early)."""
+        task = self.task_id
+        return task is not None and self.tracker is not None and self.tracker.is_cancelled_now(task)
 
 
 _local = threading.local()

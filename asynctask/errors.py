@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def error_class_name(exc: BaseException) -> str:
+    """The exception's class as Sidekiq's ``error_class`` shows it (module-qualified unless builtin)."""
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
 class AsyncTaskError(Exception):
     """Base class of every error AsyncTask raises on its own."""
 
@@ -42,3 +48,24 @@ class Shutdown(BaseException):
     A BaseException so that job code catching ``Exception`` does not swallow it. The job
     itself has already been pushed back to its queue when this is raised.
     """
+
+
+class JobFailed(Exception):
+    """Raised by job code for a business failure (the seed's NormalException).
+
+    Example: a seller who does not qualify for a campaign. The job ends there: it is not
+    retried and does not go to the dead set; a tracked job's event becomes ``failed`` with
+    this message.
+    """
+
+
+class TaskNotFound(AsyncTaskError, LookupError):
+    """No task has this id (for this tenant, when one is given)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task {task_id!r}")
+        self.task_id = task_id
+
+
+class TaskStateError(AsyncTaskError):
+    """The task cannot do what was asked in its current state (retrying a cancelled task)."""

@@ -32,6 +32,13 @@ class Keys:
         self.inflight_registry = f"{p}asynctask:inflight"
         #: Lock so that one process per interval scans for orphaned in-flight lists.
         self.recovery_lock = f"{p}asynctask:recovery-lock"
+        #: Stream of tracked jobs' transitions, read by the flushers (consumer group ``flushers``).
+        self.tracking_stream = f"{p}asynctask:tracking"
+        #: Counter numbering transitions, so that SQL can tell newer from older.
+        self.tracking_seq = f"{p}asynctask:tracking:seq"
+        #: Hash: cancelled task id -> when; ``cancel_generation`` changes on every cancel.
+        self.cancelled_tasks = f"{p}asynctask:cancelled"
+        self.cancel_generation = f"{p}asynctask:cancelled:generation"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"

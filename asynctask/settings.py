@@ -9,6 +9,8 @@ from typing import Any
 
 #: Used when neither ASYNCTASK_REDIS_URL nor REDIS_URL is set.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+#: Used when ASYNCTASK_DATABASE_URL is not set: a SQLite file in the working directory.
+DEFAULT_DATABASE_URL = "sqlite:///asynctask.db"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ class Settings:
     require: tuple[str, ...] = field(default_factory=tuple)
     log_level: str = "WARNING"
     log_format: str = "logfmt"
+    #: The tracking database (Task and Event rows): SQLite or PostgreSQL, as a SQLAlchemy URL.
+    database_url: str = DEFAULT_DATABASE_URL
+    #: Whether a worker sends tracked jobs' transitions and applies them to the database.
+    tracking: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -76,6 +82,10 @@ class Settings:
             values["redis_url"] = url
         if "ASYNCTASK_NAMESPACE" in env:
             values["namespace"] = env["ASYNCTASK_NAMESPACE"]
+        if env.get("ASYNCTASK_DATABASE_URL"):
+            values["database_url"] = env["ASYNCTASK_DATABASE_URL"]
+        if env.get("ASYNCTASK_TRACKING"):
+            values["tracking"] = _boolean("ASYNCTASK_TRACKING", env["ASYNCTASK_TRACKING"])
         if env.get("ASYNCTASK_QUEUES"):
             values["queues"] = tuple(QueueSpec.parse(q) for q in env["ASYNCTASK_QUEUES"].split(";"))
         for name, convert in (
@@ -118,3 +128,12 @@ class Settings:
     def strict_queues(self) -> bool:
         """Sidekiq's rule: with no weight given anywhere, queues are checked in the order listed."""
         return all(q.weight == 0 for q in self.queues)
+
+
+def _boolean(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={raw!r} is not a boolean (use true or false)")

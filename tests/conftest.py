@@ -7,17 +7,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
+from sqlalchemy.exc import OperationalError
 
 from asynctask import Client, Registry, Settings
 from asynctask.middleware import Chain
+from asynctask.tracking.database import create_database_engine
 from asynctask.worker import Worker
 
 REDIS_URL = os.environ.get("ASYNCTASK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get("ASYNCTASK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 #: The first Redis database handed out by ``claimed_db``; lower ones are left alone.
 FIRST_TEST_DB = 4
 
@@ -67,6 +71,26 @@ def settings(namespace: str) -> Settings:
         scheduled_poll_interval=0.2,
         fetch_timeout=0.5,
     )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty tracking database: a fresh SQLite file, or a fresh schema in PostgreSQL (dropped after)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'tracking.db'}"
+        return
+    schema = f"attest_{uuid.uuid4().hex[:12]}"
+    admin = create_database_engine(POSTGRES_URL)
+    try:
+        with admin.begin() as connection:
+            connection.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_URL}: {exc}")
+    yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    with admin.begin() as connection:
+        connection.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    admin.dispose()
 
 
 @pytest.fixture

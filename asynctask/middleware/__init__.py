@@ -14,10 +14,11 @@ from typing import Any
 
 from asynctask.middleware.chain import Chain
 from asynctask.payload import JobDict
+from asynctask.tracking.middleware import TrackingClientMiddleware, TrackingServerMiddleware
 
 #: Used by every Client created without an explicit chain (and so by ``perform_async``).
-client_chain: Chain[JobDict] = Chain()
+client_chain: Chain[JobDict] = Chain([TrackingClientMiddleware()])
 #: Used by every worker created without an explicit chain.
-server_chain: Chain[Any] = Chain()
+server_chain: Chain[Any] = Chain([TrackingServerMiddleware()])
 
-__all__ = ["Chain", "client_chain", "server_chain"]
+__all__ = ["Chain", "TrackingClientMiddleware", "TrackingServerMiddleware", "client_chain", "server_chain"]

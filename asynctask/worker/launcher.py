@@ -27,6 +27,9 @@ from asynctask.brokers.redis import RedisBroker
 from asynctask.middleware import Chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings
+from asynctask.tracking.database import create_database_engine, writer
+from asynctask.tracking.flusher import Flusher
+from asynctask.tracking.tracker import Tracker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
 from asynctask.worker.scheduled import Poller
@@ -52,6 +55,16 @@ class Worker:
         self.identity = self.info.identity
         self.stats = Stats()
         self.fetch = self.broker.fetcher(self.identity)
+        self.tracker: Tracker | None = None
+        self.flusher: Flusher | None = None
+        if self.settings.tracking:
+            self.tracker = Tracker(self.broker, self.fetch)
+            self.flusher = Flusher(
+                self.broker.redis,
+                self.broker.keys,
+                writer(create_database_engine(self.settings.database_url)),
+                self.identity,
+            )
         self.manager = Manager(
             self.settings,
             self.broker,
@@ -59,6 +72,7 @@ class Worker:
             self.registry,
             middleware.server_chain if server_middleware is None else server_middleware,
             self.stats,
+            self.tracker,
         )
         self.poller = Poller(
             self.broker,
@@ -97,6 +111,9 @@ class Worker:
                 }
             },
         )
+        if self.tracker is not None and self.flusher is not None:
+            self.tracker.start()
+            self.flusher.start()
         self.manager.start()
         self.poller.start()
         self._beat_thread.start()
@@ -117,6 +134,10 @@ class Worker:
         deadline = time.monotonic() + self.settings.timeout
         self.quiet()
         self.manager.stop(deadline)
+        if self.tracker is not None and self.flusher is not None:
+            self.tracker.stop()
+            self.flusher.stop()
+            self.flusher.engine.dispose()
         self._stopped.set()
         if self._beat_thread.is_alive():
             self._beat_thread.join()

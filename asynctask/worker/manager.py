@@ -25,6 +25,7 @@ from asynctask.errors import Shutdown
 from asynctask.middleware import Chain
 from asynctask.registry import Registry
 from asynctask.settings import Settings
+from asynctask.tracking.tracker import Tracker
 from asynctask.worker.processor import Processor
 from asynctask.worker.retry import Retrier
 from asynctask.worker.stats import Stats
@@ -46,6 +47,7 @@ class Manager:
         registry: Registry,
         server_chain: Chain[Any],
         stats: Stats,
+        tracker: Tracker | None = None,
     ) -> None:
         self.settings = settings
         self.broker = broker
@@ -53,7 +55,8 @@ class Manager:
         self.registry = registry
         self.server_chain = server_chain
         self.stats = stats
-        self.retrier = Retrier(broker, settings)
+        self.tracker = tracker
+        self.retrier = Retrier(broker, settings, tracker)
         self.quieting = threading.Event()
         self._lock = threading.Lock()
         self._processors: set[Processor] = set()
@@ -84,6 +87,10 @@ class Manager:
         else:
             self._interrupt_busy()
         self.fetch.flush_acks()
+        if self.tracker is not None:
+            # Interrupted jobs recorded "interrupted" while unwinding; that must be in the
+            # stream before the jobs are back in a queue where another process can start them.
+            self.tracker.send()
         moved = self.fetch.requeue_all(forget=True)
         if moved:
             logger.warning("%d unfinished job(s) pushed back to their queues", moved)

@@ -4,6 +4,7 @@ Loop: fetch (which also acknowledges the previous success) -> decode -> look up 
 the registry -> check its args -> server middleware -> function. Outcomes:
 
 - success: acknowledged by the next claim any thread makes (or at exit);
+- ``JobFailed`` (a business failure): done like a success; never retried;
 - exception: ``Retrier.failed`` moves it to ``retry`` or ``dead`` atomically with its release;
 - bytes that are not a job, an unknown class, args the function cannot take, an oversized
   payload: buried in the dead set with a clear ``error_message`` (retrying cannot help);
@@ -26,7 +27,7 @@ import redis
 from asynctask import context, payload
 from asynctask.brokers.redis import UnitOfWork
 from asynctask.context import JobContext
-from asynctask.errors import JobArgumentsError, JobNotRegistered, PayloadError, Shutdown
+from asynctask.errors import JobArgumentsError, JobFailed, JobNotRegistered, PayloadError, Shutdown
 from asynctask.job import JobDefinition
 from asynctask.worker.stats import Work, thread_tid
 
@@ -118,13 +119,22 @@ class Processor:
         verbose = logger.isEnabledFor(logging.INFO)
         if verbose:
             logger.info("start", extra={"fields": _fields(job, unit)})
-        context.enter(JobContext(job, unit.queue))
+        context.enter(JobContext(job, unit.queue, self.manager.tracker))
         try:
             self.manager.server_chain.invoke(
                 definition, job, unit.queue, final=lambda: definition.func(*args)
             )
         except Shutdown:
             raise
+        except JobFailed as exc:
+            # A business outcome, not a fault: done, not retried, not counted as failed.
+            if verbose:
+                logger.info(
+                    "job failed: %s",
+                    exc,
+                    extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}},
+                )
+            return True
         except (Exception, SystemExit) as exc:
             self._log_failure("fail", job, unit, exc, time.perf_counter() - start, level=logging.WARNING)
             self.manager.retrier.failed(unit, job, definition, exc)

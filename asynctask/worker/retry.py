@@ -17,8 +17,10 @@ from typing import Any, Literal
 
 from asynctask import payload
 from asynctask.brokers.redis import RedisBroker, UnitOfWork
+from asynctask.errors import error_class_name
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
+from asynctask.tracking.tracker import Tracker
 
 logger = logging.getLogger("asynctask.retry")
 
@@ -29,11 +31,6 @@ MAX_ERROR_MESSAGE = 10_000
 def default_delay(count: int) -> float:
     """Sidekiq's backoff for the ``count``-th retry (0-based), with its jitter."""
     return count**4 + 15 + random.randrange(10) * (count + 1)
-
-
-def error_class_name(exc: BaseException) -> str:
-    cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def record_error(job: payload.JobDict, exc: BaseException) -> int:
@@ -62,9 +59,10 @@ def _ruby_style_backtrace(exc: BaseException) -> list[str]:
 
 
 class Retrier:
-    def __init__(self, broker: RedisBroker, settings: Settings) -> None:
+    def __init__(self, broker: RedisBroker, settings: Settings, tracker: Tracker | None = None) -> None:
         self.broker = broker
         self.settings = settings
+        self.tracker = tracker
 
     def failed(
         self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], exc: BaseException
@@ -73,6 +71,7 @@ class Retrier:
         retry = job.get("retry", True)
         if retry is False or retry is None:
             self._exhausted(definition, job, exc)
+            self._gave_up(job, "not retried (retry: false)")
             self.broker.release(unit)
             return
         if job.get("retry_queue"):
@@ -82,21 +81,33 @@ class Retrier:
         if count < limit:
             delay = self._delay(definition, count, exc, job)
             if delay == "discard":
+                self._gave_up(job, "discarded by retry_in")
                 self.broker.release(unit)
                 return
             if not isinstance(delay, str):
-                self.broker.retry_at(unit, job, payload.now() + delay)
+                if self.tracker is not None:
+                    self.tracker.retry_scheduled(job, count, limit)
+                outbox = self.tracker.outbox if self.tracker is not None else None
+                self.broker.retry_at(unit, job, payload.now() + delay, outbox)
                 return
         self._exhausted(definition, job, exc)
         if job.get("dead") is False:
+            self._gave_up(job, "no retries left; dropped (dead: false)")
             self.broker.release(unit)
         else:
+            self._gave_up(job, "no retries left; moved to the dead set")
             self.broker.kill(unit, payload.dumps(job))
 
     def bury(self, unit: UnitOfWork, job: payload.JobDict, exc: BaseException) -> None:
         """Send a job that can never run (unknown class, bad args) straight to the dead set."""
         record_error(job, exc)
+        if self.tracker is not None:
+            self.tracker.buried(job, exc)
         self.broker.kill(unit, payload.dumps(job))
+
+    def _gave_up(self, job: payload.JobDict, outcome: str) -> None:
+        if self.tracker is not None:
+            self.tracker.gave_up(job, outcome)
 
     def _delay(
         self, definition: JobDefinition[Any], count: int, exc: BaseException, job: payload.JobDict

@@ -7,9 +7,11 @@ build keys or commands themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import cast
 
 import redis
+from redis.client import Pipeline
 
 from asynctask import payload
 from asynctask.brokers.redis.connection import connect
@@ -19,6 +21,7 @@ from asynctask.brokers.redis.recovery import recover_orphans
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
+from asynctask.tracking.outbox import Outbox, pack
 
 #: Due jobs moved per round trip by the scheduled/retry poller.
 DUE_BATCH = 100
@@ -41,10 +44,45 @@ class RedisBroker:
         if self._owns_connection:
             self.redis.close()
 
-    def push(self, entries: Sequence[tuple[payload.JobDict, float | None]]) -> None:
-        push_jobs(self.redis, self.keys, entries, self.settings.max_payload_bytes)
+    def push(
+        self,
+        entries: Sequence[tuple[payload.JobDict, float | None]],
+        *,
+        transitions: Sequence[str] = (),
+        atomic: bool = False,
+    ) -> None:
+        """Push jobs (and record their tracking ``transitions`` first) in one round trip.
 
-    def fetcher(self, identity: str) -> ReliableFetch:
+        ``atomic``: all jobs or none (MULTI/EXEC), for ``create_task``.
+        """
+        push_jobs(
+            self.redis,
+            self.keys,
+            entries,
+            self.settings.max_payload_bytes,
+            transitions=transitions,
+            record=self.scripts.record,
+            atomic=atomic,
+        )
+
+    def record(self, outbox: Outbox) -> int:
+        """Write the outbox's pending transitions to the tracking stream; return how many."""
+        written = 0
+        while len(outbox):
+            with outbox.draining() as transitions:
+                if transitions:
+                    self._record(self.redis, transitions)
+                written += len(transitions)
+        return written
+
+    def _record(self, conn: redis.Redis | Pipeline, transitions: Sequence[str]) -> None:
+        self.scripts.record(
+            keys=[self.keys.tracking_stream, self.keys.tracking_seq],
+            args=[len(transitions), pack(transitions)],
+            client=conn,
+        )
+
+    def fetcher(self, identity: str, outbox: Outbox | None = None) -> ReliableFetch:
         s = self.settings
         return ReliableFetch(
             self.redis,
@@ -54,14 +92,27 @@ class RedisBroker:
             self.scripts,
             concurrency=s.concurrency,
             timeout=s.fetch_timeout,
+            outbox=outbox,
         )
 
-    def retry_at(self, unit: UnitOfWork, job: payload.JobDict, at: float) -> None:
-        """Put a failed job in the retry set and release it from in-flight, atomically."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.zadd(self.keys.retry, {payload.dumps(job): at})
-        release(pipe, unit)
-        pipe.execute()
+    def retry_at(
+        self, unit: UnitOfWork, job: payload.JobDict, at: float, outbox: Outbox | None = None
+    ) -> None:
+        """Put a failed job in the retry set and release it from in-flight, atomically.
+
+        The ``outbox``'s transitions (the job's ``error`` and "waiting for retry") are written
+        in the same transaction, so they are in the stream before any process can retry it.
+        """
+        draining: AbstractContextManager[list[str]] = (
+            outbox.draining() if outbox is not None else nullcontext([])
+        )
+        with draining as transitions:
+            pipe = self.redis.pipeline(transaction=True)
+            if transitions:
+                self._record(pipe, transitions)
+            pipe.zadd(self.keys.retry, {payload.dumps(job): at})
+            release(pipe, unit)
+            pipe.execute()
 
     def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
         """Add a job to the dead set (trimmed by age and count, as Sidekiq does) and release it."""

@@ -12,6 +12,10 @@ a buffer the threads take from. Claimed jobs are in the in-flight list all along
 crash loses none. When every queue is empty a thread blocks with BLMOVE on one queue
 (threads spread over the queues, rotating), so a new job starts at once instead of
 waiting for a poll.
+
+The same call writes the tracking outbox (transitions of tracked jobs, see
+``asynctask.tracking.outbox``) and reads the cancellation generation, so that tracking adds
+no round trip of its own to a busy worker.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from redis.client import Pipeline
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import QueueSpec
+from asynctask.tracking.outbox import Outbox, pack
 
 #: Seconds a thread blocks on one queue when there are more queues than threads, so that
 #: a queue without a blocked thread is still checked this often.
@@ -61,6 +66,7 @@ class ReliableFetch:
         *,
         concurrency: int,
         timeout: float,
+        outbox: Outbox | None = None,
     ) -> None:
         self.redis = conn
         self.keys = keys
@@ -78,6 +84,11 @@ class ReliableFetch:
         self._acks: list[UnitOfWork] = []
         #: Threads inside ``fetch`` without a job yet: how many jobs one claim should take.
         self._waiting = 0
+        self.outbox = outbox if outbox is not None else Outbox()
+        self._script_keys = [keys.tracking_stream, keys.tracking_seq, keys.cancel_generation]
+        #: The cancellation generation Redis had at the last claim: it changes whenever a task
+        #: is cancelled, and a job claimed after that sees the new value.
+        self.cancel_generation = b"0"
 
     def register(self) -> None:
         """Record this process's in-flight lists so that others can recover them if it dies."""
@@ -118,19 +129,22 @@ class ReliableFetch:
 
     def _claim(self, wanted: int, acks: list[UnitOfWork]) -> UnitOfWork | None:
         order = self.queue_order()
-        keys: list[str] = []
+        keys = self._script_keys[:]
+        first_queue = len(keys) + 1
         position: dict[str, int] = {}
         for name in order:
             position[self._inflight_keys[name]] = len(keys) + 2
             keys += (self._queue_keys[name], self._inflight_keys[name])
-        args: list[str | bytes | int] = [wanted, len(acks)]
-        for unit in acks:
-            args += (position[unit.inflight_key], unit.payload)
-        found = self._scripts.fetch(keys=keys, args=args)
+        with self.outbox.draining() as transitions:
+            args: list[str | bytes | int] = [wanted, len(transitions), pack(transitions), len(acks)]
+            for unit in acks:
+                args += (position[unit.inflight_key], unit.payload)
+            found = self._scripts.fetch(keys=keys, args=args)
+        self.cancel_generation = found[0]
         # Lua index i (1-based) is a queue key; its in-flight list is KEYS[i + 1], keys[i] here.
         units = [
-            UnitOfWork(order[(int(index) - 1) // 2], job, keys[int(index)])
-            for index, job in zip(found[::2], found[1::2], strict=True)
+            UnitOfWork(order[(int(index) - first_queue) // 2], job, keys[int(index)])
+            for index, job in zip(found[1::2], found[2::2], strict=True)
         ]
         if not units:
             return None
@@ -151,6 +165,7 @@ class ReliableFetch:
         )
         if job is None:
             return None
+        self.cancel_generation = cast(bytes, self.redis.get(self.keys.cancel_generation) or b"0")
         # The connection does not decode responses, so the payload arrives as bytes.
         return UnitOfWork(name, cast(bytes, job), self._inflight_keys[name])
 

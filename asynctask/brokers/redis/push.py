@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import redis
+from redis.commands.core import Script
 
 from asynctask import payload
 from asynctask.keys import Keys
+from asynctask.tracking.outbox import pack
 
 
 def push_jobs(
@@ -15,11 +17,17 @@ def push_jobs(
     keys: Keys,
     entries: Sequence[tuple[payload.JobDict, float | None]],
     max_payload_bytes: int,
+    *,
+    transitions: Sequence[str] = (),
+    record: Script | None = None,
+    atomic: bool = False,
 ) -> None:
     """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one ``ZADD``.
 
     An entry whose run-at time is in the future goes to ``schedule`` without ``enqueued_at``
     (as Sidekiq >= 7.1.2 writes it); every other job gets the same fresh ``enqueued_at``.
+    Tracking ``transitions`` (encoded) are recorded first, in the same pipeline, by the
+    ``record`` script. ``atomic`` wraps everything in MULTI/EXEC: all jobs or none.
     """
     now = payload.now()
     by_queue: dict[str, list[str]] = {}
@@ -31,7 +39,15 @@ def push_jobs(
         else:
             job["enqueued_at"] = now
             by_queue.setdefault(job["queue"], []).append(_encoded(job, max_payload_bytes))
-    pipe = conn.pipeline(transaction=False)
+    pipe = conn.pipeline(transaction=atomic)
+    if transitions:
+        if record is None:
+            raise ValueError("recording transitions needs the record script")
+        record(
+            keys=[keys.tracking_stream, keys.tracking_seq],
+            args=[len(transitions), pack(transitions)],
+            client=pipe,
+        )
     for queue, encoded in by_queue.items():
         pipe.sadd(keys.queues, queue)
         pipe.lpush(keys.queue(queue), *encoded)

@@ -21,3 +21,4 @@ class Scripts:
         self.fetch: Script = conn.register_script(_source("fetch"))
         self.requeue: Script = conn.register_script(_source("requeue"))
         self.enqueue_due: Script = conn.register_script(_source("enqueue_due"))
+        self.record: Script = conn.register_script(_source("record"))

@@ -1,0 +1,61 @@
+"""Engines for the tracking database, from ``ASYNCTASK_DATABASE_URL``.
+
+``postgresql://`` URLs use psycopg 3. SQLite files run in WAL mode (readers never wait for
+the writer) with a busy timeout; writers begin with ``BEGIN IMMEDIATE`` so that two processes
+writing one file queue up for the lock instead of failing halfway through a transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, Connection, make_url
+
+#: Seconds a SQLite writer waits for another process's write lock before giving up.
+SQLITE_BUSY_TIMEOUT = 30.0
+
+
+def normalize_url(url: str | URL) -> URL:
+    """``postgresql://`` and ``postgres://`` mean psycopg 3, the driver AsyncTask ships with."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def create_database_engine(url: str | URL, **kwargs: Any) -> Engine:
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        kwargs.setdefault("connect_args", {})
+        kwargs["connect_args"].setdefault("timeout", SQLITE_BUSY_TIMEOUT)
+        # Threads of one process share the engine; each takes its own pooled connection.
+        kwargs["connect_args"].setdefault("check_same_thread", False)
+        engine = create_engine(parsed, **kwargs)
+        _configure_sqlite(engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(parsed, **kwargs)
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine, but its transactions take SQLite's write lock when they begin."""
+    return engine.execution_options(asynctask_immediate=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling would issue BEGIN lazily (after our reads); we
+        # emit BEGIN ourselves in "begin" below.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        immediate = connection.get_execution_options().get("asynctask_immediate", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")

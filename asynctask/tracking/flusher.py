@@ -1,0 +1,179 @@
+"""The flusher: reads the tracking stream and applies it to SQL in batches.
+
+Every worker runs one (a thread); they share the stream through the consumer group
+``flushers``, so each entry goes to one of them. An entry is acknowledged and deleted only
+after the SQL transaction that applied it committed. While SQL is down the flusher keeps its
+batch and retries with backoff; the transitions wait in Redis, and jobs keep running. A
+flusher that dies holding entries loses nothing: after ``CLAIM_IDLE_MS`` another flusher
+claims them. Applying an entry twice is harmless (see ``apply``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import redis
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from asynctask.keys import Keys
+from asynctask.tracking.apply import apply_transitions
+from asynctask.tracking.transitions import Transition, decode_entry
+
+logger = logging.getLogger("asynctask.tracking")
+
+GROUP = "flushers"
+#: Stream entries per batch (each holds up to ``outbox.MAX_BATCH`` transitions).
+ENTRIES_PER_BATCH = 50
+#: Milliseconds a read blocks when the stream is empty.
+BLOCK_MS = 100
+#: Entries delivered to a flusher and unacknowledged this long are taken over by another.
+CLAIM_IDLE_MS = 60_000
+#: Seconds between looks for entries left by dead flushers.
+CLAIM_EVERY = 10.0
+#: Seconds a stopping flusher spends applying the last entries before leaving them to others.
+FINAL_FLUSH_SECONDS = 2.0
+#: Backoff (seconds) after a failed batch: doubles from the first value up to the second.
+RETRY_BACKOFF = (0.2, 5.0)
+
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
+class Flusher:
+    def __init__(self, conn: redis.Redis, keys: Keys, engine: Engine, consumer: str) -> None:
+        self.redis = conn
+        self.keys = keys
+        self.engine = engine
+        self.consumer = consumer
+        self._stopped = threading.Event()
+        self._group_ready = False
+        self._next_claim = 0.0
+        self.thread = threading.Thread(target=self.run, name="asynctask-tracking-flusher", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, then apply what the worker wrote last (its final transitions)."""
+        self._stopped.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        try:
+            self.flush(deadline=time.monotonic() + FINAL_FLUSH_SECONDS)
+        except (SQLAlchemyError, redis.RedisError) as exc:
+            logger.warning("tracking entries left for another flusher: %s", _first_line(exc))
+
+    def run(self) -> None:
+        backoff = RETRY_BACKOFF[0]
+        pending: list[Entry] = []
+        while not self._stopped.is_set():
+            try:
+                if not pending:
+                    pending = self._read(block=True)
+                if pending:
+                    self._apply(pending)
+                    pending = []
+                backoff = RETRY_BACKOFF[0]
+            except (SQLAlchemyError, redis.RedisError) as exc:
+                if isinstance(exc, redis.ResponseError) and "NOGROUP" in str(exc):
+                    # The stream was deleted (Redis restarted empty, say): make the group again.
+                    self._group_ready = False
+                logger.error(
+                    "applying %d tracking entries failed: %s; retrying in %.1f s",
+                    len(pending),
+                    _first_line(exc),
+                    backoff,
+                    extra={"fields": {"error": type(exc).__name__}},
+                )
+                self._keep(pending)
+                self._stopped.wait(backoff)
+                backoff = min(backoff * 2, RETRY_BACKOFF[1])
+
+    def flush(self, deadline: float | None = None) -> int:
+        """Apply what the stream holds now (until ``deadline``, monotonic); return how many entries."""
+        total = 0
+        while deadline is None or time.monotonic() < deadline:
+            batch = self._read(block=False)
+            if not batch:
+                break
+            self._apply(batch)
+            total += len(batch)
+        return total
+
+    def _read(self, *, block: bool) -> list[Entry]:
+        self._ensure_group()
+        if time.monotonic() >= self._next_claim:
+            self._next_claim = time.monotonic() + CLAIM_EVERY
+            orphans = self._claim_orphans()
+            if orphans:
+                return orphans
+        reply = self.redis.xreadgroup(
+            GROUP,
+            self.consumer,
+            {self.keys.tracking_stream: ">"},
+            count=ENTRIES_PER_BATCH,
+            block=BLOCK_MS if block else None,
+        )
+        if not reply:
+            return []
+        return list(cast(Any, reply)[0][1])
+
+    def _claim_orphans(self) -> list[Entry]:
+        reply = cast(
+            Any,
+            self.redis.xautoclaim(
+                self.keys.tracking_stream, GROUP, self.consumer, CLAIM_IDLE_MS, "0-0", count=ENTRIES_PER_BATCH
+            ),
+        )
+        entries = [entry for entry in reply[1] if entry[1]]
+        if entries:
+            logger.warning("took over %d tracking entries from a stopped flusher", len(entries))
+        return entries
+
+    def _apply(self, entries: Sequence[Entry]) -> None:
+        batch: list[Transition] = []
+        for entry_id, fields in entries:
+            try:
+                batch.extend(decode_entry(int(fields[b"s"]), fields[b"d"]))
+            except (KeyError, ValueError) as exc:
+                # Applying it can never succeed; keeping it would stop every later transition.
+                logger.error(
+                    "dropping malformed tracking entry %s: %s", entry_id.decode(), exc, extra={"fields": {}}
+                )
+        with self.engine.begin() as connection:
+            apply_transitions(connection, batch)
+        ids = [entry_id for entry_id, _ in entries]
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xack(self.keys.tracking_stream, GROUP, *ids)
+        pipe.xdel(self.keys.tracking_stream, *ids)
+        pipe.execute()
+
+    def _keep(self, entries: Sequence[Entry]) -> None:
+        """Reset the entries' idle time, so that others do not take over a batch we retry."""
+        if not entries:
+            return
+        try:
+            self.redis.xclaim(
+                self.keys.tracking_stream, GROUP, self.consumer, 0, [e[0] for e in entries], justid=True
+            )
+        except redis.RedisError:
+            # Redis is down too; the entries stay ours until it is back or we are gone.
+            pass
+
+    def _ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            self.redis.xgroup_create(self.keys.tracking_stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

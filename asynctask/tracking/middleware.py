@@ -1,0 +1,96 @@
+"""Tracking middleware: the seed's ``AsyncTask::MiddlewareServer``, plus its client half.
+
+Server (``TrackingServerMiddleware``), for a tracked job (``track=True``, or part of a task):
+- its task was cancelled before it started -> ``cancelled``; the job is skipped;
+- it starts -> ``working``; it returns -> ``finish``;
+- it raises ``asynctask.JobFailed`` -> ``failed`` with the message (the runtime does not
+  retry it);
+- it raises anything else -> ``error`` with the message; when the runtime then schedules a
+  retry, the retrier records ``enqueue`` "waiting for retry n of m" (the runtime decides, so
+  a ``retry_in`` hook that kills the job is reported truthfully);
+- a shutdown interrupts it -> ``error`` "interrupted", then ``enqueue``: it runs again.
+
+Client (``TrackingClientMiddleware``): a job pushed with ``track=True`` outside a task is
+recorded as ``enqueue`` in the same Redis round trip as the push. (Events of a task's jobs
+are written by ``create_task`` itself, in bulk.)
+
+Both are in the default chains (``asynctask.client_chain`` / ``server_chain``); add them
+to a chain of your own to track jobs pushed or run through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from asynctask import payload
+from asynctask.context import current_job
+from asynctask.errors import JobFailed, Shutdown, error_class_name
+from asynctask.tracking import outbox, transitions
+from asynctask.tracking.status import EventStatus
+from asynctask.tracking.tracker import is_tracked
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class TrackingClientMiddleware:
+    def __call__(
+        self, job: payload.JobDict, queue: str, call_next: Callable[[], payload.JobDict | None]
+    ) -> payload.JobDict | None:
+        pushed = call_next()
+        if pushed is not None and pushed.get("track") is True and "task" not in pushed:
+            args = pushed.get("args")
+            outbox.record_on_push(
+                transitions.status(
+                    pushed["jid"],
+                    EventStatus.ENQUEUE,
+                    name=str(pushed.get("class")),
+                    params=args if isinstance(args, list) else None,
+                )
+            )
+        return pushed
+
+
+class TrackingServerMiddleware:
+    def __call__(
+        self, definition: Any, job: payload.JobDict, queue: str, call_next: Callable[[], Any]
+    ) -> Any:
+        context = current_job()
+        tracker = context.tracker
+        if tracker is None or not is_tracked(job):
+            return call_next()
+        jid = job["jid"]
+        task = context.task_id
+        if task is not None and tracker.was_cancelled(task):
+            tracker.record(transitions.status(jid, EventStatus.CANCELLED, "task cancelled; not run"))
+            return None
+        standalone: dict[str, Any] = {}
+        if task is None:
+            args = job.get("args")
+            standalone = {"name": str(job.get("class")), "params": args if isinstance(args, list) else None}
+        tracker.record(transitions.status(jid, EventStatus.WORKING, "started", **standalone))
+        try:
+            result = call_next()
+        except JobFailed as exc:
+            tracker.record(
+                transitions.status(
+                    jid, EventStatus.FAILED, str(exc) or "failed", error_class=error_class_name(exc)
+                )
+            )
+            raise
+        except Shutdown:
+            tracker.record(transitions.status(jid, EventStatus.ERROR, "interrupted by shutdown"))
+            tracker.record(
+                transitions.status(jid, EventStatus.ENQUEUE, "pushed back to its queue; it will run again")
+            )
+            raise
+        except BaseException as exc:
+            tracker.record(
+                transitions.status(jid, EventStatus.ERROR, _describe(exc), error_class=error_class_name(exc))
+            )
+            raise
+        tracker.record(transitions.status(jid, EventStatus.FINISH, "finished"))
+        return result

@@ -1,0 +1,127 @@
+"""SQL tables of task tracking (SQLAlchemy 2.0 typed declarative; SQLite and PostgreSQL).
+
+- ``Task``: one bulk operation. Its per-status counts are columns, kept up to date by every
+  write, so reading a task's progress is one primary-key lookup however many jobs it has.
+- ``Event``: one per job (``job_id`` is the jid), the seed's Event.
+- ``EventMessage``: the append-only message log of an event (the seed's ``added_messages``).
+  ``seq`` is the position of the transition that wrote it in the tracking stream, so a log
+  reads in the order things happened, and a replayed transition is recognised and skipped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: JSONB on PostgreSQL (compact, comparable), JSON text elsewhere.
+JsonValue = JSON().with_variant(JSONB(), "postgresql")
+#: SQLite only auto-increments INTEGER PRIMARY KEY, so big ids are plain integers there.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JsonValue, list[Any]: JsonValue}
+
+
+class Task(Base):
+    __tablename__ = "asynctask_task"
+
+    #: Unguessable (128 random bits, URL-safe): a task id can be handed to a browser.
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    #: The registered name of the job every event of the task runs (the seed's worker_name).
+    job_name: Mapped[str] = mapped_column(String(255))
+    queue: Mapped[str] = mapped_column(String(255))
+    tenant: Mapped[str | None] = mapped_column(String(255))
+    meta: Mapped[dict[str, Any] | None]
+    state: Mapped[str] = mapped_column(String(16))
+    total: Mapped[int] = mapped_column(Integer)
+    chunk_size: Mapped[int] = mapped_column(Integer)
+    count_enqueue: Mapped[int] = mapped_column(Integer, default=0)
+    count_working: Mapped[int] = mapped_column(Integer, default=0)
+    count_finish: Mapped[int] = mapped_column(Integer, default=0)
+    count_failed: Mapped[int] = mapped_column(Integer, default=0)
+    count_error: Mapped[int] = mapped_column(Integer, default=0)
+    count_cancelled: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    #: When the first job started.
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: When the last job reached a final state (cleared if a job runs again).
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        # A tenant's tasks, newest first, paged by (created_at, id).
+        Index(None, "tenant", "created_at", "id"),
+    )
+
+
+class Event(Base):
+    __tablename__ = "asynctask_event"
+
+    #: Insertion order; the cursor of ``list_events``.
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(64), unique=True)
+    #: None for a job tracked on its own (``track=True``) outside any task.
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("asynctask_task.id", ondelete="CASCADE"))
+    job_name: Mapped[str | None] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    #: The job's args.
+    params: Mapped[list[Any] | None]
+    #: How many times the job has started (a rerun after an interruption counts too).
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    error_class: Mapped[str | None] = mapped_column(String(255))
+    #: The message of the last failure or error.
+    error: Mapped[str | None] = mapped_column(Text)
+    progress_done: Mapped[int | None] = mapped_column(BigInteger)
+    progress_total: Mapped[int | None] = mapped_column(BigInteger)
+    #: Stream position of the last status transition applied; older ones are ignored, so a
+    #: late ``working`` never overwrites ``finish``.
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    progress_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        # "events of task X with status Y after cursor Z, in order" is a range scan of this,
+        # and so is "all events of task X after Z" (status left out) via the next one.
+        Index(None, "task_id", "status", "id"),
+        Index(None, "task_id", "id"),
+    )
+
+
+class EventMessage(Base):
+    __tablename__ = "asynctask_event_message"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    event_id: Mapped[int] = mapped_column(ForeignKey("asynctask_event.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (UniqueConstraint("event_id", "seq"),)

@@ -1,0 +1,93 @@
+"""The worker's outbox: transitions waiting to be written to the tracking stream in Redis.
+
+Job threads only append to it (no round trip). It is emptied by whichever Redis call comes
+next: the fetch script that acknowledges finished jobs (so a job's ``finish`` is recorded
+in the same atomic step as its acknowledgement), the retry pipeline (so ``error`` and
+"waiting for retry" are recorded with the move to the retry set, before another process
+can pick the job up), the shutdown requeue, or, when nothing else happens, the sender
+thread a fraction of a second later.
+
+Order matters: a job's ``working`` must enter the stream before its ``finish``. Entries are
+taken oldest first, and ``draining`` holds a lock from taking them until the Redis call that
+writes them has returned, so two drains never overtake each other.
+
+Client pushes use ``collect()`` instead: the transitions recorded by client middleware
+during one ``Client.push`` go into the same pipeline as the jobs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from asynctask.tracking.transitions import Transition
+
+#: Transitions per stream entry at most, so one entry stays small.
+MAX_BATCH = 2000
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._entries: list[str] = []
+
+    def add(self, transition: Transition) -> None:
+        encoded = transition.encode()
+        with self._lock:
+            self._entries.append(encoded)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @contextmanager
+    def draining(self) -> Iterator[list[str]]:
+        """Yield the oldest pending entries to write; they are put back if the block raises."""
+        if not self._entries:
+            yield []
+            return
+        with self._send_lock:
+            with self._lock:
+                taken, self._entries = self._entries[:MAX_BATCH], self._entries[MAX_BATCH:]
+            try:
+                yield taken
+            except BaseException:
+                with self._lock:
+                    self._entries[:0] = taken
+                raise
+
+
+def pack(entries: Sequence[str]) -> str:
+    """One stream entry's data: a JSON array of encoded transitions."""
+    return "[" + ",".join(entries) + "]"
+
+
+_collected: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "asynctask_collected", default=None
+)
+
+
+@contextmanager
+def collect() -> Iterator[list[str]]:
+    """Gather the transitions recorded (by ``record_on_push``) while pushing jobs."""
+    entries: list[str] = []
+    token = _collected.set(entries)
+    try:
+        yield entries
+    finally:
+        _collected.reset(token)
+
+
+def record_on_push(transition: Transition) -> bool:
+    """Add ``transition`` to the push in progress; False if no ``Client`` push is collecting.
+
+    The scheduled/retry poller re-pushes jobs without collecting: their ``enqueue`` was
+    recorded when they were first pushed or scheduled for a retry.
+    """
+    entries = _collected.get()
+    if entries is None:
+        return False
+    entries.append(transition.encode())
+    return True

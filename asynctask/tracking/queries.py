@@ -1,0 +1,227 @@
+"""The read model: a task's progress and errors, its events page by page, a tenant's tasks.
+
+``get_task`` reads one task row by primary key (the counts are columns kept current by every
+write) and the first errors through the ``(task_id, status, id)`` index, so it costs the same
+for ten events or ten million. ``list_events`` is a keyset range scan of the same index.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, or_, select
+
+from asynctask.errors import TaskNotFound
+from asynctask.tracking.models import Event, EventMessage, Task
+from asynctask.tracking.status import TERMINAL, EventStatus, TaskState, TaskStatus
+from asynctask.tracking.views import EventView, MessageView, Page, TaskView
+
+# Core tables, not ORM entities: the read model returns plain rows turned into views.
+_EVENTS = Event.__table__
+_TASKS = Task.__table__
+
+#: Largest page ``list_events`` and ``list_tasks`` return.
+MAX_PAGE = 1000
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """Every stored time is UTC; SQLite hands them back naive, PostgreSQL in the session's zone."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def get_task(
+    connection: Connection, task_id: str, *, tenant: str | None = None, errors: int = 10
+) -> TaskView:
+    row = _task_row(connection, task_id, tenant)
+    first_errors: list[EventView] = []
+    if errors > 0 and (row.count_failed or row.count_error):
+        candidates: list[Row[Any]] = []
+        for status in (EventStatus.FAILED, EventStatus.ERROR):
+            query = (
+                select(_EVENTS)
+                .where(Event.task_id == task_id, Event.status == status.value)
+                .order_by(Event.id)
+                .limit(errors)
+            )
+            candidates.extend(connection.execute(query).all())
+        candidates.sort(key=lambda r: r.id)
+        first_errors = _with_messages(connection, candidates[:errors])
+    return _task_view(row, first_errors)
+
+
+def list_events(
+    connection: Connection,
+    task_id: str,
+    *,
+    status: str | None = None,
+    after: str | int | None = None,
+    limit: int = 100,
+    tenant: str | None = None,
+    messages: bool = True,
+) -> Page[EventView]:
+    _task_row(connection, task_id, tenant)
+    limit = _page_size(limit)
+    conditions = [Event.task_id == task_id]
+    if status is not None:
+        conditions.append(Event.status == EventStatus(status).value)
+    if after is not None:
+        conditions.append(Event.id > _event_cursor(after))
+    rows = connection.execute(select(_EVENTS).where(*conditions).order_by(Event.id).limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    events = _with_messages(connection, rows) if messages else [_event_view(r, ()) for r in rows]
+    return Page(tuple(events), str(rows[-1].id) if more and rows else None)
+
+
+def list_tasks(
+    connection: Connection, tenant: str | None, *, before: str | None = None, limit: int = 50
+) -> Page[TaskView]:
+    """A tenant's tasks, newest first (``tenant=None``: tasks created without a tenant)."""
+    limit = _page_size(limit)
+    owner = Task.tenant.is_(None) if tenant is None else Task.tenant == tenant
+    query = select(_TASKS).where(owner)
+    if before is not None:
+        created, task_id = _task_cursor(before)
+        query = query.where(
+            or_(Task.created_at < created, and_(Task.created_at == created, Task.id < task_id))
+        )
+    rows = connection.execute(query.order_by(Task.created_at.desc(), Task.id.desc()).limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    views = tuple(_task_view(r, []) for r in rows)
+    cursor = None
+    if more and rows:
+        last = rows[-1]
+        cursor = f"{_stored_time(last.created_at)}|{last.id}"
+    return Page(views, cursor)
+
+
+def _task_row(connection: Connection, task_id: str, tenant: str | None) -> Row[Any]:
+    query = select(_TASKS).where(Task.id == task_id)
+    if tenant is not None:
+        query = query.where(Task.tenant == tenant)
+    row = connection.execute(query).first()
+    if row is None:
+        raise TaskNotFound(task_id)
+    return row
+
+
+def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
+    r = row._mapping
+    counts = {status.value: int(r[f"count_{status.value}"]) for status in EventStatus}
+    done = sum(counts[s.value] for s in TERMINAL)
+    total = int(r["total"])
+    status = _status(r["state"], counts, done, total, r["started_at"])
+    started = as_utc(r["started_at"])
+    eta = None
+    if status == TaskStatus.RUNNING and started is not None and 0 < done < total:
+        elapsed = (datetime.now(UTC) - started).total_seconds()
+        if elapsed > 0:
+            eta = round((total - done) * elapsed / done, 3)
+    return TaskView(
+        id=r["id"],
+        job_name=r["job_name"],
+        queue=r["queue"],
+        tenant=r["tenant"],
+        meta=r["meta"],
+        status=status.value,
+        total=total,
+        counts=counts,
+        done=done,
+        progress=round(done / total, 6) if total else 1.0,
+        created_at=as_utc(r["created_at"]) or datetime.now(UTC),
+        started_at=started,
+        finished_at=as_utc(r["finished_at"]),
+        cancelled_at=as_utc(r["cancelled_at"]),
+        eta_seconds=eta,
+        errors=tuple(errors),
+    )
+
+
+def _status(
+    state: str, counts: dict[str, int], done: int, total: int, started: datetime | None
+) -> TaskStatus:
+    if state == TaskState.CREATING:
+        return TaskStatus.CREATING
+    if state == TaskState.ABORTED:
+        return TaskStatus.ABORTED
+    if state == TaskState.CANCELLED:
+        return TaskStatus.CANCELLED
+    if done >= total:
+        bad = counts[EventStatus.FAILED.value] + counts[EventStatus.ERROR.value]
+        return TaskStatus.FINISHED_WITH_ERRORS if bad else TaskStatus.FINISHED
+    if started is None and done == 0 and counts[EventStatus.WORKING.value] == 0:
+        return TaskStatus.PENDING
+    return TaskStatus.RUNNING
+
+
+def _with_messages(connection: Connection, rows: Sequence[Row[Any]]) -> list[EventView]:
+    if not rows:
+        return []
+    by_event: dict[int, list[MessageView]] = defaultdict(list)
+    query = (
+        select(EventMessage.event_id, EventMessage.at, EventMessage.status, EventMessage.text)
+        .where(EventMessage.event_id.in_([r.id for r in rows]))
+        .order_by(EventMessage.event_id, EventMessage.seq)
+    )
+    for m in connection.execute(query):
+        by_event[m.event_id].append(MessageView(as_utc(m.at) or m.at, m.status, m.text))
+    return [_event_view(r, tuple(by_event.get(r.id, ()))) for r in rows]
+
+
+def _event_view(row: Row[Any], messages: tuple[MessageView, ...]) -> EventView:
+    r = row._mapping
+    return EventView(
+        id=r["id"],
+        job_id=r["job_id"],
+        task_id=r["task_id"],
+        job_name=r["job_name"],
+        status=r["status"],
+        params=r["params"],
+        attempt=r["attempt"],
+        error=r["error"],
+        error_class=r["error_class"],
+        progress_done=r["progress_done"],
+        progress_total=r["progress_total"],
+        enqueued_at=as_utc(r["enqueued_at"]),
+        started_at=as_utc(r["started_at"]),
+        finished_at=as_utc(r["finished_at"]),
+        updated_at=as_utc(r["updated_at"]),
+        messages=messages,
+    )
+
+
+def _page_size(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}")
+    return limit
+
+
+def _event_cursor(after: str | int) -> int:
+    try:
+        value = int(after)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid events cursor {after!r}") from None
+    if value < 0:
+        raise ValueError(f"invalid events cursor {after!r}")
+    return value
+
+
+def _stored_time(value: datetime) -> str:
+    return (as_utc(value) or value).isoformat()
+
+
+def _task_cursor(before: str) -> tuple[datetime, str]:
+    created, _, task_id = before.partition("|")
+    try:
+        when = datetime.fromisoformat(created)
+    except ValueError:
+        raise ValueError(f"invalid tasks cursor {before!r}") from None
+    if not task_id:
+        raise ValueError(f"invalid tasks cursor {before!r}")
+    return when, task_id

@@ -1,0 +1,130 @@
+"""``Tracking``: the task API in one object (an engine plus a client), and the default one.
+
+``asynctask.create_task(...)``, ``get_task(...)`` and the rest use ``default_tracking()``:
+the default client (``asynctask.configure``) and ``ASYNCTASK_DATABASE_URL``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import Engine
+
+from asynctask.client import Client, default_client
+from asynctask.job import JobDefinition
+from asynctask.settings import Settings
+from asynctask.tracking import queries, tasks
+from asynctask.tracking.database import create_database_engine
+from asynctask.tracking.views import EventView, Page, TaskView
+
+
+class Tracking:
+    def __init__(
+        self, client: Client | None = None, engine: Engine | None = None, settings: Settings | None = None
+    ) -> None:
+        self.client = client if client is not None else default_client()
+        settings = settings or self.client.settings
+        self.engine = engine if engine is not None else create_database_engine(settings.database_url)
+
+    def create_task(
+        self,
+        job: JobDefinition[Any] | str,
+        items: Iterable[Any],
+        *,
+        chunk_size: int = 1,
+        tenant: str | None = None,
+        queue: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> TaskView:
+        task_id = tasks.create_task(
+            self.engine, self.client, job, items, chunk_size=chunk_size, tenant=tenant, queue=queue, meta=meta
+        )
+        return self.get_task(task_id)
+
+    def get_task(self, task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:
+        with self.engine.connect() as connection:
+            return queries.get_task(connection, task_id, tenant=tenant, errors=errors)
+
+    def list_events(
+        self,
+        task_id: str,
+        *,
+        status: str | None = None,
+        after: str | int | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
+        messages: bool = True,
+    ) -> Page[EventView]:
+        with self.engine.connect() as connection:
+            return queries.list_events(
+                connection, task_id, status=status, after=after, limit=limit, tenant=tenant, messages=messages
+            )
+
+    def list_tasks(self, tenant: str | None, *, before: str | None = None, limit: int = 50) -> Page[TaskView]:
+        with self.engine.connect() as connection:
+            return queries.list_tasks(connection, tenant, before=before, limit=limit)
+
+    def cancel_task(self, task_id: str, *, tenant: str | None = None) -> TaskView:
+        tasks.cancel_task(self.engine, self.client, task_id, tenant=tenant)
+        return self.get_task(task_id)
+
+    def retry_task(self, task_id: str, *, tenant: str | None = None) -> int:
+        """Re-enqueue the task's failed and error jobs; return how many (counts follow within a flush)."""
+        return tasks.retry_task(self.engine, self.client, task_id, tenant=tenant)
+
+
+_lock = threading.Lock()
+_default: Tracking | None = None
+
+
+def default_tracking() -> Tracking:
+    global _default
+    with _lock:
+        client = default_client()
+        if _default is None or _default.client is not client:
+            _default = Tracking(client)
+        return _default
+
+
+def create_task(
+    job: JobDefinition[Any] | str,
+    items: Iterable[Any],
+    *,
+    chunk_size: int = 1,
+    tenant: str | None = None,
+    queue: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> TaskView:
+    """Split ``items`` into jobs under one task, all or nothing; see ``Tracking.create_task``."""
+    return default_tracking().create_task(
+        job, items, chunk_size=chunk_size, tenant=tenant, queue=queue, meta=meta
+    )
+
+
+def get_task(task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:
+    return default_tracking().get_task(task_id, tenant=tenant, errors=errors)
+
+
+def list_events(
+    task_id: str,
+    *,
+    status: str | None = None,
+    after: str | int | None = None,
+    limit: int = 100,
+    tenant: str | None = None,
+) -> Page[EventView]:
+    return default_tracking().list_events(task_id, status=status, after=after, limit=limit, tenant=tenant)
+
+
+def list_tasks(tenant: str | None, *, before: str | None = None, limit: int = 50) -> Page[TaskView]:
+    return default_tracking().list_tasks(tenant, before=before, limit=limit)
+
+
+def cancel_task(task_id: str, *, tenant: str | None = None) -> TaskView:
+    return default_tracking().cancel_task(task_id, tenant=tenant)
+
+
+def retry_task(task_id: str, *, tenant: str | None = None) -> int:
+    return default_tracking().retry_task(task_id, tenant=tenant)

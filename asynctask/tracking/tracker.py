@@ -1,0 +1,126 @@
+"""The worker side of tracking: what the tracking middleware, the retrier and job code call.
+
+Recording a transition appends it to the process's outbox and costs no round trip; the
+outbox is written to Redis by the next fetch, retry or shutdown step, or by the sender
+thread within ``SEND_INTERVAL`` (see ``outbox``). The flusher thread applies the stream to
+SQL. Neither thread ever fails a job: while Redis or SQL is down they log and try again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+import redis
+
+from asynctask import payload
+from asynctask.errors import error_class_name
+from asynctask.tracking import transitions
+from asynctask.tracking.status import EventStatus
+from asynctask.tracking.transitions import Transition
+
+if TYPE_CHECKING:
+    from asynctask.brokers.redis import RedisBroker
+    from asynctask.brokers.redis.fetch import ReliableFetch
+
+logger = logging.getLogger("asynctask.tracking")
+
+#: Seconds between writes of the outbox when no fetch or retry has written it.
+SEND_INTERVAL = 0.1
+#: Seconds to wait after Redis refused a write of the outbox.
+SEND_ERROR_PAUSE = 1.0
+
+
+def is_tracked(job: payload.JobDict) -> bool:
+    """Jobs of a task are always tracked; others when they carry ``track: true``."""
+    return job.get("track") is True or isinstance(job.get("task"), str)
+
+
+class Tracker:
+    def __init__(self, broker: RedisBroker, fetch: ReliableFetch) -> None:
+        self.broker = broker
+        self.fetch = fetch
+        self.outbox = fetch.outbox
+        self._cancel_lock = threading.Lock()
+        self._known_generation: bytes | None = None
+        self._cancelled: frozenset[str] = frozenset()
+        self._stopped = threading.Event()
+        self._sender = threading.Thread(target=self._send_loop, name="asynctask-tracking-sender", daemon=True)
+
+    def record(self, transition: Transition) -> None:
+        self.outbox.add(transition)
+
+    def retry_scheduled(self, job: payload.JobDict, count: int, limit: int) -> None:
+        """The runtime put a failed job in the retry set: it waits again."""
+        if is_tracked(job):
+            self.record(
+                transitions.status(
+                    job["jid"], EventStatus.ENQUEUE, f"waiting for retry {count + 1} of {limit}"
+                )
+            )
+
+    def gave_up(self, job: payload.JobDict, outcome: str) -> None:
+        """The runtime will not retry a failed job: it stays ``error``; say where it went."""
+        if is_tracked(job):
+            self.record(Transition(job["jid"], transitions.LOG, payload.now(), outcome))
+
+    def buried(self, job: payload.JobDict, exc: BaseException) -> None:
+        """A job this process cannot run (unknown class, bad args) went to the dead set."""
+        if is_tracked(job) and isinstance(job.get("jid"), str):
+            self.record(
+                transitions.status(
+                    job["jid"],
+                    EventStatus.ERROR,
+                    f"cannot run: {exc}; moved to the dead set",
+                    error_class=error_class_name(exc),
+                )
+            )
+
+    def was_cancelled(self, task: str) -> bool:
+        """Whether ``task`` was cancelled before the job about to start was claimed.
+
+        The cancelled set is reloaded only when the generation seen by the last claim changed,
+        so this costs no round trip on the hot path.
+        """
+        generation = self.fetch.cancel_generation
+        if generation != self._known_generation:
+            with self._cancel_lock:
+                if generation != self._known_generation:
+                    names = self.broker.redis.hkeys(self.broker.keys.cancelled_tasks)
+                    self._cancelled = frozenset(n.decode() if isinstance(n, bytes) else n for n in names)
+                    self._known_generation = generation
+        return task in self._cancelled
+
+    def is_cancelled_now(self, task: str) -> bool:
+        """Asked by running job code: one round trip, always current."""
+        return bool(self.broker.redis.hexists(self.broker.keys.cancelled_tasks, task))
+
+    def start(self) -> None:
+        self._sender.start()
+
+    def stop(self) -> None:
+        """Stop the sender and write what is left (after the jobs have stopped)."""
+        self._stopped.set()
+        if self._sender.is_alive():
+            self._sender.join()
+        self.send()
+
+    def send(self) -> None:
+        """Write the outbox to Redis now (before a shutdown pushes unfinished jobs back)."""
+        try:
+            self.broker.record(self.outbox)
+        except redis.RedisError as exc:
+            logger.error(
+                "could not write %d tracking transition(s): %s", len(self.outbox), exc, extra={"fields": {}}
+            )
+
+    def _send_loop(self) -> None:
+        while not self._stopped.wait(SEND_INTERVAL):
+            if not len(self.outbox):
+                continue
+            try:
+                self.broker.record(self.outbox)
+            except redis.RedisError as exc:
+                logger.error("writing tracking transitions failed: %s; retrying", exc)
+                self._stopped.wait(SEND_ERROR_PAUSE)

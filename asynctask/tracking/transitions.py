@@ -1,0 +1,118 @@
+"""What the runtime records about a tracked job, and how it travels through Redis.
+
+A transition is one thing that happened to one job: a status change (with an optional
+message), a message appended by job code (``log``), or a progress report. Each is encoded
+as a compact JSON array; the worker sends many at once as one stream entry (see
+``outbox``) and the flusher applies them to SQL.
+
+Layouts (trailing nulls dropped):
+  status     [jid, status, at, text, error_class, task, name, params]
+  log        [jid, "log", at, text]
+  progress   [jid, "progress", at, null, done, total]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from asynctask.tracking.status import EventStatus
+
+LOG = "log"
+PROGRESS = "progress"
+_STATUSES = frozenset(s.value for s in EventStatus)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    jid: str
+    kind: str
+    at: float
+    text: str | None = None
+    error_class: str | None = None
+    #: Set on status transitions of jobs that are not part of a task, so that the flusher
+    #: can create their event row.
+    name: str | None = None
+    params: list[Any] | None = None
+    task: str | None = None
+    done: int | None = None
+    total: int | None = None
+    #: Position in the tracking stream, given by Redis when the transition is recorded.
+    seq: int = 0
+
+    @property
+    def is_status(self) -> bool:
+        return self.kind in _STATUSES
+
+    def encode(self) -> str:
+        if self.kind == PROGRESS:
+            fields: list[Any] = [self.jid, PROGRESS, self.at, None, self.done, self.total]
+        elif self.kind == LOG:
+            fields = [self.jid, LOG, self.at, self.text]
+        else:
+            fields = [self.jid, self.kind, self.at, self.text, self.error_class]
+            fields += (self.task, self.name, self.params)
+            while fields[-1] is None:
+                fields.pop()
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+
+def status(
+    jid: str,
+    kind: EventStatus,
+    text: str | None = None,
+    *,
+    error_class: str | None = None,
+    task: str | None = None,
+    name: str | None = None,
+    params: list[Any] | None = None,
+) -> Transition:
+    return Transition(
+        jid, kind.value, time.time(), text, error_class=error_class, name=name, params=params, task=task
+    )
+
+
+def decode_entry(first_seq: int, data: bytes | str) -> list[Transition]:
+    """The transitions of one stream entry; the n-th gets ``first_seq + n``.
+
+    Raises ValueError for an entry that is not a list of transitions.
+    """
+    items = json.loads(data)
+    if not isinstance(items, list):
+        raise ValueError("a tracking entry must be a JSON array")
+    return [_decode(item, first_seq + offset) for offset, item in enumerate(items)]
+
+
+def _decode(item: Any, seq: int) -> Transition:
+    if not isinstance(item, list) or len(item) < 3 or not isinstance(item[0], str):
+        raise ValueError(f"malformed transition {item!r}")
+    jid, kind, at = item[0], item[1], float(item[2])
+    padded = [*item, None, None, None, None, None][:8]
+    if kind == PROGRESS:
+        return Transition(jid, kind, at, done=_int(padded[4]), total=_int(padded[5]), seq=seq)
+    if kind == LOG:
+        return Transition(jid, kind, at, _text(padded[3]), seq=seq)
+    if kind not in _STATUSES:
+        raise ValueError(f"unknown transition kind {kind!r}")
+    params = padded[7] if isinstance(padded[7], list) else None
+    return Transition(
+        jid,
+        kind,
+        at,
+        _text(padded[3]),
+        error_class=_text(padded[4]),
+        task=_text(padded[5]),
+        name=_text(padded[6]),
+        params=params,
+        seq=seq,
+    )
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,75 @@
+"""What the read model returns: plain frozen dataclasses, ready to serialise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    at: datetime
+    status: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    id: int
+    job_id: str
+    task_id: str | None
+    job_name: str | None
+    status: str
+    params: list[Any] | None
+    attempt: int
+    error: str | None
+    error_class: str | None
+    progress_done: int | None
+    progress_total: int | None
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime | None
+    #: The message log, oldest first; empty when not asked for.
+    messages: tuple[MessageView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    id: str
+    job_name: str
+    queue: str
+    tenant: str | None
+    meta: dict[str, Any] | None
+    #: creating / aborted / pending / running / finished / finished_with_errors / cancelled.
+    #: "creating" and "aborted" mean create_task did not complete: none of the task's jobs
+    #: runs (if its jobs were in fact pushed, the first one to start turns it "running").
+    status: str
+    #: Jobs in the task.
+    total: int
+    #: Jobs per event status (enqueue, working, finish, failed, error, cancelled).
+    counts: dict[str, int]
+    #: Jobs that will not run again: finish + failed + error + cancelled.
+    done: int
+    #: ``done / total``, from 0.0 to 1.0.
+    progress: float
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancelled_at: datetime | None
+    #: Seconds until every job is done at the rate seen since the first started; None
+    #: before any job is done or after all are.
+    eta_seconds: float | None
+    #: The first failed or error events (by creation order), with their messages.
+    errors: tuple[EventView, ...]
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: tuple[T, ...]
+    #: Pass as ``after`` (events) or ``before`` (tasks) for the next page; None at the end.
+    next_cursor: str | None

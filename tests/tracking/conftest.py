@@ -1,0 +1,64 @@
+"""Fixtures for tracking tests: a fresh tracking database (SQLite file or PostgreSQL schema)
+with the tables created, a client and workers with the tracking middleware."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from asynctask import Client, Registry, Settings, Tracking
+from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
+from asynctask.tracking.database import create_database_engine
+from asynctask.tracking.models import Base
+from asynctask.worker import Worker
+from tests.conftest import wait_until
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    created = create_database_engine(database_url)
+    Base.metadata.create_all(created)
+    yield created
+    created.dispose()
+
+
+@pytest.fixture
+def tracked_settings(settings: Settings, database_url: str) -> Settings:
+    return Settings(**{**settings.__dict__, "database_url": database_url})
+
+
+@pytest.fixture
+def tracked_client(tracked_settings: Settings, registry: Registry, conn: redis.Redis) -> Client:
+    return Client(
+        tracked_settings, connection=conn, registry=registry, middleware=Chain([TrackingClientMiddleware()])
+    )
+
+
+@pytest.fixture
+def tracking(tracked_client: Client, engine: Engine) -> Tracking:
+    return Tracking(tracked_client, engine)
+
+
+@pytest.fixture
+def start_tracked_worker(
+    start_worker: Callable[..., Worker], database_url: str, engine: Engine
+) -> Callable[..., Worker]:
+    def start(**overrides: Any) -> Worker:
+        overrides.setdefault("server_middleware", Chain([TrackingServerMiddleware()]))
+        return start_worker(database_url=database_url, **overrides)
+
+    return start
+
+
+def wait_for_task(tracking: Tracking, task_id: str, timeout: float = 30.0) -> Any:
+    """The task's view once every job is done (as SQL says)."""
+
+    def done() -> Any:
+        view = tracking.get_task(task_id)
+        return view if view.status in ("finished", "finished_with_errors", "cancelled") else None
+
+    return wait_until(done, timeout, interval=0.05)

@@ -1,0 +1,260 @@
+"""Tracking semantics on SQLite and PostgreSQL: standalone tracked jobs, logs and progress while
+running, cancel, retry, and create_task's all-or-nothing promise."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Engine, func, select
+
+from asynctask import (
+    Client,
+    JobFailed,
+    JobNotRegistered,
+    QueueSpec,
+    Registry,
+    Settings,
+    TaskNotFound,
+    TaskStateError,
+    Tracking,
+    current_job,
+    job,
+)
+from asynctask.middleware import Chain
+from asynctask.tracking.models import Event, Task
+from asynctask.worker import Worker
+from tests.conftest import wait_until
+from tests.tracking.conftest import wait_for_task
+
+
+def event_of(tracking: Tracking, jid: str) -> Any:
+    with tracking.engine.connect() as connection:
+        return connection.execute(select(Event.__table__).where(Event.job_id == jid)).first()
+
+
+def test_a_job_tracked_on_its_own_gets_an_event_from_push_to_finish(
+    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+) -> None:
+    @job(registry=registry, track=True)
+    def lone(x: int) -> None:
+        current_job().log(f"x is {x}")
+
+    jid = lone.set(client=tracking.client).perform_async(7)
+    start_tracked_worker()
+    row = wait_until(lambda: (r := event_of(tracking, jid)) is not None and r.status == "finish" and r, 10)
+    assert row.task_id is None and row.job_name == "lone" and row.params == [7] and row.attempt == 1
+
+
+def test_enqueue_is_recorded_with_the_push_before_any_worker_runs(
+    tracking: Tracking, registry: Registry, settings: Settings, start_tracked_worker: Callable[..., Worker]
+) -> None:
+    @job(registry=registry, track=True)
+    def later() -> None:
+        pass
+
+    jid = later.set(client=tracking.client).perform_async()
+    # A worker's flusher applies the stream; with no job to run it applies only the enqueue.
+    start_tracked_worker(queues=(QueueSpec("elsewhere"),))
+    row = wait_until(lambda: event_of(tracking, jid), timeout=10)
+    assert row.status == "enqueue" and row.started_at is None and row.enqueued_at is not None
+
+
+def test_log_and_progress_are_visible_while_the_job_runs(
+    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+) -> None:
+    release = threading.Event()
+
+    @job(registry=registry)
+    def importer(rows: list[int]) -> None:
+        current_job().log(f"imported {len(rows)} rows")
+        current_job().progress(40, 200)
+        release.wait(20)
+
+    task = tracking.create_task(importer, [1, 2, 3], chunk_size=3)
+    start_tracked_worker()
+    started = time.monotonic()
+
+    def visible() -> Any:
+        page = tracking.list_events(task.id)
+        event = page.items[0]
+        return event if event.status == "working" and event.progress_done == 40 and event.messages else None
+
+    event = wait_until(visible, timeout=10)
+    assert time.monotonic() - started < 3
+    assert [m.text for m in event.messages] == ["started", "imported 3 rows"]
+    assert event.progress_total == 200
+    view = tracking.get_task(task.id)
+    assert view.status == "running" and view.counts["working"] == 1 and view.started_at is not None
+    release.set()
+    assert wait_for_task(tracking, task.id).status == "finished"
+
+
+def test_job_failed_is_failed_and_never_retried(
+    tracking: Tracking,
+    registry: Registry,
+    conn: redis.Redis,
+    namespace: str,
+    start_tracked_worker: Callable[..., Worker],
+) -> None:
+    @job(registry=registry, retry=5)
+    def sign_up(products: list[int]) -> None:
+        if products[0] % 2:
+            raise JobFailed(f"product {products[0]} is not eligible")
+
+    task = tracking.create_task(sign_up, range(6))
+    start_tracked_worker()
+    view = wait_for_task(tracking, task.id)
+    assert view.status == "finished_with_errors"
+    assert view.counts["failed"] == 3 and view.counts["finish"] == 3
+    assert sorted(e.error for e in view.errors) == [f"product {n} is not eligible" for n in (1, 3, 5)]
+    assert conn.zcard(f"{namespace}:retry") == 0 and conn.zcard(f"{namespace}:dead") == 0
+
+
+def test_cancel_task_stops_waiting_jobs_and_running_jobs_see_the_flag(
+    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+) -> None:
+    ran: list[int] = []
+    saw_cancel = threading.Event()
+
+    @job(registry=registry)
+    def step(items: list[int]) -> None:
+        ran.append(items[0])
+        if items[0] == 0:
+            deadline = time.monotonic() + 20
+            while not current_job().cancelled and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if current_job().cancelled:
+                saw_cancel.set()
+
+    task = tracking.create_task(step, range(30))
+    start_tracked_worker(concurrency=1)
+    wait_until(lambda: tracking.get_task(task.id).counts["working"] == 1, timeout=10)
+    view = tracking.cancel_task(task.id)
+    assert view.status == "cancelled" and view.counts["cancelled"] == 29 and view.cancelled_at is not None
+    assert saw_cancel.wait(10)
+    final = wait_until(lambda: (v := tracking.get_task(task.id)).counts["working"] == 0 and v, timeout=10)
+    time.sleep(0.5)
+    assert ran == [0]
+    assert final.counts == {"enqueue": 0, "working": 0, "finish": 1, "failed": 0, "error": 0, "cancelled": 29}
+    assert final.status == "cancelled" and final.finished_at is not None
+    with pytest.raises(TaskStateError):
+        tracking.retry_task(task.id)
+
+
+def test_retry_task_runs_failed_and_error_jobs_again(
+    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+) -> None:
+    fixed = threading.Event()
+    runs: list[int] = []
+
+    @job(registry=registry, retry=False)
+    def flaky(items: list[int]) -> None:
+        runs.append(items[0])
+        if not fixed.is_set():
+            if items[0] == 1:
+                raise JobFailed("not yet")
+            if items[0] == 2:
+                raise RuntimeError("boom")
+
+    task = tracking.create_task(flaky, range(4))
+    start_tracked_worker()
+    first = wait_for_task(tracking, task.id)
+    assert first.counts["failed"] == 1 and first.counts["error"] == 1 and first.counts["finish"] == 2
+    fixed.set()
+    assert tracking.retry_task(task.id) == 2
+    final = wait_until(lambda: (v := tracking.get_task(task.id)).status == "finished" and v, timeout=10)
+    assert final.counts["finish"] == 4 and final.counts["failed"] == 0 and final.counts["error"] == 0
+    assert sorted(runs) == [0, 1, 1, 2, 2, 3]
+    events = {(e.params or [[None]])[0][0]: e for e in tracking.list_events(task.id).items}
+    assert [m.text for m in events[2].messages] == [
+        "started",
+        "RuntimeError: boom",
+        "not retried (retry: false)",
+        "retried by request",
+        "started",
+        "finished",
+    ]
+    assert events[2].attempt == 2
+
+
+def test_create_task_is_all_or_nothing_when_redis_refuses(
+    engine: Engine, tracked_settings: Settings, registry: Registry
+) -> None:
+    @job(registry=registry)
+    def never(items: list[int]) -> None:
+        raise AssertionError("must not run")
+
+    dead_redis = Settings(**{**tracked_settings.__dict__, "redis_url": "redis://127.0.0.1:1/0"})
+    broken = Tracking(Client(dead_redis, registry=registry, middleware=Chain()), engine)
+    with pytest.raises(redis.ConnectionError):
+        broken.create_task(never, range(100))
+    with engine.connect() as connection:
+        (task_id,) = connection.execute(select(Task.id)).one()
+    assert broken.get_task(task_id).status == "aborted"
+
+
+def test_create_task_rejects_bad_input_before_writing_anything(
+    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis, namespace: str
+) -> None:
+    @job(registry=registry)
+    def one(items: list[Any]) -> None:
+        pass
+
+    @job(registry=registry)
+    def two_args(items: list[Any], extra: int) -> None:
+        pass
+
+    with pytest.raises(JobNotRegistered):
+        tracking.create_task("missing", [1])
+    with pytest.raises(ValueError, match="chunk_size"):
+        tracking.create_task(one, [1], chunk_size=0)
+    with pytest.raises(ValueError, match="at least one item"):
+        tracking.create_task(one, [])
+    with pytest.raises(TypeError):
+        tracking.create_task(one, [object()])
+    with pytest.raises(Exception, match="cannot take"):
+        tracking.create_task(two_args, [1])
+
+    def drop(job: Any, queue: str, call_next: Callable[[], Any]) -> Any:
+        return None if job["args"][0][0] == 3 else call_next()
+
+    tracking.client.middleware.add(drop)
+    with pytest.raises(ValueError, match="dropped"):
+        tracking.create_task(one, range(5))
+    with engine.connect() as connection:
+        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
+        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    assert conn.llen(f"{namespace}:queue:default") == 0
+
+
+def test_chunks_pages_tenants_and_unknown_ids(tracking: Tracking, registry: Registry) -> None:
+    @job(registry=registry, queue="imports")
+    def rows(items: list[int]) -> None:
+        pass
+
+    task = tracking.create_task(rows, range(25), chunk_size=10, tenant="acme", meta={"file": "a.csv"})
+    assert task.total == 3 and task.queue == "imports" and task.meta == {"file": "a.csv"}
+    events = tracking.list_events(task.id, limit=2)
+    assert [e.params for e in events.items] == [[list(range(10))], [list(range(10, 20))]]
+    rest = tracking.list_events(task.id, after=events.next_cursor, limit=2)
+    assert [e.params for e in rest.items] == [[list(range(20, 25))]] and rest.next_cursor is None
+    assert tracking.list_events(task.id, status="finish").items == ()
+
+    other = tracking.create_task(rows, [1], tenant="acme")
+    tracking.create_task(rows, [1], tenant="globex")
+    page = tracking.list_tasks("acme", limit=1)
+    assert [t.id for t in page.items] == [other.id]
+    assert [t.id for t in tracking.list_tasks("acme", before=page.next_cursor).items] == [task.id]
+    with pytest.raises(TaskNotFound):
+        tracking.get_task(task.id, tenant="globex")
+    with pytest.raises(TaskNotFound):
+        tracking.list_events("no-such-task")
+    with pytest.raises(ValueError):
+        tracking.list_events(task.id, status="bogus")
+    with pytest.raises(ValueError):
+        tracking.list_events(task.id, limit=0)
