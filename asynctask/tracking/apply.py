@@ -43,7 +43,6 @@ class _EventState:
     status: str
     seq: int
     progress_seq: int
-    attempt: int
     changes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,7 +77,7 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> in
                 started[state.task_id] = first_start
     updates = [{"b_id": s.id, **s.changes} for s in states.values() if s.changes]
     _update_events(connection, updates)
-    _insert_messages(connection, messages)
+    _count_attempts(connection, _insert_messages(connection, messages))
     _update_tasks(connection, deltas, started, touched={s.task_id for s in states.values() if s.task_id})
     return len(updates)
 
@@ -97,10 +96,8 @@ def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
         state.status, state.seq = t.kind, t.seq
         changes: dict[str, Any] = {"status": t.kind, "seq": t.seq, "updated_at": at}
         if t.kind == EventStatus.WORKING:
-            state.attempt += 1
             state.progress_seq = t.seq
             changes.update(
-                attempt=state.attempt,
                 started_at=at,
                 finished_at=None,
                 progress_done=None,
@@ -114,11 +111,14 @@ def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
         if t.kind in (EventStatus.FAILED, EventStatus.ERROR):
             changes.update(error=t.text, error_class=t.error_class)
         state.changes.update(changes)
-    return [_message(state, t, at, t.kind)] if t.text else []
+    # A start always leaves a message (attempts are counted from them).
+    return [_message(state, t, at, t.kind)] if t.text or t.kind == EventStatus.WORKING else []
 
 
 def _message(state: _EventState, t: Transition, at: datetime, status: str) -> dict[str, Any]:
-    return {"event_id": state.id, "seq": t.seq, "at": at, "status": status, "text": t.text}
+    starts = t.kind == EventStatus.WORKING
+    text = t.text or "started"
+    return {"event_id": state.id, "seq": t.seq, "at": at, "status": status, "text": text, "starts": starts}
 
 
 def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventState]:
@@ -130,7 +130,6 @@ def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventSta
         Event.status,
         Event.seq,
         Event.progress_seq,
-        Event.attempt,
     )
     for start in range(0, len(job_ids), LOOKUP_CHUNK):
         chunk = job_ids[start : start + LOOKUP_CHUNK]
@@ -138,9 +137,7 @@ def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventSta
         if connection.dialect.name == "postgresql":
             query = query.with_for_update()
         for row in connection.execute(query):
-            states[row.job_id] = _EventState(
-                row.id, row.task_id, row.status, row.seq, row.progress_seq, row.attempt
-            )
+            states[row.job_id] = _EventState(row.id, row.task_id, row.status, row.seq, row.progress_seq)
     return states
 
 
@@ -184,12 +181,34 @@ def _update_events(connection: Connection, updates: list[dict[str, Any]]) -> Non
         connection.execute(statement, rows)
 
 
-def _insert_messages(connection: Connection, messages: list[dict[str, Any]]) -> None:
-    if messages:
-        statement = _dialect_insert(connection, EventMessage).on_conflict_do_nothing(
-            index_elements=["event_id", "seq"]
+def _insert_messages(connection: Connection, messages: list[dict[str, Any]]) -> dict[int, int]:
+    """Insert the messages not stored yet; return how many starts each event gained."""
+    if not messages:
+        return {}
+    statement = (
+        _dialect_insert(connection, EventMessage)
+        .on_conflict_do_nothing(index_elements=["event_id", "seq"])
+        .returning(EventMessage.event_id, EventMessage.seq)
+    )
+    start_keys = {(m["event_id"], m["seq"]) for m in messages if m.pop("starts")}
+    starts: dict[int, int] = defaultdict(int)
+    for row in connection.execute(statement, messages):
+        if (row.event_id, row.seq) in start_keys:
+            starts[row.event_id] += 1
+    return starts
+
+
+def _count_attempts(connection: Connection, starts: dict[int, int]) -> None:
+    """An event's attempt is how many distinct starts it has had: counted from the "started"
+    messages actually inserted, so replays and batches applied out of order count each once."""
+    if starts:
+        statement = (
+            update(Event)
+            .where(Event.id == bindparam("b_id"))
+            .values(attempt=Event.attempt + bindparam("b_starts"))
+            .execution_options(synchronize_session=False)
         )
-        connection.execute(statement, messages)
+        connection.execute(statement, [{"b_id": event_id, "b_starts": n} for event_id, n in starts.items()])
 
 
 def _update_tasks(
