@@ -6,6 +6,9 @@ push. Server middleware: ``mw(definition, job, queue, call_next) -> None``; it w
 execution inside the worker. Not calling ``call_next`` skips the job (it counts as done). An
 exception escaping a server middleware is handled like one raised by the job: the job is
 retried or moved to the dead set, never lost.
+
+The default chains start with the tracking middleware (``asynctask.tracking.middleware``),
+which does nothing for jobs that are not tracked.
 """
 
 from __future__ import annotations

@@ -36,6 +36,11 @@ def utc(at: float) -> datetime:
     return datetime.fromtimestamp(at, UTC)
 
 
+def _aware(value: datetime | None) -> datetime | None:
+    """SQLite returns stored UTC times naive."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
 @dataclass
 class _EventState:
     id: int
@@ -43,6 +48,8 @@ class _EventState:
     status: str
     seq: int
     progress_seq: int
+    #: Start of the latest run.
+    started_at: datetime | None
     changes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,11 +77,11 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> in
             if state.status != before:
                 deltas[state.task_id][before] -= 1
                 deltas[state.task_id][state.status] += 1
-            first_start = state.changes.get("started_at")
-            if first_start is not None and (
-                state.task_id not in started or first_start < started[state.task_id]
-            ):
-                started[state.task_id] = first_start
+            for transition in transitions:
+                if transition.kind == EventStatus.WORKING:
+                    at = utc(transition.at)
+                    if state.task_id not in started or at < started[state.task_id]:
+                        started[state.task_id] = at
     updates = [{"b_id": s.id, **s.changes} for s in states.values() if s.changes]
     _update_events(connection, updates)
     _count_attempts(connection, _insert_messages(connection, messages))
@@ -97,6 +104,7 @@ def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
         changes: dict[str, Any] = {"status": t.kind, "seq": t.seq, "updated_at": at}
         if t.kind == EventStatus.WORKING:
             state.progress_seq = t.seq
+            state.started_at = at
             changes.update(
                 started_at=at,
                 finished_at=None,
@@ -111,6 +119,11 @@ def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
         if t.kind in (EventStatus.FAILED, EventStatus.ERROR):
             changes.update(error=t.text, error_class=t.error_class)
         state.changes.update(changes)
+    elif t.kind == EventStatus.WORKING and (state.started_at is None or at > state.started_at):
+        # A start applied after a later status (flushers raced, or one retried a batch after
+        # an outage): the status stays, but the run's start time is still recorded.
+        state.started_at = at
+        state.changes["started_at"] = at
     # A start always leaves a message (attempts are counted from them).
     return [_message(state, t, at, t.kind)] if t.text or t.kind == EventStatus.WORKING else []
 
@@ -130,6 +143,7 @@ def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventSta
         Event.status,
         Event.seq,
         Event.progress_seq,
+        Event.started_at,
     )
     for start in range(0, len(job_ids), LOOKUP_CHUNK):
         chunk = job_ids[start : start + LOOKUP_CHUNK]
@@ -137,7 +151,9 @@ def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventSta
         if connection.dialect.name == "postgresql":
             query = query.with_for_update()
         for row in connection.execute(query):
-            states[row.job_id] = _EventState(row.id, row.task_id, row.status, row.seq, row.progress_seq)
+            states[row.job_id] = _EventState(
+                row.id, row.task_id, row.status, row.seq, row.progress_seq, _aware(row.started_at)
+            )
     return states
 
 

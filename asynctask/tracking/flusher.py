@@ -78,15 +78,18 @@ class Flusher:
                     self._apply(pending)
                     pending = []
                 backoff = RETRY_BACKOFF[0]
-            except (SQLAlchemyError, redis.RedisError) as exc:
+            except Exception as exc:
                 if isinstance(exc, redis.ResponseError) and "NOGROUP" in str(exc):
                     # The stream was deleted (Redis restarted empty, say): make the group again.
                     self._group_ready = False
+                expected = isinstance(exc, SQLAlchemyError | redis.RedisError)
                 logger.error(
                     "applying %d tracking entries failed: %s; retrying in %.1f s",
                     len(pending),
                     _first_line(exc),
                     backoff,
+                    # An outage is explained by its message; anything else is a bug: show where.
+                    exc_info=None if expected else exc,
                     extra={"fields": {"error": type(exc).__name__}},
                 )
                 self._keep(pending)

@@ -111,9 +111,7 @@ class Tracker:
         try:
             self.broker.record(self.outbox)
         except redis.RedisError as exc:
-            logger.error(
-                "could not write %d tracking transition(s): %s", len(self.outbox), exc, extra={"fields": {}}
-            )
+            logger.error("could not write %d tracking transition(s): %s", len(self.outbox), exc)
 
     def _send_loop(self) -> None:
         while not self._stopped.wait(SEND_INTERVAL):
