@@ -69,6 +69,17 @@ def _parser() -> argparse.ArgumentParser:
     when.add_argument("--at", type=float, help="run at this epoch time")
     enqueue.set_defaults(run=_run_enqueue)
 
+    flusher = commands.add_parser(
+        "flusher", help="apply tracked jobs' transitions to the tracking database (workers start one each)"
+    )
+    _connection_options(flusher)
+    flusher.add_argument(
+        "--database-url", metavar="URL", help="tracking database (env ASYNCTASK_DATABASE_URL)"
+    )
+    flusher.add_argument("--consumer", help="name in the flushers' consumer group (default: host:pid)")
+    flusher.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone")
+    flusher.set_defaults(run=_run_flusher)
+
     db = commands.add_parser("db", help="migrate the tracking database")
     db_commands = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_commands.add_parser("upgrade", help="apply the migrations up to a revision")
@@ -117,6 +128,17 @@ def _run_worker(args: argparse.Namespace) -> int:
     from asynctask.worker import Worker
 
     Worker(settings).run()
+    return 0
+
+
+def _run_flusher(args: argparse.Namespace) -> int:
+    import socket
+
+    from asynctask.tracking.flusher_process import run_flusher
+
+    settings = _settings(args, database_url=args.database_url)
+    log.setup(settings.log_level, settings.log_format)
+    run_flusher(settings, args.consumer or f"{socket.gethostname()}:{os.getpid()}", args.parent)
     return 0
 
 

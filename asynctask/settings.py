@@ -71,6 +71,9 @@ class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     #: Whether a worker sends tracked jobs' transitions and applies them to the database.
     tracking: bool = True
+    #: Where a worker applies transitions to SQL: "process" (a child process, the default),
+    #: "thread" (in the worker), or "off" (another process runs ``asynctask flusher``).
+    flusher: str = "process"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -86,6 +89,8 @@ class Settings:
             values["database_url"] = env["ASYNCTASK_DATABASE_URL"]
         if env.get("ASYNCTASK_TRACKING"):
             values["tracking"] = _boolean("ASYNCTASK_TRACKING", env["ASYNCTASK_TRACKING"])
+        if env.get("ASYNCTASK_FLUSHER"):
+            values["flusher"] = env["ASYNCTASK_FLUSHER"]
         if env.get("ASYNCTASK_QUEUES"):
             values["queues"] = tuple(QueueSpec.parse(q) for q in env["ASYNCTASK_QUEUES"].split(";"))
         for name, convert in (
@@ -120,6 +125,8 @@ class Settings:
             raise ValueError("timeout must not be negative")
         if self.heartbeat_interval <= 0 or self.process_ttl <= self.heartbeat_interval:
             raise ValueError("process_ttl must be longer than heartbeat_interval, and both positive")
+        if self.flusher not in ("process", "thread", "off"):
+            raise ValueError("flusher must be 'process', 'thread' or 'off'")
         if self.log_format not in ("logfmt", "json"):
             raise ValueError("log_format must be 'logfmt' or 'json'")
         return self

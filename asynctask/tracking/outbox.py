@@ -33,6 +33,8 @@ class Outbox:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._entries: list[str] = []
+        #: Set by the worker's tracker: acknowledgements must then wait for earlier drains.
+        self.tracking = False
 
     def add(self, transition: Transition) -> None:
         encoded = transition.encode()
@@ -43,9 +45,14 @@ class Outbox:
         return len(self._entries)
 
     @contextmanager
-    def draining(self) -> Iterator[list[str]]:
-        """Yield the oldest pending entries to write; they are put back if the block raises."""
-        if not self._entries:
+    def draining(self, acknowledging: bool = False) -> Iterator[list[str]]:
+        """Yield the oldest pending entries to write; they are put back if the block raises.
+
+        ``acknowledging``: the caller's write also acknowledges finished jobs. Their ``finish``
+        may be in a drain another thread is still writing, so it waits for that drain: a job
+        is never acknowledged in Redis before its ``finish`` is.
+        """
+        if not self._entries and not (acknowledging and self.tracking):
             yield []
             return
         with self._send_lock:

@@ -42,6 +42,7 @@ class Tracker:
         self.broker = broker
         self.fetch = fetch
         self.outbox = fetch.outbox
+        self.outbox.tracking = True
         self._cancel_lock = threading.Lock()
         self._known_generation: bytes | None = None
         self._cancelled: frozenset[str] = frozenset()

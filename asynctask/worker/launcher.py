@@ -29,6 +29,7 @@ from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings
 from asynctask.tracking.database import create_database_engine, writer
 from asynctask.tracking.flusher import Flusher
+from asynctask.tracking.flusher_process import FlusherProcess
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
@@ -56,15 +57,18 @@ class Worker:
         self.stats = Stats()
         self.fetch = self.broker.fetcher(self.identity)
         self.tracker: Tracker | None = None
-        self.flusher: Flusher | None = None
+        self.flusher: Flusher | FlusherProcess | None = None
         if self.settings.tracking:
             self.tracker = Tracker(self.broker, self.fetch)
-            self.flusher = Flusher(
-                self.broker.redis,
-                self.broker.keys,
-                writer(create_database_engine(self.settings.database_url)),
-                self.identity,
-            )
+            if self.settings.flusher == "process":
+                self.flusher = FlusherProcess(self.settings, f"{self.identity}:flusher")
+            elif self.settings.flusher == "thread":
+                self.flusher = Flusher(
+                    self.broker.redis,
+                    self.broker.keys,
+                    writer(create_database_engine(self.settings.database_url)),
+                    self.identity,
+                )
         self.manager = Manager(
             self.settings,
             self.broker,
@@ -111,8 +115,9 @@ class Worker:
                 }
             },
         )
-        if self.tracker is not None and self.flusher is not None:
+        if self.tracker is not None:
             self.tracker.start()
+        if self.flusher is not None:
             self.flusher.start()
         self.manager.start()
         self.poller.start()
@@ -134,10 +139,12 @@ class Worker:
         deadline = time.monotonic() + self.settings.timeout
         self.quiet()
         self.manager.stop(deadline)
-        if self.tracker is not None and self.flusher is not None:
+        if self.tracker is not None:
             self.tracker.stop()
+        if self.flusher is not None:
             self.flusher.stop()
-            self.flusher.engine.dispose()
+            if isinstance(self.flusher, Flusher):
+                self.flusher.engine.dispose()
         self._stopped.set()
         if self._beat_thread.is_alive():
             self._beat_thread.join()
@@ -168,6 +175,8 @@ class Worker:
         interval = self.settings.heartbeat_interval
         while not self._stopped.wait(interval):
             self.heartbeat.beat()
+            if isinstance(self.flusher, FlusherProcess):
+                self.flusher.check()
             try:
                 self.broker.recover_orphans(self.identity)
             except redis.RedisError as exc:

@@ -135,7 +135,7 @@ class ReliableFetch:
         for name in order:
             position[self._inflight_keys[name]] = len(keys) + 2
             keys += (self._queue_keys[name], self._inflight_keys[name])
-        with self.outbox.draining() as transitions:
+        with self.outbox.draining(acknowledging=bool(acks)) as transitions:
             args: list[str | bytes | int] = [wanted, len(transitions), pack(transitions), len(acks)]
             for unit in acks:
                 args += (position[unit.inflight_key], unit.payload)
@@ -179,8 +179,13 @@ class ReliableFetch:
         """Acknowledge every finished job now (before a shutdown requeues what is left)."""
         with self._lock:
             acks, self._acks = self._acks, []
-        if acks:
-            pipe = self.redis.pipeline(transaction=False)
+        with self.outbox.draining(acknowledging=bool(acks)) as transitions:
+            if not acks and not transitions:
+                return
+            pipe = self.redis.pipeline(transaction=True)
+            if transitions:
+                stream = self._script_keys[:2]
+                self._scripts.record(keys=stream, args=[len(transitions), pack(transitions)], client=pipe)
             for unit in acks:
                 release(pipe, unit)
             pipe.execute()

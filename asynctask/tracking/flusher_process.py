@@ -1,0 +1,97 @@
+"""The flusher in a process of its own (the default), supervised by its worker.
+
+Applying transitions to SQL is CPU work in Python; in a thread of the worker it would hold
+the GIL that the job threads need. A child process (``asynctask flusher``) runs it on another
+core instead. The worker restarts the child if it dies (checked at every heartbeat), stops it
+after its own last transitions are written, and the child exits by itself if the worker
+disappears (kill -9), so it never outlives its worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from asynctask.brokers.redis.connection import connect
+from asynctask.keys import Keys
+from asynctask.settings import Settings
+from asynctask.tracking.database import create_database_engine, writer
+from asynctask.tracking.flusher import Flusher
+
+logger = logging.getLogger("asynctask.tracking")
+
+#: Seconds the child gets to apply what is left after TERM before it is killed.
+STOP_TIMEOUT = 15.0
+#: Seconds between the child's checks that its worker is still alive.
+PARENT_CHECK_INTERVAL = 0.5
+
+
+class FlusherProcess:
+    def __init__(self, settings: Settings, consumer: str) -> None:
+        self.settings = settings
+        self.consumer = consumer
+        self.process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def start(self) -> None:
+        s = self.settings
+        env = {
+            **os.environ,
+            "ASYNCTASK_REDIS_URL": s.redis_url,
+            "ASYNCTASK_NAMESPACE": s.namespace,
+            "ASYNCTASK_DATABASE_URL": s.database_url,
+            "ASYNCTASK_LOG_LEVEL": s.log_level,
+            "ASYNCTASK_LOG_FORMAT": s.log_format,
+        }
+        command = [sys.executable, "-m", "asynctask", "flusher", "--consumer", self.consumer]
+        command += ["--parent", str(os.getpid())]
+        with self._lock:
+            self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+
+    def check(self) -> None:
+        """Restart the child if it died (called at every heartbeat)."""
+        with self._lock:
+            process, stopping = self.process, self._stopping
+        if stopping or process is None or process.poll() is None:
+            return
+        logger.error("tracking flusher process exited with status %s; restarting it", process.returncode)
+        self.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            logger.error("tracking flusher process did not stop in %.0f s; killing it", STOP_TIMEOUT)
+            process.kill()
+            process.wait()
+
+
+def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
+    """Body of ``asynctask flusher``: apply the stream until TERM/INT or the parent is gone."""
+    stop = threading.Event()
+    for name in ("SIGTERM", "SIGINT"):
+        signal.signal(getattr(signal, name), lambda _signum, _frame: stop.set())
+    conn = connect(settings.redis_url, max_connections=4)
+    engine = create_database_engine(settings.database_url)
+    flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer)
+    flusher.start()
+    try:
+        while not stop.wait(PARENT_CHECK_INTERVAL):
+            if parent is not None and os.getppid() != parent:
+                logger.warning("worker %d is gone; tracking flusher stopping", parent)
+                break
+    finally:
+        flusher.stop()
+        engine.dispose()
+        conn.close()
