@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from asynctask.tracking import apply_postgres
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import EventStatus, TaskState
 from asynctask.tracking.transitions import LOG, PROGRESS, Transition
@@ -82,11 +83,15 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> in
                     at = utc(transition.at)
                     if state.task_id not in started or at < started[state.task_id]:
                         started[state.task_id] = at
-    updates = [{"b_id": s.id, **s.changes} for s in states.values() if s.changes]
-    _update_events(connection, updates)
-    _count_attempts(connection, _insert_messages(connection, messages))
+    changes = {s.id: s.changes for s in states.values() if s.changes}
+    if connection.dialect.name == "postgresql":
+        apply_postgres.update_events(
+            connection, changes, apply_postgres.insert_messages(connection, messages)
+        )
+    else:
+        _update_events(connection, changes, _insert_messages(connection, messages))
     _update_tasks(connection, deltas, started, touched={s.task_id for s in states.values() if s.task_id})
-    return len(updates)
+    return len(changes)
 
 
 def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
@@ -145,15 +150,17 @@ def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventSta
         Event.progress_seq,
         Event.started_at,
     )
-    for start in range(0, len(job_ids), LOOKUP_CHUNK):
-        chunk = job_ids[start : start + LOOKUP_CHUNK]
-        query = select(*columns).where(Event.job_id.in_(chunk)).order_by(Event.job_id)
-        if connection.dialect.name == "postgresql":
-            query = query.with_for_update()
-        for row in connection.execute(query):
-            states[row.job_id] = _EventState(
-                row.id, row.task_id, row.status, row.seq, row.progress_seq, _aware(row.started_at)
-            )
+    rows: list[Any] = []
+    if connection.dialect.name == "postgresql":
+        rows = apply_postgres.load(connection, job_ids)
+    else:
+        for start in range(0, len(job_ids), LOOKUP_CHUNK):
+            chunk = job_ids[start : start + LOOKUP_CHUNK]
+            rows += connection.execute(select(*columns).where(Event.job_id.in_(chunk)))
+    for row in rows:
+        states[row.job_id] = _EventState(
+            row.id, row.task_id, row.status, row.seq, row.progress_seq, _aware(row.started_at)
+        )
     return states
 
 
@@ -182,16 +189,28 @@ def _insert_standalone(
     connection.execute(statement, rows)
 
 
-def _update_events(connection: Connection, updates: list[dict[str, Any]]) -> None:
-    """One executemany per set of changed columns (most batches have two or three shapes)."""
+def _update_events(
+    connection: Connection, changes: dict[int, dict[str, Any]], starts: dict[int, int]
+) -> None:
+    """One executemany per set of changed columns (most batches have two or three shapes).
+
+    An event's attempt grows by the starts counted from the messages actually inserted, so
+    replays and batches applied out of order count each start once.
+    """
     by_shape: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-    for row in updates:
-        by_shape[tuple(sorted(k for k in row if k != "b_id"))].append(row)
+    for event_id in changes.keys() | starts.keys():
+        row = {"b_id": event_id, **changes.get(event_id, {}), "b_starts": starts.get(event_id, 0)}
+        by_shape[tuple(sorted(k for k in row if k not in ("b_id", "b_starts")))].append(row)
     for shape, rows in by_shape.items():
         statement = (
             update(Event)
             .where(Event.id == bindparam("b_id"))
-            .values({name: bindparam(name) for name in shape})
+            .values(
+                {
+                    **{name: bindparam(name) for name in shape},
+                    "attempt": Event.attempt + bindparam("b_starts"),
+                }
+            )
             .execution_options(synchronize_session=False)
         )
         connection.execute(statement, rows)
@@ -212,19 +231,6 @@ def _insert_messages(connection: Connection, messages: list[dict[str, Any]]) -> 
         if (row.event_id, row.seq) in start_keys:
             starts[row.event_id] += 1
     return starts
-
-
-def _count_attempts(connection: Connection, starts: dict[int, int]) -> None:
-    """An event's attempt is how many distinct starts it has had: counted from the "started"
-    messages actually inserted, so replays and batches applied out of order count each once."""
-    if starts:
-        statement = (
-            update(Event)
-            .where(Event.id == bindparam("b_id"))
-            .values(attempt=Event.attempt + bindparam("b_starts"))
-            .execution_options(synchronize_session=False)
-        )
-        connection.execute(statement, [{"b_id": event_id, "b_starts": n} for event_id, n in starts.items()])
 
 
 def _update_tasks(

@@ -11,12 +11,13 @@ starts, which turns it ``ready`` (any transition of a task's job proves its jobs
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, case, insert, select, update
+from sqlalchemy import Connection, Engine, case, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
@@ -28,8 +29,20 @@ from asynctask.tracking.database import writer
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import EventStatus, TaskState
 
-#: Event rows per INSERT statement batch.
+#: Event rows per INSERT statement batch (SQLite).
 INSERT_BATCH = 5000
+EVENT_COLUMNS = (
+    "job_id",
+    "task_id",
+    "job_name",
+    "status",
+    "params",
+    "attempt",
+    "seq",
+    "progress_seq",
+    "enqueued_at",
+    "updated_at",
+)
 
 
 def new_task_id() -> str:
@@ -66,8 +79,8 @@ def create_task(
     head = {**options.payload_head(), "task": task_id}
     created = payload.now()
     jobs = [
-        {**head, "args": [chunk], "class": definition.name, "jid": payload.new_jid(), "created_at": created}
-        for chunk in chunks
+        {**head, "args": [chunk], "class": definition.name, "jid": jid, "created_at": created}
+        for chunk, jid in zip(chunks, payload.new_jids(len(chunks)), strict=True)
     ]
     jobs = [_through_middleware(client, item) for item in jobs]
 
@@ -92,23 +105,26 @@ def create_task(
                 created_at=at,
             )
         )
-        rows = [
-            {
-                "job_id": item["jid"],
-                "task_id": task_id,
-                "job_name": definition.name,
-                "status": EventStatus.ENQUEUE.value,
-                "params": item["args"],
-                "attempt": 0,
-                "seq": 0,
-                "progress_seq": 0,
-                "enqueued_at": at,
-                "updated_at": at,
-            }
-            for item in jobs
-        ]
-        for start in range(0, len(rows), INSERT_BATCH):
-            connection.execute(insert(Event), rows[start : start + INSERT_BATCH])
+        if connection.dialect.name == "postgresql":
+            _copy_events(connection, task_id, definition.name, at, jobs)
+        else:
+            rows = [
+                {
+                    "job_id": item["jid"],
+                    "task_id": task_id,
+                    "job_name": definition.name,
+                    "status": EventStatus.ENQUEUE.value,
+                    "params": item["args"],
+                    "attempt": 0,
+                    "seq": 0,
+                    "progress_seq": 0,
+                    "enqueued_at": at,
+                    "updated_at": at,
+                }
+                for item in jobs
+            ]
+            for start in range(0, len(rows), INSERT_BATCH):
+                connection.execute(insert(Event), rows[start : start + INSERT_BATCH])
 
     try:
         client.broker.push([(item, None) for item in jobs], atomic=True)
@@ -117,6 +133,32 @@ def create_task(
         raise
     _set_state(engine, task_id, TaskState.READY)
     return task_id
+
+
+def _copy_events(
+    connection: Connection, task_id: str, name: str, at: datetime, jobs: list[payload.JobDict]
+) -> None:
+    """PostgreSQL's COPY, fed one text block: several times faster than INSERTs for a big task.
+
+    Ids, status, numbers and the timestamp never need escaping; the name and params may.
+    """
+    head = f"\t{task_id}\t{_copy_text(name)}\t{EventStatus.ENQUEUE.value}\t"
+    stamp = at.isoformat()
+    tail = f"\t0\t0\t0\t{stamp}\t{stamp}\n"
+    data = "".join(
+        item["jid"] + head + _copy_text(json.dumps(item["args"], ensure_ascii=False)) + tail for item in jobs
+    )
+    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    columns = ", ".join(EVENT_COLUMNS)
+    with cursor.copy(f"COPY {Event.__tablename__} ({columns}) FROM STDIN") as copy:
+        copy.write(data)
+
+
+def _copy_text(value: str) -> str:
+    """Escape a value for COPY's text format (backslash, and the tab/newline separators)."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return value
 
 
 def _through_middleware(client: Client, item: payload.JobDict) -> payload.JobDict:

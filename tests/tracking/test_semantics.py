@@ -258,3 +258,22 @@ def test_chunks_pages_tenants_and_unknown_ids(tracking: Tracking, registry: Regi
         tracking.list_events(task.id, status="bogus")
     with pytest.raises(ValueError):
         tracking.list_events(task.id, limit=0)
+
+
+def test_items_with_separators_and_escapes_are_stored_exactly(tracking: Tracking, registry: Registry) -> None:
+    @job(registry=registry, name="odd\tname\\x")
+    def odd(items: list[Any]) -> None:
+        pass
+
+    items = [
+        "tab\there",
+        "new\nline",
+        "back\\slash",
+        "cr\rlf",
+        'quote " and \\" escaped',
+        "日本語 ✓",
+        {"k": [1.5, None]},
+    ]
+    task = tracking.create_task(odd, items, chunk_size=len(items))
+    (event,) = tracking.list_events(task.id).items
+    assert event.params == [items] and event.job_name == "odd\tname\\x"
