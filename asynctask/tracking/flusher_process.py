@@ -80,8 +80,13 @@ class FlusherProcess:
 def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
     """Body of ``asynctask flusher``: apply the stream until TERM/INT or the parent is gone."""
     stop = threading.Event()
-    for name in ("SIGTERM", "SIGINT"):
-        signal.signal(getattr(signal, name), lambda _signum, _frame: stop.set())
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    if parent is None:
+        signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
+    else:
+        # Ctrl-C reaches the whole process group; the worker stops this child itself, after
+        # writing its own last transitions, so that they are applied before it exits.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = connect(settings.redis_url, max_connections=4)
     engine = create_database_engine(settings.database_url)
     flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer)

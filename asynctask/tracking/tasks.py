@@ -12,6 +12,7 @@ starts, which turns it ``ready`` (any transition of a task's job proves its jobs
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -28,6 +29,8 @@ from asynctask.tracking import transitions
 from asynctask.tracking.database import writer
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import EventStatus, TaskState
+
+logger = logging.getLogger("asynctask.tracking")
 
 #: Event rows per INSERT statement batch (SQLite).
 INSERT_BATCH = 5000
@@ -176,12 +179,10 @@ def _set_state(engine: Engine, task_id: str, state: TaskState) -> None:
                 .where(Task.id == task_id, Task.state == TaskState.CREATING.value)
                 .values(state=state.value)
             )
-    except SQLAlchemyError:
-        # Reported by the caller's exception (abort) or healed by the flusher (ready); the
-        # task reads "creating" meanwhile, which the read model documents.
-        if state == TaskState.READY:
-            return
-        raise
+    except SQLAlchemyError as exc:
+        # The jobs' fate is settled either way (all pushed, or none): the task reads "creating"
+        # until the first of its jobs starts (which turns it ready), as the read model says.
+        logger.warning("task %s: could not mark it %s: %s", task_id, state.value, exc)
 
 
 def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | None = None) -> int:

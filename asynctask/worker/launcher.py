@@ -175,7 +175,7 @@ class Worker:
         interval = self.settings.heartbeat_interval
         while not self._stopped.wait(interval):
             self.heartbeat.beat()
-            if isinstance(self.flusher, FlusherProcess):
+            if isinstance(self.flusher, FlusherProcess) and not self._stopping.is_set():
                 self.flusher.check()
             try:
                 self.broker.recover_orphans(self.identity)
