@@ -2,9 +2,11 @@
 
 Applying transitions to SQL is CPU work in Python; in a thread of the worker it would hold
 the GIL that the job threads need. A child process (``asynctask flusher``) runs it on another
-core instead. The worker restarts the child if it dies (checked at every heartbeat), stops it
-after its own last transitions are written, and the child exits by itself if the worker
-disappears (kill -9), so it never outlives its worker.
+core instead. It starts when there is something to flush: the worker's first tracked job, or
+a heartbeat that finds the tracking stream not empty; a worker that never sees tracking
+costs no extra process. The worker restarts the child if it dies (checked at every
+heartbeat), stops it after its own last transitions are written, and the child exits by
+itself if the worker disappears (kill -9), so it never outlives its worker.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 from asynctask.brokers.redis.connection import connect
 from asynctask.keys import Keys
@@ -38,7 +41,16 @@ class FlusherProcess:
         self._lock = threading.Lock()
         self._stopping = False
 
-    def start(self) -> None:
+    @property
+    def started(self) -> bool:
+        return self.process is not None
+
+    def ensure_started(self) -> None:
+        with self._lock:
+            if self.process is None and not self._stopping:
+                self._spawn()
+
+    def _spawn(self) -> None:
         s = self.settings
         env = {
             **os.environ,
@@ -50,17 +62,23 @@ class FlusherProcess:
         }
         command = [sys.executable, "-m", "asynctask", "flusher", "--consumer", self.consumer]
         command += ["--parent", str(os.getpid())]
-        with self._lock:
-            self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
 
-    def check(self) -> None:
-        """Restart the child if it died (called at every heartbeat)."""
+    def check(self, stream_has_entries: Callable[[], bool]) -> None:
+        """At every heartbeat: start the child if the stream has work, restart it if it died."""
         with self._lock:
-            process, stopping = self.process, self._stopping
-        if stopping or process is None or process.poll() is None:
-            return
-        logger.error("tracking flusher process exited with status %s; restarting it", process.returncode)
-        self.start()
+            if self._stopping:
+                return
+            if self.process is None:
+                if stream_has_entries():
+                    self._spawn()
+                return
+            if self.process.poll() is None:
+                return
+            logger.error(
+                "tracking flusher process exited with status %s; restarting it", self.process.returncode
+            )
+            self._spawn()
 
     def stop(self) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -38,8 +39,12 @@ def is_tracked(job: payload.JobDict) -> bool:
 
 
 class Tracker:
-    def __init__(self, broker: RedisBroker, fetch: ReliableFetch) -> None:
+    def __init__(
+        self, broker: RedisBroker, fetch: ReliableFetch, on_first_record: Callable[[], None] | None = None
+    ) -> None:
         self.broker = broker
+        #: Called once, when this process records its first transition (starts the flusher).
+        self._on_first_record = on_first_record
         self.fetch = fetch
         self.outbox = fetch.outbox
         self.outbox.tracking = True
@@ -50,6 +55,9 @@ class Tracker:
         self._sender = threading.Thread(target=self._send_loop, name="asynctask-tracking-sender", daemon=True)
 
     def record(self, transition: Transition) -> None:
+        if self._on_first_record is not None:
+            wake, self._on_first_record = self._on_first_record, None
+            wake()
         self.outbox.add(transition)
 
     def retry_scheduled(self, job: payload.JobDict, count: int, limit: int) -> None:

@@ -59,10 +59,14 @@ class Worker:
         self.tracker: Tracker | None = None
         self.flusher: Flusher | FlusherProcess | None = None
         if self.settings.tracking:
-            self.tracker = Tracker(self.broker, self.fetch)
             if self.settings.flusher == "process":
                 self.flusher = FlusherProcess(self.settings, f"{self.identity}:flusher")
-            elif self.settings.flusher == "thread":
+            self.tracker = Tracker(
+                self.broker,
+                self.fetch,
+                self.flusher.ensure_started if isinstance(self.flusher, FlusherProcess) else None,
+            )
+            if self.settings.flusher == "thread":
                 self.flusher = Flusher(
                     self.broker.redis,
                     self.broker.keys,
@@ -117,7 +121,7 @@ class Worker:
         )
         if self.tracker is not None:
             self.tracker.start()
-        if self.flusher is not None:
+        if isinstance(self.flusher, Flusher):
             self.flusher.start()
         self.manager.start()
         self.poller.start()
@@ -176,11 +180,18 @@ class Worker:
         while not self._stopped.wait(interval):
             self.heartbeat.beat()
             if isinstance(self.flusher, FlusherProcess) and not self._stopping.is_set():
-                self.flusher.check()
+                self._check_flusher(self.flusher)
             try:
                 self.broker.recover_orphans(self.identity)
             except redis.RedisError as exc:
                 logger.error("orphan recovery failed: %s", exc)
+
+    def _check_flusher(self, flusher: FlusherProcess) -> None:
+        stream = self.broker.keys.tracking_stream
+        try:
+            flusher.check(lambda: bool(self.broker.redis.xlen(stream)))
+        except (redis.RedisError, OSError) as exc:
+            logger.error("tracking flusher check failed: %s", exc)
 
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: FrameType | None) -> None:

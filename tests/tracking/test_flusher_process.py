@@ -1,4 +1,5 @@
-"""The flusher child process: restarted when it dies, gone when its worker is killed."""
+"""The flusher child process: started when there is something to flush, restarted when it dies,
+gone when its worker is killed."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from asynctask import Settings
+from asynctask import Client, Settings
+from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +44,12 @@ def worker(settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "asynctask", "worker", "-c", "2"], env=env, cwd=ROOT, start_new_session=True
     )
+    # A worker starts its flusher only once there is something to flush.
+    time.sleep(1.5)
+    assert not flusher_children(proc)
+    tracked = Client(settings, middleware=Chain([TrackingClientMiddleware()]))
+    tracked.push({"class": "Elsewhere", "args": [], "queue": "nobody-reads-this", "track": True})
+    tracked.broker.close()
     yield proc
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
