@@ -66,12 +66,17 @@ class Chain(Generic[R]):
         entries = self._entries
         if not entries:
             return final()
+        if len(entries) == 1:
+            # The common case (the default chains hold only the tracking middleware), without
+            # building a closure per call.
+            result: R | None = entries[0](*args, final)
+            return result
 
         def call(index: int) -> R | None:
             if index == len(entries):
                 return final()
-            result: R | None = entries[index](*args, lambda: call(index + 1))
-            return result
+            outcome: R | None = entries[index](*args, lambda: call(index + 1))
+            return outcome
 
         return call(0)
 
