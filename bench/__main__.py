@@ -5,7 +5,12 @@ Order of work, so that noise hits every configuration alike:
 1. for each repetition: every (system, concurrency) processing run in turn (each starts with
    its push_bulk enqueue), then every system's perform_async enqueue pass;
 2. one Redis-command-count pass per system;
-3. tables to stdout, RESULTS.md and runtime.json to ``--out``.
+3. the tracking section (``bench/tracking_bench.py``): tracking on vs off, create_task,
+   get_task on a big task;
+4. tables to stdout, RESULTS.md, runtime.json and tracking.json to ``--out``.
+
+``--sections runtime`` or ``--sections tracking`` runs one of the two (and rewrites only
+its own JSON file, but RESULTS.md with that section alone).
 
 The private redis-server and all workers are killed on any exit path (error, Ctrl-C, TERM).
 """
@@ -22,7 +27,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from bench import asynctask_bench, machine, procs, report, runner, sidekiq_bench
+from bench import (
+    asynctask_bench,
+    machine,
+    procs,
+    report,
+    runner,
+    sidekiq_bench,
+    tracking_bench,
+    tracking_db,
+    tracking_report,
+)
 from bench.redis_server import RedisServer
 from bench.system import ROOT, System
 
@@ -47,6 +62,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, help="results directory (default bench/results; --quick: .../quick)"
     )
+    tracking = parser.add_argument_group("tracking section")
+    tracking.add_argument(
+        "--sections", default="runtime,tracking", help="comma-separated: runtime, tracking (default both)"
+    )
+    tracking.add_argument(
+        "--tracking-jobs", type=int, help="jobs per tracking on/off drain (default 20000; --quick: 2000)"
+    )
+    tracking.add_argument(
+        "--create-items", type=int, help="items of the create_task pass (default 100000; --quick: 20000)"
+    )
+    tracking.add_argument(
+        "--events", type=int, help="events of the get_task task (default 1000000; --quick: 100000)"
+    )
+    tracking.add_argument(
+        "--get-task-calls", type=int, help="get_task calls per thread count (default 4000; --quick: 500)"
+    )
+    tracking.add_argument(
+        "--pg-url",
+        default=tracking_db.DEFAULT_PG_URL,
+        help="PostgreSQL to create the bench's own database from (default %(default)s)",
+    )
     return parser
 
 
@@ -70,8 +106,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "commands_concurrency": 10,
         "concurrency": [int(c) for c in args.concurrency.split(",")],
     }
+    sections = {name.strip() for name in args.sections.split(",") if name.strip()}
+    if not sections or not sections <= {"runtime", "tracking"}:
+        raise SystemExit(f"--sections takes runtime and/or tracking, not {args.sections!r}")
+    settings["sections"] = sorted(sections)
+    tracking_settings = {
+        "quick": quick,
+        "tracking_jobs": args.tracking_jobs or (2000 if quick else 20_000),
+        "tracking_reps": settings["reps"],
+        "tracking_concurrency": 10,
+        "create_items": args.create_items or (20_000 if quick else 100_000),
+        "create_reps": settings["reps"],
+        "events": args.events or (100_000 if quick else 1_000_000),
+        "get_task_calls": args.get_task_calls or (500 if quick else 4000),
+        "get_task_threads": [1, 8],
+        "pg_url": tracking_db.shown(args.pg_url),
+    }
     systems: list[System] = [asynctask_bench.SYSTEM]
-    if not args.no_sidekiq:
+    if "runtime" in sections and not args.no_sidekiq:
         if sidekiq_bench.available():
             systems.append(sidekiq_bench.SYSTEM)
         else:
@@ -85,8 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="asynctask-bench-"))
     try:
         with RedisServer(workdir) as server:
-            _run_all(results, systems, server, workdir)
+            if "runtime" in sections:
+                _run_all(results, systems, server, workdir)
+            if "tracking" in sections:
+                results.tracking = tracking_bench.run(tracking_settings, args.pg_url, server, workdir)
             results.machine = machine.describe(server, len(systems) > 1, load_at_start)
+            if results.tracking is not None:
+                results.machine.update(results.tracking.versions)
     except KeyboardInterrupt:
         print("\ninterrupted: workers and redis-server stopped, nothing written", file=sys.stderr)
         return 130
@@ -96,9 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"worker logs kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(report.tables(results))
+    if results.process:
+        print(report.tables(results))
+    if results.tracking is not None:
+        print(tracking_report.tables(results.tracking))
     report.write(results, out_dir)
-    print(f"wrote {out_dir / 'RESULTS.md'} and {out_dir / 'runtime.json'}", file=sys.stderr)
+    print(f"wrote RESULTS.md and raw data to {out_dir}", file=sys.stderr)
     return 1 if results.errors() else 0
 
 

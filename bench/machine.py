@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -30,6 +31,8 @@ def describe(server: RedisServer, with_sidekiq: bool, load_at_start: str) -> dic
         "kernel": platform.release(),
         "python": platform.python_version(),
         "asynctask": f"{_version('asynctask')} (commit {_git_commit()})",
+        # Others edit the library while benches run: "-dirty" alone cannot tell two runs apart.
+        "asynctask source sha256 (asynctask/**/*.py, *.lua)": _source_digest(),
         "redis-py": _version("redis"),
         "hiredis": _version("hiredis"),
         "psutil": _version("psutil"),
@@ -56,6 +59,14 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+def _source_digest() -> str:
+    digest = hashlib.sha256()
+    package = ROOT / "asynctask"
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".lua")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _git_commit() -> str:

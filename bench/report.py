@@ -1,5 +1,8 @@
 """Tables (stdout and RESULTS.md) and raw data (runtime.json) from the runs of one bench.
 
+The tracking section has its own module (``tracking_report``: tracking.json and the plans);
+RESULTS.md holds both sections, and only the sections that ran.
+
 Every figure is the median of the repetitions with (min-max) beside it. Ratios are taken
 per repetition, between runs that were interleaved (A B A B ...), and only then summarised:
 on a shared, noisy machine two runs seconds apart compare better than two medians.
@@ -9,12 +12,15 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import tracking_report
+from bench.fmt import fixed, rate, ratio, spread
 from bench.runner import EnqueueRun, ProcessRun
+from bench.tracking_bench import TrackingResults
 
 MIB = 2**20
 
@@ -29,6 +35,8 @@ class Results:
     single: list[tuple[int, EnqueueRun]] = field(default_factory=list)
     #: The separate pass that counts Redis commands per job (one run per system).
     commands: list[ProcessRun] = field(default_factory=list)
+    #: The tracking section, when it ran.
+    tracking: TrackingResults | None = None
 
     def systems(self) -> list[str]:
         return list(dict.fromkeys(run.system for _, run in self.process))
@@ -43,29 +51,8 @@ class Results:
 
     def errors(self) -> list[str]:
         runs = [r for _, r in self.process] + self.commands
-        return [f"{r.system} c={r.concurrency}: {r.error}" for r in runs if r.error]
-
-
-def spread(values: Iterable[float], fmt: Callable[[float], str]) -> str:
-    """``median (min-max)``, or just the value for one sample, or a dash for none."""
-    data = sorted(values)
-    if not data:
-        return "-"
-    if len(data) == 1:
-        return fmt(data[0])
-    return f"{fmt(statistics.median(data))} ({fmt(data[0])}-{fmt(data[-1])})"
-
-
-def rate(value: float) -> str:
-    return f"{value:,.0f}".replace(",", " ")
-
-
-def ratio(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-def fixed(digits: int) -> Callable[[float], str]:
-    return lambda value: f"{value:.{digits}f}"
+        errors = [f"{r.system} c={r.concurrency}: {r.error}" for r in runs if r.error]
+        return errors + (self.tracking.errors() if self.tracking is not None else [])
 
 
 def processing_table(results: Results) -> list[str]:
@@ -251,26 +238,33 @@ METHOD = """\
 
 def markdown(results: Results) -> str:
     s = results.settings
+    files = ["`runtime.json`"] if results.process else []
+    if results.tracking is not None:
+        files += ["`tracking.json`", f"`{tracking_report.PLANS_FILE}`"]
     lines = [
-        "# AsyncTask vs Sidekiq 6.4: no-op job runtime benchmark",
+        "# AsyncTask benchmarks: no-op job runtime vs Sidekiq 6.4, and task tracking",
         "",
-        f"Produced by `{s['command']}` from the repository root. Raw data: `runtime.json` beside this file.",
+        f"Produced by `{s['command']}` from the repository root. "
+        f"Raw data: {', '.join(files)} beside this file.",
         "",
         "## Machine and versions",
         "",
         *(f"- {key}: {value}" for key, value in results.machine.items()),
         "",
-        "## Results",
-        "",
-        tables(results),
-        "## Method",
-        "",
-        METHOD,
-        "## Configuration",
-        "",
     ]
-    for system, description in results.configs.items():
-        lines += [f"### {system}", "", *(f"- {line}" for line in description), ""]
+    if results.process:
+        lines += ["## Results", "", tables(results), "## Method", "", METHOD, "## Configuration", ""]
+        for system, description in results.configs.items():
+            lines += [f"### {system}", "", *(f"- {line}" for line in description), ""]
+    if results.tracking is not None:
+        lines += [
+            "## Task tracking",
+            "",
+            tracking_report.tables(results.tracking),
+            "### Method (tracking)",
+            "",
+            tracking_report.METHOD,
+        ]
     return "\n".join(lines)
 
 
@@ -293,4 +287,8 @@ def raw(results: Results) -> dict[str, Any]:
 def write(results: Results, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "RESULTS.md").write_text(markdown(results), encoding="utf-8")
-    (out_dir / "runtime.json").write_text(json.dumps(raw(results), indent=2) + "\n", encoding="utf-8")
+    # Only what ran is rewritten: a tracking-only run leaves the last runtime.json alone.
+    if results.process:
+        (out_dir / "runtime.json").write_text(json.dumps(raw(results), indent=2) + "\n", encoding="utf-8")
+    if results.tracking is not None:
+        tracking_report.write(results.tracking, results.machine, out_dir)
