@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -79,6 +80,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tracking.db'}"
         return
+    with fresh_postgres_schema() as url:
+        yield url
+
+
+@contextmanager
+def fresh_postgres_schema() -> Iterator[str]:
+    """A URL whose search_path is a new, empty schema of the shared PostgreSQL, dropped on exit."""
     schema = f"attest_{uuid.uuid4().hex[:12]}"
     admin = create_database_engine(POSTGRES_URL)
     try:
@@ -87,10 +95,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     except OperationalError as exc:
         admin.dispose()
         pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_URL}: {exc}")
-    yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
-    with admin.begin() as connection:
-        connection.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
-    admin.dispose()
+    try:
+        yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as connection:
+            connection.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        admin.dispose()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +20,12 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import Connection, Engine, event, insert, text
-from sqlalchemy.exc import OperationalError
 
 from asynctask import Client, Tracking
 from asynctask.tracking.database import create_database_engine
 from asynctask.tracking.models import Base, Task
 from asynctask.tracking.tasks import new_task_id
-from tests.conftest import POSTGRES_URL
+from tests.conftest import fresh_postgres_schema
 
 BIG = 200_000
 SMALL = 10
@@ -110,80 +108,72 @@ def dataset() -> Iterator[Dataset]:
 
     Module-scoped: both tests read the same data, which takes a few seconds to write.
     """
-    schema = f"attest_{uuid.uuid4().hex[:12]}"
-    admin = create_database_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as connection:
-            connection.exec_driver_sql(f"CREATE SCHEMA {schema}")
-    except OperationalError as exc:
-        admin.dispose()
-        pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_URL}: {exc}")
-    engine = create_database_engine(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}")
-    try:
-        Base.metadata.create_all(engine)
-        big, small = new_task_id(), new_task_id()
-        others = [new_task_id() for _ in range(OTHER_TASKS)]
-        with engine.begin() as connection:
-            for task_id in [big, small, *others]:
-                _add_task(connection, task_id)
-            connection.execute(
-                text(
-                    """
-                    INSERT INTO asynctask_task (id, job_name, queue, tenant, state, total, chunk_size,
-                        count_enqueue, count_working, count_finish, count_failed, count_error,
-                        count_cancelled, created_at)
-                    SELECT md5('empty-' || g), 'bulk', 'default', 'tenant-' || g % 40, 'ready', 0, 1,
-                        0, 0, 0, 0, 0, 0, now() - g * interval '1 minute'
-                    FROM generate_series(1, :count) AS g
-                    """
-                ),
-                {"count": EMPTY_TASKS},
-            )
-            # Other tasks' events before and after the big task's, as in a shared table.
-            for task_id in others[: OTHER_TASKS // 2]:
-                _add_events(connection, task_id, OTHER_EVENTS, OTHER_STATUS)
-            _add_events(connection, big, BIG, BIG_STATUS)
-            _add_events(connection, small, SMALL, SMALL_STATUS)
-            for task_id in others[OTHER_TASKS // 2 :]:
-                _add_events(connection, task_id, OTHER_EVENTS, OTHER_STATUS)
-            # Each event's log: its start, then how it ended.
-            connection.exec_driver_sql(
-                """
-                INSERT INTO asynctask_event_message (event_id, seq, at, status, text)
-                SELECT id, seq - 1, started_at, 'working', 'started' FROM asynctask_event
-                UNION ALL
-                SELECT id, seq, finished_at, status, coalesce(error, 'finished') FROM asynctask_event
-                """
-            )
-            # Task counts as the flusher keeps them: equal to what the events say.
-            connection.exec_driver_sql(
-                """
-                UPDATE asynctask_task AS t
-                SET total = c.total, count_finish = c.finish, count_failed = c.failed,
-                    count_error = c.error, finished_at = now()
-                FROM (SELECT task_id, count(*) AS total,
-                             count(*) FILTER (WHERE status = 'finish') AS finish,
-                             count(*) FILTER (WHERE status = 'failed') AS failed,
-                             count(*) FILTER (WHERE status = 'error') AS error
-                      FROM asynctask_event GROUP BY task_id) AS c
-                WHERE t.id = c.task_id
-                """
-            )
-        with engine.connect() as connection:
-            connection.exec_driver_sql("ANALYZE asynctask_task, asynctask_event, asynctask_event_message")
-            connection.commit()
-            index_tables = {
-                row.indexname: row.tablename
-                for row in connection.execute(
-                    text("SELECT indexname, tablename FROM pg_indexes WHERE schemaname = current_schema()")
+    with fresh_postgres_schema() as url:
+        engine = create_database_engine(url)
+        try:
+            Base.metadata.create_all(engine)
+            big, small = new_task_id(), new_task_id()
+            others = [new_task_id() for _ in range(OTHER_TASKS)]
+            with engine.begin() as connection:
+                for task_id in [big, small, *others]:
+                    _add_task(connection, task_id)
+                connection.execute(
+                    text(
+                        """
+                        INSERT INTO asynctask_task (id, job_name, queue, tenant, state, total, chunk_size,
+                            count_enqueue, count_working, count_finish, count_failed, count_error,
+                            count_cancelled, created_at)
+                        SELECT md5('empty-' || g), 'bulk', 'default', 'tenant-' || g % 40, 'ready', 0, 1,
+                            0, 0, 0, 0, 0, 0, now() - g * interval '1 minute'
+                        FROM generate_series(1, :count) AS g
+                        """
+                    ),
+                    {"count": EMPTY_TASKS},
                 )
-            }
-        yield Dataset(engine, big, small, index_tables)
-    finally:
-        engine.dispose()
-        with admin.begin() as connection:
-            connection.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
-        admin.dispose()
+                # Other tasks' events before and after the big task's, as in a shared table.
+                for task_id in others[: OTHER_TASKS // 2]:
+                    _add_events(connection, task_id, OTHER_EVENTS, OTHER_STATUS)
+                _add_events(connection, big, BIG, BIG_STATUS)
+                _add_events(connection, small, SMALL, SMALL_STATUS)
+                for task_id in others[OTHER_TASKS // 2 :]:
+                    _add_events(connection, task_id, OTHER_EVENTS, OTHER_STATUS)
+                # Each event's log: its start, then how it ended.
+                connection.exec_driver_sql(
+                    """
+                    INSERT INTO asynctask_event_message (event_id, seq, at, status, text)
+                    SELECT id, seq - 1, started_at, 'working', 'started' FROM asynctask_event
+                    UNION ALL
+                    SELECT id, seq, finished_at, status, coalesce(error, 'finished') FROM asynctask_event
+                    """
+                )
+                # Task counts as the flusher keeps them: equal to what the events say.
+                connection.exec_driver_sql(
+                    """
+                    UPDATE asynctask_task AS t
+                    SET total = c.total, count_finish = c.finish, count_failed = c.failed,
+                        count_error = c.error, finished_at = now()
+                    FROM (SELECT task_id, count(*) AS total,
+                                 count(*) FILTER (WHERE status = 'finish') AS finish,
+                                 count(*) FILTER (WHERE status = 'failed') AS failed,
+                                 count(*) FILTER (WHERE status = 'error') AS error
+                          FROM asynctask_event GROUP BY task_id) AS c
+                    WHERE t.id = c.task_id
+                    """
+                )
+            with engine.connect() as connection:
+                connection.exec_driver_sql("ANALYZE asynctask_task, asynctask_event, asynctask_event_message")
+                connection.commit()
+                index_tables = {
+                    row.indexname: row.tablename
+                    for row in connection.execute(
+                        text(
+                            "SELECT indexname, tablename FROM pg_indexes WHERE schemaname = current_schema()"
+                        )
+                    )
+                }
+            yield Dataset(engine, big, small, index_tables)
+        finally:
+            engine.dispose()
 
 
 Statement = tuple[str, dict[str, Any]]
