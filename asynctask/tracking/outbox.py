@@ -87,14 +87,12 @@ def collect() -> Iterator[list[str]]:
         _collected.reset(token)
 
 
-def record_on_push(transition: Transition) -> bool:
-    """Add ``transition`` to the push in progress; False if no ``Client`` push is collecting.
+def record_on_push(transition: Transition) -> None:
+    """Add ``transition`` to the ``Client`` push in progress; nothing if none is collecting.
 
     The scheduled/retry poller re-pushes jobs without collecting: their ``enqueue`` was
     recorded when they were first pushed or scheduled for a retry.
     """
     entries = _collected.get()
-    if entries is None:
-        return False
-    entries.append(transition.encode())
-    return True
+    if entries is not None:
+        entries.append(transition.encode())

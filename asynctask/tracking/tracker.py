@@ -2,8 +2,9 @@
 
 Recording a transition appends it to the process's outbox and costs no round trip; the
 outbox is written to Redis by the next fetch, retry or shutdown step, or by the sender
-thread within ``SEND_INTERVAL`` (see ``outbox``). The flusher thread applies the stream to
-SQL. Neither thread ever fails a job: while Redis or SQL is down they log and try again.
+thread within ``SEND_INTERVAL`` (see ``outbox``). The flusher (a child process by default,
+see ``flusher_process``) applies the stream to SQL. Neither ever fails a job: while Redis or
+SQL is down they log and try again.
 """
 
 from __future__ import annotations
@@ -115,19 +116,19 @@ class Tracker:
             self._sender.join()
         self.send()
 
-    def send(self) -> None:
-        """Write the outbox to Redis now (before a shutdown pushes unfinished jobs back)."""
+    def send(self) -> bool:
+        """Write the outbox to Redis now (before a shutdown pushes unfinished jobs back).
+
+        False if Redis refused; the transitions stay in the outbox for the next try.
+        """
         try:
             self.broker.record(self.outbox)
         except redis.RedisError as exc:
             logger.error("could not write %d tracking transition(s): %s", len(self.outbox), exc)
+            return False
+        return True
 
     def _send_loop(self) -> None:
         while not self._stopped.wait(SEND_INTERVAL):
-            if not len(self.outbox):
-                continue
-            try:
-                self.broker.record(self.outbox)
-            except redis.RedisError as exc:
-                logger.error("writing tracking transitions failed: %s; retrying", exc)
+            if len(self.outbox) and not self.send():
                 self._stopped.wait(SEND_ERROR_PAUSE)

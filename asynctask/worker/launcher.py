@@ -59,20 +59,10 @@ class Worker:
         self.tracker: Tracker | None = None
         self.flusher: Flusher | FlusherProcess | None = None
         if self.settings.tracking:
-            if self.settings.flusher == "process":
-                self.flusher = FlusherProcess(self.settings, f"{self.identity}:flusher")
-            self.tracker = Tracker(
-                self.broker,
-                self.fetch,
-                self.flusher.ensure_started if isinstance(self.flusher, FlusherProcess) else None,
-            )
-            if self.settings.flusher == "thread":
-                self.flusher = Flusher(
-                    self.broker.redis,
-                    self.broker.keys,
-                    writer(create_database_engine(self.settings.database_url)),
-                    self.identity,
-                )
+            self.flusher = self._make_flusher()
+            # A flusher process starts with the first transition (a thread starts with the worker).
+            wake = self.flusher.ensure_started if isinstance(self.flusher, FlusherProcess) else None
+            self.tracker = Tracker(self.broker, self.fetch, wake)
         self.manager = Manager(
             self.settings,
             self.broker,
@@ -185,6 +175,14 @@ class Worker:
                 self.broker.recover_orphans(self.identity)
             except redis.RedisError as exc:
                 logger.error("orphan recovery failed: %s", exc)
+
+    def _make_flusher(self) -> Flusher | FlusherProcess | None:
+        if self.settings.flusher == "process":
+            return FlusherProcess(self.settings, f"{self.identity}:flusher")
+        if self.settings.flusher == "thread":
+            engine = writer(create_database_engine(self.settings.database_url))
+            return Flusher(self.broker.redis, self.broker.keys, engine, self.identity)
+        return None
 
     def _check_flusher(self, flusher: FlusherProcess) -> None:
         stream = self.broker.keys.tracking_stream

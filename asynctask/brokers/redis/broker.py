@@ -11,7 +11,6 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import cast
 
 import redis
-from redis.client import Pipeline
 
 from asynctask import payload
 from asynctask.brokers.redis.connection import connect
@@ -21,7 +20,7 @@ from asynctask.brokers.redis.recovery import recover_orphans
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
-from asynctask.tracking.outbox import Outbox, pack
+from asynctask.tracking.outbox import Outbox
 
 #: Due jobs moved per round trip by the scheduled/retry poller.
 DUE_BATCH = 100
@@ -61,7 +60,7 @@ class RedisBroker:
             entries,
             self.settings.max_payload_bytes,
             transitions=transitions,
-            record=self.scripts.record,
+            scripts=self.scripts,
             atomic=atomic,
         )
 
@@ -71,16 +70,9 @@ class RedisBroker:
         while len(outbox):
             with outbox.draining() as transitions:
                 if transitions:
-                    self._record(self.redis, transitions)
+                    self.scripts.record_transitions(self.keys, self.redis, transitions)
                 written += len(transitions)
         return written
-
-    def _record(self, conn: redis.Redis | Pipeline, transitions: Sequence[str]) -> None:
-        self.scripts.record(
-            keys=[self.keys.tracking_stream, self.keys.tracking_seq],
-            args=[len(transitions), pack(transitions)],
-            client=conn,
-        )
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> ReliableFetch:
         s = self.settings
@@ -109,7 +101,7 @@ class RedisBroker:
         with draining as transitions:
             pipe = self.redis.pipeline(transaction=True)
             if transitions:
-                self._record(pipe, transitions)
+                self.scripts.record_transitions(self.keys, pipe, transitions)
             pipe.zadd(self.keys.retry, {payload.dumps(job): at})
             release(pipe, unit)
             pipe.execute()

@@ -184,8 +184,7 @@ class ReliableFetch:
                 return
             pipe = self.redis.pipeline(transaction=True)
             if transitions:
-                stream = self._script_keys[:2]
-                self._scripts.record(keys=stream, args=[len(transitions), pack(transitions)], client=pipe)
+                self._scripts.record_transitions(self.keys, pipe, transitions)
             for unit in acks:
                 release(pipe, unit)
             pipe.execute()

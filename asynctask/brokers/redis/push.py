@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import redis
-from redis.commands.core import Script
 
 from asynctask import payload
+from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
-from asynctask.tracking.outbox import pack
 
 
 def push_jobs(
@@ -19,7 +18,7 @@ def push_jobs(
     max_payload_bytes: int,
     *,
     transitions: Sequence[str] = (),
-    record: Script | None = None,
+    scripts: Scripts | None = None,
     atomic: bool = False,
 ) -> None:
     """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one ``ZADD``.
@@ -27,7 +26,7 @@ def push_jobs(
     An entry whose run-at time is in the future goes to ``schedule`` without ``enqueued_at``
     (as Sidekiq >= 7.1.2 writes it); every other job gets the same fresh ``enqueued_at``.
     Tracking ``transitions`` (encoded) are recorded first, in the same pipeline, by the
-    ``record`` script. ``atomic`` wraps everything in MULTI/EXEC: all jobs or none.
+    ``record`` script of ``scripts``. ``atomic`` wraps everything in MULTI/EXEC: all jobs or none.
     """
     now = payload.now()
     by_queue: dict[str, list[str]] = {}
@@ -41,13 +40,9 @@ def push_jobs(
             by_queue.setdefault(job["queue"], []).append(_encoded(job, max_payload_bytes))
     pipe = conn.pipeline(transaction=atomic)
     if transitions:
-        if record is None:
-            raise ValueError("recording transitions needs the record script")
-        record(
-            keys=[keys.tracking_stream, keys.tracking_seq],
-            args=[len(transitions), pack(transitions)],
-            client=pipe,
-        )
+        if scripts is None:
+            raise ValueError("recording transitions needs the broker's scripts")
+        scripts.record_transitions(keys, pipe, transitions)
     for queue, encoded in by_queue.items():
         pipe.sadd(keys.queues, queue)
         pipe.lpush(keys.queue(queue), *encoded)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 
 import redis
+from redis.client import Pipeline
 from redis.commands.core import Script
+
+from asynctask.keys import Keys
+from asynctask.tracking.outbox import pack
 
 
 @cache
@@ -22,3 +27,13 @@ class Scripts:
         self.requeue: Script = conn.register_script(_source("requeue"))
         self.enqueue_due: Script = conn.register_script(_source("enqueue_due"))
         self.record: Script = conn.register_script(_source("record"))
+
+    def record_transitions(
+        self, keys: Keys, conn: redis.Redis | Pipeline, transitions: Sequence[str]
+    ) -> None:
+        """Append encoded tracking transitions to the stream as one entry (queued, on a pipeline)."""
+        self.record(
+            keys=[keys.tracking_stream, keys.tracking_seq],
+            args=[len(transitions), pack(transitions)],
+            client=conn,
+        )
