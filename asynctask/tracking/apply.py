@@ -23,6 +23,7 @@ from sqlalchemy import Connection, bindparam, case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from asynctask.tracking import apply_postgres
+from asynctask.tracking.database import as_utc
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import EventStatus, TaskState
 from asynctask.tracking.transitions import LOG, PROGRESS, Transition
@@ -35,11 +36,6 @@ COUNT_COLUMN = {status: f"count_{status.value}" for status in EventStatus}
 
 def utc(at: float) -> datetime:
     return datetime.fromtimestamp(at, UTC)
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    """SQLite returns stored UTC times naive."""
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 @dataclass
@@ -159,7 +155,7 @@ def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventSta
             rows += connection.execute(select(*columns).where(Event.job_id.in_(chunk)))
     for row in rows:
         states[row.job_id] = _EventState(
-            row.id, row.task_id, row.status, row.seq, row.progress_seq, _aware(row.started_at)
+            row.id, row.task_id, row.status, row.seq, row.progress_seq, as_utc(row.started_at)
         )
     return states
 

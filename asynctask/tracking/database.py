@@ -7,6 +7,7 @@ writing one file queue up for the lock instead of failing halfway through a tran
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -59,3 +60,10 @@ def _configure_sqlite(engine: Engine) -> None:
     def _on_begin(connection: Connection) -> None:
         immediate = connection.get_execution_options().get("asynctask_immediate", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """Every stored time is UTC; SQLite hands them back naive, PostgreSQL in the session's zone."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, and_, or_, select
 
 from asynctask.errors import TaskNotFound
+from asynctask.tracking.database import as_utc
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import TERMINAL, EventStatus, TaskState, TaskStatus
 from asynctask.tracking.views import EventView, MessageView, Page, TaskView
@@ -25,13 +26,6 @@ _TASKS = Task.__table__
 
 #: Largest page ``list_events`` and ``list_tasks`` return.
 MAX_PAGE = 1000
-
-
-def as_utc(value: datetime | None) -> datetime | None:
-    """Every stored time is UTC; SQLite hands them back naive, PostgreSQL in the session's zone."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def get_task(
