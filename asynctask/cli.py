@@ -1,20 +1,21 @@
 """``asynctask`` command line: ``worker`` runs jobs, ``enqueue`` pushes one from a shell, ``db``
-migrates the tracking database."""
+migrates the tracking database, ``tokens`` manages the HTTP API's bearer tokens."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asynctask import log
+from asynctask.modules import load_module
 from asynctask.settings import QueueSpec, Settings
+
+if TYPE_CHECKING:
+    from asynctask.tokens import TokenInfo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,13 +89,43 @@ def _parser() -> argparse.ArgumentParser:
     downgrade.add_argument("revision", help="target revision; base removes the tracking tables")
     current = db_commands.add_parser("current", help="show the revision the database is at")
     for db_command in (upgrade, downgrade, current):
-        db_command.add_argument(
-            "--database-url",
-            metavar="URL",
-            help="SQLAlchemy URL of the tracking database (env ASYNCTASK_DATABASE_URL, "
-            "default sqlite:///asynctask.db)",
-        )
+        _database_option(db_command)
         db_command.set_defaults(run=_run_db)
+
+    tokens = commands.add_parser("tokens", help="manage the HTTP API's bearer tokens")
+    tokens_commands = tokens.add_subparsers(dest="tokens_command", required=True)
+    create = tokens_commands.add_parser(
+        "create", help="create a token for a tenant; prints it once, on stdout"
+    )
+    create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token acts as")
+    create.add_argument("--label", metavar="TEXT", help="a note on what the token is for")
+    revoke = tokens_commands.add_parser("revoke", help="revoke a token for good")
+    revoke.add_argument("id", help="the token's id, as tokens list shows it")
+    listing = tokens_commands.add_parser("list", help="show tokens (never their secrets)")
+    listing.add_argument("--tenant", metavar="NAME", help="only this tenant's tokens")
+    for tokens_command in (create, revoke, listing):
+        _database_option(tokens_command)
+        tokens_command.set_defaults(run=_run_tokens)
+
+    api = commands.add_parser("api", help="serve the HTTP API and the example page (gunicorn)")
+    _connection_options(api)
+    _database_option(api)
+    api.add_argument(
+        "-r",
+        "--require",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="module that registers the jobs the API may submit; repeatable (env ASYNCTASK_REQUIRE)",
+    )
+    api.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    api.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    api.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default 2)")
+    api.add_argument(
+        "--threads", type=int, default=32, help="threads per worker; each open stream holds one (default 32)"
+    )
+    api.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    api.set_defaults(run=_run_api)
     return parser
 
 
@@ -102,6 +133,15 @@ def _connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis", metavar="URL", help="Redis URL (env ASYNCTASK_REDIS_URL, then REDIS_URL)")
     parser.add_argument(
         "--namespace", help="key prefix as redis-namespace writes it (env ASYNCTASK_NAMESPACE)"
+    )
+
+
+def _database_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="SQLAlchemy URL of the tracking database (env ASYNCTASK_DATABASE_URL, "
+        "default sqlite:///asynctask.db)",
     )
 
 
@@ -167,20 +207,11 @@ def _run_enqueue(args: argparse.Namespace) -> int:
 
 def _run_db(args: argparse.Namespace) -> int:
     from alembic.util import CommandError
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
     from asynctask.tracking import migrate
 
-    url = args.database_url or Settings.from_env().database_url
-    source = "--database-url" if args.database_url else "ASYNCTASK_DATABASE_URL"
-    try:
-        shown = make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        # Not echoed: an unparsable URL may still hold a password.
-        raise ValueError(
-            f"{source} is not a database URL (like sqlite:///asynctask.db or postgresql://user@host/db)"
-        ) from None
+    url, source, shown = _database_url(args)
     try:
         if args.db_command == "upgrade":
             migrate.upgrade(url, args.revision)
@@ -206,26 +237,105 @@ def _run_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def _database_url(args: argparse.Namespace) -> tuple[str, str, str]:
+    """The tracking database's URL, where it came from, and how to show it (password hidden)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    url = args.database_url or Settings.from_env().database_url
+    source = "--database-url" if args.database_url else "ASYNCTASK_DATABASE_URL"
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        # Not echoed: an unparsable URL may still hold a password.
+        raise ValueError(
+            f"{source} is not a database URL (like sqlite:///asynctask.db or postgresql://user@host/db)"
+        ) from None
+    return url, source, shown
+
+
+def _run_api(args: argparse.Namespace) -> int:
+    from webapi.config import ApiConfig
+    from webapi.server import serve
+
+    settings = _settings(args, database_url=args.database_url, require=tuple(args.require) or None)
+    log.setup(settings.log_level, settings.log_format)
+    config = ApiConfig.from_env(settings=settings)
+    for module in settings.require:
+        load_module(module)
+    serve(
+        config,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        threads=args.threads,
+        access_log=args.access_log,
+    )
+    return 0
+
+
+def _run_tokens(args: argparse.Namespace) -> int:
+    from sqlalchemy import inspect
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    from asynctask import tokens
+    from asynctask.tracking.database import create_database_engine
+    from asynctask.tracking.models import ApiToken
+
+    url, source, shown = _database_url(args)
+    try:
+        engine = create_database_engine(url)
+    except ArgumentError as exc:
+        raise ValueError(f"{source} {shown}: {exc}") from None
+    try:
+        if not inspect(engine).has_table(ApiToken.__tablename__):
+            print(
+                f"asynctask: database {shown} has no API token table; run `asynctask db upgrade` first",
+                file=sys.stderr,
+            )
+            return 1
+        if args.tokens_command == "create":
+            created = tokens.create_token(engine, args.tenant, args.label)
+            # The token alone on stdout, so that a script can capture it; the rest is for people.
+            print(created.token)
+            print(
+                f"token id {created.id} for tenant {created.tenant}; store it now, it is not shown again",
+                file=sys.stderr,
+            )
+        elif args.tokens_command == "revoke":
+            if not tokens.revoke_token(engine, args.id):
+                print(f"asynctask: no token with id {args.id} (see asynctask tokens list)", file=sys.stderr)
+                return 1
+            print(f"revoked token {args.id}")
+        else:
+            _print_tokens(tokens.list_tokens(engine, args.tenant))
+    except DBAPIError as exc:
+        # Driver messages span lines (psycopg adds hints); one line reads better in a shell.
+        raise ValueError(f"database {shown}: {' '.join(str(exc.orig).split())}") from None
+    finally:
+        engine.dispose()
+    return 0
+
+
+def _print_tokens(infos: list[TokenInfo]) -> None:
+    rows = [("ID", "TENANT", "LABEL", "CREATED", "REVOKED")]
+    rows += [
+        (
+            info.id,
+            info.tenant,
+            info.label or "-",
+            info.created_at.isoformat(timespec="seconds"),
+            info.revoked_at.isoformat(timespec="seconds") if info.revoked_at else "-",
+        )
+        for info in infos
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
 def _parse_retry(text: str) -> bool | int:
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
     return int(text)
-
-
-def load_module(name: str) -> None:
-    """Import ``name`` (a dotted module from the working directory, or a path to a .py file)."""
-    if name.endswith(".py") or os.sep in name:
-        path = Path(name).resolve()
-        if not path.is_file():
-            raise ImportError(f"-r {name}: no such file")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"-r {name}: cannot load this file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-        return
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    importlib.import_module(name)

@@ -6,6 +6,8 @@
 - ``EventMessage``: the append-only message log of an event (the seed's ``added_messages``).
   ``seq`` is the position of the transition that wrote it in the tracking stream, so a log
   reads in the order things happened, and a replayed transition is recognised and skipped.
+- ``ApiToken``: a bearer token of the HTTP API, bound to one tenant. Only its SHA-256 is stored,
+  so the table cannot hand out working tokens (``asynctask.tokens``).
 """
 
 from __future__ import annotations
@@ -125,3 +127,16 @@ class EventMessage(Base):
     text: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (UniqueConstraint("event_id", "seq"),)
+
+
+class ApiToken(Base):
+    __tablename__ = "asynctask_api_token"
+
+    #: Public, short: what ``asynctask tokens list`` shows and ``tokens revoke`` takes.
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200), index=True)
+    label: Mapped[str | None] = mapped_column(String(200))
+    #: Hex SHA-256 of the whole token; unique, so authenticating is one index lookup.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -27,7 +27,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0001"
+HEAD = "0002"
 
 
 @pytest.fixture

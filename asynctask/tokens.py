@@ -1,0 +1,126 @@
+"""Bearer tokens of the HTTP API, each bound to one tenant (table ``asynctask_api_token``).
+
+A token is ``atk_`` plus 256 random bits. Only its SHA-256 is stored, so a leaked copy of the
+table (a backup, a replica) cannot be used to call the API; the secret is returned once, by
+``create_token``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import unicodedata
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, Engine, func, insert, select, update
+
+from asynctask.tracking.database import as_utc, writer
+from asynctask.tracking.models import ApiToken
+
+#: Every token starts with this, so that secret scanners (and people) can recognise one.
+TOKEN_PREFIX = "atk_"
+#: The length of ``asynctask_api_token.tenant`` and ``.label``.
+MAX_NAME_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class CreatedToken:
+    id: str
+    tenant: str
+    label: str | None
+    #: The secret: not stored anywhere, so this is the only time it can be read.
+    token: str
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    id: str
+    tenant: str
+    label: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def hash_token(token: str) -> str:
+    # The token holds 256 random bits, so no dictionary or brute force can reverse its hash:
+    # a plain SHA-256 without salt or stretching is enough (GitHub stores its tokens likewise),
+    # and it keeps the lookup a single equality match on an index.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(engine: Engine, tenant: str, label: str | None = None) -> CreatedToken:
+    _check_name("tenant", tenant)
+    if label is not None:
+        _check_name("label", label)
+    created = CreatedToken(
+        id=secrets.token_hex(6), tenant=tenant, label=label, token=TOKEN_PREFIX + secrets.token_urlsafe(32)
+    )
+    with writer(engine).begin() as connection:
+        connection.execute(
+            insert(ApiToken).values(
+                id=created.id,
+                tenant=tenant,
+                label=label,
+                token_hash=hash_token(created.token),
+                created_at=datetime.now(UTC),
+            )
+        )
+    return created
+
+
+def revoke_token(engine: Engine, token_id: str) -> bool:
+    """Revoke a token for good; False if there is no token with this id. Revoking a revoked token
+    again succeeds and keeps the time of the first revocation."""
+    with writer(engine).begin() as connection:
+        result = connection.execute(
+            update(ApiToken)
+            .where(ApiToken.id == token_id)
+            .values(revoked_at=func.coalesce(ApiToken.revoked_at, datetime.now(UTC)))
+        )
+    return result.rowcount > 0
+
+
+def list_tokens(engine: Engine, tenant: str | None = None) -> list[TokenInfo]:
+    """Every token (of ``tenant`` if given), revoked ones included, oldest first."""
+    query = select(
+        ApiToken.id, ApiToken.tenant, ApiToken.label, ApiToken.created_at, ApiToken.revoked_at
+    ).order_by(ApiToken.created_at, ApiToken.id)
+    if tenant is not None:
+        query = query.where(ApiToken.tenant == tenant)
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    return [
+        TokenInfo(
+            id=row.id,
+            tenant=row.tenant,
+            label=row.label,
+            created_at=as_utc(row.created_at) or row.created_at,
+            revoked_at=as_utc(row.revoked_at),
+        )
+        for row in rows
+    ]
+
+
+def tenant_for(bind: Engine | Connection, token: str) -> str | None:
+    """The tenant a presented token belongs to; None if it is unknown or revoked."""
+    # Anything else cannot be one of ours: no need to ask the database (nor to encode, say, a
+    # lone surrogate).
+    if not token.startswith(TOKEN_PREFIX) or not token.isascii():
+        return None
+    query = select(ApiToken.tenant).where(
+        ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None)
+    )
+    if isinstance(bind, Connection):
+        return bind.scalar(query)
+    with bind.connect() as connection:
+        return connection.scalar(query)
+
+
+def _check_name(field: str, value: str) -> None:
+    if not value:
+        raise ValueError(f"{field} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"{field} must be at most {MAX_NAME_LENGTH} characters, not {len(value)}")
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        raise ValueError(f"{field} must not contain control characters")
