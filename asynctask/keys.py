@@ -60,6 +60,11 @@ class Keys:
     def signals(self, identity: str) -> str:
         return f"{self.prefix}{identity}-signals"
 
+    def staging(self, task_id: str, queue: str) -> str:
+        """Private list of a task's jobs for ``queue`` while ``create_task`` writes them; no
+        worker reads it until the publish script moves it onto the queue."""
+        return f"{self.prefix}asynctask:staging:{task_id}:{queue}"
+
     def inflight(self, identity: str, queue: str) -> str:
         """Private list holding the jobs this process fetched from ``queue`` and has not finished."""
         return f"{self.prefix}asynctask:inflight|{identity}|{queue}"

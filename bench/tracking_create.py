@@ -2,13 +2,15 @@
 
 The library is not modified to find the split. Two timers are attached from the outside
 to the one ``Tracking`` under test: a SQLAlchemy ``begin`` listener on its engine (the
-first transaction create_task opens is the task + events INSERT) and a wrapper around its
-client's ``broker.push`` (the one MULTI/EXEC of all jobs). So, in call order:
+first transaction create_task opens writes the task and its events) and a wrapper around
+the ``publish`` of the staging area its client's broker hands out (the one script that
+moves all staged jobs onto the queue). So, in call order:
 
-- *prepare*: call -> first SQL BEGIN (chunking, payloads, client middleware; Python only);
-- *SQL*: BEGIN -> push starts (the INSERTs of task and events, and their COMMIT);
-- *push*: the Redis MULTI/EXEC of all jobs, encoding included;
-- *finish*: push returned -> create_task returned (state -> ready, and the get_task that
+- *prepare*: call -> first SQL BEGIN (the first batch's chunks, payloads, client middleware);
+- *SQL*: BEGIN -> publish starts (batch by batch: event rows written and jobs staged in
+  Redis; then the COMMIT);
+- *push*: the publish script;
+- *finish*: publish returned -> create_task returned (state -> ready, and the get_task that
   ``Tracking.create_task`` returns).
 """
 
@@ -25,6 +27,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import Client, Settings, Tracking
+from asynctask.brokers.redis.push import Staging
 from asynctask.tracking.database import create_database_engine
 from bench.redis_server import RedisServer
 from bench.tracked_jobs import tracked_noop_job
@@ -60,7 +63,7 @@ def create(database: str, url: str, server: RedisServer, items: int) -> CreateRu
         marks.setdefault("begin", time.perf_counter())
 
     event.listen(engine, "begin", on_begin)
-    setattr(client.broker, "push", _timed(client.broker.push, marks))  # noqa: B010 (a method)
+    setattr(client.broker, "staging", _timed(client.broker.staging, marks))  # noqa: B010 (a method)
     tracking = Tracking(client, engine)
     try:
         client.redis.ping()
@@ -88,12 +91,19 @@ def create(database: str, url: str, server: RedisServer, items: int) -> CreateRu
     return run
 
 
-def _timed(push: Callable[..., None], marks: dict[str, float]) -> Callable[..., None]:
-    def timed_push(*args: Any, **kwargs: Any) -> None:
-        marks["push"] = time.perf_counter()
-        try:
-            push(*args, **kwargs)
-        finally:
-            marks["pushed"] = time.perf_counter()
+def _timed(staging: Callable[[str], Staging], marks: dict[str, float]) -> Callable[[str], Staging]:
+    def timed_staging(task_id: str) -> Staging:
+        area = staging(task_id)
+        publish = area.publish
 
-    return timed_push
+        def timed_publish() -> int:
+            marks["push"] = time.perf_counter()
+            try:
+                return publish()
+            finally:
+                marks["pushed"] = time.perf_counter()
+
+        setattr(area, "publish", timed_publish)  # noqa: B010 (a method)
+        return area
+
+    return timed_staging

@@ -1,12 +1,19 @@
 """Creating, cancelling and retrying tasks (the write side of the read model).
 
-``create_task`` is all or nothing:
-1. one SQL transaction writes the task (state ``creating``) and all its events;
-2. one MULTI/EXEC pushes all its jobs (Redis runs all of it or none of it);
+``create_task`` reads its items as a stream, about ``BATCH`` at a time, so memory is bounded
+by a batch whatever the size of the task. It is all or nothing:
+1. one SQL transaction writes the task (state ``creating``) and, batch by batch, its events;
+   each batch's jobs are also written to the task's staging lists in Redis, which no worker
+   reads. An invalid item, a job its middleware drops, or an error from the items' iterator
+   rolls the transaction back and deletes the staging lists: nothing is written or enqueued.
+   A Redis error while staging does the same, then records the task alone as ``aborted``;
+2. after the commit, one Lua script moves every staged job onto its queue (Redis runs all of
+   it or none of it), in the order one LPUSH of the whole bulk would give;
 3. the task turns ``ready``.
-If step 2 fails the task is marked ``aborted`` and the error is raised: no job of it exists.
-If step 3 fails the jobs are queued and the task says ``creating`` until the first of them
-starts, which turns it ``ready`` (any transition of a task's job proves its jobs exist).
+If step 2 fails the task is marked ``aborted`` and the error is raised: no job of it exists
+(its staging lists expire within ``STAGING_TTL``). If step 3 fails the jobs are queued and the
+task says ``creating`` until the first of them starts, which turns it ``ready`` (any
+transition of a task's job proves its jobs exist).
 """
 
 from __future__ import annotations
@@ -14,10 +21,13 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
+from redis import RedisError
 from sqlalchemy import Connection, Engine, case, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -32,8 +42,9 @@ from asynctask.tracking.status import EventStatus, TaskState
 
 logger = logging.getLogger("asynctask.tracking")
 
-#: Event rows per INSERT statement batch (SQLite).
-INSERT_BATCH = 5000
+#: Items per batch of ``create_task`` (``BATCH // chunk_size`` jobs, at least one): read,
+#: checked, run through the client middleware, written to SQL and staged in Redis together.
+BATCH = 2000
 EVENT_COLUMNS = (
     "job_id",
     "task_id",
@@ -65,57 +76,140 @@ def create_task(
     meta: Mapping[str, Any] | None = None,
 ) -> str:
     """Split ``items`` into jobs of ``chunk_size`` items (each job gets its chunk, a list, as
-    its one argument), record the task and its events, push the jobs; return the task id."""
+    its one argument), record the task and its events, push the jobs; return the task id.
+
+    ``items`` may be any iterable, read once, in batches: a generator over a file is never
+    held in memory whole.
+    """
     definition = job if isinstance(job, JobDefinition) else client.registry.get(job)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError("chunk_size must be a positive integer")
-    values = list(items)
-    if not values:
-        raise ValueError("a task needs at least one item")
-    payload.check_args(values)
     if meta is not None:
         payload.check_args([dict(meta)])
-    chunks = [values[i : i + chunk_size] for i in range(0, len(values), chunk_size)]
+    batches = _batches(items, chunk_size)
+    chunks = next(batches, None)
+    if chunks is None:
+        raise ValueError("a task needs at least one item")
     definition.check_args([chunks[0]])
     task_id = new_task_id()
     options = definition.options.merged({"queue": queue}) if queue else definition.options
     head = {**options.payload_head(), "task": task_id}
     created = payload.now()
-    jobs = [
-        {**head, "args": [chunk], "class": definition.name, "jid": jid, "created_at": created}
+    at = datetime.fromtimestamp(created, UTC)
+    task_row = {
+        "id": task_id,
+        "job_name": definition.name,
+        "queue": options.queue,
+        "tenant": tenant,
+        "meta": dict(meta) if meta is not None else None,
+        "state": TaskState.CREATING.value,
+        "total": 0,
+        "chunk_size": chunk_size,
+        "count_enqueue": 0,
+        "count_working": 0,
+        "count_finish": 0,
+        "count_failed": 0,
+        "count_error": 0,
+        "count_cancelled": 0,
+        "created_at": at,
+    }
+    # The first batch is ready before anything is written: bad input found there costs nothing.
+    jobs = _jobs(client, head, definition.name, created, chunks)
+    staging = client.broker.staging(task_id)
+    staging_error: RedisError | None = None
+    try:
+        with writer(engine).begin() as connection:
+            connection.execute(insert(Task).values(task_row))
+            total = 0
+            with _event_writer(connection, task_id, definition.name, at) as write_events:
+                while True:
+                    encoded = staging.encode(jobs)
+                    write_events(jobs)
+                    try:
+                        staging.write(encoded)
+                    except RedisError as exc:
+                        staging_error = exc
+                        raise
+                    total += len(jobs)
+                    chunks = next(batches, None)
+                    if chunks is None:
+                        break
+                    jobs = _jobs(client, head, definition.name, created, chunks)
+            connection.execute(
+                update(Task).where(Task.id == task_id).values(total=total, count_enqueue=total)
+            )
+    except BaseException:
+        staging.discard()
+        if staging_error is not None:
+            _record_aborted(engine, {**task_row, "state": TaskState.ABORTED.value})
+        raise
+
+    try:
+        staging.publish()
+    except BaseException:
+        _set_state(engine, task_id, TaskState.ABORTED)
+        staging.discard()
+        raise
+    _set_state(engine, task_id, TaskState.READY)
+    return task_id
+
+
+def _batches(items: Iterable[Any], chunk_size: int) -> Iterator[list[list[Any]]]:
+    """The items' chunks, ``BATCH // chunk_size`` chunks (at least one) at a time, each batch
+    checked to be JSON-native (TypeError names the culprit's position in ``items``)."""
+    iterator = iter(items)
+    size = max(1, BATCH // chunk_size) * chunk_size
+    position = 0
+    while values := list(islice(iterator, size)):
+        try:
+            payload.check_args(values)
+        except TypeError:
+            _raise_at(values, position)
+            raise
+        position += len(values)
+        yield [values[start : start + chunk_size] for start in range(0, len(values), chunk_size)]
+
+
+def _raise_at(values: list[Any], position: int) -> None:
+    """Raise the TypeError of the first value of ``values`` that is not JSON-native, naming it
+    ``items[n]`` by its position in the whole stream (the batch starts at ``position``)."""
+    for index, value in enumerate(values):
+        try:
+            payload.check_args([value])
+        except TypeError as exc:
+            raise TypeError(str(exc).replace("args[0]", f"items[{position + index}]", 1)) from None
+
+
+def _jobs(
+    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[list[Any]]
+) -> list[payload.JobDict]:
+    """One job per chunk, through the client middleware."""
+    return [
+        _through_middleware(
+            client, {**head, "args": [chunk], "class": name, "jid": jid, "created_at": created}
+        )
         for chunk, jid in zip(chunks, payload.new_jids(len(chunks)), strict=True)
     ]
-    jobs = [_through_middleware(client, item) for item in jobs]
 
-    at = datetime.fromtimestamp(created, UTC)
-    with writer(engine).begin() as connection:
-        connection.execute(
-            insert(Task).values(
-                id=task_id,
-                job_name=definition.name,
-                queue=options.queue,
-                tenant=tenant,
-                meta=dict(meta) if meta is not None else None,
-                state=TaskState.CREATING.value,
-                total=len(jobs),
-                chunk_size=chunk_size,
-                count_enqueue=len(jobs),
-                count_working=0,
-                count_finish=0,
-                count_failed=0,
-                count_error=0,
-                count_cancelled=0,
-                created_at=at,
-            )
-        )
-        if connection.dialect.name == "postgresql":
-            _copy_events(connection, task_id, definition.name, at, jobs)
-        else:
+
+@contextmanager
+def _event_writer(
+    connection: Connection, task_id: str, name: str, at: datetime
+) -> Iterator[Callable[[list[payload.JobDict]], None]]:
+    """A function writing the ``enqueue`` events of a batch of jobs, valid inside the block.
+
+    PostgreSQL: one COPY, open for the whole block and fed a text block per batch, several
+    times faster than INSERTs; the server stores a batch while the next one is prepared.
+    SQLite: one executemany INSERT per batch.
+    """
+    if connection.dialect.name != "postgresql":
+
+        def insert_rows(jobs: list[payload.JobDict]) -> None:
             rows = [
                 {
                     "job_id": item["jid"],
                     "task_id": task_id,
-                    "job_name": definition.name,
+                    "job_name": name,
                     "status": EventStatus.ENQUEUE.value,
                     "params": item["args"],
                     "attempt": 0,
@@ -126,35 +220,36 @@ def create_task(
                 }
                 for item in jobs
             ]
-            for start in range(0, len(rows), INSERT_BATCH):
-                connection.execute(insert(Event), rows[start : start + INSERT_BATCH])
+            connection.execute(insert(Event), rows)
 
-    try:
-        client.broker.push([(item, None) for item in jobs], atomic=True)
-    except BaseException:
-        _set_state(engine, task_id, TaskState.ABORTED)
-        raise
-    _set_state(engine, task_id, TaskState.READY)
-    return task_id
-
-
-def _copy_events(
-    connection: Connection, task_id: str, name: str, at: datetime, jobs: list[payload.JobDict]
-) -> None:
-    """PostgreSQL's COPY, fed one text block: several times faster than INSERTs for a big task.
-
-    Ids, status, numbers and the timestamp never need escaping; the name and params may.
-    """
+        yield insert_rows
+        return
+    # Ids, status, numbers and the timestamp never need escaping; the name and params may.
     head = f"\t{task_id}\t{_copy_text(name)}\t{EventStatus.ENQUEUE.value}\t"
     stamp = at.isoformat()
     tail = f"\t0\t0\t0\t{stamp}\t{stamp}\n"
-    data = "".join(
-        item["jid"] + head + _copy_text(json.dumps(item["args"], ensure_ascii=False)) + tail for item in jobs
-    )
     cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     columns = ", ".join(EVENT_COLUMNS)
     with cursor.copy(f"COPY {Event.__tablename__} ({columns}) FROM STDIN") as copy:
-        copy.write(data)
+
+        def copy_rows(jobs: list[payload.JobDict]) -> None:
+            copy.write(
+                "".join(
+                    item["jid"] + head + _copy_text(json.dumps(item["args"], ensure_ascii=False)) + tail
+                    for item in jobs
+                )
+            )
+
+        yield copy_rows
+
+
+def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:
+    """Record a task whose jobs Redis refused to stage: the task alone, ``aborted``, no job."""
+    try:
+        with writer(engine).begin() as connection:
+            connection.execute(insert(Task).values(task_row))
+    except SQLAlchemyError as exc:
+        logger.warning("task %s: could not record it aborted: %s", task_row["id"], exc)
 
 
 def _copy_text(value: str) -> str:
@@ -237,11 +332,16 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     """Run the task's ``failed`` and ``error`` jobs again (same jids and args); return how many.
 
     Each goes back to ``enqueue`` through the tracking stream, recorded in the same Redis
-    transaction as its push, so counts adjust within a flush (about a second).
+    transaction as its push; SQL shows it at once too (so a poll right after the retry
+    does not see the task finished), marked with the stream position read before, so that
+    the stream's own record of the retry, and everything after it, still applies.
     """
     task = _require(engine, task_id, tenant)
     if task.state == TaskState.CANCELLED:
         raise TaskStateError(f"task {task_id} is cancelled; its jobs cannot be retried")
+    # Read before the events: an event still failed/error at or below this position when SQL
+    # is updated below was among those read, so it was pushed again.
+    position = int(client.redis.get(client.broker.keys.tracking_seq) or 0)
     with engine.connect() as connection:
         rows = connection.execute(
             select(Event.job_id, Event.params)
@@ -271,10 +371,37 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
         transitions.status(item["jid"], EventStatus.ENQUEUE, "retried by request").encode() for item in jobs
     ]
     client.broker.push([(item, None) for item in jobs], transitions=recorded, atomic=True)
+    _show_retried(engine, task_id, position)
     return len(jobs)
 
 
+def _show_retried(engine: Engine, task_id: str, position: int) -> None:
+    now = datetime.now(UTC)
+    moved: dict[EventStatus, int] = {}
+    with writer(engine).begin() as connection:
+        for status in (EventStatus.FAILED, EventStatus.ERROR):
+            moved[status] = connection.execute(
+                update(Event)
+                .where(Event.task_id == task_id, Event.status == status.value, Event.seq <= position)
+                .values(status=EventStatus.ENQUEUE.value, seq=position, finished_at=None, updated_at=now)
+                .execution_options(synchronize_session=False)
+            ).rowcount
+        if any(moved.values()):
+            connection.execute(
+                update(Task)
+                .where(Task.id == task_id)
+                .values(
+                    count_failed=Task.count_failed - moved[EventStatus.FAILED],
+                    count_error=Task.count_error - moved[EventStatus.ERROR],
+                    count_enqueue=Task.count_enqueue + sum(moved.values()),
+                    finished_at=None,
+                )
+            )
+
+
 def _require(engine: Engine, task_id: str, tenant: str | None) -> Any:
+    if "\x00" in task_id:
+        raise TaskNotFound(task_id)
     query = select(Task.id, Task.state, Task.job_name, Task.queue).where(Task.id == task_id)
     if tenant is not None:
         query = query.where(Task.tenant == tenant)

@@ -15,7 +15,7 @@ import redis
 from asynctask import payload
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.fetch import ReliableFetch, UnitOfWork, release
-from asynctask.brokers.redis.push import push_jobs
+from asynctask.brokers.redis.push import Staging, push_jobs
 from asynctask.brokers.redis.recovery import recover_orphans
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
@@ -63,6 +63,10 @@ class RedisBroker:
             scripts=self.scripts,
             atomic=atomic,
         )
+
+    def staging(self, task_id: str) -> Staging:
+        """Where ``create_task`` writes a task's jobs, invisible to workers, before publishing them."""
+        return Staging(self.redis, self.keys, self.scripts, task_id, self.settings.max_payload_bytes)
 
     def record(self, outbox: Outbox) -> int:
         """Write the outbox's pending transitions to the tracking stream; return how many."""

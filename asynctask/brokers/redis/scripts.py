@@ -27,6 +27,7 @@ class Scripts:
         self.requeue: Script = conn.register_script(_source("requeue"))
         self.enqueue_due: Script = conn.register_script(_source("enqueue_due"))
         self.record: Script = conn.register_script(_source("record"))
+        self.publish: Script = conn.register_script(_source("publish"))
 
     def record_transitions(
         self, keys: Keys, conn: redis.Redis | Pipeline, transitions: Sequence[str]
