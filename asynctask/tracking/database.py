@@ -58,8 +58,18 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        immediate = connection.get_execution_options().get("asynctask_immediate", False)
+        options = connection.get_execution_options()
+        # An AUTOCOMMIT connection (the API's reads) runs each statement on its own.
+        if options.get("isolation_level") == "AUTOCOMMIT":
+            return
+        immediate = options.get("asynctask_immediate", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def autocommit(engine: Engine) -> Engine:
+    """The same engine (and pool) for reads that need no transaction: no BEGIN and ROLLBACK
+    round trips around them."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def as_utc(value: datetime | None) -> datetime | None:

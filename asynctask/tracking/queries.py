@@ -1,18 +1,20 @@
 """The read model: a task's progress and errors, its events page by page, a tenant's tasks.
 
 ``get_task`` reads one task row by primary key (the counts are columns kept current by every
-write) and the first errors through the ``(task_id, status, id)`` index, so it costs the same
-for ten events or ten million. ``list_events`` is a keyset range scan of the same index.
+write) and, when there are any, the first errors through the ``(task_id, status, id)`` index
+and their messages: at most three statements, the same for ten events or ten million.
+``list_events`` is a keyset range scan of the same index.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, or_, select
+from sqlalchemy import Connection, Row, Select, and_, bindparam, or_, select, union_all
 
 from asynctask.errors import TaskNotFound
 from asynctask.tracking.database import as_utc
@@ -34,18 +36,25 @@ def get_task(
     row = _task_row(connection, task_id, tenant)
     first_errors: list[EventView] = []
     if errors > 0 and (row.count_failed or row.count_error):
-        candidates: list[Row[Any]] = []
-        for status in (EventStatus.FAILED, EventStatus.ERROR):
-            query = (
-                select(_EVENTS)
-                .where(Event.task_id == task_id, Event.status == status.value)
-                .order_by(Event.id)
-                .limit(errors)
-            )
-            candidates.extend(connection.execute(query).all())
-        candidates.sort(key=lambda r: r.id)
-        first_errors = _with_messages(connection, candidates[:errors])
+        rows = connection.execute(_first_errors(errors), {"task_id": task_id}).all()
+        first_errors = _with_messages(connection, rows)
     return _task_view(row, first_errors)
+
+
+@functools.lru_cache(maxsize=128)
+def _first_errors(limit: int) -> Select[Any]:
+    """The first ``limit`` failed or error events in one statement: the lowest ids of each
+    status (two short range scans of the ``(task_id, status, id)`` index), merged."""
+    firsts = [
+        select(_EVENTS)
+        .where(Event.task_id == bindparam("task_id"), Event.status == status.value)
+        .order_by(Event.id)
+        .limit(limit)
+        .subquery()
+        for status in (EventStatus.FAILED, EventStatus.ERROR)
+    ]
+    merged = union_all(*(select(first) for first in firsts)).subquery()
+    return select(merged).order_by(merged.c.id).limit(limit)
 
 
 def list_events(
@@ -95,11 +104,20 @@ def list_tasks(
     return Page(views, cursor)
 
 
+_TASK_BY_ID = select(_TASKS).where(Task.id == bindparam("task_id"))
+_TASK_BY_ID_AND_TENANT = _TASK_BY_ID.where(Task.tenant == bindparam("tenant"))
+
+
 def _task_row(connection: Connection, task_id: str, tenant: str | None) -> Row[Any]:
-    query = select(_TASKS).where(Task.id == task_id)
-    if tenant is not None:
-        query = query.where(Task.tenant == tenant)
-    row = connection.execute(query).first()
+    if "\x00" in task_id:
+        # No id holds NUL, and PostgreSQL refuses it in a parameter.
+        raise TaskNotFound(task_id)
+    # Statements built once: status polls are the hot path, and building a select() costs
+    # about as much as running it.
+    if tenant is None:
+        row = connection.execute(_TASK_BY_ID, {"task_id": task_id}).first()
+    else:
+        row = connection.execute(_TASK_BY_ID_AND_TENANT, {"task_id": task_id, "tenant": tenant}).first()
     if row is None:
         raise TaskNotFound(task_id)
     return row
@@ -154,16 +172,18 @@ def _status(
     return TaskStatus.RUNNING
 
 
+_MESSAGES = (
+    select(EventMessage.event_id, EventMessage.at, EventMessage.status, EventMessage.text)
+    .where(EventMessage.event_id.in_(bindparam("ids", expanding=True)))
+    .order_by(EventMessage.event_id, EventMessage.seq)
+)
+
+
 def _with_messages(connection: Connection, rows: Sequence[Row[Any]]) -> list[EventView]:
     if not rows:
         return []
     by_event: dict[int, list[MessageView]] = defaultdict(list)
-    query = (
-        select(EventMessage.event_id, EventMessage.at, EventMessage.status, EventMessage.text)
-        .where(EventMessage.event_id.in_([r.id for r in rows]))
-        .order_by(EventMessage.event_id, EventMessage.seq)
-    )
-    for m in connection.execute(query):
+    for m in connection.execute(_MESSAGES, {"ids": [r.id for r in rows]}):
         by_event[m.event_id].append(MessageView(as_utc(m.at) or m.at, m.status, m.text))
     return [_event_view(r, tuple(by_event.get(r.id, ()))) for r in rows]
 
@@ -196,12 +216,18 @@ def _page_size(limit: int) -> int:
     return limit
 
 
+#: Largest event id (a signed 64-bit integer in SQL).
+MAX_EVENT_ID = 2**63 - 1
+
+
 def _event_cursor(after: str | int) -> int:
+    if isinstance(after, str) and not (after.isascii() and after.isdigit()):
+        raise ValueError(f"invalid events cursor {after!r}")
     try:
         value = int(after)
     except (TypeError, ValueError):
         raise ValueError(f"invalid events cursor {after!r}") from None
-    if value < 0:
+    if not 0 <= value <= MAX_EVENT_ID:
         raise ValueError(f"invalid events cursor {after!r}")
     return value
 
@@ -216,6 +242,6 @@ def _task_cursor(before: str) -> tuple[datetime, str]:
         when = datetime.fromisoformat(created)
     except ValueError:
         raise ValueError(f"invalid tasks cursor {before!r}") from None
-    if not task_id:
+    if not task_id or "\x00" in task_id:
         raise ValueError(f"invalid tasks cursor {before!r}")
     return when, task_id

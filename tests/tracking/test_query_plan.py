@@ -351,7 +351,7 @@ def test_get_task_reads_the_task_row_and_a_few_errors_however_big_the_task(
     assert [e.status for e in big.errors] == ["error"] * 10
     assert all(len(e.messages) == 2 for e in big.errors)
     # The task row, the first failed, the first errors, their messages: four, whatever the size.
-    assert len(small_statements) == len(big_statements) == 4
+    assert len(small_statements) == len(big_statements) == 3
     check_plans(dataset, big_statements, "get_task(big)")
 
     # The checker itself sees a scan when there is one (so a pass above means something).
