@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
+import jsonschema_rs
+
 from asynctask import payload
 from asynctask.errors import JobArgumentsError
 from asynctask.registry import Registry, default_registry
@@ -79,13 +81,34 @@ class JobOptions:
 
 
 class JobDefinition(Generic[P]):
-    """A registered job. Calling it runs the function inline; ``perform_*`` enqueue it."""
+    """A registered job. Calling it runs the function inline; ``perform_*`` enqueue it.
 
-    def __init__(self, func: Callable[P, Any], name: str, options: JobOptions) -> None:
+    ``api``: whether the HTTP API may create tasks of it (nothing else can be named there).
+    ``item_schema``: a JSON Schema (2020-12) each item of a task must match before anything
+    of the task is written; checked when the job is defined.
+    """
+
+    def __init__(
+        self,
+        func: Callable[P, Any],
+        name: str,
+        options: JobOptions,
+        *,
+        api: bool = False,
+        item_schema: Mapping[str, Any] | None = None,
+    ) -> None:
         self.func = func
         self.name = name
         self.options = options
+        self.api = api
+        self.item_schema = dict(item_schema) if item_schema is not None else None
+        self.item_validator = _compile_schema(name, self.item_schema)
         self.signature = inspect.signature(func)
+        if api:
+            try:
+                self.signature.bind([])
+            except TypeError:
+                raise ValueError(f"job {name!r}: an API job takes one argument, its chunk of items") from None
         self.retry_in_handler: RetryIn | None = None
         self.retries_exhausted_handler: RetriesExhausted | None = None
         self.__doc__ = func.__doc__
@@ -207,6 +230,8 @@ def job(
     retry_queue: str | None = None,
     tags: Sequence[str] = (),
     registry: Registry | None = None,
+    api: bool = False,
+    item_schema: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> Callable[[Callable[P, Any]], JobDefinition[P]]: ...
 
@@ -223,15 +248,31 @@ def job(
     retry_queue: str | None = None,
     tags: Sequence[str] = (),
     registry: Registry | None = None,
+    api: bool = False,
+    item_schema: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> JobDefinition[P] | Callable[[Callable[P, Any]], JobDefinition[P]]:
-    """Define a job from a function: ``@job`` or ``@job(name="SleepWorker", queue="low", retry=5)``."""
+    """Define a job from a function: ``@job`` or ``@job(name="SleepWorker", queue="low", retry=5)``.
+
+    ``api=True`` lets the HTTP API create tasks of this job; such a job takes one argument,
+    its chunk of items (a list). ``item_schema`` is the JSON Schema each item must match.
+    """
     options = JobOptions(queue, retry, backtrace, dead, retry_queue, tuple(tags), dict(extra)).validated()
     target = default_registry if registry is None else registry
 
     def decorate(fn: Callable[P, Any]) -> JobDefinition[P]:
-        definition = JobDefinition(fn, name or fn.__name__, options)
+        definition = JobDefinition(fn, name or fn.__name__, options, api=api, item_schema=item_schema)
         target.add(definition)
         return definition
 
     return decorate(func) if func is not None else decorate
+
+
+def _compile_schema(name: str, schema: dict[str, Any] | None) -> jsonschema_rs.Validator | None:
+    if schema is None:
+        return None
+    try:
+        jsonschema_rs.meta.validate(schema)
+        return jsonschema_rs.validator_for(schema)
+    except (jsonschema_rs.ValidationError, ValueError) as exc:
+        raise ValueError(f"job {name!r}: item_schema is not a valid JSON Schema: {exc}") from None

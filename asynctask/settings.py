@@ -91,6 +91,8 @@ class Settings:
             values["tracking"] = _boolean("ASYNCTASK_TRACKING", env["ASYNCTASK_TRACKING"])
         if env.get("ASYNCTASK_FLUSHER"):
             values["flusher"] = env["ASYNCTASK_FLUSHER"]
+        if env.get("ASYNCTASK_REQUIRE"):
+            values["require"] = tuple(m.strip() for m in env["ASYNCTASK_REQUIRE"].split(",") if m.strip())
         if env.get("ASYNCTASK_QUEUES"):
             values["queues"] = tuple(QueueSpec.parse(q) for q in env["ASYNCTASK_QUEUES"].split(";"))
         for name, convert in (

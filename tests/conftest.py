@@ -21,6 +21,8 @@ from asynctask.middleware import Chain
 from asynctask.tracking.database import create_database_engine
 from asynctask.worker import Worker
 
+pytest_plugins = ["tests.tracking_fixtures"]
+
 REDIS_URL = os.environ.get("ASYNCTASK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("ASYNCTASK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 #: The first Redis database handed out by ``claimed_db``; lower ones are left alone.

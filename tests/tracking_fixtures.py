@@ -1,5 +1,6 @@
-"""Fixtures for tracking tests: a fresh tracking database (SQLite file or PostgreSQL schema)
-with the tables created, a client and workers with the tracking middleware."""
+"""Fixtures for tracking and API tests (a pytest plugin of tests/conftest.py): a fresh tracking
+database (SQLite file or PostgreSQL schema) with the tables created, a client and workers with
+the tracking middleware."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import redis
 
 from asynctask import Settings, Tracking
 from tests.conftest import wait_until
-from tests.tracking.conftest import wait_for_task
+from tests.tracking_fixtures import wait_for_task
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "jobs" / "tracking_jobs.py"

@@ -39,7 +39,7 @@ from asynctask.tracking.transitions import Transition
 from tests.conftest import wait_until
 from tests.jobs import outage_jobs
 from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
-from tests.tracking.conftest import wait_for_task
+from tests.tracking_fixtures import wait_for_task
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "jobs" / "outage_jobs.py"

@@ -29,7 +29,7 @@ from asynctask.middleware import Chain
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 from tests.conftest import wait_until
-from tests.tracking.conftest import wait_for_task
+from tests.tracking_fixtures import wait_for_task
 
 
 def event_of(tracking: Tracking, jid: str) -> Any:

@@ -1,0 +1,105 @@
+"""Fixtures for API tests: an app on a fresh tracking database and Redis namespace, with a
+registry of API jobs, two tenants' tokens, and tracked workers to run the jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import Engine
+
+import asynctask
+from asynctask import Client, JobFailed, Registry, Settings
+from asynctask.tokens import create_token
+from tests.conftest import wait_until
+from webapi import create_app
+
+PRODUCT_SCHEMA = {
+    "type": "object",
+    "required": ["sku", "price"],
+    "properties": {
+        "sku": {"type": "string", "minLength": 1},
+        "price": {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$"},
+    },
+}
+#: Small limits, so that every limit can be hit by a small request.
+LIMITS = {"max_items": 50, "max_chunk_size": 10, "max_body_bytes": 16 * 1024, "max_json_depth": 6}
+
+
+def define_jobs(registry: Registry) -> None:
+    @asynctask.job(api=True, item_schema=PRODUCT_SCHEMA, registry=registry)
+    def import_products(rows: list[dict[str, str]]) -> None:
+        """Create products from rows of a sheet.
+
+        A negative price is a business failure; SKU "BUG" is a programming error.
+        """
+        for row in rows:
+            if row["sku"] == "BUG":
+                raise RuntimeError("bug in the importer")
+            if float(row["price"]) < 0:
+                raise JobFailed(f"price must be positive for SKU {row['sku']}")
+
+    @asynctask.job(api=True, registry=registry)
+    def echo(items: list[Any]) -> None:
+        """Do nothing with any items."""
+
+    @asynctask.job(registry=registry)
+    def internal(items: list[Any]) -> None:
+        """Not submittable through the API."""
+
+
+@dataclass(frozen=True)
+class Api:
+    app: Flask
+    http: FlaskClient
+    engine: Engine
+    client: Client
+    #: Bearer tokens of tenants "acme" and "globex".
+    acme: str
+    globex: str
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.acme}"}
+
+    def post_json(self, body: Any, token: str | None = None) -> Any:
+        return self.http.post("/api/tasks", json=body, headers=self.headers(token))
+
+    def get(self, url: str, token: str | None = None) -> Any:
+        return self.http.get(url, headers=self.headers(token))
+
+    def post(self, url: str, token: str | None = None, **kwargs: Any) -> Any:
+        return self.http.post(url, headers=self.headers(token), **kwargs)
+
+    def wait_settled(self, task_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        def settled() -> dict[str, Any] | None:
+            body: dict[str, Any] = self.get(f"/api/tasks/{task_id}").get_json()
+            return body if body["status"] in ("finished", "finished_with_errors", "cancelled") else None
+
+        result: dict[str, Any] = wait_until(settled, timeout, interval=0.05)
+        return result
+
+
+@pytest.fixture
+def make_api(
+    registry: Registry, tracked_client: Client, tracked_settings: Settings, engine: Engine
+) -> Callable[..., Api]:
+    define_jobs(registry)
+    acme = create_token(engine, "acme").token
+    globex = create_token(engine, "globex").token
+
+    def make(**config: Any) -> Api:
+        settings = {"settings": tracked_settings, "stream_interval": 0.05, "token_cache_seconds": 0.0}
+        app = create_app({**settings, **LIMITS, **config}, client=tracked_client, engine=engine)
+        app.testing = True
+        return Api(app, app.test_client(), engine, tracked_client, acme, globex)
+
+    return make
+
+
+@pytest.fixture
+def api(make_api: Callable[..., Api]) -> Iterator[Api]:
+    yield make_api()

@@ -1,0 +1,114 @@
+"""The app factory: ``create_app()`` reads ``ASYNCTASK_*`` from the environment.
+
+Serve it with ``asynctask api`` or any WSGI server: ``gunicorn 'webapi:create_app()'``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, Response, g, request
+from sqlalchemy import Connection, Engine
+
+from asynctask.client import Client
+from asynctask.modules import load_module
+from asynctask.tracking.database import autocommit, create_database_engine
+from asynctask.tracking.service import Tracking
+from webapi import errors
+from webapi.auth import TokenVerifier, authenticate
+from webapi.blueprints.docs import docs
+from webapi.blueprints.health import health
+from webapi.blueprints.jobs import jobs
+from webapi.blueprints.page import page
+from webapi.blueprints.stream import stream
+from webapi.blueprints.tasks import tasks
+from webapi.config import ApiConfig
+from webapi.resources import EXTENSION, Resources, db, resources
+from webapi.serialize import task_json
+from webapi.watch import TaskWatcher, render_task
+
+logger = logging.getLogger("asynctask.api")
+
+#: Blueprints whose routes need a token (the page, health checks and the document do not).
+_PROTECTED = {tasks.name, stream.name, jobs.name}
+
+
+def create_app(
+    config: ApiConfig | Mapping[str, Any] | None = None,
+    *,
+    client: Client | None = None,
+    engine: Engine | None = None,
+) -> Flask:
+    """``config``: an ``ApiConfig``, or a mapping of its fields over the environment's values.
+    ``client`` and ``engine`` replace the ones built from the settings (tests, embedding)."""
+    if config is None:
+        config = ApiConfig.from_env()
+    elif not isinstance(config, ApiConfig):
+        config = ApiConfig.from_mapping(config)
+    for module in config.settings.require:
+        load_module(module)
+    client = client if client is not None else Client(config.settings)
+    if engine is None:
+        # No pre-ping: it would add a round trip to every request. After a database restart
+        # the first request on each stale connection fails (503) and the pool replaces it.
+        engine = create_database_engine(config.settings.database_url, pool_pre_ping=False)
+    if not config.auth:
+        logger.warning(
+            "API authentication is OFF: every caller acts as the tenant-less user (development only)"
+        )
+
+    app = Flask(__name__, static_folder="static", static_url_path="/static")
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions[EXTENSION] = Resources(
+        config=config,
+        client=client,
+        engine=engine,
+        # Every read of a request is one statement or a few independent ones (a task row, then
+        # its first errors): no transaction is needed, and none costs two round trips.
+        reader=autocommit(engine),
+        tracking=Tracking(client, engine),
+        tokens=TokenVerifier(config.token_cache_seconds),
+        watcher=TaskWatcher(engine, config.stream_interval, render_task(task_json)),
+    )
+
+    errors.register(app)
+    app.before_request(_authenticate)
+    for blueprint in (health, docs, page, tasks, stream, jobs):
+        app.register_blueprint(blueprint)
+    app.teardown_appcontext(_close_db)
+    if config.cors_origins:
+        _allow_cors(app, config.cors_origins)
+    return app
+
+
+def _authenticate() -> None:
+    # A CORS preflight carries no credentials by design.
+    if request.blueprint not in _PROTECTED or request.method == "OPTIONS":
+        return
+    found = resources()
+    authenticate(found.config.auth, found.tokens, db)
+
+
+def _close_db(_exc: BaseException | None) -> None:
+    connection: Connection | None = g.pop("db", None)
+    if connection is not None:
+        connection.close()
+
+
+def _allow_cors(app: Flask, origins: tuple[str, ...]) -> None:
+    any_origin = "*" in origins
+
+    @app.after_request
+    def add_headers(response: Response) -> Response:
+        origin = request.headers.get("Origin")
+        if origin and (any_origin or origin in origins):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            response.headers["Access-Control-Expose-Headers"] = "Location"
+            response.headers["Access-Control-Max-Age"] = "600"
+            response.vary.add("Origin")
+        return response

@@ -1,0 +1,41 @@
+"""``/healthz`` (the process answers) and ``/readyz`` (Redis and the database answer)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+from redis.exceptions import RedisError
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from asynctask.tracking.models import Task
+from webapi.errors import error_response
+from webapi.resources import resources
+from webapi.responses import json_response
+
+health = Blueprint("health", __name__)
+
+
+@health.get("/healthz")
+def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@health.get("/readyz")
+def readyz() -> Response:
+    found = resources()
+    checks: dict[str, str] = {}
+    try:
+        found.client.redis.ping()
+        checks["redis"] = "ok"
+    except RedisError as exc:
+        checks["redis"] = f"error: {type(exc).__name__}: {exc}"
+    try:
+        # Reading the task table also proves the migrations ran.
+        with found.engine.connect() as connection:
+            connection.execute(select(Task.id).limit(1)).all()
+        checks["database"] = "ok"
+    except SQLAlchemyError as exc:
+        checks["database"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    if all(value == "ok" for value in checks.values()):
+        return json_response({"status": "ready", "checks": checks})
+    return error_response(503, "unavailable", "a backing service is not ready", {"checks": checks})

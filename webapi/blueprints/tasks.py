@@ -1,0 +1,165 @@
+"""``/api/tasks``: submit a bulk task, read its progress and events, cancel or retry it."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import TypeVar
+
+from flask import Blueprint, Response, g, request
+
+from asynctask.errors import TaskNotFound, TaskStateError
+from asynctask.tracking import queries
+from asynctask.tracking.status import EventStatus, TaskStatus
+from asynctask.tracking.views import Page, TaskView
+from webapi.errors import ApiError
+from webapi.intake import read_submission
+from webapi.resources import db, resources
+from webapi.responses import json_response
+from webapi.serialize import event_json, task_json, task_urls
+
+T = TypeVar("T")
+
+tasks = Blueprint("tasks", __name__, url_prefix="/api/tasks")
+
+#: Most first errors ``GET /api/tasks/<id>?errors=`` returns.
+MAX_ERRORS = 100
+_NOT_CANCELLABLE = {TaskStatus.FINISHED, TaskStatus.FINISHED_WITH_ERRORS, TaskStatus.ABORTED}
+
+
+@tasks.post("")
+def create() -> Response:
+    found = resources()
+    submission = read_submission(request, found.config, found.client.registry)
+    try:
+        view = found.tracking.create_task(
+            submission.job,
+            submission.items,
+            chunk_size=submission.chunk_size,
+            tenant=g.tenant,
+            queue=submission.queue,
+            meta=submission.meta,
+        )
+    except ValueError as exc:
+        if submission.item_count == 0:
+            raise ApiError(422, "no_items", "a task needs at least one item") from None
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    finally:
+        submission.close()
+    body = {
+        "task_id": view.id,
+        "job": view.job_name,
+        "items": submission.item_count,
+        "jobs": view.total,
+        "chunk_size": submission.chunk_size,
+        "status": view.status,
+        "urls": task_urls(view.id),
+    }
+    response = json_response(body, 202)
+    response.headers["Location"] = task_urls(view.id)["self"]
+    return response
+
+
+@tasks.get("")
+def index() -> Response:
+    before = request.args.get("before")
+    limit = _int_arg("limit", 50)
+    page = _page(lambda: queries.list_tasks(db(), g.tenant, before=_decode_cursor(before), limit=limit))
+    cursor = page.next_cursor
+    return json_response(
+        {"items": [task_json(v) for v in page.items], "next": _encode_cursor(cursor) if cursor else None}
+    )
+
+
+@tasks.get("/<task_id>")
+def show(task_id: str) -> Response:
+    errors = _int_arg("errors", 10)
+    if not 0 <= errors <= MAX_ERRORS:
+        raise ApiError(422, "invalid_request", f"errors must be from 0 to {MAX_ERRORS}", {"field": "errors"})
+    return json_response(task_json(task_or_404(task_id, errors)))
+
+
+@tasks.get("/<task_id>/events")
+def events(task_id: str) -> Response:
+    status = request.args.get("status")
+    if status is not None and status not in {s.value for s in EventStatus}:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"status must be one of {', '.join(s.value for s in EventStatus)}",
+            {"field": "status"},
+        )
+    after = request.args.get("after")
+    limit = _int_arg("limit", 100)
+    page = _page(
+        lambda: queries.list_events(db(), task_id, status=status, after=after, limit=limit, tenant=g.tenant)
+    )
+    return json_response({"items": [event_json(e) for e in page.items], "next": page.next_cursor})
+
+
+@tasks.post("/<task_id>/cancel")
+def cancel(task_id: str) -> Response:
+    view = task_or_404(task_id, 0)
+    if view.status in _NOT_CANCELLABLE:
+        raise ApiError(
+            409, "task_not_cancellable", f"the task is {view.status}; there is nothing left to cancel"
+        )
+    found = resources()
+    found.tracking.cancel_task(task_id, tenant=g.tenant)
+    return json_response(task_json(found.tracking.get_task(task_id, tenant=g.tenant)))
+
+
+@tasks.post("/<task_id>/retry")
+def retry(task_id: str) -> Response:
+    task_or_404(task_id, 0)
+    found = resources()
+    try:
+        retried = found.tracking.retry_task(task_id, tenant=g.tenant)
+    except TaskStateError as exc:
+        raise ApiError(409, "task_not_retryable", str(exc)) from None
+    view = found.tracking.get_task(task_id, tenant=g.tenant)
+    return json_response({"retried": retried, "task": task_json(view)}, 202)
+
+
+def task_or_404(task_id: str, errors: int) -> TaskView:
+    """The caller's task: another tenant's task is as absent as a task that never existed."""
+    try:
+        return queries.get_task(db(), task_id, tenant=g.tenant, errors=errors)
+    except TaskNotFound:
+        raise ApiError(404, "task_not_found", f"no task {task_id!r}") from None
+
+
+def _page(read: Callable[[], Page[T]]) -> Page[T]:
+    try:
+        return read()
+    except TaskNotFound as exc:
+        raise ApiError(404, "task_not_found", f"no task {exc.task_id!r}") from None
+    except ValueError as exc:
+        message = str(exc)
+        if "cursor" in message:
+            raise ApiError(422, "invalid_cursor", message) from None
+        raise ApiError(422, "invalid_request", message, {"field": "limit"}) from None
+
+
+def _encode_cursor(cursor: str) -> str:
+    """The tasks cursor holds a time with a "+"; base64url keeps it intact in a query string."""
+    return base64.urlsafe_b64encode(cursor.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(422, "invalid_cursor", f"invalid tasks cursor {cursor!r}") from None
+
+
+def _int_arg(name: str, default: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ApiError(422, "invalid_request", f"{name} must be an integer", {"field": name}) from None

@@ -1,0 +1,88 @@
+"""The API's settings: ``ASYNCTASK_API_*`` variables on top of the shared ``Settings``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from asynctask.settings import Settings
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    #: Redis, namespace, database URL and modules to load: shared with the worker.
+    settings: Settings = field(default_factory=Settings)
+    #: False only for local development: every request then acts as the tenant-less caller.
+    auth: bool = True
+    #: Origins allowed to call the API from a browser on another origin ("*" for any).
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 64 * MIB
+    max_items: int = 200_000
+    max_chunk_size: int = 1000
+    #: Nesting of arrays and objects in a JSON body or NDJSON line (the body itself is level 1).
+    max_json_depth: int = 32
+    #: Seconds between the stream's looks at a watched task.
+    stream_interval: float = 0.5
+    #: Seconds a verified token is trusted before it is looked up again (a revocation takes
+    #: effect within this time); 0 looks it up on every request.
+    token_cache_seconds: float = 5.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ApiConfig:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {"settings": Settings.from_env(env)}
+        if env.get("ASYNCTASK_API_AUTH"):
+            values["auth"] = _auth(env["ASYNCTASK_API_AUTH"])
+        if env.get("ASYNCTASK_API_CORS_ORIGINS"):
+            values["cors_origins"] = tuple(
+                o.strip() for o in env["ASYNCTASK_API_CORS_ORIGINS"].split(",") if o.strip()
+            )
+        for name, convert in (
+            ("max_body_bytes", int),
+            ("max_items", int),
+            ("max_chunk_size", int),
+            ("max_json_depth", int),
+            ("stream_interval", float),
+            ("token_cache_seconds", float),
+        ):
+            variable = f"ASYNCTASK_API_{name.upper()}"
+            raw = env.get(variable)
+            if raw:
+                try:
+                    values[name] = convert(raw)
+                except ValueError:
+                    raise ValueError(f"{variable}={raw!r} is not a valid {convert.__name__}") from None
+        values.update(overrides)
+        return replace(cls(), **values).validated()
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> ApiConfig:
+        """``create_app({...})``: keys are field names; anything not given comes from the environment."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(f"unknown API setting(s): {', '.join(unknown)}")
+        return cls.from_env(**config)
+
+    def validated(self) -> ApiConfig:
+        for name in ("max_body_bytes", "max_items", "max_chunk_size", "max_json_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.stream_interval <= 0:
+            raise ValueError("stream_interval must be positive")
+        if self.token_cache_seconds < 0:
+            raise ValueError("token_cache_seconds must not be negative")
+        return self
+
+
+def _auth(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("on", "true", "1", "yes"):
+        return True
+    if lowered in ("off", "false", "0", "no"):
+        return False
+    raise ValueError(f"ASYNCTASK_API_AUTH={raw!r}: use on or off")

@@ -1,0 +1,81 @@
+"""One error body for every failure: ``{"error": {"code", "message", "details"}}``.
+
+Codes are stable (clients branch on them); messages are for people and may change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response
+from redis.exceptions import RedisError
+from sqlalchemy.exc import OperationalError
+from werkzeug.exceptions import HTTPException
+
+from webapi.responses import json_response
+
+logger = logging.getLogger("asynctask.api")
+
+#: Werkzeug's own errors (routing, body size) in our vocabulary.
+_HTTP_CODES = {
+    400: "invalid_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def limit_exceeded(status: int, code: str, limit: str, maximum: int, message: str) -> ApiError:
+    """An error naming the limit that was hit and its value, so a client can split its input."""
+    return ApiError(status, code, message, {"limit": limit, "max": maximum})
+
+
+def error_response(status: int, code: str, message: str, details: Any = None) -> Response:
+    response = json_response({"error": {"code": code, "message": message, "details": details}}, status)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="asynctask"'
+    return response
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(ApiError)
+    def api_error(exc: ApiError) -> Response:
+        return error_response(exc.status, exc.code, exc.message, exc.details)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code = _HTTP_CODES.get(status, "http_error")
+        details = None
+        if status == 413:
+            limit = app.config.get("MAX_CONTENT_LENGTH")
+            details = {"limit": "max_body_bytes", "max": limit}
+            message = f"the request body is larger than the limit of {limit} bytes"
+        else:
+            message = exc.description or exc.name
+        response = error_response(status, code, message, details)
+        if status == 405 and exc.get_response().headers.get("Allow"):
+            response.headers["Allow"] = exc.get_response().headers["Allow"]
+        return response
+
+    @app.errorhandler(OperationalError)
+    @app.errorhandler(RedisError)
+    def backend_down(exc: Exception) -> Response:
+        logger.warning("a backing service is unreachable: %s: %s", type(exc).__name__, exc)
+        return error_response(503, "unavailable", f"a backing service is unreachable: {type(exc).__name__}")
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception) -> Response:
+        logger.exception("unhandled error in a request")
+        return error_response(500, "internal_error", "internal server error; the server log has the details")

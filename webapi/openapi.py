@@ -1,0 +1,661 @@
+"""The API described as OpenAPI 3.1 (served as ``GET /openapi.json``).
+
+Written by hand next to the code it describes; ``tests/webapi/test_openapi.py`` checks that it is
+a valid document and lists exactly the routes the app serves, and ``tests/webapi/test_fuzz.py``
+sends generated requests to the app and checks every response against it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asynctask
+from asynctask.tracking.queries import MAX_PAGE
+from asynctask.tracking.status import EventStatus, TaskStatus
+from webapi.blueprints.tasks import MAX_ERRORS
+from webapi.intake import QUEUE_NAME
+
+Schema = dict[str, Any]
+
+#: The content type of every JSON body, request or response.
+JSON = "application/json"
+BEARER = "bearer"
+#: The events cursor: the id of the last event of the previous page (digits; 18 at most keep it
+#: within a 64-bit integer, what the column holds).
+EVENT_CURSOR = "^[0-9]{1,18}$"
+#: The tasks cursor: opaque (``<created_at>|<id>`` of the last task of the page, base64url).
+TASK_CURSOR = "^[A-Za-z0-9_-]+$"
+
+#: Items of the examples (a product import: the contract's running example).
+EXAMPLE_ITEMS = [{"sku": "A1", "price": "9.99"}, {"sku": "B2", "price": "-1"}]
+EXAMPLE_NDJSON = "".join(f"{json.dumps(item)}\n" for item in EXAMPLE_ITEMS)
+EXAMPLE_CSV = "sku,price\n" + "".join(f"{item['sku']},{item['price']}\n" for item in EXAMPLE_ITEMS)
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "AsyncTask API",
+            "version": asynctask.__version__,
+            "summary": "Submit bulk tasks (JSON, CSV, NDJSON or an upload) and follow their progress.",
+            "description": (
+                "Every `/api/*` request needs `Authorization: Bearer <token>` (a token is bound to one "
+                "tenant; `asynctask tokens create --tenant NAME`). A task of another tenant is reported "
+                "as absent (404 `task_not_found`). Every 4xx/5xx response has the `Error` body; its "
+                "`error.code` is stable, its `message` is for people. Unknown routes answer 404 "
+                "`not_found`, a wrong method 405 `method_not_allowed` with an `Allow` header."
+            ),
+            "license": {"name": "MIT", "identifier": "MIT"},
+        },
+        "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+        "tags": [
+            {"name": "tasks", "description": "Bulk tasks: create, read, follow, cancel, retry."},
+            {"name": "jobs", "description": "The jobs a caller may submit."},
+            {"name": "service", "description": "Health checks, this document and the example page."},
+        ],
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "responses": _responses(),
+            "parameters": _parameters(),
+            "headers": {
+                "Location": {
+                    "description": "The new task's URL (`/api/tasks/{task_id}`).",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^/api/tasks/[^/]+$"},
+                },
+                "WWW-Authenticate": {
+                    "description": "The scheme to use: `Bearer`.",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^Bearer"},
+                },
+            },
+            "securitySchemes": {
+                BEARER: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An API token (`atk_...`) bound to one tenant.",
+                }
+            },
+        },
+    }
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _ref(name: str, kind: str = "schemas") -> dict[str, str]:
+    return {"$ref": f"#/components/{kind}/{name}"}
+
+
+def _nullable(schema: Schema) -> Schema:
+    """``schema`` or null, the 3.1 way (a type list; a ``$ref`` goes in ``anyOf``)."""
+    if "$ref" in schema:
+        return {"anyOf": [schema, {"type": "null"}]}
+    if isinstance(schema.get("type"), str):
+        return {**schema, "type": [schema["type"], "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = (), **extra: Any) -> Schema:
+    """A closed object whose properties are all required unless listed in ``optional``."""
+    return {
+        "type": "object",
+        "required": [name for name in properties if name not in optional],
+        "properties": properties,
+        "additionalProperties": False,
+        **extra,
+    }
+
+
+def _string(**extra: Any) -> Schema:
+    return {"type": "string", **extra}
+
+
+def _integer(minimum: int | None = None, maximum: int | None = None, **extra: Any) -> Schema:
+    schema: Schema = {"type": "integer", **extra}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if maximum is not None:
+        schema["maximum"] = maximum
+    return schema
+
+
+def _time(description: str, *, nullable: bool = True) -> Schema:
+    schema = _string(format="date-time", description=description)
+    return _nullable(schema) if nullable else schema
+
+
+def _array(items: Schema, **extra: Any) -> Schema:
+    return {"type": "array", "items": items, **extra}
+
+
+def _json(schema: Schema) -> dict[str, Any]:
+    return {JSON: {"schema": schema}}
+
+
+def _response(description: str, schema: Schema, **headers: Schema) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description, "content": _json(schema)}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _query(name: str, schema: Schema, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    """References to the shared error responses, by status."""
+    return {str(status): _ref(_ERROR_RESPONSES[status][0], "responses") for status in statuses}
+
+
+def _operation(
+    operation_id: str,
+    summary: str,
+    tag: str,
+    responses: dict[str, Any],
+    *,
+    secured: bool = True,
+    parameters: list[Any] | None = None,
+    request_body: dict[str, Any] | None = None,
+    description: str | None = None,
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
+    if description:
+        operation["description"] = description
+    if parameters:
+        operation["parameters"] = parameters
+    if request_body:
+        operation["requestBody"] = request_body
+    if secured:
+        responses = {**responses, **_errors(401, 503)}
+    operation["responses"] = dict(sorted(responses.items()))
+    operation["security"] = [{BEARER: []}] if secured else []
+    return operation
+
+
+# --- components ----------------------------------------------------------------------------------
+
+#: Shared error responses: status -> (component name, description).
+_ERROR_RESPONSES: dict[int, tuple[str, str]] = {
+    400: (
+        "BadRequest",
+        "`invalid_json` (the body or an NDJSON line is not JSON; `details.line` for NDJSON), "
+        "`invalid_csv` (not UTF-8, a bad header, a row of another width; `details.line`) or "
+        "`invalid_request` (a malformed request, e.g. a broken multipart body).",
+    ),
+    401: ("Unauthorized", "`unauthorized`: the token is missing, malformed, unknown or revoked."),
+    404: ("TaskNotFound", "`task_not_found`: no such task for this token's tenant."),
+    409: (
+        "Conflict",
+        "`task_not_cancellable` (the task is finished or aborted) or `task_not_retryable` "
+        "(the task is cancelled).",
+    ),
+    413: (
+        "TooLarge",
+        "`body_too_large` (`details`: `{limit: max_body_bytes, max}`) or `too_many_items` "
+        "(`details`: `{limit: max_items, max}`).",
+    ),
+    415: (
+        "UnsupportedMediaType",
+        "`unsupported_media_type`: another body type, or an uploaded file that is not CSV, NDJSON "
+        "or JSON (`details.content_type`).",
+    ),
+    422: ("Unprocessable", "A parameter or field is wrong; see `error.code` and `error.details`."),
+    503: ("Unavailable", "`unavailable`: Redis or the database cannot be reached."),
+}
+
+
+def _responses() -> dict[str, Any]:
+    responses = {
+        name: _response(description, _ref("Error")) for name, description in _ERROR_RESPONSES.values()
+    }
+    responses["Unauthorized"]["headers"] = {"WWW-Authenticate": _ref("WWW-Authenticate", "headers")}
+    return responses
+
+
+def _parameters() -> dict[str, Any]:
+    return {
+        "TaskId": {
+            "name": "task_id",
+            "in": "path",
+            "required": True,
+            "description": "The task's id (`task_id` of the 202 that created it).",
+            "schema": _string(minLength=1),
+        }
+    }
+
+
+def _schemas() -> dict[str, Schema]:
+    event_statuses = [s.value for s in EventStatus]
+    urls = _obj(
+        {
+            "self": _string(format="uri-reference", description="`/api/tasks/{id}`"),
+            "events": _string(format="uri-reference", description="`/api/tasks/{id}/events`"),
+            "stream": _string(format="uri-reference", description="`/api/tasks/{id}/stream`"),
+        },
+        description="Where to read the task.",
+    )
+    counts = _obj(
+        {status: _integer(0) for status in event_statuses},
+        description="Jobs of the task per event status.",
+    )
+    message = _obj(
+        {
+            "at": _time("When it was written.", nullable=False),
+            "status": _string(description="The job's status then."),
+            "text": _string(),
+        },
+        description="One line of a job's message log.",
+    )
+    event = _obj(
+        {
+            "id": _integer(1, description="Also the cursor (`after`) of the events list."),
+            "job_id": _string(),
+            "status": _string(enum=event_statuses),
+            "params": _nullable(_array({}, description="The job's arguments (here: one chunk of items).")),
+            "attempt": _integer(0),
+            "error": _nullable(_string(description="The error message of a failed or error job.")),
+            "error_class": _nullable(_string()),
+            "progress": _nullable(
+                _obj(
+                    {"done": _nullable(_integer()), "total": _nullable(_integer())},
+                    description="What the job last reported of its own progress.",
+                )
+            ),
+            "enqueued_at": _time("When the job was last enqueued."),
+            "started_at": _time("When the job last started."),
+            "finished_at": _time("When the job last ended."),
+            "updated_at": _time("The event's last change."),
+            "messages": _array(_ref("Message"), description="The message log, oldest first."),
+        },
+        description="One job of a task (its tracking event).",
+    )
+    task = _obj(
+        {
+            "id": _string(),
+            "job": _string(description="The job's name."),
+            "queue": _string(),
+            "status": _string(enum=[s.value for s in TaskStatus]),
+            "total": _integer(0, description="Jobs in the task."),
+            "counts": _ref("TaskCounts"),
+            "done": _integer(0, description="Jobs that will not run again."),
+            "progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "done / total"},
+            "eta_seconds": _nullable(
+                {"type": "number", "minimum": 0, "description": "Seconds left at the rate seen so far."}
+            ),
+            "created_at": _time("When the task was created.", nullable=False),
+            "started_at": _time("When its first job started."),
+            "finished_at": _time("When its last job ended."),
+            "cancelled_at": _time("When it was cancelled."),
+            "meta": _nullable({"type": "object", "description": "The `meta` given at creation."}),
+            "errors": _array(
+                _ref("Event"),
+                description="The first failed/error events (as many as `errors` asks; empty in lists).",
+            ),
+            "urls": _ref("Urls"),
+        },
+        description="A task and its progress.",
+    )
+    created = _obj(
+        {
+            "task_id": _string(),
+            "job": _string(),
+            "items": _integer(1, description="Items received."),
+            "jobs": _integer(1, description="Jobs enqueued (items / chunk_size, rounded up)."),
+            "chunk_size": _integer(1),
+            "status": _string(enum=[s.value for s in TaskStatus]),
+            "urls": _ref("Urls"),
+        },
+        description="The task just created.",
+    )
+    job = _obj(
+        {
+            "name": _string(),
+            "queue": _string(description="The job's default queue."),
+            "description": _nullable(_string(description="The first line of the job's docstring.")),
+            "schema": _nullable({"type": "object", "description": "The JSON Schema one item must match."}),
+        },
+        description="A job the API may create tasks of.",
+    )
+    submission = _obj(
+        {
+            "job": _string(minLength=1, description="A job listed by `GET /api/jobs`."),
+            "items": _array(
+                {},
+                minItems=1,
+                description="The items (each must match the job's item schema); at most "
+                "ASYNCTASK_API_MAX_ITEMS (200000).",
+            ),
+            "chunk_size": _integer(
+                1, description="Items per job; at most ASYNCTASK_API_MAX_CHUNK_SIZE (1000).", default=1
+            ),
+            "queue": _nullable(_queue()),
+            "meta": _nullable({"type": "object", "description": "Kept with the task, returned as is."}),
+        },
+        optional=("chunk_size", "queue", "meta"),
+        description="A task as JSON (nesting at most ASYNCTASK_API_MAX_JSON_DEPTH (32) levels).",
+    )
+    upload = _obj(
+        {
+            "job": _string(minLength=1),
+            "chunk_size": _integer(1, default=1),
+            "queue": _queue(),
+            "meta": _json_text("A JSON object kept with the task, as text."),
+            "file": _string(
+                contentMediaType="application/octet-stream",
+                description="CSV (text/csv or a .csv name), NDJSON (application/x-ndjson, .ndjson, "
+                ".jsonl) or a JSON array of items (application/json, .json).",
+            ),
+        },
+        optional=("chunk_size", "queue", "meta"),
+        description="A task as a file upload; the options are form fields.",
+    )
+    return {
+        "Error": _obj(
+            {
+                "error": _obj(
+                    {
+                        "code": _string(description="Stable; clients branch on it."),
+                        "message": _string(description="For people; may change."),
+                        "details": {"description": "More about the error (JSON), or null."},
+                    }
+                )
+            },
+            description="The body of every 4xx and 5xx response.",
+        ),
+        "Urls": urls,
+        "TaskCounts": counts,
+        "Message": message,
+        "Event": event,
+        "Task": task,
+        "CreatedTask": created,
+        "RetryResult": _obj(
+            {"retried": _integer(0, description="Jobs enqueued again."), "task": _ref("Task")},
+            description="The outcome of a retry.",
+        ),
+        "TaskPage": _obj(
+            {
+                "items": _array(_ref("Task")),
+                "next": _nullable(
+                    _string(pattern=TASK_CURSOR, description="Pass as `before` for the next page.")
+                ),
+            },
+            description="Tasks, newest first.",
+        ),
+        "EventPage": _obj(
+            {
+                "items": _array(_ref("Event")),
+                "next": _nullable(
+                    _string(pattern=EVENT_CURSOR, description="Pass as `after` for the next page.")
+                ),
+            },
+            description="Events, oldest first.",
+        ),
+        "StreamEvent": _obj(
+            {
+                "event": _string(enum=["progress", "end"]),
+                "data": _string(
+                    contentMediaType=JSON,
+                    contentSchema=_ref("Task"),
+                    description="The task's snapshot (JSON on one line).",
+                ),
+                "id": _string(),
+                "retry": _integer(0, description="Milliseconds to wait before reconnecting."),
+            },
+            optional=("id", "retry"),
+            description="One Server-Sent Event of `GET /api/tasks/{task_id}/stream` (fields as parsed).",
+        ),
+        "Job": job,
+        "Jobs": _obj({"jobs": _array(_ref("Job"))}, description="Submittable jobs, by name."),
+        "Health": _obj({"status": _string(const="ok")}),
+        "Ready": _obj(
+            {
+                "status": _string(const="ready"),
+                "checks": _obj({"redis": _string(const="ok"), "database": _string(const="ok")}),
+            }
+        ),
+        "TaskSubmission": submission,
+        "TaskUpload": upload,
+    }
+
+
+def _json_text(description: str) -> Schema:
+    return _string(contentMediaType=JSON, contentSchema={"type": "object"}, description=description)
+
+
+def _queue() -> Schema:
+    return _string(
+        pattern=f"^{QUEUE_NAME.pattern}$",
+        description="The queue to use instead of the job's own.",
+    )
+
+
+# --- paths ---------------------------------------------------------------------------------------
+
+
+#: Where the query options of ``POST /api/tasks`` apply.
+CSV_ONLY = " (text/csv and NDJSON bodies only; refused with other bodies)."
+
+
+def _paths() -> dict[str, Any]:
+    task_id = _ref("TaskId", "parameters")
+    ndjson = _string(description=f"The file itself, e.g.\n\n{EXAMPLE_NDJSON}")
+    return {
+        "/api/tasks": {
+            "get": _operation(
+                "listTasks",
+                "The caller's tasks, newest first",
+                "tasks",
+                {
+                    "200": _response("A page of tasks (their `errors` are empty).", _ref("TaskPage")),
+                    **_errors(422),
+                },
+                parameters=[
+                    _query("before", _string(pattern=TASK_CURSOR), "The `next` cursor of the previous page."),
+                    _query("limit", _integer(1, MAX_PAGE, default=50), "Tasks per page."),
+                ],
+                description=(
+                    "`before` is opaque: the `next` of a previous page, or 422 `invalid_cursor`. "
+                    "A bad `limit` is 422 `invalid_request`."
+                ),
+            ),
+            "post": _operation(
+                "createTask",
+                "Create a task: one job per chunk of items",
+                "tasks",
+                {
+                    "202": _response(
+                        "Created and enqueued.",
+                        _ref("CreatedTask"),
+                        Location=_ref("Location", "headers"),
+                    ),
+                    **_errors(400, 413, 415, 422, 503),
+                },
+                parameters=[
+                    _query(
+                        "job",
+                        _string(minLength=1),
+                        f"The job{CSV_ONLY}",
+                    ),
+                    _query(
+                        "chunk_size",
+                        _integer(1),
+                        f"Items per job{CSV_ONLY}",
+                    ),
+                    _query(
+                        "queue",
+                        _queue(),
+                        f"The queue{CSV_ONLY}",
+                    ),
+                    _query(
+                        "meta",
+                        _json_text("A JSON object, as text."),
+                        f"A JSON object kept with the task{CSV_ONLY}",
+                    ),
+                ],
+                request_body={
+                    "required": True,
+                    "description": (
+                        "The items. A JSON body names the job and options in the body; a CSV or "
+                        "NDJSON body in the query string; an upload in form fields. Query options "
+                        "with a JSON body or an upload are refused (422 `invalid_request`). CSV: the first "
+                        "row is the header and each row becomes an object of strings. NDJSON: one "
+                        "JSON value per line, blank lines skipped. If any item is wrong nothing is "
+                        "created (422 `validation_failed` lists the first 20 errors)."
+                    ),
+                    "content": {
+                        JSON: {
+                            "schema": _ref("TaskSubmission"),
+                            "example": {"job": "import_products", "items": EXAMPLE_ITEMS, "chunk_size": 10},
+                        },
+                        # Examples in the descriptions: tools take a text example for the body.
+                        "text/csv": {
+                            "schema": _string(description=f"The file itself, e.g.\n\n{EXAMPLE_CSV}")
+                        },
+                        "application/x-ndjson": {"schema": ndjson},
+                        "application/jsonl": {"schema": ndjson},
+                        "multipart/form-data": {
+                            "schema": _ref("TaskUpload"),
+                            "encoding": {
+                                "file": {"contentType": "text/csv, application/x-ndjson, application/json"}
+                            },
+                        },
+                    },
+                },
+                description=(
+                    "422 codes: `invalid_request` (`details.field`), `unknown_job`, "
+                    "`chunk_size_too_large`, `json_too_deep`, `no_items`, `validation_failed`."
+                ),
+            ),
+        },
+        "/api/tasks/{task_id}": {
+            "parameters": [task_id],
+            "get": _operation(
+                "getTask",
+                "A task's progress and first errors",
+                "tasks",
+                {"200": _response("The task.", _ref("Task")), **_errors(404, 422)},
+                parameters=[
+                    _query(
+                        "errors",
+                        _integer(0, MAX_ERRORS, default=10),
+                        "How many of the first failed/error events to include.",
+                    )
+                ],
+            ),
+        },
+        "/api/tasks/{task_id}/events": {
+            "parameters": [task_id],
+            "get": _operation(
+                "listTaskEvents",
+                "A task's events (one per job), oldest first",
+                "tasks",
+                {"200": _response("A page of events.", _ref("EventPage")), **_errors(404, 422)},
+                parameters=[
+                    _query(
+                        "status", _string(enum=[s.value for s in EventStatus]), "Only events in this status."
+                    ),
+                    _query("after", _string(pattern=EVENT_CURSOR), "The `next` cursor of the previous page."),
+                    _query("limit", _integer(1, MAX_PAGE, default=100), "Events per page."),
+                ],
+                description=(
+                    "422 `invalid_cursor` for a bad `after`, `invalid_request` for another bad parameter."
+                ),
+            ),
+        },
+        "/api/tasks/{task_id}/stream": {
+            "parameters": [task_id],
+            "get": _operation(
+                "streamTask",
+                "Follow a task live (Server-Sent Events)",
+                "tasks",
+                {
+                    "200": {
+                        "description": (
+                            "`event: progress` with the Task JSON on connect and on every change; "
+                            "`event: end` with the last snapshot once the task is done, then the "
+                            "response ends. `: keepalive` comments every 15 s."
+                        ),
+                        "content": {"text/event-stream": {"schema": _ref("StreamEvent")}},
+                    },
+                    **_errors(404),
+                },
+            ),
+        },
+        "/api/tasks/{task_id}/cancel": {
+            "parameters": [task_id],
+            "post": _operation(
+                "cancelTask",
+                "Cancel the task's jobs that have not started",
+                "tasks",
+                {
+                    "200": _response(
+                        "The task after cancelling (again 200 if it was cancelled).", _ref("Task")
+                    ),
+                    **_errors(404, 409, 503),
+                },
+            ),
+        },
+        "/api/tasks/{task_id}/retry": {
+            "parameters": [task_id],
+            "post": _operation(
+                "retryTask",
+                "Enqueue the task's failed and error jobs again",
+                "tasks",
+                {"202": _response("Retried.", _ref("RetryResult")), **_errors(404, 409, 503)},
+            ),
+        },
+        "/api/jobs": {
+            "get": _operation(
+                "listJobs",
+                "The jobs a caller may submit",
+                "jobs",
+                {"200": _response("The jobs.", _ref("Jobs"))},
+            ),
+        },
+        "/healthz": {
+            "get": _operation(
+                "healthz",
+                "The process answers",
+                "service",
+                {"200": _response("Alive.", _ref("Health"))},
+                secured=False,
+            ),
+        },
+        "/readyz": {
+            "get": _operation(
+                "readyz",
+                "Redis and the database answer",
+                "service",
+                {
+                    "200": _response("Ready.", _ref("Ready")),
+                    "503": _response(
+                        "`unavailable`; `details.checks` says which service failed.", _ref("Error")
+                    ),
+                },
+                secured=False,
+            ),
+        },
+        "/openapi.json": {
+            "get": _operation(
+                "openapi",
+                "This document",
+                "service",
+                {"200": _response("OpenAPI 3.1.", {"type": "object"})},
+                secured=False,
+            ),
+        },
+        "/": {
+            "get": _operation(
+                "page",
+                "The example page",
+                "service",
+                {"200": {"description": "HTML.", "content": {"text/html": {"schema": _string()}}}},
+                secured=False,
+            ),
+        },
+    }

@@ -1,0 +1,50 @@
+"""What the app's requests share (config, Redis client, engine, token check, stream watcher),
+kept in ``app.extensions``, and the request's own database connection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import current_app, g
+from sqlalchemy import Connection, Engine
+
+from asynctask.client import Client
+from asynctask.tracking.service import Tracking
+from webapi.auth import TokenVerifier
+from webapi.config import ApiConfig
+from webapi.watch import TaskWatcher
+
+EXTENSION = "asynctask"
+
+
+@dataclass(frozen=True)
+class Resources:
+    config: ApiConfig
+    client: Client
+    engine: Engine
+    #: ``engine`` (same pool) for reads outside a transaction.
+    reader: Engine
+    tracking: Tracking
+    tokens: TokenVerifier
+    watcher: TaskWatcher
+
+
+def resources() -> Resources:
+    found: Resources = current_app.extensions[EXTENSION]
+    return found
+
+
+def db() -> Connection:
+    """The request's connection, opened on first use and closed when the request ends."""
+    connection: Connection | None = g.get("db")
+    if connection is None:
+        connection = resources().reader.connect()
+        g.db = connection
+    return connection
+
+
+def release_db() -> None:
+    """Give the connection back now (a stream outlives its request's reads by minutes)."""
+    connection: Connection | None = g.pop("db", None)
+    if connection is not None:
+        connection.close()

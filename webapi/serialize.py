@@ -1,0 +1,63 @@
+"""Read-model views as the API's JSON (the shapes ``/openapi.json`` documents)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from asynctask.tracking.views import EventView, MessageView, TaskView
+
+
+def task_urls(task_id: str) -> dict[str, str]:
+    base = f"/api/tasks/{task_id}"
+    return {"self": base, "events": f"{base}/events", "stream": f"{base}/stream"}
+
+
+def task_json(view: TaskView) -> dict[str, Any]:
+    return {
+        "id": view.id,
+        "job": view.job_name,
+        "queue": view.queue,
+        "status": view.status,
+        "total": view.total,
+        "counts": view.counts,
+        "done": view.done,
+        "progress": view.progress,
+        "eta_seconds": view.eta_seconds,
+        "created_at": _time(view.created_at),
+        "started_at": _time(view.started_at),
+        "finished_at": _time(view.finished_at),
+        "cancelled_at": _time(view.cancelled_at),
+        "meta": view.meta,
+        "errors": [event_json(e) for e in view.errors],
+        "urls": task_urls(view.id),
+    }
+
+
+def event_json(view: EventView) -> dict[str, Any]:
+    progress = None
+    if view.progress_done is not None or view.progress_total is not None:
+        progress = {"done": view.progress_done, "total": view.progress_total}
+    return {
+        "id": view.id,
+        "job_id": view.job_id,
+        "status": view.status,
+        "params": view.params,
+        "attempt": view.attempt,
+        "error": view.error,
+        "error_class": view.error_class,
+        "progress": progress,
+        "enqueued_at": _time(view.enqueued_at),
+        "started_at": _time(view.started_at),
+        "finished_at": _time(view.finished_at),
+        "updated_at": _time(view.updated_at),
+        "messages": [message_json(m) for m in view.messages],
+    }
+
+
+def message_json(view: MessageView) -> dict[str, Any]:
+    return {"at": _time(view.at), "status": view.status, "text": view.text}
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

@@ -1,0 +1,45 @@
+"""``asynctask api``: the app under gunicorn, threaded workers (a progress stream holds a thread)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from webapi.config import ApiConfig
+
+
+class ApiServer(BaseApplication):  # type: ignore[misc]
+    def __init__(self, make_app: Callable[[], Any], options: dict[str, Any]) -> None:
+        self.make_app = make_app
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        # Called in each worker after the fork: every worker has its own Redis and SQL pools.
+        return self.make_app()
+
+
+def serve(
+    config: ApiConfig, *, host: str, port: int, workers: int, threads: int, access_log: bool = False
+) -> None:
+    from webapi.app import create_app
+
+    options: dict[str, Any] = {
+        "bind": f"{host}:{port}",
+        "workers": workers,
+        "worker_class": "gthread",
+        "threads": threads,
+        # Streams stay open for minutes; the keepalive comments keep the worker's heartbeat.
+        "timeout": 60,
+        "graceful_timeout": 10,
+        "accesslog": "-" if access_log else None,
+        "errorlog": "-",
+        "loglevel": "warning",
+    }
+    ApiServer(lambda: create_app(config), options).run()

@@ -1,0 +1,143 @@
+"""One reader per process for every open progress stream.
+
+However many browsers watch a task, the process reads it from SQL once per
+``stream_interval``; each stream waits on a condition and wakes only when the task's
+snapshot (its JSON) changed, or to send a keepalive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from asynctask.errors import TaskNotFound
+from asynctask.tracking import queries
+from asynctask.tracking.status import TaskStatus
+from asynctask.tracking.views import TaskView
+
+logger = logging.getLogger("asynctask.api")
+
+#: A task in one of these states changes no more once nothing of it is running.
+_SETTLED = {TaskStatus.FINISHED, TaskStatus.FINISHED_WITH_ERRORS, TaskStatus.ABORTED, TaskStatus.CANCELLED}
+
+
+def is_settled(view: TaskView) -> bool:
+    if view.status == TaskStatus.CANCELLED:
+        return view.finished_at is not None
+    return view.status in _SETTLED
+
+
+@dataclass
+class Snapshot:
+    #: Bumped on every change; a stream remembers the last one it sent.
+    version: int
+    body: str
+    settled: bool
+    #: The snapshot without its ETA, which moves with the clock alone: a stalled task
+    #: sends nothing new.
+    key: str
+
+
+@dataclass
+class _Watch:
+    snapshot: Snapshot
+    streams: int
+
+
+class TaskWatcher:
+    def __init__(self, engine: Engine, interval: float, render: Callable[[TaskView], str]) -> None:
+        self.engine = engine
+        self.interval = interval
+        self.render = render
+        self._changed = threading.Condition()
+        self._watches: dict[str, _Watch] = {}
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def watching(self, first: TaskView) -> Iterator[Callable[[int, float], Snapshot]]:
+        """Register a stream of ``first``'s task; yields ``wait(after_version, timeout)``."""
+        task_id = first.id
+        with self._changed:
+            watch = self._watches.get(task_id)
+            if watch is None:
+                watch = _Watch(self._snapshot(first, 1), 0)
+                self._watches[task_id] = watch
+            watch.streams += 1
+            self._ensure_thread()
+            # The reader sleeps while nothing is watched: wake it.
+            self._changed.notify_all()
+
+        def wait(after: int, timeout: float) -> Snapshot:
+            with self._changed:
+                self._changed.wait_for(lambda: watch.snapshot.version != after, timeout)
+                return watch.snapshot
+
+        try:
+            yield wait
+        finally:
+            with self._changed:
+                watch.streams -= 1
+                if watch.streams == 0:
+                    self._watches.pop(task_id, None)
+
+    def _snapshot(self, view: TaskView, version: int) -> Snapshot:
+        key = self.render(replace(view, eta_seconds=None))
+        return Snapshot(version, self.render(view), is_settled(view), key)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="asynctask-api-watch", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        failing = False
+        while True:
+            with self._changed:
+                # Sleeps until the first stream opens; the thread is idle, not gone.
+                self._changed.wait_for(lambda: bool(self._watches))
+                watched = [task_id for task_id, w in self._watches.items() if not w.snapshot.settled]
+            try:
+                views = self._read(watched)
+                if failing:
+                    logger.info("progress streams: database reachable again")
+                failing = False
+            except SQLAlchemyError as exc:
+                if not failing:
+                    logger.warning("progress streams: cannot read tasks: %s", exc)
+                failing = True
+                views = {}
+            with self._changed:
+                for task_id, view in views.items():
+                    watch = self._watches.get(task_id)
+                    if watch is None:
+                        continue
+                    snapshot = self._snapshot(view, watch.snapshot.version + 1)
+                    if snapshot.key != watch.snapshot.key:
+                        watch.snapshot = snapshot
+                self._changed.notify_all()
+            time.sleep(self.interval)
+
+    def _read(self, task_ids: list[str]) -> dict[str, TaskView]:
+        views: dict[str, TaskView] = {}
+        if not task_ids:
+            return views
+        with self.engine.connect() as connection:
+            for task_id in task_ids:
+                try:
+                    views[task_id] = queries.get_task(connection, task_id)
+                except TaskNotFound:
+                    continue
+        return views
+
+
+def render_task(to_json: Callable[[TaskView], object]) -> Callable[[TaskView], str]:
+    """The snapshot body: compact JSON on one line, as an SSE ``data:`` field needs."""
+    return lambda view: json.dumps(to_json(view), separators=(",", ":"))
