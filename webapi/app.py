@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine
 
 from asynctask.client import Client
 from asynctask.modules import load_module
+from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.database import autocommit, create_database_engine
 from asynctask.tracking.service import Tracking
 from webapi import errors
@@ -71,6 +72,7 @@ def create_app(
         reader=autocommit(engine),
         tracking=Tracking(client, engine),
         tokens=TokenVerifier(config.token_cache_seconds),
+        errors=FirstErrorsCache(config.errors_cache_seconds),
         watcher=TaskWatcher(engine, config.stream_interval, render_task(task_json)),
     )
 

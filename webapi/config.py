@@ -30,6 +30,9 @@ class ApiConfig:
     #: Seconds a verified token is trusted before it is looked up again (a revocation takes
     #: effect within this time); 0 looks it up on every request.
     token_cache_seconds: float = 5.0
+    #: Seconds a task's first errors may be reused by status reads while its failed and
+    #: error counts stay the same; 0 reads them every time.
+    errors_cache_seconds: float = 1.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ApiConfig:
@@ -48,6 +51,7 @@ class ApiConfig:
             ("max_json_depth", int),
             ("stream_interval", float),
             ("token_cache_seconds", float),
+            ("errors_cache_seconds", float),
         ):
             variable = f"ASYNCTASK_API_{name.upper()}"
             raw = env.get(variable)
@@ -74,8 +78,8 @@ class ApiConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.stream_interval <= 0:
             raise ValueError("stream_interval must be positive")
-        if self.token_cache_seconds < 0:
-            raise ValueError("token_cache_seconds must not be negative")
+        if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:
+            raise ValueError("token_cache_seconds and errors_cache_seconds must not be negative")
         return self
 
 

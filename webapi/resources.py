@@ -9,6 +9,7 @@ from flask import current_app, g
 from sqlalchemy import Connection, Engine
 
 from asynctask.client import Client
+from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.service import Tracking
 from webapi.auth import TokenVerifier
 from webapi.config import ApiConfig
@@ -26,6 +27,7 @@ class Resources:
     reader: Engine
     tracking: Tracking
     tokens: TokenVerifier
+    errors: FirstErrorsCache
     watcher: TaskWatcher
 
 

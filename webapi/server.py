@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,12 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         # Called in each worker after the fork: every worker has its own Redis and SQL pools.
-        return self.make_app()
+        app = self.make_app()
+        # The app's long-lived objects (modules, compiled statements) leave the collector's
+        # view: full collections, which would otherwise walk them all, stop stalling requests.
+        gc.collect()
+        gc.freeze()
+        return app
 
 
 def serve(

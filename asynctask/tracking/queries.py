@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, Select, and_, bindparam, or_, select, union_all
 
 from asynctask.errors import TaskNotFound
+from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.database import as_utc
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import TERMINAL, EventStatus, TaskState, TaskStatus
@@ -31,13 +32,23 @@ MAX_PAGE = 1000
 
 
 def get_task(
-    connection: Connection, task_id: str, *, tenant: str | None = None, errors: int = 10
+    connection: Connection,
+    task_id: str,
+    *,
+    tenant: str | None = None,
+    errors: int = 10,
+    cache: FirstErrorsCache | None = None,
 ) -> TaskView:
+    """``cache``: where a server answering many polls keeps the first errors a moment."""
     row = _task_row(connection, task_id, tenant)
     first_errors: list[EventView] = []
     if errors > 0 and (row.count_failed or row.count_error):
-        rows = connection.execute(_first_errors(errors), {"task_id": task_id}).all()
-        first_errors = _with_messages(connection, rows)
+
+        def load() -> list[EventView]:
+            rows = connection.execute(_first_errors(errors), {"task_id": task_id}).all()
+            return _with_messages(connection, rows)
+
+        first_errors = cache.get(row, errors, load) if cache is not None else load()
     return _task_view(row, first_errors)
 
 

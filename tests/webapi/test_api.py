@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from asynctask import Client, Settings
 from asynctask.middleware import Chain
@@ -511,3 +511,60 @@ def test_example_page_is_served(api: Api) -> None:
         assert page.status_code == 200 and page.mimetype == "text/html"
     with api.http.get("/static/app.js") as script:
         assert b"/api/tasks" in script.data
+
+
+def test_first_errors_are_reused_only_while_the_task_is_unchanged(make_api: Any) -> None:
+    from asynctask.tracking.cache import FirstErrorsCache
+    from asynctask.tracking.queries import get_task
+
+    api: Api = make_api()
+    task_id = api.post_json({"job": "echo", "items": [1, 2, 3]}).get_json()["task_id"]
+    cache = FirstErrorsCache(ttl=60)
+    with api.engine.begin() as connection:
+        connection.execute(
+            update(Event)
+            .where(Event.task_id == task_id, Event.id == min_event(api))
+            .values(status="failed", error="first")
+        )
+        connection.execute(update(Task).values(count_failed=1, count_enqueue=2))
+    with api.engine.connect() as connection:
+        assert [e.error for e in get_task(connection, task_id, cache=cache).errors] == ["first"]
+        # A change the counts do not show is served from the cache until the entry expires...
+        connection.execute(update(Event).where(Event.task_id == task_id).values(error="changed"))
+        assert [e.error for e in get_task(connection, task_id, cache=cache).errors] == ["first"]
+        cache.ttl = 0.0
+        assert [e.error for e in get_task(connection, task_id, cache=cache).errors] == ["changed"]
+        cache.ttl = 60
+        # ...and a new failure shows at once.
+        connection.execute(
+            update(Event)
+            .where(Event.task_id == task_id, Event.status == "enqueue")
+            .values(status="error", error="second")
+        )
+        connection.execute(update(Task).values(count_error=2, count_enqueue=0))
+        assert [e.error for e in get_task(connection, task_id, cache=cache).errors] == [
+            "changed",
+            "second",
+            "second",
+        ]
+        connection.commit()
+
+
+def min_event(api: Api) -> int:
+    with api.engine.connect() as connection:
+        return int(connection.execute(select(func.min(Event.id))).scalar_one())
+
+
+def test_a_bug_is_a_500_with_the_same_error_body_and_is_logged(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(job: Any, queue: str, final: Any) -> Any:
+        raise RuntimeError("a client middleware with a bug")
+
+    api.client.middleware.add(broken)
+    with caplog.at_level("ERROR", logger="asynctask.api"):
+        response = api.post_json({"job": "echo", "items": [1]})
+    assert (response.status_code, error_of(response)["code"]) == (500, "internal_error")
+    assert "a client middleware with a bug" not in response.get_data(as_text=True)
+    assert any("a client middleware with a bug" in r.exc_text for r in caplog.records if r.exc_text)
+    assert_nothing_written(api)

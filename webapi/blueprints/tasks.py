@@ -124,7 +124,7 @@ def retry(task_id: str) -> Response:
 def task_or_404(task_id: str, errors: int) -> TaskView:
     """The caller's task: another tenant's task is as absent as a task that never existed."""
     try:
-        return queries.get_task(db(), task_id, tenant=g.tenant, errors=errors)
+        return queries.get_task(db(), task_id, tenant=g.tenant, errors=errors, cache=resources().errors)
     except TaskNotFound:
         raise ApiError(404, "task_not_found", f"no task {task_id!r}") from None
 

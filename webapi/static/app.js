@@ -15,7 +15,7 @@ const FINAL = new Set(["finished", "finished_with_errors", "aborted"]);
 const COUNTS = ["enqueue", "working", "finish", "failed", "error", "cancelled"];
 
 let jobs = []; // from GET /api/jobs
-let current = null; // the task being watched: { id, abort: AbortController, timer, staleFinishedAt, deadline }
+let current = null; // the task being watched: { id, abort: AbortController, timer }
 
 // ---------------------------------------------------------------------------- API calls
 
@@ -151,11 +151,9 @@ function jsonRequest(job, chunkSize, text) {
 
 // ---------------------------------------------------------------------------- watching a task
 
-// `staleFinishedAt`: after a retry, the task's finished_at from before it (see isStale).
-function watch(id, staleFinishedAt = null) {
+function watch(id) {
   stopWatching();
-  const deadline = Date.now() + 10_000;
-  current = { id, abort: new AbortController(), timer: null, staleFinishedAt, deadline };
+  current = { id, abort: new AbortController(), timer: null };
   $("task").hidden = false;
   $("task-id").textContent = id;
   $("errors").replaceChildren();
@@ -193,11 +191,7 @@ async function stream(watcher) {
         if (!event) continue; // a ": keepalive" comment
         const task = JSON.parse(event.data);
         render(task);
-        if (event.type !== "end") continue;
-        if (!isStale(watcher, task)) return finish(watcher);
-        // The end of the run before a retry: look again in a second.
-        setTimeout(() => watcher.abort.signal.aborted || stream(watcher), 1000);
-        return;
+        if (event.type === "end") return finish(watcher);
       }
     }
     throw new Error("the stream closed before the task ended");
@@ -231,7 +225,7 @@ function poll(watcher) {
       const task = await api(`/api/tasks/${encodeURIComponent(watcher.id)}?errors=10`);
       if (watcher.abort.signal.aborted) return;
       render(task);
-      if (isOver(task) && !isStale(watcher, task)) finish(watcher);
+      if (isOver(task)) finish(watcher);
     } catch (error) {
       showError(error); // and keep trying: the server may be restarting
     }
@@ -248,13 +242,6 @@ function finish(watcher) {
 
 function isOver(task) {
   return FINAL.has(task.status) || (task.status === "cancelled" && task.counts.working === 0);
-}
-
-// Retried jobs reach the task's counts through the tracking stream, within about a second; until
-// then the task still looks finished, with its old finished_at. Wait for that (10 s at most).
-function isStale(watcher, task) {
-  return watcher.staleFinishedAt !== null && task.finished_at === watcher.staleFinishedAt
-    && Date.now() < watcher.deadline;
 }
 
 // ---------------------------------------------------------------------------- rendering
@@ -294,7 +281,8 @@ function errorItem(event) {
   badge.textContent = event.status;
   const message = document.createElement("span");
   message.className = "message";
-  message.textContent = event.error_class ? `${event.error_class}: ${event.error}` : event.error;
+  // A business failure (JobFailed) is its message alone; a program error's text starts with its class.
+  message.textContent = event.error;
   const jobId = document.createElement("code");
   jobId.className = "job-id";
   jobId.textContent = `job ${event.job_id} · attempt ${event.attempt}`;
@@ -320,8 +308,9 @@ async function act(action) {
     const result = await api(`/api/tasks/${encodeURIComponent(id)}/${action}`, { method: "POST" });
     // cancel answers with the Task; retry with {"retried": n, "task": Task}.
     const task = action === "retry" ? result.task : result;
-    // Watch again: the previous stream may have ended, and after a retry the task runs again.
-    watch(id, action === "retry" && result.retried > 0 ? task.finished_at : null);
+    // Watch again: the previous stream may have ended, and after a retry the task runs again
+    // (the answer already counts the retried jobs as waiting).
+    watch(id);
     render(task);
   } catch (error) {
     showError(error); // e.g. 409 task_not_cancellable
