@@ -7,10 +7,12 @@ Order of work, so that noise hits every configuration alike:
 2. one Redis-command-count pass per system;
 3. the tracking section (``bench/tracking_bench.py``): tracking on vs off, create_task,
    get_task on a big task;
-4. tables to stdout, RESULTS.md, runtime.json and tracking.json to ``--out``.
+4. the api section (``bench/api_bench.py``): ``GET /api/tasks/<id>`` under wrk load, POSTs
+   of many items as JSON and CSV (needs wrk);
+5. tables to stdout, RESULTS.md, runtime.json, tracking.json and api.json to ``--out``.
 
-``--sections runtime`` or ``--sections tracking`` runs one of the two (and rewrites only
-its own JSON file, but RESULTS.md with that section alone).
+``--sections runtime``, ``tracking`` or ``api`` (comma-separated) runs only those (and
+rewrites only their own JSON files, but RESULTS.md with those sections alone).
 
 The private redis-server and all workers are killed on any exit path (error, Ctrl-C, TERM).
 """
@@ -18,6 +20,7 @@ The private redis-server and all workers are killed on any exit path (error, Ctr
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import signal
@@ -28,6 +31,8 @@ from pathlib import Path
 from types import FrameType
 
 from bench import (
+    api_bench,
+    api_report,
     asynctask_bench,
     machine,
     procs,
@@ -40,6 +45,8 @@ from bench import (
 )
 from bench.redis_server import RedisServer
 from bench.system import ROOT, System
+
+SECTIONS = ("runtime", "tracking", "api")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     tracking = parser.add_argument_group("tracking section")
     tracking.add_argument(
-        "--sections", default="runtime,tracking", help="comma-separated: runtime, tracking (default both)"
+        "--sections",
+        default=",".join(SECTIONS),
+        help="comma-separated: runtime, tracking, api (default all three)",
     )
     tracking.add_argument(
         "--tracking-jobs", type=int, help="jobs per tracking on/off drain (default 20000; --quick: 2000)"
@@ -83,6 +92,17 @@ def _parser() -> argparse.ArgumentParser:
         default=tracking_db.DEFAULT_PG_URL,
         help="PostgreSQL to create the bench's own database from (default %(default)s)",
     )
+    api = parser.add_argument_group("api section")
+    api.add_argument(
+        "--api-events", type=int, help="events of the GET task (default 1000000; --quick: 100000)"
+    )
+    api.add_argument(
+        "--api-items", type=int, help="items of each POST, JSON and CSV (default 100000; --quick: 10000)"
+    )
+    api.add_argument(
+        "--api-connections", help="comma-separated wrk connection counts (default 1,4,8,16; --quick: 1,4)"
+    )
+    api.add_argument("--api-duration", type=int, help="seconds of each wrk run (default 10; --quick: 2)")
     return parser
 
 
@@ -107,9 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "concurrency": [int(c) for c in args.concurrency.split(",")],
     }
     sections = {name.strip() for name in args.sections.split(",") if name.strip()}
-    if not sections or not sections <= {"runtime", "tracking"}:
-        raise SystemExit(f"--sections takes runtime and/or tracking, not {args.sections!r}")
-    settings["sections"] = sorted(sections)
+    if not sections or not sections <= set(SECTIONS):
+        raise SystemExit(f"--sections takes runtime, tracking and/or api, not {args.sections!r}")
+    settings["sections"] = [name for name in SECTIONS if name in sections]
+    if "api" in sections and (missing := api_bench.wrk_missing()) is not None:
+        raise SystemExit(f"python -m bench: {missing}")
     tracking_settings = {
         "quick": quick,
         "tracking_jobs": args.tracking_jobs or (2000 if quick else 20_000),
@@ -122,6 +144,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "get_task_threads": [1, 8],
         "pg_url": tracking_db.shown(args.pg_url),
     }
+    api_settings = {
+        "quick": quick,
+        "events": args.api_events or (100_000 if quick else 1_000_000),
+        "items": args.api_items or (10_000 if quick else 100_000),
+        "connections": [
+            int(c) for c in (args.api_connections or ("1,4" if quick else "1,4,8,16")).split(",")
+        ],
+        "duration_s": args.api_duration or (2 if quick else 10),
+        "warmup_s": api_bench.WARMUP_S,
+        "reps": settings["reps"],
+        "post_reps": settings["reps"],
+        "workers": api_bench.WORKERS,
+        "threads": api_bench.THREADS,
+        "nproc": os.cpu_count(),
+        "pg_url": tracking_db.shown(args.pg_url),
+    }
+    api_results: api_bench.ApiResults | None = None
     systems: list[System] = [asynctask_bench.SYSTEM]
     if "runtime" in sections and not args.no_sidekiq:
         if sidekiq_bench.available():
@@ -141,15 +180,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _run_all(results, systems, server, workdir)
             if "tracking" in sections:
                 results.tracking = tracking_bench.run(tracking_settings, args.pg_url, server, workdir)
+            if "api" in sections:
+                api_results = api_bench.run(api_settings, args.pg_url, server, workdir)
             results.machine = machine.describe(server, len(systems) > 1, load_at_start)
             if results.tracking is not None:
                 results.machine.update(results.tracking.versions)
+            if api_results is not None:
+                results.machine.update(api_results.versions)
     except KeyboardInterrupt:
         print("\ninterrupted: workers and redis-server stopped, nothing written", file=sys.stderr)
         return 130
     finally:
         procs.kill_all()
-        if results.errors():
+        if results.errors() or (api_results is not None and api_results.errors()):
             print(f"worker logs kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -157,9 +200,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report.tables(results))
     if results.tracking is not None:
         print(tracking_report.tables(results.tracking))
+    if api_results is not None:
+        print(api_report.tables(api_results))
+    results_md = out_dir / "RESULTS.md"
+    previous = results_md.read_text(encoding="utf-8") if results_md.exists() else None
     report.write(results, out_dir)
+    if api_results is not None:
+        api_report.write(api_results, results.machine, out_dir, previous)
     print(f"wrote RESULTS.md and raw data to {out_dir}", file=sys.stderr)
-    return 1 if results.errors() else 0
+    failed = results.errors() + (api_results.errors() if api_results is not None else [])
+    return 1 if failed else 0
 
 
 def _run_all(results: report.Results, systems: list[System], server: RedisServer, workdir: Path) -> None:
