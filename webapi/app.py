@@ -62,7 +62,6 @@ def create_app(
 
     app = Flask(__name__, static_folder="static", static_url_path="/static")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
-    app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = Resources(
         config=config,
         client=client,
