@@ -88,7 +88,7 @@ class Settings:
         if env.get("ASYNCTASK_DATABASE_URL"):
             values["database_url"] = env["ASYNCTASK_DATABASE_URL"]
         if env.get("ASYNCTASK_TRACKING"):
-            values["tracking"] = _boolean("ASYNCTASK_TRACKING", env["ASYNCTASK_TRACKING"])
+            values["tracking"] = parse_bool("ASYNCTASK_TRACKING", env["ASYNCTASK_TRACKING"])
         if env.get("ASYNCTASK_FLUSHER"):
             values["flusher"] = env["ASYNCTASK_FLUSHER"]
         if env.get("ASYNCTASK_REQUIRE"):
@@ -139,7 +139,8 @@ class Settings:
         return all(q.weight == 0 for q in self.queues)
 
 
-def _boolean(name: str, raw: str) -> bool:
+def parse_bool(name: str, raw: str) -> bool:
+    """An environment switch: true/false, 1/0, yes/no or on/off."""
     lowered = raw.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
         return True

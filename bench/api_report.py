@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.api_bench import CACHED, UNCACHED, VARIANTS, WORKERS, ApiResults, LoadRun, PostRun
-from bench.fmt import fixed, rate, spread
+from bench.fmt import fixed, rate, section_tail, spread
 
 #: Issue 4's target: p99 of GET /api/tasks/<id> under 10 ms on PostgreSQL, 1,000,000 events.
 TARGET_P99_MS = 10.0
@@ -148,16 +148,7 @@ def tables(results: ApiResults) -> str:
         "",
         *post_table(results),
     ]
-    skipped = [
-        f"- {kind}: {where}" for kind, where in results.databases.items() if where.startswith("skipped")
-    ]
-    if skipped:
-        parts += ["", "Skipped:", "", *skipped]
-    errors = results.errors()
-    if errors:
-        parts += ["", "Errors:", "", *(f"- {e}" for e in errors)]
-    timing = ", ".join(f"{k} {v:.0f} s" for k, v in results.seconds.items())
-    parts += ["", f"Section run time: {timing}."]
+    parts += section_tail(results.databases, results.errors(), results.seconds)
     return "\n".join(parts) + "\n"
 
 

@@ -26,3 +26,15 @@ def ratio(value: float) -> str:
 
 def fixed(digits: int) -> Callable[[float], str]:
     return lambda value: f"{value:.{digits}f}"
+
+
+def section_tail(databases: dict[str, str], errors: list[str], seconds: dict[str, float]) -> list[str]:
+    """The closing lines of a report section: databases skipped, errors, the section's run time."""
+    lines: list[str] = []
+    skipped = [f"- {kind}: {where}" for kind, where in databases.items() if where.startswith("skipped")]
+    if skipped:
+        lines += ["", "Skipped:", "", *skipped]
+    if errors:
+        lines += ["", "Errors:", "", *(f"- {e}" for e in errors)]
+    timing = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+    return [*lines, "", f"Section run time: {timing}."]

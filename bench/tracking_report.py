@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.fmt import fixed, rate, ratio, spread
+from bench.fmt import fixed, rate, ratio, section_tail, spread
 from bench.tracking_bench import TrackingResults
 from bench.tracking_drain import DrainRun
 
@@ -206,16 +206,7 @@ def tables(results: TrackingResults) -> str:
             "",
             *plan_summary(results),
         ]
-    skipped = [
-        f"- {kind}: {where}" for kind, where in results.databases.items() if where.startswith("skipped")
-    ]
-    if skipped:
-        parts += ["", "Skipped:", "", *skipped]
-    errors = results.errors()
-    if errors:
-        parts += ["", "Errors:", "", *(f"- {e}" for e in errors)]
-    timing = ", ".join(f"{k} {v:.0f} s" for k, v in results.seconds.items())
-    parts += ["", f"Section run time: {timing}."]
+    parts += section_tail(results.databases, results.errors(), results.seconds)
     return "\n".join(parts) + "\n"
 
 

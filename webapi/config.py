@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from asynctask.settings import Settings
+from asynctask.settings import Settings, parse_bool
 
 MIB = 1024 * 1024
 
@@ -39,7 +39,7 @@ class ApiConfig:
         env = os.environ if env is None else env
         values: dict[str, Any] = {"settings": Settings.from_env(env)}
         if env.get("ASYNCTASK_API_AUTH"):
-            values["auth"] = _auth(env["ASYNCTASK_API_AUTH"])
+            values["auth"] = parse_bool("ASYNCTASK_API_AUTH", env["ASYNCTASK_API_AUTH"])
         if env.get("ASYNCTASK_API_CORS_ORIGINS"):
             values["cors_origins"] = tuple(
                 o.strip() for o in env["ASYNCTASK_API_CORS_ORIGINS"].split(",") if o.strip()
@@ -81,12 +81,3 @@ class ApiConfig:
         if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:
             raise ValueError("token_cache_seconds and errors_cache_seconds must not be negative")
         return self
-
-
-def _auth(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in ("on", "true", "1", "yes"):
-        return True
-    if lowered in ("off", "false", "0", "no"):
-        return False
-    raise ValueError(f"ASYNCTASK_API_AUTH={raw!r}: use on or off")
