@@ -504,7 +504,8 @@ def _paths() -> dict[str, Any]:
                         "NDJSON body in the query string; an upload in form fields. Query options "
                         "with a JSON body or an upload are refused (422 `invalid_request`). CSV: the first "
                         "row is the header and each row becomes an object of strings. NDJSON: one "
-                        "JSON value per line, blank lines skipped. If any item is wrong nothing is "
+                        "JSON value per line, blank lines skipped. No string in the items or meta may "
+                        "hold U+0000 (422 `invalid_request`). If any item is wrong nothing is "
                         "created (422 `validation_failed` lists the first 20 errors)."
                     ),
                     "content": {

@@ -15,6 +15,7 @@ from asynctask import Client, Settings
 from asynctask.middleware import Chain
 from asynctask.tokens import revoke_token
 from asynctask.tracking.models import Event, Task
+from tests.conftest import wait_until
 from tests.webapi.conftest import Api
 
 ROWS = [{"sku": f"A{i}", "price": str(i)} for i in range(1, 8)]
@@ -420,10 +421,13 @@ def test_cancel_a_waiting_task(api: Api) -> None:
 def test_retry_failed_jobs_and_refuse_to_cancel_a_finished_task(api: Api, start_tracked_worker: Any) -> None:
     rows = [{"sku": "A", "price": "1"}, {"sku": "NEG", "price": "-5"}]
     task_id = api.post_json({"job": "import_products", "items": rows}).get_json()["task_id"]
-    start_tracked_worker()
+    worker = start_tracked_worker()
     assert api.wait_settled(task_id)["counts"]["failed"] == 1
     response = api.post(f"/api/tasks/{task_id}/cancel")
     assert (response.status_code, error_of(response)["code"]) == (409, "task_not_cancellable")
+    # No worker while retrying: with one, the retried job may have run again before the answer.
+    worker.stop()
+    wait_until(worker._stopped.is_set, 30)
     response = api.post(f"/api/tasks/{task_id}/retry")
     assert response.status_code == 202
     assert response.get_json()["retried"] == 1
@@ -432,6 +436,7 @@ def test_retry_failed_jobs_and_refuse_to_cancel_a_finished_task(api: Api, start_
     retried = response.get_json()["task"]
     assert (retried["id"], retried["status"], retried["finished_at"]) == (task_id, "running", None)
     assert (retried["counts"]["failed"], retried["counts"]["enqueue"]) == (0, 1)
+    start_tracked_worker()
     task = api.wait_settled(task_id)
     assert task["counts"]["failed"] == 1 and task["counts"]["finish"] == 1
 
