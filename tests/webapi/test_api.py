@@ -573,3 +573,40 @@ def test_a_bug_is_a_500_with_the_same_error_body_and_is_logged(
     assert "a client middleware with a bug" not in response.get_data(as_text=True)
     assert any("a client middleware with a bug" in r.exc_text for r in caplog.records if r.exc_text)
     assert_nothing_written(api)
+
+
+def test_many_streams_of_one_task_share_one_reader(api: Api, start_tracked_worker: Any) -> None:
+    import threading
+    import time
+
+    from sqlalchemy import event
+
+    rows = [{"sku": f"S{i}", "price": "1"} for i in range(40)]
+    task_id = api.post_json({"job": "import_products", "items": rows}).get_json()["task_id"]
+    reads: list[float] = []
+
+    def count(*_args: Any) -> None:
+        if threading.current_thread().name == "asynctask-api-watch":
+            reads.append(time.monotonic())
+
+    event.listen(api.engine, "before_cursor_execute", count)
+    ends: list[str] = []
+
+    def follow() -> None:
+        response = api.http.get(f"/api/tasks/{task_id}/stream", headers=api.headers(), buffered=False)
+        kinds = [kind for kind, _ in read_events(response)]
+        ends.append(kinds[-1])
+
+    streams = [threading.Thread(target=follow) for _ in range(20)]
+    for thread in streams:
+        thread.start()
+    started = time.monotonic()
+    start_tracked_worker()
+    for thread in streams:
+        thread.join(60)
+    elapsed = time.monotonic() - started
+    event.remove(api.engine, "before_cursor_execute", count)
+    assert ends == ["end"] * 20
+    # One reader polls every 0.05 s (this app's stream_interval), at most 3 statements a task,
+    # whether 1 or 20 clients watch: 20 readers would make about 20 times as many.
+    assert 0 < len(reads) <= 3 * (elapsed / 0.05 + 2)
