@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -95,26 +95,24 @@ class Settings:
             values["require"] = tuple(m.strip() for m in env["ASYNCTASK_REQUIRE"].split(",") if m.strip())
         if env.get("ASYNCTASK_QUEUES"):
             values["queues"] = tuple(QueueSpec.parse(q) for q in env["ASYNCTASK_QUEUES"].split(";"))
-        for name, convert in (
-            ("concurrency", int),
-            ("timeout", float),
-            ("heartbeat_interval", float),
-            ("process_ttl", int),
-            ("scheduled_poll_interval", float),
-            ("max_retries", int),
-            ("max_payload_bytes", int),
-            ("tag", str),
-            ("log_level", str),
-            ("log_format", str),
-        ):
-            raw = env.get(f"ASYNCTASK_{name.upper()}")
-            if raw:
-                try:
-                    values[name] = convert(raw)
-                except ValueError:
-                    raise ValueError(
-                        f"ASYNCTASK_{name.upper()}={raw!r} is not a valid {convert.__name__}"
-                    ) from None
+        values.update(
+            env_values(
+                env,
+                "ASYNCTASK_",
+                {
+                    "concurrency": int,
+                    "timeout": float,
+                    "heartbeat_interval": float,
+                    "process_ttl": int,
+                    "scheduled_poll_interval": float,
+                    "max_retries": int,
+                    "max_payload_bytes": int,
+                    "tag": str,
+                    "log_level": str,
+                    "log_format": str,
+                },
+            )
+        )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values).validated()
 
@@ -137,6 +135,23 @@ class Settings:
     def strict_queues(self) -> bool:
         """Sidekiq's rule: with no weight given anywhere, queues are checked in the order listed."""
         return all(q.weight == 0 for q in self.queues)
+
+
+def env_values(
+    env: Mapping[str, str], prefix: str, conversions: Mapping[str, Callable[[str], Any]]
+) -> dict[str, Any]:
+    """``{field: converted value}`` for each ``prefix + FIELD`` variable set and not empty."""
+    values: dict[str, Any] = {}
+    for name, convert in conversions.items():
+        variable = f"{prefix}{name.upper()}"
+        raw = env.get(variable)
+        if raw:
+            try:
+                values[name] = convert(raw)
+            except ValueError:
+                kind = getattr(convert, "__name__", "value")
+                raise ValueError(f"{variable}={raw!r} is not a valid {kind}") from None
+    return values
 
 
 def parse_bool(name: str, raw: str) -> bool:

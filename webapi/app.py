@@ -9,8 +9,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, Response, g, request
-from sqlalchemy import Connection, Engine
+from flask import Flask, Response, request
+from sqlalchemy import Engine
 
 from asynctask.client import Client
 from asynctask.modules import load_module
@@ -26,7 +26,7 @@ from webapi.blueprints.page import page
 from webapi.blueprints.stream import stream
 from webapi.blueprints.tasks import tasks
 from webapi.config import ApiConfig
-from webapi.resources import EXTENSION, Resources, db, resources
+from webapi.resources import EXTENSION, Resources, db, release_db, resources
 from webapi.serialize import task_json
 from webapi.watch import TaskWatcher, render_task
 
@@ -94,9 +94,7 @@ def _authenticate() -> None:
 
 
 def _close_db(_exc: BaseException | None) -> None:
-    connection: Connection | None = g.pop("db", None)
-    if connection is not None:
-        connection.close()
+    release_db()
 
 
 def _allow_cors(app: Flask, origins: tuple[str, ...]) -> None:

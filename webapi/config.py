@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from asynctask.settings import Settings, parse_bool
+from asynctask.settings import Settings, env_values, parse_bool
 
 MIB = 1024 * 1024
 
@@ -44,22 +44,21 @@ class ApiConfig:
             values["cors_origins"] = tuple(
                 o.strip() for o in env["ASYNCTASK_API_CORS_ORIGINS"].split(",") if o.strip()
             )
-        for name, convert in (
-            ("max_body_bytes", int),
-            ("max_items", int),
-            ("max_chunk_size", int),
-            ("max_json_depth", int),
-            ("stream_interval", float),
-            ("token_cache_seconds", float),
-            ("errors_cache_seconds", float),
-        ):
-            variable = f"ASYNCTASK_API_{name.upper()}"
-            raw = env.get(variable)
-            if raw:
-                try:
-                    values[name] = convert(raw)
-                except ValueError:
-                    raise ValueError(f"{variable}={raw!r} is not a valid {convert.__name__}") from None
+        values.update(
+            env_values(
+                env,
+                "ASYNCTASK_API_",
+                {
+                    "max_body_bytes": int,
+                    "max_items": int,
+                    "max_chunk_size": int,
+                    "max_json_depth": int,
+                    "stream_interval": float,
+                    "token_cache_seconds": float,
+                    "errors_cache_seconds": float,
+                },
+            )
+        )
         values.update(overrides)
         return replace(cls(), **values).validated()
 

@@ -65,8 +65,9 @@ def register(app: Flask) -> None:
         else:
             message = exc.description or exc.name
         response = error_response(status, code, message, details)
-        if status == 405 and exc.get_response().headers.get("Allow"):
-            response.headers["Allow"] = exc.get_response().headers["Allow"]
+        allow = exc.get_response().headers.get("Allow") if status == 405 else None
+        if allow:
+            response.headers["Allow"] = allow
         return response
 
     @app.errorhandler(OperationalError)
