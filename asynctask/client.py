@@ -1,4 +1,4 @@
-"""The client: validates jobs, runs the client middleware, pushes them to Redis."""
+"""The client: validates jobs, runs the client middleware, pushes them to the broker."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 import redis
 
 from asynctask import payload
+from asynctask.brokers import Broker, open_broker
 from asynctask.brokers.redis import RedisBroker
 from asynctask.job import JobDefinition
+from asynctask.keys import Keys
 from asynctask.middleware import Chain, client_chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings
@@ -31,16 +33,31 @@ class Client:
         self,
         settings: Settings | None = None,
         *,
-        connection: redis.Redis | None = None,
+        connection: Any = None,
         middleware: Chain[payload.JobDict] | None = None,
         registry: Registry | None = None,
     ) -> None:
+        """``connection``: a Redis client or SQLAlchemy engine for the broker to use (the
+        caller closes it); by default the broker opens its own from the settings."""
         self.settings = settings or Settings.from_env()
-        self.broker = RedisBroker(self.settings, connection)
-        self.keys = self.broker.keys
-        self.redis = self.broker.redis
+        self.broker: Broker = open_broker(self.settings, connection)
         self.middleware = client_chain if middleware is None else middleware
         self.registry = default_registry if registry is None else registry
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The Redis connection of a Redis broker, for Sidekiq-level inspection."""
+        return self._redis_broker().redis
+
+    @property
+    def keys(self) -> Keys:
+        """The Redis key names of a Redis broker."""
+        return self._redis_broker().keys
+
+    def _redis_broker(self) -> RedisBroker:
+        if not isinstance(self.broker, RedisBroker):
+            raise AttributeError(f"the broker at {self.settings.broker!r} is not Redis")
+        return self.broker
 
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Enqueue one job; return its jid, or None if a client middleware dropped it."""

@@ -7,10 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-#: Used when neither ASYNCTASK_REDIS_URL nor REDIS_URL is set.
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-#: Used when ASYNCTASK_DATABASE_URL is not set: a SQLite file in the working directory.
+#: Used when ASYNCTASK_DATABASE_URL is not set: a SQLite file in the working directory. With
+#: no broker URL either, the jobs live there too: AsyncTask needs no server by default.
 DEFAULT_DATABASE_URL = "sqlite:///asynctask.db"
+#: URL schemes of the Redis broker; ``sqlite`` and ``postgresql`` URLs mean the SQL broker.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,11 @@ class QueueSpec:
 class Settings:
     """Everything a client or worker needs. Defaults are Sidekiq 6.4's where it has one."""
 
-    redis_url: str = DEFAULT_REDIS_URL
+    #: Where the jobs live: ``redis://``, ``sqlite:///`` or ``postgresql://``. Empty: the
+    #: Redis URL if one is set, else the tracking database (see ``broker``).
+    broker_url: str = ""
+    #: Redis, when it is the broker (ASYNCTASK_REDIS_URL, then REDIS_URL); empty for none.
+    redis_url: str = ""
     #: Key prefix as redis-namespace writes it ("myapp" gives "myapp:queue:default"); empty for none.
     namespace: str = ""
     queues: tuple[QueueSpec, ...] = (QueueSpec("default"),)
@@ -68,6 +73,7 @@ class Settings:
     log_level: str = "WARNING"
     log_format: str = "logfmt"
     #: The tracking database (Task and Event rows): SQLite or PostgreSQL, as a SQLAlchemy URL.
+    #: With a SQL broker it is the broker's database.
     database_url: str = DEFAULT_DATABASE_URL
     #: Whether a worker sends tracked jobs' transitions and applies them to the database.
     tracking: bool = True
@@ -85,6 +91,8 @@ class Settings:
             values["redis_url"] = url
         if "ASYNCTASK_NAMESPACE" in env:
             values["namespace"] = env["ASYNCTASK_NAMESPACE"]
+        if env.get("ASYNCTASK_BROKER_URL"):
+            values["broker_url"] = env["ASYNCTASK_BROKER_URL"]
         if env.get("ASYNCTASK_DATABASE_URL"):
             values["database_url"] = env["ASYNCTASK_DATABASE_URL"]
         if env.get("ASYNCTASK_TRACKING"):
@@ -116,6 +124,27 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values).validated()
 
+    def __post_init__(self) -> None:
+        # A SQL broker keeps tracking in its own database, so that a job's state change and
+        # its tracking write share one transaction.
+        broker = self.broker
+        if not is_redis_url(broker) and broker != self.database_url:
+            if self.database_url != DEFAULT_DATABASE_URL:
+                raise ValueError(
+                    f"the SQL broker {broker!r} keeps tracking in its own database; "
+                    f"ASYNCTASK_DATABASE_URL {self.database_url!r} must be the same URL or unset"
+                )
+            object.__setattr__(self, "database_url", broker)
+
+    @property
+    def broker(self) -> str:
+        """The broker's URL: ``broker_url``, else ``redis_url``, else the tracking database."""
+        return self.broker_url or self.redis_url or self.database_url
+
+    @property
+    def uses_redis(self) -> bool:
+        return is_redis_url(self.broker)
+
     def validated(self) -> Settings:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -135,6 +164,10 @@ class Settings:
     def strict_queues(self) -> bool:
         """Sidekiq's rule: with no weight given anywhere, queues are checked in the order listed."""
         return all(q.weight == 0 for q in self.queues)
+
+
+def is_redis_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in REDIS_SCHEMES
 
 
 def env_values(

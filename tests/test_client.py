@@ -15,6 +15,7 @@ import asynctask
 from asynctask import Client, Registry, Settings
 from asynctask.keys import Keys
 from asynctask.middleware import Chain
+from tests.conftest import REDIS_URL
 
 CAPTURED_PUSH = (
     '{"retry":true,"queue":"default","args":[1,"ünï"],"class":"PlainJob",'
@@ -205,6 +206,6 @@ def test_namespace_prefixes_keys_but_not_values(namespace: str, conn: redis.Redi
 
 def test_default_client_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, namespace: str) -> None:
     monkeypatch.setenv("ASYNCTASK_NAMESPACE", namespace)
-    monkeypatch.setenv("ASYNCTASK_REDIS_URL", Settings().redis_url)
+    monkeypatch.setenv("ASYNCTASK_REDIS_URL", REDIS_URL)
     monkeypatch.setattr(asynctask.client, "_default", None)
     assert asynctask.default_client().keys.prefix == f"{namespace}:"

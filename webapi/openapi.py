@@ -415,7 +415,7 @@ def _schemas() -> dict[str, Schema]:
         "Ready": _obj(
             {
                 "status": _string(const="ready"),
-                "checks": _obj({"redis": _string(const="ok"), "database": _string(const="ok")}),
+                "checks": _obj({"broker": _string(const="ok"), "database": _string(const="ok")}),
             }
         ),
         "TaskSubmission": submission,

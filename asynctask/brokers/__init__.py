@@ -1,1 +1,25 @@
-"""Storage backends. Only Redis (Sidekiq's wire format) exists so far."""
+"""Brokers: where jobs are stored. ``open_broker`` picks one by the settings' broker URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis
+
+from asynctask.brokers.base import BROKER_ERRORS, Beat, Broker, Fetcher, Staging, UnitOfWork
+from asynctask.settings import Settings
+
+__all__ = ["BROKER_ERRORS", "Beat", "Broker", "Fetcher", "Staging", "UnitOfWork", "open_broker"]
+
+
+def open_broker(settings: Settings, connection: Any = None) -> Broker:
+    """The Redis broker for ``redis://`` URLs, the SQL broker for ``sqlite:///`` and
+    ``postgresql://`` ones. ``connection``: a Redis client or SQLAlchemy engine to use instead
+    of opening one (the caller keeps closing it); a Redis client means the Redis broker."""
+    if settings.uses_redis or isinstance(connection, Redis):
+        from asynctask.brokers.redis import RedisBroker
+
+        return RedisBroker(settings, connection)
+    from asynctask.brokers.sql import SqlBroker
+
+    return SqlBroker(settings, connection)

@@ -54,7 +54,7 @@ class FlusherProcess:
         s = self.settings
         env = {
             **os.environ,
-            "ASYNCTASK_REDIS_URL": s.redis_url,
+            "ASYNCTASK_BROKER_URL": s.broker,
             "ASYNCTASK_NAMESPACE": s.namespace,
             "ASYNCTASK_DATABASE_URL": s.database_url,
             "ASYNCTASK_LOG_LEVEL": s.log_level,
@@ -97,6 +97,10 @@ class FlusherProcess:
 
 def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
     """Body of ``asynctask flusher``: apply the stream until TERM/INT or the parent is gone."""
+    if not settings.uses_redis:
+        raise ValueError(
+            f"the broker {settings.broker!r} is SQL: it applies tracking itself, no flusher is needed"
+        )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     if parent is None:
@@ -105,7 +109,7 @@ def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
         # Ctrl-C reaches the whole process group; the worker stops this child itself, after
         # writing its own last transitions, so that they are applied before it exits.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    conn = connect(settings.redis_url, max_connections=4)
+    conn = connect(settings.broker, max_connections=4)
     engine = create_database_engine(settings.database_url)
     flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer)
     flusher.start()

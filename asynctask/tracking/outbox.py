@@ -1,6 +1,6 @@
-"""The worker's outbox: transitions waiting to be written to the tracking stream in Redis.
+"""The worker's outbox: transitions waiting to be written by the broker.
 
-Job threads only append to it (no round trip). It is emptied by whichever Redis call comes
+Job threads only append to it (no round trip). It is emptied by whichever broker call comes
 next: the fetch script that acknowledges finished jobs (so a job's ``finish`` is recorded
 in the same atomic step as its acknowledgement), the retry pipeline (so ``error`` and
 "waiting for retry" are recorded with the move to the retry set, before another process
@@ -8,7 +8,7 @@ can pick the job up), the shutdown requeue, or, when nothing else happens, the s
 thread a fraction of a second later.
 
 Order matters: a job's ``working`` must enter the stream before its ``finish``. Entries are
-taken oldest first, and ``draining`` holds a lock from taking them until the Redis call that
+taken oldest first, and ``draining`` holds a lock from taking them until the broker call that
 writes them has returned, so two drains never overtake each other.
 
 Client pushes use ``collect()`` instead: the transitions recorded by client middleware
@@ -50,7 +50,7 @@ class Outbox:
 
         ``acknowledging``: the caller's write also acknowledges finished jobs. Their ``finish``
         may be in a drain another thread is still writing, so it waits for that drain: a job
-        is never acknowledged in Redis before its ``finish`` is.
+        is never acknowledged before its ``finish`` is stored.
         """
         if not self._entries and not (acknowledging and self.tracking):
             yield []

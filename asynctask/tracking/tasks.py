@@ -3,16 +3,18 @@
 ``create_task`` reads its items as a stream, about ``BATCH`` at a time, so memory is bounded
 by a batch whatever the size of the task. It is all or nothing:
 1. one SQL transaction writes the task (state ``creating``) and, batch by batch, its events;
-   each batch's jobs are also written to the task's staging lists in Redis, which no worker
-   reads. An invalid item, a job its middleware drops, or an error from the items' iterator
-   rolls the transaction back and deletes the staging lists: nothing is written or enqueued.
-   A Redis error while staging does the same, then records the task alone as ``aborted``;
-2. after the commit, one Lua script moves every staged job onto its queue (Redis runs all of
-   it or none of it), in the order one LPUSH of the whole bulk would give;
+   each batch's jobs are also staged by the broker where no worker takes them (Redis: the
+   task's staging lists; SQL: job rows written in this same transaction). An invalid item,
+   a job its middleware drops, or an error from the items' iterator rolls the transaction
+   back and discards the staged jobs: nothing is written or enqueued. A broker error while
+   staging does the same, then records the task alone as ``aborted``;
+2. after the commit, the broker publishes every staged job at once (Redis: one Lua script
+   moves them onto their queues, in the order one LPUSH of the whole bulk would give; SQL:
+   the commit made them visible, publishing wakes idle workers);
 3. the task turns ``ready``.
 If step 2 fails the task is marked ``aborted`` and the error is raised: no job of it exists
-(its staging lists expire within ``STAGING_TTL``). If step 3 fails the jobs are queued and the
-task says ``creating`` until the first of them starts, which turns it ``ready`` (any
+(Redis staging lists expire within ``STAGING_TTL``). If step 3 fails the jobs are queued and
+the task says ``creating`` until the first of them starts, which turns it ``ready`` (any
 transition of a task's job proves its jobs exist).
 """
 
@@ -27,11 +29,11 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from redis import RedisError
 from sqlalchemy import Connection, Engine, case, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
+from asynctask.brokers.base import BROKER_ERRORS
 from asynctask.client import Client
 from asynctask.errors import TaskNotFound, TaskStateError
 from asynctask.job import JobDefinition
@@ -43,7 +45,7 @@ from asynctask.tracking.status import EventStatus, TaskState
 logger = logging.getLogger("asynctask.tracking")
 
 #: Items per batch of ``create_task`` (``BATCH // chunk_size`` jobs, at least one): read,
-#: checked, run through the client middleware, written to SQL and staged in Redis together.
+#: checked, run through the client middleware, written to SQL and staged by the broker together.
 BATCH = 2000
 EVENT_COLUMNS = (
     "job_id",
@@ -116,7 +118,7 @@ def create_task(
     # The first batch is ready before anything is written: bad input found there costs nothing.
     jobs = _jobs(client, head, definition.name, created, chunks)
     staging = client.broker.staging(task_id)
-    staging_error: RedisError | None = None
+    staging_error: BaseException | None = None
     try:
         with writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
@@ -126,8 +128,8 @@ def create_task(
                     encoded = staging.encode(jobs)
                     write_events(jobs)
                     try:
-                        staging.write(encoded)
-                    except RedisError as exc:
+                        staging.write(encoded, connection)
+                    except BROKER_ERRORS as exc:
                         staging_error = exc
                         raise
                     total += len(jobs)
@@ -244,7 +246,7 @@ def _event_writer(
 
 
 def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:
-    """Record a task whose jobs Redis refused to stage: the task alone, ``aborted``, no job."""
+    """Record a task whose jobs the broker refused to stage: the task alone, ``aborted``, no job."""
     try:
         with writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
@@ -283,18 +285,13 @@ def _set_state(engine: Engine, task_id: str, state: TaskState) -> None:
 def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | None = None) -> int:
     """Cancel a task: its waiting jobs never run and become ``cancelled``; return how many.
 
-    Redis first: from then on no worker starts a job of the task (workers check the set of
+    The broker first: from then on no worker starts a job of the task (workers check the set of
     cancelled tasks when they claim a job). Running jobs finish unless their code checks
     ``current_job().cancelled``. Then SQL: waiting events become ``cancelled``, marked with
     the current stream position so that older transitions still in flight cannot undo it.
     """
     _require(engine, task_id, tenant)
-    keys = client.broker.keys
-    pipe = client.redis.pipeline(transaction=True)
-    pipe.hset(keys.cancelled_tasks, task_id, payload.now())
-    pipe.incr(keys.cancel_generation)
-    pipe.get(keys.tracking_seq)
-    position = int(pipe.execute()[2] or 0)
+    position = client.broker.cancel_task(task_id)
     now = datetime.now(UTC)
     with writer(engine).begin() as connection:
         cancelled = connection.execute(
@@ -331,7 +328,7 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
 def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | None = None) -> int:
     """Run the task's ``failed`` and ``error`` jobs again (same jids and args); return how many.
 
-    Each goes back to ``enqueue`` through the tracking stream, recorded in the same Redis
+    Each goes back to ``enqueue`` through the tracking stream, recorded in the same broker
     transaction as its push; SQL shows it at once too (so a poll right after the retry
     does not see the task finished), marked with the stream position read before, so that
     the stream's own record of the retry, and everything after it, still applies.
@@ -341,7 +338,7 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
         raise TaskStateError(f"task {task_id} is cancelled; its jobs cannot be retried")
     # Read before the events: an event still failed/error at or below this position when SQL
     # is updated below was among those read, so it was pushed again.
-    position = int(client.redis.get(client.broker.keys.tracking_seq) or 0)
+    position = client.broker.tracking_position()
     with engine.connect() as connection:
         rows = connection.execute(
             select(Event.job_id, Event.params)

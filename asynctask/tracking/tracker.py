@@ -1,10 +1,11 @@
 """The worker side of tracking: what the tracking middleware, the retrier and job code call.
 
 Recording a transition appends it to the process's outbox and costs no round trip; the
-outbox is written to Redis by the next fetch, retry or shutdown step, or by the sender
-thread within ``SEND_INTERVAL`` (see ``outbox``). The flusher (a child process by default,
-see ``flusher_process``) applies the stream to SQL. Neither ever fails a job: while Redis or
-SQL is down they log and try again.
+outbox is written by the broker with the next fetch, retry or shutdown step, or by the
+sender thread within ``SEND_INTERVAL`` (see ``outbox``). The SQL broker applies it to the
+tracking tables in that same transaction; the Redis broker appends it to the tracking stream,
+which a flusher (a child process by default, see ``flusher_process``) applies to SQL.
+Nothing here ever fails a job: while the broker or SQL is down they log and try again.
 """
 
 from __future__ import annotations
@@ -14,23 +15,21 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import redis
-
 from asynctask import payload
+from asynctask.brokers.base import BROKER_ERRORS
 from asynctask.errors import error_class_name
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import Transition
 
 if TYPE_CHECKING:
-    from asynctask.brokers.redis import RedisBroker
-    from asynctask.brokers.redis.fetch import ReliableFetch
+    from asynctask.brokers.base import Broker, Fetcher
 
 logger = logging.getLogger("asynctask.tracking")
 
 #: Seconds between writes of the outbox when no fetch or retry has written it.
 SEND_INTERVAL = 0.1
-#: Seconds to wait after Redis refused a write of the outbox.
+#: Seconds to wait after the broker refused a write of the outbox.
 SEND_ERROR_PAUSE = 1.0
 
 
@@ -41,7 +40,7 @@ def is_tracked(job: payload.JobDict) -> bool:
 
 class Tracker:
     def __init__(
-        self, broker: RedisBroker, fetch: ReliableFetch, on_first_record: Callable[[], None] | None = None
+        self, broker: Broker, fetch: Fetcher, on_first_record: Callable[[], None] | None = None
     ) -> None:
         self.broker = broker
         #: Called once, when this process records its first transition (starts the flusher).
@@ -97,14 +96,13 @@ class Tracker:
         if generation != self._known_generation:
             with self._cancel_lock:
                 if generation != self._known_generation:
-                    names = self.broker.redis.hkeys(self.broker.keys.cancelled_tasks)
-                    self._cancelled = frozenset(n.decode() if isinstance(n, bytes) else n for n in names)
+                    self._cancelled = self.broker.cancelled_tasks()
                     self._known_generation = generation
         return task in self._cancelled
 
     def is_cancelled_now(self, task: str) -> bool:
         """Asked by running job code: one round trip, always current."""
-        return bool(self.broker.redis.hexists(self.broker.keys.cancelled_tasks, task))
+        return self.broker.is_cancelled(task)
 
     def start(self) -> None:
         self._sender.start()
@@ -117,13 +115,13 @@ class Tracker:
         self.send()
 
     def send(self) -> bool:
-        """Write the outbox to Redis now (before a shutdown pushes unfinished jobs back).
+        """Write the outbox now (before a shutdown pushes unfinished jobs back).
 
-        False if Redis refused; the transitions stay in the outbox for the next try.
+        False if the broker refused; the transitions stay in the outbox for the next try.
         """
         try:
             self.broker.record(self.outbox)
-        except redis.RedisError as exc:
+        except BROKER_ERRORS as exc:
             logger.error("could not write %d tracking transition(s): %s", len(self.outbox), exc)
             return False
         return True

@@ -1,15 +1,10 @@
 """Heartbeat: the process record Sidekiq's API and Web UI read, stats, and remote signals.
 
-Every ``heartbeat_interval`` seconds (Sidekiq 6.x: 5):
+Every ``heartbeat_interval`` seconds (Sidekiq 6.x: 5) the broker gets one ``Beat``: the
+counts since the last beat, the busy threads' jobs, the process record (info, busy, quiet,
+rss). It answers with a signal sent from outside (TSTP, TERM, TTIN), if any.
 
-1. one MULTI: flush ``stat:processed``/``stat:failed`` (lifetime and daily, 5-year TTL) and
-   rewrite the busy-thread hash under both ``<identity>:workers`` (Sidekiq <= 6.4.1) and
-   ``<identity>:work`` (>= 6.4.2);
-2. PING, to measure ``rtt_us``;
-3. one MULTI: ``SADD processes``, the ``<identity>`` hash (info, busy, beat, quiet, rss,
-   rtt_us) with its TTL, and ``RPOP <identity>-signals`` (TSTP, TERM, TTIN sent from outside).
-
-Redis errors are logged and the counts kept for the next beat; the worker keeps running.
+Broker errors are logged and the counts kept for the next beat; the worker keeps running.
 """
 
 from __future__ import annotations
@@ -19,21 +14,15 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
-
-import redis
 
 from asynctask import __version__
-from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers import BROKER_ERRORS, Beat, Broker
 from asynctask.settings import Settings
 from asynctask.worker.stats import Stats
 
 logger = logging.getLogger("asynctask.heartbeat")
-
-#: Daily stat keys live five years, as in Sidekiq.
-STATS_TTL = 5 * 365 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -53,7 +42,7 @@ class ProcessInfo:
 class Heartbeat:
     def __init__(
         self,
-        broker: RedisBroker,
+        broker: Broker,
         settings: Settings,
         info: ProcessInfo,
         stats: Stats,
@@ -70,33 +59,9 @@ class Heartbeat:
         self._info_json = json.dumps(self._info(), separators=(",", ":"), ensure_ascii=False)
 
     def beat(self) -> None:
-        """One heartbeat; never raises for Redis trouble (it is logged)."""
-        try:
-            self._flush_stats_and_work()
-            signal = self._write_process()
-        except redis.RedisError as exc:
-            logger.error("heartbeat failed: %s", exc, extra={"fields": {"identity": self.info.identity}})
-            return
-        if signal:
-            self.on_signal(signal)
-
-    def clear(self) -> None:
-        """On shutdown: flush the last counts and leave the process set, as Sidekiq does."""
-        keys = self.broker.keys
-        try:
-            self._flush_stats_and_work()
-            pipe = self.broker.redis.pipeline(transaction=False)
-            pipe.srem(keys.processes, self.info.identity)
-            pipe.unlink(keys.workers(self.info.identity), keys.work(self.info.identity))
-            pipe.execute()
-        except redis.RedisError as exc:
-            logger.error("could not clear the heartbeat: %s", exc)
-
-    def _flush_stats_and_work(self) -> None:
-        keys = self.broker.keys
-        identity = self.info.identity
+        """One heartbeat; never raises for broker trouble (it is logged)."""
         processed, failed = self.stats.take()
-        busy = {
+        work = {
             tid: json.dumps(
                 {"queue": w.queue, "payload": w.payload.decode("utf-8", "replace"), "run_at": w.run_at},
                 separators=(",", ":"),
@@ -104,50 +69,25 @@ class Heartbeat:
             )
             for tid, w in self.stats.snapshot().items()
         }
-        pipe = self.broker.redis.pipeline(transaction=True)
-        for total, daily, count in (
-            (keys.stat_processed, keys.stat_processed_day(), processed),
-            (keys.stat_failed, keys.stat_failed_day(), failed),
-        ):
-            if count:
-                pipe.incrby(total, count)
-                pipe.incrby(daily, count)
-                pipe.expire(daily, STATS_TTL)
-        for work_key in (keys.workers(identity), keys.work(identity)):
-            pipe.unlink(work_key)
-            if busy:
-                pipe.hset(work_key, mapping=cast("Mapping[Any, Any]", busy))
-                pipe.expire(work_key, self.settings.process_ttl)
-        try:
-            pipe.execute()
-        except redis.RedisError:
-            self.stats.restore(processed, failed)
-            raise
-
-    def _write_process(self) -> str | None:
-        keys = self.broker.keys
-        identity = self.info.identity
-        conn = self.broker.redis
-        start = time.perf_counter()
-        conn.ping()
-        rtt_us = int((time.perf_counter() - start) * 1_000_000)
-        pipe = conn.pipeline(transaction=True)
-        pipe.sadd(keys.processes, identity)
-        pipe.hset(
-            keys.process(identity),
-            mapping={
-                "info": self._info_json,
-                "busy": self.busy(),
-                "beat": repr(time.time()),
-                "rtt_us": rtt_us,
-                "quiet": "true" if self.quiet else "false",
-                "rss": _rss_kb(),
-            },
+        beat = Beat(
+            self.info.identity, self._info_json, self.busy(), self.quiet, _rss_kb(), processed, failed, work
         )
-        pipe.expire(keys.process(identity), self.settings.process_ttl)
-        pipe.rpop(keys.signals(identity))
-        signal = pipe.execute()[-1]
-        return signal.decode() if signal else None
+        try:
+            signal = self.broker.beat(beat)
+        except BROKER_ERRORS as exc:
+            self.stats.restore(processed, failed)
+            logger.error("heartbeat failed: %s", exc, extra={"fields": {"identity": self.info.identity}})
+            return
+        if signal:
+            self.on_signal(signal)
+
+    def clear(self) -> None:
+        """On shutdown: flush the last counts and leave the process set, as Sidekiq does."""
+        processed, failed = self.stats.take()
+        try:
+            self.broker.clear_process(self.info.identity, processed, failed)
+        except BROKER_ERRORS as exc:
+            logger.error("could not clear the heartbeat: %s", exc)
 
     def _info(self) -> dict[str, object]:
         s = self.settings

@@ -1,9 +1,9 @@
 """Worker (Sidekiq's Launcher): one process's manager, poller and heartbeat, and its signals.
 
-Start-up order matters for reliable fetch: the in-flight lists are registered and the first
-heartbeat is written *before* any job is fetched, so that no live process ever looks dead.
+Start-up order matters for reliable fetch: the claims are registered and the first heartbeat
+is written *before* any job is fetched, so that no live process ever looks dead.
 
-Signals (from the OS, or pushed to ``<identity>-signals`` by Sidekiq's API or Web UI):
+Signals (from the OS, or sent through the broker by the read API or Sidekiq's Web UI):
 TSTP quiets (finish current jobs, fetch no more, stop polling); TERM and INT stop (quiet,
 wait up to ``timeout`` seconds, then push unfinished jobs back and exit); TTIN logs every
 thread's stack.
@@ -20,16 +20,12 @@ import traceback
 from types import FrameType
 from typing import Any
 
-import redis
-
 from asynctask import middleware, payload
-from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers import BROKER_ERRORS, open_broker
+from asynctask.brokers.base import TrackingApplier
 from asynctask.middleware import Chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings
-from asynctask.tracking.database import create_database_engine, writer
-from asynctask.tracking.flusher import Flusher
-from asynctask.tracking.flusher_process import FlusherProcess
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
@@ -47,22 +43,20 @@ class Worker:
         registry: Registry | None = None,
         server_middleware: Chain[Any] | None = None,
         client_middleware: Chain[payload.JobDict] | None = None,
-        connection: redis.Redis | None = None,
+        connection: Any = None,
     ) -> None:
         self.settings = (settings or Settings.from_env()).validated()
         self.registry = default_registry if registry is None else registry
-        self.broker = RedisBroker(self.settings, connection)
+        self.broker = open_broker(self.settings, connection)
         self.info = ProcessInfo.for_this_process()
         self.identity = self.info.identity
         self.stats = Stats()
         self.fetch = self.broker.fetcher(self.identity)
         self.tracker: Tracker | None = None
-        self.flusher: Flusher | FlusherProcess | None = None
+        self.applier: TrackingApplier | None = None
         if self.settings.tracking:
-            self.flusher = self._make_flusher()
-            # A flusher process starts with the first transition (a thread starts with the worker).
-            wake = self.flusher.ensure_started if isinstance(self.flusher, FlusherProcess) else None
-            self.tracker = Tracker(self.broker, self.fetch, wake)
+            self.applier = self.broker.tracking_applier(self.identity)
+            self.tracker = Tracker(self.broker, self.fetch, self.applier.wake if self.applier else None)
         self.manager = Manager(
             self.settings,
             self.broker,
@@ -111,8 +105,8 @@ class Worker:
         )
         if self.tracker is not None:
             self.tracker.start()
-        if isinstance(self.flusher, Flusher):
-            self.flusher.start()
+        if self.applier is not None:
+            self.applier.start()
         self.manager.start()
         self.poller.start()
         self._beat_thread.start()
@@ -135,10 +129,8 @@ class Worker:
         self.manager.stop(deadline)
         if self.tracker is not None:
             self.tracker.stop()
-        if self.flusher is not None:
-            self.flusher.stop()
-            if isinstance(self.flusher, Flusher):
-                self.flusher.engine.dispose()
+        if self.applier is not None:
+            self.applier.stop()
         self._stopped.set()
         if self._beat_thread.is_alive():
             self._beat_thread.join()
@@ -169,27 +161,12 @@ class Worker:
         interval = self.settings.heartbeat_interval
         while not self._stopped.wait(interval):
             self.heartbeat.beat()
-            if isinstance(self.flusher, FlusherProcess) and not self._stopping.is_set():
-                self._check_flusher(self.flusher)
+            if self.applier is not None and not self._stopping.is_set():
+                self.applier.check()
             try:
                 self.broker.recover_orphans(self.identity)
-            except redis.RedisError as exc:
+            except BROKER_ERRORS as exc:
                 logger.error("orphan recovery failed: %s", exc)
-
-    def _make_flusher(self) -> Flusher | FlusherProcess | None:
-        if self.settings.flusher == "process":
-            return FlusherProcess(self.settings, f"{self.identity}:flusher")
-        if self.settings.flusher == "thread":
-            engine = writer(create_database_engine(self.settings.database_url))
-            return Flusher(self.broker.redis, self.broker.keys, engine, self.identity)
-        return None
-
-    def _check_flusher(self, flusher: FlusherProcess) -> None:
-        stream = self.broker.keys.tracking_stream
-        try:
-            flusher.check(lambda: bool(self.broker.redis.xlen(stream)))
-        except (redis.RedisError, OSError) as exc:
-            logger.error("tracking flusher check failed: %s", exc)
 
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: FrameType | None) -> None:

@@ -5,10 +5,9 @@
 - ``quiet``: processors finish their current job and stop fetching.
 - ``stop(deadline)``: quiet, wait for busy processors until the deadline, then hard shutdown:
   each busy thread gets ``Shutdown`` raised in it and a moment to unwind, finished jobs are
-  acknowledged, then every job this process still holds goes back to its queue (one script
-  per queue). Requeueing last means a thread that claimed a job while being interrupted
-  cannot leave it behind. Jobs run at least once: a job interrupted here runs again, it is
-  never lost.
+  acknowledged, then every job this process still holds goes back to its queue. Requeueing
+  last means a thread that claimed a job while being interrupted cannot leave it behind.
+  Jobs run at least once: a job interrupted here runs again, it is never lost.
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ import threading
 import time
 from typing import Any
 
-from asynctask.brokers.redis import RedisBroker
-from asynctask.brokers.redis.fetch import ReliableFetch
+from asynctask.brokers import Broker, Fetcher
 from asynctask.errors import Shutdown
 from asynctask.middleware import Chain
 from asynctask.registry import Registry
@@ -42,8 +40,8 @@ class Manager:
     def __init__(
         self,
         settings: Settings,
-        broker: RedisBroker,
-        fetch: ReliableFetch,
+        broker: Broker,
+        fetch: Fetcher,
         registry: Registry,
         server_chain: Chain[Any],
         stats: Stats,

@@ -10,9 +10,9 @@ the registry -> check its args -> server middleware -> function. Outcomes:
   payload: buried in the dead set with a clear ``error_message`` (retrying cannot help);
 - ``Shutdown`` (hard shutdown): nothing; the manager already pushed the job back.
 
-An unexpected error outside a job (Redis down, say) is logged, and the thread carries on
-after a pause; the job it held stays in this process's in-flight list until shutdown or
-recovery returns it to its queue.
+An unexpected error outside a job (the broker down, say) is logged, and the thread carries
+on after a pause; the job it held stays claimed by this process until shutdown or recovery
+returns it to its queue.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from asynctask import context, payload
-from asynctask.brokers.redis import UnitOfWork
+from asynctask.brokers import BROKER_ERRORS, UnitOfWork
 from asynctask.context import JobContext
 from asynctask.errors import JobArgumentsError, JobFailed, JobNotRegistered, PayloadError, Shutdown
 from asynctask.job import JobDefinition
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("asynctask.processor")
 
-#: Seconds to wait before fetching again after Redis failed.
+#: Seconds to wait before fetching again after the broker failed.
 ERROR_PAUSE = 1.0
 
 
@@ -63,7 +61,7 @@ class Processor:
                 ack, pending_ack = pending_ack, None
                 try:
                     unit = manager.fetch.fetch(ack, block_on=cycle)
-                except redis.RedisError as exc:
+                except BROKER_ERRORS as exc:
                     logger.error(
                         "fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}}
                     )

@@ -16,7 +16,7 @@ import traceback
 from typing import Any, Literal
 
 from asynctask import payload
-from asynctask.brokers.redis import RedisBroker, UnitOfWork
+from asynctask.brokers import Broker, UnitOfWork
 from asynctask.errors import error_class_name
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
@@ -59,7 +59,7 @@ def _ruby_style_backtrace(exc: BaseException) -> list[str]:
 
 
 class Retrier:
-    def __init__(self, broker: RedisBroker, settings: Settings, tracker: Tracker | None = None) -> None:
+    def __init__(self, broker: Broker, settings: Settings, tracker: Tracker | None = None) -> None:
         self.broker = broker
         self.settings = settings
         self.tracker = tracker

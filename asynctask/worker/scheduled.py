@@ -15,10 +15,8 @@ import logging
 import random
 import threading
 
-import redis
-
 from asynctask import payload
-from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers import BROKER_ERRORS, Broker
 from asynctask.errors import PayloadError
 from asynctask.middleware import Chain
 
@@ -26,7 +24,7 @@ logger = logging.getLogger("asynctask.scheduled")
 
 
 class Poller:
-    def __init__(self, broker: RedisBroker, client_chain: Chain[payload.JobDict], interval: float) -> None:
+    def __init__(self, broker: Broker, client_chain: Chain[payload.JobDict], interval: float) -> None:
         self.broker = broker
         self.client_chain = client_chain
         self.interval = interval
@@ -46,7 +44,7 @@ class Poller:
         while not self._stopped.is_set():
             try:
                 self.enqueue()
-            except redis.RedisError as exc:
+            except BROKER_ERRORS as exc:
                 logger.error("scheduled poll failed: %s", exc)
             except Exception:
                 logger.exception("scheduled poll failed")
@@ -54,11 +52,12 @@ class Poller:
 
     def enqueue(self) -> int:
         """One pass over ``retry`` then ``schedule``; returns how many jobs were moved."""
-        keys = self.broker.keys
-        return sum(self.broker.enqueue_due(key, self._rewrite) for key in (keys.retry, keys.schedule))
+        return self.broker.enqueue_due("retry", self._rewrite) + self.broker.enqueue_due(
+            "schedule", self._rewrite
+        )
 
     def random_poll_interval(self) -> float:
-        count = max(1, int(self.broker.redis.scard(self.broker.keys.processes)))
+        count = max(1, self.broker.process_count())
         average = count * self.interval
         return average * random.random() + average / 2 if count < 10 else average * random.random()
 

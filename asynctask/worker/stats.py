@@ -1,4 +1,4 @@
-"""Per-process counters and busy-thread state, flushed to Redis by the heartbeat."""
+"""Per-process counters and busy-thread state, flushed to the broker by the heartbeat."""
 
 from __future__ import annotations
 

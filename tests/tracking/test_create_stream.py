@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from asynctask import Registry, Tracking, job, payload
-from asynctask.brokers.redis.push import Staging
+from asynctask.brokers.redis.push import RedisStaging
 from asynctask.job import JobDefinition
 from asynctask.tracking import tasks
 from asynctask.tracking.models import Event, Task
@@ -167,13 +167,13 @@ def test_publish_moves_nothing_if_a_staging_list_changed(
 ) -> None:
     """A staging list that lost jobs (it expired, say) fails the publish: the task is aborted
     and no job of it is queued."""
-    publish = Staging.publish
+    publish = RedisStaging.publish
 
-    def expired_first(staging: Staging) -> int:
+    def expired_first(staging: RedisStaging) -> int:
         conn.rpop(tracking.client.keys.staging(staging.task_id, "default"))
         return publish(staging)
 
-    monkeypatch.setattr(Staging, "publish", expired_first)
+    monkeypatch.setattr(RedisStaging, "publish", expired_first)
     with pytest.raises(redis.ResponseError, match="holds 2999 jobs, expected 3000"):
         tracking.create_task(rows, range(3000))
     with tracking.engine.connect() as connection:
@@ -192,16 +192,16 @@ def test_redis_refusing_the_staging_records_the_task_aborted_without_events(
 ) -> None:
     """Redis fails on the third batch: the transaction is rolled back, the two staged batches are
     deleted, and the task is recorded alone, aborted, so the attempt is visible."""
-    write = Staging.write
+    write = RedisStaging.write
     calls = []
 
-    def fails_third(staging: Staging, by_queue: dict[str, list[str]]) -> None:
+    def fails_third(staging: RedisStaging, by_queue: dict[str, list[str]], connection: Connection) -> None:
         calls.append(1)
         if len(calls) == 3:
             raise redis.ConnectionError("Redis went away")
-        write(staging, by_queue)
+        write(staging, by_queue, connection)
 
-    monkeypatch.setattr(Staging, "write", fails_third)
+    monkeypatch.setattr(RedisStaging, "write", fails_third)
     with pytest.raises(redis.ConnectionError):
         tracking.create_task(rows, range(10_000), meta={"file": "a.csv"})
     with tracking.engine.connect() as connection:

@@ -484,17 +484,17 @@ def test_health_and_readiness(api: Api) -> None:
     assert api.http.get("/healthz").get_json() == {"status": "ok"}
     ready = api.http.get("/readyz")
     assert ready.status_code == 200
-    assert ready.get_json() == {"status": "ready", "checks": {"redis": "ok", "database": "ok"}}
+    assert ready.get_json() == {"status": "ready", "checks": {"broker": "ok", "database": "ok"}}
 
 
 def test_not_ready_when_redis_is_down(make_api: Any, settings: Settings) -> None:
     api: Api = make_api()
     dead = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
-    api.app.extensions["asynctask"].client.redis = dead
+    api.app.extensions["asynctask"].client.broker.redis = dead
     response = api.http.get("/readyz")
     assert (response.status_code, error_of(response)["code"]) == (503, "unavailable")
     checks = error_of(response)["details"]["checks"]
-    assert checks["database"] == "ok" and checks["redis"].startswith("error")
+    assert checks["database"] == "ok" and checks["broker"].startswith("error")
 
 
 def test_cors(make_api: Any) -> None:

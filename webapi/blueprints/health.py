@@ -1,12 +1,12 @@
-"""``/healthz`` (the process answers) and ``/readyz`` (Redis and the database answer)."""
+"""``/healthz`` (the process answers) and ``/readyz`` (the broker and the database answer)."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response
-from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from asynctask.brokers import BROKER_ERRORS
 from asynctask.tracking.models import Task
 from webapi.errors import error_response
 from webapi.resources import resources
@@ -25,10 +25,10 @@ def readyz() -> Response:
     found = resources()
     checks: dict[str, str] = {}
     try:
-        found.client.redis.ping()
-        checks["redis"] = "ok"
-    except RedisError as exc:
-        checks["redis"] = f"error: {type(exc).__name__}: {exc}"
+        found.client.broker.ping()
+        checks["broker"] = "ok"
+    except BROKER_ERRORS as exc:
+        checks["broker"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     try:
         # Reading the task table also proves the migrations ran.
         with found.engine.connect() as connection:

@@ -1,6 +1,5 @@
 """The Redis broker: Sidekiq's keys and payloads, plus reliable fetch."""
 
 from asynctask.brokers.redis.broker import RedisBroker
-from asynctask.brokers.redis.fetch import UnitOfWork
 
-__all__ = ["RedisBroker", "UnitOfWork"]
+__all__ = ["RedisBroker"]

@@ -1,8 +1,4 @@
-"""RedisBroker: every Redis operation the client and the worker runtime perform.
-
-The worker modules (processor, retry, scheduled, heartbeat) call these methods and never
-build keys or commands themselves.
-"""
+"""RedisBroker: the broker interface on Sidekiq's keys and payloads, plus reliable fetch."""
 
 from __future__ import annotations
 
@@ -13,9 +9,12 @@ from typing import cast
 import redis
 
 from asynctask import payload
+from asynctask.brokers.base import Beat, Broker, DueSet, TrackingApplier, UnitOfWork
+from asynctask.brokers.redis import process
+from asynctask.brokers.redis.applier import FlusherProcessApplier, FlusherThreadApplier
 from asynctask.brokers.redis.connection import connect
-from asynctask.brokers.redis.fetch import ReliableFetch, UnitOfWork, release
-from asynctask.brokers.redis.push import Staging, push_jobs
+from asynctask.brokers.redis.fetch import ReliableFetch, release
+from asynctask.brokers.redis.push import RedisStaging, push_jobs
 from asynctask.brokers.redis.recovery import recover_orphans
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
@@ -26,7 +25,7 @@ from asynctask.tracking.outbox import Outbox
 DUE_BATCH = 100
 
 
-class RedisBroker:
+class RedisBroker(Broker):
     def __init__(self, settings: Settings, connection: redis.Redis | None = None) -> None:
         self.settings = settings
         self.keys = Keys(settings.namespace)
@@ -34,7 +33,7 @@ class RedisBroker:
         self.redis = (
             connection
             if connection is not None
-            else connect(settings.redis_url, max_connections=settings.concurrency + 8)
+            else connect(settings.broker, max_connections=settings.concurrency + 8)
         )
         self.scripts = Scripts(self.redis)
 
@@ -42,6 +41,9 @@ class RedisBroker:
         """Close the connection pool, if this broker opened it."""
         if self._owns_connection:
             self.redis.close()
+
+    def ping(self) -> None:
+        self.redis.ping()
 
     def push(
         self,
@@ -64,9 +66,9 @@ class RedisBroker:
             atomic=atomic,
         )
 
-    def staging(self, task_id: str) -> Staging:
+    def staging(self, task_id: str) -> RedisStaging:
         """Where ``create_task`` writes a task's jobs, invisible to workers, before publishing them."""
-        return Staging(self.redis, self.keys, self.scripts, task_id, self.settings.max_payload_bytes)
+        return RedisStaging(self.redis, self.keys, self.scripts, task_id, self.settings.max_payload_bytes)
 
     def record(self, outbox: Outbox) -> int:
         """Write the outbox's pending transitions to the tracking stream; return how many."""
@@ -122,20 +124,17 @@ class RedisBroker:
             release(pipe, unit)
         pipe.execute()
 
-    def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None:
-        """Bury bytes that are not a job, keeping their text in a valid dead-set entry."""
-        self.kill(unit, payload.dumps(payload.unparseable(raw, queue, reason)))
-
     def release(self, unit: UnitOfWork) -> None:
         """Drop a job from in-flight without keeping it anywhere (done, skipped or discarded)."""
         release(self.redis, unit)
 
-    def enqueue_due(self, sorted_set: str, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
+    def enqueue_due(self, due_set: DueSet, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
         """Move every due member of ``schedule`` or ``retry`` to its queue; return how many.
 
         ``rewrite`` turns a stored member into the job to push, or None to drop the member
         (the poller buries what it cannot decode before returning None).
         """
+        sorted_set = self.keys.retry if due_set == "retry" else self.keys.schedule
         total = 0
         while True:
             now = payload.now()
@@ -169,3 +168,37 @@ class RedisBroker:
         return recover_orphans(
             self.redis, self.keys, self.scripts, identity, lock_seconds=self.settings.heartbeat_interval
         )
+
+    def process_count(self) -> int:
+        return int(self.redis.scard(self.keys.processes))
+
+    def beat(self, beat: Beat) -> str | None:
+        return process.write_beat(self.redis, self.keys, beat, self.settings.process_ttl)
+
+    def clear_process(self, identity: str, processed: int, failed: int) -> None:
+        process.clear(self.redis, self.keys, identity, processed, failed, self.settings.process_ttl)
+
+    def cancel_task(self, task_id: str) -> int:
+        """Every worker sees the new generation at its next claim and reloads the cancelled set."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.keys.cancelled_tasks, task_id, payload.now())
+        pipe.incr(self.keys.cancel_generation)
+        pipe.get(self.keys.tracking_seq)
+        return int(pipe.execute()[-1] or 0)
+
+    def cancelled_tasks(self) -> frozenset[str]:
+        names = cast(list[bytes], self.redis.hkeys(self.keys.cancelled_tasks))
+        return frozenset(n.decode() if isinstance(n, bytes) else n for n in names)
+
+    def is_cancelled(self, task_id: str) -> bool:
+        return bool(self.redis.hexists(self.keys.cancelled_tasks, task_id))
+
+    def tracking_position(self) -> int:
+        return int(cast(bytes | None, self.redis.get(self.keys.tracking_seq)) or 0)
+
+    def tracking_applier(self, identity: str) -> TrackingApplier | None:
+        if not self.settings.tracking or self.settings.flusher == "off":
+            return None
+        if self.settings.flusher == "thread":
+            return FlusherThreadApplier(self.redis, self.keys, self.settings, identity)
+        return FlusherProcessApplier(self.redis, self.keys, self.settings, identity)

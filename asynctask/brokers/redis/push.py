@@ -6,8 +6,10 @@ import logging
 from collections.abc import Sequence
 
 import redis
+from sqlalchemy import Connection
 
 from asynctask import payload
+from asynctask.brokers.base import Staging
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 
@@ -58,7 +60,7 @@ def push_jobs(
     pipe.execute()
 
 
-class Staging:
+class RedisStaging(Staging):
     """One task's jobs, written batch by batch to private lists that no worker reads (one per
     queue, ``Keys.staging``), then moved onto their queues by one script: all of them or none.
 
@@ -90,8 +92,10 @@ class Staging:
             by_queue.setdefault(job["queue"], []).append(_encoded(job, self.max_payload_bytes))
         return by_queue
 
-    def write(self, by_queue: dict[str, list[str]]) -> None:
-        """LPUSH a batch onto the staging lists (one round trip) and renew every list's expiry."""
+    def write(self, by_queue: dict[str, list[str]], connection: Connection) -> None:
+        """LPUSH a batch onto the staging lists (one round trip) and renew every list's expiry.
+
+        The task's SQL ``connection`` plays no part: Redis publishes after the commit."""
         self._touched.update(by_queue)
         pipe = self.conn.pipeline(transaction=False)
         for queue, encoded in by_queue.items():

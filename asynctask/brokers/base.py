@@ -1,0 +1,306 @@
+"""The broker interface: everything the client, the worker runtime and task tracking ask of
+the store that holds the jobs. Two implementations: Redis (Sidekiq's keys and payloads,
+``brokers.redis``) and SQL (one jobs table, ``brokers.sql``). Nothing above this module
+knows which one it has; ``brokers.open_broker`` picks one by URL.
+
+Payloads are the same JSON on both (``payload.dumps``), so a job's dict never depends on
+where it was stored.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from asynctask import payload
+from asynctask.settings import Settings
+from asynctask.tracking.outbox import Outbox
+
+#: Errors that mean the store is unreachable or refused a command: the worker logs them and
+#: tries again, it never dies of them.
+BROKER_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, SQLAlchemyError, OSError)
+
+#: The job sets a scheduled/retry poller moves due jobs from.
+DueSet = Literal["retry", "schedule"]
+
+
+@dataclass(slots=True, frozen=True)
+class UnitOfWork:
+    """A claimed job: its queue, its bytes exactly as stored, and the backend's handle on it
+    (the in-flight list key on Redis, the row id in SQL)."""
+
+    queue: str
+    payload: bytes
+    ref: str | int
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One heartbeat of a worker process (Sidekiq's process record)."""
+
+    identity: str
+    #: The process's static description (hostname, pid, queues, concurrency...), as JSON.
+    info: str
+    busy: int
+    quiet: bool
+    rss_kb: int
+    #: Counts since the last beat, added to the lifetime and daily totals.
+    processed: int
+    failed: int
+    #: Thread id -> JSON of the job it runs (``{"queue", "payload", "run_at"}``).
+    work: dict[str, str]
+
+
+class Staging(ABC):
+    """One task's jobs, written batch by batch where no worker takes them, then published all
+    at once (see ``tracking.tasks.create_task``).
+
+    ``encode`` (no I/O; refuses a job over the size limit), then ``write`` per batch inside
+    the task's SQL transaction, ``publish`` once after it committed, or ``discard``.
+    """
+
+    @abstractmethod
+    def encode(self, jobs: Sequence[payload.JobDict]) -> Any: ...
+
+    @abstractmethod
+    def write(self, encoded: Any, connection: Connection) -> None: ...
+
+    @abstractmethod
+    def publish(self) -> int: ...
+
+    @abstractmethod
+    def discard(self) -> None: ...
+
+
+class Fetcher(ABC):
+    """A worker process's claims on jobs, shared by its processor threads.
+
+    One round trip acknowledges every job finished since the last one, writes the pending
+    tracking transitions and claims as many jobs as threads are waiting for, into a buffer the
+    threads take from. A claimed job stays claimed by this process (never lost) until it is
+    acknowledged, moved to the retry or dead set, or given back.
+    """
+
+    def __init__(self, identity: str, outbox: Outbox | None) -> None:
+        self.identity = identity
+        self.outbox = outbox if outbox is not None else Outbox()
+        #: Opaque token from the last claim that changes whenever a task is cancelled.
+        self.cancel_generation: bytes = b"0"
+        self._lock = threading.Lock()
+        self._buffer: deque[UnitOfWork] = deque()
+        self._acks: list[UnitOfWork] = []
+        #: Threads inside ``fetch`` without a job yet: how many jobs one claim should take.
+        self._waiting = 0
+
+    @abstractmethod
+    def register(self) -> None:
+        """Make this process's claims recoverable by others if it dies (before any fetch)."""
+
+    @abstractmethod
+    def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
+        """Acknowledge ``acks``, write ``transitions``, then claim up to ``wanted`` jobs, atomically."""
+
+    @abstractmethod
+    def wait(self, block_on: int) -> UnitOfWork | None:
+        """Every queue was empty: wait (up to the fetch timeout) for a job, claiming it if one
+        comes. ``block_on`` spreads the threads over the queues."""
+
+    @abstractmethod
+    def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None:
+        """Acknowledge ``acks`` and write ``transitions``, atomically, claiming nothing."""
+
+    @abstractmethod
+    def requeue(self, units: Sequence[UnitOfWork]) -> int:
+        """Give claimed jobs back to their queues, to be fetched next, atomically."""
+
+    @abstractmethod
+    def requeue_all(self, *, forget: bool) -> int:
+        """Give back every job this process holds (shutdown); ``forget``: it leaves for good.
+
+        Finished jobs must be acknowledged first (``flush_acks``), or they would run again.
+        """
+
+    def fetch(self, ack: UnitOfWork | None, block_on: int) -> UnitOfWork | None:
+        """Queue ``ack`` (a finished job) for acknowledgement and return the next job, or None."""
+        with self._lock:
+            if ack is not None:
+                self._acks.append(ack)
+            if self._buffer:
+                return self._buffer.popleft()
+            self._waiting += 1
+            wanted = self._waiting
+            acks, self._acks = self._acks, []
+        try:
+            with self.outbox.draining(acknowledging=bool(acks)) as transitions:
+                units = self.claim(wanted, acks, transitions)
+            if not units:
+                return self.wait(block_on)
+            if len(units) > 1:
+                with self._lock:
+                    self._buffer.extend(units[1:])
+            return units[0]
+        except BaseException:
+            with self._lock:
+                self._acks[:0] = acks
+            raise
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def acknowledge(self, unit: UnitOfWork) -> None:
+        """Acknowledge ``unit`` and any others waiting, now."""
+        with self._lock:
+            self._acks.append(unit)
+        self.flush_acks()
+
+    def flush_acks(self) -> None:
+        """Acknowledge every finished job now (before a shutdown requeues what is left)."""
+        with self._lock:
+            acks, self._acks = self._acks, []
+        try:
+            with self.outbox.draining(acknowledging=bool(acks)) as transitions:
+                if acks or transitions:
+                    self.settle(acks, transitions)
+        except BaseException:
+            with self._lock:
+                self._acks[:0] = acks
+            raise
+
+    def requeue_buffered(self) -> int:
+        """Give back the claimed jobs no thread has started (the process is going quiet)."""
+        with self._lock:
+            units = list(self._buffer)
+            self._buffer.clear()
+        return self.requeue(units)
+
+    def drop_buffer(self) -> None:
+        with self._lock:
+            self._buffer.clear()
+
+
+class TrackingApplier(ABC):
+    """What applies a worker's recorded tracking transitions to SQL, beside the worker, when
+    the broker does not do it itself (the Redis broker's flusher)."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """The worker started."""
+
+    @abstractmethod
+    def wake(self) -> None:
+        """The worker recorded its first transition."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """At every heartbeat: restart what died, start if work is waiting."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """After the worker's last transitions are written: apply them and stop."""
+
+
+class Broker(ABC):
+    settings: Settings
+    #: True when tracking transitions are applied to the tracking tables by the broker itself
+    #: (SQL: in the same transaction as the job's state change), so no flusher is needed.
+    applies_tracking: bool = False
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections this broker opened."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Raise one of ``BROKER_ERRORS`` if the store cannot be reached."""
+
+    @abstractmethod
+    def push(
+        self,
+        entries: Sequence[tuple[payload.JobDict, float | None]],
+        *,
+        transitions: Sequence[str] = (),
+        atomic: bool = False,
+    ) -> None:
+        """Enqueue jobs (an entry's run-at time in the future schedules it) in one round trip,
+        writing the tracking ``transitions`` first. ``atomic``: all or none."""
+
+    @abstractmethod
+    def staging(self, task_id: str) -> Staging: ...
+
+    @abstractmethod
+    def record(self, outbox: Outbox) -> int:
+        """Write the outbox's pending transitions; return how many."""
+
+    @abstractmethod
+    def fetcher(self, identity: str, outbox: Outbox | None = None) -> Fetcher: ...
+
+    @abstractmethod
+    def retry_at(
+        self, unit: UnitOfWork, job: payload.JobDict, at: float, outbox: Outbox | None = None
+    ) -> None:
+        """Move a failed job to the retry set (due at ``at``) and release it, atomically with
+        the outbox's transitions, so they are stored before any process can retry it."""
+
+    @abstractmethod
+    def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
+        """Add a job to the dead set (trimmed by age and count, as Sidekiq does) and release it."""
+
+    @abstractmethod
+    def release(self, unit: UnitOfWork) -> None:
+        """Drop a claimed job without keeping it anywhere (done, skipped or discarded)."""
+
+    @abstractmethod
+    def enqueue_due(self, due_set: DueSet, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
+        """Move every due job of the set to its queue; return how many.
+
+        ``rewrite`` turns a stored payload into the job to enqueue, or None to drop it.
+        """
+
+    @abstractmethod
+    def recover_orphans(self, identity: str) -> int:
+        """Give the jobs claimed by dead processes (heartbeat expired) back to their queues."""
+
+    @abstractmethod
+    def process_count(self) -> int:
+        """How many worker processes are alive (scales the scheduled poll interval)."""
+
+    @abstractmethod
+    def beat(self, beat: Beat) -> str | None:
+        """Write one heartbeat (stats, busy threads, the process record); return a signal sent
+        to this process from outside (TSTP, TERM, TTIN), if any."""
+
+    @abstractmethod
+    def clear_process(self, identity: str, processed: int, failed: int) -> None:
+        """A process is leaving: flush its last counts and remove its record."""
+
+    @abstractmethod
+    def cancel_task(self, task_id: str) -> int:
+        """Mark a task cancelled for every worker; return the tracking position at that moment."""
+
+    @abstractmethod
+    def cancelled_tasks(self) -> frozenset[str]: ...
+
+    @abstractmethod
+    def is_cancelled(self, task_id: str) -> bool: ...
+
+    @abstractmethod
+    def tracking_position(self) -> int:
+        """The number of the last tracking transition recorded (transitions are numbered in
+        the order they were stored)."""
+
+    def tracking_applier(self, identity: str) -> TrackingApplier | None:
+        """What must run beside worker ``identity`` to apply its tracking transitions; None
+        when the broker applies them itself (``applies_tracking``) or tracking is off."""
+        return None
+
+    def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None:
+        """Bury bytes that are not a job, keeping their text in a valid dead-set entry."""
+        self.kill(unit, payload.dumps(payload.unparseable(raw, queue, reason)))

@@ -1,0 +1,61 @@
+"""The Redis broker's tracking applier: a flusher reading the tracking stream into SQL,
+in a child process (``flusher = "process"``, the default) or a thread of the worker."""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from asynctask.brokers.base import TrackingApplier
+from asynctask.keys import Keys
+from asynctask.settings import Settings
+from asynctask.tracking.database import create_database_engine, writer
+from asynctask.tracking.flusher import Flusher
+from asynctask.tracking.flusher_process import FlusherProcess
+
+logger = logging.getLogger("asynctask.tracking")
+
+
+class FlusherProcessApplier(TrackingApplier):
+    """Starts the child with the first transition, or when a heartbeat finds the stream not
+    empty (another worker's leftovers); a worker that never tracks costs no process."""
+
+    def __init__(self, conn: redis.Redis, keys: Keys, settings: Settings, identity: str) -> None:
+        self.redis = conn
+        self.keys = keys
+        self.process = FlusherProcess(settings, f"{identity}:flusher")
+
+    def start(self) -> None:
+        """Nothing yet: the child starts when there is something to apply."""
+
+    def wake(self) -> None:
+        self.process.ensure_started()
+
+    def check(self) -> None:
+        stream = self.keys.tracking_stream
+        try:
+            self.process.check(lambda: bool(self.redis.xlen(stream)))
+        except (redis.RedisError, OSError) as exc:
+            logger.error("tracking flusher check failed: %s", exc)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class FlusherThreadApplier(TrackingApplier):
+    def __init__(self, conn: redis.Redis, keys: Keys, settings: Settings, identity: str) -> None:
+        self.flusher = Flusher(conn, keys, writer(create_database_engine(settings.database_url)), identity)
+
+    def start(self) -> None:
+        self.flusher.start()
+
+    def wake(self) -> None:
+        """The thread runs from the start."""
+
+    def check(self) -> None:
+        """A thread cannot die without the worker noticing: its loop never exits on errors."""
+
+    def stop(self) -> None:
+        self.flusher.stop()
+        self.flusher.engine.dispose()
