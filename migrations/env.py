@@ -1,4 +1,5 @@
-"""Alembic environment of the tracking tables (``asynctask.tracking.models``).
+"""Alembic environment of the tracking tables (``asynctask.tracking.models``) and the SQL
+broker's tables (``asynctask.brokers.sql.models``), which share one metadata.
 
 The database is the ``sqlalchemy.url`` our code puts on the Config (``asynctask db``,
 ``asynctask.tracking.migrate``), else ``ASYNCTASK_DATABASE_URL`` (default ``sqlite:///asynctask.db``):
@@ -14,6 +15,8 @@ from alembic import context
 from sqlalchemy import Connection
 from sqlalchemy.pool import NullPool
 
+# Imported for its tables: they join Base.metadata, which autogenerate compares.
+import asynctask.brokers.sql.models  # noqa: F401
 from asynctask.settings import Settings
 from asynctask.tracking.database import create_database_engine, normalize_url
 from asynctask.tracking.models import Base

@@ -200,9 +200,8 @@ def _event_writer(
 ) -> Iterator[Callable[[list[payload.JobDict]], None]]:
     """A function writing the ``enqueue`` events of a batch of jobs, valid inside the block.
 
-    PostgreSQL: one COPY, open for the whole block and fed a text block per batch, several
-    times faster than INSERTs; the server stores a batch while the next one is prepared.
-    SQLite: one executemany INSERT per batch.
+    PostgreSQL: one COPY per batch, several times faster than INSERTs. SQLite: one
+    executemany INSERT per batch.
     """
     if connection.dialect.name != "postgresql":
 
@@ -231,10 +230,12 @@ def _event_writer(
     stamp = at.isoformat()
     tail = f"\t0\t0\t0\t{stamp}\t{stamp}\n"
     cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    columns = ", ".join(EVENT_COLUMNS)
-    with cursor.copy(f"COPY {Event.__tablename__} ({columns}) FROM STDIN") as copy:
+    statement = f"COPY {Event.__tablename__} ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
 
-        def copy_rows(jobs: list[payload.JobDict]) -> None:
+    def copy_rows(jobs: list[payload.JobDict]) -> None:
+        # One COPY per batch, closed before the broker stages the batch: an open COPY holds the
+        # connection, and the SQL broker stages its job rows on this same connection.
+        with cursor.copy(statement) as copy:
             copy.write(
                 "".join(
                     item["jid"] + head + _copy_text(json.dumps(item["args"], ensure_ascii=False)) + tail
@@ -242,7 +243,7 @@ def _event_writer(
                 )
             )
 
-        yield copy_rows
+    yield copy_rows
 
 
 def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""Migrations of the tracking tables build exactly the models' schema, on SQLite and PostgreSQL."""
+"""Migrations of the tracking and SQL broker tables build exactly the models' schema, on SQLite
+and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from sqlalchemy import Column, Engine, Integer, MetaData, delete, func, inspect,
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+# Imported for its tables: the SQL broker's share Base.metadata with the tracking tables.
+import asynctask.brokers.sql.models  # noqa: F401
 from asynctask.tracking import migrate
 from asynctask.tracking.database import create_database_engine
 from asynctask.tracking.models import NAMING, Base, Event, EventMessage, Task
@@ -27,7 +30,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0002"
+HEAD = "0003"
 
 
 @pytest.fixture

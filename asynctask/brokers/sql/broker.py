@@ -1,0 +1,256 @@
+"""SqlBroker: the broker interface on one jobs table, in SQLite or PostgreSQL.
+
+The database is the tracking database too, so a job's tracking transitions are applied in
+the same transaction as its state change (``applies_tracking``): a finished job's ack and
+its ``finish``, a failed job's move to the retry set and its ``error``, a push and its
+``enqueue`` commit together or not at all. No flusher runs beside a worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from sqlalchemy import Engine
+
+from asynctask import payload
+from asynctask.brokers.base import Beat, Broker, DueSet, UnitOfWork
+from asynctask.brokers.sql import processes
+from asynctask.brokers.sql.fetch import SqlFetcher
+from asynctask.brokers.sql.models import DEAD, QUEUED, RETRY, SCHEDULED
+from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
+from asynctask.brokers.sql.statements import JOB_COLUMNS
+from asynctask.brokers.sql.store import JobRow, Store, Tx
+from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
+from asynctask.settings import Settings
+from asynctask.tracking.database import create_database_engine
+from asynctask.tracking.outbox import Outbox
+
+logger = logging.getLogger("asynctask.broker")
+
+#: Due jobs moved per transaction by the scheduled/retry poller.
+DUE_BATCH = 100
+#: Connections beyond the processor threads: heartbeat, poller, recovery, a client push, and
+#: the burial a poller's rewrite may do while its batch's transaction is open.
+SPARE_CONNECTIONS = 5
+
+
+class SqlBroker(Broker):
+    applies_tracking = True
+
+    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self._owns_engine = engine is None
+        self.engine = (
+            engine
+            if engine is not None
+            else create_database_engine(
+                settings.broker,
+                pool_size=settings.concurrency + SPARE_CONNECTIONS,
+                max_overflow=SPARE_CONNECTIONS,
+                # A ping per checkout would double a claim's round trips; a connection the
+                # server dropped fails one statement instead, which workers retry.
+                pool_pre_ping=False,
+            )
+        )
+        self.store = Store(self.engine)
+        self._fetchers: list[SqlFetcher] = []
+
+    def close(self) -> None:
+        for fetcher in self._fetchers:
+            fetcher.close()
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def ping(self) -> None:
+        with self.store.read() as connection:
+            connection.execute(self.store.sql.ping)
+
+    def push(
+        self,
+        entries: Sequence[tuple[payload.JobDict, float | None]],
+        *,
+        transitions: Sequence[str] = (),
+        atomic: bool = False,
+    ) -> None:
+        """Insert the jobs (and apply their tracking ``transitions``) in one transaction,
+        so ``atomic`` holds whatever it says."""
+        rows = push_rows(entries, self.settings.max_payload_bytes)
+        with self.store.write() as tx:
+            self.store.record(tx.connection, transitions)
+            self.store.insert_jobs(tx.connection, rows)
+            tx.announce(r[1] for r in rows if r[2] == QUEUED)
+
+    def staging(self, task_id: str) -> SqlStaging:
+        return SqlStaging(self.store, self.settings.max_payload_bytes)
+
+    def record(self, outbox: Outbox) -> int:
+        written = 0
+        while len(outbox):
+            with outbox.draining() as transitions:
+                if transitions:
+                    with self.store.write() as tx:
+                        self.store.record(tx.connection, transitions)
+                written += len(transitions)
+        return written
+
+    def fetcher(self, identity: str, outbox: Outbox | None = None) -> SqlFetcher:
+        queues = list(dict.fromkeys(q.name for q in self.settings.queues))
+        wake: Wake = (
+            PgListener(self.engine, queues) if self.store.postgres else SqlitePoll(self.store, queues)
+        )
+        fetcher = SqlFetcher(self.store, identity, self.settings, wake, outbox)
+        self._fetchers.append(fetcher)
+        return fetcher
+
+    def retry_at(
+        self, unit: UnitOfWork, job: payload.JobDict, at: float, outbox: Outbox | None = None
+    ) -> None:
+        """Move the claimed row to the retry set, with the outbox's transitions (the job's
+        ``error`` and "waiting for retry"), so they are stored before anyone can retry it."""
+        draining: AbstractContextManager[list[str]] = (
+            outbox.draining() if outbox is not None else nullcontext([])
+        )
+        encoded = payload.dumps(job)
+        error = f"{job.get('error_class')}: {job.get('error_message')}"
+        with draining as transitions, self.store.write() as tx:
+            self.store.record(tx.connection, transitions)
+            self._to_set(tx, unit, row(job, RETRY, at, encoded, error))
+
+    def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
+        """Move a job to the dead set (trimmed by age and count, as Sidekiq does)."""
+        now = payload.now()
+        job = _job_fields(encoded)
+        if unit is not None:
+            job.setdefault("queue", unit.queue)
+        error = f"{job.get('error_class')}: {job.get('error_message')}" if "error_class" in job else None
+        s = self.settings
+        with self.store.write() as tx:
+            self._to_set(tx, unit, row(job, DEAD, now, encoded, error))
+            tx.connection.execute(self.store.sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
+            tx.connection.execute(self.store.sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
+
+    def release(self, unit: UnitOfWork) -> None:
+        with self.store.write(single_statement=True) as tx:
+            tx.connection.execute(self.store.sql.release, {"id": unit.ref})
+
+    def enqueue_due(self, due_set: DueSet, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
+        """Move every due job of the set to its queue, ``DUE_BATCH`` per transaction."""
+        state = RETRY if due_set == "retry" else SCHEDULED
+        total = 0
+        while True:
+            now = payload.now()
+            params = {"state": state, "now": now, "limit": DUE_BATCH}
+            if self.store.postgres:
+                # The batch stays locked (SKIP LOCKED by other pollers) while it is rewritten.
+                with self.store.write() as tx:
+                    due = tx.connection.execute(self.store.sql.due, params).all()
+                    total += self._apply_due(tx, _rewritten(due, rewrite), state, now)
+            else:
+                # Read first: the rewrite may bury a job, a write of its own.
+                with self.store.read() as connection:
+                    due = connection.execute(self.store.sql.due, params).all()
+                changes = _rewritten(due, rewrite)
+                with self.store.write() as tx:
+                    total += self._apply_due(tx, changes, state, now)
+            if len(due) < DUE_BATCH:
+                return total
+
+    def recover_orphans(self, identity: str) -> int:
+        return processes.recover_orphans(self.store)
+
+    def process_count(self) -> int:
+        return processes.count(self.store)
+
+    def beat(self, beat: Beat) -> str | None:
+        return processes.write_beat(self.store, beat, self.settings.process_ttl)
+
+    def clear_process(self, identity: str, processed: int, failed: int) -> None:
+        processes.clear(self.store, identity, processed, failed)
+
+    def cancel_task(self, task_id: str) -> int:
+        """Workers see the new cancellation generation (the count and latest time of the
+        cancellations) at their next claim, and reload the cancelled set."""
+        with self.store.write(single_statement=True) as tx:
+            tx.connection.execute(self.store.sql.cancel, {"task_id": task_id, "at": payload.now()})
+        return self.tracking_position()
+
+    def cancelled_tasks(self) -> frozenset[str]:
+        with self.store.read() as connection:
+            return frozenset(str(name) for name in connection.execute(self.store.sql.cancelled).scalars())
+
+    def is_cancelled(self, task_id: str) -> bool:
+        with self.store.read() as connection:
+            return connection.execute(self.store.sql.is_cancelled, {"task_id": task_id}).first() is not None
+
+    def tracking_position(self) -> int:
+        return self.store.tracking_position()
+
+    def _to_set(self, tx: Tx, unit: UnitOfWork | None, moved: JobRow) -> None:
+        """The claimed row of ``unit`` becomes ``moved``; a new row if there is no unit, or if
+        the row is gone (this process was presumed dead, and another took the job back and
+        finished it): Redis would add the job to the set all the same."""
+        if unit is not None:
+            values = dict(zip(JOB_COLUMNS, moved, strict=True))
+            if tx.connection.execute(self.store.sql.to_set, {**values, "id": unit.ref}).rowcount:
+                return
+            logger.warning(
+                "job %s was gone from its queue (taken back from this process after its heartbeat "
+                "expired); it is added to the %s set anyway",
+                moved[0],
+                moved[2],
+            )
+        self.store.insert_jobs(tx.connection, [moved])
+
+    def _apply_due(
+        self, tx: Tx, changes: Sequence[tuple[int, str, payload.JobDict | None]], state: str, now: float
+    ) -> int:
+        """Queue each rewritten job (dropping those ``rewrite`` refused) if its row still holds
+        what was read; return how many were queued."""
+        moves: list[dict[str, Any]] = []
+        drops: list[dict[str, Any]] = []
+        for row_id, old, job in changes:
+            if job is None:
+                drops.append({"id": row_id, "state": state, "old": old})
+                continue
+            job["enqueued_at"] = now
+            moves.append(
+                {
+                    "id": row_id,
+                    "state": state,
+                    "old": old,
+                    "now": now,
+                    "payload": payload.dumps(job),
+                    "queue": job["queue"],
+                    "jid": jid(job),
+                    "priority": priority(job),
+                }
+            )
+        if drops:
+            tx.connection.execute(self.store.sql.drop_due, drops)
+        if not moves:
+            return 0
+        # One executemany (pipelined on PostgreSQL); its row count is the sum over the jobs.
+        moved = int(tx.connection.execute(self.store.sql.move_due, moves).rowcount)
+        if moved:
+            tx.announce(move["queue"] for move in moves)
+        return moved
+
+
+def _rewritten(
+    due: Sequence[Any], rewrite: Callable[[bytes], payload.JobDict | None]
+) -> list[tuple[int, str, payload.JobDict | None]]:
+    return [(row_id, old, rewrite(old.encode())) for row_id, old in due]
+
+
+def _job_fields(encoded: str) -> dict[str, Any]:
+    """The fields of a job about to be buried; {} for text that is not a JSON object (the
+    row keeps the text as it is)."""
+    try:
+        decoded = json.loads(encoded)
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}

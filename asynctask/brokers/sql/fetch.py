@@ -1,0 +1,178 @@
+"""Claiming jobs from the SQL jobs table for one worker process.
+
+A claimed job keeps its row, with ``locked_by`` set to this process, until it is
+acknowledged (deleted), moved to the retry or dead set, or given back (``locked_by`` NULL
+again, keeping its id: it is fetched next among its priority). If the process dies, its
+locks are taken back by a live process once its heartbeat expires (``processes``).
+
+One transaction per claim, shared by the process's threads: it deletes the jobs finished
+since the last one, applies the pending tracking transitions, reads the cancellation
+generation and claims as many jobs as threads are waiting for. On PostgreSQL without
+transitions that is a single statement, outside BEGIN/COMMIT.
+
+When every queue is empty, one thread at a time watches for new jobs (``wake``), claims for
+every waiting thread when some come, and hands the others theirs through the buffer.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from asynctask import payload
+from asynctask.brokers.base import Fetcher, UnitOfWork
+from asynctask.brokers.sql.store import Store
+from asynctask.brokers.sql.wake import Wake
+from asynctask.settings import Settings
+from asynctask.tracking.outbox import Outbox
+
+
+class SqlFetcher(Fetcher):
+    def __init__(
+        self, store: Store, identity: str, settings: Settings, wake: Wake, outbox: Outbox | None = None
+    ) -> None:
+        super().__init__(identity, outbox)
+        self._store = store
+        self._sql = store.sql
+        queues = settings.queues
+        self.queue_names = list(dict.fromkeys(q.name for q in queues))
+        self.strict = all(q.weight == 0 for q in queues)
+        # Sidekiq's weighting: a queue appears max(weight, 1) times; shuffle, then keep first sightings.
+        self._weighted = [q.name for q in queues for _ in range(max(q.weight, 1))]
+        self._claim = self._sql.claim(len(self.queue_names))
+        self._idle_claim = self._sql.idle_claim(len(self.queue_names))
+        self._ttl = settings.process_ttl
+        self._timeout = settings.fetch_timeout
+        self._wake = wake
+        #: Waiting threads sleep on it; the watcher wakes them when it filled the buffer or left.
+        self._ready = threading.Condition(self._lock)
+        self._watching = False
+
+    def queue_order(self) -> list[str]:
+        if self.strict:
+            return self.queue_names
+        shuffled = self._weighted[:]
+        random.shuffle(shuffled)
+        return list(dict.fromkeys(shuffled))
+
+    def register(self) -> None:
+        """Write this process's record, live for ``process_ttl`` (only the expiry, if a
+        heartbeat wrote the record already).
+
+        A process without a live record is dead to the others, who take its claims back: a
+        worker whose first heartbeat failed must not claim jobs unprotected.
+        """
+        now = time.time()
+        with self._store.write(single_statement=True) as tx:
+            tx.connection.execute(
+                self._sql.register,
+                {"identity": self.identity, "beat": now, "now": now, "ttl": self._ttl, "quiet": False},
+            )
+
+    def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
+        order = self.queue_order()
+        me = self.identity
+        params: dict[str, Any] = {"ids": self._sql.ids([u.ref for u in acks]), "me": me}
+        params.update(wanted=wanted, now=payload.now())
+        if self._sql.postgres:
+            params["queues"] = order
+        else:
+            params.update((f"q{i}", name) for i, name in enumerate(order))
+        self._wake.arm()
+        if not (self._sql.postgres or acks or transitions):
+            # An idle thread's claim on SQLite reads first, so that idle workers do not take
+            # the file's write lock (and make busy ones wait for it) several times a second.
+            with self._store.read() as connection:
+                generation, found = connection.execute(self._idle_claim, params).one()
+            if not found:
+                self.cancel_generation = str(generation).encode()
+                return []
+        with self._store.write(single_statement=not transitions) as tx:
+            connection = tx.connection
+            self._store.record(connection, transitions)
+            if self._sql.postgres:
+                rows = connection.execute(self._claim, params).all()
+                generation = next(row[1] for row in rows if row[0] is None)
+                claimed = [row for row in rows if row[0] is not None]
+            else:
+                if acks:
+                    connection.execute(self._sql.ack, params)
+                generation = connection.execute(self._sql.generation).scalar_one()
+                claimed = list(connection.execute(self._claim, params).all())
+        self.cancel_generation = str(generation).encode()
+        self._wake.drain()
+        position = {name: i for i, name in enumerate(order)}
+        claimed.sort(key=lambda row: (position[row[1]], row[2], row[0]))
+        return [UnitOfWork(row[1], row[3].encode(), row[0]) for row in claimed]
+
+    def wait(self, block_on: int) -> UnitOfWork | None:
+        """Wait for jobs (up to the fetch timeout). ``block_on`` is not needed: the one
+        watching thread hears of every queue."""
+        deadline = time.monotonic() + self._timeout
+        with self._ready:
+            while True:
+                if self._buffer:
+                    return self._buffer.popleft()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                if not self._watching:
+                    self._watching = True
+                    break
+                self._ready.wait(remaining)
+        try:
+            return self._watch(deadline)
+        finally:
+            with self._ready:
+                self._watching = False
+                self._ready.notify_all()
+
+    def _watch(self, deadline: float) -> UnitOfWork | None:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._wake.wait(remaining):
+                return None
+            with self._lock:
+                # Every thread inside fetch() without a job, this one included.
+                wanted = max(1, self._waiting)
+            units = self.claim(wanted, [], [])
+            if units:
+                with self._lock:
+                    self._buffer.extend(units[1:])
+                return units[0]
+
+    def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None:
+        with self._store.write(single_statement=not transitions) as tx:
+            self._store.record(tx.connection, transitions)
+            if acks:
+                tx.connection.execute(
+                    self._sql.ack, {"ids": self._sql.ids([u.ref for u in acks]), "me": self.identity}
+                )
+
+    def requeue(self, units: Sequence[UnitOfWork]) -> int:
+        """Unlock claimed jobs; they keep their ids, so each is fetched next among its priority."""
+        if not units:
+            return 0
+        with self._store.write(single_statement=True) as tx:
+            result = tx.connection.execute(
+                self._sql.unlock, {"ids": self._sql.ids([u.ref for u in units]), "me": self.identity}
+            )
+            tx.announce(u.queue for u in units)
+        return int(result.rowcount)
+
+    def requeue_all(self, *, forget: bool) -> int:
+        """Unlock every job this process holds. ``forget`` changes nothing here: the locks are
+        the only trace of the claims (the process record goes with ``clear_process``)."""
+        with self._lock:
+            self._buffer.clear()
+        with self._store.write(single_statement=True) as tx:
+            moved = int(tx.connection.execute(self._sql.unlock_all, {"me": self.identity}).rowcount)
+            if moved:
+                tx.announce(self.queue_names)
+        return moved
+
+    def close(self) -> None:
+        self._wake.close()

@@ -1,0 +1,130 @@
+"""SQL tables of the SQL broker (SQLite and PostgreSQL), next to the tracking tables in the
+same database and the same Alembic history (revision 0003).
+
+- ``QueuedJob``: every job the broker holds, whatever its state: waiting in a queue
+  (``queued``), in the schedule, the retry set or the dead set. ``payload`` is the job's JSON
+  exactly as Redis would hold it. A claimed job keeps its row, with ``locked_by`` set to the
+  claiming process; it is deleted when done, or moved to another state.
+  ``run_at`` is when a scheduled or retried job is due, or when a dead job died (the sorted
+  sets' score); for a queued job, when it was enqueued. Lower ``priority`` runs first within
+  a queue, then the oldest ``id``.
+- ``WorkerProcess``: the heartbeat record of a live worker process; a process whose
+  ``expires_at`` is past is dead, and its claimed jobs are taken back.
+- ``ProcessSignal``: signals (TSTP, TERM, TTIN) sent to a process from outside.
+- ``StatCounter``: processed/failed totals, lifetime and per day.
+- ``CancelledTask``: tasks cancelled, read by workers before starting a task's job.
+- ``Counter``: named counters (the tracking transition number on SQLite; PostgreSQL uses
+  the sequence ``asynctask_tracking_seq``, ``TRACKING_SEQUENCE``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, Float, Index, Integer, Sequence, String, Text, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from asynctask.tracking.models import Base, BigId
+
+#: Numbers tracking transitions on PostgreSQL (concurrent writers draw from it without
+#: serialising on a counter row). SQLite has no sequences: it uses the ``Counter`` row.
+TRACKING_SEQUENCE = Sequence("asynctask_tracking_seq", metadata=Base.metadata)
+
+#: Job states.
+QUEUED = "queued"
+SCHEDULED = "scheduled"
+RETRY = "retry"
+DEAD = "dead"
+
+
+class QueuedJob(Base):
+    __tablename__ = "asynctask_job"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    jid: Mapped[str] = mapped_column(String(64))
+    queue: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    run_at: Mapped[float] = mapped_column(Float)
+    payload: Mapped[str] = mapped_column(Text)
+    #: How many times a worker claimed the job.
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    locked_by: Mapped[str | None] = mapped_column(String(255))
+    locked_at: Mapped[float | None] = mapped_column(Float)
+    #: "Class: message" of the last failure, for inspection in SQL.
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        # The fetch: the first unclaimed job of a queue by (priority, id) is the head of this.
+        Index(
+            "ix_asynctask_job_fetch",
+            "queue",
+            "priority",
+            "id",
+            sqlite_where=text("state = 'queued' AND locked_by IS NULL"),
+            postgresql_where=text("state = 'queued' AND locked_by IS NULL"),
+        ),
+        # The schedule, retry and dead sets, ordered by score (the poller reads the due head).
+        Index(
+            "ix_asynctask_job_set",
+            "state",
+            "run_at",
+            "id",
+            sqlite_where=text("state <> 'queued'"),
+            postgresql_where=text("state <> 'queued'"),
+        ),
+        Index(
+            "ix_asynctask_job_claimed",
+            "locked_by",
+            sqlite_where=text("locked_by IS NOT NULL"),
+            postgresql_where=text("locked_by IS NOT NULL"),
+        ),
+        Index(None, "jid"),
+        # A job is acknowledged by its row id, so SQLite must never hand a deleted job's id to
+        # a new one (it reuses the highest rowid without AUTOINCREMENT).
+        {"sqlite_autoincrement": True},
+    )
+
+
+class WorkerProcess(Base):
+    __tablename__ = "asynctask_process"
+
+    identity: Mapped[str] = mapped_column(String(255), primary_key=True)
+    #: The process's description as JSON (Sidekiq's ``info``).
+    info: Mapped[str] = mapped_column(Text)
+    busy: Mapped[int] = mapped_column(Integer, default=0)
+    beat: Mapped[float] = mapped_column(Float)
+    quiet: Mapped[bool] = mapped_column(Boolean, default=False)
+    rss: Mapped[int] = mapped_column(BigInteger, default=0)
+    rtt_us: Mapped[int] = mapped_column(Integer, default=0)
+    expires_at: Mapped[float] = mapped_column(Float)
+    #: JSON object: thread id -> JSON of the job it runs (Sidekiq's ``<identity>:work`` hash).
+    work: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class ProcessSignal(Base):
+    __tablename__ = "asynctask_process_signal"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    identity: Mapped[str] = mapped_column(String(255), index=True)
+    signal: Mapped[str] = mapped_column(String(16))
+
+
+class StatCounter(Base):
+    __tablename__ = "asynctask_stat"
+
+    #: ``processed``, ``failed``, ``processed:YYYY-MM-DD``, ``failed:YYYY-MM-DD``.
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class CancelledTask(Base):
+    __tablename__ = "asynctask_cancelled_task"
+
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+
+
+class Counter(Base):
+    __tablename__ = "asynctask_counter"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,0 +1,98 @@
+"""Worker processes in SQL: heartbeats, stats, signals, and taking back the claims of the dead.
+
+A process is live while its ``asynctask_process`` row's ``expires_at`` (renewed by every
+heartbeat, ``process_ttl`` ahead) is in the future. A job locked by a process that is not
+live is returned to its queue by whichever live process looks next, after its heartbeat,
+as Redis's recovery does with in-flight lists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection
+
+from asynctask.brokers.base import Beat
+from asynctask.brokers.sql.store import Store
+
+logger = logging.getLogger("asynctask.recovery")
+
+
+def write_beat(store: Store, beat: Beat, ttl: int) -> str | None:
+    """Flush the counts, renew the process record; return the oldest signal sent to it."""
+    sql = store.sql
+    with store.read() as connection:
+        start = time.perf_counter()
+        connection.execute(sql.ping)
+        rtt_us = int((time.perf_counter() - start) * 1_000_000)
+    now = time.time()
+    with store.write() as tx:
+        _add_stats(tx.connection, store, beat.processed, beat.failed)
+        tx.connection.execute(
+            sql.beat,
+            {
+                "identity": beat.identity,
+                "info": beat.info,
+                "busy": beat.busy,
+                "beat": now,
+                "quiet": beat.quiet,
+                "rss": beat.rss_kb,
+                "rtt_us": rtt_us,
+                "now": now,
+                "ttl": ttl,
+                "work": json.dumps(beat.work, separators=(",", ":"), ensure_ascii=False),
+            },
+        )
+        signal = tx.connection.execute(sql.pop_signal, {"identity": beat.identity}).scalar()
+    return None if signal is None else str(signal)
+
+
+def clear(store: Store, identity: str, processed: int, failed: int) -> None:
+    """A process leaves: its last counts are added, its record and signals removed."""
+    with store.write() as tx:
+        _add_stats(tx.connection, store, processed, failed)
+        tx.connection.execute(store.sql.delete_process, {"identity": identity})
+        tx.connection.execute(store.sql.delete_signals, {"identity": identity})
+
+
+def count(store: Store) -> int:
+    with store.read() as connection:
+        return int(connection.execute(store.sql.process_count, {"now": time.time()}).scalar_one())
+
+
+def recover_orphans(store: Store) -> int:
+    """Unlock the jobs of processes that are not live, forget dead processes; return how
+    many jobs went back to their queues."""
+    sql = store.sql
+    params = {"now": time.time()}
+    with store.write() as tx:
+        connection = tx.connection
+        if sql.orphans is None:
+            taken = [(str(owner), str(queue)) for owner, queue in connection.execute(sql.recover)]
+        else:
+            taken = [(str(owner), str(queue)) for owner, queue in connection.execute(sql.orphans, params)]
+            if taken:
+                connection.execute(sql.recover, params)
+        connection.execute(sql.forget_dead_processes, params)
+        connection.execute(sql.forget_orphan_signals)
+        tx.announce(queue for _, queue in taken)
+    for (owner, queue), moved in sorted(Counter(taken).items()):
+        logger.warning("recovered %d in-flight job(s) of dead process %s to queue %s", moved, owner, queue)
+    return len(taken)
+
+
+def _add_stats(connection: Connection, store: Store, processed: int, failed: int) -> None:
+    """Add to the lifetime and today's (UTC) totals, named as Sidekiq names its keys."""
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    rows = [
+        {"name": name, "value": value}
+        for kind, value in (("processed", processed), ("failed", failed))
+        if value
+        for name in (kind, f"{kind}:{day}")
+    ]
+    if rows:
+        connection.execute(store.sql.add_stat, rows)

@@ -1,0 +1,91 @@
+"""Job rows: pushing jobs to queues and the schedule, and staging a task's jobs.
+
+Payloads are the JSON Redis would hold (``payload.dumps``), under the same size limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection
+
+from asynctask import payload
+from asynctask.brokers.base import Staging
+from asynctask.brokers.redis.push import _encoded
+from asynctask.brokers.sql.models import QUEUED, SCHEDULED
+from asynctask.brokers.sql.store import JobRow, Store
+
+#: The ``priority`` column's range (a 32-bit integer); a payload's priority is clamped to it.
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+#: The ``jid`` column's width; longer jids (foreign clients) stay whole in the payload.
+JID_WIDTH = 64
+
+
+def priority(job: payload.JobDict) -> int:
+    """A job's integer ``priority`` (lower runs first), 0 if it has none."""
+    value = job.get("priority")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(PRIORITY_MIN, min(PRIORITY_MAX, value))
+    return 0
+
+
+def jid(job: payload.JobDict) -> str:
+    return str(job.get("jid", ""))[:JID_WIDTH]
+
+
+def row(job: payload.JobDict, state: str, run_at: float, encoded: str, error: str | None = None) -> JobRow:
+    return (jid(job), str(job.get("queue", "default")), state, priority(job), run_at, encoded, error)
+
+
+def push_rows(
+    entries: Sequence[tuple[payload.JobDict, float | None]], max_payload_bytes: int
+) -> list[JobRow]:
+    """The rows of pushed jobs. An entry whose run-at time is in the future is scheduled
+    without ``enqueued_at`` (as Sidekiq >= 7.1.2 writes it); every other job gets the same
+    fresh ``enqueued_at``. Raises ValueError for a job over the size limit."""
+    now = payload.now()
+    rows: list[JobRow] = []
+    for job, at in entries:
+        if at is not None and at > now:
+            job.pop("enqueued_at", None)
+            rows.append(row(job, SCHEDULED, at, _encoded(job, max_payload_bytes)))
+        else:
+            job["enqueued_at"] = now
+            rows.append(row(job, QUEUED, now, _encoded(job, max_payload_bytes)))
+    return rows
+
+
+class SqlStaging(Staging):
+    """A task's jobs, inserted as queued rows through the task's own SQL transaction: they
+    become claimable exactly when the task commits, all of them or none."""
+
+    def __init__(self, store: Store, max_payload_bytes: int) -> None:
+        self._store = store
+        self._max_payload_bytes = max_payload_bytes
+        self._count = 0
+        self._queues: set[str] = set()
+        self._enqueued_at: float | None = None
+
+    def encode(self, jobs: Sequence[payload.JobDict]) -> list[JobRow]:
+        """The jobs' rows; every job of the task gets the time its first batch was encoded."""
+        if self._enqueued_at is None:
+            self._enqueued_at = payload.now()
+        rows = []
+        for job in jobs:
+            job["enqueued_at"] = self._enqueued_at
+            rows.append(row(job, QUEUED, self._enqueued_at, _encoded(job, self._max_payload_bytes)))
+        return rows
+
+    def write(self, encoded: list[JobRow], connection: Connection) -> None:
+        self._store.insert_jobs(connection, encoded)
+        self._count += len(encoded)
+        self._queues.update(r[1] for r in encoded)
+
+    def publish(self) -> int:
+        """The jobs committed with the task: wake the workers of their queues."""
+        self._store.announce(self._queues)
+        return self._count
+
+    def discard(self) -> None:
+        """Nothing to undo: the rows roll back with the task's transaction."""

@@ -1,0 +1,237 @@
+"""Every statement of the SQL broker, built once per dialect (SQLite or PostgreSQL).
+
+Predicates that select claimable rows (``state = 'queued' AND locked_by IS NULL``) and set
+rows (``state <> 'queued'``) are spelled as literals, exactly as the partial indexes of
+``models`` define them: SQLite and PostgreSQL use a partial index only when they can see
+that a query implies its predicate, which a bound parameter hides.
+
+Times a process's liveness is judged by (``expires_at``) come from PostgreSQL's clock there,
+so that hosts with skewed clocks agree on who is dead, as Redis's TTLs make them agree;
+SQLite is one file on one host, whose clock the ``:now`` parameter carries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import TextClause, text
+
+#: The channel NOTIFY announces new jobs on; the payload is the queue's name.
+CHANNEL = "asynctask_jobs"
+
+#: Claimable rows: the predicate of the index ``ix_asynctask_job_fetch``.
+CLAIMABLE = "state = 'queued' AND locked_by IS NULL"
+#: The job sets (scheduled, retry, dead): the predicate of the index ``ix_asynctask_job_set``.
+IN_A_SET = "state <> 'queued'"
+
+#: The cancellation generation: it changes whenever a task is cancelled (cancellations are
+#: never removed, and a new one adds a row).
+GENERATION = "SELECT count(*) || ':' || coalesce(max(at), 0) FROM asynctask_cancelled_task"
+
+JOB_COLUMNS = ("jid", "queue", "state", "priority", "run_at", "payload", "last_error")
+
+
+class Statements:
+    def __init__(self, dialect: str) -> None:
+        if dialect not in ("sqlite", "postgresql"):
+            raise ValueError(f"the SQL broker supports SQLite and PostgreSQL, not {dialect}")
+        self.postgres = dialect == "postgresql"
+        pg = self.postgres
+        now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)" if pg else ":now"
+        ids = "id = ANY(CAST(:ids AS BIGINT[]))" if pg else "id IN (SELECT value FROM json_each(:ids))"
+        live = f"SELECT identity FROM asynctask_process WHERE expires_at > {now}"
+        #: "Now" as liveness is judged (for the read API's queries of processes).
+        self.expiry_now = now
+
+        if pg:
+            # One statement whatever the batch: the rows travel as arrays.
+            kinds = ("TEXT", "TEXT", "TEXT", "INTEGER", "DOUBLE PRECISION", "TEXT", "TEXT")
+            arrays = ", ".join(
+                f"CAST(:{name} AS {kind}[])" for name, kind in zip(JOB_COLUMNS, kinds, strict=True)
+            )
+            self.insert_jobs = text(
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
+                f"SELECT *, 0 FROM unnest({arrays})"
+            )
+        else:
+            # Run as executemany: SQLite has no round trips to save.
+            self.insert_jobs = text(
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
+                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, 0)"
+            )
+
+        self.ack = text(f"DELETE FROM asynctask_job WHERE {ids} AND locked_by = :me")
+        self.unlock = text(
+            f"UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE {ids} AND locked_by = :me"
+        )
+        self.unlock_all = text(
+            "UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE locked_by = :me"
+        )
+        self.release = text("DELETE FROM asynctask_job WHERE id = :id AND state = 'queued'")
+        self.generation = text(GENERATION)
+
+        # Retry, dead and release act on the row by id alone, not by owner: if this process
+        # was presumed dead and its claim taken back, its outcome still wins over a rerun
+        # that has not started (and if the row is gone, the caller inserts one for the set, as
+        # Redis would ZADD all the same).
+        self.to_set = text(
+            "UPDATE asynctask_job SET state = :state, run_at = :run_at, payload = :payload, "
+            "queue = :queue, jid = :jid, priority = :priority, last_error = :last_error, "
+            "locked_by = NULL, locked_at = NULL WHERE id = :id AND state = 'queued'"
+        )
+        # ``state = 'dead'`` alone does not let SQLite use the set index: it only sees that a
+        # query implies an index predicate when the query repeats it.
+        self.trim_dead_by_age = text(
+            f"DELETE FROM asynctask_job WHERE state = 'dead' AND {IN_A_SET} AND run_at < :cutoff"
+        )
+        self.trim_dead_by_count = text(
+            "DELETE FROM asynctask_job WHERE id IN (SELECT id FROM asynctask_job "
+            f"WHERE state = 'dead' AND {IN_A_SET} ORDER BY run_at DESC, id DESC "
+            f"LIMIT {'ALL' if pg else '-1'} OFFSET :keep)"
+        )
+
+        # The scheduled/retry poller. PostgreSQL locks the batch it moves, so two pollers
+        # never rewrite one job; on SQLite the batch is read before the write lock is taken
+        # (the rewrite may write: it buries what it cannot read), and each move checks that
+        # the row is still what was read, as Redis's ZREM of the exact member does.
+        self.due = text(
+            f"SELECT id, payload FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
+            "AND run_at <= :now ORDER BY run_at, id LIMIT :limit" + (" FOR UPDATE SKIP LOCKED" if pg else "")
+        )
+        self.move_due = text(
+            "UPDATE asynctask_job SET state = 'queued', run_at = :now, payload = :payload, queue = :queue, "
+            "jid = :jid, priority = :priority, locked_by = NULL, locked_at = NULL "
+            "WHERE id = :id AND state = :state AND payload = :old"
+        )
+        self.drop_due = text("DELETE FROM asynctask_job WHERE id = :id AND state = :state AND payload = :old")
+
+        # Recovery: the locks of processes that are not live (expired, or never registered).
+        orphaned = f"locked_by IS NOT NULL AND locked_by NOT IN ({live})"
+        if pg:
+            # The old owner can only be returned by reading it in a subquery.
+            self.recover = text(
+                "UPDATE asynctask_job AS j SET locked_by = NULL, locked_at = NULL FROM ("
+                f"SELECT id, locked_by AS owner FROM asynctask_job WHERE {orphaned} "
+                "FOR UPDATE SKIP LOCKED) AS o WHERE j.id = o.id RETURNING o.owner, j.queue"
+            )
+            self.orphans: TextClause | None = None
+        else:
+            # Writers are serialised: what this reads is exactly what the update changes.
+            self.orphans = text(f"SELECT locked_by, queue FROM asynctask_job WHERE {orphaned}")
+            self.recover = text(
+                f"UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE {orphaned}"
+            )
+        self.forget_dead_processes = text(f"DELETE FROM asynctask_process WHERE expires_at <= {now}")
+        self.forget_orphan_signals = text(
+            "DELETE FROM asynctask_process_signal "
+            "WHERE identity NOT IN (SELECT identity FROM asynctask_process)"
+        )
+
+        process_columns = "identity, info, busy, beat, quiet, rss, rtt_us, expires_at, work"
+        self.beat = text(
+            f"INSERT INTO asynctask_process ({process_columns}) VALUES (:identity, :info, :busy, :beat, "
+            f":quiet, :rss, :rtt_us, {now} + :ttl, :work) ON CONFLICT (identity) DO UPDATE SET "
+            "info = excluded.info, busy = excluded.busy, beat = excluded.beat, quiet = excluded.quiet, "
+            "rss = excluded.rss, rtt_us = excluded.rtt_us, expires_at = excluded.expires_at, "
+            "work = excluded.work"
+        )
+        self.register = text(
+            f"INSERT INTO asynctask_process ({process_columns}) VALUES (:identity, '{{}}', 0, :beat, "
+            f":quiet, 0, 0, {now} + :ttl, '{{}}') ON CONFLICT (identity) DO UPDATE SET "
+            "expires_at = excluded.expires_at"
+        )
+        self.pop_signal = text(
+            "DELETE FROM asynctask_process_signal WHERE id = (SELECT min(id) FROM asynctask_process_signal "
+            "WHERE identity = :identity) RETURNING signal"
+        )
+        self.add_stat = text(
+            "INSERT INTO asynctask_stat (name, value) VALUES (:name, :value) "
+            "ON CONFLICT (name) DO UPDATE SET value = asynctask_stat.value + excluded.value"
+        )
+        self.delete_process = text("DELETE FROM asynctask_process WHERE identity = :identity")
+        self.delete_signals = text("DELETE FROM asynctask_process_signal WHERE identity = :identity")
+        self.process_count = text(f"SELECT count(*) FROM asynctask_process WHERE expires_at > {now}")
+
+        self.cancel = text(
+            "INSERT INTO asynctask_cancelled_task (task_id, at) VALUES (:task_id, :at) "
+            "ON CONFLICT (task_id) DO NOTHING"
+        )
+        self.cancelled = text("SELECT task_id FROM asynctask_cancelled_task")
+        self.is_cancelled = text("SELECT 1 FROM asynctask_cancelled_task WHERE task_id = :task_id")
+
+        if pg:
+            self.next_seqs = text("SELECT nextval('asynctask_tracking_seq') FROM generate_series(1, :n)")
+            self.position = text(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM asynctask_tracking_seq"
+            )
+            self.notify: TextClause | None = text(
+                f"SELECT pg_notify('{CHANNEL}', q) FROM unnest(CAST(:queues AS TEXT[])) AS q"
+            )
+        else:
+            self.next_seqs = text(
+                "INSERT INTO asynctask_counter (name, value) VALUES ('tracking_seq', :n) "
+                "ON CONFLICT (name) DO UPDATE SET value = asynctask_counter.value + excluded.value "
+                "RETURNING value"
+            )
+            self.position = text("SELECT value FROM asynctask_counter WHERE name = 'tracking_seq'")
+            self.notify = None
+
+        self.ping = text("SELECT 1")
+
+    def ids(self, values: Sequence[int | str]) -> Any:
+        """The ``:ids`` parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
+        numbers = [int(v) for v in values]
+        return numbers if self.postgres else json.dumps(numbers)
+
+    def claim(self, queues: int) -> TextClause:
+        """Acknowledge and claim in one statement on PostgreSQL; claim on SQLite.
+
+        Up to ``:wanted`` claimable jobs, the queues tried in the order given (``:queues`` on
+        PostgreSQL, ``:q0``, ``:q1``... on SQLite), each queue by (priority, id). Returns the
+        rows claimed in no particular order (RETURNING has none); on PostgreSQL one more row,
+        whose id is NULL, carries the cancellation generation.
+        """
+        if self.postgres:
+            # SKIP LOCKED: concurrent claimers each take different rows instead of queueing
+            # behind one another's locks.
+            return text(
+                "WITH acked AS (DELETE FROM asynctask_job WHERE id = ANY(CAST(:ids AS BIGINT[])) "
+                "AND locked_by = :me), "
+                "picked AS (SELECT j.id FROM unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS q(name, pos) "
+                "CROSS JOIN LATERAL (SELECT id, priority FROM asynctask_job "
+                f"WHERE queue = q.name AND {CLAIMABLE} ORDER BY priority, id LIMIT :wanted "
+                "FOR UPDATE SKIP LOCKED) AS j ORDER BY q.pos, j.priority, j.id LIMIT :wanted), "
+                "claimed AS (UPDATE asynctask_job AS t SET locked_by = :me, locked_at = :now, "
+                "attempts = t.attempts + 1 FROM picked WHERE t.id = picked.id "
+                "RETURNING t.id, t.queue, t.priority, t.payload) "
+                f"SELECT NULL, ({GENERATION}), NULL, NULL "
+                "UNION ALL SELECT id, queue, priority, payload FROM claimed"
+            )
+        # No SKIP LOCKED needed: the write lock serialises claimers.
+        heads = [
+            f"SELECT id, priority, {i} AS pos FROM (SELECT id, priority FROM asynctask_job "
+            f"WHERE queue = :q{i} AND {CLAIMABLE} ORDER BY priority, id LIMIT :wanted)"
+            for i in range(queues)
+        ]
+        return text(
+            "UPDATE asynctask_job SET locked_by = :me, locked_at = :now, attempts = attempts + 1 "
+            f"WHERE id IN (SELECT id FROM ({' UNION ALL '.join(heads)}) ORDER BY pos, priority, id "
+            "LIMIT :wanted) RETURNING id, queue, priority, payload"
+        )
+
+    def has_work(self, queues: int) -> TextClause:
+        """Whether any of ``:q0``, ``:q1``... has a claimable job (SQLite's idle poll: a read,
+        which never waits for the write lock)."""
+        return text(_has_work(queues))
+
+    def idle_claim(self, queues: int) -> TextClause:
+        """The cancellation generation, and whether any of ``:q0``, ``:q1``... has a
+        claimable job: what an idle SQLite claim reads before it takes the write lock."""
+        return text(f"SELECT ({GENERATION}), EXISTS({_has_work(queues)})")
+
+
+def _has_work(queues: int) -> str:
+    names = ", ".join(f":q{i}" for i in range(queues))
+    return f"SELECT 1 FROM asynctask_job WHERE queue IN ({names}) AND {CLAIMABLE} LIMIT 1"

@@ -1,0 +1,181 @@
+"""The SQL broker's database: its engine, its transactions, and tracking writes inside them.
+
+Every write is one short transaction. On SQLite it begins with ``BEGIN IMMEDIATE`` (several
+processes on one file queue for the lock instead of failing halfway), and the threads of one
+process take a process-wide lock first: SQLite's busy handler sleeps in steps of up to 100 ms,
+so threads that met at the file lock would idle where a mutex hands over at once.
+
+A transaction that makes jobs claimable announces their queues: PostgreSQL NOTIFYs (delivered
+at commit), SQLite rings a bell in this process after the commit (other processes poll).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from asynctask.brokers.sql.statements import JOB_COLUMNS, Statements
+from asynctask.brokers.sql.wake import Bell
+from asynctask.tracking.apply import apply_transitions
+from asynctask.tracking.database import autocommit, writer
+from asynctask.tracking.outbox import pack
+from asynctask.tracking.transitions import Transition, decode_entry
+
+#: A job row, in ``statements.JOB_COLUMNS`` order.
+JobRow = tuple[str, str, str, int, float, str, str | None]
+
+
+class MissingTables(SQLAlchemyError):
+    """The database has no AsyncTask tables: it was never migrated."""
+
+
+@dataclass
+class Tx:
+    """One write transaction, and the queues it makes jobs claimable in."""
+
+    connection: Connection
+    queues: set[str] = field(default_factory=set)
+
+    def announce(self, queues: Iterable[str]) -> None:
+        self.queues.update(queues)
+
+
+@dataclass(frozen=True)
+class _SqliteFile:
+    lock: threading.Lock
+    bell: Bell
+
+
+_files: dict[str, _SqliteFile] = {}
+_files_lock = threading.Lock()
+
+
+def _sqlite_file(path: str) -> _SqliteFile:
+    """The lock and bell every broker of this process shares for one SQLite file."""
+    with _files_lock:
+        found = _files.get(path)
+        if found is None:
+            found = _files[path] = _SqliteFile(threading.Lock(), Bell())
+        return found
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sql = Statements(engine.dialect.name)
+        self.postgres = self.sql.postgres
+        self._writer = writer(engine)
+        self._autocommit = autocommit(engine)
+        if self.postgres:
+            self._serial: threading.Lock | None = None
+            self.bell: Bell | None = None
+        else:
+            database = engine.url.database
+            # One file, however its URL spells it (relative to the working directory or not).
+            path = os.path.abspath(database) if database and database != ":memory:" else ":memory:"
+            shared = _sqlite_file(path)
+            self._serial, self.bell = shared.lock, shared.bell
+
+    @contextmanager
+    def write(self, *, single_statement: bool = False) -> Iterator[Tx]:
+        """One write transaction. ``single_statement``: the block runs one statement, which
+        PostgreSQL runs atomically without BEGIN and COMMIT (two round trips fewer)."""
+        with self._missing_tables():
+            if self._serial is not None:
+                self._serial.acquire()
+            try:
+                opened: AbstractContextManager[Connection] = (
+                    self._autocommit.connect() if self.postgres and single_statement else self._writer.begin()
+                )
+                with opened as connection:
+                    tx = Tx(connection)
+                    yield tx
+                    self._notify(connection, tx.queues)
+            finally:
+                if self._serial is not None:
+                    self._serial.release()
+        if tx.queues and self.bell is not None:
+            self.bell.ring()
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads that need no transaction."""
+        with self._missing_tables(), self._autocommit.connect() as connection:
+            yield connection
+
+    def announce(self, queues: Iterable[str]) -> None:
+        """Wake workers of ``queues`` for jobs committed by someone else's transaction."""
+        wanted = set(queues)
+        if not wanted:
+            return
+        if self.bell is not None:
+            self.bell.ring()
+            return
+        with self.read() as connection:
+            self._notify(connection, wanted)
+
+    def insert_jobs(self, connection: Connection, rows: Sequence[JobRow]) -> None:
+        if not rows:
+            return
+        if self.postgres:
+            columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)]
+            connection.execute(self.sql.insert_jobs, dict(zip(JOB_COLUMNS, columns, strict=True)))
+        else:
+            connection.execute(self.sql.insert_jobs, [dict(zip(JOB_COLUMNS, r, strict=True)) for r in rows])
+
+    def record(self, connection: Connection, encoded: Sequence[str]) -> None:
+        """Number ``encoded`` transitions and apply them to the tracking tables, in the
+        caller's transaction (so they commit or roll back with its job change)."""
+        if encoded:
+            apply_transitions(connection, self._numbered(connection, encoded))
+
+    def tracking_position(self) -> int:
+        with self.read() as connection:
+            return int(connection.execute(self.sql.position).scalar() or 0)
+
+    def _numbered(self, connection: Connection, encoded: Sequence[str]) -> list[Transition]:
+        count = len(encoded)
+        if not self.postgres:
+            # The counter row is written under the file's write lock: the numbers are contiguous.
+            last = int(connection.execute(self.sql.next_seqs, {"n": count}).scalar_one())
+            return decode_entry(last - count + 1, pack(encoded))
+        # Concurrent transactions draw from the sequence at once: one transaction's numbers
+        # are increasing but may have gaps, so each transition gets its own.
+        numbers = sorted(int(n) for n in connection.execute(self.sql.next_seqs, {"n": count}).scalars())
+        return [replace(t, seq=n) for t, n in zip(decode_entry(0, pack(encoded)), numbers, strict=True)]
+
+    def _notify(self, connection: Connection, queues: set[str]) -> None:
+        if queues and self.sql.notify is not None:
+            connection.execute(self.sql.notify, {"queues": sorted(queues)})
+
+    @contextmanager
+    def _missing_tables(self) -> Iterator[None]:
+        try:
+            yield
+        except DBAPIError as exc:
+            table = _missing_table(exc)
+            if table is None:
+                raise
+            url = self.engine.url.render_as_string(hide_password=True)
+            raise MissingTables(
+                f"the database {url} has no AsyncTask tables ({table} is missing): "
+                "run `asynctask db upgrade` to create them"
+            ) from exc
+
+
+#: SQLite's and PostgreSQL's words for a missing table (or sequence) of ours.
+_MISSING = re.compile(r'no such table: (?:\w+\.)?(asynctask_\w+)|relation "(asynctask_\w+)" does not exist')
+
+
+def _missing_table(exc: DBAPIError) -> str | None:
+    """The AsyncTask table or sequence ``exc`` says does not exist, if that is what it says."""
+    found = _MISSING.search(str(exc.orig))
+    return (found.group(1) or found.group(2)) if found else None

@@ -1,0 +1,556 @@
+"""The SQL broker itself, on SQLite and PostgreSQL (``database_url`` is parametrised): what
+its rows hold after each operation, which the shared broker suite only sees through workers."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import DBAPIError
+
+from asynctask import payload
+from asynctask.brokers.base import Beat, UnitOfWork
+from asynctask.brokers.sql import SqlBroker
+from asynctask.brokers.sql.fetch import SqlFetcher
+from asynctask.brokers.sql.models import (
+    CancelledTask,
+    ProcessSignal,
+    QueuedJob,
+    StatCounter,
+    WorkerProcess,
+)
+from asynctask.brokers.sql.store import MissingTables
+from asynctask.settings import QueueSpec, Settings
+from asynctask.tracking.database import writer
+from asynctask.tracking.migrate import upgrade
+from asynctask.tracking.models import Event
+from asynctask.tracking.status import EventStatus
+from asynctask.tracking.transitions import status
+
+
+def sql_settings(url: str, **fields: Any) -> Settings:
+    defaults: dict[str, Any] = {
+        "concurrency": 4,
+        "heartbeat_interval": 0.5,
+        "process_ttl": 3,
+        "fetch_timeout": 0.5,
+    }
+    return Settings(broker_url=url, **{**defaults, **fields})
+
+
+@pytest.fixture
+def sql_url(database_url: str) -> str:
+    upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture
+def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
+    """Brokers on the test database (closed afterwards), with settings overridden by keyword."""
+    opened: list[SqlBroker] = []
+
+    def make(**fields: Any) -> SqlBroker:
+        broker = SqlBroker(sql_settings(sql_url, **fields))
+        opened.append(broker)
+        return broker
+
+    yield make
+    for broker in opened:
+        broker.close()
+
+
+@pytest.fixture
+def broker(make_broker: Callable[..., SqlBroker]) -> SqlBroker:
+    return make_broker()
+
+
+def job(klass: str = "Work", queue: str = "default", **fields: Any) -> payload.JobDict:
+    return {"retry": True, "queue": queue, "class": klass, "args": [], "jid": payload.new_jid(), **fields}
+
+
+def rows(broker: SqlBroker, *where: Any) -> list[Any]:
+    with broker.engine.connect() as connection:
+        return list(connection.execute(select(QueuedJob).where(*where).order_by(QueuedJob.id)))
+
+
+def claim_all(fetcher: SqlFetcher, wanted: int = 100) -> list[UnitOfWork]:
+    return fetcher.claim(wanted, [], [])
+
+
+def classes(units: list[UnitOfWork]) -> list[str]:
+    return [payload.loads(u.payload)["class"] for u in units]
+
+
+def test_push_claim_and_acknowledge(broker: SqlBroker) -> None:
+    broker.push([(job("A"), None), (job("B"), None)])
+    [first, second] = rows(broker)
+    assert (first.state, first.locked_by, first.priority, first.attempts) == ("queued", None, 0, 0)
+    assert payload.loads(first.payload)["enqueued_at"] == first.run_at
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    units = claim_all(fetcher)
+    assert classes(units) == ["A", "B"]
+    assert [u.ref for u in units] == [first.id, second.id]
+    assert units[0].payload == first.payload.encode()
+    assert [(r.locked_by, r.attempts) for r in rows(broker)] == [("me", 1), ("me", 1)]
+    assert claim_all(fetcher) == []
+    assert fetcher.claim(1, units, []) == []
+    assert rows(broker) == []
+
+
+def test_acknowledging_only_deletes_this_processs_claims(broker: SqlBroker) -> None:
+    broker.push([(job(), None)])
+    [unit] = claim_all(broker.fetcher("me"))
+    broker.fetcher("other").settle([unit], [])
+    assert [r.locked_by for r in rows(broker)] == ["me"]
+
+
+def test_lower_priority_first_then_oldest_and_a_requeued_job_keeps_its_place(broker: SqlBroker) -> None:
+    broker.push(
+        [
+            (job("five", priority=5), None),
+            (job("zero-a"), None),
+            (job("minus", priority=-1), None),
+            (job("flag", priority=True), None),
+            (job("text", priority="1"), None),
+            (job("zero-b", priority=0), None),
+            (job("huge", priority=10**12), None),
+        ]
+    )
+    fetcher = broker.fetcher("me")
+    first = fetcher.claim(2, [], [])
+    assert classes(first) == ["minus", "zero-a"]
+    assert fetcher.requeue(first[1:]) == 1
+    assert classes(claim_all(fetcher)) == ["zero-a", "flag", "text", "zero-b", "five", "huge"]
+    assert max(r.priority for r in rows(broker)) == 2**31 - 1
+
+
+def test_strict_queues_are_drained_in_order(make_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_broker(queues=(QueueSpec("b"), QueueSpec("a"), QueueSpec("c")))
+    broker.push([(job(f"{q}{n}", queue=q), None) for n in range(2) for q in "abc"])
+    fetcher = broker.fetcher("me")
+    assert classes(fetcher.claim(3, [], [])) == ["b0", "b1", "a0"]
+    assert classes(claim_all(fetcher)) == ["a1", "c0", "c1"]
+
+
+def test_weighted_queues_are_picked_in_proportion(make_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_broker(queues=(QueueSpec("a", 3), QueueSpec("b", 1)))
+    broker.push([(job("A", queue="a"), None), (job("B", queue="b"), None)])
+    fetcher = broker.fetcher("me")
+    picked: Counter[str] = Counter()
+    for _ in range(300):
+        [unit] = fetcher.claim(1, [], [])
+        picked[unit.queue] += 1
+        fetcher.requeue([unit])
+    # Sidekiq's weighting: "a" comes first in 3 shuffles of 4.
+    assert 180 < picked["a"] < 270, picked
+
+
+def test_a_scheduled_job_waits_then_moves_to_its_queue(broker: SqlBroker) -> None:
+    item = job("Later", enqueued_at=1.0)
+    at = payload.now() + 0.6
+    broker.push([(item, at)])
+    [row] = rows(broker)
+    assert (row.state, row.run_at) == ("scheduled", at)
+    assert "enqueued_at" not in payload.loads(row.payload)
+    fetcher = broker.fetcher("me")
+    assert claim_all(fetcher) == []
+    assert broker.enqueue_due("schedule", payload.loads) == 0
+    assert broker.enqueue_due("retry", payload.loads) == 0
+    time.sleep(0.7)
+    assert broker.enqueue_due("schedule", payload.loads) == 1
+    [unit] = claim_all(fetcher)
+    moved = payload.loads(unit.payload)
+    assert moved["jid"] == item["jid"]
+    assert moved["enqueued_at"] >= at
+
+
+def test_due_jobs_move_in_batches_and_a_refused_one_is_dropped(broker: SqlBroker) -> None:
+    past = payload.now() - 10
+    broker.push([(job(f"J{n}"), past + 20) for n in range(250)])
+    with broker.engine.begin() as connection:
+        connection.execute(update(QueuedJob).values(run_at=past))
+    seen: list[str] = []
+
+    def rewrite(raw: bytes) -> payload.JobDict | None:
+        item = payload.loads(raw)
+        seen.append(item["class"])
+        return None if item["class"] == "J7" else item
+
+    assert broker.enqueue_due("schedule", rewrite) == 249
+    assert len(seen) == 250
+    assert len(rows(broker, QueuedJob.state == "queued")) == 249
+    assert rows(broker, QueuedJob.state != "queued") == []
+
+
+def test_two_pollers_never_move_one_job_twice(make_broker: Callable[..., SqlBroker]) -> None:
+    pollers = [make_broker(), make_broker()]
+    pollers[0].push([(job(f"J{n}"), payload.now() + 0.3) for n in range(300)])
+    time.sleep(0.4)
+    moved = [0, 0]
+    rewritten: list[str] = []
+
+    def poll(index: int) -> None:
+        def rewrite(raw: bytes) -> payload.JobDict:
+            # Slow enough that the two passes overlap.
+            time.sleep(0.001)
+            item = payload.loads(raw)
+            rewritten.append(item["class"])
+            return item
+
+        moved[index] = pollers[index].enqueue_due("schedule", rewrite)
+
+    threads = [threading.Thread(target=poll, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sum(moved) == 300
+    assert len(rows(pollers[0], QueuedJob.state == "queued")) == 300
+    assert len(rewritten) >= 300
+
+
+def test_retry_at_then_the_retry_poll(broker: SqlBroker) -> None:
+    broker.push([(job("Flaky"), None)])
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    failed = payload.loads(unit.payload) | {
+        "error_class": "ValueError",
+        "error_message": "boom",
+        "retry_count": 0,
+        "queue": "later",
+    }
+    broker.retry_at(unit, failed, payload.now() - 1)
+    [row] = rows(broker)
+    assert (row.id, row.state, row.queue, row.locked_by, row.last_error) == (
+        unit.ref,
+        "retry",
+        "later",
+        None,
+        "ValueError: boom",
+    )
+    assert payload.loads(row.payload)["retry_count"] == 0
+    assert broker.enqueue_due("retry", payload.loads) == 1
+    [row] = rows(broker)
+    assert (row.state, row.queue, row.locked_by) == ("queued", "later", None)
+
+
+def test_kill_keeps_the_newest_dead_jobs_within_the_limits(make_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_broker(dead_max_jobs=3, dead_timeout=3600)
+    with broker.engine.begin() as connection:
+        connection.execute(
+            insert(QueuedJob).values(
+                jid="old",
+                queue="default",
+                state="dead",
+                priority=0,
+                run_at=payload.now() - 7200,
+                payload="{}",
+            )
+        )
+    broker.push([(job("Claimed"), None)])
+    [unit] = claim_all(broker.fetcher("me"))
+    broker.kill(unit, payload.dumps(payload.loads(unit.payload) | {"error_class": "E", "error_message": "m"}))
+    [row] = rows(broker)
+    assert (row.id, row.state, row.locked_by, row.last_error) == (unit.ref, "dead", None, "E: m")
+    for n in range(4):
+        broker.kill(None, payload.dumps(job(f"Dead{n}")))
+    broker.kill_unparseable(None, b"\xff not json", "q", "unreadable")
+    dead = rows(broker, QueuedJob.state == "dead")
+    assert [payload.loads(r.payload)["class"] for r in dead] == [
+        "Dead2",
+        "Dead3",
+        "AsyncTask::UnparseableJob",
+    ]
+    assert dead[-1].queue == "q"
+
+
+def test_release_deletes_the_claimed_row(broker: SqlBroker) -> None:
+    broker.push([(job(), None), (job(), None)])
+    units = claim_all(broker.fetcher("me"))
+    broker.release(units[0])
+    assert [r.id for r in rows(broker)] == [units[1].ref]
+
+
+def test_requeue_all_gives_back_every_claim_of_this_process_only(broker: SqlBroker) -> None:
+    broker.push([(job(f"J{n}"), None) for n in range(5)])
+    mine, other = broker.fetcher("me"), broker.fetcher("other")
+    assert len(mine.claim(3, [], [])) == 3
+    assert len(claim_all(other)) == 2
+    assert mine.requeue_all(forget=False) == 3
+    assert Counter(r.locked_by for r in rows(broker)) == Counter({None: 3, "other": 2})
+    assert classes(claim_all(mine)) == ["J0", "J1", "J2"]
+
+
+def test_recovery_takes_back_the_claims_of_dead_processes_only(
+    broker: SqlBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker.push([(job(queue=q), None) for q in ("default", "default", "default")])
+    live, dead = broker.fetcher("live"), broker.fetcher("dead")
+    live.register()
+    dead.register()
+    live.claim(1, [], [])
+    dead.claim(1, [], [])
+    ghost = broker.fetcher("never-registered")
+    ghost.claim(1, [], [])
+    # No orphan yet: "dead" is still within its time to live.
+    assert broker.recover_orphans("live") == 1
+    assert Counter(r.locked_by for r in rows(broker)) == Counter({"live": 1, "dead": 1, None: 1})
+    with broker.engine.begin() as connection:
+        connection.execute(
+            update(WorkerProcess).where(WorkerProcess.identity == "dead").values(expires_at=payload.now() - 1)
+        )
+        connection.execute(insert(ProcessSignal).values(identity="dead", signal="TSTP"))
+    with caplog.at_level(logging.WARNING, logger="asynctask.recovery"):
+        assert broker.recover_orphans("live") == 1
+    assert "recovered 1 in-flight job(s) of dead process dead to queue default" in caplog.text
+    assert Counter(r.locked_by for r in rows(broker)) == Counter({"live": 1, None: 2})
+    with broker.engine.connect() as connection:
+        assert connection.scalars(select(WorkerProcess.identity)).all() == ["live"]
+        assert connection.scalar(select(func.count()).select_from(ProcessSignal)) == 0
+    assert broker.process_count() == 1
+
+
+def test_heartbeat_stats_and_signals(broker: SqlBroker) -> None:
+    work = {"t1": '{"queue":"default"}'}
+
+    def beat(processed: int, failed: int, busy: int = 0) -> str | None:
+        return broker.beat(Beat("w1", '{"hostname":"h"}', busy, False, 1234, processed, failed, work))
+
+    assert beat(3, 1, busy=1) is None
+    with broker.engine.begin() as connection:
+        connection.execute(insert(ProcessSignal), [{"identity": "w1", "signal": s} for s in ("TSTP", "TERM")])
+        connection.execute(insert(ProcessSignal).values(identity="w2", signal="TTIN"))
+    assert beat(2, 0) == "TSTP"
+    assert beat(0, 0) == "TERM"
+    assert beat(0, 0) is None
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    with broker.engine.connect() as connection:
+        stats = {
+            name: value for name, value in connection.execute(select(StatCounter.name, StatCounter.value))
+        }
+        process = connection.execute(select(WorkerProcess)).one()
+    assert stats == {"processed": 5, f"processed:{day}": 5, "failed": 1, f"failed:{day}": 1}
+    assert (process.info, process.rss, process.quiet, process.work) == (
+        '{"hostname":"h"}',
+        1234,
+        False,
+        '{"t1":"{\\"queue\\":\\"default\\"}"}',
+    )
+    assert 0 < process.expires_at - time.time() <= 3
+    assert process.rtt_us > 0
+    assert broker.process_count() == 1
+    broker.clear_process("w1", 1, 1)
+    assert broker.process_count() == 0
+    with broker.engine.connect() as connection:
+        assert connection.scalar(select(StatCounter.value).where(StatCounter.name == "processed")) == 6
+        assert connection.scalars(select(ProcessSignal.identity)).all() == ["w2"]
+
+
+def test_cancelling_changes_the_generation_claims_report(broker: SqlBroker) -> None:
+    fetcher = broker.fetcher("me")
+    claim_all(fetcher)
+    before = fetcher.cancel_generation
+    assert broker.cancelled_tasks() == frozenset()
+    assert broker.cancel_task("t1") == broker.tracking_position()
+    assert broker.cancel_task("t1") == broker.tracking_position()
+    assert broker.is_cancelled("t1") and not broker.is_cancelled("t2")
+    assert broker.cancelled_tasks() == {"t1"}
+    claim_all(fetcher)
+    after = fetcher.cancel_generation
+    assert after != before
+    broker.cancel_task("t2")
+    claim_all(fetcher)
+    assert fetcher.cancel_generation not in (before, after)
+    with broker.engine.connect() as connection:
+        assert connection.scalar(select(func.count()).select_from(CancelledTask)) == 2
+
+
+def test_staged_jobs_appear_with_the_commit_and_vanish_with_a_rollback(broker: SqlBroker) -> None:
+    staging = broker.staging("task")
+    with writer(broker.engine).begin() as connection:
+        staging.write(staging.encode([job("S1"), job("S2")]), connection)
+        staging.write(staging.encode([job("S3", queue="other")]), connection)
+        assert rows(broker) == []
+    assert staging.publish() == 3
+    stored = rows(broker)
+    assert [payload.loads(r.payload)["class"] for r in stored] == ["S1", "S2", "S3"]
+    assert len({payload.loads(r.payload)["enqueued_at"] for r in stored}) == 1
+
+    aborted = broker.staging("aborted")
+    with pytest.raises(RuntimeError), writer(broker.engine).begin() as connection:
+        aborted.write(aborted.encode([job("Gone")]), connection)
+        raise RuntimeError("the task failed")
+    aborted.discard()
+    assert len(rows(broker)) == 3
+
+
+def test_a_job_over_the_size_limit_is_refused(make_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_broker(max_payload_bytes=200)
+    with pytest.raises(ValueError, match="over the 200-byte limit"):
+        broker.push([(job(), None), (job(args=["x" * 300]), None)])
+    with pytest.raises(ValueError, match="over the 200-byte limit"):
+        broker.staging("t").encode([job(args=["x" * 300])])
+    assert rows(broker) == []
+
+
+def test_tracking_transitions_commit_with_the_job_change(broker: SqlBroker) -> None:
+    item = job("Tracked")
+    jid = item["jid"]
+    before = broker.tracking_position()
+    enqueued = status(jid, EventStatus.ENQUEUE, name="Tracked", params=[])
+    broker.push([(item, None)], transitions=[enqueued.encode()])
+    assert broker.tracking_position() == before + 1
+
+    def event() -> Any:
+        with broker.engine.connect() as connection:
+            return connection.execute(select(Event.status, Event.seq).where(Event.job_id == jid)).one()
+
+    assert event().status == "enqueue"
+    fetcher = broker.fetcher("me")
+    [unit] = fetcher.claim(1, [], [status(jid, EventStatus.WORKING).encode()])
+    assert event().status == "working"
+    finished = status(jid, EventStatus.FINISH, "done").encode()
+    assert fetcher.claim(1, [unit], [finished]) == []
+    assert rows(broker) == []
+    assert event() == ("finish", broker.tracking_position())
+    assert broker.tracking_position() == before + 3
+
+
+def refuse_deleting(broker: SqlBroker, jid: str) -> None:
+    """Make deleting the row of job ``jid`` fail: a real error inside a claim's transaction,
+    after its transitions were applied."""
+    with broker.engine.begin() as connection:
+        if connection.dialect.name == "sqlite":
+            connection.exec_driver_sql(
+                f"CREATE TRIGGER refuse BEFORE DELETE ON asynctask_job WHEN old.jid = '{jid}' "
+                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+            return
+        connection.exec_driver_sql(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql "
+            "AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+        )
+        connection.exec_driver_sql(
+            "CREATE TRIGGER refuse BEFORE DELETE ON asynctask_job FOR EACH ROW "
+            f"WHEN (old.jid = '{jid}') EXECUTE FUNCTION refuse()"
+        )
+
+
+def test_a_failed_acknowledgement_rolls_its_transitions_back(broker: SqlBroker) -> None:
+    item = job("Tracked")
+    broker.push([(item, None)], transitions=[status(item["jid"], EventStatus.ENQUEUE, name="T").encode()])
+    position = broker.tracking_position()
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    refuse_deleting(broker, item["jid"])
+    with pytest.raises(DBAPIError, match="refused"):
+        fetcher.claim(1, [unit], [status(item["jid"], EventStatus.FINISH).encode()])
+    with broker.engine.connect() as connection:
+        assert connection.scalar(select(Event.status).where(Event.job_id == item["jid"])) == "enqueue"
+    assert [r.locked_by for r in rows(broker)] == ["me"]
+    if broker.store.postgres:
+        # A sequence number drawn by a rolled-back transaction is not given again.
+        assert broker.tracking_position() == position + 1
+    else:
+        assert broker.tracking_position() == position
+
+
+def test_two_fetchers_in_threads_claim_every_job_exactly_once(make_broker: Callable[..., SqlBroker]) -> None:
+    total = 2000
+    broker = make_broker(concurrency=8)
+    broker.push([(job(f"J{n}"), None) for n in range(total)])
+    claimed: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def run(fetcher: SqlFetcher, into: list[int]) -> None:
+        try:
+            start.wait()
+            ack = None
+            while True:
+                unit = fetcher.fetch(ack, 0)
+                if unit is None:
+                    return
+                into.append(int(unit.ref))
+                ack = unit
+        except BaseException as exc:
+            errors.append(exc)
+
+    fetchers = [broker.fetcher("one"), make_broker().fetcher("two")]
+    threads = [
+        threading.Thread(target=run, args=(fetchers[i % 2], claimed[i % 2]), daemon=True) for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for fetcher in fetchers:
+        fetcher.flush_acks()
+    assert errors == []
+    everything = claimed[0] + claimed[1]
+    assert len(everything) == len(set(everything)) == total
+    assert claimed[0] and claimed[1]
+    assert rows(broker) == []
+
+
+def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBroker]) -> None:
+    fetcher = make_broker(fetch_timeout=5.0).fetcher("me")
+    got: list[UnitOfWork | None] = []
+    waiting = [threading.Thread(target=lambda: got.append(fetcher.fetch(None, 0))) for _ in range(3)]
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.3)
+    # Another broker (its own engine and pool), as a client process would push.
+    started = time.monotonic()
+    make_broker().push([(job(f"Wake{n}"), None) for n in range(3)])
+    for thread in waiting:
+        thread.join(5)
+    # Each thread got its own job, long before the 5 s fetch timeout.
+    assert time.monotonic() - started < 1.5
+    assert sorted(classes([u for u in got if u is not None])) == ["Wake0", "Wake1", "Wake2"]
+
+
+def test_an_idle_claim_on_sqlite_does_not_wait_for_the_write_lock(broker: SqlBroker) -> None:
+    if broker.store.postgres:
+        pytest.skip("PostgreSQL has no file lock; its claims skip locked rows")
+    fetcher = broker.fetcher("me")
+    blocker = sqlite3.connect(str(broker.engine.url.database), isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        assert claim_all(fetcher) == []
+        # A claim that took the lock would wait for it (SQLite's busy timeout is 30 s).
+        assert time.monotonic() - started < 1
+    finally:
+        blocker.rollback()
+        blocker.close()
+
+
+def test_an_unmigrated_database_names_the_command_to_run(database_url: str) -> None:
+    broker = SqlBroker(sql_settings(database_url))
+    try:
+        broker.ping()
+        with pytest.raises(MissingTables, match="run `asynctask db upgrade`"):
+            broker.push([(job(), None)])
+        with pytest.raises(MissingTables, match="has no AsyncTask tables"):
+            broker.fetcher("me").claim(1, [], [])
+    finally:
+        broker.close()
+
+
+def test_deleting_a_claimed_row_does_not_recycle_its_id(broker: SqlBroker) -> None:
+    broker.push([(job(), None)])
+    [unit] = claim_all(broker.fetcher("me"))
+    with broker.engine.begin() as connection:
+        connection.execute(delete(QueuedJob))
+    broker.push([(job(), None)])
+    [row] = rows(broker)
+    assert row.id > int(unit.ref)
