@@ -1,16 +1,18 @@
-"""The read model over Sidekiq's Redis data, like Ruby's ``Sidekiq::API``.
+"""The read model over the broker's data, like Ruby's ``Sidekiq::API``.
 
-Sees and acts on jobs of Ruby and Python processes alike: queues, the scheduled, retry and
-dead sets, live processes and what they run. Nothing here is imported by the worker runtime.
-Each class takes ``(connection, keys)``, or ``settings=``, or nothing for the default client's.
+Sees and acts on queues, the scheduled, retry and dead sets, live processes and what they
+run, on either broker: Redis (jobs of Ruby and Python processes alike) or SQL. Nothing here is
+imported by the worker runtime. Each class takes a Redis ``(connection, keys)``, or
+``settings=`` (the broker is the settings' broker URL), or nothing for the default client's.
 """
 
+from asynctask.api.backend import Snapshot
 from asynctask.api.context import Context
 from asynctask.api.processes import Process, ProcessSet
 from asynctask.api.queues import Queue
 from asynctask.api.records import JobRecord
 from asynctask.api.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
-from asynctask.api.stats import History, Snapshot, Stats
+from asynctask.api.stats import History, Stats
 from asynctask.api.work import Work, WorkSet
 
 __all__ = [

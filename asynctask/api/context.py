@@ -1,21 +1,34 @@
-"""Where the read model reads from: one Redis connection, the key names and the settings."""
+"""Where the read model reads from: a backend over the broker's store, and the settings.
+
+The backend is picked by the settings' broker URL: Redis (a connection and the key names)
+or SQL (an engine on the broker database). Connections opened from a URL are shared by
+every reader of that URL in the process, so ``Queue("x")`` does not open a pool each time.
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from redis import Redis
+from sqlalchemy import Engine
 
+from asynctask.api.backend import ReadBackend
+from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.connection import connect
 from asynctask.client import default_client
 from asynctask.keys import Keys
 from asynctask.settings import Settings
+from asynctask.tracking.database import create_database_engine
+
+_shared_lock = threading.Lock()
+_shared_redis: dict[str, Redis] = {}
+_shared_engines: dict[str, Engine] = {}
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    redis: Redis
-    keys: Keys
+    backend: ReadBackend
     settings: Settings
 
     @classmethod
@@ -24,17 +37,30 @@ class Context:
     ) -> Context:
         """Fill in what is not given.
 
-        With neither a connection nor settings, the default client's (``asynctask.configure``)
-        are used, so ``Queue("default")`` works as in Sidekiq. Keys default to the settings'
-        namespace; a bare connection without settings or keys means no namespace.
+        With neither a connection nor settings, the default client's settings (and, on
+        Redis, its connection) are used, so ``Queue("default")`` works as in Sidekiq. A
+        connection is a Redis connection: keys default to the settings' namespace, and a bare
+        connection without settings or keys means no namespace. Settings alone open (once per
+        URL) a connection to their broker: Redis, or the SQL database.
         """
+        # Imported here: the readers import ``api.backend``, so importing them with this
+        # module would make importing a reader first a circular import.
+        from asynctask.brokers.redis.reader import RedisReader
+        from asynctask.brokers.sql.reader import SqlReader
+
         if connection is None and settings is None:
             client = default_client()
-            return cls(client.redis, keys or client.keys, client.settings)
+            settings = client.settings
+            if isinstance(client.broker, RedisBroker):
+                connection = client.broker.redis
         settings = settings or Settings()
+        if connection is None and not settings.uses_redis:
+            if keys is not None:
+                raise ValueError(f"keys name Redis keys, but the broker {settings.broker!r} is SQL")
+            return cls(SqlReader(shared_engine(settings.broker), settings), settings)
         if connection is None:
-            connection = connect(settings.redis_url)
-        return cls(connection, keys or Keys(settings.namespace), settings)
+            connection = shared_redis(settings.broker)
+        return cls(RedisReader(connection, keys or Keys(settings.namespace), settings), settings)
 
 
 class Reader:
@@ -49,11 +75,38 @@ class Reader:
     ) -> None:
         self.context = Context.resolve(connection, keys, settings)
 
+    @property
+    def backend(self) -> ReadBackend:
+        return self.context.backend
 
-def as_bytes(value: bytes | str) -> bytes:
-    """Replies are bytes unless the caller's connection was made with ``decode_responses=True``."""
-    return value if isinstance(value, bytes) else value.encode()
+
+def shared_redis(url: str) -> Redis:
+    """The process's Redis connection pool for ``url``, opened on first use."""
+    with _shared_lock:
+        if url not in _shared_redis:
+            _shared_redis[url] = connect(url)
+        return _shared_redis[url]
 
 
-def as_text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+def shared_engine(url: str) -> Engine:
+    """The process's engine (and pool) for the SQL broker at ``url``, created on first use."""
+    with _shared_lock:
+        if url not in _shared_engines:
+            _shared_engines[url] = create_database_engine(url)
+        return _shared_engines[url]
+
+
+def close_shared() -> None:
+    """Close every connection the readers opened from a URL; the next reader opens new ones.
+
+    Readers of a URL share its pool for the life of the process: a process (a test suite, say)
+    done with a database calls this so that its idle connections do not pile up."""
+    with _shared_lock:
+        redis_clients = list(_shared_redis.values())
+        engines = list(_shared_engines.values())
+        _shared_redis.clear()
+        _shared_engines.clear()
+    for client in redis_clients:
+        client.close()
+    for engine in engines:
+        engine.dispose()

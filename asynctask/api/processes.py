@@ -8,12 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asynctask import payload
-from asynctask.api.context import Context, Reader, as_text
-
-#: The process hash fields read for each process, in this order.
-FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
-#: Seconds a signal waits in ``<identity>-signals`` for the process's next heartbeat.
-SIGNAL_TTL = 60
+from asynctask.api.backend import ProcessRecord
+from asynctask.api.context import Context, Reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +24,7 @@ class Process:
     is_quiet: bool
     #: Resident memory in KB.
     rss: int
-    #: Round trip to Redis in microseconds.
+    #: Round trip to the broker in microseconds.
     rtt_us: int
     context: Context = field(repr=False, compare=False)
 
@@ -80,75 +76,51 @@ class Process:
 
     def signal(self, name: str) -> None:
         """Queue a signal; the process pops it at its next heartbeat, as Sidekiq's do."""
-        key = self.context.keys.signals(self.identity)
-        pipe = self.context.redis.pipeline(transaction=True)
-        pipe.lpush(key, name)
-        pipe.expire(key, SIGNAL_TTL)
-        pipe.execute()
+        self.context.backend.signal(self.identity, name)
 
 
 class ProcessSet(Reader):
-    """The members of ``processes`` whose heartbeat hash is still alive, sorted by identity.
+    """The live worker processes (heartbeat not expired), sorted by identity.
 
-    Reading it also removes members whose hash expired (a process that died without
-    leaving the set), as Sidekiq's ``ProcessSet`` cleanup does.
+    On Redis, reading it also removes members of ``processes`` whose hash expired (a process
+    that died without leaving the set), as Sidekiq's ``ProcessSet`` cleanup does.
     """
 
     def __iter__(self) -> Iterator[Process]:
         return iter(self.processes())
 
     def processes(self) -> list[Process]:
-        """Every live process: one SMEMBERS, then one pipelined HMGET per member."""
-        return self._read()[0]
+        """Every live process (on Redis: one SMEMBERS, then one pipelined HMGET per member)."""
+        return [self._process(record) for record in self.backend.processes()]
 
-    def _read(self) -> tuple[list[Process], list[str]]:
-        redis_, k = self.context.redis, self.context.keys
-        identities = sorted(as_text(m) for m in redis_.smembers(k.processes))
-        if not identities:
-            return [], []
-        pipe = redis_.pipeline(transaction=False)
-        for identity in identities:
-            pipe.hmget(k.process(identity), FIELDS)
-        live: list[Process] = []
-        stale: list[str] = []
-        for identity, values in zip(identities, pipe.execute(), strict=True):
-            if values[0] is None:
-                stale.append(identity)
-            else:
-                live.append(self._process(identity, values))
-        if stale:
-            redis_.srem(k.processes, *stale)
-        return live, stale
-
-    def _process(self, identity: str, values: list[Any]) -> Process:
-        info_raw, busy, beat, quiet, rss, rtt_us = values
+    def _process(self, record: ProcessRecord) -> Process:
         try:
-            info = json.loads(info_raw)
+            info = json.loads(record.info)
         except ValueError:
             info = {}
         return Process(
-            identity=identity,
+            identity=record.identity,
             info=info if isinstance(info, dict) else {},
-            busy=_int(busy),
-            beat=payload.timestamp(_float(beat)),
-            is_quiet=quiet is not None and as_text(quiet) == "true",
-            rss=_int(rss),
-            rtt_us=_int(rtt_us),
+            busy=record.busy,
+            beat=payload.timestamp(record.beat),
+            is_quiet=record.quiet,
+            rss=record.rss,
+            rtt_us=record.rtt_us,
             context=self.context,
         )
 
     def get(self, identity: str) -> Process | None:
         """The live process with this identity, or None."""
-        values = self.context.redis.hmget(self.context.keys.process(identity), FIELDS)
-        return None if values[0] is None else self._process(identity, list(values))
+        record = self.backend.process(identity)
+        return None if record is None else self._process(record)
 
     @property
     def size(self) -> int:
         return len(self.processes())
 
     def cleanup(self) -> int:
-        """Remove members whose heartbeat hash expired; return how many were removed."""
-        return len(self._read()[1])
+        """Forget processes whose heartbeat expired; return how many were removed."""
+        return self.backend.cleanup_processes()
 
     @property
     def total_concurrency(self) -> int:
@@ -167,13 +139,6 @@ def _int(value: Any) -> int:
         except ValueError:
             return 0
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _str(value: Any) -> str:

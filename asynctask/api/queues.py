@@ -1,4 +1,4 @@
-"""Queue: one ``queue:<name>`` list (Sidekiq's ``Sidekiq::Queue``)."""
+"""Queue: the jobs waiting in one queue (Sidekiq's ``Sidekiq::Queue``)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,20 @@ from collections.abc import Iterator
 
 import redis
 
-from asynctask.api.context import Context, as_bytes, as_text
+from asynctask.api.context import Context
 from asynctask.api.records import JobRecord
 from asynctask.keys import Keys
 from asynctask.settings import Settings
 
 
 class Queue:
-    """A queue. Producers LPUSH to the head, workers take from the tail: the tail is the oldest job."""
+    """A queue. Jobs a worker has taken (in flight) are no longer in it.
 
-    #: Jobs read per LRANGE while iterating.
+    On Redis a queue is a list: producers LPUSH to the head, workers take from the tail, the
+    tail is the oldest job. In SQL the next job is the lowest (priority, id) of the queue.
+    """
+
+    #: Jobs read per round trip while iterating.
     page_size = 50
 
     def __init__(
@@ -28,7 +32,8 @@ class Queue:
     ) -> None:
         self.name = name
         self.context = Context.resolve(connection, keys, settings)
-        self.key = self.context.keys.queue(name)
+        #: Where the queue lives in the store (its list's key on Redis).
+        self.key = self.context.backend.queue_key(name)
 
     @classmethod
     def all(
@@ -38,10 +43,21 @@ class Queue:
         *,
         settings: Settings | None = None,
     ) -> list[Queue]:
-        """Every queue named in the ``queues`` set, sorted by name."""
+        """Every known queue, sorted by name.
+
+        Redis knows the names in its ``queues`` set (a queue stays there, even empty, until
+        cleared); SQL knows the queues that hold jobs, waiting or in flight.
+        """
         ctx = Context.resolve(connection, keys, settings)
-        names = sorted(as_text(m) for m in ctx.redis.smembers(ctx.keys.queues))
-        return [cls(name, ctx.redis, ctx.keys, settings=ctx.settings) for name in names]
+        return [cls._of(name, ctx) for name in ctx.backend.queue_names()]
+
+    @classmethod
+    def _of(cls, name: str, context: Context) -> Queue:
+        queue = cls.__new__(cls)
+        queue.name = name
+        queue.context = context
+        queue.key = context.backend.queue_key(name)
+        return queue
 
     def __repr__(self) -> str:
         return f"<Queue {self.name}>"
@@ -54,62 +70,27 @@ class Queue:
 
     @property
     def size(self) -> int:
-        return int(self.context.redis.llen(self.key))
+        return self.context.backend.queue_size(self.name)
 
     @property
     def latency(self) -> float:
-        """Seconds the oldest job has waited (now - its ``enqueued_at``); 0 when empty."""
-        return oldest_latency(self.context.redis.lindex(self.key, -1), self.context)
+        """Seconds the oldest job has waited since it was enqueued; 0 when empty."""
+        return self.context.backend.queue_latency(self.name)
 
     def __iter__(self) -> Iterator[JobRecord]:
-        """Jobs newest first, one LRANGE per ``page_size``."""
-        for raw in self._rows():
-            yield JobRecord(raw, self.context, self.name)
+        """Jobs in the reverse of the order they will run (on Redis: newest first), one round
+        trip per ``page_size``."""
+        for row in self.context.backend.queue_rows(self.name, self.page_size):
+            yield JobRecord(row.raw, self.context, self.name, row.ref)
 
     def find_job(self, jid: str) -> JobRecord | None:
-        """The job with this jid, found by a scan of the whole list (O(n), as in Sidekiq)."""
-        needle = jid.encode()
-        for raw in self._rows():
-            # Checking the bytes first avoids decoding every job of a long queue.
-            if needle in raw:
-                record = JobRecord(raw, self.context, self.name)
-                if record.jid == jid:
-                    return record
+        """The job with this jid (on Redis, by a scan of the whole list: O(n), as in Sidekiq)."""
+        for row in self.context.backend.queue_candidates(self.name, jid):
+            record = JobRecord(row.raw, self.context, self.name, row.ref)
+            if record.jid == jid:
+                return record
         return None
 
-    def _rows(self) -> Iterator[bytes]:
-        # The list changes under the cursor while jobs are deleted, pushed or fetched. As in
-        # Sidekiq, each page's start is corrected by how much the list shrank or grew; on top
-        # of that a job yielded by the previous page is skipped, so that fetches from the tail
-        # while iterating (which shift nothing at the head) do not yield a job twice.
-        redis_ = self.context.redis
-        size = self.page_size
-        initial = self.size
-        page = 0
-        shift = 0
-        previous: set[bytes] = set()
-        while True:
-            start = max(0, page * size - shift)
-            rows = [as_bytes(row) for row in redis_.lrange(self.key, start, start + size - 1)]
-            if not rows:
-                return
-            page += 1
-            yield from (raw for raw in rows if raw not in previous)
-            previous = set(rows)
-            shift = initial - self.size
-
     def clear(self) -> int:
-        """Delete the queue and forget its name; return how many jobs it held."""
-        pipe = self.context.redis.pipeline(transaction=True)
-        pipe.llen(self.key)
-        pipe.unlink(self.key)
-        pipe.srem(self.context.keys.queues, self.name)
-        return int(pipe.execute()[0])
-
-
-def oldest_latency(raw: bytes | str | None, context: Context) -> float:
-    """Seconds the job ``raw`` (a queue's tail) has waited since ``enqueued_at``; 0 without one."""
-    if raw is None:
-        return 0.0
-    record = JobRecord(raw, context)
-    return record.latency if record.enqueued_at is not None else 0.0
+        """Delete every waiting job (on Redis, the list and the queue's name); return how many."""
+        return self.context.backend.queue_clear(self.name)

@@ -6,7 +6,8 @@ import zlib
 from typing import Any
 
 from asynctask import payload
-from asynctask.api.context import Context, as_bytes
+from asynctask.api.backend import Stored
+from asynctask.api.context import Context
 from asynctask.errors import PayloadError
 from asynctask.payload import decompress_backtrace
 
@@ -16,11 +17,16 @@ class JobRecord:
 
     Entries that are not valid jobs are kept, not skipped: ``error`` says why, ``item`` is
     the decoded JSON object if there was one, and ``raw`` always holds the stored bytes.
+    ``ref`` is the backend's handle on the stored job (None on Redis, where the bytes name it;
+    the row id in SQL).
     """
 
-    def __init__(self, raw: bytes | str, context: Context, queue: str | None = None) -> None:
-        self.raw = as_bytes(raw)
+    def __init__(
+        self, raw: bytes | str, context: Context, queue: str | None = None, ref: int | None = None
+    ) -> None:
+        self.raw = raw if isinstance(raw, bytes) else raw.encode()
         self.context = context
+        self.ref = ref
         self.item: payload.JobDict | None
         self.error: str | None
         try:
@@ -46,7 +52,7 @@ class JobRecord:
 
     def _identity(self) -> tuple[object, ...]:
         # Same stored bytes in the same place: the same job (a payload carries its unique jid).
-        return (type(self), self.queue, self.raw)
+        return (type(self), self.queue, self.raw, self.ref)
 
     def get(self, key: str, default: Any = None) -> Any:
         return default if self.item is None else self.item.get(key, default)
@@ -139,6 +145,4 @@ class JobRecord:
 
     def delete(self) -> bool:
         """Remove this exact job from its queue; False if it was no longer there."""
-        key = self.context.keys.queue(self.queue)
-        # redis-py's annotation says str; bytes go to Redis unchanged, which is the point here.
-        return int(self.context.redis.lrem(key, 1, self.raw)) > 0  # type: ignore[arg-type]
+        return self.context.backend.queue_delete(self.queue, Stored(self.raw, self.ref))

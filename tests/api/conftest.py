@@ -1,14 +1,81 @@
-"""Helpers for the read-model tests: hand-written Sidekiq payloads and process records."""
+"""The read-model tests' backends (``store``: Redis, SQLite, PostgreSQL) and hand-written
+Sidekiq payloads."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
-from asynctask import payload
-from asynctask.keys import Keys
+from asynctask import Client, Registry, Settings, payload
+from asynctask.api.context import close_shared
+from asynctask.middleware import Chain
+from asynctask.tracking.database import create_database_engine
+from asynctask.tracking.migrate import upgrade
+from asynctask.worker import Worker
+from tests.api.stores import RedisStore, SqlStore, Store
+from tests.conftest import fresh_postgres_schema
+
+BACKENDS = ("redis", "sqlite", "postgresql")
+
+
+@pytest.fixture(params=BACKENDS)
+def store(
+    request: pytest.FixtureRequest, settings: Settings, conn: redis.Redis, tmp_path: Path
+) -> Iterator[Store]:
+    """Each backend, empty and private to the test: the Redis namespace of ``settings``, a
+    fresh SQLite file, or a fresh PostgreSQL schema, migrated."""
+    if request.param == "redis":
+        yield RedisStore(settings, conn)
+    else:
+        yield from _sql_store(request.param, settings, tmp_path)
+
+
+@pytest.fixture(params=BACKENDS[1:])
+def sql_store(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path) -> Iterator[SqlStore]:
+    """The SQL backends only, for what Redis does not have (priorities)."""
+    yield from _sql_store(request.param, settings, tmp_path)
+
+
+@pytest.fixture
+def store_client(store: Store, registry: Registry) -> Iterator[Client]:
+    """A client pushing to ``store``."""
+    client = Client(store.settings, registry=registry, middleware=Chain())
+    yield client
+    client.broker.close()
+
+
+@pytest.fixture
+def start_store_worker(store: Store, start_worker: Callable[..., Worker]) -> Callable[..., Worker]:
+    """``start_worker`` on ``store``'s broker."""
+
+    def start(**overrides: Any) -> Worker:
+        return start_worker(broker_url=store.settings.broker_url, **overrides)
+
+    return start
+
+
+def _sql_store(kind: str, settings: Settings, tmp_path: Path) -> Iterator[SqlStore]:
+    if kind == "sqlite":
+        yield from _migrated(kind, f"sqlite:///{tmp_path / 'broker.db'}", settings)
+        return
+    with fresh_postgres_schema() as url:
+        yield from _migrated(kind, url, settings)
+
+
+def _migrated(kind: str, url: str, settings: Settings) -> Iterator[SqlStore]:
+    upgrade(url)
+    engine = create_database_engine(url)
+    try:
+        yield SqlStore(kind, replace(settings, broker_url=url), engine)
+    finally:
+        engine.dispose()
+        # The readers' shared pools would otherwise keep connections to a dropped schema.
+        close_shared()
 
 
 def sidekiq_job(**fields: Any) -> payload.JobDict:
@@ -25,43 +92,3 @@ def sidekiq_job(**fields: Any) -> payload.JobDict:
     }
     job.update(fields)
     return job
-
-
-def write_process(
-    conn: redis.Redis,
-    keys: Keys,
-    identity: str,
-    *,
-    busy: int = 0,
-    quiet: bool = False,
-    info: dict[str, Any] | None = None,
-    ttl: int = 60,
-) -> None:
-    """A process record as Sidekiq 6.4.1's heartbeat writes it."""
-    hostname, pid, _ = identity.split(":")
-    record = {
-        "hostname": hostname,
-        "started_at": payload.now() - 100,
-        "pid": int(pid),
-        "tag": "app",
-        "concurrency": 10,
-        "queues": ["critical", "default"],
-        "labels": ["blue"],
-        "identity": identity,
-    }
-    record.update(info or {})
-    pipe = conn.pipeline(transaction=True)
-    pipe.sadd(keys.processes, identity)
-    pipe.hset(
-        keys.process(identity),
-        mapping={
-            "info": json.dumps(record, separators=(",", ":")),
-            "busy": busy,
-            "beat": repr(payload.now()),
-            "rtt_us": 551,
-            "quiet": "true" if quiet else "false",
-            "rss": 29676,
-        },
-    )
-    pipe.expire(keys.process(identity), ttl)
-    pipe.execute()

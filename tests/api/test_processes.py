@@ -14,7 +14,7 @@ from asynctask import Settings, payload
 from asynctask.api import ProcessSet
 from asynctask.keys import Keys
 from asynctask.worker import Worker
-from tests.api.conftest import write_process
+from tests.api.stores import Store, write_process
 from tests.conftest import wait_until
 
 #: Sidekiq 6.4.1's process info, as captured.
@@ -24,11 +24,9 @@ CAPTURED_INFO = (
 )
 
 
-def test_a_started_worker_is_listed(
-    conn: redis.Redis, settings: Settings, start_worker: Callable[..., Worker]
-) -> None:
-    worker = start_worker(tag="billing", labels=("blue", "green"))
-    (process,) = ProcessSet(conn, settings=settings)
+def test_a_started_worker_is_listed(store: Store, start_store_worker: Callable[..., Worker]) -> None:
+    worker = start_store_worker(tag="billing", labels=("blue", "green"))
+    (process,) = ProcessSet(settings=store.settings)
 
     assert process.identity == worker.identity
     assert (process.hostname, process.pid) == (worker.info.hostname, os.getpid())
@@ -39,14 +37,14 @@ def test_a_started_worker_is_listed(
     assert (process.busy, process.is_quiet) == (0, False)
     assert process.rss > 0 and process.rtt_us >= 0
     assert (process.version or "").startswith("asynctask-")
-    assert ProcessSet(conn, settings=settings).size == 1
+    assert ProcessSet(settings=store.settings).size == 1
 
 
 def test_quiet_then_stop_take_effect_through_the_heartbeat(
-    conn: redis.Redis, settings: Settings, start_worker: Callable[..., Worker]
+    store: Store, start_store_worker: Callable[..., Worker]
 ) -> None:
-    worker = start_worker()
-    processes = ProcessSet(conn, settings=settings)
+    worker = start_store_worker()
+    processes = ProcessSet(settings=store.settings)
     (process,) = processes
 
     process.quiet()
@@ -59,7 +57,7 @@ def test_quiet_then_stop_take_effect_through_the_heartbeat(
 
 
 def test_dump_threads_makes_the_worker_log_its_threads(
-    conn: redis.Redis, settings: Settings, start_worker: Callable[..., Worker]
+    store: Store, start_store_worker: Callable[..., Worker]
 ) -> None:
     logged: list[str] = []
 
@@ -71,24 +69,31 @@ def test_dump_threads_makes_the_worker_log_its_threads(
     logger = logging.getLogger("asynctask.worker")
     logger.addHandler(handler)
     try:
-        start_worker()
-        (process,) = ProcessSet(conn, settings=settings)
+        start_store_worker()
+        (process,) = ProcessSet(settings=store.settings)
         process.dump_threads()
         wait_until(lambda: any(m.startswith("thread asynctask-heartbeat") for m in logged), timeout=10)
     finally:
         logger.removeHandler(handler)
-    assert not conn.exists(Keys(settings.namespace).signals(process.identity))
+    assert store.signals(process.identity) == []
 
 
-def test_a_signal_waits_sixty_seconds_for_the_next_beat(conn: redis.Redis, settings: Settings) -> None:
+def test_signals_wait_in_order_for_the_next_beat(store: Store) -> None:
+    store.process("vm:11876:ca15f21e76a1")
+    (process,) = ProcessSet(settings=store.settings)
+    process.quiet()
+    process.stop()
+    assert store.signals(process.identity) == ["TSTP", "TERM"]
+
+
+def test_a_redis_signal_waits_sixty_seconds(conn: redis.Redis, settings: Settings) -> None:
     keys = Keys(settings.namespace)
     write_process(conn, keys, "vm:11876:ca15f21e76a1")
     (process,) = ProcessSet(conn, settings=settings)
     process.quiet()
-    process.stop()
     key = keys.signals(process.identity)
     assert key == f"{settings.namespace}:vm:11876:ca15f21e76a1-signals"
-    assert conn.lrange(key, 0, -1) == [b"TERM", b"TSTP"]  # RPOP takes TSTP first
+    assert conn.lrange(key, 0, -1) == [b"TSTP"]
     assert 55 <= int(conn.ttl(key)) <= 60
 
 
@@ -119,25 +124,37 @@ def test_a_sidekiq_process_record_is_read(conn: redis.Redis, settings: Settings)
     assert ProcessSet(conn, settings=settings).get("vm:1:000000000000") is None
 
 
-def test_dead_members_are_skipped_and_removed(conn: redis.Redis, settings: Settings) -> None:
+def test_dead_processes_are_skipped_and_cleaned_up(store: Store) -> None:
+    store.process("vm:1:aaaaaaaaaaaa", busy=3)
+    store.process("vm:2:bbbbbbbbbbbb", info={"concurrency": 5})
+    store.process("vm:3:deaddeaddead", alive=False)
+    store.process("vm:4:deaddeaddead", alive=False)
+
+    processes = ProcessSet(settings=store.settings)
+    assert processes.cleanup() == 2
+    assert [p.identity for p in processes] == ["vm:1:aaaaaaaaaaaa", "vm:2:bbbbbbbbbbbb"]
+    assert processes.total_concurrency == 15
+    assert processes.total_rss == 2 * 29676
+    assert processes.get("vm:3:deaddeaddead") is None
+    assert processes.get("vm:1:aaaaaaaaaaaa") == processes.processes()[0]
+
+    store.process("vm:6:deaddeaddead", alive=False)
+    assert processes.cleanup() == 1
+    assert processes.size == 2
+
+
+def test_redis_members_without_a_hash_are_removed_when_read(conn: redis.Redis, settings: Settings) -> None:
     keys = Keys(settings.namespace)
     write_process(conn, keys, "vm:1:aaaaaaaaaaaa", busy=3)
-    write_process(conn, keys, "vm:2:bbbbbbbbbbbb", info={"concurrency": 5})
-    conn.sadd(keys.processes, "vm:3:deaddeaddead", "vm:4:deaddeaddead")
+    conn.sadd(keys.processes, "vm:3:deaddeaddead")
     conn.sadd(keys.processes, "vm:5:badbadbadbad")
     conn.hset(keys.process("vm:5:badbadbadbad"), mapping={"info": "{not json", "busy": "x"})
 
     processes = ProcessSet(conn, settings=settings)
-    assert [p.identity for p in processes] == ["vm:1:aaaaaaaaaaaa", "vm:2:bbbbbbbbbbbb", "vm:5:badbadbadbad"]
+    assert [p.identity for p in processes] == ["vm:1:aaaaaaaaaaaa", "vm:5:badbadbadbad"]
     assert not conn.sismember(keys.processes, "vm:3:deaddeaddead")
-    assert processes.total_concurrency == 15
-    assert processes.total_rss == 2 * 29676
     bad = processes.get("vm:5:badbadbadbad")
     assert bad is not None and (bad.info, bad.busy, bad.hostname) == ({}, 0, "")
-
-    conn.sadd(keys.processes, "vm:6:deaddeaddead")
-    assert processes.cleanup() == 1
-    assert processes.size == 3
 
 
 def test_the_worker_runtime_never_imports_the_api() -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from asynctask import Client, Settings, payload
-from asynctask.api import JobRecord, Queue
+from asynctask.api import JobRecord, Queue, Stats
+from asynctask.brokers.sql.reader import SqlReader
 from asynctask.keys import Keys
 from asynctask.payload import compress_backtrace
 from tests.api.conftest import sidekiq_job
+from tests.api.stores import SqlStore, Store
 
 #: A payload exactly as Sidekiq 6.4.1 pushed it (captured).
 CAPTURED = (
@@ -17,13 +20,19 @@ CAPTURED = (
 ).encode()
 
 
-def test_size_latency_and_iteration_newest_first(
-    conn: redis.Redis, settings: Settings, client: Client
-) -> None:
-    queue = Queue("default", conn, settings=settings)
+def push_jobs(store: Store, count: int, queue: str = "default") -> list[str]:
+    """``count`` jobs with args ``[0]``, ``[1]``..., pushed in that order; their jids."""
+    jobs = [sidekiq_job(args=[n], queue=queue) for n in range(count)]
+    for job in jobs:
+        store.push(job, queue)
+    return [str(job["jid"]) for job in jobs]
+
+
+def test_size_latency_and_iteration_newest_first(store: Store) -> None:
+    queue = Queue("default", settings=store.settings)
     assert (queue.size, queue.latency, list(queue)) == (0, 0.0, [])
-    jids = client.push_bulk({"class": "HardJob", "args": [[n] for n in range(120)]})
-    conn.rpush(queue.key, payload.dumps(sidekiq_job(enqueued_at=payload.now() - 60)))
+    store.push(sidekiq_job(enqueued_at=payload.now() - 60))
+    jids = push_jobs(store, 120)
 
     records = list(queue)
 
@@ -34,9 +43,9 @@ def test_size_latency_and_iteration_newest_first(
     assert all(r.queue == "default" and r.valid for r in records)
 
 
-def test_record_fields(conn: redis.Redis, settings: Settings) -> None:
-    queue = Queue("default", conn, settings=settings)
-    conn.lpush(queue.key, CAPTURED)
+def test_record_fields(store: Store) -> None:
+    queue = Queue("default", settings=store.settings)
+    store.push(CAPTURED)
     (record,) = queue
     assert record.raw == CAPTURED
     assert record.item is not None and record.item["jid"] == "fa95523ef3171ce035e99268"
@@ -49,8 +58,8 @@ def test_record_fields(conn: redis.Redis, settings: Settings) -> None:
     assert record.get("retry") is True and record.get("missing", 5) == 5
 
 
-def test_error_fields_and_backtrace(conn: redis.Redis, settings: Settings) -> None:
-    queue = Queue("default", conn, settings=settings)
+def test_error_fields_and_backtrace(store: Store) -> None:
+    queue = Queue("default", settings=store.settings)
     packed = compress_backtrace(["app.py:1:in `run'", "app.py:9:in `main'"])
     job = sidekiq_job(
         error_message="boom ✓",
@@ -62,7 +71,7 @@ def test_error_fields_and_backtrace(conn: redis.Redis, settings: Settings) -> No
         tags=["a", 1],
         wrapped="MyActiveJob",
     )
-    conn.lpush(queue.key, payload.dumps(job))
+    store.push(job)
     (record,) = queue
     assert (record.error_message, record.error_class, record.retry_count) == ("boom ✓", "ValueError", 2)
     assert (record.failed_at, record.retried_at) == (1795264807.6441557, 1795264844.6271803)
@@ -71,15 +80,15 @@ def test_error_fields_and_backtrace(conn: redis.Redis, settings: Settings) -> No
     assert record.display_class == "MyActiveJob"
 
 
-def test_sidekiq8_millisecond_timestamps_read_as_seconds(conn: redis.Redis, settings: Settings) -> None:
-    queue = Queue("default", conn, settings=settings)
+def test_sidekiq8_millisecond_timestamps_read_as_seconds(store: Store) -> None:
+    queue = Queue("default", settings=store.settings)
     now_ms = int(payload.now() * 1000)
     raw = (
         '{"retry":true,"queue":"default","args":[],"class":"Sidekiq::ActiveJob::Wrapper",'
         f'"jid":"0123456789abcdef01234567","created_at":{now_ms - 20_000},"enqueued_at":{now_ms - 10_000},'
         f'"failed_at":1795264807644}}'
     )
-    conn.lpush(queue.key, raw)
+    store.push(raw)
     (record,) = queue
     assert record.enqueued_at == (now_ms - 10_000) / 1000
     assert record.created_at == (now_ms - 20_000) / 1000
@@ -107,9 +116,9 @@ def test_invalid_entries_are_listed(conn: redis.Redis, settings: Settings) -> No
     assert queue.size == 1
 
 
-def test_find_job_and_delete(conn: redis.Redis, settings: Settings, client: Client) -> None:
-    jids = client.push_bulk({"class": "HardJob", "args": [[n] for n in range(70)]})
-    queue = Queue("default", conn, settings=settings)
+def test_find_job_and_delete(store: Store) -> None:
+    jids = push_jobs(store, 70)
+    queue = Queue("default", settings=store.settings)
     found = queue.find_job(jids[3])
     assert found is not None and found.args == [3]
     assert queue.find_job("0" * 24) is None
@@ -119,11 +128,9 @@ def test_find_job_and_delete(conn: redis.Redis, settings: Settings, client: Clie
     assert queue.size == 69
 
 
-def test_deleting_while_iterating_visits_every_job(
-    conn: redis.Redis, settings: Settings, client: Client
-) -> None:
-    client.push_bulk({"class": "HardJob", "args": [[n] for n in range(130)]})
-    queue = Queue("default", conn, settings=settings)
+def test_deleting_while_iterating_visits_every_job(store: Store) -> None:
+    push_jobs(store, 130)
+    queue = Queue("default", settings=store.settings)
     seen = []
     for record in queue:
         if record.args[0] % 2 == 0:
@@ -133,35 +140,78 @@ def test_deleting_while_iterating_visits_every_job(
     assert sorted(r.args[0] for r in queue) == list(range(1, 130, 2))
 
 
-def test_jobs_fetched_from_the_tail_while_iterating_are_not_yielded_twice(
-    conn: redis.Redis, settings: Settings, client: Client
-) -> None:
-    client.push_bulk({"class": "HardJob", "args": [[n] for n in range(130)]})
-    queue = Queue("default", conn, settings=settings)
+def test_jobs_fetched_while_iterating_are_not_yielded_twice(store: Store) -> None:
+    push_jobs(store, 130)
+    queue = Queue("default", settings=store.settings)
     seen = []
     for record in queue:
-        conn.rpop(queue.key)  # a worker takes the oldest job
+        if queue.size:
+            store.take()  # a worker takes the next job
         seen.append(record.jid)
     assert len(seen) == len(set(seen))
 
 
-def test_clear_removes_the_list_and_the_name(conn: redis.Redis, settings: Settings, client: Client) -> None:
-    client.push_bulk({"class": "HardJob", "args": [[1], [2]], "queue": "low"})
-    client.push({"class": "HardJob", "args": []})
-    queue = Queue("low", conn, settings=settings)
+def test_jobs_in_flight_are_not_in_the_queue(store: Store) -> None:
+    jids = push_jobs(store, 3)
+    store.take()
+    queue = Queue("default", settings=store.settings)
+    assert queue.size == 2
+    assert [r.jid for r in queue] == [jids[2], jids[1]]
+    assert queue.find_job(jids[0]) is None
     assert queue.clear() == 2
-    assert not conn.exists(queue.key)
-    assert [q.name for q in Queue.all(conn, settings=settings)] == ["default"]
+    assert store.queued() == [] and queue.size == 0
+
+
+def test_a_sql_queue_runs_lower_priorities_first(sql_store: SqlStore) -> None:
+    now = payload.now()
+    low, first, second = (sidekiq_job(args=[n], enqueued_at=now - 30 + n) for n in range(3))
+    sql_store.push(low, priority=5)
+    sql_store.push(first)
+    sql_store.push(second)
+    queue = Queue("default", settings=sql_store.settings)
+
+    assert [r.args for r in queue] == [[0], [2], [1]]  # the reverse of the order they run in
+    assert 29 < queue.latency < 40  # the job waiting longest, whatever its priority
+    sql_store.take()
+    assert [r.args for r in queue] == [[0], [2]]
+
+
+def test_readers_of_one_sql_url_share_one_engine(sql_store: SqlStore) -> None:
+    first = Queue("a", settings=sql_store.settings).context.backend
+    second = Stats(settings=sql_store.settings).backend
+    assert isinstance(first, SqlReader) and isinstance(second, SqlReader)
+    assert first.engine is second.engine
+    with pytest.raises(ValueError, match="Redis keys"):
+        Queue("a", keys=Keys("ns"), settings=sql_store.settings)
+
+
+def test_clear_removes_the_jobs_and_the_name(store: Store) -> None:
+    push_jobs(store, 2, "low")
+    push_jobs(store, 1)
+    queue = Queue("low", settings=store.settings)
+    assert queue.clear() == 2
+    assert queue.size == 0 and store.queued("low") == []
+    assert [q.name for q in Queue.all(settings=store.settings)] == ["default"]
     assert queue.clear() == 0
 
 
-def test_all_is_sorted_by_name(conn: redis.Redis, settings: Settings, client: Client) -> None:
+def test_all_is_sorted_by_name(store: Store) -> None:
     for name in ("zeta", "alpha", "mid"):
-        client.push({"class": "HardJob", "args": [], "queue": name})
-    queues = Queue.all(conn, settings=settings)
+        push_jobs(store, 1, name)
+    queues = Queue.all(settings=store.settings)
     assert [q.name for q in queues] == ["alpha", "mid", "zeta"]
-    assert queues[0] == Queue("alpha", conn, Keys(settings.namespace))
+    assert queues[0] == Queue("alpha", settings=store.settings)
+    assert queues[0] != Queue("mid", settings=store.settings)
     assert all(q.size == 1 for q in queues)
+
+
+def test_a_redis_queue_is_its_list(conn: redis.Redis, settings: Settings, client: Client) -> None:
+    client.push({"class": "HardJob", "args": [], "queue": "alpha"})
+    queue = Queue("alpha", conn, Keys(settings.namespace))
+    assert queue.key == f"{settings.namespace}:queue:alpha"
+    assert queue == Queue.all(conn, settings=settings)[0]
+    assert queue.clear() == 1
+    assert not conn.exists(queue.key) and not conn.sismember(f"{settings.namespace}:queues", "alpha")
 
 
 def test_record_of_a_decode_responses_connection(settings: Settings, client: Client) -> None:

@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from asynctask import Client, PayloadError, Settings, payload
+from asynctask import PayloadError, payload
 from asynctask.api import DeadSet, Queue, RetrySet, ScheduledSet
-from asynctask.brokers.redis import RedisBroker
-from asynctask.keys import Keys
+from asynctask.brokers import open_broker
 from asynctask.middleware import Chain
 from asynctask.worker.scheduled import Poller
 from tests.api.conftest import sidekiq_job
+from tests.api.stores import Store
 
 
 def failed_job(**fields: object) -> payload.JobDict:
@@ -28,16 +28,18 @@ def failed_job(**fields: object) -> payload.JobDict:
     )
 
 
-def queued(conn: redis.Redis, keys: Keys, queue: str = "default") -> list[payload.JobDict]:
-    return [payload.loads(raw) for raw in conn.lrange(keys.queue(queue), 0, -1)]
+def schedule(store: Store, at: float, *args: object, queue: str = "default") -> str:
+    """A job scheduled for ``at``, as a client pushes it (Sidekiq >= 7.1.2: no enqueued_at)."""
+    job = sidekiq_job(args=list(args), queue=queue)
+    del job["enqueued_at"]
+    store.add("schedule", job, at)
+    return str(job["jid"])
 
 
-def test_scheduled_jobs_are_listed_latest_first(
-    conn: redis.Redis, settings: Settings, client: Client
-) -> None:
+def test_scheduled_jobs_are_listed_latest_first(store: Store) -> None:
     now = payload.now()
-    jids = [client.push({"class": "HardJob", "args": [n], "at": now + 60 * (n + 1)}) for n in range(3)]
-    scheduled = ScheduledSet(conn, settings=settings)
+    jids = [schedule(store, now + 60 * (n + 1), n) for n in range(3)]
+    scheduled = ScheduledSet(settings=store.settings)
 
     entries = list(scheduled)
 
@@ -48,11 +50,11 @@ def test_scheduled_jobs_are_listed_latest_first(
     assert entries[0].enqueued_at is None  # Sidekiq >= 7.1.2 leaves it out of scheduled jobs
 
 
-def test_find_fetch_and_scan(conn: redis.Redis, settings: Settings, client: Client) -> None:
+def test_find_fetch_and_scan(store: Store) -> None:
     at = payload.now() + 3600
-    jids = client.push_bulk({"class": "HardJob", "args": [["needle*[x]"], ["hay"]], "at": at})
-    client.push({"class": "HardJob", "args": ["later"], "at": at + 10})
-    scheduled = ScheduledSet(conn, settings=settings)
+    jids = [schedule(store, at, "needle*[x]"), schedule(store, at, "hay")]
+    schedule(store, at + 10, "later")
+    scheduled = ScheduledSet(settings=store.settings)
 
     found = scheduled.find_job(str(jids[1]))
     assert found is not None and found.args == ["hay"] and found.score == pytest.approx(at)
@@ -62,15 +64,14 @@ def test_find_fetch_and_scan(conn: redis.Redis, settings: Settings, client: Clie
     assert len(scheduled.fetch((at - 1, at + 11))) == 3
     assert [e.args for e in scheduled.scan("needle*[x]")] == [["needle*[x]"]]
     assert list(scheduled.scan("needle*[y]")) == []
+    assert list(scheduled.scan("NEEDLE")) == []  # case counts, as in Redis's MATCH
 
 
-def test_iteration_pages_through_equal_scores_and_deletions(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_iteration_pages_through_equal_scores_and_deletions(store: Store) -> None:
     same = payload.now() + 100
-    members = {payload.dumps(sidekiq_job(args=[n])): same for n in range(120)}
-    members.update({payload.dumps(sidekiq_job(args=[n])): same + n for n in range(120, 180)})
-    conn.zadd(keys.schedule, members)
-    scheduled = ScheduledSet(conn, settings=settings)
+    for n in range(180):
+        store.add("schedule", sidekiq_job(args=[n]), same if n < 120 else same + n)
+    scheduled = ScheduledSet(settings=store.settings)
     scheduled.page_size = 25
 
     seen = []
@@ -84,22 +85,20 @@ def test_iteration_pages_through_equal_scores_and_deletions(conn: redis.Redis, s
     assert scheduled.size == 120
 
 
-def test_iteration_survives_entries_added_and_removed_elsewhere(
-    conn: redis.Redis, settings: Settings
-) -> None:
-    keys = Keys(settings.namespace)
+def test_iteration_survives_entries_added_and_removed_elsewhere(store: Store) -> None:
     now = payload.now()
-    conn.zadd(keys.retry, {payload.dumps(sidekiq_job(args=[n])): now + n for n in range(200)})
-    retries = RetrySet(conn, settings=settings)
+    for n in range(200):
+        store.add("retry", sidekiq_job(args=[n]), now + n)
+    retries = RetrySet(settings=store.settings)
     retries.page_size = 30
 
     seen = []
     for entry in retries:
         seen.append(entry.args[0])
         # Meanwhile new failures land on top and the poller takes the due end.
-        conn.zadd(keys.retry, {payload.dumps(sidekiq_job(args=["new"])): now + 1000 + len(seen)})
+        store.add("retry", sidekiq_job(args=["new"]), now + 1000 + len(seen))
         if entry.args[0] < 150:
-            conn.zpopmin(keys.retry)
+            store.pop_lowest("retry")
 
     assert "new" not in seen
     assert len(seen) == len(set(seen))
@@ -107,48 +106,45 @@ def test_iteration_survives_entries_added_and_removed_elsewhere(
     assert len(seen) >= 100
 
 
-def test_add_to_queue_moves_once_with_a_fresh_enqueued_at(
-    conn: redis.Redis, settings: Settings, client: Client
-) -> None:
-    keys = Keys(settings.namespace)
-    jid = client.push({"class": "HardJob", "args": [1], "queue": "low", "at": payload.now() + 3600})
-    (entry,) = ScheduledSet(conn, settings=settings)
+def test_add_to_queue_moves_once_with_a_fresh_enqueued_at(store: Store) -> None:
+    jid = schedule(store, payload.now() + 3600, 1, queue="low")
+    (entry,) = ScheduledSet(settings=store.settings)
     before = payload.now()
 
     assert entry.add_to_queue() is True
     assert entry.add_to_queue() is False  # stale: already moved
 
-    (job,) = queued(conn, keys, "low")
+    (job,) = store.queued("low")
     assert job["jid"] == jid and job["enqueued_at"] >= before
-    assert conn.sismember(keys.queues, "low")
-    assert ScheduledSet(conn, settings=settings).size == 0
+    assert [q.name for q in Queue.all(settings=store.settings)] == ["low"]
+    assert 0 <= Queue("low", settings=store.settings).latency < 5
+    assert ScheduledSet(settings=store.settings).size == 0
 
 
-def test_retry_decrements_retry_count_and_keeps_the_payload(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_retry_decrements_retry_count_and_keeps_the_payload(store: Store) -> None:
     job = failed_job(enqueued_at=1795264797.8024855)
-    conn.zadd(keys.retry, {payload.dumps(job): payload.now() + 60})
-    (entry,) = RetrySet(conn, settings=settings)
+    store.add("retry", job, payload.now() + 60)
+    (entry,) = RetrySet(settings=store.settings)
     assert entry.retry_count == 2 and entry.error_message == "boom"
 
     assert entry.retry() is True
 
-    (pushed,) = queued(conn, keys)
+    (pushed,) = store.queued()
     assert list(pushed) == list(job)  # keys keep Sidekiq's order; enqueued_at keeps its place
     assert pushed["retry_count"] == 1
     assert pushed["enqueued_at"] > 1795264797.8024855
     assert {k: v for k, v in pushed.items() if k not in ("retry_count", "enqueued_at")} == {
         k: v for k, v in job.items() if k not in ("retry_count", "enqueued_at")
     }
-    assert RetrySet(conn, settings=settings).size == 0
+    assert RetrySet(settings=store.settings).size == 0
     assert entry.retry() is False
-    assert len(queued(conn, keys)) == 1
+    assert len(store.queued()) == 1
 
 
-def test_actions_refuse_or_handle_invalid_entries(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
-    conn.zadd(keys.retry, {b"{oops": payload.now(), b'{"class":"X","args":"no list"}': payload.now() + 1})
-    retries = RetrySet(conn, settings=settings)
+def test_actions_refuse_or_handle_invalid_entries(store: Store) -> None:
+    store.add("retry", b"{oops", payload.now())
+    store.add("retry", b'{"class":"X","args":"no list"}', payload.now() + 1)
+    retries = RetrySet(settings=store.settings)
     entries = list(retries)
     assert [e.valid for e in entries] == [False, False]
     assert entries[0].item == {"class": "X", "args": "no list"} and entries[1].item is None
@@ -159,28 +155,27 @@ def test_actions_refuse_or_handle_invalid_entries(conn: redis.Redis, settings: S
     assert retries.retry_all() == 0
     assert retries.size == 2
     assert entries[1].kill() is True
-    assert [e.raw for e in DeadSet(conn, settings=settings)] == [b"{oops"]
+    assert [e.raw for e in DeadSet(settings=store.settings)] == [b"{oops"]
 
 
-def test_retry_all_moves_every_valid_entry(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_retry_all_moves_every_valid_entry(store: Store) -> None:
     jobs = [failed_job(queue="default" if n % 2 else "critical") for n in range(250)]
-    conn.zadd(keys.retry, {payload.dumps(j): payload.now() + n for n, j in enumerate(jobs)})
-    conn.zadd(keys.retry, {b"not json": 0})  # lowest score: stays at rank 0
+    for n, job in enumerate(jobs):
+        store.add("retry", job, payload.now() + n)
+    store.add("retry", b"not json", 0)  # lowest score: stays at rank 0
 
-    assert RetrySet(conn, settings=settings).retry_all() == 250
+    assert RetrySet(settings=store.settings).retry_all() == 250
 
-    assert [e.raw for e in RetrySet(conn, settings=settings)] == [b"not json"]
-    pushed = queued(conn, keys) + queued(conn, keys, "critical")
+    assert [e.raw for e in RetrySet(settings=store.settings)] == [b"not json"]
+    pushed = store.queued() + store.queued("critical")
     assert sorted(j["jid"] for j in pushed) == sorted(j["jid"] for j in jobs)
     assert {j["retry_count"] for j in pushed} == {1}
 
 
-def test_kill_and_kill_all_move_to_dead(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
-    jobs = [failed_job() for _ in range(130)]
-    conn.zadd(keys.retry, {payload.dumps(j): payload.now() + n for n, j in enumerate(jobs)})
-    retries = RetrySet(conn, settings=settings)
+def test_kill_and_kill_all_move_to_dead(store: Store) -> None:
+    for n in range(130):
+        store.add("retry", failed_job(), payload.now() + n)
+    retries = RetrySet(settings=store.settings)
     first = next(iter(retries))
     before = payload.now()
 
@@ -188,65 +183,66 @@ def test_kill_and_kill_all_move_to_dead(conn: redis.Redis, settings: Settings) -
     assert first.kill() is False
     assert retries.kill_all() == 129
 
-    dead = DeadSet(conn, settings=settings)
+    dead = DeadSet(settings=store.settings)
     assert (retries.size, dead.size) == (0, 130)
     found = dead.find_job(str(first.jid))
     assert found is not None and found.raw == first.raw and found.score >= before
 
 
-def test_kill_trims_the_dead_set_by_count_and_age(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
-    small = replace(settings, dead_max_jobs=3, dead_timeout=3600)
+def test_kill_trims_the_dead_set_by_count_and_age(store: Store) -> None:
+    small = replace(store.settings, dead_max_jobs=3, dead_timeout=3600)
     now = payload.now()
-    ancient = payload.dumps(sidekiq_job(args=["ancient"]))
-    conn.zadd(keys.dead, {ancient: now - 7200})
-    conn.zadd(keys.dead, {payload.dumps(sidekiq_job(args=[n])): now - 100 + n for n in range(3)})
-    conn.zadd(keys.retry, {payload.dumps(failed_job(args=["victim"])): now})
+    store.add("dead", sidekiq_job(args=["ancient"]), now - 7200)
+    for n in range(3):
+        store.add("dead", sidekiq_job(args=[n]), now - 100 + n)
+    store.add("retry", failed_job(args=["victim"]), now)
 
-    (victim,) = RetrySet(conn, settings=small)
+    (victim,) = RetrySet(settings=small)
     assert victim.kill()
 
-    dead = DeadSet(conn, settings=small)
+    dead = DeadSet(settings=small)
     assert [e.args for e in dead] == [["victim"], [2], [1]]
     dead.kill(sidekiq_job(args=["direct"]))
     assert [e.args for e in dead] == [["direct"], ["victim"], [2]]
+
+
+def test_a_bare_connection_has_the_default_dead_limits(conn: redis.Redis) -> None:
     defaults = DeadSet(conn).context.settings
     assert (defaults.dead_max_jobs, defaults.dead_timeout) == (10_000, 180 * 24 * 3600)
 
 
-def test_dead_retry_all_and_clear(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
-    dead = DeadSet(conn, settings=settings)
+def test_dead_retry_all_and_clear(store: Store) -> None:
+    dead = DeadSet(settings=store.settings)
     for n in range(3):
         dead.kill(failed_job(args=[n], queue="critical"))
     (entry, *_) = dead
     assert entry.delete() is True and entry.delete() is False
     assert dead.retry_all() == 2
-    assert sorted(j["args"][0] for j in queued(conn, keys, "critical")) == [0, 1]
+    assert sorted(j["args"][0] for j in store.queued("critical")) == [0, 1]
     dead.kill(payload.dumps(failed_job()))
     assert dead.clear() == 1 and dead.size == 0
-    assert not conn.exists(keys.dead)
+    assert list(dead) == []
 
 
-def test_sidekiq8_millisecond_fields_in_a_set(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_sidekiq8_millisecond_fields_in_a_set(store: Store) -> None:
     raw = (
         '{"retry":true,"queue":"default","args":[],"class":"HardJob","jid":"0123456789abcdef01234567",'
         '"created_at":1795264797802,"enqueued_at":1795264797802,"error_message":"x","error_class":"E",'
         '"failed_at":1795264807644,"retry_count":0}'
     )
-    conn.zadd(keys.retry, {raw: 1795264826.6443377})
-    (entry,) = RetrySet(conn, settings=settings)
+    store.add("retry", raw, 1795264826.6443377)
+    (entry,) = RetrySet(settings=store.settings)
     assert (entry.created_at, entry.failed_at) == (1795264797.802, 1795264807.644)
     assert entry.at.timestamp() == pytest.approx(1795264826.6443377)
 
 
-def test_retry_now_racing_the_poller_enqueues_each_job_once(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_retry_now_racing_the_poller_enqueues_each_job_once(store: Store) -> None:
     jobs = [failed_job() for _ in range(300)]
-    conn.zadd(keys.retry, {payload.dumps(j): payload.now() - 1 for j in jobs})  # all due
-    entries = list(RetrySet(conn, settings=settings))
-    poller = Poller(RedisBroker(settings, conn), Chain(), settings.scheduled_poll_interval)
+    for job in jobs:
+        store.add("retry", job, payload.now() - 1)  # all due
+    entries = list(RetrySet(settings=store.settings))
+    broker = open_broker(store.settings)
+    poller = Poller(broker, Chain(), store.settings.scheduled_poll_interval)
     start = threading.Barrier(3)
     outcomes: list[bool] = []
     polled: list[int] = []
@@ -257,7 +253,7 @@ def test_retry_now_racing_the_poller_enqueues_each_job_once(conn: redis.Redis, s
 
     def poll() -> None:
         start.wait()
-        while RetrySet(conn, settings=settings).size:
+        while RetrySet(settings=store.settings).size:
             polled.append(poller.enqueue())
 
     threads = [
@@ -269,18 +265,22 @@ def test_retry_now_racing_the_poller_enqueues_each_job_once(conn: redis.Redis, s
         thread.start()
     for thread in threads:
         thread.join(30)
+    broker.close()
 
-    pushed = queued(conn, keys)
+    pushed = store.queued()
     assert sorted(j["jid"] for j in pushed) == sorted(j["jid"] for j in jobs)
     assert sum(outcomes) + sum(polled) == 300
-    assert RetrySet(conn, settings=settings).size == 0
+    assert RetrySet(settings=store.settings).size == 0
 
 
-def test_a_stale_entry_is_not_enqueued_again(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
-    conn.zadd(keys.schedule, {payload.dumps(sidekiq_job()): payload.now() - 1})
-    (entry,) = ScheduledSet(conn, settings=settings)
-    assert Poller(RedisBroker(settings, conn), Chain(), 1).enqueue() == 1
+def test_a_stale_entry_is_not_enqueued_again(store: Store) -> None:
+    store.add("schedule", sidekiq_job(), payload.now() - 1)
+    (entry,) = ScheduledSet(settings=store.settings)
+    broker = open_broker(store.settings)
+    try:
+        assert Poller(broker, Chain(), 1).enqueue() == 1
+    finally:
+        broker.close()
     assert (entry.add_to_queue(), entry.retry(), entry.kill(), entry.delete()) == (False, False, False, False)
-    assert Queue("default", conn, settings=settings).size == 1
-    assert DeadSet(conn, settings=settings).size == 0
+    assert Queue("default", settings=store.settings).size == 1
+    assert DeadSet(settings=store.settings).size == 0

@@ -14,7 +14,8 @@ import asynctask.client
 from asynctask import Client, Settings, payload
 from asynctask.api import Queue, Stats
 from asynctask.keys import Keys
-from tests.api.conftest import sidekiq_job, write_process
+from tests.api.conftest import sidekiq_job
+from tests.api.stores import Store, write_process
 from tests.conftest import REDIS_URL
 
 
@@ -38,23 +39,23 @@ def counting() -> Iterator[redis.Redis]:
     client.close()
 
 
-def test_stats_reads_every_number(conn: redis.Redis, settings: Settings, client: Client) -> None:
-    keys = Keys(settings.namespace)
-    conn.set(keys.stat_processed, 1234)
-    conn.set(keys.stat_failed, 56)
-    client.push({"class": "HardJob", "args": [1]})
-    client.push({"class": "HardJob", "args": [2], "queue": "critical"})
-    client.push({"class": "HardJob", "args": [3], "queue": "critical"})
-    client.push({"class": "HardJob", "args": [4], "at": payload.now() + 3600})
-    # The oldest job of "default" (the list's tail) was enqueued 30 s ago.
-    conn.rpush(keys.queue("default"), payload.dumps(sidekiq_job(enqueued_at=payload.now() - 30)))
-    conn.zadd(keys.retry, {payload.dumps(sidekiq_job()): payload.now() + 20})
-    conn.zadd(keys.dead, {payload.dumps(sidekiq_job(args=[n])): payload.now() for n in range(2)})
-    write_process(conn, keys, "vm:1:aaaaaaaaaaaa", busy=2)
-    write_process(conn, keys, "vm:2:bbbbbbbbbbbb", busy=3)
-    conn.sadd(keys.processes, "vm:3:deaddeaddead")  # its hash expired: not a live process
+def test_stats_reads_every_number(store: Store) -> None:
+    store.set_stat("processed", 1234)
+    store.set_stat("failed", 56)
+    # The oldest job of "default" was enqueued 30 s ago.
+    store.push(sidekiq_job(enqueued_at=payload.now() - 30))
+    store.push(sidekiq_job(args=[1]))
+    store.push(sidekiq_job(args=[2], queue="critical"), "critical")
+    store.push(sidekiq_job(args=[3], queue="critical"), "critical")
+    store.add("schedule", sidekiq_job(args=[4]), payload.now() + 3600)
+    store.add("retry", sidekiq_job(), payload.now() + 20)
+    for n in range(2):
+        store.add("dead", sidekiq_job(args=[n]), payload.now())
+    store.process("vm:1:aaaaaaaaaaaa", busy=2)
+    store.process("vm:2:bbbbbbbbbbbb", busy=3)
+    store.process("vm:3:deaddeaddead", busy=4, alive=False)
 
-    stats = Stats(conn, settings=settings)
+    stats = Stats(settings=store.settings)
 
     assert (stats.processed, stats.failed) == (1234, 56)
     assert (stats.scheduled_size, stats.retry_size, stats.dead_size) == (1, 1, 2)
@@ -65,18 +66,18 @@ def test_stats_reads_every_number(conn: redis.Redis, settings: Settings, client:
     assert 29 < stats.default_queue_latency < 40
 
 
-def test_stats_of_an_empty_namespace(conn: redis.Redis, settings: Settings) -> None:
-    stats = Stats(conn, settings=settings)
+def test_stats_of_an_empty_store(store: Store) -> None:
+    stats = Stats(settings=store.settings)
     assert (stats.processed, stats.failed, stats.enqueued) == (0, 0, 0)
     assert (stats.processes_size, stats.workers_size) == (0, 0)
     assert stats.queues == {}
     assert stats.default_queue_latency == 0.0
 
 
-def test_stats_is_a_snapshot_until_refreshed(conn: redis.Redis, settings: Settings, client: Client) -> None:
-    stats = Stats(conn, settings=settings)
+def test_stats_is_a_snapshot_until_refreshed(store: Store) -> None:
+    stats = Stats(settings=store.settings)
     assert stats.enqueued == 0
-    client.push({"class": "HardJob", "args": []})
+    store.push(sidekiq_job())
     assert stats.enqueued == 0
     assert stats.refresh().enqueued == 1
 
@@ -102,11 +103,10 @@ def test_stats_round_trips_do_not_grow_with_queues(
     assert round_trips() == few == 2
 
 
-def test_default_queue_latency_reads_sidekiq8_milliseconds(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_default_queue_latency_reads_sidekiq8_milliseconds(store: Store) -> None:
     ms = int((payload.now() - 10) * 1000)
-    conn.lpush(keys.queue("default"), payload.dumps(sidekiq_job(created_at=ms, enqueued_at=ms)))
-    assert 9 < Stats(conn, settings=settings).default_queue_latency < 20
+    store.push(sidekiq_job(created_at=ms, enqueued_at=ms))
+    assert 9 < Stats(settings=store.settings).default_queue_latency < 20
 
 
 def test_default_queue_latency_ignores_an_unreadable_tail(conn: redis.Redis, settings: Settings) -> None:
@@ -114,36 +114,32 @@ def test_default_queue_latency_ignores_an_unreadable_tail(conn: redis.Redis, set
     assert Stats(conn, settings=settings).default_queue_latency == 0.0
 
 
-def test_history_reads_daily_keys_newest_first(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_history_reads_daily_counts_newest_first(store: Store) -> None:
     today = datetime.now(UTC)
-    conn.set(f"{settings.namespace}:stat:processed:{today:%Y-%m-%d}", 7)
-    conn.set(keys.stat_failed_day(today), 2)
-    two_days_ago = today - timedelta(days=2)
-    conn.set(keys.stat_processed_day(two_days_ago), 40)
+    store.set_stat(f"processed:{today:%Y-%m-%d}", 7)
+    store.set_stat(f"failed:{today:%Y-%m-%d}", 2)
+    store.set_stat(f"processed:{today - timedelta(days=2):%Y-%m-%d}", 40)
 
-    history = Stats(conn, settings=settings).history(3)
+    history = Stats(settings=store.settings).history(3)
 
     assert list(history.processed) == [today.date() - timedelta(days=n) for n in range(3)]
     assert list(history.processed.values()) == [7, 0, 40]
     assert list(history.failed.values()) == [2, 0, 0]
 
 
-def test_history_from_a_given_day(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_history_from_a_given_day(store: Store) -> None:
     day = date(2026, 1, 1)
-    conn.set(keys.stat_processed_day(datetime(2025, 12, 31, tzinfo=UTC)), 5)
-    history = Stats(conn, settings=settings).history(2, start=day)
+    store.set_stat("processed:2025-12-31", 5)
+    history = Stats(settings=store.settings).history(2, start=day)
     assert history.processed == {date(2026, 1, 1): 0, date(2025, 12, 31): 5}
     with pytest.raises(ValueError):
-        Stats(conn, settings=settings).history(0)
+        Stats(settings=store.settings).history(0)
 
 
-def test_reset_zeroes_the_lifetime_counters(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
-    conn.set(keys.stat_processed, 10)
-    conn.set(keys.stat_failed, 3)
-    stats = Stats(conn, settings=settings)
+def test_reset_zeroes_the_lifetime_counters(store: Store) -> None:
+    store.set_stat("processed", 10)
+    store.set_stat("failed", 3)
+    stats = Stats(settings=store.settings)
     stats.reset("failed")
     assert (stats.processed, stats.failed) == (10, 0)
     stats.reset()
@@ -168,9 +164,9 @@ def test_namespaces_are_kept_apart(conn: redis.Redis, settings: Settings, client
 
 
 def test_without_arguments_the_default_client_is_used(
-    conn: redis.Redis, settings: Settings, client: Client, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(asynctask.client, "_default", client)
-    client.push({"class": "HardJob", "args": []})
+    monkeypatch.setattr(asynctask.client, "_default", store_client)
+    store_client.push({"class": "HardJob", "args": []})
     assert Stats().queues == {"default": 1}
     assert Queue().size == 1

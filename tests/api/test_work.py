@@ -12,7 +12,8 @@ from asynctask import Client, QueueSpec, Registry, Settings, job, payload
 from asynctask.api import WorkSet
 from asynctask.keys import Keys
 from asynctask.worker import Worker
-from tests.api.conftest import sidekiq_job, write_process
+from tests.api.conftest import sidekiq_job
+from tests.api.stores import Store, write_process
 from tests.conftest import wait_until
 
 
@@ -24,11 +25,7 @@ def work_value(job_dict: payload.JobDict, run_at: int, queue: str = "default") -
 
 
 def test_a_sleeping_job_is_shown(
-    conn: redis.Redis,
-    settings: Settings,
-    client: Client,
-    registry: Registry,
-    start_worker: Callable[..., Worker],
+    store: Store, store_client: Client, registry: Registry, start_store_worker: Callable[..., Worker]
 ) -> None:
     release = threading.Event()
 
@@ -36,10 +33,10 @@ def test_a_sleeping_job_is_shown(
     def sleep_job(seconds: float) -> None:
         release.wait(seconds)
 
-    worker = start_worker(queues=(QueueSpec("slow"),))
-    work = WorkSet(conn, settings=settings)
+    worker = start_store_worker(queues=(QueueSpec("slow"),))
+    work = WorkSet(settings=store.settings)
     started = payload.now()
-    jid = client.push({"class": "SleepJob", "args": [30], "queue": "slow"})
+    jid = store_client.push({"class": "SleepJob", "args": [30], "queue": "slow"})
     try:
         (busy,) = wait_until(lambda: list(work), timeout=10)
         assert (busy.identity, busy.queue, busy.jid) == (worker.identity, "slow", jid)
@@ -78,20 +75,22 @@ def test_sidekiq_641_workers_hash_is_read_when_work_is_absent(conn: redis.Redis,
     assert WorkSet(conn, settings=settings).size == 2
 
 
-def test_unreadable_work_entries_are_listed(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
-    identity = "vm:1:aaaaaaaaaaaa"
-    write_process(conn, keys, identity, busy=3)
-    conn.hset(
-        keys.work(identity),
-        mapping={
+def test_unreadable_work_entries_are_listed(store: Store) -> None:
+    store.process(
+        "vm:1:aaaaaaaaaaaa",
+        busy=3,
+        work={
             "a": "{nope",
             "b": json.dumps({"queue": "default", "payload": "not a job", "run_at": 5}),
             # Sidekiq < 6.0 stored the payload as an object.
             "c": json.dumps({"queue": "default", "payload": sidekiq_job(jid="c" * 24), "run_at": 7}),
         },
     )
-    works = {w.thread_id: w for w in WorkSet(conn, settings=settings)}
+    # A process whose heartbeat expired: what it last ran is not running now.
+    store.process("vm:3:deaddeaddead", busy=1, work={"z": work_value(sidekiq_job(), 1795264700)}, alive=False)
+    works = {w.thread_id: w for w in WorkSet(settings=store.settings)}
+    assert sorted(works) == ["a", "b", "c"]
+    assert WorkSet(settings=store.settings).size == 3
     assert works["a"].job.item is None and works["a"].run_at is None and works["a"].queue == ""
     assert works["b"].job.error is not None and works["b"].run_at == 5
     assert works["c"].jid == "c" * 24 and works["c"].job.valid

@@ -1,0 +1,418 @@
+"""The read model's primitives on Redis: Sidekiq's lists, sorted sets and process hashes.
+
+Ruby and Python processes share these keys, so everything here reads what either wrote.
+Moves out of a sorted set ZREM the exact member inside a script and act only if the ZREM
+removed it; the worker's poller moves due entries by the same rule (the ``enqueue_due``
+script), so an entry is moved once, never twice, and a stale one is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from datetime import UTC, date, datetime
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from asynctask import payload
+from asynctask.api.backend import (
+    Move,
+    ProcessRecord,
+    ReadBackend,
+    Scored,
+    SetName,
+    Snapshot,
+    Stored,
+    WorkEntry,
+)
+from asynctask.brokers.redis.scripts import Scripts
+from asynctask.errors import PayloadError
+from asynctask.keys import Keys
+from asynctask.settings import Settings
+
+#: The process hash fields read for each process, in this order.
+FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
+#: Seconds a signal waits in ``<identity>-signals`` for the process's next heartbeat.
+SIGNAL_TTL = 60
+#: Jobs or entries read per round trip by the scans that look for a jid or a text.
+SCAN_PAGE = 100
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+# KEYS[1]  the set holding the entries (schedule, retry or dead)
+# KEYS[2]  dead
+# ARGV[1]  now (the entries' new score)
+# ARGV[2]  entries scored at or below this are older than dead_timeout and are trimmed
+# ARGV[3]  ZREMRANGEBYRANK stop, -(dead_max_jobs + 1): keeps the newest dead_max_jobs
+# ARGV[4]… the members, byte for byte as stored
+# An entry that is gone from KEYS[1] (moved by the poller or another caller) is skipped, so
+# it is neither added twice nor resurrected. Returns the number of entries moved.
+KILL = """
+local moved = 0
+for i = 4, #ARGV do
+  if redis.call("zrem", KEYS[1], ARGV[i]) == 1 then
+    redis.call("zadd", KEYS[2], ARGV[1], ARGV[i])
+    moved = moved + 1
+  end
+end
+if moved > 0 then
+  redis.call("zremrangebyscore", KEYS[2], "-inf", ARGV[2])
+  redis.call("zremrangebyrank", KEYS[2], 0, tonumber(ARGV[3]))
+end
+return moved
+"""
+
+# The next page of a sorted set in descending order, after the previous page.
+# KEYS[1]  the set
+# ARGV[1]  page size
+# ARGV[2]  the previous page's lowest score ("+inf" for the first page)
+# ARGV[3]… the previous page's members, the last one yielded first
+# Continuing from the rank of the last member that is still there makes the next page right
+# whatever was added or removed elsewhere meanwhile. If the whole previous page is gone (a
+# caller deleting each entry it sees), the page continues at its lowest score, inclusive:
+# entries of earlier pages with exactly that score, if any survived, are then seen again.
+PAGE = """
+local n = tonumber(ARGV[1])
+for i = 3, #ARGV do
+  local rank = redis.call("zrevrank", KEYS[1], ARGV[i])
+  if rank then
+    return redis.call("zrange", KEYS[1], rank + 1, rank + n, "REV", "WITHSCORES")
+  end
+end
+return redis.call("zrange", KEYS[1], ARGV[2], "-inf", "BYSCORE", "REV", "LIMIT", 0, n, "WITHSCORES")
+"""
+
+
+class RedisReader(ReadBackend):
+    def __init__(self, connection: redis.Redis, keys: Keys, settings: Settings) -> None:
+        self.redis = connection
+        self.keys = keys
+        self.settings = settings
+        # Registering a script costs no round trip; the poller's script moves entries to
+        # queues so that "retry now" and the poller follow one rule.
+        self._kill: Script = connection.register_script(KILL)
+        self._page: Script = connection.register_script(PAGE)
+        self._enqueue: Script = Scripts(connection).enqueue_due
+
+    # Queues: ``queue:<name>`` lists. Producers LPUSH to the head, workers take from the tail.
+
+    def queue_key(self, name: str) -> str:
+        return self.keys.queue(name)
+
+    def queue_names(self) -> list[str]:
+        return sorted(as_text(m) for m in self.redis.smembers(self.keys.queues))
+
+    def queue_size(self, name: str) -> int:
+        return int(self.redis.llen(self.keys.queue(name)))
+
+    def queue_latency(self, name: str) -> float:
+        return payload_latency(self.redis.lindex(self.keys.queue(name), -1))
+
+    def queue_rows(self, name: str, page_size: int) -> Iterator[Stored]:
+        # The list changes under the cursor while jobs are deleted, pushed or fetched. As in
+        # Sidekiq, each page's start is corrected by how much the list shrank or grew; on top
+        # of that a job yielded by the previous page is skipped, so that fetches from the tail
+        # while iterating (which shift nothing at the head) do not yield a job twice.
+        key = self.keys.queue(name)
+        initial = self.queue_size(name)
+        page = 0
+        shift = 0
+        previous: set[bytes] = set()
+        while True:
+            start = max(0, page * page_size - shift)
+            rows = [as_bytes(row) for row in self.redis.lrange(key, start, start + page_size - 1)]
+            if not rows:
+                return
+            page += 1
+            yield from (Stored(raw) for raw in rows if raw not in previous)
+            previous = set(rows)
+            shift = initial - self.queue_size(name)
+
+    def queue_candidates(self, name: str, jid: str) -> Iterator[Stored]:
+        # A scan of the whole list (O(n), as in Sidekiq); matching the bytes first avoids
+        # decoding every job of a long queue.
+        needle = jid.encode()
+        return (row for row in self.queue_rows(name, SCAN_PAGE) if needle in row.raw)
+
+    def queue_delete(self, name: str, job: Stored) -> bool:
+        # redis-py's annotation says str; bytes go to Redis unchanged, which is the point here.
+        return int(self.redis.lrem(self.keys.queue(name), 1, job.raw)) > 0  # type: ignore[arg-type]
+
+    def queue_clear(self, name: str) -> int:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.llen(self.keys.queue(name))
+        pipe.unlink(self.keys.queue(name))
+        pipe.srem(self.keys.queues, name)
+        return int(pipe.execute()[0])
+
+    # Sets: the ``schedule``, ``retry`` and ``dead`` sorted sets.
+
+    def set_key(self, name: SetName) -> str:
+        return {"schedule": self.keys.schedule, "retry": self.keys.retry, "dead": self.keys.dead}[name]
+
+    def set_size(self, name: SetName) -> int:
+        return int(self.redis.zcard(self.set_key(name)))
+
+    def set_rows(self, name: SetName, page_size: int) -> Iterator[Scored]:
+        key = self.set_key(name)
+        lowest = "+inf"
+        previous: list[bytes] = []
+        while True:
+            flat = self._page(keys=[key], args=[page_size, lowest, *reversed(previous)])
+            rows = [Scored(as_bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+            if not rows:
+                return
+            yield from rows
+            lowest = repr(rows[-1].score)
+            previous = [row.raw for row in rows]
+
+    def set_page(self, name: SetName, start: int, count: int) -> list[Scored]:
+        return _scored(self.redis.zrange(self.set_key(name), start, start + count - 1, withscores=True))
+
+    def set_scan(self, name: SetName, text: str) -> Iterator[Scored]:
+        pattern = "*" + _GLOB_SPECIAL.sub(r"\\\1", text) + "*"
+        for raw, score in self.redis.zscan_iter(self.set_key(name), match=pattern, count=SCAN_PAGE):
+            yield Scored(as_bytes(raw), float(score))
+
+    def set_candidates(self, name: SetName, jid: str) -> Iterator[Scored]:
+        return self.set_scan(name, jid)
+
+    def set_range(self, name: SetName, low: float, high: float) -> list[Scored]:
+        rows = self.redis.zrange(
+            self.set_key(name), repr(float(low)), repr(float(high)), byscore=True, withscores=True
+        )
+        return _scored(rows)
+
+    def set_delete(self, name: SetName, entry: Scored) -> bool:
+        return int(self.redis.zrem(self.set_key(name), entry.raw)) > 0
+
+    def set_clear(self, name: SetName) -> int:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zcard(self.set_key(name))
+        pipe.unlink(self.set_key(name))
+        return int(pipe.execute()[0])
+
+    def set_enqueue(self, name: SetName, moves: Sequence[Move], now: float) -> int:
+        if not moves:
+            return 0
+        keys = [self.set_key(name), self.keys.queues, *(self.keys.queue(m.queue) for m in moves)]
+        pairs: list[bytes | str] = []
+        for move in moves:
+            pairs += (move.entry.raw, move.replacement)
+        return int(self._enqueue(keys=keys, args=[*pairs, *(m.queue for m in moves)]))
+
+    def set_kill(self, name: SetName, entries: Sequence[Scored], now: float) -> int:
+        if not entries:
+            return 0
+        s = self.settings
+        return int(
+            self._kill(
+                keys=[self.set_key(name), self.keys.dead],
+                args=[
+                    repr(now),
+                    repr(now - s.dead_timeout),
+                    -(s.dead_max_jobs + 1),
+                    *(e.raw for e in entries),
+                ],
+            )
+        )
+
+    def dead_add(self, encoded: bytes | str, now: float) -> None:
+        s = self.settings
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.keys.dead, {as_bytes(encoded): now})
+        pipe.zremrangebyscore(self.keys.dead, "-inf", now - s.dead_timeout)
+        pipe.zremrangebyrank(self.keys.dead, 0, -(s.dead_max_jobs + 1))
+        pipe.execute()
+
+    # Processes: members of ``processes`` whose ``<identity>`` hash has not expired.
+
+    def processes(self) -> list[ProcessRecord]:
+        """One SMEMBERS, then one pipelined HMGET per member.
+
+        Members whose hash expired (a process that died without leaving the set) are removed
+        on the way, as Sidekiq's ``ProcessSet`` does.
+        """
+        return self._read_processes()[0]
+
+    def _read_processes(self) -> tuple[list[ProcessRecord], list[str]]:
+        identities = self._members()
+        if not identities:
+            return [], []
+        pipe = self.redis.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hmget(self.keys.process(identity), FIELDS)
+        live: list[ProcessRecord] = []
+        stale: list[str] = []
+        for identity, values in zip(identities, pipe.execute(), strict=True):
+            if values[0] is None:
+                stale.append(identity)
+            else:
+                live.append(_process(identity, values))
+        if stale:
+            self.redis.srem(self.keys.processes, *stale)
+        return live, stale
+
+    def _members(self) -> list[str]:
+        return sorted(as_text(m) for m in self.redis.smembers(self.keys.processes))
+
+    def process(self, identity: str) -> ProcessRecord | None:
+        values = self.redis.hmget(self.keys.process(identity), FIELDS)
+        return None if values[0] is None else _process(identity, list(values))
+
+    def signal(self, identity: str, name: str) -> None:
+        key = self.keys.signals(identity)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.lpush(key, name)
+        pipe.expire(key, SIGNAL_TTL)
+        pipe.execute()
+
+    def cleanup_processes(self) -> int:
+        return len(self._read_processes()[1])
+
+    def work(self) -> list[WorkEntry]:
+        """Three round trips at most: members, each ``:work``, then ``:workers`` where ``:work``
+        is empty (Sidekiq <= 6.4.1 writes only that; AsyncTask writes both)."""
+        identities = self._members()
+        if not identities:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for identity in identities:
+            pipe.exists(self.keys.process(identity))
+            pipe.hgetall(self.keys.work(identity))
+        replies = pipe.execute()
+        hashes: dict[str, dict[Any, Any]] = {}
+        for index, identity in enumerate(identities):
+            # A member whose process hash expired is a dead process; its threads are not busy.
+            if replies[2 * index]:
+                hashes[identity] = replies[2 * index + 1]
+        old_style = [identity for identity, threads in hashes.items() if not threads]
+        if old_style:
+            pipe = self.redis.pipeline(transaction=False)
+            for identity in old_style:
+                pipe.hgetall(self.keys.workers(identity))
+            hashes.update(zip(old_style, pipe.execute(), strict=True))
+        return [
+            WorkEntry(identity, as_text(tid), value)
+            for identity, threads in hashes.items()
+            for tid, value in threads.items()
+        ]
+
+    def busy(self) -> int:
+        identities = self._members()
+        if not identities:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hget(self.keys.process(identity), "busy")
+        return sum(_int(busy) for busy in pipe.execute() if busy is not None)
+
+    # Counters: ``stat:processed``, ``stat:failed`` and their daily keys.
+
+    def stats(self, default_queue: str) -> Snapshot:
+        """Two pipelined round trips whatever the number of queues and processes: first the
+        counters, set sizes and the members of ``queues`` and ``processes``, then every
+        queue's length and every process's ``busy``."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(k.stat_processed)
+        pipe.get(k.stat_failed)
+        pipe.zcard(k.schedule)
+        pipe.zcard(k.retry)
+        pipe.zcard(k.dead)
+        pipe.smembers(k.processes)
+        pipe.smembers(k.queues)
+        pipe.lindex(k.queue(default_queue), -1)
+        processed, failed, scheduled, retries, dead, members, queue_members, oldest = pipe.execute()
+        identities = sorted(as_text(m) for m in members)
+        names = sorted(as_text(m) for m in queue_members)
+        replies: list[Any] = []
+        if names or identities:
+            pipe = self.redis.pipeline(transaction=False)
+            for name in names:
+                pipe.llen(k.queue(name))
+            for identity in identities:
+                # The process hash expires 60 s after its last beat: no hash, no process.
+                pipe.hget(k.process(identity), "busy")
+            replies = pipe.execute()
+        sizes = [int(size) for size in replies[: len(names)]]
+        busy = [_int(b) for b in replies[len(names) :] if b is not None]
+        return Snapshot(
+            processed=_int(processed),
+            failed=_int(failed),
+            scheduled_size=int(scheduled),
+            retry_size=int(retries),
+            dead_size=int(dead),
+            processes_size=len(busy),
+            workers_size=sum(busy),
+            default_queue_latency=payload_latency(oldest),
+            queues=dict(sorted(zip(names, sizes, strict=True), key=lambda item: (-item[1], item[0]))),
+        )
+
+    def reset_stats(self, names: Sequence[str]) -> None:
+        k = self.keys
+        self.redis.mset({k.stat_processed if n == "processed" else k.stat_failed: 0 for n in names})
+
+    def history(self, days: Sequence[date]) -> tuple[list[int], list[int]]:
+        moments = [datetime(d.year, d.month, d.day, tzinfo=UTC) for d in days]
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.mget([self.keys.stat_processed_day(m) for m in moments])
+        pipe.mget([self.keys.stat_failed_day(m) for m in moments])
+        processed, failed = pipe.execute()
+        return [_int(v) for v in processed], [_int(v) for v in failed]
+
+
+def payload_latency(raw: bytes | str | None) -> float:
+    """Seconds the job ``raw`` (a queue's tail) has waited since its ``enqueued_at``; 0 without one."""
+    if raw is None:
+        return 0.0
+    try:
+        job: dict[str, Any] | None = payload.loads(raw)
+    except PayloadError as exc:
+        # A job that is not runnable (no class, say) still says when it was enqueued.
+        job = exc.job
+    enqueued_at = payload.timestamp(job.get("enqueued_at")) if job is not None else None
+    return max(0.0, payload.now() - enqueued_at) if enqueued_at else 0.0
+
+
+def _process(identity: str, values: list[Any]) -> ProcessRecord:
+    info, busy, beat, quiet, rss, rtt_us = values
+    return ProcessRecord(
+        identity=identity,
+        info=as_text(info),
+        busy=_int(busy),
+        beat=_float(beat),
+        quiet=quiet is not None and as_text(quiet) == "true",
+        rss=_int(rss),
+        rtt_us=_int(rtt_us),
+    )
+
+
+def _scored(rows: Any) -> list[Scored]:
+    """ZRANGE ... WITHSCORES replies, whatever redis-py's union type says they are."""
+    return [Scored(as_bytes(raw), float(score)) for raw, score in rows]
+
+
+def as_bytes(value: bytes | str) -> bytes:
+    """Replies are bytes unless the caller's connection was made with ``decode_responses=True``."""
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def as_text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
