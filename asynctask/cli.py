@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asynctask", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    worker = commands.add_parser("worker", help="run jobs from Redis queues")
+    worker = commands.add_parser("worker", help="run jobs from the broker's queues")
     _connection_options(worker)
     worker.add_argument(
         "-r",
@@ -126,10 +126,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     api.add_argument("--access-log", action="store_true", help="log every request to stderr")
     api.set_defaults(run=_run_api)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a worker, the API and a sample task on a local SQLite file (no server needed)",
+    )
+    demo.add_argument(
+        "--dir", default="asynctask-demo", help="folder for the database and logs (default ./asynctask-demo)"
+    )
+    demo.add_argument("--port", type=int, default=8000, help="the API's port, another if busy (default 8000)")
+    demo.add_argument("--items", type=int, default=3000, help="rows in the sample task (default 3000)")
+    demo.add_argument("--no-wait", action="store_true", help="stop everything after the summary")
+    demo.set_defaults(run=_run_demo)
     return parser
 
 
+def _run_demo(args: argparse.Namespace) -> int:
+    from asynctask.demo.cli import run_demo
+
+    return run_demo(args.dir, port=args.port, items=args.items, wait=not args.no_wait)
+
+
 def _connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        help="where jobs live: redis://, sqlite:/// or postgresql:// (env ASYNCTASK_BROKER_URL; "
+        "default: the Redis URL if set, else the tracking database)",
+    )
     parser.add_argument("--redis", metavar="URL", help="Redis URL (env ASYNCTASK_REDIS_URL, then REDIS_URL)")
     parser.add_argument(
         "--namespace", help="key prefix as redis-namespace writes it (env ASYNCTASK_NAMESPACE)"
@@ -146,7 +170,7 @@ def _database_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
-    return Settings.from_env(redis_url=args.redis, namespace=args.namespace, **extra)
+    return Settings.from_env(broker_url=args.broker, redis_url=args.redis, namespace=args.namespace, **extra)
 
 
 def _run_worker(args: argparse.Namespace) -> int:

@@ -1,0 +1,274 @@
+"""``asynctask demo`` as a person runs it, on a machine where no Redis or PostgreSQL answers: every
+server URL in its environment points at a closed port, and the demo must not care."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from asynctask.demo import jobs
+from asynctask.demo.cli import child_environment
+from asynctask.demo.progress import ProgressLine
+from tests.conftest import wait_until
+
+#: Where a demo that read its environment would go, and find nothing listening.
+NOWHERE = {
+    "REDIS_URL": "redis://127.0.0.1:1/0",
+    "ASYNCTASK_REDIS_URL": "redis://127.0.0.1:1/0",
+    "ASYNCTASK_BROKER_URL": "redis://127.0.0.1:1/0",
+    "ASYNCTASK_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/nowhere",
+}
+#: Seconds the sample task may take on a busy 2-core machine (retries wait up to 10 s).
+RUN_TIMEOUT = 180
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Demo:
+    """A running ``asynctask demo`` and everything it printed so far."""
+
+    def __init__(self, cwd: Path, *args: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "asynctask", "demo", *args],
+            cwd=cwd,
+            env={**env, **NOWHERE},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str) -> re.Match[str]:
+        def seen() -> re.Match[str] | None:
+            found = re.search(pattern, self.output, re.MULTILINE)
+            if found is None and self.process.poll() is not None:
+                self.reader.join(5)
+                found = re.search(pattern, self.output, re.MULTILINE)
+                assert found, (
+                    f"the demo exited ({self.process.returncode}) without {pattern!r}:\n{self.output}"
+                )
+            return found
+
+        try:
+            return wait_until(seen, RUN_TIMEOUT, interval=0.1)  # type: ignore[no-any-return]
+        except AssertionError:
+            raise AssertionError(f"no {pattern!r} in the demo's output:\n{self.output}") from None
+
+    def exit_code(self, timeout: float) -> int:
+        code = self.process.wait(timeout)
+        self.reader.join(5)
+        return code
+
+    def close(self) -> None:
+        """Kill what a failed test left running, and close the pipe."""
+        if self.process.poll() is None:
+            for child in psutil.Process(self.process.pid).children(recursive=True):
+                child.kill()
+            self.process.kill()
+            self.process.wait()
+        self.reader.join(5)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+@pytest.fixture
+def demos() -> Iterator[list[Demo]]:
+    started: list[Demo] = []
+    yield started
+    for demo in started:
+        demo.close()
+
+
+def summary(demo: Demo) -> dict[str, int]:
+    finished = demo.wait_for(r"^  finished +(\d+)  \((\d+) of them after a retry\)$")
+    failed = demo.wait_for(r"^  failed +(\d+)  ")
+    error = demo.wait_for(r"^  error +(\d+)  ")
+    return {
+        "finish": int(finished[1]),
+        "retried": int(finished[2]),
+        "failed": int(failed[1]),
+        "error": int(error[1]),
+    }
+
+
+def get(port: int, path: str, token: str | None = None) -> tuple[int, str, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    connection.request("GET", path, headers=headers)
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    return response.status, response.getheader("Content-Type", ""), body
+
+
+def gone(process: psutil.Process) -> bool:
+    # An orphan whose new parent does not reap it (PID 1 of a container) stays a zombie: it
+    # runs nothing any more.
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_demo_runs_without_servers_and_stops_on_ctrl_c(tmp_path: Path, demos: list[Demo]) -> None:
+    port = free_port()
+    demo = Demo(tmp_path, "--dir", str(tmp_path / "here"), "--port", str(port), "--items", "600")
+    demos.append(demo)
+    # 600 rows in chunks of 10 are 60 jobs. Rows 42, 142, ... 542 have a negative price: 6
+    # failed jobs. Rows 155 and 455 have a category without a tax rate: 2 crashed jobs. Rows
+    # 77, 177, ... 577 time out on the first try: 6 jobs that finish after one retry.
+    assert summary(demo) == {"finish": 52, "retried": 6, "failed": 6, "error": 2}
+    assert re.search(r"^  failed SKU DEMO-000042: price must be positive, got -43\.99$", demo.output, re.M)
+    crash = r"^  error  LookupError: SKU DEMO-000155: no tax rate for category 'kitchen'$"
+    assert re.search(crash, demo.output, re.M)
+    page = demo.wait_for(r"^Example page: (http://127\.0\.0\.1:(\d+)/) ")
+    assert int(page[2]) == port
+    token = demo.wait_for(r'^API token \(tenant "demo"\): (atk_\S+)$')[1]
+    task_id = demo.wait_for(r"task ([A-Za-z0-9_-]+), 60 jobs of 10 rows")[1]
+    demo.wait_for(r"press Ctrl-C to stop them\.$")
+    assert (tmp_path / "here" / "demo.db").is_file()
+    assert "progress: " in demo.output, "not a terminal: plain progress lines"
+    assert "\r" not in demo.output
+
+    status, content_type, body = get(port, "/")
+    assert status == 200 and content_type.startswith("text/html") and b"<html" in body.lower()
+    status, _, body = get(port, f"/api/tasks/{task_id}", token)
+    assert status == 200
+    task: dict[str, Any] = json.loads(body)
+    assert task["status"] == "finished_with_errors"
+    assert (task["total"], task["done"]) == (60, 60)
+    assert {k: v for k, v in task["counts"].items() if v} == {"finish": 52, "failed": 6, "error": 2}
+    status, _, body = get(port, f"/api/tasks/{task_id}/events?status=finish&limit=100", token)
+    retried = [event for event in json.loads(body)["items"] if event["attempt"] > 1]
+    assert len(retried) == 6
+    assert all(any(row["supplier"] == "slowco" for row in event["params"][0]) for event in retried)
+
+    children = psutil.Process(demo.process.pid).children(recursive=True)
+    # The worker, the API's gunicorn master and its worker at least.
+    assert len(children) >= 3, children
+    remote_ports = {c.raddr.port for p in children for c in p.net_connections("inet") if c.raddr}
+    assert not remote_ports & {6379, 5432, 1}, "the demo talks to a server"
+    demo.process.send_signal(signal.SIGINT)
+    assert demo.exit_code(30) == 0, demo.output
+    wait_until(lambda: all(gone(child) for child in children), 10, interval=0.1)
+    assert "Traceback" not in demo.output
+    assert demo.lines[-1] == "Stopped."
+    logs = (tmp_path / "here" / "worker.log").read_text() + (tmp_path / "here" / "api.log").read_text()
+    assert "Traceback" not in logs
+    assert "127.0.0.1:1" not in logs
+
+
+def test_no_wait_exits_after_the_summary_and_moves_off_a_busy_port(tmp_path: Path, demos: list[Demo]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        demo = Demo(tmp_path, "--port", str(taken), "--items", "50", "--no-wait")
+        demos.append(demo)
+        moved = int(demo.wait_for(rf"^  port {taken} is busy; the API uses port (\d+) instead$")[1])
+        # Rows 0 to 49 in 5 jobs: only row 42 is planted, a negative price.
+        assert summary(demo) == {"finish": 4, "retried": 0, "failed": 1, "error": 0}
+        assert demo.exit_code(60) == 0, demo.output
+    assert re.search(rf"^Example page: http://127\.0\.0\.1:{moved}/ ", demo.output, re.M)
+    assert "Ctrl-C" not in demo.output and "Traceback" not in demo.output
+    # The default folder, in the working directory.
+    assert (tmp_path / "asynctask-demo" / "demo.db").is_file()
+
+
+def test_children_get_no_server_url_from_the_environment() -> None:
+    env = child_environment({**NOWHERE, "ASYNCTASK_QUEUES": "other", "PATH": "/bin", "HOME": "/home/x"})
+    assert env == {
+        "PATH": "/bin",
+        "HOME": "/home/x",
+        "ASYNCTASK_SCHEDULED_POLL_INTERVAL": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_sample_rows_fit_the_schema_and_plant_troubles_where_documented() -> None:
+    rows = jobs.sample_rows(600)
+    validator = jobs.demo_import_products.item_validator
+    assert validator is not None and all(validator.is_valid(row) for row in rows)
+    assert [i for i, row in enumerate(rows) if row["price"].startswith("-")] == list(range(42, 600, 100))
+    assert [i for i, row in enumerate(rows) if row["supplier"] == "slowco"] == list(range(77, 600, 100))
+    assert [i for i, row in enumerate(rows) if row["category"] == "kitchen"] == [155, 455]
+
+
+def task(status: str, done: int, counts: dict[str, int], eta: float | None = None) -> dict[str, Any]:
+    return {
+        "status": status,
+        "total": 300,
+        "done": done,
+        "progress": done / 300,
+        "counts": counts,
+        "eta_seconds": eta,
+    }
+
+
+def test_progress_on_a_terminal_redraws_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "150")
+    out = io.StringIO()
+    line = ProgressLine(out, tty=True)
+    line.show(task("running", 150, {"finish": 140, "failed": 10, "working": 7}, eta=4.2))
+    line.finish(task("finished", 300, {"finish": 290, "failed": 10}))
+    first, second = out.getvalue().split("\r")[1:]
+    assert " 50%  150/300 jobs  finish 140  failed 10  error 0  working 7" in first and "ETA 4s" in first
+    assert first.endswith("\x1b[K")
+    assert "100%  300/300 jobs  finish 290" in second and second.endswith("\x1b[K\n")
+    assert first.startswith("[" + "#" * 15 + "-" * 15 + "]")
+
+
+def test_progress_on_a_narrow_terminal_fits_its_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    line = ProgressLine(out, tty=True)
+    # 100 columns: a shorter bar, then every number. 60: no bar, the numbers cut at 59 characters.
+    for columns, start in ((100, "[#"), (60, " 50%  150/300 jobs")):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        line.show(task("running", 150, {"finish": 140, "failed": 10, "working": 7}))
+        drawn = out.getvalue().split("\r")[-1].removesuffix("\x1b[K")
+        assert drawn.startswith(start) and len(drawn) <= columns - 1
+    assert len(drawn) == 59
+
+
+def test_progress_elsewhere_prints_plain_lines_only_when_something_changed() -> None:
+    out = io.StringIO()
+    line = ProgressLine(out, tty=False)
+    line.show(task("pending", 0, {"enqueue": 300}))
+    line.show(task("pending", 0, {"enqueue": 300}))
+    line.finish(task("finished", 300, {"finish": 300}))
+    printed = out.getvalue().splitlines()
+    assert len(printed) == 2 and all(p.startswith("progress: ") for p in printed)
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
+    assert printed[1].startswith("progress: 100%  300/300 jobs  finish 300")
