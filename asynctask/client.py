@@ -44,6 +44,10 @@ class Client:
         self.middleware = client_chain if middleware is None else middleware
         self.registry = default_registry if registry is None else registry
 
+    def close(self) -> None:
+        """Close the broker's connections, if the client opened them."""
+        self.broker.close()
+
     @property
     def redis(self) -> redis.Redis:
         """The Redis connection of a Redis broker, for Sidekiq-level inspection."""

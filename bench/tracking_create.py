@@ -27,7 +27,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import Client, Settings, Tracking
-from asynctask.brokers.redis.push import Staging
+from asynctask.brokers.base import Staging
 from asynctask.tracking.database import create_database_engine
 from bench.redis_server import RedisServer
 from bench.tracked_jobs import tracked_noop_job

@@ -89,8 +89,9 @@ class Worker:
             self.shutdown()
 
     def start(self) -> None:
-        self.fetch.register()
+        # The heartbeat first: a process record is never listed without its description.
         self.heartbeat.beat()
+        self.fetch.register()
         queues = " ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
         logger.warning(
             "worker started",

@@ -104,7 +104,7 @@ def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
     tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
 ) -> None:
     task_id, (jid,) = make_task(tracking, registry, 1)
-    keys = tracking.client.broker.keys
+    keys = tracking.client.keys
     conn.xadd(keys.tracking_stream, {"s": 1, "d": "not json"})
     good = [
         status(jid, EventStatus.WORKING, "started").encode(),

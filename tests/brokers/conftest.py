@@ -1,0 +1,173 @@
+"""The broker suite's fixtures: every test runs once per backend (Redis, SQLite, PostgreSQL).
+
+``settings`` is parametrised here, so the suite's tests and the shared fixtures built on it
+(``start_worker`` in tests/conftest.py) run against a fresh key namespace in Redis, a fresh
+SQLite file, or a fresh PostgreSQL schema. Everything else goes through the public API.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asynctask import Client, Registry, Settings
+from asynctask.api.context import close_shared
+from asynctask.middleware import Chain
+from asynctask.tracking.migrate import upgrade
+from tests.conftest import REDIS_URL, fresh_postgres_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The job module the worker subprocesses load (-r).
+BROKER_JOBS = ROOT / "tests" / "jobs" / "broker_jobs.py"
+
+BACKENDS = ("redis", "sqlite", "postgresql")
+
+
+def fast_settings(**fields: Any) -> Settings:
+    """tests/conftest.py's fast timings: heartbeats, polls and shutdowns take seconds, not
+    minutes. A shorter idle fetch than there: every in-process worker's shutdown waits for its
+    threads' fetches to time out, which cost half a second per test and backend."""
+    return Settings(
+        concurrency=4,
+        timeout=5.0,
+        heartbeat_interval=0.5,
+        process_ttl=3,
+        scheduled_poll_interval=0.2,
+        fetch_timeout=0.2,
+        **fields,
+    )
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def settings(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    """Settings whose broker is empty and private to this test."""
+    if backend == "redis":
+        namespace = request.getfixturevalue("namespace")
+        # Tracking needs a database even on Redis: keep it out of the working directory.
+        tracking = f"sqlite:///{tmp_path / 'tracking.db'}"
+        yield fast_settings(redis_url=REDIS_URL, namespace=namespace, database_url=tracking)
+        return
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'broker.db'}"
+        upgrade(url)
+        yield fast_settings(broker_url=url)
+        close_shared()
+        return
+    with fresh_postgres_schema() as url:
+        upgrade(url)
+        yield fast_settings(broker_url=url)
+        # The read API keeps one pool per URL; each test's schema is a new URL.
+        close_shared()
+
+
+MakeClient = Callable[..., Client]
+
+
+@pytest.fixture
+def make_client(settings: Settings, registry: Registry) -> Iterator[MakeClient]:
+    """Clients on the test's broker (``settings`` fields can be overridden); closed afterwards,
+    so that a SQL client's connections do not outlive the test."""
+    made: list[Client] = []
+
+    def make(middleware: Chain[Any] | None = None, registry: Registry = registry, **overrides: Any) -> Client:
+        own = Settings(**{**settings.__dict__, **overrides})
+        made.append(Client(own, registry=registry, middleware=Chain() if middleware is None else middleware))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.broker.close()
+
+
+@pytest.fixture
+def client(make_client: MakeClient) -> Client:
+    return make_client()
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of an ``asynctask worker`` subprocess using the same broker as ``settings``.
+
+    Variables of the caller's environment that name another broker or database are dropped,
+    so a developer's shell cannot point a test's worker elsewhere.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_") and k != "REDIS_URL"}
+    if settings.uses_redis:
+        env |= {
+            "ASYNCTASK_REDIS_URL": settings.redis_url,
+            "ASYNCTASK_NAMESPACE": settings.namespace,
+            "ASYNCTASK_DATABASE_URL": settings.database_url,
+        }
+    else:
+        env["ASYNCTASK_BROKER_URL"] = settings.broker_url
+    env |= {
+        "ASYNCTASK_HEARTBEAT_INTERVAL": str(settings.heartbeat_interval),
+        "ASYNCTASK_PROCESS_TTL": str(settings.process_ttl),
+        "ASYNCTASK_SCHEDULED_POLL_INTERVAL": str(settings.scheduled_poll_interval),
+    }
+    return env | extra
+
+
+@dataclass(frozen=True)
+class Run:
+    """One line of the runs file written by tests/jobs/broker_jobs.py."""
+
+    event: str
+    jid: str
+    pid: int
+    at: float
+
+
+def read_runs(path: Path) -> list[Run]:
+    if not path.exists():
+        return []
+    runs = []
+    for line in path.read_text().splitlines():
+        event, jid, pid, at = line.split()
+        runs.append(Run(event, jid, int(pid), float(at)))
+    return runs
+
+
+SpawnWorker = Callable[..., "subprocess.Popen[bytes]"]
+
+
+@pytest.fixture
+def runs_file(tmp_path: Path) -> Path:
+    """Where the worker subprocesses' jobs record their runs."""
+    return tmp_path / "runs.txt"
+
+
+@pytest.fixture
+def spawn_worker(settings: Settings, runs_file: Path) -> Iterator[SpawnWorker]:
+    """Start ``python -m asynctask worker -r tests/jobs/broker_jobs.py`` subprocesses.
+
+    Each runs in its own session, so that killing its process group also ends any child it
+    started; those still running at teardown are killed.
+    """
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(concurrency: int = 5, timeout: float = 5.0) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "asynctask", "worker", "-r", str(BROKER_JOBS)]
+        command += ["-c", str(concurrency), "-t", str(timeout)]
+        env = worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file))
+        proc = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -1,0 +1,105 @@
+"""Task tracking on every broker: a task's jobs, its counts and its events follow the jobs the
+same way whether they live in Redis (transitions through the stream and a flusher) or in SQL
+(transitions applied in the job's own transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from asynctask import JobFailed, Registry, Settings, Tracking, current_job, job
+from asynctask.api import Queue
+from asynctask.job import JobDefinition
+from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
+from asynctask.tracking.database import create_database_engine
+from asynctask.tracking.migrate import upgrade
+from asynctask.tracking.models import Event, Task
+from asynctask.worker import Worker
+from tests.brokers.conftest import MakeClient
+from tests.conftest import wait_until
+from tests.tracking_fixtures import wait_for_task
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    if settings.uses_redis:
+        upgrade(settings.database_url)
+    created = create_database_engine(settings.database_url)
+    yield created
+    created.dispose()
+
+
+@pytest.fixture
+def tracking(make_client: MakeClient, engine: Engine) -> Tracking:
+    return Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
+
+
+@pytest.fixture
+def rows(registry: Registry) -> JobDefinition[Any]:
+    @job(registry=registry, retry=1)
+    def rows(chunk: list[int]) -> None:
+        first = chunk[0]
+        if first == 5:
+            raise JobFailed(f"row {first} breaks a rule")
+        if first == 10 and current_job().retry_count is None:
+            raise RuntimeError("flaky once")
+        if first == 15:
+            raise ValueError("always broken")
+        current_job().log(f"imported {len(chunk)} rows")
+
+    @rows.retry_in
+    def _soon(count: int, exc: BaseException, job: dict[str, Any]) -> float:
+        return 0.01
+
+    return rows
+
+
+def start_tracked(start_worker: Callable[..., Worker]) -> Worker:
+    # The flusher thread (Redis only; SQL applies transitions itself) starts with the worker.
+    return start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
+
+
+def test_a_task_runs_to_its_final_counts(
+    tracking: Tracking, rows: JobDefinition[Any], start_worker: Callable[..., Worker]
+) -> None:
+    task = tracking.create_task(rows, range(25), chunk_size=5)
+    assert (task.total, task.counts["enqueue"]) == (5, 5)
+    start_tracked(start_worker)
+    # The flaky job's retry comes after Sidekiq's jitter (up to 18 s at the first retry).
+    done = wait_for_task(tracking, task.id, timeout=40)
+    assert done.status == "finished_with_errors"
+    assert {k: v for k, v in done.counts.items() if v} == {"finish": 3, "failed": 1, "error": 1}
+    events = {e.params[0][0] if e.params else None: e for e in tracking.list_events(task.id).items}
+    assert events[10].status == "finish" and events[10].attempt == 2
+    assert events[5].error == "row 5 breaks a rule"
+    assert events[15].error_class == "ValueError"
+    assert "imported 5 rows" in [m.text for m in events[0].messages]
+
+
+def test_an_invalid_item_leaves_no_task_and_no_job(
+    tracking: Tracking, rows: JobDefinition[Any], engine: Engine, settings: Settings
+) -> None:
+    items = [*range(4999), {"not": "an int"}, object()]
+    with pytest.raises(TypeError, match=r"items\[5000\]"):
+        tracking.create_task(rows, iter(items))
+    with engine.connect() as connection:
+        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
+        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    assert Queue("default", settings=settings).size == 0
+
+
+def test_a_cancelled_task_never_runs_its_waiting_jobs(
+    tracking: Tracking, rows: JobDefinition[Any], start_worker: Callable[..., Worker], settings: Settings
+) -> None:
+    task = tracking.create_task(rows, range(20, 40), chunk_size=2)
+    cancelled = tracking.cancel_task(task.id)
+    assert cancelled.status == "cancelled" and cancelled.counts["cancelled"] == 10
+    start_tracked(start_worker)
+    queue = Queue("default", settings=settings)
+    # The worker takes the jobs and drops them unrun: the queue empties, no event changes.
+    wait_until(lambda: queue.size == 0, 10)
+    view = tracking.get_task(task.id)
+    assert view.counts["cancelled"] == 10 and view.counts["finish"] == 0
