@@ -57,6 +57,18 @@ def dumps(job: Mapping[str, Any]) -> str:
     return "".join(_ruby_float_iterencode(job, 0))
 
 
+def dumps_within(job: Mapping[str, Any], limit: int) -> str:
+    """``dumps``, refusing (ValueError) a job whose UTF-8 payload is over ``limit`` bytes."""
+    encoded = dumps(job)
+    # Characters bound the UTF-8 size from below; encode only when it might matter.
+    if len(encoded) * 4 > limit and len(encoded.encode()) > limit:
+        raise ValueError(
+            f"job {job.get('class')} is {len(encoded.encode())} bytes, over the {limit}-byte limit "
+            "(max_payload_bytes); pass references to data, not the data"
+        )
+    return encoded
+
+
 def _ruby_float(value: float) -> str:
     """Ruby's ``Float#to_s``: Python's shortest repr, but ``1.0e+20`` where Python writes ``1e+20``."""
     if not math.isfinite(value):

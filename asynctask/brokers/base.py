@@ -9,6 +9,7 @@ where it was stored.
 
 from __future__ import annotations
 
+import random
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
@@ -21,7 +22,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
-from asynctask.settings import Settings
+from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.outbox import Outbox
 
 #: Errors that mean the store is unreachable or refused a command: the worker logs them and
@@ -89,8 +90,12 @@ class Fetcher(ABC):
     acknowledged, moved to the retry or dead set, or given back.
     """
 
-    def __init__(self, identity: str, outbox: Outbox | None) -> None:
+    def __init__(self, identity: str, queues: Sequence[QueueSpec], outbox: Outbox | None) -> None:
         self.identity = identity
+        self.queue_names = list(dict.fromkeys(q.name for q in queues))
+        self.strict = all(q.weight == 0 for q in queues)
+        # Sidekiq's weighting: a queue appears max(weight, 1) times; shuffle, then keep first sightings.
+        self._weighted = [q.name for q in queues for _ in range(max(q.weight, 1))]
         self.outbox = outbox if outbox is not None else Outbox()
         #: Opaque token from the last claim that changes whenever a task is cancelled.
         self.cancel_generation: bytes = b"0"
@@ -99,6 +104,15 @@ class Fetcher(ABC):
         self._acks: list[UnitOfWork] = []
         #: Threads inside ``fetch`` without a job yet: how many jobs one claim should take.
         self._waiting = 0
+
+    def queue_order(self) -> list[str]:
+        """The order to try the queues in for one claim: as listed when strict, else weighted
+        random (a queue with weight 3 comes first three times as often as one with weight 1)."""
+        if self.strict:
+            return self.queue_names
+        shuffled = self._weighted[:]
+        random.shuffle(shuffled)
+        return list(dict.fromkeys(shuffled))
 
     @abstractmethod
     def register(self) -> None:

@@ -20,7 +20,6 @@ no round trip of its own to a busy worker.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import cast
 
@@ -59,13 +58,9 @@ class ReliableFetch(Fetcher):
         timeout: float,
         outbox: Outbox | None = None,
     ) -> None:
-        super().__init__(identity, outbox)
+        super().__init__(identity, queues, outbox)
         self.redis = conn
         self.keys = keys
-        self.strict = all(q.weight == 0 for q in queues)
-        # Sidekiq's weighting: a queue appears max(weight, 1) times; shuffle, then keep first sightings.
-        self._weighted = [q.name for q in queues for _ in range(max(q.weight, 1))]
-        self.queue_names = list(dict.fromkeys(q.name for q in queues))
         self._queue_keys = {name: keys.queue(name) for name in self.queue_names}
         self._inflight_keys = {name: keys.inflight(identity, name) for name in self.queue_names}
         self._block_timeout = timeout if len(self.queue_names) <= concurrency else min(timeout, SHORT_BLOCK)
@@ -77,13 +72,6 @@ class ReliableFetch(Fetcher):
         self.redis.hset(
             self.keys.inflight_registry, mapping={key: self.identity for key in self._inflight_keys.values()}
         )
-
-    def queue_order(self) -> list[str]:
-        if self.strict:
-            return self.queue_names
-        shuffled = self._weighted[:]
-        random.shuffle(shuffled)
-        return list(dict.fromkeys(shuffled))
 
     def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
         order = self.queue_order()

@@ -43,10 +43,10 @@ def push_jobs(
     for job, at in entries:
         if at is not None and at > now:
             job.pop("enqueued_at", None)
-            scheduled[_encoded(job, max_payload_bytes)] = at
+            scheduled[payload.dumps_within(job, max_payload_bytes)] = at
         else:
             job["enqueued_at"] = now
-            by_queue.setdefault(job["queue"], []).append(_encoded(job, max_payload_bytes))
+            by_queue.setdefault(job["queue"], []).append(payload.dumps_within(job, max_payload_bytes))
     pipe = conn.pipeline(transaction=atomic)
     if transitions:
         if scripts is None:
@@ -89,7 +89,7 @@ class RedisStaging(Staging):
         by_queue: dict[str, list[str]] = {}
         for job in jobs:
             job["enqueued_at"] = self._enqueued_at
-            by_queue.setdefault(job["queue"], []).append(_encoded(job, self.max_payload_bytes))
+            by_queue.setdefault(job["queue"], []).append(payload.dumps_within(job, self.max_payload_bytes))
         return by_queue
 
     def write(self, by_queue: dict[str, list[str]], connection: Connection) -> None:
@@ -126,14 +126,3 @@ class RedisStaging(Staging):
             self.conn.delete(*(self.keys.staging(self.task_id, queue) for queue in self._touched))
         except redis.RedisError as exc:
             logger.warning("task %s: could not delete its staged jobs (they expire): %s", self.task_id, exc)
-
-
-def _encoded(job: payload.JobDict, limit: int) -> str:
-    encoded = payload.dumps(job)
-    # Characters bound the UTF-8 size from below; encode only when it might matter.
-    if len(encoded) * 4 > limit and len(encoded.encode()) > limit:
-        raise ValueError(
-            f"job {job.get('class')} is {len(encoded.encode())} bytes, over the {limit}-byte limit "
-            "(max_payload_bytes); pass references to data, not the data"
-        )
-    return encoded

@@ -16,7 +16,6 @@ every waiting thread when some come, and hands the others theirs through the buf
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Sequence
@@ -34,14 +33,9 @@ class SqlFetcher(Fetcher):
     def __init__(
         self, store: Store, identity: str, settings: Settings, wake: Wake, outbox: Outbox | None = None
     ) -> None:
-        super().__init__(identity, outbox)
+        super().__init__(identity, settings.queues, outbox)
         self._store = store
         self._sql = store.sql
-        queues = settings.queues
-        self.queue_names = list(dict.fromkeys(q.name for q in queues))
-        self.strict = all(q.weight == 0 for q in queues)
-        # Sidekiq's weighting: a queue appears max(weight, 1) times; shuffle, then keep first sightings.
-        self._weighted = [q.name for q in queues for _ in range(max(q.weight, 1))]
         self._claim = self._sql.claim(len(self.queue_names))
         self._idle_claim = self._sql.idle_claim(len(self.queue_names))
         self._ttl = settings.process_ttl
@@ -50,13 +44,6 @@ class SqlFetcher(Fetcher):
         #: Waiting threads sleep on it; the watcher wakes them when it filled the buffer or left.
         self._ready = threading.Condition(self._lock)
         self._watching = False
-
-    def queue_order(self) -> list[str]:
-        if self.strict:
-            return self.queue_names
-        shuffled = self._weighted[:]
-        random.shuffle(shuffled)
-        return list(dict.fromkeys(shuffled))
 
     def register(self) -> None:
         """Write this process's record, live for ``process_ttl`` (only the expiry, if a

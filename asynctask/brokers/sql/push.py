@@ -11,7 +11,6 @@ from sqlalchemy import Connection
 
 from asynctask import payload
 from asynctask.brokers.base import Staging
-from asynctask.brokers.redis.push import _encoded
 from asynctask.brokers.sql.models import QUEUED, SCHEDULED
 from asynctask.brokers.sql.store import JobRow, Store
 
@@ -49,10 +48,10 @@ def push_rows(
     for job, at in entries:
         if at is not None and at > now:
             job.pop("enqueued_at", None)
-            rows.append(row(job, SCHEDULED, at, _encoded(job, max_payload_bytes)))
+            rows.append(row(job, SCHEDULED, at, payload.dumps_within(job, max_payload_bytes)))
         else:
             job["enqueued_at"] = now
-            rows.append(row(job, QUEUED, now, _encoded(job, max_payload_bytes)))
+            rows.append(row(job, QUEUED, now, payload.dumps_within(job, max_payload_bytes)))
     return rows
 
 
@@ -74,7 +73,9 @@ class SqlStaging(Staging):
         rows = []
         for job in jobs:
             job["enqueued_at"] = self._enqueued_at
-            rows.append(row(job, QUEUED, self._enqueued_at, _encoded(job, self._max_payload_bytes)))
+            rows.append(
+                row(job, QUEUED, self._enqueued_at, payload.dumps_within(job, self._max_payload_bytes))
+            )
         return rows
 
     def write(self, encoded: list[JobRow], connection: Connection) -> None:
