@@ -9,10 +9,14 @@ Order of work, so that noise hits every configuration alike:
    get_task on a big task;
 4. the api section (``bench/api_bench.py``): ``GET /api/tasks/<id>`` under wrk load, POSTs
    of many items as JSON and CSV (needs wrk);
-5. tables to stdout, RESULTS.md, runtime.json, tracking.json and api.json to ``--out``.
+5. the sql section (``bench/sql_bench.py``): no-op drain throughput of AsyncTask's SQL broker
+   on SQLite and PostgreSQL, 1 and 2 worker processes, next to Huey's SqliteHuey and
+   procrastinate (installed by the bench into ``bench/.peers-venv``);
+6. tables to stdout, RESULTS.md, runtime.json, tracking.json, api.json and sql.json to ``--out``.
 
-``--sections runtime``, ``tracking`` or ``api`` (comma-separated) runs only those (and
-rewrites only their own JSON files, but RESULTS.md with those sections alone).
+``--sections runtime``, ``tracking``, ``api`` or ``sql`` (comma-separated) runs only those:
+it rewrites only their own JSON files, and their sections of RESULTS.md (the others are kept
+from the previous RESULTS.md, with a note saying which run each section comes from).
 
 The private redis-server and all workers are killed on any exit path (error, Ctrl-C, TERM).
 """
@@ -39,6 +43,8 @@ from bench import (
     report,
     runner,
     sidekiq_bench,
+    sql_bench,
+    sql_report,
     tracking_bench,
     tracking_db,
     tracking_report,
@@ -46,7 +52,7 @@ from bench import (
 from bench.redis_server import RedisServer
 from bench.system import ROOT, System
 
-SECTIONS = ("runtime", "tracking", "api")
+SECTIONS = ("runtime", "tracking", "api", "sql")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     tracking.add_argument(
         "--sections",
         default=",".join(SECTIONS),
-        help="comma-separated: runtime, tracking, api (default all three)",
+        help="comma-separated: runtime, tracking, api, sql (default all four)",
     )
     tracking.add_argument(
         "--tracking-jobs", type=int, help="jobs per tracking on/off drain (default 20000; --quick: 2000)"
@@ -103,6 +109,22 @@ def _parser() -> argparse.ArgumentParser:
         "--api-connections", help="comma-separated wrk connection counts (default 1,4,8,16; --quick: 1,4)"
     )
     api.add_argument("--api-duration", type=int, help="seconds of each wrk run (default 10; --quick: 2)")
+    sql = parser.add_argument_group("sql section (also uses --reps and --pg-url)")
+    sql.add_argument("--sql-jobs", type=int, help="jobs per drain (default 20000; --quick: 1000)")
+    sql.add_argument(
+        "--sql-concurrency", type=int, default=10, help="job slots per worker process (default 10)"
+    )
+    sql.add_argument(
+        "--sql-processes", help="comma-separated worker process counts (default 1,2; --quick: 1)"
+    )
+    sql.add_argument(
+        "--sql-backends", default="sqlite,postgresql", help="comma-separated (default sqlite,postgresql)"
+    )
+    sql.add_argument(
+        "--sql-untracked-only",
+        action="store_true",
+        help="leave out the AsyncTask rows with a tracked task, tracking on (--quick always does)",
+    )
     return parser
 
 
@@ -128,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     sections = {name.strip() for name in args.sections.split(",") if name.strip()}
     if not sections or not sections <= set(SECTIONS):
-        raise SystemExit(f"--sections takes runtime, tracking and/or api, not {args.sections!r}")
+        raise SystemExit(f"--sections takes runtime, tracking, api and/or sql, not {args.sections!r}")
     settings["sections"] = [name for name in SECTIONS if name in sections]
     if "api" in sections and (missing := api_bench.wrk_missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
@@ -160,7 +182,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "nproc": os.cpu_count(),
         "pg_url": tracking_db.shown(args.pg_url),
     }
+    sql_settings = {
+        "quick": quick,
+        "jobs": args.sql_jobs or (1000 if quick else 20_000),
+        "reps": settings["reps"],
+        "concurrency": args.sql_concurrency,
+        "processes": [int(p) for p in (args.sql_processes or ("1" if quick else "1,2")).split(",")],
+        "backends": [b.strip() for b in args.sql_backends.split(",") if b.strip()],
+        "tracked": not (quick or args.sql_untracked_only),
+        "pg_url": tracking_db.shown(args.pg_url),
+    }
+    if not sql_settings["backends"] or not set(sql_settings["backends"]) <= {"sqlite", "postgresql"}:
+        raise SystemExit(f"--sql-backends takes sqlite and/or postgresql, not {args.sql_backends!r}")
     api_results: api_bench.ApiResults | None = None
+    sql_results: sql_bench.SqlResults | None = None
     systems: list[System] = [asynctask_bench.SYSTEM]
     if "runtime" in sections and not args.no_sidekiq:
         if sidekiq_bench.available():
@@ -182,17 +217,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results.tracking = tracking_bench.run(tracking_settings, args.pg_url, server, workdir)
             if "api" in sections:
                 api_results = api_bench.run(api_settings, args.pg_url, server, workdir)
+            if "sql" in sections:
+                sql_results = sql_bench.run(sql_settings, args.pg_url, workdir)
             results.machine = machine.describe(server, len(systems) > 1, load_at_start)
             if results.tracking is not None:
                 results.machine.update(results.tracking.versions)
             if api_results is not None:
                 results.machine.update(api_results.versions)
+            if sql_results is not None:
+                results.machine.update(sql_results.versions)
     except KeyboardInterrupt:
         print("\ninterrupted: workers and redis-server stopped, nothing written", file=sys.stderr)
         return 130
     finally:
         procs.kill_all()
-        if results.errors() or (api_results is not None and api_results.errors()):
+        if _errors(results, api_results, sql_results):
             print(f"worker logs kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -202,14 +241,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(tracking_report.tables(results.tracking))
     if api_results is not None:
         print(api_report.tables(api_results))
+    if sql_results is not None:
+        print(sql_report.tables(sql_results))
     results_md = out_dir / "RESULTS.md"
     previous = results_md.read_text(encoding="utf-8") if results_md.exists() else None
     report.write(results, out_dir)
     if api_results is not None:
-        api_report.write(api_results, results.machine, out_dir, previous)
+        api_report.write(api_results, results.machine, out_dir)
+    if sql_results is not None:
+        sql_report.write(sql_results, results.machine, out_dir)
+    if previous is not None:
+        fresh = results_md.read_text(encoding="utf-8")
+        results_md.write_text(report.keep_earlier(previous, fresh), encoding="utf-8")
     print(f"wrote RESULTS.md and raw data to {out_dir}", file=sys.stderr)
-    failed = results.errors() + (api_results.errors() if api_results is not None else [])
-    return 1 if failed else 0
+    return 1 if _errors(results, api_results, sql_results) else 0
+
+
+def _errors(
+    results: report.Results, api: api_bench.ApiResults | None, sql: sql_bench.SqlResults | None
+) -> list[str]:
+    return (
+        results.errors()
+        + (api.errors() if api is not None else [])
+        + (sql.errors() if sql is not None else [])
+    )
 
 
 def _run_all(results: report.Results, systems: list[System], server: RedisServer, workdir: Path) -> None:

@@ -7,13 +7,13 @@ appended to the RESULTS.md that ``report.write`` has just written.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench import report
 from bench.api_bench import CACHED, UNCACHED, VARIANTS, WORKERS, ApiResults, LoadRun, PostRun
 from bench.fmt import fixed, rate, section_tail, spread
 
@@ -230,86 +230,18 @@ def raw(results: ApiResults, machine: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def write(results: ApiResults, machine: dict[str, str], out_dir: Path, previous: str | None = None) -> None:
-    """``api.json``, and the section added to the RESULTS.md ``report.write`` has just written.
-
-    A section already there (from an earlier write) is replaced. ``report.write`` writes only
-    the sections that ran, so an api-only run leaves RESULTS.md without the runtime and
-    tracking sections: given ``previous`` (RESULTS.md as it was before ``report.write``),
-    they are kept, see ``merge``.
-    """
+def write(results: ApiResults, machine: dict[str, str], out_dir: Path) -> None:
+    """``api.json``, and the section added to the RESULTS.md ``report.write`` has just written
+    (a section already there, from an earlier write, is replaced)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / JSON_FILE).write_text(
         json.dumps(raw(results, machine), indent=2, default=str) + "\n", encoding="utf-8"
     )
     results_md = out_dir / "RESULTS.md"
     existing = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
-    document = with_section(existing, markdown(results))
-    if previous is not None:
-        document = merge(previous, document)
-    results_md.write_text(document, encoding="utf-8")
+    results_md.write_text(
+        report.with_section(existing, SECTION, markdown(results), JSON_FILE), encoding="utf-8"
+    )
 
 
 SECTION = "HTTP API"
-MACHINE = "Machine and versions"
-_RAW_DATA = re.compile(r"Raw data: (.*?) beside this file\.")
-_PRODUCED_BY = re.compile(r"Produced by `(.*?)`")
-_MACHINE_LINE = re.compile(r"^- (.*?): (.*)$", re.MULTILINE)
-
-
-def _with_json_file(match: re.Match[str]) -> str:
-    files = [f for f in match.group(1).split(", ") if f]
-    if f"`{JSON_FILE}`" not in files:
-        files.append(f"`{JSON_FILE}`")
-    return f"Raw data: {', '.join(files)} beside this file."
-
-
-def _split(document: str) -> tuple[str, dict[str, str]]:
-    """The text before the first ``## `` heading, and each ``## `` section by its title."""
-    parts = re.split(r"^(?=## )", document, flags=re.MULTILINE)
-    sections = {part.split("\n", 1)[0].removeprefix("## ").strip(): part for part in parts[1:]}
-    return parts[0], sections
-
-
-def _join(preamble: str, sections: dict[str, str]) -> str:
-    texts = [preamble.rstrip("\n")] + [text.strip("\n") for text in sections.values()]
-    return "\n\n".join(t for t in texts if t) + "\n"
-
-
-def with_section(document: str, section: str) -> str:
-    """``document`` with ``section`` (this module's ``markdown``) replacing its api section
-    or appended, and ``api.json`` among the files of its "Raw data" line."""
-    preamble, sections = _split(document)
-    preamble = _RAW_DATA.sub(_with_json_file, preamble, count=1)
-    sections[SECTION] = section
-    return _join(preamble, sections)
-
-
-def merge(previous: str, fresh: str) -> str:
-    """``fresh`` (RESULTS.md with a new api section) with the sections it lacks from ``previous``.
-
-    When ``fresh`` has every section ``previous`` has, it is returned as is. Otherwise the
-    result is ``previous`` (its header and machine list, which belong to its sections) with
-    the api section of ``fresh``, headed by the command that produced it and the machine
-    lines that differ from ``previous``'s list.
-    """
-    old_preamble, old = _split(previous)
-    new_preamble, new = _split(fresh)
-    if SECTION not in new or set(old) <= set(new):
-        return fresh
-    command = _PRODUCED_BY.search(new_preamble)
-    old_machine = dict(_MACHINE_LINE.findall(old.get(MACHINE, "")))
-    changed = [
-        f"- {key}: {value}"
-        for key, value in _MACHINE_LINE.findall(new.get(MACHINE, ""))
-        if old_machine.get(key) != value
-    ]
-    run = command.group(1) if command else "python -m bench"
-    note = (
-        f"This section comes from a separate run, `{run}`; the other sections and the machine "
-        "list above are from the earlier run. This run's machine and versions, where they differ "
-        "from that list:\n\n" + ("\n".join(changed) or "- none")
-    )
-    heading, body = new[SECTION].split("\n", 1)
-    old[SECTION] = f"{heading}\n\n{note}\n\n{body.lstrip(chr(10))}"
-    return _join(_RAW_DATA.sub(_with_json_file, old_preamble, count=1), old)

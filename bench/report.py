@@ -1,7 +1,9 @@
 """Tables (stdout and RESULTS.md) and raw data (runtime.json) from the runs of one bench.
 
-The tracking section has its own module (``tracking_report``: tracking.json and the plans);
-RESULTS.md holds both sections, and only the sections that ran.
+The tracking section has its own module (``tracking_report``: tracking.json and the plans), as
+have the api and sql sections (``api_report``, ``sql_report``), which add their sections to
+the RESULTS.md written here (``with_section``). A run of some sections only keeps the others
+from the previous RESULTS.md (``keep_earlier``).
 
 Every figure is the median of the repetitions with (min-max) beside it. Ratios are taken
 per repetition, between runs that were interleaved (A B A B ...), and only then summarised:
@@ -11,6 +13,7 @@ on a shared, noisy machine two runs seconds apart compare better than two median
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -242,7 +245,7 @@ def markdown(results: Results) -> str:
     if results.tracking is not None:
         files += ["`tracking.json`", f"`{tracking_report.PLANS_FILE}`"]
     lines = [
-        "# AsyncTask benchmarks: no-op job runtime vs Sidekiq 6.4, and task tracking",
+        "# AsyncTask benchmarks: no-op job runtime vs Sidekiq 6.4, task tracking, HTTP API, SQL queue",
         "",
         f"Produced by `{s['command']}` from the repository root. "
         f"Raw data: {', '.join(files)} beside this file.",
@@ -292,3 +295,79 @@ def write(results: Results, out_dir: Path) -> None:
         (out_dir / "runtime.json").write_text(json.dumps(raw(results), indent=2) + "\n", encoding="utf-8")
     if results.tracking is not None:
         tracking_report.write(results.tracking, results.machine, out_dir)
+
+
+MACHINE = "Machine and versions"
+#: Sections that continue the one before them (the runtime section's): a note on a separate
+#: run goes on the first one only.
+_CONTINUED = ("Method", "Configuration")
+_RAW_DATA = re.compile(r"Raw data: (.*?) ?beside this file\.")
+_PRODUCED_BY = re.compile(r"Produced by `(.*?)`")
+_MACHINE_LINE = re.compile(r"^- (.*?): (.*)$", re.MULTILINE)
+
+
+def _split(document: str) -> tuple[str, dict[str, str]]:
+    """The text before the first ``## `` heading, and each ``## `` section by its title."""
+    parts = re.split(r"^(?=## )", document, flags=re.MULTILINE)
+    sections = {part.split("\n", 1)[0].removeprefix("## ").strip(): part for part in parts[1:]}
+    return parts[0], sections
+
+
+def _join(preamble: str, sections: dict[str, str]) -> str:
+    texts = [preamble.rstrip("\n")] + [text.strip("\n") for text in sections.values()]
+    return "\n\n".join(t for t in texts if t) + "\n"
+
+
+def _raw_files(preamble: str) -> list[str]:
+    match = _RAW_DATA.search(preamble)
+    return [f for f in match.group(1).split(", ") if f] if match else []
+
+
+def _with_raw_files(preamble: str, files: list[str]) -> str:
+    line = f"Raw data: {', '.join(dict.fromkeys(files))} beside this file."
+    return _RAW_DATA.sub(lambda _: line, preamble, count=1)
+
+
+def with_section(document: str, title: str, section: str, json_file: str) -> str:
+    """``document`` with ``section`` (headed ``## title``) replacing the one of that title or
+    appended, and ``json_file`` among the files of its "Raw data" line."""
+    preamble, sections = _split(document)
+    preamble = _with_raw_files(preamble, [*_raw_files(preamble), f"`{json_file}`"])
+    sections[title] = section
+    return _join(preamble, sections)
+
+
+def keep_earlier(previous: str, fresh: str) -> str:
+    """``fresh`` (this run's RESULTS.md) with the sections it lacks from ``previous``.
+
+    When ``fresh`` has every section ``previous`` has, it is returned as is. Otherwise the
+    result is ``previous`` (its header and machine list, which belong to its sections) with
+    this run's sections in place of the old ones, each headed by the command that produced it
+    and the machine lines that differ from ``previous``'s list.
+    """
+    old_preamble, old = _split(previous)
+    new_preamble, new = _split(fresh)
+    if set(old) <= set(new):
+        return fresh
+    command = _PRODUCED_BY.search(new_preamble)
+    old_machine = dict(_MACHINE_LINE.findall(old.get(MACHINE, "")))
+    changed = [
+        f"- {key}: {value}"
+        for key, value in _MACHINE_LINE.findall(new.get(MACHINE, ""))
+        if old_machine.get(key) != value
+    ]
+    run = command.group(1) if command else "python -m bench"
+    note = (
+        f"This section comes from a separate run, `{run}`; the other sections and the machine "
+        "list above are from the earlier run. This run's machine and versions, where they differ "
+        "from that list:\n\n" + ("\n".join(changed) or "- none")
+    )
+    for title, text in new.items():
+        if title == MACHINE:
+            continue
+        if title not in _CONTINUED:
+            heading, body = text.split("\n", 1)
+            text = f"{heading}\n\n{note}\n\n{body.lstrip(chr(10))}"
+        old[title] = text
+    preamble = _with_raw_files(old_preamble, [*_raw_files(old_preamble), *_raw_files(new_preamble)])
+    return _join(preamble, old)

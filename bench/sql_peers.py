@@ -1,0 +1,73 @@
+"""The peers' virtualenv of the sql section: Huey and procrastinate, never project dependencies.
+
+``bench/.peers-venv`` (git-ignored) is created by the bench itself from
+``bench/peers/requirements.txt`` with pip, and rebuilt when that file changes (a copy of it
+inside the venv tells). Peers' scripts and workers run with this venv's interpreter;
+AsyncTask runs from the project's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.system import ROOT, clean_env
+
+VENV = ROOT / "bench" / ".peers-venv"
+PEERS_DIR = ROOT / "bench" / "peers"
+REQUIREMENTS = PEERS_DIR / "requirements.txt"
+_STAMP = VENV / "bench-requirements.txt"
+#: The distributions whose versions the report gives.
+PACKAGES = ("huey", "procrastinate", "psycopg", "psycopg-binary", "psycopg-pool")
+
+
+def bin_path(name: str) -> Path:
+    return VENV / "bin" / name
+
+
+def python() -> Path:
+    return bin_path("python")
+
+
+def ensure() -> float:
+    """Create or refresh the venv if the requirements changed; return the seconds it took.
+
+    Raises ``RuntimeError`` with pip's output when the install fails.
+    """
+    wanted = REQUIREMENTS.read_text(encoding="utf-8")
+    if python().exists() and _STAMP.exists() and _STAMP.read_text(encoding="utf-8") == wanted:
+        return 0.0
+    start = time.monotonic()
+    _run([sys.executable, "-m", "venv", "--clear", str(VENV)])
+    _run(
+        [str(python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(REQUIREMENTS)]
+    )
+    # Written last: an interrupted install is redone next time.
+    _STAMP.write_text(wanted, encoding="utf-8")
+    return time.monotonic() - start
+
+
+def versions() -> dict[str, str]:
+    script = (
+        "import json, importlib.metadata as m, platform; "
+        f"print(json.dumps({{p: m.version(p) for p in {list(PACKAGES)!r}}} "
+        "| {'python': platform.python_version()}))"
+    )
+    out = _run([str(python()), "-c", script])
+    found: dict[str, str] = json.loads(out)
+    return found
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a peer's script or worker: its app modules importable."""
+    return clean_env(PYTHONPATH=str(PEERS_DIR), **extra)
+
+
+def _run(argv: list[str]) -> str:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=clean_env(), cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"{argv[0]} {argv[1:3]} failed ({out.returncode}): {out.stderr.strip()[-1500:]}")
+    return out.stdout
