@@ -77,7 +77,7 @@ def _asynctask(backend: str, tracked: bool) -> SqlSystem:
     tracking = "true" if tracked else "false"
 
     def enqueue_argv(url: str, jobs: int) -> list[str]:
-        return [sys.executable, "-m", "bench.sql_enqueue", url, str(jobs), str(BATCH), mode]
+        return [sys.executable, "-m", "bench.enqueue_py", url, mode, str(jobs), str(BATCH)]
 
     def worker_argv(url: str, concurrency: int) -> list[str]:
         # What a user types: the CLI, the broker URL, the job module by path, one queue.
@@ -97,12 +97,12 @@ def _asynctask(backend: str, tracked: bool) -> SqlSystem:
     if tracked:
         enqueue = (
             "enqueue: one task, `Tracking(client).create_task(TrackedNoopJob, range(N), chunk_size=1)` "
-            "(N jobs, each given its one-item chunk) from `python -m bench.sql_enqueue URL N 1000 task`"
+            "(N jobs, each given its one-item chunk) from `python -m bench.enqueue_py URL task N 1000`"
         )
     else:
         enqueue = (
             f"enqueue: `NoopJob.perform_bulk(args, batch_size={BATCH})` from `python -m "
-            "bench.sql_enqueue URL N 1000 bulk` (`Settings(broker_url=URL, tracking=False)`)"
+            "bench.enqueue_py URL bulk N 1000` (`Settings(broker_url=URL, tracking=False)`)"
         )
     return SqlSystem(
         name="AsyncTask, tracked task" if tracked else "AsyncTask",

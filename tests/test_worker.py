@@ -101,41 +101,6 @@ def test_retries_count_up_then_the_job_dies_and_the_hook_runs(
     assert exhausted == [(jid, "nope")]
 
 
-def test_retry_zero_dies_at_once_and_retry_false_is_dropped(
-    registry: Registry, client: Client, conn: redis.Redis, start_worker: StartWorker
-) -> None:
-    ran: list[str] = []
-
-    @asynctask.job(registry=registry, retry=0)
-    def to_dead() -> None:
-        raise KeyError("x")
-
-    @asynctask.job(registry=registry, retry=False)
-    def dropped() -> None:
-        ran.append("dropped")
-        raise KeyError("y")
-
-    @asynctask.job(registry=registry, retry=3, dead=False)
-    def no_morgue() -> None:
-        ran.append("no_morgue")
-        raise KeyError("z")
-
-    @no_morgue.retry_in
-    def kill_now(count: int, exc: BaseException, job: dict[str, Any]) -> str:
-        return "kill"
-
-    jid = to_dead.set(client=client).perform_async()
-    dropped.set(client=client).perform_async()
-    no_morgue.set(client=client).perform_async()
-    worker = start_worker()
-    [dead] = wait_until(lambda: dead_entries(conn, client))
-    assert dead["jid"] == jid and dead["error_class"] == "KeyError"
-    wait_until(lambda: sorted(ran) == ["dropped", "no_morgue"] and worker.manager.busy == 0)
-    time.sleep(0.2)
-    assert conn.zcard(client.keys.retry) == 0
-    assert conn.zcard(client.keys.dead) == 1
-
-
 def test_retry_queue_moves_retries_elsewhere(
     registry: Registry, client: Client, conn: redis.Redis, start_worker: StartWorker
 ) -> None:
@@ -185,61 +150,6 @@ def test_strict_queues_drain_in_order(
     start_worker(queues=(QueueSpec("high"), QueueSpec("low")), concurrency=1)
     wait_until(lambda: len(order) == 60)
     assert order == ["high"] * 30 + ["low"] * 30
-
-
-def test_weighted_queues_are_picked_in_proportion(
-    registry: Registry, client: Client, conn: redis.Redis, start_worker: StartWorker
-) -> None:
-    order: list[str] = []
-
-    @asynctask.job(registry=registry)
-    def mark(queue: str) -> None:
-        order.append(queue)
-
-    for queue in ("critical", "default"):
-        mark.set(client=client, queue=queue).perform_bulk([[queue]] * 400)
-    start_worker(queues=(QueueSpec("critical", 3), QueueSpec("default", 1)), concurrency=1)
-    wait_until(lambda: len(order) >= 200)
-    share = order[:200].count("critical") / 200
-    # Weight 3 against 1: critical comes first with probability 3/4.
-    assert 0.6 < share < 0.9, share
-    wait_until(lambda: len(order) == 800)
-
-
-def test_server_middleware_wraps_sees_errors_and_can_skip(
-    registry: Registry, client: Client, conn: redis.Redis, start_worker: StartWorker
-) -> None:
-    events: list[str] = []
-
-    @asynctask.job(registry=registry)
-    def work(n: int) -> None:
-        events.append(f"job {n}")
-        if n == 2:
-            raise ValueError("two")
-
-    def around(definition: Any, job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> None:
-        n = job["args"][0]
-        if n == 3:
-            events.append("skip 3")
-            return
-        events.append(f"before {n} {definition.name} {queue}")
-        try:
-            call_next()
-        except ValueError as exc:
-            events.append(f"saw {exc}")
-            raise
-        events.append(f"after {n}")
-
-    work.set(client=client).perform_bulk([[1], [2], [3]])
-    start_worker(concurrency=1, server_middleware=Chain([around]))
-    wait_until(lambda: len(events) == 7)
-    assert events == [
-        "before 1 work default", "job 1", "after 1",
-        "before 2 work default", "job 2", "saw two",
-        "skip 3",
-    ]  # fmt: skip
-    [(job, _)] = wait_until(lambda: retry_entries(conn, client))
-    assert job["args"] == [2]
 
 
 def test_a_broken_middleware_does_not_lose_the_job(
@@ -299,21 +209,6 @@ def test_heartbeat_writes_the_process_record_sidekiq_reads(
     wait_until(lambda: conn.get(keys.stat_processed) == b"1")
     assert conn.get(keys.stat_processed_day()) == b"1"
     assert conn.ttl(keys.stat_processed_day()) > 4 * 365 * 24 * 3600
-
-
-def test_stats_count_processed_and_failed(
-    registry: Registry, client: Client, conn: redis.Redis, start_worker: StartWorker
-) -> None:
-    @asynctask.job(registry=registry, retry=False)
-    def maybe(fail: bool) -> None:
-        if fail:
-            raise ValueError("x")
-
-    maybe.set(client=client).perform_bulk([[False]] * 5 + [[True]] * 2)
-    start_worker()
-    keys = client.keys
-    wait_until(lambda: conn.get(keys.stat_processed) == b"7" and conn.get(keys.stat_failed) == b"2")
-    assert conn.get(keys.stat_failed_day()) == b"2"
 
 
 def test_remote_signals_quiet_and_stop_the_worker(
