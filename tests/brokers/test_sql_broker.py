@@ -518,6 +518,34 @@ def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBr
     assert sorted(classes([u for u in got if u is not None])) == ["Wake0", "Wake1", "Wake2"]
 
 
+def test_idle_threads_leave_the_polling_to_the_one_watching(
+    make_broker: Callable[..., SqlBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten idle threads for 1.5 s with a 0.5 s fetch timeout: the database sees a few claims
+    per timeout, not one per thread per timeout (30 or more)."""
+    fetcher = make_broker(fetch_timeout=0.5).fetcher("me")
+    claims: list[int] = []
+    claim_now = fetcher._claim_now
+
+    def counted(wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
+        claims.append(wanted)
+        return claim_now(wanted, acks, transitions)
+
+    monkeypatch.setattr(fetcher, "_claim_now", counted)
+    stop = time.monotonic() + 1.5
+
+    def idle() -> None:
+        while time.monotonic() < stop:
+            assert fetcher.fetch(None, 0) is None
+
+    threads = [threading.Thread(target=idle) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert 3 <= len(claims) <= 20, len(claims)
+
+
 def test_an_idle_claim_on_sqlite_does_not_wait_for_the_write_lock(broker: SqlBroker) -> None:
     if broker.store.postgres:
         pytest.skip("PostgreSQL has no file lock; its claims skip locked rows")

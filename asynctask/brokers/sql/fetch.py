@@ -60,6 +60,13 @@ class SqlFetcher(Fetcher):
             )
 
     def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
+        if self._watching and not (acks or transitions):
+            # A thread is watching for new jobs and claims for every waiting thread when some
+            # come: idle threads asking as well would only poll the database.
+            return []
+        return self._claim_now(wanted, acks, transitions)
+
+    def _claim_now(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
         order = self.queue_order()
         me = self.identity
         params: dict[str, Any] = {"ids": self._sql.ids([u.ref for u in acks]), "me": me}
@@ -96,8 +103,8 @@ class SqlFetcher(Fetcher):
         return [UnitOfWork(row[1], row[3].encode(), row[0]) for row in claimed]
 
     def wait(self, block_on: int) -> UnitOfWork | None:
-        """Wait for jobs (up to the fetch timeout). ``block_on`` is not needed: the one
-        watching thread hears of every queue."""
+        """Wait for jobs (up to the fetch timeout, twice that for the thread that ends up
+        watching). ``block_on`` is not needed: the one watching thread hears of every queue."""
         deadline = time.monotonic() + self._timeout
         with self._ready:
             while True:
@@ -111,25 +118,32 @@ class SqlFetcher(Fetcher):
                     break
                 self._ready.wait(remaining)
         try:
-            return self._watch(deadline)
+            # A full fetch timeout of watching: a watcher that took over with little of its
+            # own wait left would hand over at once, and every handover is a claim.
+            return self._watch(time.monotonic() + self._timeout)
         finally:
             with self._ready:
                 self._watching = False
                 self._ready.notify_all()
 
     def _watch(self, deadline: float) -> UnitOfWork | None:
+        # Claim once before waiting: the claim that led here may have been skipped because
+        # another thread was watching, and only a claim arms the wake-up for what comes next.
+        woken = True
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._wake.wait(remaining):
-                return None
-            with self._lock:
-                # Every thread inside fetch() without a job, this one included.
-                wanted = max(1, self._waiting)
-            units = self.claim(wanted, [], [])
-            if units:
+            if woken:
                 with self._lock:
-                    self._buffer.extend(units[1:])
-                return units[0]
+                    # Every thread inside fetch() without a job, this one included.
+                    wanted = max(1, self._waiting)
+                units = self._claim_now(wanted, [], [])
+                if units:
+                    with self._lock:
+                        self._buffer.extend(units[1:])
+                    return units[0]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            woken = self._wake.wait(remaining)
 
     def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None:
         with self._store.write(single_statement=not transitions) as tx:
