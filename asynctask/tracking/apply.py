@@ -14,24 +14,62 @@ cannot deadlock.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, bindparam, case, select, update
+from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
-from asynctask.tracking import apply_postgres
+from asynctask.tracking import apply_postgres, apply_sqlite
 from asynctask.tracking.database import as_utc
-from asynctask.tracking.models import Event, EventMessage, Task
+from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.status import EventStatus, TaskState
 from asynctask.tracking.transitions import LOG, PROGRESS, Transition
 
-#: Job ids per SELECT ... IN (...), well under SQLite's bound-parameter limit.
-LOOKUP_CHUNK = 2000
-
 COUNT_COLUMN = {status: f"count_{status.value}" for status in EventStatus}
+
+
+def _task_update(param: Callable[[str], str]) -> str:
+    """Everything a batch changes in one task, in one statement, as plain SQL: a worker runs
+    it for every job it settles, and SQLAlchemy's machinery would cost more than the update.
+    ``param`` spells a named parameter in the driver's style.
+
+    Counts move by their deltas (zero for the statuses that did not change). Any transition
+    of a task's job proves its jobs were pushed: a task left in "creating" (or "aborted", if
+    Redis ran the push but its reply was lost) by a create_task that failed after the push is
+    healed here. ``finished_at`` is judged on the counts as this statement leaves them (SET
+    expressions read the row before the update, hence the deltas added again).
+    """
+    counts = ", ".join(f"{c} = {c} + {param('d_' + c)}" for c in COUNT_COLUMN.values())
+    waiting = f"count_enqueue + {param('d_count_enqueue')} + count_working + {param('d_count_working')}"
+    stale = f"'{TaskState.CREATING.value}', '{TaskState.ABORTED.value}'"
+    return (
+        f"UPDATE asynctask_task SET "
+        f"state = CASE WHEN state IN ({stale}) THEN '{TaskState.READY.value}' ELSE state END, {counts}, "
+        f"started_at = coalesce(started_at, {param('started')}), "
+        f"finished_at = CASE WHEN {waiting} = 0 THEN coalesce(finished_at, {param('now')}) ELSE NULL END "
+        f"WHERE id = {param('id')}"
+    )
+
+
+TASK_UPDATE = {
+    "postgresql": _task_update(lambda name: f"%({name})s"),
+    "sqlite": _task_update(lambda name: f":{name}"),
+}
+
+
+class _Statements(Protocol):
+    """What ``apply_postgres`` and ``apply_sqlite`` each provide."""
+
+    def load(self, connection: Connection, job_ids: Sequence[str]) -> Sequence[Any]: ...
+
+    def insert_messages(self, connection: Connection, messages: list[dict[str, Any]]) -> dict[int, int]: ...
+
+    def update_events(
+        self, connection: Connection, changes: dict[int, dict[str, Any]], starts: dict[int, int]
+    ) -> None: ...
 
 
 def utc(at: float) -> datetime:
@@ -80,12 +118,8 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> in
                     if state.task_id not in started or at < started[state.task_id]:
                         started[state.task_id] = at
     changes = {s.id: s.changes for s in states.values() if s.changes}
-    if connection.dialect.name == "postgresql":
-        apply_postgres.update_events(
-            connection, changes, apply_postgres.insert_messages(connection, messages)
-        )
-    else:
-        _update_events(connection, changes, _insert_messages(connection, messages))
+    dialect = _dialect(connection)
+    dialect.update_events(connection, changes, dialect.insert_messages(connection, messages))
     _update_tasks(connection, deltas, started, touched={s.task_id for s in states.values() if s.task_id})
     return len(changes)
 
@@ -136,28 +170,12 @@ def _message(state: _EventState, t: Transition, at: datetime, status: str) -> di
 
 
 def _load(connection: Connection, job_ids: Sequence[str]) -> dict[str, _EventState]:
-    states: dict[str, _EventState] = {}
-    columns = (
-        Event.job_id,
-        Event.id,
-        Event.task_id,
-        Event.status,
-        Event.seq,
-        Event.progress_seq,
-        Event.started_at,
-    )
-    rows: list[Any] = []
-    if connection.dialect.name == "postgresql":
-        rows = apply_postgres.load(connection, job_ids)
-    else:
-        for start in range(0, len(job_ids), LOOKUP_CHUNK):
-            chunk = job_ids[start : start + LOOKUP_CHUNK]
-            rows += connection.execute(select(*columns).where(Event.job_id.in_(chunk)))
-    for row in rows:
-        states[row.job_id] = _EventState(
-            row.id, row.task_id, row.status, row.seq, row.progress_seq, as_utc(row.started_at)
+    return {
+        job_id: _EventState(id_, task_id, status, seq, progress_seq, as_utc(started_at))
+        for job_id, id_, task_id, status, seq, progress_seq, started_at in _dialect(connection).load(
+            connection, job_ids
         )
-    return states
+    }
 
 
 def _insert_standalone(
@@ -185,86 +203,36 @@ def _insert_standalone(
     connection.execute(statement, rows)
 
 
-def _update_events(
-    connection: Connection, changes: dict[int, dict[str, Any]], starts: dict[int, int]
-) -> None:
-    """One executemany per set of changed columns (most batches have two or three shapes).
-
-    An event's attempt grows by the starts counted from the messages actually inserted, so
-    replays and batches applied out of order count each start once.
-    """
-    by_shape: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-    for event_id in changes.keys() | starts.keys():
-        row = {"b_id": event_id, **changes.get(event_id, {}), "b_starts": starts.get(event_id, 0)}
-        by_shape[tuple(sorted(k for k in row if k not in ("b_id", "b_starts")))].append(row)
-    for shape, rows in by_shape.items():
-        statement = (
-            update(Event)
-            .where(Event.id == bindparam("b_id"))
-            .values(
-                {
-                    **{name: bindparam(name) for name in shape},
-                    "attempt": Event.attempt + bindparam("b_starts"),
-                }
-            )
-            .execution_options(synchronize_session=False)
-        )
-        connection.execute(statement, rows)
-
-
-def _insert_messages(connection: Connection, messages: list[dict[str, Any]]) -> dict[int, int]:
-    """Insert the messages not stored yet; return how many starts each event gained."""
-    if not messages:
-        return {}
-    statement = (
-        _dialect_insert(connection, EventMessage)
-        .on_conflict_do_nothing(index_elements=["event_id", "seq"])
-        .returning(EventMessage.event_id, EventMessage.seq)
-    )
-    start_keys = {(m["event_id"], m["seq"]) for m in messages if m.pop("starts")}
-    starts: dict[int, int] = defaultdict(int)
-    for row in connection.execute(statement, messages):
-        if (row.event_id, row.seq) in start_keys:
-            starts[row.event_id] += 1
-    return starts
-
-
 def _update_tasks(
     connection: Connection,
     deltas: dict[str, dict[str, int]],
     started: dict[str, datetime],
     touched: set[str],
 ) -> None:
-    now = datetime.now(UTC)
+    if not touched:
+        return
+    statement = TASK_UPDATE[connection.dialect.name]
+    # SQLite stores times as text, which the plain statement must be given.
+    time: Callable[[datetime | None], Any] = (
+        apply_sqlite.to_text if connection.dialect.name == "sqlite" else (lambda at: at)
+    )
+    now = time(datetime.now(UTC))
+    # One task at a time, in id order: the rows are locked in a fixed order.
     for task_id in sorted(touched):
-        values: dict[str, Any] = {
-            # Any transition of a task's job proves its jobs were pushed: a task left in
-            # "creating" (or "aborted", if Redis ran the push but its reply was lost) by a
-            # create_task that failed after the push is healed here.
-            "state": case(
-                (Task.state.in_([TaskState.CREATING.value, TaskState.ABORTED.value]), TaskState.READY.value),
-                else_=Task.state,
-            )
-        }
+        params: dict[str, Any] = {"id": task_id, "started": time(started.get(task_id)), "now": now}
+        params.update((f"d_{name}", 0) for name in COUNT_COLUMN.values())
         for status, delta in deltas.get(task_id, {}).items():
-            if delta:
-                column = getattr(Task, COUNT_COLUMN[EventStatus(status)])
-                values[COUNT_COLUMN[EventStatus(status)]] = column + delta
-        if task_id in started:
-            values["started_at"] = case((Task.started_at.is_(None), started[task_id]), else_=Task.started_at)
-        connection.execute(update(Task).where(Task.id == task_id).values(values))
-    if touched:
-        waiting = Task.count_enqueue + Task.count_working
-        connection.execute(
-            update(Task)
-            .where(Task.id.in_(sorted(touched)))
-            .values(
-                finished_at=case(
-                    (waiting == 0, case((Task.finished_at.is_(None), now), else_=Task.finished_at)),
-                    else_=None,
-                )
-            )
-        )
+            params[f"d_{COUNT_COLUMN[EventStatus(status)]}"] += delta
+        connection.exec_driver_sql(statement, params)
+
+
+def _dialect(connection: Connection) -> _Statements:
+    """The module with the statements of the connection's database."""
+    if connection.dialect.name == "postgresql":
+        return apply_postgres
+    if connection.dialect.name == "sqlite":
+        return apply_sqlite
+    raise NotImplementedError(f"tracking supports SQLite and PostgreSQL, not {connection.dialect.name}")
 
 
 def _dialect_insert(connection: Connection, model: type[Event] | type[EventMessage]) -> Any:
