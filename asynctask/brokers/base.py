@@ -188,6 +188,11 @@ class Fetcher(ABC):
                 self._acks[:0] = acks
             raise
 
+    @abstractmethod
+    def interrupt(self) -> None:
+        """The process is going quiet for good: threads waiting for new jobs may return now
+        rather than at the fetch timeout."""
+
     def requeue_buffered(self) -> int:
         """Give back the claimed jobs no thread has started (the process is going quiet)."""
         with self._lock:

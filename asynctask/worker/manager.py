@@ -72,6 +72,7 @@ class Manager:
         if not self.quieting.is_set():
             logger.info("quieting: finishing current jobs, fetching no more")
             self.quieting.set()
+            self.fetch.interrupt()
             self.fetch.requeue_buffered()
 
     def stop(self, deadline: float) -> None:

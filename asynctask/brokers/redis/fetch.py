@@ -109,6 +109,10 @@ class ReliableFetch(Fetcher):
         # The connection does not decode responses, so the payload arrives as bytes.
         return UnitOfWork(name, cast(bytes, job), self._inflight_keys[name])
 
+    def interrupt(self) -> None:
+        """Nothing to do: a thread blocked in BLMOVE returns within ``fetch_timeout``, as
+        Sidekiq's blocked in BRPOP does."""
+
     def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None:
         pipe = self.redis.pipeline(transaction=True)
         if transitions:

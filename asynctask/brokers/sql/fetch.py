@@ -44,6 +44,8 @@ class SqlFetcher(Fetcher):
         #: Waiting threads sleep on it; the watcher wakes them when it filled the buffer or left.
         self._ready = threading.Condition(self._lock)
         self._watching = False
+        #: Set when the process goes quiet: waiting threads return at once.
+        self._interrupted = False
 
     def register(self) -> None:
         """Write this process's record, live for ``process_ttl`` (only the expiry, if a
@@ -111,7 +113,7 @@ class SqlFetcher(Fetcher):
                 if self._buffer:
                     return self._buffer.popleft()
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._interrupted:
                     return None
                 if not self._watching:
                     self._watching = True
@@ -141,9 +143,15 @@ class SqlFetcher(Fetcher):
                         self._buffer.extend(units[1:])
                     return units[0]
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._interrupted:
                 return None
             woken = self._wake.wait(remaining)
+
+    def interrupt(self) -> None:
+        with self._ready:
+            self._interrupted = True
+            self._ready.notify_all()
+        self._wake.interrupt()
 
     def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None:
         with self._store.write(single_statement=not transitions) as tx:

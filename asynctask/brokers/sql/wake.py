@@ -10,12 +10,13 @@ the write lock) repeated at intervals that grow from 5 ms to 200 ms while nothin
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -26,6 +27,8 @@ from asynctask.brokers.sql.statements import CHANNEL
 
 if TYPE_CHECKING:
     from asynctask.brokers.sql.store import Store
+
+logger = logging.getLogger("asynctask.fetch")
 
 #: SQLite poll intervals, seconds: the first, and the longest it grows to.
 FIRST_POLL = 0.005
@@ -70,6 +73,10 @@ class Wake(ABC):
         """Discard stale wake-ups, if nobody is watching (called after claims)."""
 
     @abstractmethod
+    def interrupt(self) -> None:
+        """Make the watching thread's ``wait`` return False now (the process is going quiet)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
 
@@ -83,6 +90,7 @@ class SqlitePoll(Wake):
         self._params = {f"q{i}": name for i, name in enumerate(queues)}
         #: Kept between waits: a worker idle for long checks five times a second, not faster.
         self._interval = FIRST_POLL
+        self._interrupted = False
 
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -93,13 +101,18 @@ class SqlitePoll(Wake):
                     self._interval = FIRST_POLL
                     return True
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._interrupted:
                 return False
             self._bell.wait(seen, min(self._interval, remaining))
             self._interval = min(self._interval * 2, LONGEST_POLL)
 
     def arm(self) -> None:
         """Nothing to start: a poll reads the table as it is."""
+
+    def interrupt(self) -> None:
+        self._interrupted = True
+        # The other fetchers of this file in this process wake too, find nothing and wait on.
+        self._bell.ring()
 
     def drain(self) -> None:
         """Nothing accumulates: a poll reads the table as it is."""
@@ -120,6 +133,7 @@ class PgListener(Wake):
         #: Set by ``close``: a thread still fetching after it must not open a connection that
         #: nobody would close.
         self._closed = False
+        self._interrupted = False
 
     def arm(self) -> None:
         """LISTEN from the first claim on: a notification sent between a claim that found
@@ -148,8 +162,21 @@ class PgListener(Wake):
                     # would wake this watcher again for jobs already taken.
                     self._discard_pending(connection)
                     return True
-                if not heard or time.monotonic() >= deadline:
+                if not heard or time.monotonic() >= deadline or self._interrupted:
                     return False
+
+    def interrupt(self) -> None:
+        """Wake the watcher with a notification no queue answers to (queue names are never
+        empty); other workers' watchers hear it too, and wait on."""
+        self._interrupted = True
+        if self._connection is None:
+            return
+        args, kwargs = self._connect_args()
+        try:
+            with psycopg.connect(*args, **kwargs, autocommit=True) as connection:
+                connection.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
+        except psycopg.Error as exc:
+            logger.warning("could not wake the thread waiting for jobs (it stops at its timeout): %s", exc)
 
     def drain(self) -> None:
         """A busy worker seldom waits, so notifications pile up on its connection (and hold
@@ -173,12 +200,16 @@ class PgListener(Wake):
 
     def _connect(self) -> psycopg.Connection[TupleRow]:
         if self._connection is None:
-            # The engine's own connection arguments: the same server, user and search_path.
-            args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
+            args, kwargs = self._connect_args()
             connection: psycopg.Connection[TupleRow] = psycopg.connect(*args, **kwargs, autocommit=True)
             connection.execute(f"LISTEN {CHANNEL}")
             self._connection = connection
         return self._connection
+
+    def _connect_args(self) -> tuple[Sequence[str], MutableMapping[str, Any]]:
+        """The engine's own connection arguments: the same server, user and search_path."""
+        args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
+        return args, kwargs
 
     def _discard_pending(self, connection: psycopg.Connection[TupleRow]) -> None:
         for _ in connection.notifies(timeout=0):
