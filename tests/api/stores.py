@@ -203,22 +203,10 @@ class SqlStore(Store):
         work: dict[str, str] | None = None,
         alive: bool = True,
     ) -> None:
-        hostname, pid, _ = identity.split(":")
-        record = {
-            "hostname": hostname,
-            "started_at": payload.now() - 100,
-            "pid": int(pid),
-            "tag": "app",
-            "concurrency": 10,
-            "queues": ["critical", "default"],
-            "labels": ["blue"],
-            "identity": identity,
-        }
-        record.update(info or {})
         now = payload.now()
         row = {
             "identity": identity,
-            "info": json.dumps(record, separators=(",", ":")),
+            "info": json.dumps(process_info(identity, info), separators=(",", ":")),
             "busy": busy,
             "beat": now,
             "quiet": False,
@@ -243,6 +231,23 @@ class SqlStore(Store):
             return list(conn.scalars(query))
 
 
+def process_info(identity: str, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """A process's ``info``, as Sidekiq 6.4.1's heartbeat describes it, with ``extra`` fields."""
+    hostname, pid, _ = identity.split(":")
+    record: dict[str, Any] = {
+        "hostname": hostname,
+        "started_at": payload.now() - 100,
+        "pid": int(pid),
+        "tag": "app",
+        "concurrency": 10,
+        "queues": ["critical", "default"],
+        "labels": ["blue"],
+        "identity": identity,
+    }
+    record.update(extra or {})
+    return record
+
+
 def _field(text: str, name: str) -> Any:
     """A field of a stored payload; None if it is not a JSON object (the tests store some)."""
     try:
@@ -263,18 +268,7 @@ def write_process(
     ttl: int = 60,
 ) -> None:
     """A process record as Sidekiq 6.4.1's heartbeat writes it."""
-    hostname, pid, _ = identity.split(":")
-    record = {
-        "hostname": hostname,
-        "started_at": payload.now() - 100,
-        "pid": int(pid),
-        "tag": "app",
-        "concurrency": 10,
-        "queues": ["critical", "default"],
-        "labels": ["blue"],
-        "identity": identity,
-    }
-    record.update(info or {})
+    record = process_info(identity, info)
     pipe = conn.pipeline(transaction=True)
     pipe.sadd(keys.processes, identity)
     pipe.hset(
