@@ -34,6 +34,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import InstrumentedAttribute
 
 from asynctask import payload
 from asynctask.api.backend import (
@@ -116,25 +117,9 @@ class SqlReader(ReadBackend):
             return _since(conn.scalar(query))
 
     def queue_rows(self, name: str, page_size: int) -> Iterator[Stored]:
-        # Keyset pages in the reverse of the fetch order: deletions and fetches meanwhile
-        # shift nothing, and no job is read twice.
-        after: tuple[int, int] | None = None
-        while True:
-            query = (
-                select(J.id, J.priority, J.payload)
-                .where(J.queue == name, _WAITING)
-                .order_by(J.priority.desc(), J.id.desc())
-                .limit(page_size)
-            )
-            if after is not None:
-                priority, row_id = after
-                query = query.where(or_(J.priority < priority, and_(J.priority == priority, J.id < row_id)))
-            with self._store.read() as conn:
-                rows = conn.execute(query).all()
-            if not rows:
-                return
-            yield from (Stored(row.payload.encode(), row.id) for row in rows)
-            after = (rows[-1].priority, rows[-1].id)
+        # In the reverse of the fetch order, the order a Redis list is read in.
+        rows = self._pages(page_size, J.priority, J.queue == name, _WAITING)
+        return (Stored(row.payload.encode(), row.id) for row in rows)
 
     def queue_candidates(self, name: str, jid: str) -> Iterator[Stored]:
         query = select(J.id, J.payload).where(J.queue == name, _WAITING, J.jid == jid).order_by(J.id)
@@ -164,28 +149,29 @@ class SqlReader(ReadBackend):
             return int(conn.scalar(query) or 0)
 
     def set_rows(self, name: SetName, page_size: int) -> Iterator[Scored]:
-        return self._pages(page_size, _in_set(name))
+        return map(_scored, self._pages(page_size, J.run_at, _in_set(name)))
 
-    def _pages(self, page_size: int, *where: Condition) -> Iterator[Scored]:
-        """Rows by descending (run_at, id), in keyset pages that continue after the last row
-        read, whatever was added or removed meanwhile."""
-        after: tuple[float, int] | None = None
+    def _pages(self, page_size: int, key: InstrumentedAttribute[Any], *where: Condition) -> Iterator[Any]:
+        """Rows (id, run_at, priority, payload) by descending (key, id), in keyset pages that
+        continue after the last row read: rows added or removed meanwhile shift nothing, and
+        no row is read twice."""
+        after: tuple[Any, int] | None = None
         while True:
             query = (
-                select(J.id, J.run_at, J.payload)
+                select(J.id, J.run_at, J.priority, J.payload)
                 .where(*where)
-                .order_by(J.run_at.desc(), J.id.desc())
+                .order_by(key.desc(), J.id.desc())
                 .limit(page_size)
             )
             if after is not None:
-                score, row_id = after
-                query = query.where(or_(J.run_at < score, and_(J.run_at == score, J.id < row_id)))
+                value, row_id = after
+                query = query.where(or_(key < value, and_(key == value, J.id < row_id)))
             with self._store.read() as conn:
                 rows = conn.execute(query).all()
             if not rows:
                 return
-            yield from (_scored(row) for row in rows)
-            after = (rows[-1].run_at, rows[-1].id)
+            yield from rows
+            after = (getattr(rows[-1], key.key), rows[-1].id)
 
     def set_page(self, name: SetName, start: int, count: int) -> list[Scored]:
         query = (
@@ -201,7 +187,7 @@ class SqlReader(ReadBackend):
     def set_scan(self, name: SetName, text_: str) -> Iterator[Scored]:
         # LIKE ignores ASCII case in SQLite; Redis's MATCH does not, nor do these.
         position = func.strpos if self._sql.postgres else func.instr
-        return self._pages(SCAN_PAGE, _in_set(name), position(J.payload, text_) > 0)
+        return map(_scored, self._pages(SCAN_PAGE, J.run_at, _in_set(name), position(J.payload, text_) > 0))
 
     def set_candidates(self, name: SetName, jid: str) -> Iterator[Scored]:
         query = select(J.id, J.run_at, J.payload).where(_in_set(name), J.jid == jid).order_by(J.run_at, J.id)
