@@ -228,9 +228,6 @@ class TrackingApplier(ABC):
 
 class Broker(ABC):
     settings: Settings
-    #: True when tracking transitions are applied to the tracking tables by the broker itself
-    #: (SQL: in the same transaction as the job's state change), so no flusher is needed.
-    applies_tracking: bool = False
 
     @abstractmethod
     def close(self) -> None:
@@ -317,7 +314,8 @@ class Broker(ABC):
 
     def tracking_applier(self, identity: str) -> TrackingApplier | None:
         """What must run beside worker ``identity`` to apply its tracking transitions; None
-        when the broker applies them itself (``applies_tracking``) or tracking is off."""
+        when the broker applies them itself (SQL: in each job's own transaction) or tracking
+        is off."""
         return None
 
     def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None:

@@ -1,7 +1,7 @@
 """SqlBroker: the broker interface on one jobs table, in SQLite or PostgreSQL.
 
 The database is the tracking database too, so a job's tracking transitions are applied in
-the same transaction as its state change (``applies_tracking``): a finished job's ack and
+the same transaction as its state change: a finished job's ack and
 its ``finish``, a failed job's move to the retry set and its ``error``, a push and its
 ``enqueue`` commit together or not at all. No flusher runs beside a worker.
 """
@@ -39,8 +39,6 @@ SPARE_CONNECTIONS = 5
 
 
 class SqlBroker(Broker):
-    applies_tracking = True
-
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
         self._owns_engine = engine is None
