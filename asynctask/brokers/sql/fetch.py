@@ -175,8 +175,7 @@ class SqlFetcher(Fetcher):
     def requeue_all(self, *, forget: bool) -> int:
         """Unlock every job this process holds. ``forget`` changes nothing here: the locks are
         the only trace of the claims (the process record goes with ``clear_process``)."""
-        with self._lock:
-            self._buffer.clear()
+        self.drop_buffer()
         with self._store.write(single_statement=True) as tx:
             moved = int(tx.connection.execute(self._sql.unlock_all, {"me": self.identity}).rowcount)
             if moved:
