@@ -251,9 +251,19 @@ class Broker(ABC):
     @abstractmethod
     def staging(self, task_id: str) -> Staging: ...
 
-    @abstractmethod
     def record(self, outbox: Outbox) -> int:
-        """Write the outbox's pending transitions; return how many."""
+        """Write the outbox's pending transitions, a batch per call; return how many."""
+        written = 0
+        while len(outbox):
+            with outbox.draining() as transitions:
+                if transitions:
+                    self.write_transitions(transitions)
+                written += len(transitions)
+        return written
+
+    @abstractmethod
+    def write_transitions(self, transitions: list[str]) -> None:
+        """Store one batch of encoded tracking transitions, atomically."""
 
     @abstractmethod
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> Fetcher: ...

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from asynctask.tracking.transitions import Transition
 
@@ -64,6 +64,11 @@ class Outbox:
                 with self._lock:
                     self._entries[:0] = taken
                 raise
+
+
+def draining(outbox: Outbox | None) -> AbstractContextManager[list[str]]:
+    """``outbox.draining()``, or nothing to write when there is no outbox."""
+    return outbox.draining() if outbox is not None else nullcontext([])
 
 
 def pack(entries: Sequence[str]) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import cast
 
 import redis
@@ -19,7 +18,7 @@ from asynctask.brokers.redis.recovery import recover_orphans
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
-from asynctask.tracking.outbox import Outbox
+from asynctask.tracking.outbox import Outbox, draining
 
 #: Due jobs moved per round trip by the scheduled/retry poller.
 DUE_BATCH = 100
@@ -70,15 +69,9 @@ class RedisBroker(Broker):
         """Where ``create_task`` writes a task's jobs, invisible to workers, before publishing them."""
         return RedisStaging(self.redis, self.keys, self.scripts, task_id, self.settings.max_payload_bytes)
 
-    def record(self, outbox: Outbox) -> int:
-        """Write the outbox's pending transitions to the tracking stream; return how many."""
-        written = 0
-        while len(outbox):
-            with outbox.draining() as transitions:
-                if transitions:
-                    self.scripts.record_transitions(self.keys, self.redis, transitions)
-                written += len(transitions)
-        return written
+    def write_transitions(self, transitions: list[str]) -> None:
+        """Append the batch to the tracking stream as one entry."""
+        self.scripts.record_transitions(self.keys, self.redis, transitions)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> ReliableFetch:
         s = self.settings
@@ -101,10 +94,7 @@ class RedisBroker(Broker):
         The ``outbox``'s transitions (the job's ``error`` and "waiting for retry") are written
         in the same transaction, so they are in the stream before any process can retry it.
         """
-        draining: AbstractContextManager[list[str]] = (
-            outbox.draining() if outbox is not None else nullcontext([])
-        )
-        with draining as transitions:
+        with draining(outbox) as transitions:
             pipe = self.redis.pipeline(transaction=True)
             if transitions:
                 self.scripts.record_transitions(self.keys, pipe, transitions)

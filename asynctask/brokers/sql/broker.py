@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine
@@ -27,7 +26,7 @@ from asynctask.brokers.sql.store import JobRow, Store, Tx
 from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
 from asynctask.settings import Settings
 from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.outbox import Outbox
+from asynctask.tracking.outbox import Outbox, draining
 
 logger = logging.getLogger("asynctask.broker")
 
@@ -85,15 +84,10 @@ class SqlBroker(Broker):
     def staging(self, task_id: str) -> SqlStaging:
         return SqlStaging(self.store, self.settings.max_payload_bytes)
 
-    def record(self, outbox: Outbox) -> int:
-        written = 0
-        while len(outbox):
-            with outbox.draining() as transitions:
-                if transitions:
-                    with self.store.write() as tx:
-                        self.store.record(tx.connection, transitions)
-                written += len(transitions)
-        return written
+    def write_transitions(self, transitions: list[str]) -> None:
+        """Apply the batch to the tracking tables in a transaction of its own."""
+        with self.store.write() as tx:
+            self.store.record(tx.connection, transitions)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> SqlFetcher:
         queues = list(dict.fromkeys(q.name for q in self.settings.queues))
@@ -109,14 +103,10 @@ class SqlBroker(Broker):
     ) -> None:
         """Move the claimed row to the retry set, with the outbox's transitions (the job's
         ``error`` and "waiting for retry"), so they are stored before anyone can retry it."""
-        draining: AbstractContextManager[list[str]] = (
-            outbox.draining() if outbox is not None else nullcontext([])
-        )
         encoded = payload.dumps(job)
-        error = f"{job.get('error_class')}: {job.get('error_message')}"
-        with draining as transitions, self.store.write() as tx:
+        with draining(outbox) as transitions, self.store.write() as tx:
             self.store.record(tx.connection, transitions)
-            self._to_set(tx, unit, row(job, RETRY, at, encoded, error))
+            self._to_set(tx, unit, row(job, RETRY, at, encoded))
 
     def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
         """Move a job to the dead set (trimmed by age and count, as Sidekiq does)."""
@@ -124,10 +114,9 @@ class SqlBroker(Broker):
         job = _job_fields(encoded)
         if unit is not None:
             job.setdefault("queue", unit.queue)
-        error = f"{job.get('error_class')}: {job.get('error_message')}" if "error_class" in job else None
         s = self.settings
         with self.store.write() as tx:
-            self._to_set(tx, unit, row(job, DEAD, now, encoded, error))
+            self._to_set(tx, unit, row(job, DEAD, now, encoded))
             tx.connection.execute(self.store.sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
             tx.connection.execute(self.store.sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
 

@@ -33,7 +33,9 @@ def jid(job: payload.JobDict) -> str:
     return str(job.get("jid", ""))[:JID_WIDTH]
 
 
-def row(job: payload.JobDict, state: str, run_at: float, encoded: str, error: str | None = None) -> JobRow:
+def row(job: payload.JobDict, state: str, run_at: float, encoded: str) -> JobRow:
+    """A job's row; ``last_error`` from the failure Sidekiq's fields record, if any."""
+    error = f"{job.get('error_class')}: {job.get('error_message')}" if "error_class" in job else None
     return (jid(job), str(job.get("queue", "default")), state, priority(job), run_at, encoded, error)
 
 
