@@ -57,6 +57,17 @@ def dumps(job: Mapping[str, Any]) -> str:
     return "".join(_ruby_float_iterencode(job, 0))
 
 
+def schedule(job: JobDict, at: float | None, now: float) -> float | None:
+    """Sidekiq's rule for a pushed job: with a run-at time in the future it waits in the
+    schedule, without ``enqueued_at`` (as Sidekiq >= 7.1.2 writes it), and that time is
+    returned; otherwise it is enqueued ``now`` (None)."""
+    if at is not None and at > now:
+        job.pop("enqueued_at", None)
+        return at
+    job["enqueued_at"] = now
+    return None
+
+
 def dumps_within(job: Mapping[str, Any], limit: int) -> str:
     """``dumps``, refusing (ValueError) a job whose UTF-8 payload is over ``limit`` bytes."""
     encoded = dumps(job)

@@ -32,20 +32,19 @@ def push_jobs(
 ) -> None:
     """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one ``ZADD``.
 
-    An entry whose run-at time is in the future goes to ``schedule`` without ``enqueued_at``
-    (as Sidekiq >= 7.1.2 writes it); every other job gets the same fresh ``enqueued_at``.
-    Tracking ``transitions`` (encoded) are recorded first, in the same pipeline, by the
-    ``record`` script of ``scripts``. ``atomic`` wraps everything in MULTI/EXEC: all jobs or none.
+    Each job is scheduled or queued by ``payload.schedule`` (every queued job gets the same
+    fresh ``enqueued_at``). Tracking ``transitions`` (encoded) are recorded first, in the same
+    pipeline, by the ``record`` script of ``scripts``. ``atomic`` wraps everything in
+    MULTI/EXEC: all jobs or none.
     """
     now = payload.now()
     by_queue: dict[str, list[str]] = {}
     scheduled: dict[str, float] = {}
     for job, at in entries:
-        if at is not None and at > now:
-            job.pop("enqueued_at", None)
-            scheduled[payload.dumps_within(job, max_payload_bytes)] = at
+        due = payload.schedule(job, at, now)
+        if due is not None:
+            scheduled[payload.dumps_within(job, max_payload_bytes)] = due
         else:
-            job["enqueued_at"] = now
             by_queue.setdefault(job["queue"], []).append(payload.dumps_within(job, max_payload_bytes))
     pipe = conn.pipeline(transaction=atomic)
     if transitions:

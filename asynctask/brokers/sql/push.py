@@ -42,18 +42,14 @@ def row(job: payload.JobDict, state: str, run_at: float, encoded: str) -> JobRow
 def push_rows(
     entries: Sequence[tuple[payload.JobDict, float | None]], max_payload_bytes: int
 ) -> list[JobRow]:
-    """The rows of pushed jobs. An entry whose run-at time is in the future is scheduled
-    without ``enqueued_at`` (as Sidekiq >= 7.1.2 writes it); every other job gets the same
-    fresh ``enqueued_at``. Raises ValueError for a job over the size limit."""
+    """The rows of pushed jobs, scheduled or queued by ``payload.schedule`` (every queued
+    job gets the same fresh ``enqueued_at``). Raises ValueError for a job over the size limit."""
     now = payload.now()
     rows: list[JobRow] = []
     for job, at in entries:
-        if at is not None and at > now:
-            job.pop("enqueued_at", None)
-            rows.append(row(job, SCHEDULED, at, payload.dumps_within(job, max_payload_bytes)))
-        else:
-            job["enqueued_at"] = now
-            rows.append(row(job, QUEUED, now, payload.dumps_within(job, max_payload_bytes)))
+        due = payload.schedule(job, at, now)
+        encoded = payload.dumps_within(job, max_payload_bytes)
+        rows.append(row(job, QUEUED, now, encoded) if due is None else row(job, SCHEDULED, due, encoded))
     return rows
 
 
