@@ -43,8 +43,25 @@ class EnqueueRun:
         return self.jobs / self.seconds
 
 
+class DrainRates:
+    """Rates of a drain whose phases a run measured: ``steady_s`` (first job done to last)
+    and ``total_s`` (spawn to last)."""
+
+    jobs: int
+    steady_s: float
+    total_s: float
+
+    @property
+    def steady_rate(self) -> float:
+        return self.jobs / self.steady_s if self.steady_s > 0 else 0.0
+
+    @property
+    def total_rate(self) -> float:
+        return self.jobs / self.total_s if self.total_s > 0 else 0.0
+
+
 @dataclass
-class ProcessRun:
+class ProcessRun(DrainRates):
     system: str
     concurrency: int
     jobs: int
@@ -64,14 +81,6 @@ class ProcessRun:
     stop_s: float = 0.0
     checks: dict[str, int] = field(default_factory=dict)
     error: str = ""
-
-    @property
-    def steady_rate(self) -> float:
-        return self.jobs / self.steady_s if self.steady_s > 0 else 0.0
-
-    @property
-    def total_rate(self) -> float:
-        return self.jobs / self.total_s if self.total_s > 0 else 0.0
 
 
 def enqueue(system: System, server: RedisServer, mode: str, jobs: int, batch: int = 1000) -> EnqueueRun:

@@ -30,6 +30,7 @@ import psutil
 import psycopg
 
 from bench import procs, sql_db, sql_peers
+from bench.runner import DrainRates
 from bench.sql_db import PostgresDatabase
 from bench.sql_systems import POSTGRESQL, SQLITE, SqlSystem, systems
 from bench.system import ROOT
@@ -43,7 +44,7 @@ MIN_TIMEOUT = 60.0
 
 
 @dataclass
-class SqlRun:
+class SqlRun(DrainRates):
     system: str
     backend: str
     processes: int
@@ -68,14 +69,6 @@ class SqlRun:
     checks: dict[str, int] = field(default_factory=dict)
     error: str = ""
     enqueue_failed: bool = False
-
-    @property
-    def steady_rate(self) -> float:
-        return self.jobs / self.steady_s if self.steady_s > 0 else 0.0
-
-    @property
-    def total_rate(self) -> float:
-        return self.jobs / self.total_s if self.total_s > 0 else 0.0
 
     @property
     def enqueue_rate(self) -> float:
