@@ -2,6 +2,9 @@
 
 __version__ = "0.1.0"
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from asynctask.client import Client, configure, default_client
 from asynctask.context import JobContext, current_job
 from asynctask.errors import (
@@ -18,18 +21,50 @@ from asynctask.job import JobDefinition, JobOptions, job
 from asynctask.middleware import Chain, client_chain, server_chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import QueueSpec, Settings
-from asynctask.tracking.service import (
-    Tracking,
-    cancel_task,
-    create_task,
-    default_tracking,
-    get_task,
-    list_events,
-    list_tasks,
-    retry_task,
-)
 from asynctask.tracking.status import EventStatus, TaskStatus
 from asynctask.tracking.views import EventView, MessageView, Page, TaskView
+
+#: Names imported on first use, with their module: they need SQLAlchemy (the tracking
+#: database), which a client or a Redis worker with tracking off never loads otherwise.
+_LAZY = {
+    name: "asynctask.tracking.service"
+    for name in (
+        "Tracking",
+        "cancel_task",
+        "create_task",
+        "default_tracking",
+        "get_task",
+        "list_events",
+        "list_tasks",
+        "retry_task",
+    )
+}
+
+if TYPE_CHECKING:
+    from asynctask.tracking.service import (
+        Tracking,
+        cancel_task,
+        create_task,
+        default_tracking,
+        get_task,
+        list_events,
+        list_tasks,
+        retry_task,
+    )
+else:
+    # Out of type checkers' sight: they would give any misspelt name of this package the type
+    # of its result.
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AsyncTaskError",

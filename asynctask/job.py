@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
-import jsonschema_rs
-
 from asynctask import payload
 from asynctask.errors import JobArgumentsError
 from asynctask.registry import Registry, default_registry
 
 if TYPE_CHECKING:
+    import jsonschema_rs
+
     from asynctask.client import Client
 
 P = ParamSpec("P")
@@ -271,6 +271,9 @@ def job(
 def _compile_schema(name: str, schema: dict[str, Any] | None) -> jsonschema_rs.Validator | None:
     if schema is None:
         return None
+    # Only jobs with an item schema need the validator library: others never load it.
+    import jsonschema_rs
+
     try:
         jsonschema_rs.meta.validate(schema)
         return jsonschema_rs.validator_for(schema)

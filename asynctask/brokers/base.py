@@ -15,19 +15,32 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import redis
-from sqlalchemy import Connection
-from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
 from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.outbox import Outbox
 
-#: Errors that mean the store is unreachable or refused a command: the worker logs them and
-#: tries again, it never dies of them.
-BROKER_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, SQLAlchemyError, OSError)
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    #: The errors of every broker (each one's ``Broker.errors``), for code that does not know
+    #: which broker it talks to. Built on first use, as it imports SQLAlchemy, which a client
+    #: or a Redis worker with tracking off never loads otherwise.
+    BROKER_ERRORS: tuple[type[BaseException], ...]
+else:
+    # Out of type checkers' sight: they would give any misspelt name of this module the type
+    # of its result.
+    def __getattr__(name: str) -> Any:
+        if name != "BROKER_ERRORS":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from sqlalchemy.exc import SQLAlchemyError
+
+        globals()[name] = errors = (redis.RedisError, SQLAlchemyError, OSError)
+        return errors
+
 
 #: The job sets a scheduled/retry poller moves due jobs from.
 DueSet = Literal["retry", "schedule"]
@@ -228,6 +241,9 @@ class TrackingApplier(ABC):
 
 class Broker(ABC):
     settings: Settings
+    #: Errors that mean this broker's store is unreachable or refused a command: the worker
+    #: logs them and tries again, it never dies of them.
+    errors: ClassVar[tuple[type[BaseException], ...]]
 
     @abstractmethod
     def close(self) -> None:
@@ -235,7 +251,7 @@ class Broker(ABC):
 
     @abstractmethod
     def ping(self) -> None:
-        """Raise one of ``BROKER_ERRORS`` if the store cannot be reached."""
+        """Raise one of ``errors`` if the store cannot be reached."""
 
     @abstractmethod
     def push(

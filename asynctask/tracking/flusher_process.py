@@ -22,8 +22,6 @@ from collections.abc import Callable
 from asynctask.brokers.redis.connection import connect
 from asynctask.keys import Keys
 from asynctask.settings import Settings
-from asynctask.tracking.database import create_database_engine, writer
-from asynctask.tracking.flusher import Flusher
 
 logger = logging.getLogger("asynctask.tracking")
 
@@ -109,6 +107,10 @@ def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
         # Ctrl-C reaches the whole process group; the worker stops this child itself, after
         # writing its own last transitions, so that they are applied before it exits.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Imported here, in the child: the worker that starts it never loads SQLAlchemy for it.
+    from asynctask.tracking.database import create_database_engine, writer
+    from asynctask.tracking.flusher import Flusher
+
     conn = connect(settings.broker, max_connections=4)
     engine = create_database_engine(settings.database_url)
     flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer)

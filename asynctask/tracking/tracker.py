@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from asynctask import payload
-from asynctask.brokers.base import BROKER_ERRORS
 from asynctask.errors import error_class_name
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
@@ -121,7 +120,7 @@ class Tracker:
         """
         try:
             self.broker.record(self.outbox)
-        except BROKER_ERRORS as exc:
+        except self.broker.errors as exc:
             logger.error("could not write %d tracking transition(s): %s", len(self.outbox), exc)
             return False
         return True

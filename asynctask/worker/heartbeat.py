@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from asynctask import __version__
-from asynctask.brokers import BROKER_ERRORS, Beat, Broker
+from asynctask.brokers import Beat, Broker
 from asynctask.settings import Settings
 from asynctask.worker.stats import Stats
 
@@ -74,7 +74,7 @@ class Heartbeat:
         )
         try:
             signal = self.broker.beat(beat)
-        except BROKER_ERRORS as exc:
+        except self.broker.errors as exc:
             self.stats.restore(processed, failed)
             logger.error("heartbeat failed: %s", exc, extra={"fields": {"identity": self.info.identity}})
             return
@@ -86,7 +86,7 @@ class Heartbeat:
         processed, failed = self.stats.take()
         try:
             self.broker.clear_process(self.info.identity, processed, failed)
-        except BROKER_ERRORS as exc:
+        except self.broker.errors as exc:
             logger.error("could not clear the heartbeat: %s", exc)
 
     def _info(self) -> dict[str, object]:

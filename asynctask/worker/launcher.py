@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from asynctask import middleware, payload
-from asynctask.brokers import BROKER_ERRORS, open_broker
+from asynctask.brokers import open_broker
 from asynctask.brokers.base import TrackingApplier
 from asynctask.middleware import Chain
 from asynctask.registry import Registry, default_registry
@@ -166,7 +166,7 @@ class Worker:
                 self.applier.check()
             try:
                 self.broker.recover_orphans(self.identity)
-            except BROKER_ERRORS as exc:
+            except self.broker.errors as exc:
                 logger.error("orphan recovery failed: %s", exc)
 
     def _install_signal_handlers(self) -> None:

@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from asynctask import context, payload
-from asynctask.brokers import BROKER_ERRORS, UnitOfWork
+from asynctask.brokers import UnitOfWork
 from asynctask.context import JobContext
 from asynctask.errors import JobArgumentsError, JobFailed, JobNotRegistered, PayloadError, Shutdown
 from asynctask.job import JobDefinition
@@ -61,7 +61,7 @@ class Processor:
                 ack, pending_ack = pending_ack, None
                 try:
                     unit = manager.fetch.fetch(ack, block_on=cycle)
-                except BROKER_ERRORS as exc:
+                except manager.broker.errors as exc:
                     logger.error(
                         "fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}}
                     )

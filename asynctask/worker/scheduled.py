@@ -16,7 +16,7 @@ import random
 import threading
 
 from asynctask import payload
-from asynctask.brokers import BROKER_ERRORS, Broker
+from asynctask.brokers import Broker
 from asynctask.errors import PayloadError
 from asynctask.middleware import Chain
 
@@ -44,7 +44,7 @@ class Poller:
         while not self._stopped.is_set():
             try:
                 self.enqueue()
-            except BROKER_ERRORS as exc:
+            except self.broker.errors as exc:
                 logger.error("scheduled poll failed: %s", exc)
             except Exception:
                 logger.exception("scheduled poll failed")

@@ -10,8 +10,6 @@ import redis
 from asynctask.brokers.base import TrackingApplier
 from asynctask.keys import Keys
 from asynctask.settings import Settings
-from asynctask.tracking.database import create_database_engine, writer
-from asynctask.tracking.flusher import Flusher
 from asynctask.tracking.flusher_process import FlusherProcess
 
 logger = logging.getLogger("asynctask.tracking")
@@ -45,6 +43,10 @@ class FlusherProcessApplier(TrackingApplier):
 
 class FlusherThreadApplier(TrackingApplier):
     def __init__(self, conn: redis.Redis, keys: Keys, settings: Settings, identity: str) -> None:
+        # Only this applier writes SQL in the worker process; the child's needs no SQLAlchemy here.
+        from asynctask.tracking.database import create_database_engine, writer
+        from asynctask.tracking.flusher import Flusher
+
         self.flusher = Flusher(conn, keys, writer(create_database_engine(settings.database_url)), identity)
 
     def start(self) -> None:

@@ -10,7 +10,6 @@ import redis
 from asynctask import payload
 from asynctask.brokers.base import Beat, Broker, DueSet, TrackingApplier, UnitOfWork
 from asynctask.brokers.redis import process
-from asynctask.brokers.redis.applier import FlusherProcessApplier, FlusherThreadApplier
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.fetch import ReliableFetch, release
 from asynctask.brokers.redis.push import RedisStaging, push_jobs
@@ -25,6 +24,8 @@ DUE_BATCH = 100
 
 
 class RedisBroker(Broker):
+    errors = (redis.RedisError, OSError)
+
     def __init__(self, settings: Settings, connection: redis.Redis | None = None) -> None:
         self.settings = settings
         self.keys = Keys(settings.namespace)
@@ -189,6 +190,9 @@ class RedisBroker(Broker):
     def tracking_applier(self, identity: str) -> TrackingApplier | None:
         if not self.settings.tracking or self.settings.flusher == "off":
             return None
+        # The flushers need SQLAlchemy: a worker that does not track never imports them.
+        from asynctask.brokers.redis.applier import FlusherProcessApplier, FlusherThreadApplier
+
         if self.settings.flusher == "thread":
             return FlusherThreadApplier(self.redis, self.keys, self.settings, identity)
         return FlusherProcessApplier(self.redis, self.keys, self.settings, identity)

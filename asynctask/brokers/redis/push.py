@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import redis
-from sqlalchemy import Connection
 
 from asynctask import payload
 from asynctask.brokers.base import Staging
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 logger = logging.getLogger("asynctask.client")
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
 from asynctask.brokers.base import Beat, Broker, DueSet, UnitOfWork
@@ -38,6 +39,8 @@ SPARE_CONNECTIONS = 5
 
 
 class SqlBroker(Broker):
+    errors = (SQLAlchemyError, OSError)
+
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
         self._owns_engine = engine is None
