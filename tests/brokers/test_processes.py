@@ -3,6 +3,7 @@ graceful shutdown."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -15,6 +16,8 @@ from pathlib import Path
 import asynctask
 from asynctask import Client, QueueSpec, Registry, Settings, payload
 from asynctask.api import ProcessSet, Queue, Stats, WorkSet
+from asynctask.brokers import open_broker
+from asynctask.brokers.base import UnitOfWork
 from asynctask.worker import Worker
 from tests.brokers.conftest import SpawnWorker, read_runs
 from tests.conftest import wait_until
@@ -117,6 +120,26 @@ def test_remote_signals_dump_threads_quiet_then_stop_the_worker(
     process.stop()
     wait_until(lambda: processes.size == 0)
     assert ran == [] and [record.jid for record in queue] == [jid]
+
+
+def test_going_quiet_releases_the_threads_waiting_for_jobs(settings: Settings) -> None:
+    """A worker told to stop does not wait out the fetch timeout of its idle threads."""
+    broker = open_broker(dataclasses.replace(settings, fetch_timeout=10.0))
+    try:
+        fetcher = broker.fetcher("me")
+        got: list[UnitOfWork | None] = []
+        waiting = [threading.Thread(target=lambda: got.append(fetcher.fetch(None, 0))) for _ in range(3)]
+        for thread in waiting:
+            thread.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        fetcher.interrupt()
+        for thread in waiting:
+            thread.join(10)
+        assert time.monotonic() - started < 2
+        assert got == [None, None, None]
+    finally:
+        broker.close()
 
 
 def test_tstp_quiets_and_term_stops_a_worker_process(

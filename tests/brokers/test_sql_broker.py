@@ -546,22 +546,6 @@ def test_idle_threads_leave_the_polling_to_the_one_watching(
     assert 3 <= len(claims) <= 20, len(claims)
 
 
-def test_going_quiet_releases_the_threads_waiting_for_jobs(make_broker: Callable[..., SqlBroker]) -> None:
-    """A worker told to stop does not wait out the fetch timeout of its idle threads."""
-    fetcher = make_broker(fetch_timeout=10.0).fetcher("me")
-    got: list[UnitOfWork | None] = []
-    waiting = [threading.Thread(target=lambda: got.append(fetcher.fetch(None, 0))) for _ in range(3)]
-    for thread in waiting:
-        thread.start()
-    time.sleep(0.5)
-    started = time.monotonic()
-    fetcher.interrupt()
-    for thread in waiting:
-        thread.join(10)
-    assert time.monotonic() - started < 2
-    assert got == [None, None, None]
-
-
 def test_an_idle_claim_on_sqlite_does_not_wait_for_the_write_lock(broker: SqlBroker) -> None:
     if broker.store.postgres:
         pytest.skip("PostgreSQL has no file lock; its claims skip locked rows")
