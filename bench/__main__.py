@@ -1,22 +1,24 @@
-"""``python -m bench [--quick] [--reps N] [--jobs N] ...``: run the benchmark, print and save tables.
+"""``python -m bench [--quick] [--sections ...] ...``: run the benchmark, print and save tables.
 
 Order of work, so that noise hits every configuration alike:
 
-1. for each repetition: every (system, concurrency) processing run in turn (each starts with
-   its push_bulk enqueue), then every system's perform_async enqueue pass;
-2. one Redis-command-count pass per system;
-3. the tracking section (``bench/tracking_bench.py``): tracking on vs off, create_task,
-   get_task on a big task;
-4. the api section (``bench/api_bench.py``): ``GET /api/tasks/<id>`` under wrk load, POSTs
-   of many items as JSON and CSV (needs wrk);
-5. the sql section (``bench/sql_bench.py``): no-op drain throughput of AsyncTask's SQL broker
-   on SQLite and PostgreSQL, 1 and 2 worker processes, next to Huey's SqliteHuey and
-   procrastinate (installed by the bench into ``bench/.peers-venv``);
-6. tables to stdout, RESULTS.md, runtime.json, tracking.json, api.json and sql.json to ``--out``.
+1. runtime: for each repetition, every (worker processes, system) drain of N no-op jobs in
+   turn (each starts with the system's bulk enqueue; AsyncTask, Ruby Sidekiq and the Python
+   peers of ``bench/redis_peers.py``, installed by the bench into ``bench/.peers-venv``), then
+   every system's one-call-per-job enqueue pass; then one Redis-command-count pass per system;
+2. latency: enqueue-to-start latency at a steady rate, every system in turn, per repetition;
+3. memory: one worker per system, RSS idle and while it runs 100,000 jobs;
+4. ceiling: ``redis-benchmark`` of the commands on AsyncTask's hot path;
+5. tracking (``bench/tracking_bench.py``): tracking on vs off, create_task, get_task;
+6. api (``bench/api_bench.py``): ``GET /api/tasks/<id>`` under wrk load, bulk POSTs (needs wrk);
+7. sse (``bench/sse_bench.py``): one task's event stream fanned out to many clients;
+8. sql (``bench/sql_bench.py``): AsyncTask's SQL broker on SQLite and PostgreSQL next to Huey
+   and procrastinate;
+9. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
-``--sections runtime``, ``tracking``, ``api`` or ``sql`` (comma-separated) runs only those:
-it rewrites only their own JSON files, and their sections of RESULTS.md (the others are kept
-from the previous RESULTS.md, with a note saying which run each section comes from).
+``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
+RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
+which run each section comes from). The Targets section compares with what ran in this run.
 
 The private redis-server and all workers are killed on any exit path (error, Ctrl-C, TERM).
 """
@@ -30,87 +32,116 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from bench import (
     api_bench,
     api_report,
-    asynctask_bench,
+    ceiling,
+    latency,
     machine,
+    memory,
+    plots,
     procs,
     report,
     runner,
-    sidekiq_bench,
+    sections,
     sql_bench,
     sql_report,
+    sse_bench,
+    systems,
+    targets,
     tracking_bench,
     tracking_db,
-    tracking_report,
 )
 from bench.redis_server import RedisServer
 from bench.system import ROOT, System
 
-SECTIONS = ("runtime", "tracking", "api", "sql")
+SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: N=2000, 1 rep (CI)")
+    parser.add_argument("--quick", action="store_true", help="smoke run (CI): small N, 1 rep, fewer runs")
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated, of: {', '.join(SECTIONS)} (default all)",
+    )
     parser.add_argument("--reps", type=int, help="repetitions (default 3; --quick: 1)")
-    parser.add_argument("--jobs", type=int, help="jobs per processing run (default 20000; --quick: 2000)")
-    parser.add_argument(
-        "--single-jobs", type=int, help="jobs per perform_async pass (default 5000; --quick: 1000)"
-    )
-    parser.add_argument(
-        "--cmd-jobs", type=int, help="jobs in the command-count pass (default 3000; --quick: 2000)"
-    )
-    parser.add_argument(
-        "--concurrency", default="10,25", help="comma-separated worker thread counts (default 10,25)"
-    )
-    parser.add_argument(
-        "--no-sidekiq", action="store_true", help="AsyncTask only (also automatic without Ruby)"
-    )
     parser.add_argument(
         "--out", type=Path, help="results directory (default bench/results; --quick: .../quick)"
     )
-    tracking = parser.add_argument_group("tracking section")
-    tracking.add_argument(
-        "--sections",
-        default=",".join(SECTIONS),
-        help="comma-separated: runtime, tracking, api, sql (default all four)",
-    )
-    tracking.add_argument(
-        "--tracking-jobs", type=int, help="jobs per tracking on/off drain (default 20000; --quick: 2000)"
-    )
-    tracking.add_argument(
-        "--create-items", type=int, help="items of the create_task pass (default 100000; --quick: 20000)"
-    )
-    tracking.add_argument(
-        "--events", type=int, help="events of the get_task task (default 1000000; --quick: 100000)"
-    )
-    tracking.add_argument(
-        "--get-task-calls", type=int, help="get_task calls per thread count (default 4000; --quick: 500)"
-    )
-    tracking.add_argument(
+    parser.add_argument(
         "--pg-url",
         default=tracking_db.DEFAULT_PG_URL,
-        help="PostgreSQL to create the bench's own database from (default %(default)s)",
+        help="PostgreSQL to create the bench's own databases from (default %(default)s)",
     )
-    api = parser.add_argument_group("api section")
+    runtime = parser.add_argument_group("runtime, latency and memory sections")
+    runtime.add_argument(
+        "--systems",
+        default=",".join(systems.NAMES),
+        help="comma-separated systems to compare (default all: %(default)s)",
+    )
+    runtime.add_argument("--jobs", type=int, help="jobs per drain (default 20000; --quick: 100)")
+    runtime.add_argument(
+        "--processes", help="comma-separated worker process counts (default 1,2,4; --quick: 1)"
+    )
+    runtime.add_argument(
+        "--concurrency", default="10", help="comma-separated job slots per worker process (default 10)"
+    )
+    runtime.add_argument(
+        "--single-jobs",
+        type=int,
+        help="jobs per one-call-per-job enqueue pass (default 5000; --quick: 0, none)",
+    )
+    runtime.add_argument(
+        "--cmd-jobs", type=int, help="jobs in the command-count pass (default 3000; --quick: 0, none)"
+    )
+    runtime.add_argument(
+        "--latency-jobs",
+        type=int,
+        help="jobs per latency run (default 10000; --quick: 200, AsyncTask and Sidekiq only)",
+    )
+    runtime.add_argument("--latency-rate", type=float, default=1000.0, help="jobs/s of the latency runs")
+    runtime.add_argument(
+        "--memory-jobs", type=int, help="jobs per memory run (default 100000; --quick: 1000, AsyncTask only)"
+    )
+    runtime.add_argument(
+        "--ceiling-requests", type=int, help="redis-benchmark requests per command (default 200000)"
+    )
+    tracking = parser.add_argument_group("tracking section")
+    tracking.add_argument(
+        "--tracking-jobs", type=int, help="jobs per tracking on/off drain (default 20000; --quick: 1000)"
+    )
+    tracking.add_argument(
+        "--create-items", type=int, help="items of the create_task pass (default 100000; --quick: 5000)"
+    )
+    tracking.add_argument(
+        "--events", type=int, help="events of the get_task task (default 1000000; --quick: 20000)"
+    )
+    tracking.add_argument(
+        "--get-task-calls", type=int, help="get_task calls per thread count (default 4000; --quick: 200)"
+    )
+    api = parser.add_argument_group("api and sse sections")
     api.add_argument(
-        "--api-events", type=int, help="events of the GET task (default 1000000; --quick: 100000)"
+        "--api-events", type=int, help="events of the GET task (default 1000000; --quick: 20000)"
     )
     api.add_argument(
-        "--api-items", type=int, help="items of each POST, JSON and CSV (default 100000; --quick: 10000)"
+        "--api-items", type=int, help="items of each POST, JSON and CSV (default 100000; --quick: 2000)"
     )
     api.add_argument(
-        "--api-connections", help="comma-separated wrk connection counts (default 1,4,8,16; --quick: 1,4)"
+        "--api-connections", help="comma-separated wrk connection counts (default 1,4,8,16; --quick: 4)"
     )
-    api.add_argument("--api-duration", type=int, help="seconds of each wrk run (default 10; --quick: 2)")
+    api.add_argument("--api-duration", type=int, help="seconds of each wrk run (default 10; --quick: 1)")
+    api.add_argument("--sse-clients", type=int, help="SSE clients (default 100; --quick: 10)")
+    api.add_argument("--sse-jobs", type=int, help="jobs of the streamed task (default 2000; --quick: 200)")
     sql = parser.add_argument_group("sql section (also uses --reps and --pg-url)")
-    sql.add_argument("--sql-jobs", type=int, help="jobs per drain (default 20000; --quick: 1000)")
+    sql.add_argument("--sql-jobs", type=int, help="jobs per drain (default 20000; --quick: 100)")
     sql.add_argument(
         "--sql-concurrency", type=int, default=10, help="job slots per worker process (default 10)"
     )
@@ -134,158 +165,254 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """Every section's settings, from the options and the --quick defaults."""
+    quick = bool(args.quick)
+
+    def pick(value: Any, full: Any, small: Any) -> Any:
+        return value if value is not None else (small if quick else full)
+
+    reps = pick(args.reps, 3, 1)
+    pg_url = tracking_db.shown(args.pg_url)
+    nproc = os.cpu_count()
+    return {
+        "runtime": {
+            "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
+            "quick": quick,
+            "reps": reps,
+            "jobs": pick(args.jobs, 20_000, 100),
+            # 0: no such pass (--quick): its table is then left out.
+            "single_jobs": pick(args.single_jobs, 5000, 0),
+            "commands_jobs": pick(args.cmd_jobs, 3000, 0),
+            "commands_concurrency": 10,
+            "concurrency": _ints(args.concurrency),
+            "processes": _ints(pick(args.processes, "1,2,4", "1")),
+            "nproc": nproc,
+        },
+        "latency": {
+            "quick": quick,
+            "reps": reps,
+            "jobs": pick(args.latency_jobs, 10_000, 200),
+            "rate": args.latency_rate,
+            "concurrency": 10,
+            "systems": ["AsyncTask", "Sidekiq"] if quick else None,
+        },
+        "memory": {
+            "quick": quick,
+            "jobs": pick(args.memory_jobs, 100_000, 1000),
+            "concurrency": 10,
+            "idle_s": 1.0 if quick else memory.IDLE_S,
+            # A smoke run checks the measurement, not every system's memory.
+            "systems": ["AsyncTask"] if quick else None,
+        },
+        "ceiling": {"requests": pick(args.ceiling_requests, 200_000, 20_000), "clients": 10},
+        "tracking": {
+            "quick": quick,
+            "tracking_jobs": pick(args.tracking_jobs, 20_000, 1000),
+            "tracking_reps": reps,
+            "tracking_concurrency": 10,
+            "create_items": pick(args.create_items, 100_000, 5000),
+            "create_reps": reps,
+            "events": pick(args.events, 1_000_000, 20_000),
+            "get_task_calls": pick(args.get_task_calls, 4000, 200),
+            "get_task_threads": [1, 8],
+            "pg_url": pg_url,
+        },
+        "api": {
+            "quick": quick,
+            "events": pick(args.api_events, 1_000_000, 20_000),
+            "items": pick(args.api_items, 100_000, 2000),
+            "connections": _ints(pick(args.api_connections, "1,4,8,16", "4")),
+            "duration_s": pick(args.api_duration, 10, 1),
+            "warmup_s": 1 if quick else api_bench.WARMUP_S,
+            "reps": reps,
+            "post_reps": reps,
+            "workers": api_bench.WORKERS,
+            "threads": api_bench.THREADS,
+            "nproc": nproc,
+            "pg_url": pg_url,
+        },
+        "sse": {
+            "quick": quick,
+            "clients": pick(args.sse_clients, 100, 10),
+            "jobs": pick(args.sse_jobs, 2000, 200),
+            "pg_url": pg_url,
+        },
+        "sql": {
+            "quick": quick,
+            "jobs": pick(args.sql_jobs, 20_000, 500),
+            "reps": reps,
+            "concurrency": args.sql_concurrency,
+            "processes": _ints(pick(args.sql_processes, "1,2", "1")),
+            "backends": [b.strip() for b in args.sql_backends.split(",") if b.strip()],
+            "tracked": not (quick or args.sql_untracked_only),
+            "pg_url": pg_url,
+        },
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    quick = bool(args.quick)
-    jobs = args.jobs or (2000 if quick else 20_000)
-    settings = {
-        "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
-        "quick": quick,
-        "reps": args.reps or (1 if quick else 3),
-        "jobs": jobs,
-        "single_jobs": args.single_jobs or (1000 if quick else 5000),
-        "commands_jobs": args.cmd_jobs or (2000 if quick else 3000),
-        "commands_concurrency": 10,
-        "concurrency": [int(c) for c in args.concurrency.split(",")],
-    }
-    sections = {name.strip() for name in args.sections.split(",") if name.strip()}
-    if not sections or not sections <= set(SECTIONS):
-        raise SystemExit(f"--sections takes runtime, tracking, api and/or sql, not {args.sections!r}")
-    settings["sections"] = [name for name in SECTIONS if name in sections]
-    if "api" in sections and (missing := api_bench.wrk_missing()) is not None:
+    chosen = {name.strip() for name in args.sections.split(",") if name.strip()}
+    if not chosen or not chosen <= set(SECTIONS):
+        raise SystemExit(f"--sections takes {', '.join(SECTIONS)}, not {args.sections!r}")
+    settings = _settings(args, argv)
+    settings["runtime"]["sections"] = [name for name in SECTIONS if name in chosen]
+    if {"api", "sse"} & chosen and (missing := api_bench.wrk_missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
-    tracking_settings = {
-        "quick": quick,
-        "tracking_jobs": args.tracking_jobs or (2000 if quick else 20_000),
-        "tracking_reps": settings["reps"],
-        "tracking_concurrency": 10,
-        "create_items": args.create_items or (20_000 if quick else 100_000),
-        "create_reps": settings["reps"],
-        "events": args.events or (100_000 if quick else 1_000_000),
-        "get_task_calls": args.get_task_calls or (500 if quick else 4000),
-        "get_task_threads": [1, 8],
-        "pg_url": tracking_db.shown(args.pg_url),
-    }
-    api_settings = {
-        "quick": quick,
-        "events": args.api_events or (100_000 if quick else 1_000_000),
-        "items": args.api_items or (10_000 if quick else 100_000),
-        "connections": [
-            int(c) for c in (args.api_connections or ("1,4" if quick else "1,4,8,16")).split(",")
-        ],
-        "duration_s": args.api_duration or (2 if quick else 10),
-        "warmup_s": api_bench.WARMUP_S,
-        "reps": settings["reps"],
-        "post_reps": settings["reps"],
-        "workers": api_bench.WORKERS,
-        "threads": api_bench.THREADS,
-        "nproc": os.cpu_count(),
-        "pg_url": tracking_db.shown(args.pg_url),
-    }
-    sql_settings = {
-        "quick": quick,
-        "jobs": args.sql_jobs or (1000 if quick else 20_000),
-        "reps": settings["reps"],
-        "concurrency": args.sql_concurrency,
-        "processes": [int(p) for p in (args.sql_processes or ("1" if quick else "1,2")).split(",")],
-        "backends": [b.strip() for b in args.sql_backends.split(",") if b.strip()],
-        "tracked": not (quick or args.sql_untracked_only),
-        "pg_url": tracking_db.shown(args.pg_url),
-    }
-    if not sql_settings["backends"] or not set(sql_settings["backends"]) <= {"sqlite", "postgresql"}:
+    backends = settings["sql"]["backends"]
+    if not backends or not set(backends) <= {"sqlite", "postgresql"}:
         raise SystemExit(f"--sql-backends takes sqlite and/or postgresql, not {args.sql_backends!r}")
-    api_results: api_bench.ApiResults | None = None
-    sql_results: sql_bench.SqlResults | None = None
-    systems: list[System] = [asynctask_bench.SYSTEM]
-    if "runtime" in sections and not args.no_sidekiq:
-        if sidekiq_bench.available():
-            systems.append(sidekiq_bench.SYSTEM)
-        else:
-            print("ruby/sidekiq not found: running AsyncTask only", file=sys.stderr)
-    out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if quick else ""))
-    results = report.Results(settings, {s.name: s.describe() for s in systems})
+    if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
+        raise SystemExit(f"python -m bench: {missing}")
+    out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)
     load_at_start = machine.load_average()
     workdir = Path(tempfile.mkdtemp(prefix="asynctask-bench-"))
+    run = sections.Run(settings)
     try:
+        if {"runtime", "latency", "memory"} & chosen:
+            wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
+            run.systems, run.runtime.skipped = systems.available(wanted)
+            run.runtime.configs = {system.name: system.describe() for system in run.systems}
         with RedisServer(workdir) as server:
-            if "runtime" in sections:
-                _run_all(results, systems, server, workdir)
-            if "tracking" in sections:
-                results.tracking = tracking_bench.run(tracking_settings, args.pg_url, server, workdir)
-            if "api" in sections:
-                api_results = api_bench.run(api_settings, args.pg_url, server, workdir)
-            if "sql" in sections:
-                sql_results = sql_bench.run(sql_settings, args.pg_url, workdir)
-            results.machine = machine.describe(server, len(systems) > 1, load_at_start)
-            if results.tracking is not None:
-                results.machine.update(results.tracking.versions)
-            if api_results is not None:
-                results.machine.update(api_results.versions)
-            if sql_results is not None:
-                results.machine.update(sql_results.versions)
+            _run_sections(run, chosen, server, workdir, args.pg_url)
+            run.runtime.machine = machine.describe(server, run.systems, load_at_start)
+            for versions in run.versions():
+                run.runtime.machine.update(versions)
     except KeyboardInterrupt:
         print("\ninterrupted: workers and redis-server stopped, nothing written", file=sys.stderr)
         return 130
     finally:
         procs.kill_all()
-        if _errors(results, api_results, sql_results):
+        if run.errors():
             print(f"worker logs kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    if results.process:
-        print(report.tables(results))
-    if results.tracking is not None:
-        print(tracking_report.tables(results.tracking))
-    if api_results is not None:
-        print(api_report.tables(api_results))
-    if sql_results is not None:
-        print(sql_report.tables(sql_results))
+    print(run.tables())
+    _write(run, out_dir)
+    print(f"wrote RESULTS.md, raw data and plots to {out_dir}", file=sys.stderr)
+    return 1 if run.errors() else 0
+
+
+def _run_sections(
+    run: sections.Run, chosen: set[str], server: RedisServer, workdir: Path, pg_url: str
+) -> None:
+    for name in SECTIONS:
+        if name in chosen:
+            started = time.monotonic()
+            _run_section(name, run, server, workdir, pg_url)
+            run.seconds[name] = time.monotonic() - started
+            print(f"== section {name}: {run.seconds[name]:.0f} s", file=sys.stderr)
+
+
+def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Path, pg_url: str) -> None:
+    s = run.settings
+    if name == "runtime":
+        _run_runtime(run.runtime, run.systems, server, workdir)
+    elif name == "latency":
+        run.latency = _run_latency(s["latency"], run.systems, server, workdir)
+    elif name == "memory":
+        run.memory = _run_memory(s["memory"], run.systems, server, workdir)
+    elif name == "ceiling":
+        run.ceiling = ceiling.measure(server, s["ceiling"]["requests"], s["ceiling"]["clients"])
+    elif name == "tracking":
+        run.runtime.tracking = tracking_bench.run(s["tracking"], pg_url, server, workdir)
+    elif name == "api":
+        run.api = api_bench.run(s["api"], pg_url, server, workdir)
+    elif name == "sse":
+        run.sse = sse_bench.run(s["sse"], pg_url, server, workdir)
+    elif name == "sql":
+        run.sql = sql_bench.run(s["sql"], pg_url, workdir)
+
+
+def _write(run: sections.Run, out_dir: Path) -> None:
     results_md = out_dir / "RESULTS.md"
     previous = results_md.read_text(encoding="utf-8") if results_md.exists() else None
-    report.write(results, out_dir)
-    if api_results is not None:
-        api_report.write(api_results, results.machine, out_dir)
-    if sql_results is not None:
-        sql_report.write(sql_results, results.machine, out_dir)
+    report.write(run.runtime, out_dir)
+    if run.api is not None:
+        api_report.write(run.api, run.runtime.machine, out_dir)
+    if run.sql is not None:
+        sql_report.write(run.sql, run.runtime.machine, out_dir)
+    sections.write(run, out_dir)
     if previous is not None:
         fresh = results_md.read_text(encoding="utf-8")
         results_md.write_text(report.keep_earlier(previous, fresh), encoding="utf-8")
-    print(f"wrote RESULTS.md and raw data to {out_dir}", file=sys.stderr)
-    return 1 if _errors(results, api_results, sql_results) else 0
+    targets.write(run, out_dir)
+    plots.write(out_dir)
 
 
-def _errors(
-    results: report.Results, api: api_bench.ApiResults | None, sql: sql_bench.SqlResults | None
-) -> list[str]:
-    return (
-        results.errors()
-        + (api.errors() if api is not None else [])
-        + (sql.errors() if sql is not None else [])
-    )
-
-
-def _run_all(results: report.Results, systems: list[System], server: RedisServer, workdir: Path) -> None:
+def _run_runtime(results: report.Results, chosen: list[System], server: RedisServer, workdir: Path) -> None:
     s = results.settings
     for rep in range(s["reps"]):
-        for concurrency in s["concurrency"]:
-            for system in systems:
-                run = runner.process(system, server, concurrency, s["jobs"], workdir)
-                results.process.append((rep, run))
-                _progress(f"rep {rep + 1}/{s['reps']} {system.name} c={concurrency}", run)
-        for system in systems:
+        for processes in s["processes"]:
+            for concurrency in s["concurrency"]:
+                for system in chosen:
+                    jobs = system.jobs(s["jobs"])
+                    run = runner.process(system, server, concurrency, jobs, workdir, processes)
+                    results.process.append((rep, run))
+                    _progress(f"rep {rep + 1}/{s['reps']} {system.name} {processes}x{concurrency}", run)
+        for system in chosen if s["single_jobs"] else []:
             single = runner.enqueue(system, server, "single", s["single_jobs"])
             results.single.append((rep, single))
             print(
-                f"rep {rep + 1}/{s['reps']} {system.name} perform_async: {single.rate:,.0f}/s",
+                f"rep {rep + 1}/{s['reps']} {system.name} one call per job: {single.rate:,.0f}/s",
                 file=sys.stderr,
             )
-    for system in systems:
-        run = runner.process(system, server, s["commands_concurrency"], s["commands_jobs"], workdir)
+    for system in chosen if s["commands_jobs"] else []:
+        jobs = system.jobs(s["commands_jobs"])
+        run = runner.process(system, server, s["commands_concurrency"], jobs, workdir)
         results.commands.append(run)
         _progress(f"commands {system.name}", run)
+
+
+def _run_latency(
+    s: dict[str, Any], chosen: list[System], server: RedisServer, workdir: Path
+) -> list[latency.LatencyRun]:
+    runs = []
+    for rep in range(s["reps"]):
+        for system in _only(chosen, s["systems"]):
+            jobs = system.jobs(s["jobs"])
+            run = latency.run(system, server, jobs, s["rate"], workdir, s["concurrency"])
+            runs.append(run)
+            summary = run.error or f"p50 {run.percentile(50):.2f} ms, p99 {run.percentile(99):.2f} ms"
+            print(f"rep {rep + 1}/{s['reps']} latency {system.name}: {summary}", file=sys.stderr)
+    return runs
+
+
+def _run_memory(
+    s: dict[str, Any], chosen: list[System], server: RedisServer, workdir: Path
+) -> list[memory.MemoryRun]:
+    return [
+        _logged(
+            memory.run(
+                system, server, _memory_jobs(system, s["jobs"]), workdir, s["concurrency"], s["idle_s"]
+            )
+        )
+        for system in _only(chosen, s["systems"])
+    ]
+
+
+def _memory_jobs(system: System, wanted: int) -> int:
+    """``wanted``, or for a system whose drains are capped (it runs a few hundred jobs/s),
+    ten times its cap: enough to tell a leak, in about a minute and a half."""
+    return min(wanted, 10 * system.max_jobs) if system.max_jobs else wanted
+
+
+def _only(chosen: list[System], names: list[str] | None) -> list[System]:
+    return chosen if names is None else [system for system in chosen if system.name in names]
+
+
+def _logged(run: memory.MemoryRun) -> memory.MemoryRun:
+    summary = run.error or f"idle {run.idle_rss / 2**20:.0f} MiB, peak {run.peak_rss / 2**20:.0f} MiB"
+    print(f"memory {run.system}: {summary}", file=sys.stderr)
+    return run
 
 
 def _progress(label: str, run: runner.ProcessRun) -> None:

@@ -205,8 +205,10 @@ class ApiServer:
         redis_url: str,
         workdir: Path,
         variant: str = CACHED,
+        threads: int = THREADS,
     ) -> None:
         self.kind = kind
+        self.threads = threads
         self.variant = variant
         self.database_url = database_url
         self.redis_url = redis_url
@@ -226,7 +228,7 @@ class ApiServer:
         self.port = free_port(FIRST_PORT, LAST_PORT)
         argv = [
             sys.executable, "-m", "asynctask", "api", "--host", "127.0.0.1", "--port", str(self.port),
-            "--workers", str(WORKERS), "--threads", str(THREADS),
+            "--workers", str(WORKERS), "--threads", str(self.threads),
         ]  # fmt: skip
         env = clean_env(
             ASYNCTASK_DATABASE_URL=self.database_url,
@@ -388,7 +390,7 @@ def _load(
                     )
                 results.response_bytes = len(body)
                 # Each server's own warm-up (pools filled, statements prepared), discarded.
-                _wrk(target, backends, script, path, max(s["connections"]), WARMUP_S, -1)
+                _wrk(target, backends, script, path, max(s["connections"]), s["warmup_s"], -1)
             for rep in range(s["reps"]):
                 for connections in s["connections"]:
                     for variant, target in servers.items():

@@ -1,10 +1,12 @@
-"""AsyncTask's enqueuer: ``python -m bench.enqueue_py URL MODE N BATCH``, on any broker URL.
+"""AsyncTask's enqueuer: ``python -m bench.enqueue_py URL MODE N BATCH|RATE``, on any broker URL.
 
 Run in its own process, like the Ruby side (``bench/ruby/enqueue.rb``) and the peers'
 enqueuers, so that all start from a fresh interpreter. MODE "bulk" uses ``perform_bulk``
 (one round trip per BATCH jobs), "single" calls ``perform_async`` N times, "task" creates one
-tracked task of N items (``create_task(..., chunk_size=1)``: N jobs). Prints one JSON line:
-``{"jobs": N, "seconds": elapsed}``; only the enqueue is timed, after one ping of the broker.
+tracked task of N items (``create_task(..., chunk_size=1)``: N jobs), "latency" sends N
+latency jobs with ``perform_async(time.time())`` at RATE per second (see ``paced``). Prints one
+JSON line: ``{"jobs": N, "seconds": elapsed}``; only the enqueue is timed, after one ping of
+the broker.
 """
 
 from __future__ import annotations
@@ -12,22 +14,41 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 
 import asynctask
-from bench.noop_jobs import noop_job
+from bench.noop_jobs import latency_job, noop_job
 from bench.tracked_jobs import tracked_noop_job
 
 
+def paced(count: int, rate: float, send: Callable[[], object]) -> None:
+    """Call ``send`` ``count`` times, the i-th at start + i/rate.
+
+    The schedule is fixed from the start and no send goes before its time: one that is late
+    (the process was descheduled) goes at once, so after a stall the jobs due during it go
+    back to back, then the pace resumes.
+    """
+    start = time.perf_counter()
+    for i in range(count):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send()
+
+
 def main(argv: list[str]) -> int:
-    url, mode, count, batch = argv[0], argv[1], int(argv[2]), int(argv[3])
+    # The fourth argument is the batch size of "bulk", the rate (jobs/s) of "latency".
+    url, mode, count, size = argv[0], argv[1], int(argv[2]), argv[3]
     client = asynctask.configure(asynctask.Settings(broker_url=url, tracking=mode == "task"))
     client.broker.ping()
     start = time.perf_counter()
     if mode == "bulk":
-        noop_job.perform_bulk([[] for _ in range(count)], batch_size=batch)
+        noop_job.perform_bulk([[] for _ in range(count)], batch_size=int(size))
     elif mode == "single":
         for _ in range(count):
             noop_job.perform_async()
+    elif mode == "latency":
+        paced(count, float(size), lambda: latency_job.perform_async(time.time()))
     elif mode == "task":
         asynctask.Tracking(client).create_task(tracked_noop_job, range(count), chunk_size=1)
     else:

@@ -11,16 +11,15 @@ from importlib import metadata
 
 import psutil
 
-from bench import sidekiq_bench
 from bench.redis_server import RedisServer
-from bench.system import ROOT
+from bench.system import ROOT, System
 
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def describe(server: RedisServer, with_sidekiq: bool, load_at_start: str) -> dict[str, str]:
+def describe(server: RedisServer, systems: list[System], load_at_start: str) -> dict[str, str]:
     info = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "nproc": str(os.cpu_count()),
@@ -38,8 +37,8 @@ def describe(server: RedisServer, with_sidekiq: bool, load_at_start: str) -> dic
         "psutil": _version("psutil"),
         "redis-server": server.version(),
     }
-    if with_sidekiq:
-        info.update(sidekiq_bench.versions())
+    for system in systems:
+        info.update(system.versions())
     return info
 
 

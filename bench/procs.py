@@ -97,6 +97,16 @@ class TreeUsage:
     def cpu(self) -> float:
         return self.user + self.system
 
+    def __add__(self, other: TreeUsage) -> TreeUsage:
+        return TreeUsage(
+            self.user + other.user,
+            self.system + other.system,
+            self.voluntary + other.voluntary,
+            self.involuntary + other.involuntary,
+            self.rss + other.rss,
+            self.pss + other.pss,
+        )
+
     def __sub__(self, other: TreeUsage) -> TreeUsage:
         return TreeUsage(
             self.user - other.user,

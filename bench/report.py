@@ -28,6 +28,12 @@ from bench.tracking_bench import TrackingResults
 MIB = 2**20
 
 
+#: The systems that are not Python peers: ours, and the Ruby reference.
+NOT_PYTHON_PEERS = ("AsyncTask", "Sidekiq")
+#: A worker configuration: (processes, job slots per process).
+Config = tuple[int, int]
+
+
 @dataclass
 class Results:
     settings: dict[str, Any]
@@ -38,50 +44,83 @@ class Results:
     single: list[tuple[int, EnqueueRun]] = field(default_factory=list)
     #: The separate pass that counts Redis commands per job (one run per system).
     commands: list[ProcessRun] = field(default_factory=list)
+    #: Systems of the issue that could not run here, with the exact reason.
+    skipped: dict[str, str] = field(default_factory=dict)
     #: The tracking section, when it ran.
     tracking: TrackingResults | None = None
 
     def systems(self) -> list[str]:
         return list(dict.fromkeys(run.system for _, run in self.process))
 
-    def concurrencies(self) -> list[int]:
-        return list(dict.fromkeys(run.concurrency for _, run in self.process))
+    def configurations(self) -> list[Config]:
+        return list(dict.fromkeys((run.processes, run.concurrency) for _, run in self.process))
 
-    def runs(self, system: str, concurrency: int) -> list[ProcessRun]:
-        return [
-            r for _, r in self.process if r.system == system and r.concurrency == concurrency and not r.error
-        ]
+    def runs(self, system: str, config: Config) -> list[ProcessRun]:
+        return [r for _, r in self.process if r.system == system and _config(r) == config and not r.error]
 
     def errors(self) -> list[str]:
         runs = [r for _, r in self.process] + self.commands
-        errors = [f"{r.system} c={r.concurrency}: {r.error}" for r in runs if r.error]
+        errors = [f"{r.system} {_label(_config(r))}: {r.error}" for r in runs if r.error]
         return errors + (self.tracking.errors() if self.tracking is not None else [])
+
+
+def _config(run: ProcessRun) -> Config:
+    return run.processes, run.concurrency
+
+
+def _label(config: Config) -> str:
+    processes, concurrency = config
+    return f"{processes} proc x {concurrency}"
 
 
 def processing_table(results: Results) -> list[str]:
     lines = [
-        "| system | concurrency | enqueue jobs/s (push_bulk x1000) | process jobs/s steady "
-        "| process jobs/s incl. start-up | start-up s | peak RSS (PSS) MiB | CPU µs/job worker + redis "
-        "| TERM → exit s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| system | workers | N | enqueue jobs/s (bulk) | process jobs/s steady "
+        "| process jobs/s incl. start-up | start-up s | peak RSS of one worker MiB (all: RSS, PSS) "
+        "| CPU µs/job workers + redis | TERM → exit s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for concurrency in results.concurrencies():
+    for config in results.configurations():
         for system in results.systems():
-            runs = results.runs(system, concurrency)
+            runs = results.runs(system, config)
             if not runs:
-                lines.append(f"| {system} | 1 proc x {concurrency} | failed | | | | | | |")
+                lines.append(f"| {system} | {_label(config)} | | failed | | | | | | |")
                 continue
+            one = statistics.median(r.peak_worker_rss for r in runs) / MIB
             rss = statistics.median(r.peak_rss for r in runs) / MIB
             pss = statistics.median(r.peak_pss for r in runs) / MIB
             cpu_worker = statistics.median(r.worker_steady.cpu / r.jobs for r in runs) * 1e6
             cpu_redis = statistics.median(r.redis_steady.cpu / r.jobs for r in runs) * 1e6
             lines.append(
-                f"| {system} | 1 proc x {concurrency} | {spread((r.enqueue.rate for r in runs), rate)} "
+                f"| {system} | {_label(config)} | {runs[0].jobs} "
+                f"| {spread((r.enqueue.rate for r in runs), rate)} "
                 f"| **{spread((r.steady_rate for r in runs), rate)}** "
                 f"| {spread((r.total_rate for r in runs), rate)} "
-                f"| {spread((r.startup_s for r in runs), fixed(2))} | {rss:.0f} ({pss:.0f}) "
+                f"| {spread((r.startup_s for r in runs), fixed(2))} | {one:.0f} ({rss:.0f}, {pss:.0f}) "
                 f"| {cpu_worker:.0f} + {cpu_redis:.0f} | {spread((r.stop_s for r in runs), fixed(1))} |"
             )
+    return lines
+
+
+def scaling_table(results: Results) -> list[str]:
+    """Steady jobs/s by worker processes, one row per system and slots per process."""
+    processes = list(dict.fromkeys(p for p, _ in results.configurations()))
+    if len(processes) < 2:
+        return []
+    lines = [
+        f"| system | slots per process | {' | '.join(f'{p} proc' for p in processes)} "
+        f"| {processes[-1]} ÷ {processes[0]} |",
+        "|---|---|" + "---|" * (len(processes) + 1),
+    ]
+    for concurrency in dict.fromkeys(c for _, c in results.configurations()):
+        for system in results.systems():
+            medians = [
+                statistics.median(r.steady_rate for r in runs) if runs else 0.0
+                for runs in (results.runs(system, (p, concurrency)) for p in processes)
+            ]
+            cells = [rate(m) if m else "failed" for m in medians]
+            gain = ratio(medians[-1] / medians[0]) if medians[0] and medians[-1] else "-"
+            lines.append(f"| {system} | {concurrency} | {' | '.join(cells)} | {gain} |")
     return lines
 
 
@@ -93,17 +132,17 @@ def _per_job(runs: list[ProcessRun], value: Callable[[ProcessRun], float], scale
 def cost_table(results: Results) -> list[str]:
     """Where a worker's time goes per job: user vs kernel CPU, and how often its threads switch."""
     lines = [
-        "| system | concurrency | worker user µs/job | worker sys µs/job | voluntary ctx switches/job "
+        "| system | workers | worker user µs/job | worker sys µs/job | voluntary ctx switches/job "
         "| involuntary ctx switches/job | redis-server CPU µs/job |",
         "|---|---|---|---|---|---|---|",
     ]
-    for concurrency in results.concurrencies():
+    for config in results.configurations():
         for system in results.systems():
-            runs = results.runs(system, concurrency)
+            runs = results.runs(system, config)
             if not runs:
                 continue
             lines.append(
-                f"| {system} | {concurrency} | {_per_job(runs, lambda r: r.worker_steady.user)} "
+                f"| {system} | {_label(config)} | {_per_job(runs, lambda r: r.worker_steady.user)} "
                 f"| {_per_job(runs, lambda r: r.worker_steady.system)} "
                 f"| {_per_job(runs, lambda r: r.worker_steady.voluntary, 1)} "
                 f"| {_per_job(runs, lambda r: r.worker_steady.involuntary, 1)} "
@@ -113,11 +152,11 @@ def cost_table(results: Results) -> list[str]:
 
 
 def enqueue_table(results: Results) -> list[str]:
-    jobs, single_jobs = results.settings["jobs"], results.settings["single_jobs"]
-    lines = [
-        f"| system | push_bulk x1000 jobs/s (N = {jobs}) | perform_async loop jobs/s (N = {single_jobs}) |",
-        "|---|---|---|",
-    ]
+    single_jobs = results.settings["single_jobs"]
+    single_title = (
+        f"one call per job, jobs/s (N = {single_jobs})" if single_jobs else "one call per job (not run)"
+    )
+    lines = [f"| system | bulk enqueue jobs/s (N as above) | {single_title} |", "|---|---|---|"]
     for system in results.systems():
         bulk = [r.enqueue.rate for _, r in results.process if r.system == system]
         single = [r.rate for _, r in results.single if r.system == system]
@@ -125,41 +164,54 @@ def enqueue_table(results: Results) -> list[str]:
     return lines
 
 
-def _paired(results: Results, concurrency: int, metric: Callable[[ProcessRun], float]) -> list[float]:
-    """AsyncTask ÷ Sidekiq of ``metric``, one value per repetition where both ran."""
+def fastest_python_peer(runs: dict[str, ProcessRun]) -> ProcessRun | None:
+    """The Python peer with the best steady drain rate in one repetition's ``runs``."""
+    peers = [run for name, run in runs.items() if name not in NOT_PYTHON_PEERS]
+    return max(peers, key=lambda run: run.steady_rate, default=None)
+
+
+def paired(
+    results: Results, config: Config, other: str, metric: Callable[[ProcessRun], float]
+) -> list[float]:
+    """AsyncTask ÷ ``other`` of ``metric``, one value per repetition where both ran.
+
+    ``other`` = ``FASTEST_PYTHON`` compares with the Python peer that drained fastest in
+    each repetition (for every metric, that same peer's value).
+    """
     by_rep: dict[int, dict[str, ProcessRun]] = {}
     for rep, run in results.process:
-        if run.concurrency == concurrency and not run.error:
+        if _config(run) == config and not run.error:
             by_rep.setdefault(rep, {})[run.system] = run
-    pairs = [(r["AsyncTask"], r["Sidekiq"]) for r in by_rep.values() if {"AsyncTask", "Sidekiq"} <= r.keys()]
-    return [metric(a) / metric(s) for a, s in pairs if metric(s) > 0]
+    ratios = []
+    for runs in by_rep.values():
+        if "AsyncTask" not in runs:
+            continue
+        peer = fastest_python_peer(runs) if other == FASTEST_PYTHON else runs.get(other)
+        if peer is not None and metric(peer) > 0:
+            ratios.append(metric(runs["AsyncTask"]) / metric(peer))
+    return ratios
+
+
+FASTEST_PYTHON = "fastest Python peer"
 
 
 def ratio_table(results: Results) -> list[str]:
-    if set(results.systems()) != {"AsyncTask", "Sidekiq"}:
+    others = [s for s in results.systems() if s != "AsyncTask"]
+    if "AsyncTask" not in results.systems() or not others:
         return []
-    concurrencies = results.concurrencies()
+    if any(s not in NOT_PYTHON_PEERS for s in others):
+        others.append(FASTEST_PYTHON)
+    configs = results.configurations()
     lines = [
-        "| AsyncTask ÷ Sidekiq | " + " | ".join(f"c = {c}" for c in concurrencies) + " |",
-        "|---|" + "---|" * len(concurrencies),
+        "| AsyncTask ÷ | " + " | ".join(f"steady, {_label(c)}" for c in configs) + " | incl. start-up, "
+        f"{_label(configs[0])} | worker CPU per job, {_label(configs[0])} (lower is better) |",
+        "|---|" + "---|" * (len(configs) + 2),
     ]
-    metrics: list[tuple[str, Callable[[ProcessRun], float]]] = [
-        ("enqueue push_bulk jobs/s", lambda r: r.enqueue.rate),
-        ("process jobs/s steady", lambda r: r.steady_rate),
-        ("process jobs/s incl. start-up", lambda r: r.total_rate),
-        ("worker CPU per job (lower is better)", lambda r: r.worker_steady.cpu / r.jobs),
-        ("peak RSS (lower is better)", lambda r: float(r.peak_rss)),
-    ]
-    for label, metric in metrics:
-        cells = [spread(_paired(results, c, metric), ratio) for c in concurrencies]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    singles: dict[int, dict[str, float]] = {}
-    for rep, run in results.single:
-        singles.setdefault(rep, {})[run.system] = run.rate
-    single_ratios = [r["AsyncTask"] / r["Sidekiq"] for r in singles.values() if len(r) == 2]
-    lines.append(
-        f"| enqueue perform_async jobs/s | {spread(single_ratios, ratio)} |" + " |" * (len(concurrencies) - 1)
-    )
+    for other in others:
+        steady = [spread(paired(results, c, other, lambda r: r.steady_rate), ratio) for c in configs]
+        total = spread(paired(results, configs[0], other, lambda r: r.total_rate), ratio)
+        cpu = spread(paired(results, configs[0], other, lambda r: r.worker_steady.cpu / r.jobs), ratio)
+        lines.append(f"| {other} | {' | '.join(steady)} | {total} | {cpu} |")
     return lines
 
 
@@ -186,10 +238,24 @@ def commands_table(results: Results) -> list[str]:
 def tables(results: Results) -> str:
     s = results.settings
     parts = [
-        f"Processing: N = {s['jobs']} no-op jobs, one worker process, {s['reps']} rep(s) interleaved; "
-        "median (min-max).",
+        f"Processing: N no-op jobs (N = {s['jobs']} unless the row says otherwise), "
+        f"{s['reps']} rep(s) interleaved; median (min-max). This machine has {s['nproc']} cores: "
+        "more worker processes than cores share them.",
         "",
         *processing_table(results),
+    ]
+    ratios = ratio_table(results)
+    if ratios:
+        parts += ["", "Ratios of drain throughput, per repetition then median (min-max):", "", *ratios]
+    scaling = scaling_table(results)
+    if scaling:
+        parts += [
+            "",
+            f"Scaling: steady jobs/s by worker processes (median), on {s['nproc']} cores:",
+            "",
+            *scaling,
+        ]
+    parts += [
         "",
         "Cost per job, steady phase (first -> last job done), median (min-max):",
         "",
@@ -199,15 +265,15 @@ def tables(results: Results) -> str:
         "",
         *enqueue_table(results),
     ]
-    ratios = ratio_table(results)
-    if ratios:
-        parts += ["", "Ratios, per repetition then median (min-max):", "", *ratios]
-    parts += [
-        "",
-        f"Redis commands per job (separate pass, c = {s['commands_concurrency']}):",
-        "",
-        *commands_table(results),
-    ]
+    if results.commands:
+        parts += [
+            "",
+            f"Redis commands per job (separate pass, 1 proc x {s['commands_concurrency']}):",
+            "",
+            *commands_table(results),
+        ]
+    if results.skipped:
+        parts += ["", "Not run here:", "", *(f"- {name}: {why}" for name, why in results.skipped.items())]
     errors = results.errors()
     if errors:
         parts += ["", "Errors:", "", *(f"- {e}" for e in errors)]
@@ -219,13 +285,13 @@ METHOD = """\
   and FLUSHALLed before every pass.
 - **Enqueue**: N jobs pushed by the system's own client in a fresh process, no worker
   running; only the pushes are timed (after a PING), not interpreter start-up.
-- **Processing**: after the push_bulk enqueue, one worker process is spawned. Each job
+- **Processing**: after the bulk enqueue, P worker processes are spawned at once. Each job
   appends one byte to an O_APPEND marker file (one `write(2)`, the only work the job does);
   the bench polls the file's size every 2 ms. *steady* = first job done -> last job done,
   *incl. start-up* = spawn -> last job done. Rates are N divided by those times.
 - Configurations run interleaved, A B A B ..., in every repetition.
-- **Memory**: peak of the worker tree's summed RSS, sampled every 100 ms with psutil; PSS in
-  brackets.
+- **Memory**: peak RSS of the largest worker process tree, sampled every 100 ms with psutil;
+  in brackets the peak of all workers' summed RSS and PSS.
 - **CPU µs/job**: user + system CPU of the worker tree, and of redis-server, between first
   and last job done, divided by N (with start-up: `worker_total` in the JSON). Context
   switches are summed over all threads from `/proc/PID/task/*/status` at the same instants.
@@ -234,8 +300,12 @@ METHOD = """\
   and each command of a pipeline or MULTI count, so this is server work, not round trips:
   one AsyncTask EVALSHA that runs LREM + LMOVE counts 3.
 - After each run the worker gets TERM (*TERM -> exit s* is how long it took to exit) and the
-  bench checks: marker size = N (every job ran exactly once), queue empty, AsyncTask
-  in-flight lists empty, `stat:processed` = N (`checks` in the JSON).
+  bench checks: marker size = N (every job ran exactly once), the system's queue empty,
+  AsyncTask's in-flight lists empty, and where the system keeps it, `stat:processed` = N
+  (`checks` in the JSON).
+- **Ratios** are taken per repetition between runs of the same configuration, then
+  summarised; *fastest Python peer* is, in each repetition, the best of Celery, RQ,
+  Dramatiq, arq and Huey in that repetition.
 """
 
 
@@ -245,7 +315,8 @@ def markdown(results: Results) -> str:
     if results.tracking is not None:
         files += ["`tracking.json`", f"`{tracking_report.PLANS_FILE}`"]
     lines = [
-        "# AsyncTask benchmarks: no-op job runtime vs Sidekiq 6.4, task tracking, HTTP API, SQL queue",
+        "# AsyncTask benchmarks: against Sidekiq 6.4, Celery, RQ, Dramatiq, arq and Huey; "
+        "tracking, HTTP API, SQL queue",
         "",
         f"Produced by `{s['command']}` from the repository root. "
         f"Raw data: {', '.join(files)} beside this file.",
@@ -256,7 +327,7 @@ def markdown(results: Results) -> str:
         "",
     ]
     if results.process:
-        lines += ["## Results", "", tables(results), "## Method", "", METHOD, "## Configuration", ""]
+        lines += [f"## {RUNTIME}", "", tables(results), "## Method", "", METHOD, "## Configuration", ""]
         for system, description in results.configs.items():
             lines += [f"### {system}", "", *(f"- {line}" for line in description), ""]
     if results.tracking is not None:
@@ -281,6 +352,7 @@ def raw(results: Results) -> dict[str, Any]:
         "settings": results.settings,
         "machine": results.machine,
         "configs": results.configs,
+        "skipped": results.skipped,
         "process": [process_entry(rep, run) for rep, run in results.process],
         "enqueue_single": [{"rep": rep, **asdict(run), "rate": run.rate} for rep, run in results.single],
         "commands": [process_entry(None, run) for run in results.commands],
@@ -298,6 +370,7 @@ def write(results: Results, out_dir: Path) -> None:
 
 
 MACHINE = "Machine and versions"
+RUNTIME = "Job runtime: no-op throughput against Sidekiq and the Python peers"
 #: Sections that continue the one before them (the runtime section's): a note on a separate
 #: run goes on the first one only.
 _CONTINUED = ("Method", "Configuration")
@@ -328,11 +401,16 @@ def _with_raw_files(preamble: str, files: list[str]) -> str:
     return _RAW_DATA.sub(lambda _: line, preamble, count=1)
 
 
-def with_section(document: str, title: str, section: str, json_file: str) -> str:
-    """``document`` with ``section`` (headed ``## title``) replacing the one of that title or
-    appended, and ``json_file`` among the files of its "Raw data" line."""
+def with_section(document: str, title: str, section: str, json_file: str, *, first: bool = False) -> str:
+    """``document`` with ``section`` (headed ``## title``) replacing the one of that title, or
+    added (at the end, or right after the machine list when ``first``), and ``json_file`` (if
+    any) among the files of its "Raw data" line."""
     preamble, sections = _split(document)
-    preamble = _with_raw_files(preamble, [*_raw_files(preamble), f"`{json_file}`"])
+    if json_file:
+        preamble = _with_raw_files(preamble, [*_raw_files(preamble), f"`{json_file}`"])
+    if first and title not in sections:
+        ordered = {MACHINE: sections.pop(MACHINE)} if MACHINE in sections else {}
+        sections = {**ordered, title: section, **sections}
     sections[title] = section
     return _join(preamble, sections)
 

@@ -20,6 +20,10 @@ def enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
     return ["ruby", str(RUBY_DIR / "enqueue.rb"), mode, str(jobs), str(batch)]
 
 
+def latency_argv(url: str, jobs: int, rate: float) -> list[str]:
+    return ["ruby", str(RUBY_DIR / "enqueue.rb"), "latency", str(jobs), repr(rate)]
+
+
 def worker_argv(concurrency: int) -> list[str]:
     return ["sidekiq", "-r", "./bench/ruby/noop_worker.rb", "-c", str(concurrency), "-q", "default"]
 
@@ -48,7 +52,8 @@ def versions() -> dict[str, str]:
 def describe() -> list[str]:
     return [
         "enqueue: `Sidekiq::Client.push_bulk` with 1000 jobs per call (pipelined SADD + LPUSH); "
-        "single: `NoopWorker.perform_async` in a loop",
+        "single: `NoopWorker.perform_async` in a loop; "
+        "latency: `LatencyWorker.perform_async(Time.now.to_f)`, one call per job at the paced times",
         "worker: `sidekiq -r ./bench/ruby/noop_worker.rb -c C -q default`, `REDIS_URL` set",
         "`Sidekiq.logger.level = WARN` (6.4 logs start/done per job at INFO; AsyncTask logs nothing "
         "per job), `Redis.silence_deprecations = true` (redis-rb 4.8 warns on every SADD)",
@@ -60,7 +65,10 @@ def describe() -> list[str]:
 SYSTEM = System(
     name="Sidekiq",
     enqueue_argv=enqueue_argv,
+    latency_argv=latency_argv,
     worker_argv=worker_argv,
     env=env,
     describe=describe,
+    versions=versions,
+    processed_stat=True,
 )

@@ -1,5 +1,7 @@
-"""The peers' virtualenv of the sql section: Huey and procrastinate, never project dependencies.
+"""The peers' virtualenv: every Python peer of the bench, never a project dependency.
 
+Huey and procrastinate (sql section), Celery, RQ, Dramatiq and Huey on Redis (runtime section;
+arq, whose redis-py pin clashes with Celery's, has a venv of its own: ``bench/redis_peers.py``).
 ``bench/.peers-venv`` (git-ignored) is created by the bench itself from
 ``bench/peers/requirements.txt`` with pip, and rebuilt when that file changes (a copy of it
 inside the venv tells). Peers' scripts and workers run with this venv's interpreter;
@@ -20,7 +22,7 @@ VENV = ROOT / "bench" / ".peers-venv"
 PEERS_DIR = ROOT / "bench" / "peers"
 REQUIREMENTS = PEERS_DIR / "requirements.txt"
 _STAMP = VENV / "bench-requirements.txt"
-#: The distributions whose versions the report gives.
+#: The distributions whose versions the sql section gives (``redis_peers`` gives the others').
 PACKAGES = ("huey", "procrastinate", "psycopg", "psycopg-binary", "psycopg-pool")
 
 
@@ -50,10 +52,10 @@ def ensure() -> float:
     return time.monotonic() - start
 
 
-def versions() -> dict[str, str]:
+def versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     script = (
         "import json, importlib.metadata as m, platform; "
-        f"print(json.dumps({{p: m.version(p) for p in {list(PACKAGES)!r}}} "
+        f"print(json.dumps({{p: m.version(p) for p in {list(packages)!r}}} "
         "| {'python': platform.python_version()}))"
     )
     out = _run([str(python()), "-c", script])

@@ -60,8 +60,8 @@ def drain_table(results: TrackingResults) -> list[str]:
             lag = spread((r.caught_up_s for r in runs), fixed(2))
             caught = spread((r.caught_up_rate for r in runs), rate)
             backlog = spread((r.backlog_entries for r in runs), fixed(0))
-            executed_ratio = spread(_paired(results, mode, lambda r: r.steady_rate), ratio)
-            caught_ratio = spread(_paired(results, mode, lambda r: r.caught_up_rate), ratio)
+            executed_ratio = spread(paired(results, mode, lambda r: r.steady_rate), ratio)
+            caught_ratio = spread(paired(results, mode, lambda r: r.caught_up_rate), ratio)
         else:
             lag = caught = backlog = executed_ratio = caught_ratio = "-"
         lines.append(
@@ -71,7 +71,7 @@ def drain_table(results: TrackingResults) -> list[str]:
     return lines
 
 
-def _paired(results: TrackingResults, mode: str, metric: Callable[[DrainRun], float]) -> list[float]:
+def paired(results: TrackingResults, mode: str, metric: Callable[[DrainRun], float]) -> list[float]:
     """``mode`` ÷ untracked of ``metric``, one value per repetition where both ran."""
     by_rep: dict[int, dict[str, DrainRun]] = {}
     for rep, run in results.drains:
@@ -87,8 +87,8 @@ def drain_targets(results: TrackingResults) -> list[str]:
     applies = not results.settings["quick"]
     lines = []
     for mode in dict.fromkeys(r.mode for _, r in results.drains if r.tracked):
-        executed = _paired(results, mode, lambda r: r.steady_rate)
-        caught = _paired(results, mode, lambda r: r.caught_up_rate)
+        executed = paired(results, mode, lambda r: r.steady_rate)
+        caught = paired(results, mode, lambda r: r.caught_up_rate)
         if not executed:
             continue
         lines.append(

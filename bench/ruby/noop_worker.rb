@@ -1,11 +1,14 @@
 # frozen_string_literal: true
 
-# The Sidekiq job of the bench: a no-op apart from one completion marker.
+# The Sidekiq jobs of the bench: a no-op apart from one completion marker, and its latency twin.
 #
-# Each run appends one byte to the O_APPEND file named by BENCH_MARKER (a single write(2),
+# Each no-op run appends one byte to the O_APPEND file named by BENCH_MARKER (a single write(2),
 # as the AsyncTask job does), so the bench counts finished jobs from the file size without
 # adding Redis commands. Loaded by `sidekiq -r ./bench/ruby/noop_worker.rb` and by enqueue.rb;
 # the file is opened only where the variable is set (in workers).
+#
+# LatencyWorker takes its enqueue time (Time.now.to_f in enqueue.rb) and appends one 16-byte
+# record instead, the milliseconds from enqueue to start: the AsyncTask LatencyJob's record.
 
 require "sidekiq"
 
@@ -25,5 +28,13 @@ class NoopWorker
 
   def perform
     BENCH_MARKER.syswrite(".")
+  end
+end
+
+class LatencyWorker
+  include Sidekiq::Worker
+
+  def perform(sent)
+    BENCH_MARKER.syswrite(format("%15.6f\n", (Time.now.to_f - sent) * 1000))
   end
 end

@@ -1,0 +1,34 @@
+"""Dramatiq side of the redis section: a ``RedisBroker`` on ``BENCH_REDIS_URL`` and two actors.
+
+Runs in the peers' virtualenv only; the worker loads it as ``dramatiq dramatiq_app``. The no-op
+appends one byte to the O_APPEND file named by ``BENCH_MARKER`` (workers only), the latency
+actor one 16-byte record (ms from enqueue to start), exactly like AsyncTask's
+``bench/noop_jobs.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import dramatiq  # type: ignore[import-not-found]  # in the peers' venv only
+from dramatiq.brokers.redis import RedisBroker  # type: ignore[import-not-found]
+
+#: Dramatiq's defaults: its default middleware (age and time limits, retries, callbacks,
+#: pipelines, shutdown notifications), no result backend.
+broker = RedisBroker(url=os.environ["BENCH_REDIS_URL"])
+dramatiq.set_broker(broker)
+
+_path = os.environ.get("BENCH_MARKER")
+# Opened once at import: a per-job open/close would cost more than the job itself.
+_marker = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if _path else -1
+
+
+@dramatiq.actor(actor_name="noop", queue_name="default")  # type: ignore[untyped-decorator]
+def noop() -> None:
+    os.write(_marker, b".")
+
+
+@dramatiq.actor(actor_name="latency", queue_name="default")  # type: ignore[untyped-decorator]
+def latency(sent: float) -> None:
+    os.write(_marker, b"%15.6f\n" % ((time.time() - sent) * 1000))
