@@ -118,7 +118,13 @@ def scaling_table(results: Results) -> list[str]:
                 statistics.median(r.steady_rate for r in runs) if runs else 0.0
                 for runs in (results.runs(system, (p, concurrency)) for p in processes)
             ]
-            cells = [rate(m) if m else "failed" for m in medians]
+            ran = [
+                any(r.system == system and _config(r) == (p, concurrency) for _, r in results.process)
+                for p in processes
+            ]
+            cells = [
+                rate(m) if m else ("failed" if tried else "-") for m, tried in zip(medians, ran, strict=True)
+            ]
             gain = ratio(medians[-1] / medians[0]) if medians[0] and medians[-1] else "-"
             lines.append(f"| {system} | {concurrency} | {' | '.join(cells)} | {gain} |")
     return lines
