@@ -334,7 +334,9 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
 
 def _write(run: sections.Run, out_dir: Path) -> None:
     results_md = out_dir / "RESULTS.md"
-    previous = results_md.read_text(encoding="utf-8") if results_md.exists() else None
+    # A run of every section replaces the report; a partial one keeps the other sections.
+    partial = set(run.settings["runtime"]["sections"]) != set(SECTIONS)
+    previous = results_md.read_text(encoding="utf-8") if partial and results_md.exists() else None
     report.write(run.runtime, out_dir)
     if run.api is not None:
         api_report.write(run.api, run.runtime.machine, out_dir)

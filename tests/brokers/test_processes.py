@@ -142,6 +142,20 @@ def test_going_quiet_releases_the_threads_waiting_for_jobs(settings: Settings) -
         broker.close()
 
 
+def test_no_thread_waits_for_jobs_once_the_process_went_quiet(settings: Settings) -> None:
+    """A thread that comes to wait just after the interrupt (it was finishing a claim) returns
+    at once too: a worker stopped right after a burst does not wait out the fetch timeout."""
+    broker = open_broker(dataclasses.replace(settings, fetch_timeout=10.0))
+    try:
+        fetcher = broker.fetcher("me")
+        fetcher.interrupt()
+        started = time.monotonic()
+        assert fetcher.fetch(None, 0) is None
+        assert time.monotonic() - started < 2
+    finally:
+        broker.close()
+
+
 def test_tstp_quiets_and_term_stops_a_worker_process(
     client: Client, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:

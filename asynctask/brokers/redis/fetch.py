@@ -20,6 +20,8 @@ no round trip of its own to a busy worker.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from typing import cast
 
@@ -41,6 +43,10 @@ def release(conn: redis.Redis | Pipeline, unit: UnitOfWork) -> None:
     """Remove ``unit`` from its in-flight list (queue the command, on a pipeline)."""
     # The exact fetched bytes, which may not be valid UTF-8; redis-py's stubs say str only.
     conn.lrem(str(unit.ref), -1, unit.payload)  # type: ignore[arg-type]
+
+
+#: Seconds between two looks for threads still on their way into BLMOVE while going quiet.
+UNBLOCK_RECHECK = 0.01
 
 
 class ReliableFetch(Fetcher):
@@ -66,6 +72,11 @@ class ReliableFetch(Fetcher):
         self._block_timeout = timeout if len(self.queue_names) <= concurrency else min(timeout, SHORT_BLOCK)
         self._scripts = scripts
         self._script_keys = [keys.tracking_stream, keys.tracking_seq, keys.cancel_generation]
+        #: Threads between deciding to block and BLMOVE returning, and whether the process
+        #: went quiet (then no thread blocks any more).
+        self._blocking = 0
+        self._interrupted = False
+        self._blocking_lock = threading.Lock()
 
     def register(self) -> None:
         """Record this process's in-flight lists so that others can recover them if it dies."""
@@ -101,6 +112,17 @@ class ReliableFetch(Fetcher):
         tracking is off. A second round trip here delayed an idle worker's jobs by 0.1 ms at
         the median, and by up to 1 ms at p90 on a loaded machine (bench/latency.py).
         """
+        with self._blocking_lock:
+            if self._interrupted:
+                return None
+            self._blocking += 1
+        try:
+            return self._block(block_on)
+        finally:
+            with self._blocking_lock:
+                self._blocking -= 1
+
+    def _block(self, block_on: int) -> UnitOfWork | None:
         name = self.queue_names[block_on % len(self.queue_names)]
         source, inflight = self._queue_keys[name], self._inflight_keys[name]
         if not self.outbox.tracking:
@@ -121,21 +143,26 @@ class ReliableFetch(Fetcher):
     def interrupt(self) -> None:
         """Unblock this process's threads waiting in BLMOVE (``CLIENT UNBLOCK``: the call
         returns as if timed out, moving nothing), so that a worker told to stop does not wait
-        out ``fetch_timeout``. Connections that were not opened by ``connect`` carry no name
-        to find them by; their threads return at the timeout, as Sidekiq's BRPOP does."""
+        out ``fetch_timeout``. A thread that decided to block just before is unblocked once
+        its BLMOVE reaches Redis; none blocks after this. Connections not opened by
+        ``connect`` carry no name to find them by: their threads return at the timeout, as
+        Sidekiq's BRPOP does."""
+        with self._blocking_lock:
+            self._interrupted = True
         name = self.redis.connection_pool.connection_kwargs.get("client_name")
-        if not name:
-            return
-        blocked = [
-            int(client["id"])
-            for client in self.redis.client_list()
-            if client.get("name") == name and client.get("cmd") == "blmove"
-        ]
-        if blocked:
-            pipe = self.redis.pipeline(transaction=False)
-            for client_id in blocked:
-                pipe.client_unblock(client_id)
-            pipe.execute()
+        deadline = time.monotonic() + self._block_timeout
+        while name and self._blocking and time.monotonic() < deadline:
+            blocked = [
+                int(client["id"])
+                for client in self.redis.client_list()
+                if client.get("name") == name and client.get("cmd") == "blmove"
+            ]
+            if blocked:
+                pipe = self.redis.pipeline(transaction=False)
+                for client_id in blocked:
+                    pipe.client_unblock(client_id)
+                pipe.execute()
+            time.sleep(UNBLOCK_RECHECK)
 
     def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None:
         pipe = self.redis.pipeline(transaction=True)
