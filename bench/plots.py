@@ -25,6 +25,18 @@ from matplotlib import ticker
 OURS = "AsyncTask"
 OUR_COLOUR = "#c0392b"
 PEER_COLOUR = "#7f8c8d"
+#: Line colours of the peers: matplotlib's tab10 without its red, which is ours.
+PEER_LINES = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 MIB = 2**20
 
 
@@ -80,7 +92,8 @@ def scaling(runtime: dict[str, Any], out: Path) -> Path | None:
     processes = sorted({p for by_p in rates.values() for p in by_p})
     if len(processes) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(9.5, 5))
+    peers = iter(PEER_LINES * 2)
     for system, by_p in rates.items():
         xs = sorted(by_p)
         ax.plot(
@@ -89,7 +102,7 @@ def scaling(runtime: dict[str, Any], out: Path) -> Path | None:
             marker="o",
             label=system,
             linewidth=2.5 if system == OURS else 1.2,
-            color=OUR_COLOUR if system == OURS else None,
+            color=OUR_COLOUR if system == OURS else next(peers),
         )
     nproc = runtime["settings"].get("nproc", "?")
     ax.axvline(int(nproc) if str(nproc).isdigit() else 2, color="black", linestyle=":", linewidth=1)
@@ -98,7 +111,7 @@ def scaling(runtime: dict[str, Any], out: Path) -> Path | None:
     ax.set_ylabel("jobs/s, steady (median)")
     ax.set_yscale("log")
     ax.set_title("Scaling with worker processes, no-op jobs", fontsize=10)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, out / "scaling.png")
 
 
@@ -111,6 +124,7 @@ def latency(data: dict[str, Any], out: Path) -> Path | None:
     if not samples:
         return None
     fig, ax = plt.subplots(figsize=(8, 5))
+    peers = iter(PEER_LINES * 2)
     for system, values in samples.items():
         values.sort()
         fractions = [(i + 1) / len(values) for i in range(len(values))]
@@ -120,7 +134,7 @@ def latency(data: dict[str, Any], out: Path) -> Path | None:
             where="post",
             label=system,
             linewidth=2.5 if system == OURS else 1.2,
-            color=OUR_COLOUR if system == OURS else None,
+            color=OUR_COLOUR if system == OURS else next(peers),
         )
     ax.axvline(5.0, color="black", linestyle=":", linewidth=1)
     ax.axhline(0.99, color="grey", linestyle="--", linewidth=0.8)
