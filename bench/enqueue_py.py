@@ -14,26 +14,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
 
 import asynctask
 from bench.noop_jobs import latency_job, noop_job
+from bench.peers.pacing import paced
 from bench.tracked_jobs import tracked_noop_job
-
-
-def paced(count: int, rate: float, send: Callable[[], object]) -> None:
-    """Call ``send`` ``count`` times, the i-th at start + i/rate.
-
-    The schedule is fixed from the start and no send goes before its time: one that is late
-    (the process was descheduled) goes at once, so after a stall the jobs due during it go
-    back to back, then the pace resumes.
-    """
-    start = time.perf_counter()
-    for i in range(count):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        send()
 
 
 def main(argv: list[str]) -> int:

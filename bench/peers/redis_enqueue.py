@@ -7,8 +7,8 @@ pipeline per batch; arq, which has none, ``asyncio.gather`` of BATCH ``enqueue_j
 (its idiom for many enqueues; each call on a pooled connection of its own); Celery, Dramatiq
 and Huey have none (their groups publish one message per job), so one call per job, as in
 "single". "single" makes one call per job. "latency" sends N latency jobs at RATE per second,
-each carrying ``time.time()`` taken just before its call, paced as ``bench/enqueue_py.py``'s
-``paced``: the i-th at start + i/RATE, a late one at once, none early.
+each carrying ``time.time()`` taken just before its call, paced by ``pacing.paced``
+(shared with AsyncTask's enqueuer): the i-th at start + i/RATE, a late one at once, none early.
 
 Prints one JSON line, ``{"jobs": N, "seconds": elapsed}``; only the enqueue is timed, after one
 ping on the connection the enqueue then uses.
@@ -24,19 +24,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pacing import paced  # type: ignore[import-not-found]  # beside this file, on PYTHONPATH
+
 #: Sends one job; the latency job's argument is its enqueue time.
 Send = Callable[[], object]
 SendAt = Callable[[float], object]
-
-
-def paced(count: int, rate: float, send: Send) -> None:
-    """Call ``send`` ``count`` times, the i-th at start + i/rate (late: at once; never early)."""
-    start = time.perf_counter()
-    for i in range(count):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        send()
 
 
 def timed(
