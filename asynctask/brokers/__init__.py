@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from redis import Redis
 
-from asynctask.brokers import base
 from asynctask.brokers.base import Beat, Broker, Fetcher, Staging, UnitOfWork
 from asynctask.settings import Settings
 
-if TYPE_CHECKING:
-    from asynctask.brokers.base import BROKER_ERRORS
-else:
-    # BROKER_ERRORS imports SQLAlchemy: only on first use (see ``base``).
-    def __getattr__(name: str) -> Any:
-        if name != "BROKER_ERRORS":
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        return base.BROKER_ERRORS
-
-
-__all__ = ["BROKER_ERRORS", "Beat", "Broker", "Fetcher", "Staging", "UnitOfWork", "open_broker"]
+__all__ = ["Beat", "Broker", "Fetcher", "Staging", "UnitOfWork", "open_broker"]
 
 
 def open_broker(settings: Settings, connection: Any = None) -> Broker:

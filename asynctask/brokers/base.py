@@ -17,29 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import redis
-
 from asynctask import payload
 from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.outbox import Outbox
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
-
-    #: The errors of every broker (each one's ``Broker.errors``), for code that does not know
-    #: which broker it talks to. Built on first use, as it imports SQLAlchemy, which a client
-    #: or a Redis worker with tracking off never loads otherwise.
-    BROKER_ERRORS: tuple[type[BaseException], ...]
-else:
-    # Out of type checkers' sight: they would give any misspelt name of this module the type
-    # of its result.
-    def __getattr__(name: str) -> Any:
-        if name != "BROKER_ERRORS":
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        from sqlalchemy.exc import SQLAlchemyError
-
-        globals()[name] = errors = (redis.RedisError, SQLAlchemyError, OSError)
-        return errors
 
 
 #: The job sets a scheduled/retry poller moves due jobs from.

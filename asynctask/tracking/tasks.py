@@ -33,7 +33,6 @@ from sqlalchemy import Connection, Engine, case, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
-from asynctask.brokers.base import BROKER_ERRORS
 from asynctask.client import Client
 from asynctask.errors import TaskNotFound, TaskStateError
 from asynctask.job import JobDefinition
@@ -129,7 +128,7 @@ def create_task(
                     write_events(jobs)
                     try:
                         staging.write(encoded, connection)
-                    except BROKER_ERRORS as exc:
+                    except client.broker.errors as exc:
                         staging_error = exc
                         raise
                     total += len(jobs)

@@ -6,7 +6,6 @@ from flask import Blueprint, Response
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from asynctask.brokers import BROKER_ERRORS
 from asynctask.tracking.models import Task
 from webapi.errors import error_response
 from webapi.resources import resources
@@ -27,7 +26,7 @@ def readyz() -> Response:
     try:
         found.client.broker.ping()
         checks["broker"] = "ok"
-    except BROKER_ERRORS as exc:
+    except found.client.broker.errors as exc:
         checks["broker"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     try:
         # Reading the task table also proves the migrations ran.
