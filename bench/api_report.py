@@ -6,7 +6,6 @@ appended to the RESULTS.md that ``report.write`` has just written.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict
@@ -233,15 +232,7 @@ def raw(results: ApiResults, machine: dict[str, str]) -> dict[str, Any]:
 def write(results: ApiResults, machine: dict[str, str], out_dir: Path) -> None:
     """``api.json``, and the section added to the RESULTS.md ``report.write`` has just written
     (a section already there, from an earlier write, is replaced)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / JSON_FILE).write_text(
-        json.dumps(raw(results, machine), indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    results_md = out_dir / "RESULTS.md"
-    existing = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
-    results_md.write_text(
-        report.with_section(existing, SECTION, markdown(results), JSON_FILE), encoding="utf-8"
-    )
+    report.write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
 
 
 SECTION = "HTTP API"

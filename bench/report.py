@@ -421,6 +421,19 @@ def with_section(document: str, title: str, section: str, json_file: str, *, fir
     return _join(preamble, sections)
 
 
+def write_section(
+    out_dir: Path, title: str, section: str, json_file: str = "", data: Any = None, *, first: bool = False
+) -> None:
+    """``data`` into ``json_file`` (if any), and ``section`` into the RESULTS.md of ``out_dir``
+    (see ``with_section``)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if json_file:
+        (out_dir / json_file).write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    results_md = out_dir / "RESULTS.md"
+    document = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
+    results_md.write_text(with_section(document, title, section, json_file, first=first), encoding="utf-8")
+
+
 def keep_earlier(previous: str, fresh: str) -> str:
     """``fresh`` (this run's RESULTS.md) with the sections it lacks from ``previous``.
 

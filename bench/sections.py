@@ -4,7 +4,6 @@ the Redis ceiling and SSE fan-out (each with its own JSON file beside RESULTS.md
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,16 +84,11 @@ def _markdown(title: str, lines: list[str]) -> str:
 
 def _section(out_dir: Path, title_and_file: tuple[str, str], lines: list[str], data: Any) -> None:
     title, json_file = title_and_file
-    (out_dir / json_file).write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
-    results_md = out_dir / "RESULTS.md"
-    existing = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
-    section = _markdown(title, lines)
-    results_md.write_text(report.with_section(existing, title, section, json_file), encoding="utf-8")
+    report.write_section(out_dir, title, _markdown(title, lines), json_file, data)
 
 
 def write(run: Run, out_dir: Path) -> None:
     """The sections of this module that ran, into RESULTS.md and their JSON files."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     if run.latency is not None:
         data = {"settings": run.settings["latency"], "runs": [r.to_json() for r in run.latency]}
         _section(out_dir, LATENCY, [*LATENCY_METHOD, "", *latency.table(run.latency)], data)

@@ -8,7 +8,6 @@ brings back the sections a partial run did not produce).
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fmt import fixed, rate, ratio, section_tail, spread
-from bench.report import with_section
+from bench.report import write_section
 from bench.sql_bench import SqlResults, SqlRun
 from bench.sql_systems import POSTGRESQL, SQLITE
 
@@ -266,10 +265,4 @@ def raw(results: SqlResults, machine: dict[str, str]) -> dict[str, Any]:
 
 def write(results: SqlResults, machine: dict[str, str], out_dir: Path) -> None:
     """``sql.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / JSON_FILE).write_text(
-        json.dumps(raw(results, machine), indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    results_md = out_dir / "RESULTS.md"
-    existing = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
-    results_md.write_text(with_section(existing, SECTION, markdown(results), JSON_FILE), encoding="utf-8")
+    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))

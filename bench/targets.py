@@ -114,8 +114,4 @@ def markdown(run: Run) -> str:
 
 def write(run: Run, out_dir: Path) -> None:
     """Put the Targets section right after the machine list of RESULTS.md."""
-    results_md = out_dir / "RESULTS.md"
-    document = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
-    results_md.write_text(
-        report.with_section(document, TITLE, markdown(run), "", first=True), encoding="utf-8"
-    )
+    report.write_section(out_dir, TITLE, markdown(run), first=True)
