@@ -1,6 +1,6 @@
 """The Python peers on Redis and exactly how each is run: Celery, RQ (two workers), Dramatiq, arq, Huey.
 
-All run from the peers' virtualenv (``bench/sql_peers.py``) except arq: arq 0.28.0 requires
+All run from the peers' virtualenv (``bench/peers_venv.py``) except arq: arq 0.28.0 requires
 redis-py < 6 and kombu 5.7 (Celery's Redis transport) redis-py >= 6.4, so arq has a venv of
 its own, made by ``ensure`` inside the peers' one (so that it is git-ignored and rebuilt with it).
 Every worker command starts one worker with the requested number of job slots (RQ: one);
@@ -10,22 +10,17 @@ each job is the bench's no-op or latency job, in ``bench/peers/``.
 from __future__ import annotations
 
 import functools
-import json
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
 
-from bench import sql_peers
-from bench.system import ROOT, System, clean_env
+from bench import peers_venv
+from bench.system import System
 
-ENQUEUE = sql_peers.PEERS_DIR / "redis_enqueue.py"
-#: arq's venv, inside the peers' one: ``sql_peers.ensure`` clears it whenever it rebuilds.
-ARQ_VENV = sql_peers.VENV / "arq"
-_ARQ_STAMP = ARQ_VENV / "bench-requirements.txt"
+ENQUEUE = peers_venv.PEERS_DIR / "redis_enqueue.py"
+#: arq's venv, inside the peers' one: ``peers_venv.ensure`` clears it whenever it rebuilds.
+ARQ_VENV = peers_venv.VENV / "arq"
 #: arq's newest release, with the newest redis-py it accepts and the project's hiredis.
 ARQ_REQUIREMENTS = ("arq==0.28.0", "redis[hiredis]==5.3.1", "hiredis==3.5.0")
 #: Jobs per bulk call where a peer has one (the runner passes its own; this is for describe()).
@@ -50,38 +45,19 @@ def ensure() -> float:
 
     Raises ``RuntimeError`` with pip's output when an install fails.
     """
-    seconds = sql_peers.ensure()
-    wanted = "\n".join(ARQ_REQUIREMENTS) + "\n"
-    if arq_python().exists() and _ARQ_STAMP.exists() and _ARQ_STAMP.read_text(encoding="utf-8") == wanted:
-        return seconds
-    start = time.monotonic()
-    _run([sys.executable, "-m", "venv", "--clear", str(ARQ_VENV)])
-    _run([str(arq_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *ARQ_REQUIREMENTS])
-    # Written last: an interrupted install is redone next time.
-    _ARQ_STAMP.write_text(wanted, encoding="utf-8")
-    return seconds + time.monotonic() - start
-
-
-def _run(argv: list[str]) -> str:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=clean_env(), cwd=ROOT)
-    if out.returncode != 0:
-        raise RuntimeError(f"{argv[0]} {argv[1:3]} failed ({out.returncode}): {out.stderr.strip()[-1500:]}")
-    return out.stdout
+    # The peers' venv first: rebuilding it clears arq's, which lives inside it.
+    seconds = peers_venv.ensure()
+    return seconds + peers_venv.build(ARQ_VENV, "\n".join(ARQ_REQUIREMENTS) + "\n", list(ARQ_REQUIREMENTS))
 
 
 @functools.cache
 def _peers_versions() -> dict[str, str]:
-    return sql_peers.versions(("celery", "kombu", "rq", "dramatiq", "huey", "redis", "hiredis"))
+    return peers_venv.versions(("celery", "kombu", "rq", "dramatiq", "huey", "redis", "hiredis"))
 
 
 @functools.cache
 def _arq_versions() -> dict[str, str]:
-    script = (
-        "import json, importlib.metadata as m, platform; "
-        "print(json.dumps({p: m.version(p) for p in ('arq', 'redis', 'hiredis')} "
-        "| {'python': platform.python_version()}))"
-    )
-    found: dict[str, str] = json.loads(_run([str(arq_python()), "-c", script]))
+    found = peers_venv.versions(("arq", "redis", "hiredis"), arq_python())
     return {
         "arq": found["arq"],
         "python (arq's venv)": found["python"],
@@ -127,7 +103,7 @@ _PEER_PREFIXES = ("celery_", "rq_", "dramatiq_", "huey_", "arq_")
 def env(url: str, marker: Path | None) -> dict[str, str]:
     """The app modules read ``BENCH_REDIS_URL``; RQ's CLI reads ``RQ_REDIS_URL``."""
     found = {
-        key: value for key, value in sql_peers.env().items() if not key.lower().startswith(_PEER_PREFIXES)
+        key: value for key, value in peers_venv.env().items() if not key.lower().startswith(_PEER_PREFIXES)
     }
     found.update(BENCH_REDIS_URL=url, RQ_REDIS_URL=url)
     if marker is not None:
@@ -153,7 +129,7 @@ def _arq_queued(conn: redis.Redis) -> int:
 
 def _celery_worker(concurrency: int) -> list[str]:
     return [
-        str(sql_peers.bin_path("celery")), "-A", "celery_app", "worker",
+        str(peers_venv.bin_path("celery")), "-A", "celery_app", "worker",
         "-P", "threads", "-c", str(concurrency), "-Q", "default",
     ]  # fmt: skip
 
@@ -175,8 +151,8 @@ def _celery_describe() -> list[str]:
 
 CELERY = System(
     name="Celery",
-    enqueue_argv=_enqueue("celery", sql_peers.python),
-    latency_argv=_latency("celery", sql_peers.python),
+    enqueue_argv=_enqueue("celery", peers_venv.python),
+    latency_argv=_latency("celery", peers_venv.python),
     worker_argv=_celery_worker,
     env=env,
     describe=_celery_describe,
@@ -193,7 +169,7 @@ def _rq_worker(simple: bool) -> Callable[[int], list[str]]:
     pick = ["-w", "rq.worker.SimpleWorker"] if simple else []
 
     def worker_argv(concurrency: int) -> list[str]:
-        return [str(sql_peers.bin_path("rq")), "worker", "--quiet", *pick, "default"]
+        return [str(peers_venv.bin_path("rq")), "worker", "--quiet", *pick, "default"]
 
     return worker_argv
 
@@ -230,8 +206,8 @@ def _rq_describe(simple: bool) -> Callable[[], list[str]]:
 def _rq(simple: bool) -> System:
     return System(
         name="RQ SimpleWorker" if simple else "RQ",
-        enqueue_argv=_enqueue("rq", sql_peers.python),
-        latency_argv=_latency("rq", sql_peers.python),
+        enqueue_argv=_enqueue("rq", peers_venv.python),
+        latency_argv=_latency("rq", peers_venv.python),
         worker_argv=_rq_worker(simple),
         env=env,
         describe=_rq_describe(simple),
@@ -251,7 +227,7 @@ RQ_SIMPLE = _rq(simple=True)
 
 def _dramatiq_worker(concurrency: int) -> list[str]:
     return [
-        str(sql_peers.bin_path("dramatiq")), "dramatiq_app",
+        str(peers_venv.bin_path("dramatiq")), "dramatiq_app",
         "--processes", "1", "--threads", str(concurrency),
     ]  # fmt: skip
 
@@ -272,8 +248,8 @@ def _dramatiq_describe() -> list[str]:
 
 DRAMATIQ = System(
     name="Dramatiq",
-    enqueue_argv=_enqueue("dramatiq", sql_peers.python),
-    latency_argv=_latency("dramatiq", sql_peers.python),
+    enqueue_argv=_enqueue("dramatiq", peers_venv.python),
+    latency_argv=_latency("dramatiq", peers_venv.python),
     worker_argv=_dramatiq_worker,
     env=env,
     describe=_dramatiq_describe,
@@ -286,7 +262,7 @@ DRAMATIQ = System(
 
 
 def _arq_worker(concurrency: int) -> list[str]:
-    return [str(arq_python()), str(sql_peers.PEERS_DIR / "arq_app.py"), str(concurrency)]
+    return [str(arq_python()), str(peers_venv.PEERS_DIR / "arq_app.py"), str(concurrency)]
 
 
 def _arq_describe() -> list[str]:
@@ -324,7 +300,7 @@ ARQ = System(
 
 def _huey_worker(concurrency: int) -> list[str]:
     return [
-        str(sql_peers.bin_path("huey_consumer")), "huey_redis_app.huey",
+        str(peers_venv.bin_path("huey_consumer")), "huey_redis_app.huey",
         "-w", str(concurrency), "-k", "thread", "-q",
     ]  # fmt: skip
 
@@ -344,8 +320,8 @@ def _huey_describe() -> list[str]:
 
 HUEY_REDIS = System(
     name="Huey (Redis)",
-    enqueue_argv=_enqueue("huey", sql_peers.python),
-    latency_argv=_latency("huey", sql_peers.python),
+    enqueue_argv=_enqueue("huey", peers_venv.python),
+    latency_argv=_latency("huey", peers_venv.python),
     worker_argv=_huey_worker,
     env=env,
     describe=_huey_describe,

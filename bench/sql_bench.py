@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 import psycopg
 
-from bench import procs, sql_db, sql_peers
+from bench import peers_venv, procs, sql_db
 from bench.runner import DrainRates
 from bench.sql_db import PostgresDatabase
 from bench.sql_systems import POSTGRESQL, SQLITE, SqlSystem, systems
@@ -217,8 +217,8 @@ def _rounds(
 def _peers(results: SqlResults) -> bool:
     """Install or check the peers' venv; False (and the reason recorded) when it cannot be had."""
     try:
-        took = sql_peers.ensure()
-        results.versions.update({f"{k} (peers' venv)": v for k, v in sql_peers.versions().items()})
+        took = peers_venv.ensure()
+        results.versions.update({f"{k} (peers' venv)": v for k, v in peers_venv.versions().items()})
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         reason = " ".join(str(exc).split())[:300]
         results.databases["peers"] = f"skipped: {reason}"
@@ -226,7 +226,7 @@ def _peers(results: SqlResults) -> bool:
         return False
     if took:
         results.seconds["peers' venv install"] = took
-        print(f"installed the peers' venv in {took:.0f} s ({sql_peers.VENV})", file=sys.stderr)
+        print(f"installed the peers' venv in {took:.0f} s ({peers_venv.VENV})", file=sys.stderr)
     return True
 
 

@@ -3,7 +3,7 @@
 AsyncTask's SQL broker on SQLite and on PostgreSQL (from the project's venv; untracked jobs,
 and optionally one tracked task's jobs), Huey's ``SqliteHuey`` (SQLite; with its defaults,
 and with AsyncTask's durability setting) and procrastinate (PostgreSQL), both from the peers'
-venv (``bench/sql_peers.py``). Every system's job is a no-op that appends one byte to the
+venv (``bench/peers_venv.py``). Every system's job is a no-op that appends one byte to the
 ``BENCH_MARKER`` file; every worker process gets the same number of concurrent job slots,
 threads or (procrastinate) asyncio tasks.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import sql_peers
+from bench import peers_venv
 from bench.system import ROOT, clean_env
 
 SQLITE = "sqlite"
@@ -130,13 +130,13 @@ def _sqlite_path(url: str) -> str:
 
 
 def _huey_enqueue(url: str, jobs: int) -> list[str]:
-    return [str(sql_peers.python()), str(sql_peers.PEERS_DIR / "huey_enqueue.py"), str(jobs)]
+    return [str(peers_venv.python()), str(peers_venv.PEERS_DIR / "huey_enqueue.py"), str(jobs)]
 
 
 def _huey_worker(url: str, concurrency: int) -> list[str]:
     # -q: WARNING level; Huey logs two INFO lines per task otherwise, AsyncTask none.
     return [
-        str(sql_peers.bin_path("huey_consumer")), "huey_app.huey",
+        str(peers_venv.bin_path("huey_consumer")), "huey_app.huey",
         "-w", str(concurrency), "-k", "thread", "-q",
     ]  # fmt: skip
 
@@ -146,11 +146,11 @@ def _huey(normal: bool) -> SqlSystem:
     extra = {"BENCH_HUEY_SYNCHRONOUS": "NORMAL"} if normal else {}
 
     def env(url: str, marker: Path | None) -> dict[str, str]:
-        return sql_peers.env(BENCH_SQLITE=_sqlite_path(url), **extra, **_marker_env(marker))
+        return peers_venv.env(BENCH_SQLITE=_sqlite_path(url), **extra, **_marker_env(marker))
 
     def setup(url: str) -> None:
         # SqliteHuey creates its tables when it is made, that is when huey_app is imported.
-        _run([str(sql_peers.python()), "-c", "import huey_app"], env(url, None), "huey_app import")
+        _run([str(peers_venv.python()), "-c", "import huey_app"], env(url, None), "huey_app import")
 
     if normal:
         storage = (
@@ -192,26 +192,29 @@ _PROCRASTINATE_APP = "--app=procrastinate_app.app"
 
 
 def _procrastinate_setup(url: str) -> None:
-    argv = [str(sql_peers.bin_path("procrastinate")), _PROCRASTINATE_APP, "schema", "--apply"]
+    argv = [str(peers_venv.bin_path("procrastinate")), _PROCRASTINATE_APP, "schema", "--apply"]
     _run(argv, _procrastinate_env(url, None), "procrastinate schema --apply")
 
 
 def _procrastinate_enqueue(url: str, jobs: int) -> list[str]:
     return [
-        str(sql_peers.python()), str(sql_peers.PEERS_DIR / "procrastinate_enqueue.py"), str(jobs), str(BATCH),
-    ]  # fmt: skip
+        str(peers_venv.python()),
+        str(peers_venv.PEERS_DIR / "procrastinate_enqueue.py"),
+        str(jobs),
+        str(BATCH),
+    ]
 
 
 def _procrastinate_worker(url: str, concurrency: int) -> list[str]:
     # --log-level warning: procrastinate logs two INFO lines per job otherwise, AsyncTask none.
     return [
-        str(sql_peers.bin_path("procrastinate")), _PROCRASTINATE_APP, "--log-level", "warning",
+        str(peers_venv.bin_path("procrastinate")), _PROCRASTINATE_APP, "--log-level", "warning",
         "worker", "--concurrency", str(concurrency),
     ]  # fmt: skip
 
 
 def _procrastinate_env(url: str, marker: Path | None) -> dict[str, str]:
-    return sql_peers.env(BENCH_PG_URL=url, **_marker_env(marker))
+    return peers_venv.env(BENCH_PG_URL=url, **_marker_env(marker))
 
 
 PROCRASTINATE = SqlSystem(

@@ -21,7 +21,6 @@ from bench.system import ROOT, clean_env
 VENV = ROOT / "bench" / ".peers-venv"
 PEERS_DIR = ROOT / "bench" / "peers"
 REQUIREMENTS = PEERS_DIR / "requirements.txt"
-_STAMP = VENV / "bench-requirements.txt"
 #: The distributions whose versions the sql section gives (``redis_peers`` gives the others').
 PACKAGES = ("huey", "procrastinate", "psycopg", "psycopg-binary", "psycopg-pool")
 
@@ -39,26 +38,32 @@ def ensure() -> float:
 
     Raises ``RuntimeError`` with pip's output when the install fails.
     """
-    wanted = REQUIREMENTS.read_text(encoding="utf-8")
-    if python().exists() and _STAMP.exists() and _STAMP.read_text(encoding="utf-8") == wanted:
+    return build(VENV, REQUIREMENTS.read_text(encoding="utf-8"), ["-r", str(REQUIREMENTS)])
+
+
+def build(venv: Path, wanted: str, pip_args: list[str]) -> float:
+    """Create or refresh ``venv`` with ``pip install pip_args`` unless it was built from the
+    same ``wanted`` (the requirements' text, kept in the venv); return the seconds it took."""
+    stamp = venv / "bench-requirements.txt"
+    interpreter = venv / "bin" / "python"
+    if interpreter.exists() and stamp.exists() and stamp.read_text(encoding="utf-8") == wanted:
         return 0.0
     start = time.monotonic()
-    _run([sys.executable, "-m", "venv", "--clear", str(VENV)])
-    _run(
-        [str(python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(REQUIREMENTS)]
-    )
+    _run([sys.executable, "-m", "venv", "--clear", str(venv)])
+    _run([str(interpreter), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pip_args])
     # Written last: an interrupted install is redone next time.
-    _STAMP.write_text(wanted, encoding="utf-8")
+    stamp.write_text(wanted, encoding="utf-8")
     return time.monotonic() - start
 
 
-def versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+def versions(packages: tuple[str, ...] = PACKAGES, interpreter: Path | None = None) -> dict[str, str]:
+    """``packages``' versions and the Python version (key "python") in a venv (default: this one)."""
     script = (
         "import json, importlib.metadata as m, platform; "
         f"print(json.dumps({{p: m.version(p) for p in {list(packages)!r}}} "
         "| {'python': platform.python_version()}))"
     )
-    out = _run([str(python()), "-c", script])
+    out = _run([str(interpreter or python()), "-c", script])
     found: dict[str, str] = json.loads(out)
     return found
 
