@@ -213,7 +213,6 @@ def _rq(simple: bool) -> System:
         describe=_rq_describe(simple),
         versions=_venv_versions("rq"),
         queued=_llen("rq:queue:default"),
-        slots=lambda concurrency: 1,
         max_jobs=RQ_SIMPLE_MAX_JOBS if simple else RQ_FORK_MAX_JOBS,
     )
 

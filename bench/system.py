@@ -64,8 +64,6 @@ class System:
     processed_stat: bool = False
     #: Key prefix of AsyncTask's in-flight lists, checked to be empty after a run ("" if none).
     inflight_pattern: str = ""
-    #: Jobs one worker process runs at once for a requested concurrency (RQ: always 1).
-    slots: Callable[[int], int] = int
     #: At most this many jobs per drain (0: no cap), for systems so slow that the common N
     #: would take minutes; RESULTS.md shows each system's N.
     max_jobs: int = 0

@@ -23,9 +23,5 @@ def connect(url: str, *, max_connections: int | None = None) -> redis.Redis:
         socket_keepalive=True,
         health_check_interval=30,
         max_connections=max_connections,
-        client_name=process_client_name(),
+        client_name=f"asynctask:{socket.gethostname()}:{os.getpid()}",
     )
-
-
-def process_client_name() -> str:
-    return f"asynctask:{socket.gethostname()}:{os.getpid()}"
