@@ -1,0 +1,45 @@
+"""Jobs of the chaos suite's worker subprocesses (``asynctask worker -r tests/chaos/chaos_jobs.py``).
+
+Every run appends ``<event> <jid> <pid> <epoch time>`` to the file named by
+ASYNCTASK_TEST_RUNS, opened with O_APPEND: each line is one ``write`` of a few dozen bytes,
+which Linux appends whole, so the lines of concurrent processes never interleave. The file
+is outside every broker, so it is the truth about what ran while brokers come and go.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+import asynctask
+
+_runs = os.open(os.environ["ASYNCTASK_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+
+def _note(event: str) -> None:
+    os.write(_runs, f"{event} {asynctask.current_job().jid} {os.getpid()} {time.time()!r}\n".encode())
+
+
+@asynctask.job
+def chaos_drain(pause_ms: int) -> None:
+    """Work up to ``pause_ms`` milliseconds (so that a drain spans the faults), then record the run."""
+    if pause_ms:
+        time.sleep(random.random() * pause_ms / 1000)
+    _note("done")
+
+
+@asynctask.job(retry=3)
+def chaos_flaky() -> None:
+    """Fail on the first attempt, succeed on the retry: only the poller can bring it back."""
+    if asynctask.current_job().retry_count is None:
+        _note("failed")
+        raise RuntimeError("the first attempt fails on purpose")
+    _note("done")
+
+
+@chaos_flaky.retry_in
+def _soon(count: int, exc: BaseException, job: dict[str, Any]) -> float:
+    # The runtime adds Sidekiq's jitter (up to 9 s on the first retry) to this.
+    return 0.1

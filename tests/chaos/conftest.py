@@ -1,0 +1,102 @@
+"""Fixtures of the chaos suite: private servers it may pause, kill and restart, and workers.
+
+Everything runs against servers of its own (never the shared 6379/5432): a redis-server on
+a free port, a PostgreSQL cluster from tests/pg_instance.py, a SQLite file. All are torn
+down whatever happens: workers are killed (their whole process group), servers killed and
+their directories removed.
+
+A machine that cannot run a private server skips these tests, except under CI (CI=true),
+where a skip would hide that the suite did not run: there they fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from asynctask import Settings
+from asynctask.tracking.database import create_database_engine
+from asynctask.tracking.migrate import upgrade
+from tests.chaos.redis_server import PrivateRedis, RedisUnavailable, private_redis
+from tests.chaos.state import RedisState, SqlState
+from tests.chaos.workers import Runs, WorkerPool
+from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
+
+
+def unavailable(reason: str) -> NoReturn:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; under CI a chaos test must run, not skip")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def redis_server() -> Iterator[PrivateRedis]:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(private_redis())
+        except RedisUnavailable as exc:
+            unavailable(f"cannot run a private redis-server: {exc}")
+        yield server
+
+
+@pytest.fixture
+def postgres_server() -> Iterator[PrivatePostgres]:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(private_postgres())
+        except PostgresUnavailable as exc:
+            unavailable(f"cannot run a private PostgreSQL server: {exc}")
+        yield server
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Runs:
+    return Runs(tmp_path / "runs.txt")
+
+
+@pytest.fixture
+def pool(tmp_path: Path, runs: Runs) -> Iterator[WorkerPool]:
+    workers = WorkerPool(tmp_path, runs.path)
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
+@pytest.fixture
+def redis_state(redis_server: PrivateRedis, tmp_path: Path) -> Iterator[RedisState]:
+    # The whole server is the test's; a namespace still checks that every key honours it.
+    settings = Settings(
+        redis_url=redis_server.url, namespace="chaos", database_url=f"sqlite:///{tmp_path / 'tracking.db'}"
+    )
+    state = RedisState(redis_server.url, settings)
+    try:
+        yield state
+    finally:
+        state.close()
+
+
+@pytest.fixture
+def postgres_state(postgres_server: PrivatePostgres) -> Iterator[SqlState]:
+    upgrade(postgres_server.url)
+    state = SqlState(create_database_engine(postgres_server.url), Settings(broker_url=postgres_server.url))
+    try:
+        yield state
+    finally:
+        state.close()
+
+
+@pytest.fixture
+def sqlite_state(tmp_path: Path) -> Iterator[SqlState]:
+    url = f"sqlite:///{tmp_path / 'broker.db'}"
+    upgrade(url)
+    state = SqlState(create_database_engine(url), Settings(broker_url=url))
+    try:
+        yield state
+    finally:
+        state.close()

@@ -1,0 +1,84 @@
+"""A drain on Redis through a long pause of the server, a kill -9 of it, and a kill -9 of a worker.
+
+Redis paused (SIGSTOP) longer than the process TTL makes every worker's process record
+expire while the workers live: after the pause one of them returns the other's in-flight
+jobs and drops its registration, as it would for a dead process. Then Redis is killed and
+restarted from its append-only file, the same again. Then a worker is killed for real: the
+one a peer recovered from (the worst case: if it never registered its lists again, nobody
+can return what it held). Every job must still run, nothing may be left anywhere, and a job
+scheduled after all that must run (the pollers outlived the outages).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.chaos.drain import check, scheduled_job_runs, settle
+from tests.chaos.redis_server import PrivateRedis
+from tests.chaos.state import RedisState, make_client, push_drain
+from tests.chaos.workers import Runs, Timing, WorkerPool
+from tests.conftest import wait_until
+
+TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
+JOBS = 20_000
+#: Each job works up to this many milliseconds: the 20 threads need most of a minute of
+#: running time for the whole drain, so it spans every fault.
+PAUSE_MS = 30
+PAUSED_SECONDS = 20.0
+STOPPED_SECONDS = 15.0
+#: Runs between two faults, so that each fault hits a drain in full swing.
+RUNS_BETWEEN = 1500
+
+
+@pytest.mark.slow
+def test_a_drain_survives_redis_paused_then_killed_then_a_worker_killed(
+    redis_state: RedisState, redis_server: PrivateRedis, pool: WorkerPool, runs: Runs
+) -> None:
+    pool.configure(redis_state.settings, TIMING)
+    workers = [pool.spawn(), pool.spawn()]
+    wait_until(lambda: redis_state.live_processes() == 2, timeout=30)
+    client = make_client(redis_state.settings)
+    try:
+        jids = push_drain(client, JOBS, PAUSE_MS)
+    finally:
+        client.close()
+
+    assert runs.wait_done(RUNS_BETWEEN, 60), f"the drain did not start\n{pool.logs()}"
+    redis_server.pause()
+    time.sleep(PAUSED_SECONDS)
+    redis_server.resume()
+    after_pause = runs.count_done()
+    progressed_after_pause = runs.wait_done(after_pause + RUNS_BETWEEN, 60)
+
+    redis_server.kill()
+    time.sleep(STOPPED_SECONDS)
+    redis_server.start()
+    after_restart = runs.count_done()
+    progressed_after_restart = runs.wait_done(after_restart + RUNS_BETWEEN, 60)
+
+    victim = pool.peer_recovered(workers)
+    victim.kill9()
+    last_fault = time.monotonic()
+    killed_at = runs.count_done()
+    assert killed_at < JOBS, "the drain ended before the last fault: it tested nothing"
+    survivor = next(worker for worker in workers if worker is not victim)
+    assert survivor.alive(), f"a worker exited on its own\n{pool.logs()}"
+
+    outcome = settle(redis_state, runs, jids, last_fault, TIMING, pool)
+    print(
+        f"\nredis outage drain: {outcome.jobs} jobs, {outcome.duplicates} run twice, "
+        f"{outcome.settled_after:.1f} s from the last fault to settled; done at the end of the pause "
+        f"{after_pause}, at the restart {after_restart}, at the kill {killed_at}; peer recoveries "
+        f"(pid, jobs): {[w.recovered_from() for w in workers]}"
+    )
+    check(
+        [
+            None if progressed_after_pause else "no progress within 60 s after the pause",
+            None if progressed_after_restart else "no progress within 60 s after the restart",
+            outcome.failure,
+            scheduled_job_runs(redis_state, runs, pool),
+        ],
+        pool,
+    )
