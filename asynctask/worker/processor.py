@@ -39,9 +39,11 @@ ERROR_PAUSE = 1.0
 
 
 class Processor:
-    def __init__(self, manager: Manager, index: int) -> None:
+    def __init__(self, manager: Manager, index: int, delay: float = 0.0) -> None:
         self.manager = manager
         self.index = index
+        #: Seconds to wait before the first fetch (a replacement for a thread that died).
+        self.delay = delay
         self.thread = threading.Thread(target=self.run, name=f"asynctask-processor-{index}", daemon=True)
         #: The unit being run now, or None; read by the manager at hard shutdown.
         self.unit: UnitOfWork | None = None
@@ -56,6 +58,7 @@ class Processor:
         pending_ack: UnitOfWork | None = None
         cycle = self.index
         try:
+            manager.quieting.wait(self.delay)
             while not manager.quieting.is_set():
                 # fetch() owns the ack from here: on failure it keeps it for the next call.
                 ack, pending_ack = pending_ack, None
