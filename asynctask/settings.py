@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 #: Used when ASYNCTASK_DATABASE_URL is not set: a SQLite file in the working directory. With
 #: no broker URL either, the jobs live there too: AsyncTask needs no server by default.
@@ -195,3 +196,13 @@ def parse_bool(name: str, raw: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be logged: with its password, if any, masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -8,7 +8,7 @@ from typing import cast
 import redis
 
 from asynctask import payload
-from asynctask.brokers.base import Beat, Broker, DueSet, TrackingApplier, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, TrackingApplier, UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.fetch import ReliableFetch, release
@@ -33,7 +33,11 @@ class RedisBroker(Broker):
         self.redis = (
             connection
             if connection is not None
-            else connect(settings.broker, max_connections=settings.concurrency + 8)
+            else connect(
+                settings.broker,
+                max_connections=settings.concurrency + 8,
+                longest_block=settings.fetch_timeout,
+            )
         )
         self.scripts = Scripts(self.redis)
 
@@ -163,7 +167,7 @@ class RedisBroker(Broker):
     def process_count(self) -> int:
         return int(self.redis.scard(self.keys.processes))
 
-    def beat(self, beat: Beat) -> str | None:
+    def beat(self, beat: Beat) -> BeatReply:
         return process.write_beat(self.redis, self.keys, beat, self.settings.process_ttl)
 
     def clear_process(self, identity: str, processed: int, failed: int) -> None:

@@ -16,14 +16,15 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection
 
-from asynctask.brokers.base import Beat
+from asynctask.brokers.base import Beat, BeatReply
 from asynctask.brokers.sql.store import Store
 
 logger = logging.getLogger("asynctask.recovery")
 
 
-def write_beat(store: Store, beat: Beat, ttl: int) -> str | None:
-    """Flush the counts, renew the process record; return the oldest signal sent to it."""
+def write_beat(store: Store, beat: Beat, ttl: int) -> BeatReply:
+    """Flush the counts, renew the process record; return the oldest signal sent to it and
+    whether the record was live until now (others take back the claims of a lapsed one)."""
     sql = store.sql
     with store.read() as connection:
         start = time.perf_counter()
@@ -32,6 +33,9 @@ def write_beat(store: Store, beat: Beat, ttl: int) -> str | None:
     now = time.time()
     with store.write() as tx:
         _add_stats(tx.connection, store, beat.processed, beat.failed)
+        was_live = bool(
+            tx.connection.execute(sql.process_live, {"identity": beat.identity, "now": now}).scalar_one()
+        )
         tx.connection.execute(
             sql.beat,
             {
@@ -48,7 +52,7 @@ def write_beat(store: Store, beat: Beat, ttl: int) -> str | None:
             },
         )
         signal = tx.connection.execute(sql.pop_signal, {"identity": beat.identity}).scalar()
-    return None if signal is None else str(signal)
+    return BeatReply(None if signal is None else str(signal), was_live)
 
 
 def clear(store: Store, identity: str, processed: int, failed: int) -> None:

@@ -153,6 +153,10 @@ class Statements:
         self.delete_process = text("DELETE FROM asynctask_process WHERE identity = :identity")
         self.delete_signals = text("DELETE FROM asynctask_process_signal WHERE identity = :identity")
         self.process_count = text(f"SELECT count(*) FROM asynctask_process WHERE expires_at > {now}")
+        self.process_live = text(
+            f"SELECT count(*) FROM asynctask_process WHERE identity = :identity AND expires_at > {now}"
+        )
+        self.held = text("SELECT id, queue, payload FROM asynctask_job WHERE locked_by = :me")
 
         self.cancel = text(
             "INSERT INTO asynctask_cancelled_task (task_id, at) VALUES (:task_id, :at) "
