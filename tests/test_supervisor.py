@@ -201,7 +201,8 @@ def test_tstp_and_ttin_sent_to_the_supervisor_reach_the_worker(
     proc = spawn(redis_settings, "-c", "1")
     wait_registered(redis_settings)
     os.kill(proc.pid, signal.SIGTTIN)
-    wait_until(lambda: "thread asynctask-heartbeat" in worker_log(tmp_path))
+    # MainThread: the only thread sure to be there (the first heartbeat precedes the others).
+    wait_until(lambda: "thread MainThread" in worker_log(tmp_path))
     os.kill(proc.pid, signal.SIGTSTP)
     wait_until(lambda: [p.is_quiet for p in ProcessSet(settings=redis_settings)] == [True])
     os.kill(proc.pid, signal.SIGTERM)
