@@ -53,6 +53,10 @@ class Settings:
     concurrency: int = 10
     #: Seconds a TERM waits for busy jobs before they are pushed back to their queues.
     timeout: float = 25.0
+    #: Replace the worker process (gracefully) once it ran this many jobs; 0: never.
+    max_jobs: int = 0
+    #: Replace the worker process (gracefully) once a job leaves it above this RSS, in MB; 0: never.
+    max_memory_mb: int = 0
     #: Seconds between heartbeats (Sidekiq 6.x: 5).
     heartbeat_interval: float = 5.0
     #: Seconds the process hash lives without a heartbeat; after that its in-flight jobs are recovered.
@@ -111,6 +115,8 @@ class Settings:
                 {
                     "concurrency": int,
                     "timeout": float,
+                    "max_jobs": int,
+                    "max_memory_mb": int,
                     "heartbeat_interval": float,
                     "process_ttl": int,
                     "scheduled_poll_interval": float,
@@ -153,6 +159,8 @@ class Settings:
             raise ValueError("at least one queue is needed")
         if self.timeout < 0:
             raise ValueError("timeout must not be negative")
+        if self.max_jobs < 0 or self.max_memory_mb < 0:
+            raise ValueError("max_jobs and max_memory_mb must not be negative (0: no bound)")
         if self.heartbeat_interval <= 0 or self.process_ttl <= self.heartbeat_interval:
             raise ValueError("process_ttl must be longer than heartbeat_interval, and both positive")
         if self.flusher not in ("process", "thread", "off"):

@@ -378,6 +378,12 @@ class Broker(ABC):
         """Give the jobs claimed by dead processes (heartbeat expired) back to their queues."""
 
     @abstractmethod
+    def requeue_process(self, identity: str) -> int:
+        """Worker process ``identity`` is known dead (its supervisor killed it): give every job
+        it held back to its queue and remove its record at once, rather than after its
+        heartbeat expires; return how many jobs went back."""
+
+    @abstractmethod
     def process_count(self) -> int:
         """How many worker processes are alive (scales the scheduled poll interval)."""
 

@@ -28,6 +28,17 @@ from asynctask.worker.stats import Stats
 logger = logging.getLogger("asynctask.heartbeat")
 
 
+#: Set by the ``asynctask worker`` supervisor in its worker child's environment: the identity
+#: the child runs under (see ``asynctask.worker.supervisor``).
+IDENTITY_ENV = "ASYNCTASK_WORKER_IDENTITY"
+
+
+def new_identity(pid: int) -> str:
+    """A process identity as Sidekiq writes it: ``hostname:pid:random``."""
+    hostname = os.environ.get("DYNO") or socket.gethostname()
+    return f"{hostname}:{pid}:{os.urandom(6).hex()}"
+
+
 @dataclass(frozen=True)
 class ProcessInfo:
     identity: str
@@ -37,9 +48,12 @@ class ProcessInfo:
 
     @classmethod
     def for_this_process(cls) -> ProcessInfo:
-        hostname = os.environ.get("DYNO") or socket.gethostname()
-        pid = os.getpid()
-        return cls(f"{hostname}:{pid}:{os.urandom(6).hex()}", hostname, pid, time.time())
+        """This process's identity, or the one its supervisor gave it: that one holds the
+        supervisor's pid, the pid people see in the process list and signal. The variable is
+        taken out of the environment, so that processes a job starts do not inherit it."""
+        identity = os.environ.pop(IDENTITY_ENV, "") or new_identity(os.getpid())
+        hostname, pid, _ = identity.rsplit(":", 2)
+        return cls(identity, hostname, int(pid), time.time())
 
 
 class Heartbeat:
@@ -74,7 +88,7 @@ class Heartbeat:
             for tid, w in self.stats.snapshot().items()
         }
         beat = Beat(
-            self.info.identity, self._info_json, self.busy(), self.quiet, _rss_kb(), processed, failed, work
+            self.info.identity, self._info_json, self.busy(), self.quiet, rss_kb(), processed, failed, work
         )
         try:
             reply = self.broker.beat(beat)
@@ -117,7 +131,7 @@ class Heartbeat:
         }
 
 
-def _rss_kb() -> int:
+def rss_kb() -> int:
     try:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024

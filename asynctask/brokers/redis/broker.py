@@ -13,7 +13,7 @@ from asynctask.brokers.redis import process
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.fetch import ReliableFetch, release
 from asynctask.brokers.redis.push import RedisStaging, push_jobs
-from asynctask.brokers.redis.recovery import recover_orphans
+from asynctask.brokers.redis.recovery import recover_orphans, requeue_process
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -163,6 +163,9 @@ class RedisBroker(Broker):
         return recover_orphans(
             self.redis, self.keys, self.scripts, identity, lock_seconds=self.settings.heartbeat_interval
         )
+
+    def requeue_process(self, identity: str) -> int:
+        return requeue_process(self.redis, self.keys, self.scripts, identity)
 
     def process_count(self) -> int:
         return int(self.redis.scard(self.keys.processes))

@@ -152,6 +152,9 @@ class SqlBroker(Broker):
     def recover_orphans(self, identity: str) -> int:
         return processes.recover_orphans(self.store)
 
+    def requeue_process(self, identity: str) -> int:
+        return processes.requeue_process(self.store, identity)
+
     def process_count(self) -> int:
         return processes.count(self.store)
 

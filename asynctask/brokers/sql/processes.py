@@ -89,6 +89,22 @@ def recover_orphans(store: Store) -> int:
     return len(taken)
 
 
+def requeue_process(store: Store, identity: str) -> int:
+    """Process ``identity`` is dead: unlock its jobs and remove its record and signals, in
+    one transaction; return how many jobs went back to their queues.
+
+    A claim the process committed just before it died, and that reached the database after
+    this, leaves rows locked by a process with no record: ``recover_orphans`` unlocks them
+    at its next look."""
+    with store.write() as tx:
+        connection = tx.connection
+        queues = [str(q) for q in connection.execute(store.sql.give_back, {"me": identity}).scalars()]
+        connection.execute(store.sql.delete_process, {"identity": identity})
+        connection.execute(store.sql.delete_signals, {"identity": identity})
+        tx.announce(queues)
+    return len(queues)
+
+
 def _add_stats(connection: Connection, store: Store, processed: int, failed: int) -> None:
     """Add to the lifetime and today's (UTC) totals, named as Sidekiq names its keys."""
     day = datetime.now(UTC).strftime("%Y-%m-%d")

@@ -69,6 +69,11 @@ class Statements:
         self.unlock_all = text(
             "UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE locked_by = :me"
         )
+        #: ``unlock_all`` for a dead process: the queue of each job it gave back.
+        self.give_back = text(
+            "UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE locked_by = :me "
+            "RETURNING queue"
+        )
         self.release = text("DELETE FROM asynctask_job WHERE id = :id AND state = 'queued'")
         self.generation = text(GENERATION)
 
