@@ -11,6 +11,7 @@ with its duration and how many attempts failed in between.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,7 +25,8 @@ MAX_PAUSE = 5.0
 
 
 class Activity:
-    """One recurring piece of background work, watched for failures."""
+    """One recurring piece of background work, watched for failures; safe to share between
+    the threads doing the same work (the processors' fetches)."""
 
     def __init__(
         self,
@@ -40,6 +42,7 @@ class Activity:
         self.max_pause = max_pause
         self.failures = 0
         self._failing_since = 0.0
+        self._lock = threading.Lock()
 
     def attempt(self, step: Callable[[], T]) -> T | None:
         """Run ``step``; return its result, or None if it raised (the error is logged)."""
@@ -52,11 +55,14 @@ class Activity:
         return result
 
     def failed(self, exc: BaseException) -> None:
-        self.failures += 1
-        if self.failures > 1:
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+            if first:
+                self._failing_since = time.monotonic()
+        if not first:
             self.logger.debug("%s failed again: %s", self.name, exc)
             return
-        self._failing_since = time.monotonic()
         fields = {"fields": {"activity": self.name, "error": type(exc).__name__}}
         if isinstance(exc, self.expected):
             self.logger.error("%s failed: %s; retrying", self.name, exc, extra=fields)
@@ -64,19 +70,22 @@ class Activity:
             self.logger.error("%s failed; retrying", self.name, exc_info=exc, extra=fields)
 
     def succeeded(self) -> None:
-        if self.failures:
+        if not self.failures:
+            return
+        with self._lock:
+            failures, self.failures = self.failures, 0
+        if failures:
             self.logger.warning(
                 "%s recovered",
                 self.name,
                 extra={
                     "fields": {
                         "activity": self.name,
-                        "failed_attempts": self.failures,
+                        "failed_attempts": failures,
                         "seconds": round(time.monotonic() - self._failing_since, 3),
                     }
                 },
             )
-            self.failures = 0
 
     def pause(self) -> float:
         """Seconds to wait before the next attempt after the last one failed."""

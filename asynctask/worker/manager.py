@@ -25,7 +25,7 @@ from asynctask.errors import Shutdown
 from asynctask.middleware import Chain
 from asynctask.registry import Registry
 from asynctask.settings import Settings
-from asynctask.supervision import backoff
+from asynctask.supervision import Activity, backoff
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.processor import Processor
 from asynctask.worker.retry import Retrier
@@ -66,6 +66,8 @@ class Manager:
         #: Processor deaths in a row (none more than ``DEATHS_FORGOTTEN_AFTER`` apart).
         self._deaths = 0
         self._last_death = 0.0
+        #: The processors' fetches: an outage is logged once for all of them.
+        self.fetching = Activity("fetch", logging.getLogger("asynctask.processor"), broker.errors)
 
     def start(self) -> None:
         for index in range(self.settings.concurrency):

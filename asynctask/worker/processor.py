@@ -10,9 +10,9 @@ the registry -> check its args -> server middleware -> function. Outcomes:
   payload: buried in the dead set with a clear ``error_message`` (retrying cannot help);
 - ``Shutdown`` (hard shutdown): nothing; the manager already pushed the job back.
 
-An unexpected error outside a job (the broker down, say) is logged, and the thread carries
-on after a pause; the job it held stays claimed by this process until shutdown or recovery
-returns it to its queue.
+An unexpected error outside a job (the broker down, say) is logged (once per outage for all
+the threads, see ``supervision``), and the thread carries on after a pause; a job it held
+and can no longer settle is given back by the heartbeat's claim check.
 """
 
 from __future__ import annotations
@@ -65,11 +65,10 @@ class Processor:
                 try:
                     unit = manager.fetch.fetch(ack, block_on=cycle)
                 except manager.broker.errors as exc:
-                    logger.error(
-                        "fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}}
-                    )
+                    manager.fetching.failed(exc)
                     time.sleep(ERROR_PAUSE)
                     continue
+                manager.fetching.succeeded()
                 if unit is None:
                     cycle += 1
                     continue
