@@ -10,6 +10,7 @@ from typing import Any
 from asynctask.settings import Settings, env_values, parse_bool
 
 MIB = 1024 * 1024
+MAX_JSON_DEPTH = 500
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class ApiConfig:
     max_chunk_size: int = 1000
     #: Nesting of arrays and objects in a JSON body or NDJSON line (the body itself is level 1).
     max_json_depth: int = 32
+    #: Longest JSON text of one item, NDJSON line, CSV record or ``meta``: a body is parsed one
+    #: item at a time, so this bounds the memory an item parse can take.
+    max_item_bytes: int = MIB
     #: Seconds between the stream's looks at a watched task.
     stream_interval: float = 0.5
     #: Seconds a verified token is trusted before it is looked up again (a revocation takes
@@ -53,6 +57,7 @@ class ApiConfig:
                     "max_items": int,
                     "max_chunk_size": int,
                     "max_json_depth": int,
+                    "max_item_bytes": int,
                     "stream_interval": float,
                     "token_cache_seconds": float,
                     "errors_cache_seconds": float,
@@ -72,9 +77,12 @@ class ApiConfig:
         return cls.from_env(**config)
 
     def validated(self) -> ApiConfig:
-        for name in ("max_body_bytes", "max_items", "max_chunk_size", "max_json_depth"):
+        for name in ("max_body_bytes", "max_items", "max_chunk_size", "max_json_depth", "max_item_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.max_json_depth > MAX_JSON_DEPTH:
+            # Python's JSON decoder stops at its recursion limit, around a thousand levels.
+            raise ValueError(f"max_json_depth may be at most {MAX_JSON_DEPTH}")
         if self.stream_interval <= 0:
             raise ValueError("stream_interval must be positive")
         if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:

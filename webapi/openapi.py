@@ -196,8 +196,9 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
     ),
     413: (
         "TooLarge",
-        "`body_too_large` (`details`: `{limit: max_body_bytes, max}`) or `too_many_items` "
-        "(`details`: `{limit: max_items, max}`).",
+        "`body_too_large` (`details`: `{limit: max_body_bytes, max}`), `too_many_items` "
+        "(`details`: `{limit: max_items, max}`) or `item_too_large` (one item, NDJSON line, CSV "
+        "record or `meta` is longer than `max_item_bytes`; `details`: `{limit: max_item_bytes, max}`).",
     ),
     415: (
         "UnsupportedMediaType",
@@ -505,8 +506,9 @@ def _paths() -> dict[str, Any]:
                         "with a JSON body or an upload are refused (422 `invalid_request`). CSV: the first "
                         "row is the header and each row becomes an object of strings. NDJSON: one "
                         "JSON value per line, blank lines skipped. No string in the items or meta may "
-                        "hold U+0000 (422 `invalid_request`). If any item is wrong nothing is "
-                        "created (422 `validation_failed` lists the first 20 errors)."
+                        "hold U+0000 or a lone surrogate (422 `invalid_string`), and every number must "
+                        "be finite (no NaN, Infinity or 1e999: 422 `invalid_number`). If any item is "
+                        "wrong nothing is created (422 `validation_failed` lists the first 20 errors)."
                     ),
                     "content": {
                         JSON: {
@@ -529,7 +531,8 @@ def _paths() -> dict[str, Any]:
                 },
                 description=(
                     "422 codes: `invalid_request` (`details.field`), `unknown_job`, "
-                    "`chunk_size_too_large`, `json_too_deep`, `no_items`, `validation_failed`."
+                    "`chunk_size_too_large`, `json_too_deep`, `invalid_number`, `invalid_string`, "
+                    "`no_items`, `validation_failed`."
                 ),
             ),
         },
