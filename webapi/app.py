@@ -28,6 +28,7 @@ from webapi.blueprints.tasks import tasks
 from webapi.config import ApiConfig
 from webapi.resources import EXTENSION, Resources, db, release_db, resources
 from webapi.serialize import task_json
+from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher, render_task
 
 logger = logging.getLogger("asynctask.api")
@@ -73,6 +74,7 @@ def create_app(
         tokens=TokenVerifier(config.token_cache_seconds),
         errors=FirstErrorsCache(config.errors_cache_seconds),
         watcher=TaskWatcher(engine, config.stream_interval, render_task(task_json)),
+        streams=StreamSlots(config.max_streams, config.max_tenant_streams),
     )
 
     errors.register(app)

@@ -31,6 +31,13 @@ class ApiConfig:
     max_item_bytes: int = MIB
     #: Seconds between the stream's looks at a watched task.
     stream_interval: float = 0.5
+    #: Progress streams one server process holds open at once: each holds a thread, and the
+    #: other threads stay free for ordinary requests (``serve`` lowers it to fit its threads).
+    max_streams: int = 24
+    #: Progress streams one tenant holds open at once in one server process.
+    max_tenant_streams: int = 8
+    #: Seconds after which a stream ends (a client reconnects), so none is held forever.
+    stream_max_seconds: float = 300.0
     #: Seconds a verified token is trusted before it is looked up again (a revocation takes
     #: effect within this time); 0 looks it up on every request.
     token_cache_seconds: float = 5.0
@@ -59,6 +66,9 @@ class ApiConfig:
                     "max_json_depth": int,
                     "max_item_bytes": int,
                     "stream_interval": float,
+                    "max_streams": int,
+                    "max_tenant_streams": int,
+                    "stream_max_seconds": float,
                     "token_cache_seconds": float,
                     "errors_cache_seconds": float,
                 },
@@ -83,8 +93,10 @@ class ApiConfig:
         if self.max_json_depth > MAX_JSON_DEPTH:
             # Python's JSON decoder stops at its recursion limit, around a thousand levels.
             raise ValueError(f"max_json_depth may be at most {MAX_JSON_DEPTH}")
-        if self.stream_interval <= 0:
-            raise ValueError("stream_interval must be positive")
+        if self.max_streams < 0 or self.max_tenant_streams < 0:
+            raise ValueError("max_streams and max_tenant_streams must not be negative")
+        if self.stream_interval <= 0 or self.stream_max_seconds <= 0:
+            raise ValueError("stream_interval and stream_max_seconds must be positive")
         if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:
             raise ValueError("token_cache_seconds and errors_cache_seconds must not be negative")
         return self

@@ -71,6 +71,11 @@ def document() -> dict[str, Any]:
                     "required": True,
                     "schema": {"type": "string", "pattern": "^Bearer"},
                 },
+                "Retry-After": {
+                    "description": "Seconds to wait before opening the stream again.",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                },
             },
             "securitySchemes": {
                 BEARER: {
@@ -206,7 +211,18 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
         "or JSON (`details.content_type`).",
     ),
     422: ("Unprocessable", "A parameter or field is wrong; see `error.code` and `error.details`."),
-    503: ("Unavailable", "`unavailable`: Redis or the database cannot be reached."),
+    429: (
+        "TooManyStreams",
+        "`too_many_streams`: the tenant has `max_tenant_streams` progress streams open in this server "
+        "process (`details`: `{limit: max_tenant_streams, max}`); retry after `Retry-After` seconds, "
+        "or poll the task.",
+    ),
+    503: (
+        "Unavailable",
+        "`unavailable`: Redis or the database cannot be reached. On the stream also "
+        "`streams_unavailable`: the server process holds `max_streams` streams (`details`: "
+        "`{limit: max_streams, max}`, and a `Retry-After` header).",
+    ),
 }
 
 
@@ -215,6 +231,7 @@ def _responses() -> dict[str, Any]:
         name: _response(description, _ref("Error")) for name, description in _ERROR_RESPONSES.values()
     }
     responses["Unauthorized"]["headers"] = {"WWW-Authenticate": _ref("WWW-Authenticate", "headers")}
+    responses["TooManyStreams"]["headers"] = {"Retry-After": _ref("Retry-After", "headers")}
     return responses
 
 
@@ -582,11 +599,12 @@ def _paths() -> dict[str, Any]:
                         "description": (
                             "`event: progress` with the Task JSON on connect and on every change; "
                             "`event: end` with the last snapshot once the task is done, then the "
-                            "response ends. `: keepalive` comments every 15 s."
+                            "response ends. `: keepalive` comments every 15 s. A stream also ends "
+                            "after `stream_max_seconds` without `end`: reconnect to go on."
                         ),
                         "content": {"text/event-stream": {"schema": _ref("StreamEvent")}},
                     },
-                    **_errors(404),
+                    **_errors(404, 429),
                 },
             ),
         },
