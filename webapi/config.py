@@ -97,6 +97,9 @@ class ApiConfig:
             raise ValueError("max_streams and max_tenant_streams must not be negative")
         if self.stream_interval <= 0 or self.stream_max_seconds <= 0:
             raise ValueError("stream_interval and stream_max_seconds must be positive")
+        if "null" in self.cors_origins:
+            # Sandboxed frames and file: pages all send "Origin: null": allowing it allows any of them.
+            raise ValueError('"null" cannot be an allowed CORS origin')
         if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:
             raise ValueError("token_cache_seconds and errors_cache_seconds must not be negative")
         return self
