@@ -70,14 +70,15 @@ def deployed(tmp_path: Path, namespace: str, conn: redis.Redis) -> Iterator[Depl
     )
     port = free_port()
     # The defaults of `asynctask api`: 2 workers x 32 threads.
-    process = subprocess.Popen([*cli, "api", "--port", str(port)], env=env, cwd=ROOT)
+    process = subprocess.Popen([*cli, "api", "--port", str(port)], env=env, cwd=ROOT, start_new_session=True)
     deployed = Deployed(Server(port, made.stdout.splitlines()[0]), process)
     try:
         wait_until(lambda: _answers(deployed), 30, interval=0.1)
         yield deployed
     finally:
-        # A quick shutdown: open streams would hold a graceful one for its whole timeout.
-        process.send_signal(signal.SIGINT)
+        # The server and its workers at once: a stream blocked in its wait would hold even a
+        # quick shutdown until gunicorn's graceful timeout.
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait(30)
 
 
