@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    # The worker command runs itself again in a child process, with the same arguments.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.run(args))
     except (ValueError, TypeError, ImportError) as exc:
@@ -52,7 +54,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("-c", "--concurrency", type=int, help="processor threads (default 10)")
     worker.add_argument(
-        "-t", "--timeout", type=float, help="seconds to wait for busy jobs on TERM (default 25)"
+        "-t",
+        "--timeout",
+        type=float,
+        help="seconds to wait for busy jobs on TERM; the process exits a few seconds later at most "
+        "(default 25)",
+    )
+    worker.add_argument(
+        "--max-jobs",
+        type=int,
+        metavar="N",
+        help="replace the worker process after N jobs (env ASYNCTASK_MAX_JOBS; default: never)",
+    )
+    worker.add_argument(
+        "--max-memory",
+        type=int,
+        metavar="MB",
+        help="replace the worker process when a job leaves it above MB of RSS "
+        "(env ASYNCTASK_MAX_MEMORY_MB; default: never)",
     )
     worker.add_argument("-g", "--tag", help="tag shown in Sidekiq's Web UI")
     worker.add_argument("-v", "--verbose", action="store_true", help="log every job start and finish")
@@ -181,18 +200,24 @@ def _run_worker(args: argparse.Namespace) -> int:
         queues=queues,
         concurrency=args.concurrency,
         timeout=args.timeout,
+        max_jobs=args.max_jobs,
+        max_memory_mb=args.max_memory,
         tag=args.tag,
         require=tuple(args.require) or env_require or None,
         log_level="INFO" if args.verbose else None,
         log_format=args.log_format,
     )
     log.setup(settings.log_level, settings.log_format)
+    from asynctask.worker import supervisor
+
+    if not supervisor.in_worker_child():
+        return supervisor.supervise(args.argv, settings)
     for module in settings.require:
         load_module(module)
     from asynctask.worker import Worker
+    from asynctask.worker.recycle import run_recycling
 
-    Worker(settings).run()
-    return 0
+    return run_recycling(Worker(settings))
 
 
 def _run_flusher(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 #: Used when ASYNCTASK_DATABASE_URL is not set: a SQLite file in the working directory. With
 #: no broker URL either, the jobs live there too: AsyncTask needs no server by default.
@@ -52,6 +53,10 @@ class Settings:
     concurrency: int = 10
     #: Seconds a TERM waits for busy jobs before they are pushed back to their queues.
     timeout: float = 25.0
+    #: Replace the worker process (gracefully) once it ran this many jobs; 0: never.
+    max_jobs: int = 0
+    #: Replace the worker process (gracefully) once a job leaves it above this RSS, in MB; 0: never.
+    max_memory_mb: int = 0
     #: Seconds between heartbeats (Sidekiq 6.x: 5).
     heartbeat_interval: float = 5.0
     #: Seconds the process hash lives without a heartbeat; after that its in-flight jobs are recovered.
@@ -110,6 +115,8 @@ class Settings:
                 {
                     "concurrency": int,
                     "timeout": float,
+                    "max_jobs": int,
+                    "max_memory_mb": int,
                     "heartbeat_interval": float,
                     "process_ttl": int,
                     "scheduled_poll_interval": float,
@@ -152,6 +159,8 @@ class Settings:
             raise ValueError("at least one queue is needed")
         if self.timeout < 0:
             raise ValueError("timeout must not be negative")
+        if self.max_jobs < 0 or self.max_memory_mb < 0:
+            raise ValueError("max_jobs and max_memory_mb must not be negative (0: no bound)")
         if self.heartbeat_interval <= 0 or self.process_ttl <= self.heartbeat_interval:
             raise ValueError("process_ttl must be longer than heartbeat_interval, and both positive")
         if self.flusher not in ("process", "thread", "off"):
@@ -195,3 +204,13 @@ def parse_bool(name: str, raw: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be logged: with its password, if any, masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -206,13 +206,14 @@ class ApiServer:
         workdir: Path,
         variant: str = CACHED,
         threads: int = THREADS,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self.threads = threads
         self.variant = variant
         self.database_url = database_url
         self.redis_url = redis_url
-        self.extra_env = VARIANTS[variant]
+        self.extra_env = {**VARIANTS[variant], **(env or {})}
         self.label = kind if variant == CACHED else f"{kind}, {variant}"
         slug = "".join(c if c.isalnum() else "-" for c in variant)
         self.log = workdir / f"api-{kind}-{slug}.log"

@@ -66,7 +66,8 @@ QUICK_CLIENTS = 10
 QUICK_JOBS = 200
 #: Job slots of the one worker process, as in the other sections.
 CONCURRENCY = 10
-#: Threads per API worker beyond one per stream: the readiness probe, a stray request.
+#: Threads per API worker beyond one per stream and the quarter of its threads the server keeps
+#: free of streams: the readiness probe, a stray request.
 SPARE_THREADS = 10
 #: Seconds for every client to get its first snapshot.
 CONNECT_TIMEOUT = 60.0
@@ -145,7 +146,7 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
     default_clients, default_jobs = sizes(bool(settings.get("quick")))
     clients = int(settings.get("clients") or default_clients)
     jobs = int(settings.get("jobs") or default_jobs)
-    results = SseResults(settings, clients, jobs, api_threads=clients + SPARE_THREADS)
+    results = SseResults(settings, clients, jobs, api_threads=clients + clients // 3 + SPARE_THREADS)
     results.stream_interval_s = ApiConfig().stream_interval
     results.versions = {name: _package(name) for name in ("gunicorn", "Flask")}
     started = time.monotonic()
@@ -171,8 +172,13 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
             queued = int(client.redis.llen("queue:default"))
             if queued != jobs:
                 raise RuntimeError(f"create_task of {jobs} jobs left {queued} in the queue")
+            # Every client streams as the one bench tenant, possibly all through one worker.
+            caps = {
+                "ASYNCTASK_API_MAX_STREAMS": str(clients),
+                "ASYNCTASK_API_MAX_TENANT_STREAMS": str(clients),
+            }
             api = stack.enter_context(
-                ApiServer("postgresql", url, server.url, workdir, threads=results.api_threads)
+                ApiServer("postgresql", url, server.url, workdir, threads=results.api_threads, env=caps)
             )
             _fan_out(results, api, token, task_id, tracking, server, url, workdir)
     except Exception as exc:
@@ -393,7 +399,10 @@ def table(results: SseResults) -> list[str]:
         "process (raw HTTP/1.1). API server: `python -m asynctask api "
         f"--workers {r.api_workers} --threads {r.api_threads}`: gunicorn's gthread worker holds a "
         f"thread per open stream, and either worker may be handed any share of the connections, "
-        f"so each gets one thread per client + {SPARE_THREADS}. Each worker process reads a watched "
+        f"so each gets one thread per client, a third more (a quarter of a worker's threads stays "
+        f"free of streams) and {SPARE_THREADS} spare, and may hold a stream per client "
+        "(`ASYNCTASK_API_MAX_STREAMS`, `ASYNCTASK_API_MAX_TENANT_STREAMS`). Each worker process "
+        "reads a watched "
         f"task once per `stream_interval` ({r.stream_interval_s:g} s) and wakes its streams when the "
         "snapshot changed. Once every client has its first snapshot, one AsyncTask worker "
         f"(`-c {r.concurrency}`, tracking on) runs the jobs.",

@@ -53,11 +53,10 @@ def test_enqueue_pushes_a_job_from_the_shell(
         (["worker", "-r", "missing/file.py"], "no such file"),
     ],
 )
-def test_bad_input_is_a_clear_error(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_input_is_a_clear_error(argv: list[str], message: str, capfd: pytest.CaptureFixture[str]) -> None:
+    # At the file descriptor: the worker's child process loads the -r modules and says what failed.
     assert main(argv) == 2
-    assert message in capsys.readouterr().err
+    assert message in capfd.readouterr().err
 
 
 def test_worker_command_runs_jobs_with_weighted_queues_and_logs_them(

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, request
 from sqlalchemy import Engine
 
 from asynctask.client import Client
@@ -26,8 +26,10 @@ from webapi.blueprints.page import page
 from webapi.blueprints.stream import stream
 from webapi.blueprints.tasks import tasks
 from webapi.config import ApiConfig
+from webapi.headers import add_security_headers, allow_cors
 from webapi.resources import EXTENSION, Resources, db, release_db, resources
 from webapi.serialize import task_json
+from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher, render_task
 
 logger = logging.getLogger("asynctask.api")
@@ -73,6 +75,7 @@ def create_app(
         tokens=TokenVerifier(config.token_cache_seconds),
         errors=FirstErrorsCache(config.errors_cache_seconds),
         watcher=TaskWatcher(engine, config.stream_interval, render_task(task_json)),
+        streams=StreamSlots(config.max_streams, config.max_tenant_streams),
     )
 
     errors.register(app)
@@ -80,8 +83,9 @@ def create_app(
     for blueprint in (health, docs, page, tasks, stream, jobs):
         app.register_blueprint(blueprint)
     app.teardown_appcontext(_close_db)
+    add_security_headers(app)
     if config.cors_origins:
-        _allow_cors(app, config.cors_origins)
+        allow_cors(app, config.cors_origins)
     return app
 
 
@@ -95,19 +99,3 @@ def _authenticate() -> None:
 
 def _close_db(_exc: BaseException | None) -> None:
     release_db()
-
-
-def _allow_cors(app: Flask, origins: tuple[str, ...]) -> None:
-    any_origin = "*" in origins
-
-    @app.after_request
-    def add_headers(response: Response) -> Response:
-        origin = request.headers.get("Origin")
-        if origin and (any_origin or origin in origins):
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
-            response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-            response.headers["Access-Control-Expose-Headers"] = "Location"
-            response.headers["Access-Control-Max-Age"] = "600"
-            response.vary.add("Origin")
-        return response

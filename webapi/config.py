@@ -10,6 +10,7 @@ from typing import Any
 from asynctask.settings import Settings, env_values, parse_bool
 
 MIB = 1024 * 1024
+MAX_JSON_DEPTH = 500
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,18 @@ class ApiConfig:
     max_chunk_size: int = 1000
     #: Nesting of arrays and objects in a JSON body or NDJSON line (the body itself is level 1).
     max_json_depth: int = 32
+    #: Longest JSON text of one item, NDJSON line, CSV record or ``meta``: a body is parsed one
+    #: item at a time, so this bounds the memory an item parse can take.
+    max_item_bytes: int = MIB
     #: Seconds between the stream's looks at a watched task.
     stream_interval: float = 0.5
+    #: Progress streams one server process holds open at once: each holds a thread, and the
+    #: other threads stay free for ordinary requests (``serve`` lowers it to fit its threads).
+    max_streams: int = 24
+    #: Progress streams one tenant holds open at once in one server process.
+    max_tenant_streams: int = 8
+    #: Seconds after which a stream ends (a client reconnects), so none is held forever.
+    stream_max_seconds: float = 300.0
     #: Seconds a verified token is trusted before it is looked up again (a revocation takes
     #: effect within this time); 0 looks it up on every request.
     token_cache_seconds: float = 5.0
@@ -53,7 +64,11 @@ class ApiConfig:
                     "max_items": int,
                     "max_chunk_size": int,
                     "max_json_depth": int,
+                    "max_item_bytes": int,
                     "stream_interval": float,
+                    "max_streams": int,
+                    "max_tenant_streams": int,
+                    "stream_max_seconds": float,
                     "token_cache_seconds": float,
                     "errors_cache_seconds": float,
                 },
@@ -72,11 +87,19 @@ class ApiConfig:
         return cls.from_env(**config)
 
     def validated(self) -> ApiConfig:
-        for name in ("max_body_bytes", "max_items", "max_chunk_size", "max_json_depth"):
+        for name in ("max_body_bytes", "max_items", "max_chunk_size", "max_json_depth", "max_item_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        if self.stream_interval <= 0:
-            raise ValueError("stream_interval must be positive")
+        if self.max_json_depth > MAX_JSON_DEPTH:
+            # Python's JSON decoder stops at its recursion limit, around a thousand levels.
+            raise ValueError(f"max_json_depth may be at most {MAX_JSON_DEPTH}")
+        if self.max_streams < 0 or self.max_tenant_streams < 0:
+            raise ValueError("max_streams and max_tenant_streams must not be negative")
+        if self.stream_interval <= 0 or self.stream_max_seconds <= 0:
+            raise ValueError("stream_interval and stream_max_seconds must be positive")
+        if "null" in self.cors_origins:
+            # Sandboxed frames and file: pages all send "Origin: null": allowing it allows any of them.
+            raise ValueError('"null" cannot be an allowed CORS origin')
         if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:
             raise ValueError("token_cache_seconds and errors_cache_seconds must not be negative")
         return self

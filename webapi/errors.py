@@ -34,6 +34,8 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.details = details
+        #: Sent with the error response (``Retry-After`` of a refused stream).
+        self.headers: dict[str, str] = {}
 
 
 def limit_exceeded(status: int, code: str, limit: str, maximum: int, message: str) -> ApiError:
@@ -51,7 +53,9 @@ def error_response(status: int, code: str, message: str, details: Any = None) ->
 def register(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def api_error(exc: ApiError) -> Response:
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+        response = error_response(exc.status, exc.code, exc.message, exc.details)
+        response.headers.update(exc.headers)
+        return response
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

@@ -1,22 +1,21 @@
 """Reading ``POST /api/tasks``: JSON, CSV, NDJSON or a multipart upload, within the limits.
 
-Items are parsed and checked lazily, while ``create_task`` writes them in its one
-transaction: an upload of 100,000 rows is never held in memory, and the first bad item
-raises an ``ApiError`` that rolls the whole task back (nothing is written or enqueued).
-Raw bodies are first copied to a spooled temporary file, so a slow client never holds a
-database transaction open.
+The body is copied to a spooled temporary file, so a slow client never holds a database
+transaction open, and read from there twice, one item at a time (``webapi.formats``): a first
+read counts the items and finds syntax errors, bad numbers and nesting too deep before anything
+is written; the second feeds ``create_task``, which writes the items in its one transaction
+while each is checked here (storable strings, the job's item schema). A bad item raises an
+``ApiError`` that rolls the whole task back (nothing is written or enqueued), and no upload is
+ever held in memory whole.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
-import json
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -24,8 +23,10 @@ from flask import Request
 
 from asynctask.job import JobDefinition
 from asynctask.registry import Registry
+from webapi import formats
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
+from webapi.jsonreader import parse_document
 
 CSV_TYPES = {"text/csv", "application/csv"}
 NDJSON_TYPES = {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
@@ -35,7 +36,18 @@ LISTED_ERRORS = 20
 #: Raw bodies up to this size stay in memory; larger ones go to a temporary file.
 SPOOL_MEMORY = 4 * 1024 * 1024
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-BODY_FIELDS = {"job", "items", "chunk_size", "queue", "meta"}
+#: In ``repr()``: the escapes of U+0000 and of the surrogates (maybe a literal backslash's).
+_SUSPECT = re.compile(r"\\x00|\\ud[89a-f]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_READERS: dict[str, Callable[[IO[bytes], ApiConfig], Iterator[Any]]] = {
+    "csv": formats.csv_rows,
+    "ndjson": formats.ndjson_values,
+    "json": formats.json_array_items,
+}
+
+
+def _no_items() -> Generator[Any]:
+    yield from ()
 
 
 @dataclass
@@ -44,13 +56,20 @@ class Submission:
     chunk_size: int
     queue: str | None
     meta: dict[str, Any] | None
-    items: Iterator[Any]
+    items: Generator[Any] = field(default_factory=_no_items)
     #: Items read so far (all of them once ``items`` is exhausted).
     counted: list[int] = field(default_factory=lambda: [0])
     #: The spooled body, closed by ``close()``.
     source: IO[bytes] | None = None
 
+    def read(self, items: Iterator[Any], config: ApiConfig, source: IO[bytes]) -> None:
+        """Take the items (checked as they are read) and the spooled body they come from."""
+        self.items = _checked(items, self.job, config, self.counted)
+        self.source = source
+
     def close(self) -> None:
+        # The readers first, while the body they read is still open.
+        self.items.close()
         if self.source is not None:
             self.source.close()
 
@@ -61,21 +80,20 @@ class Submission:
 
 def read_submission(request: Request, config: ApiConfig, registry: Registry) -> Submission:
     mimetype = request.mimetype
-    if mimetype in JSON_TYPES or mimetype.endswith("+json") or mimetype == "multipart/form-data":
+    is_json = mimetype in JSON_TYPES or mimetype.endswith("+json")
+    if is_json or mimetype == "multipart/form-data":
         _no_query_options(request.args)
-    if mimetype in JSON_TYPES or mimetype.endswith("+json"):
-        body = _parse_json(request.get_data(cache=False), config.max_json_depth, base=1)
-        if not isinstance(body, dict):
-            raise ApiError(422, "invalid_request", "the body must be a JSON object", {"field": None})
-        unknown = sorted(set(body) - BODY_FIELDS)
-        if unknown:
-            raise ApiError(422, "invalid_request", f"unknown field {unknown[0]!r}", {"field": unknown[0]})
-        items = body.get("items")
-        if not isinstance(items, list):
-            raise ApiError(422, "invalid_request", "items must be a JSON array", {"field": "items"})
-        if len(items) > config.max_items:
-            raise _too_many(config)
-        return _submission(body, registry, config, iter(items))
+    if is_json:
+        spool = _spooled(request.stream)
+        try:
+            options, _ = formats.body_options(spool, config)
+            submission = _submission(options, registry, config)
+            spool.seek(0)
+            submission.read(formats.body_items(spool, config), config, spool)
+        except BaseException:
+            spool.close()
+            raise
+        return submission
     if mimetype == "multipart/form-data":
         upload = request.files.get("file")
         if upload is None:
@@ -83,21 +101,10 @@ def read_submission(request: Request, config: ApiConfig, registry: Registry) -> 
                 422, "invalid_request", "the form needs a file field named file", {"field": "file"}
             )
         kind = _file_kind(upload.mimetype, upload.filename or "")
-        options = _options(request.form)
-        return _submission(options, registry, config, _items_from(kind, upload.stream, config))
+        return _from_file(kind, upload.stream, _options(request.form, config), registry, config)
     if mimetype in CSV_TYPES or mimetype in NDJSON_TYPES:
         kind = "csv" if mimetype in CSV_TYPES else "ndjson"
-        options = _options(request.args)
-        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
-        shutil.copyfileobj(request.stream, spool, 64 * 1024)
-        spool.seek(0)
-        try:
-            submission = _submission(options, registry, config, _items_from(kind, spool, config))
-        except BaseException:
-            spool.close()
-            raise
-        submission.source = spool
-        return submission
+        return _from_file(kind, request.stream, _options(request.args, config), registry, config)
     raise ApiError(
         415,
         "unsupported_media_type",
@@ -106,9 +113,41 @@ def read_submission(request: Request, config: ApiConfig, registry: Registry) -> 
     )
 
 
-def _submission(
-    options: Mapping[str, Any], registry: Registry, config: ApiConfig, items: Iterator[Any]
+def _from_file(
+    kind: str, stream: IO[bytes], options: Mapping[str, Any], registry: Registry, config: ApiConfig
 ) -> Submission:
+    """Items of a CSV, NDJSON or JSON-array file: counted and parsed in a first read, so a file
+    over a limit or with a syntax error is refused before anything is written."""
+    submission = _submission(options, registry, config)
+    items_of = _READERS[kind]
+    spool = _spooled(stream)
+    try:
+        for index, _ in enumerate(items_of(spool, config)):
+            if index >= config.max_items:
+                raise formats.too_many_items(config)
+        spool.seek(0)
+        submission.read(items_of(spool, config), config, spool)
+    except BaseException:
+        spool.close()
+        raise
+    return submission
+
+
+def _spooled(stream: IO[bytes]) -> IO[bytes]:
+    """The body copied to a temporary file (in memory while small), read twice from there: a
+    slow client never holds a database transaction open."""
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+    try:
+        shutil.copyfileobj(stream, spool, 64 * 1024)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return spool
+
+
+def _submission(options: Mapping[str, Any], registry: Registry, config: ApiConfig) -> Submission:
+    """The submission's options, checked (its items are read later)."""
     name = options.get("job")
     if not isinstance(name, str) or not name:
         raise ApiError(422, "invalid_request", "job must be the name of a job", {"field": "job"})
@@ -142,16 +181,16 @@ def _submission(
     meta = options.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise ApiError(422, "invalid_request", "meta must be a JSON object", {"field": "meta"})
-    if meta is not None and _holds_nul(meta):
-        raise _nul("meta")
-    submission = Submission(definition, chunk_size, queue, meta, iter(()))
-    submission.items = _checked(items, definition, config, submission.counted)
-    return submission
+    if meta is not None:
+        bad = _bad_character(meta)
+        if bad is not None:
+            raise _unstorable(bad, "meta")
+    return Submission(definition, chunk_size, queue, meta)
 
 
-def _options(form: Mapping[str, str]) -> dict[str, Any]:
+def _options(form: Mapping[str, str], config: ApiConfig) -> dict[str, Any]:
     """Options given as query or form fields, all strings: convert them to the JSON shapes."""
-    unknown = sorted(set(form) - (BODY_FIELDS - {"items"}))
+    unknown = sorted(set(form) - (formats.BODY_FIELDS - {"items"}))
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field {unknown[0]!r}", {"field": unknown[0]})
     options: dict[str, Any] = {k: v for k, v in form.items() if k in ("job", "queue")}
@@ -163,9 +202,18 @@ def _options(form: Mapping[str, str]) -> dict[str, Any]:
                 422, "invalid_request", "chunk_size must be an integer", {"field": "chunk_size"}
             ) from None
     if form.get("meta"):
+        # As deep, as long and with the same numbers as meta in a JSON body.
+        text = form["meta"].encode("utf-8", "surrogatepass")
         try:
-            options["meta"] = json.loads(form["meta"])
-        except (ValueError, RecursionError):
+            options["meta"] = parse_document(
+                text,
+                max_depth=config.max_json_depth,
+                max_value_chars=config.max_item_bytes,
+                level=formats.FIELD_LEVEL,
+            )
+        except ApiError as exc:
+            if exc.code != "invalid_json":
+                raise
             raise ApiError(422, "invalid_request", "meta must be a JSON object", {"field": "meta"}) from None
     return options
 
@@ -186,98 +234,9 @@ def _file_kind(mimetype: str, filename: str) -> str:
     )
 
 
-def _items_from(kind: str, stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
-    if kind == "csv":
-        return _csv_rows(stream)
-    if kind == "ndjson":
-        return _ndjson_values(stream, config.max_json_depth)
-    items = _parse_json(stream.read(), config.max_json_depth, base=1)
-    if not isinstance(items, list):
-        raise ApiError(422, "invalid_request", "a .json file must hold an array of items", {"field": "file"})
-    return iter(items)
-
-
-def _csv_rows(stream: IO[bytes]) -> Iterator[dict[str, str]]:
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    reader = csv.reader(text)
-    try:
-        header = next(reader, None)
-        if header is None:
-            return
-        if len(set(header)) != len(header) or any(not name.strip() for name in header):
-            raise ApiError(
-                400, "invalid_csv", "the header row needs distinct, non-empty column names", {"line": 1}
-            )
-        width = len(header)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != width:
-                raise ApiError(
-                    400,
-                    "invalid_csv",
-                    f"line {reader.line_num} has {len(row)} fields; the header has {width}",
-                    {"line": reader.line_num},
-                )
-            yield dict(zip(header, row, strict=True))
-    except UnicodeDecodeError:
-        raise ApiError(
-            400, "invalid_csv", "the file is not UTF-8 text", {"line": reader.line_num + 1}
-        ) from None
-    except csv.Error as exc:
-        raise ApiError(
-            400, "invalid_csv", f"line {reader.line_num}: {exc}", {"line": reader.line_num}
-        ) from None
-
-
-def _ndjson_values(stream: IO[bytes], max_depth: int) -> Iterator[Any]:
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            yield _parse_json(line, max_depth, base=1)
-        except ApiError as exc:
-            if exc.code == "invalid_json":
-                raise ApiError(
-                    400, "invalid_json", f"line {number}: {exc.message}", {"line": number}
-                ) from None
-            raise
-
-
-def _parse_json(data: bytes, max_depth: int, *, base: int) -> Any:
-    try:
-        value = json.loads(data)
-    except RecursionError:
-        raise _too_deep(max_depth) from None
-    except UnicodeDecodeError:
-        raise ApiError(400, "invalid_json", "the body is not UTF-8 text") from None
-    except ValueError as exc:
-        raise ApiError(400, "invalid_json", f"not valid JSON: {exc}") from None
-    if _deeper_than(value, max_depth - base + 1):
-        raise _too_deep(max_depth)
-    return value
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays/objects nest more than ``limit`` levels (``value`` itself is level 1)."""
-    pending: list[tuple[Iterable[Any], int]] = []
-    if isinstance(value, dict | list):
-        pending.append((value.values() if isinstance(value, dict) else value, 1))
-    while pending:
-        children, depth = pending.pop()
-        if depth > limit:
-            return True
-        for child in children:
-            if isinstance(child, dict):
-                pending.append((child.values(), depth + 1))
-            elif isinstance(child, list):
-                pending.append((child, depth + 1))
-    return False
-
-
 def _checked(
     items: Iterator[Any], definition: JobDefinition[Any], config: ApiConfig, counted: list[int]
-) -> Iterator[Any]:
+) -> Generator[Any]:
     """Count the items against the limit and match each to the job's schema.
 
     At the first item that does not match, the rest are still read (not enqueued) so that the
@@ -286,10 +245,11 @@ def _checked(
     validator = definition.item_validator
     for index, item in enumerate(items):
         if index >= config.max_items:
-            raise _too_many(config)
+            raise formats.too_many_items(config)
         counted[0] = index + 1
-        if _holds_nul(item):
-            raise _nul("items", index)
+        bad = _bad_character(item)
+        if bad is not None:
+            raise _unstorable(bad, "items", index)
         if validator is not None and not validator.is_valid(item):
             _fail_validation(index, item, items, validator, config)
         yield item
@@ -300,7 +260,7 @@ def _fail_validation(index: int, item: Any, rest: Iterator[Any], validator: Any,
     wrong = 0
     for position, value in enumerate(itertools.chain([item], rest), start=index):
         if position >= config.max_items:
-            raise _too_many(config)
+            raise formats.too_many_items(config)
         if validator.is_valid(value):
             continue
         wrong += 1
@@ -327,41 +287,37 @@ def _no_query_options(args: Mapping[str, str]) -> None:
         )
 
 
-def _holds_nul(value: Any) -> bool:
-    """Whether a string in ``value`` holds U+0000, which PostgreSQL cannot store.
+def _bad_character(value: Any) -> str | None:
+    """The first character of a string in ``value`` (keys included) that cannot be stored:
+    U+0000 (PostgreSQL's text and JSON refuse it) or a lone surrogate (no UTF-8 encodes it).
 
-    One ``repr`` (C code) finds the common case, none, without walking the value.
+    One ``repr`` (C code) finds the common case, none, without walking the value: it writes
+    both as escapes.
     """
-    if "\\x00" not in repr(value):
-        return False
+    if not _SUSPECT.search(repr(value)):
+        return None
+    return _first_bad(value)
+
+
+def _first_bad(value: Any) -> str | None:
     if isinstance(value, str):
-        return "\x00" in value
+        found = _UNSTORABLE.search(value)
+        return found.group() if found else None
     if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(v) for v in value)
-    return False
+        pairs: Iterable[Any] = itertools.chain.from_iterable(value.items())
+    elif isinstance(value, list):
+        pairs = value
+    else:
+        return None
+    for child in pairs:
+        bad = _first_bad(child)
+        if bad is not None:
+            return bad
+    return None
 
 
-def _nul(field: str, index: int | None = None) -> ApiError:
+def _unstorable(char: str, field: str, index: int | None = None) -> ApiError:
     where = f"item {index}" if index is not None else field
+    what = "a NUL character (U+0000)" if char == "\x00" else f"a lone surrogate (U+{ord(char):04X})"
     details: dict[str, Any] = {"field": field} if index is None else {"field": field, "item": index}
-    return ApiError(
-        422, "invalid_request", f"{where} holds a NUL character (U+0000), which cannot be stored", details
-    )
-
-
-def _too_many(config: ApiConfig) -> ApiError:
-    return limit_exceeded(
-        413,
-        "too_many_items",
-        "max_items",
-        config.max_items,
-        f"a task may have at most {config.max_items} items",
-    )
-
-
-def _too_deep(max_depth: int) -> ApiError:
-    return limit_exceeded(
-        422, "json_too_deep", "max_json_depth", max_depth, f"JSON may nest at most {max_depth} levels"
-    )
+    return ApiError(422, "invalid_string", f"{where} holds {what}, which cannot be stored", details)

@@ -71,6 +71,11 @@ def document() -> dict[str, Any]:
                     "required": True,
                     "schema": {"type": "string", "pattern": "^Bearer"},
                 },
+                "Retry-After": {
+                    "description": "Seconds to wait before opening the stream again.",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                },
             },
             "securitySchemes": {
                 BEARER: {
@@ -196,8 +201,9 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
     ),
     413: (
         "TooLarge",
-        "`body_too_large` (`details`: `{limit: max_body_bytes, max}`) or `too_many_items` "
-        "(`details`: `{limit: max_items, max}`).",
+        "`body_too_large` (`details`: `{limit: max_body_bytes, max}`), `too_many_items` "
+        "(`details`: `{limit: max_items, max}`) or `item_too_large` (one item, NDJSON line, CSV "
+        "record or `meta` is longer than `max_item_bytes`; `details`: `{limit: max_item_bytes, max}`).",
     ),
     415: (
         "UnsupportedMediaType",
@@ -205,7 +211,18 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
         "or JSON (`details.content_type`).",
     ),
     422: ("Unprocessable", "A parameter or field is wrong; see `error.code` and `error.details`."),
-    503: ("Unavailable", "`unavailable`: Redis or the database cannot be reached."),
+    429: (
+        "TooManyStreams",
+        "`too_many_streams`: the tenant has `max_tenant_streams` progress streams open in this server "
+        "process (`details`: `{limit: max_tenant_streams, max}`); retry after `Retry-After` seconds, "
+        "or poll the task.",
+    ),
+    503: (
+        "Unavailable",
+        "`unavailable`: Redis or the database cannot be reached. On the stream also "
+        "`streams_unavailable`: the server process holds `max_streams` streams (`details`: "
+        "`{limit: max_streams, max}`, and a `Retry-After` header).",
+    ),
 }
 
 
@@ -214,6 +231,7 @@ def _responses() -> dict[str, Any]:
         name: _response(description, _ref("Error")) for name, description in _ERROR_RESPONSES.values()
     }
     responses["Unauthorized"]["headers"] = {"WWW-Authenticate": _ref("WWW-Authenticate", "headers")}
+    responses["TooManyStreams"]["headers"] = {"Retry-After": _ref("Retry-After", "headers")}
     return responses
 
 
@@ -505,8 +523,9 @@ def _paths() -> dict[str, Any]:
                         "with a JSON body or an upload are refused (422 `invalid_request`). CSV: the first "
                         "row is the header and each row becomes an object of strings. NDJSON: one "
                         "JSON value per line, blank lines skipped. No string in the items or meta may "
-                        "hold U+0000 (422 `invalid_request`). If any item is wrong nothing is "
-                        "created (422 `validation_failed` lists the first 20 errors)."
+                        "hold U+0000 or a lone surrogate (422 `invalid_string`), and every number must "
+                        "be finite (no NaN, Infinity or 1e999: 422 `invalid_number`). If any item is "
+                        "wrong nothing is created (422 `validation_failed` lists the first 20 errors)."
                     ),
                     "content": {
                         JSON: {
@@ -529,7 +548,8 @@ def _paths() -> dict[str, Any]:
                 },
                 description=(
                     "422 codes: `invalid_request` (`details.field`), `unknown_job`, "
-                    "`chunk_size_too_large`, `json_too_deep`, `no_items`, `validation_failed`."
+                    "`chunk_size_too_large`, `json_too_deep`, `invalid_number`, `invalid_string`, "
+                    "`no_items`, `validation_failed`."
                 ),
             ),
         },
@@ -579,11 +599,12 @@ def _paths() -> dict[str, Any]:
                         "description": (
                             "`event: progress` with the Task JSON on connect and on every change; "
                             "`event: end` with the last snapshot once the task is done, then the "
-                            "response ends. `: keepalive` comments every 15 s."
+                            "response ends. `: keepalive` comments every 15 s. A stream also ends "
+                            "after `stream_max_seconds` without `end`: reconnect to go on."
                         ),
                         "content": {"text/event-stream": {"schema": _ref("StreamEvent")}},
                     },
-                    **_errors(404),
+                    **_errors(404, 429),
                 },
             ),
         },

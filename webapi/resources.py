@@ -1,4 +1,4 @@
-"""What the app's requests share (config, Redis client, engine, token check, stream watcher),
+"""What the app's requests share (config, Redis client, engine, token check, stream watcher and slots),
 kept in ``app.extensions``, and the request's own database connection."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.service import Tracking
 from webapi.auth import TokenVerifier
 from webapi.config import ApiConfig
+from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
 
 EXTENSION = "asynctask"
@@ -29,6 +30,7 @@ class Resources:
     tokens: TokenVerifier
     errors: FirstErrorsCache
     watcher: TaskWatcher
+    streams: StreamSlots
 
 
 def resources() -> Resources:

@@ -1,14 +1,20 @@
-"""``asynctask api``: the app under gunicorn, threaded workers (a progress stream holds a thread)."""
+"""``asynctask api``: the app under gunicorn, threaded workers (a progress stream holds a thread,
+so each worker takes at most ``stream_cap`` streams and keeps its other threads for requests)."""
 
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
 from webapi.config import ApiConfig
+from webapi.streamslots import stream_cap
+
+logger = logging.getLogger("asynctask.api")
 
 
 class ApiServer(BaseApplication):  # type: ignore[misc]
@@ -36,6 +42,10 @@ def serve(
 ) -> None:
     from webapi.app import create_app
 
+    streams = stream_cap(config.max_streams, threads)
+    if streams < config.max_streams:
+        logger.info("%d threads per worker: each worker holds at most %d progress streams", threads, streams)
+        config = replace(config, max_streams=streams)
     options: dict[str, Any] = {
         "bind": f"{host}:{port}",
         "workers": workers,

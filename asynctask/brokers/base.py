@@ -9,11 +9,14 @@ where it was stored.
 
 from __future__ import annotations
 
+import itertools
+import logging
 import random
 import threading
 from abc import ABC, abstractmethod
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -23,6 +26,8 @@ from asynctask.tracking.outbox import Outbox
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+logger = logging.getLogger("asynctask.fetch")
 
 
 #: The job sets a scheduled/retry poller moves due jobs from.
@@ -56,6 +61,15 @@ class Beat:
     work: dict[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class BeatReply:
+    #: A signal sent to this process from outside (TSTP, TERM, TTIN), if any.
+    signal: str | None
+    #: Whether the process record was live when this beat renewed it. False after an outage
+    #: or a stall longer than ``process_ttl``: others may have taken back its claims.
+    was_live: bool
+
+
 class Staging(ABC):
     """One task's jobs, written batch by batch where no worker takes them, then published all
     at once (see ``tracking.tasks.create_task``).
@@ -84,6 +98,9 @@ class Fetcher(ABC):
     tracking transitions and claims as many jobs as threads are waiting for, into a buffer the
     threads take from. A claimed job stays claimed by this process (never lost) until it is
     acknowledged, moved to the retry or dead set, or given back.
+
+    A claim this process holds but no thread will ever run (the reply to the claim was lost
+    in an outage, or the thread that had it died) is found by ``reconcile`` and given back.
     """
 
     def __init__(self, identity: str, queues: Sequence[QueueSpec], outbox: Outbox | None) -> None:
@@ -100,6 +117,15 @@ class Fetcher(ABC):
         self._acks: list[UnitOfWork] = []
         #: Threads inside ``fetch`` without a job yet: how many jobs one claim should take.
         self._waiting = 0
+        #: The job each processor thread was last handed (until it asks for the next one).
+        self._handed: dict[threading.Thread, UnitOfWork] = {}
+        #: Round trips under way (numbered as they start), with the acknowledgements they carry.
+        self._round_trips: dict[int, list[UnitOfWork]] = {}
+        self._round_trip_numbers = itertools.count(1)
+        self._last_round_trip = 0
+        #: Claims that no thread held at the last ``reconcile``, and the last round trip then.
+        self._suspects: Counter[UnitOfWork] = Counter()
+        self._suspects_mark = 0
 
     def queue_order(self) -> list[str]:
         """The order to try the queues in for one claim: as listed when strict, else weighted
@@ -129,7 +155,12 @@ class Fetcher(ABC):
 
     @abstractmethod
     def requeue(self, units: Sequence[UnitOfWork]) -> int:
-        """Give claimed jobs back to their queues, to be fetched next, atomically."""
+        """Give claimed jobs back to their queues, to be fetched next, atomically; a job this
+        process no longer holds is left alone. Returns how many went back."""
+
+    @abstractmethod
+    def held(self) -> list[UnitOfWork]:
+        """Every job the store says this process holds now."""
 
     @abstractmethod
     def requeue_all(self, *, forget: bool) -> int:
@@ -140,23 +171,27 @@ class Fetcher(ABC):
 
     def fetch(self, ack: UnitOfWork | None, block_on: int) -> UnitOfWork | None:
         """Queue ``ack`` (a finished job) for acknowledgement and return the next job, or None."""
+        thread = threading.current_thread()
         with self._lock:
+            self._handed.pop(thread, None)
             if ack is not None:
                 self._acks.append(ack)
             if self._buffer:
-                return self._buffer.popleft()
+                unit = self._handed[thread] = self._buffer.popleft()
+                return unit
             self._waiting += 1
             wanted = self._waiting
             acks, self._acks = self._acks, []
+            number = self._begin_round_trip(acks)
         try:
             with self.outbox.draining(acknowledging=bool(acks)) as transitions:
                 units = self.claim(wanted, acks, transitions)
-            if not units:
-                return self.wait(block_on)
-            if len(units) > 1:
-                with self._lock:
-                    self._buffer.extend(units[1:])
-            return units[0]
+            found = units[0] if units else self.wait(block_on)
+            with self._lock:
+                self._buffer.extend(units[1:])
+                if found is not None:
+                    self._handed[thread] = found
+            return found
         except BaseException:
             with self._lock:
                 self._acks[:0] = acks
@@ -164,6 +199,7 @@ class Fetcher(ABC):
         finally:
             with self._lock:
                 self._waiting -= 1
+                del self._round_trips[number]
 
     def acknowledge(self, unit: UnitOfWork) -> None:
         """Acknowledge ``unit`` and any others waiting, now."""
@@ -176,13 +212,61 @@ class Fetcher(ABC):
         with self._lock:
             acks, self._acks = self._acks, []
         try:
-            with self.outbox.draining(acknowledging=bool(acks)) as transitions:
+            with self._round_trip(acks), self.outbox.draining(acknowledging=bool(acks)) as transitions:
                 if acks or transitions:
                     self.settle(acks, transitions)
         except BaseException:
             with self._lock:
                 self._acks[:0] = acks
             raise
+
+    def reconcile(self) -> int:
+        """Give back the jobs this process holds that none of its threads has or will have;
+        return how many went back. Called at every heartbeat.
+
+        A job is given back when the store listed it as this process's at two consecutive
+        calls while no thread had it, the buffer did not hold it and no acknowledgement
+        carried it, and every round trip under way at the first call has returned since: a
+        claim's reply still on its way is never mistaken for a lost one.
+        """
+        stored = Counter(self.held())
+        with self._lock:
+            for thread in [t for t in self._handed if not t.is_alive()]:
+                del self._handed[thread]
+            known = Counter(
+                itertools.chain(self._buffer, self._acks, self._handed.values(), *self._round_trips.values())
+            )
+            oldest_under_way = min(self._round_trips, default=self._last_round_trip + 1)
+            mark = self._last_round_trip
+        unknown = stored - known
+        stuck = unknown & self._suspects if oldest_under_way > self._suspects_mark else Counter()
+        self._suspects, self._suspects_mark = unknown - stuck, mark
+        if not stuck:
+            return 0
+        moved = self.requeue(list(stuck.elements()))
+        if moved:
+            logger.warning(
+                "gave back %d claimed job(s) that no thread was running (a lost reply or a dead thread)",
+                moved,
+                extra={"fields": {"identity": self.identity}},
+            )
+        return moved
+
+    def _begin_round_trip(self, acks: list[UnitOfWork]) -> int:
+        """Number a round trip that may claim jobs or carries ``acks`` (hold ``_lock``)."""
+        number = self._last_round_trip = next(self._round_trip_numbers)
+        self._round_trips[number] = acks
+        return number
+
+    @contextmanager
+    def _round_trip(self, acks: list[UnitOfWork]) -> Iterator[None]:
+        with self._lock:
+            number = self._begin_round_trip(acks)
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._round_trips[number]
 
     @abstractmethod
     def interrupt(self) -> None:
@@ -294,13 +378,20 @@ class Broker(ABC):
         """Give the jobs claimed by dead processes (heartbeat expired) back to their queues."""
 
     @abstractmethod
+    def requeue_process(self, identity: str) -> int:
+        """Worker process ``identity`` is known dead (its supervisor killed it): give every job
+        it held back to its queue and remove its record at once, rather than after its
+        heartbeat expires; return how many jobs went back."""
+
+    @abstractmethod
     def process_count(self) -> int:
         """How many worker processes are alive (scales the scheduled poll interval)."""
 
     @abstractmethod
-    def beat(self, beat: Beat) -> str | None:
+    def beat(self, beat: Beat) -> BeatReply:
         """Write one heartbeat (stats, busy threads, the process record); return a signal sent
-        to this process from outside (TSTP, TERM, TTIN), if any."""
+        to this process from outside (TSTP, TERM, TTIN), if any, and whether its record was
+        still live."""
 
     @abstractmethod
     def clear_process(self, identity: str, processed: int, failed: int) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from asynctask import payload
 from asynctask.errors import error_class_name
+from asynctask.supervision import Activity
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import Transition
@@ -28,7 +29,7 @@ logger = logging.getLogger("asynctask.tracking")
 
 #: Seconds between writes of the outbox when no fetch or retry has written it.
 SEND_INTERVAL = 0.1
-#: Seconds to wait after the broker refused a write of the outbox.
+#: The longest wait after the broker refused a write of the outbox.
 SEND_ERROR_PAUSE = 1.0
 
 
@@ -126,6 +127,7 @@ class Tracker:
         return True
 
     def _send_loop(self) -> None:
-        while not self._stopped.wait(SEND_INTERVAL):
-            if len(self.outbox) and not self.send():
-                self._stopped.wait(SEND_ERROR_PAUSE)
+        activity = Activity("tracking send", logger, self.broker.errors, max_pause=SEND_ERROR_PAUSE)
+        while not self._stopped.wait(activity.pause() if activity.failures else SEND_INTERVAL):
+            if len(self.outbox):
+                activity.attempt(lambda: self.broker.record(self.outbox))

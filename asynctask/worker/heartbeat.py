@@ -4,7 +4,10 @@ Every ``heartbeat_interval`` seconds (Sidekiq 6.x: 5) the broker gets one ``Beat
 counts since the last beat, the busy threads' jobs, the process record (info, busy, quiet,
 rss). It answers with a signal sent from outside (TSTP, TERM, TTIN), if any.
 
-Broker errors are logged and the counts kept for the next beat; the worker keeps running.
+A failed beat raises, keeping its counts for the next beat; the worker's heartbeat loop logs
+it and carries on. A beat that finds the process record had expired (an outage or a stall
+longer than ``process_ttl``) says so: other processes may have taken back this one's claims,
+and jobs it is still running may then run twice.
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ from asynctask.worker.stats import Stats
 logger = logging.getLogger("asynctask.heartbeat")
 
 
+#: Set by the ``asynctask worker`` supervisor in its worker child's environment: the identity
+#: the child runs under (see ``asynctask.worker.supervisor``).
+IDENTITY_ENV = "ASYNCTASK_WORKER_IDENTITY"
+
+
+def new_identity(pid: int) -> str:
+    """A process identity as Sidekiq writes it: ``hostname:pid:random``."""
+    hostname = os.environ.get("DYNO") or socket.gethostname()
+    return f"{hostname}:{pid}:{os.urandom(6).hex()}"
+
+
 @dataclass(frozen=True)
 class ProcessInfo:
     identity: str
@@ -34,9 +48,12 @@ class ProcessInfo:
 
     @classmethod
     def for_this_process(cls) -> ProcessInfo:
-        hostname = os.environ.get("DYNO") or socket.gethostname()
-        pid = os.getpid()
-        return cls(f"{hostname}:{pid}:{os.urandom(6).hex()}", hostname, pid, time.time())
+        """This process's identity, or the one its supervisor gave it: that one holds the
+        supervisor's pid, the pid people see in the process list and signal. The variable is
+        taken out of the environment, so that processes a job starts do not inherit it."""
+        identity = os.environ.pop(IDENTITY_ENV, "") or new_identity(os.getpid())
+        hostname, pid, _ = identity.rsplit(":", 2)
+        return cls(identity, hostname, int(pid), time.time())
 
 
 class Heartbeat:
@@ -56,10 +73,11 @@ class Heartbeat:
         self.busy = busy
         self.on_signal = on_signal
         self.quiet = False
+        self._beaten = False
         self._info_json = json.dumps(self._info(), separators=(",", ":"), ensure_ascii=False)
 
     def beat(self) -> None:
-        """One heartbeat; never raises for broker trouble (it is logged)."""
+        """One heartbeat; a failure raises, and the counts are sent with the next one."""
         processed, failed = self.stats.take()
         work = {
             tid: json.dumps(
@@ -70,16 +88,23 @@ class Heartbeat:
             for tid, w in self.stats.snapshot().items()
         }
         beat = Beat(
-            self.info.identity, self._info_json, self.busy(), self.quiet, _rss_kb(), processed, failed, work
+            self.info.identity, self._info_json, self.busy(), self.quiet, rss_kb(), processed, failed, work
         )
         try:
-            signal = self.broker.beat(beat)
-        except self.broker.errors as exc:
+            reply = self.broker.beat(beat)
+        except BaseException:
             self.stats.restore(processed, failed)
-            logger.error("heartbeat failed: %s", exc, extra={"fields": {"identity": self.info.identity}})
-            return
-        if signal:
-            self.on_signal(signal)
+            raise
+        if self._beaten and not reply.was_live:
+            logger.warning(
+                "this process's record had expired (an outage or a stall longer than process_ttl): "
+                "other processes may have taken back its claimed jobs, and those it is running "
+                "may run twice",
+                extra={"fields": {"identity": self.info.identity, "busy": beat.busy}},
+            )
+        self._beaten = True
+        if reply.signal:
+            self.on_signal(reply.signal)
 
     def clear(self) -> None:
         """On shutdown: flush the last counts and leave the process set, as Sidekiq does."""
@@ -106,7 +131,7 @@ class Heartbeat:
         }
 
 
-def _rss_kb() -> int:
+def rss_kb() -> int:
     try:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024

@@ -1,7 +1,12 @@
 """Worker (Sidekiq's Launcher): one process's manager, poller and heartbeat, and its signals.
 
 Start-up order matters for reliable fetch: the claims are registered and the first heartbeat
-is written *before* any job is fetched, so that no live process ever looks dead.
+is written *before* any job is fetched, so that no live process ever looks dead. A worker
+started while its broker is down waits for it, trying twice a second.
+
+Every heartbeat also renews the registration of the claims, takes back the jobs of dead
+processes, and gives back this process's claims that no thread runs (``Fetcher.reconcile``).
+Each of these steps fails alone, logged, and is tried again at the next beat.
 
 Signals (from the OS, or sent through the broker by the read API or Sidekiq's Web UI):
 TSTP quiets (finish current jobs, fetch no more, stop polling); TERM and INT stop (quiet,
@@ -25,7 +30,8 @@ from asynctask.brokers import open_broker
 from asynctask.brokers.base import TrackingApplier
 from asynctask.middleware import Chain
 from asynctask.registry import Registry, default_registry
-from asynctask.settings import Settings
+from asynctask.settings import Settings, shown_url
+from asynctask.supervision import Activity
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
@@ -33,6 +39,9 @@ from asynctask.worker.scheduled import Poller
 from asynctask.worker.stats import Stats
 
 logger = logging.getLogger("asynctask.worker")
+
+#: The longest pause, in seconds, between two attempts to reach a broker that is down at start.
+CONNECT_RETRY = 0.5
 
 
 class Worker:
@@ -76,7 +85,13 @@ class Worker:
         )
         self._stopping = threading.Event()
         self._stopped = threading.Event()
+        self._started = False
         self._beat_thread = threading.Thread(target=self._beat_loop, name="asynctask-heartbeat", daemon=True)
+        errors = self.broker.errors
+        self._beating = Activity("heartbeat", logger, errors)
+        self._applier_check = Activity("tracking applier check", logger, errors)
+        self._recovering = Activity("orphan recovery", logger, errors)
+        self._reconciling = Activity("claim check", logger, errors)
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Start, then block until TERM/INT (or ``stop()``), then shut down gracefully."""
@@ -89,9 +104,10 @@ class Worker:
             self.shutdown()
 
     def start(self) -> None:
-        # The heartbeat first: a process record is never listed without its description.
-        self.heartbeat.beat()
-        self.fetch.register()
+        """Start every thread, once the broker answered (waiting for it, unless stopped first)."""
+        if not self._reach_broker():
+            return
+        self._started = True
         queues = " ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
         logger.warning(
             "worker started",
@@ -101,6 +117,7 @@ class Worker:
                     "queues": queues,
                     "concurrency": self.settings.concurrency,
                     "jobs": len(self.registry),
+                    "broker": shown_url(self.settings.broker),
                 }
             },
         )
@@ -124,6 +141,13 @@ class Worker:
     def shutdown(self) -> None:
         """Quiet, wait up to ``timeout`` for busy jobs, push back the rest, leave the process set."""
         if self._stopped.is_set():
+            return
+        if not self._started:
+            self._stopped.set()
+            self.broker.close()
+            logger.warning(
+                "worker stopped before its broker answered", extra={"fields": {"identity": self.identity}}
+            )
             return
         deadline = time.monotonic() + self.settings.timeout
         self.quiet()
@@ -158,16 +182,41 @@ class Worker:
             stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)"
             logger.warning("thread %s\n%s", thread.name, stack)
 
+    def _reach_broker(self) -> bool:
+        """Write the first heartbeat and register the claims, retrying while the broker is
+        down; False if the worker was told to stop first."""
+        reaching = Activity(
+            f"reaching the broker at {shown_url(self.settings.broker)}",
+            logger,
+            self.broker.errors,
+            max_pause=CONNECT_RETRY,
+        )
+        while not self._stopping.is_set():
+            # The heartbeat first: a process record is never listed without its description.
+            if reaching.attempt(self._beat_and_register):
+                return True
+            self._stopping.wait(reaching.pause())
+        return False
+
+    def _beat_and_register(self) -> bool:
+        self.heartbeat.beat()
+        self.fetch.register()
+        return True
+
     def _beat_loop(self) -> None:
         interval = self.settings.heartbeat_interval
         while not self._stopped.wait(interval):
-            self.heartbeat.beat()
-            if self.applier is not None and not self._stopping.is_set():
-                self.applier.check()
-            try:
-                self.broker.recover_orphans(self.identity)
-            except self.broker.errors as exc:
-                logger.error("orphan recovery failed: %s", exc)
+            self.beat_once()
+
+    def beat_once(self) -> None:
+        """One heartbeat and the checks that follow it; none of them raises."""
+        if not self._beating.attempt(self._beat_and_register):
+            return
+        if self.applier is not None and not self._stopping.is_set():
+            self._applier_check.attempt(self.applier.check)
+        self._recovering.attempt(lambda: self.broker.recover_orphans(self.identity))
+        if not self._stopping.is_set():
+            self._reconciling.attempt(self.fetch.reconcile)
 
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: FrameType | None) -> None:

@@ -1,7 +1,9 @@
 """Manager: owns the processor threads of one worker process.
 
 - ``start``: spin up ``concurrency`` processors.
-- a processor that dies of an unexpected error is logged and replaced.
+- a processor that dies of an unexpected error is logged and replaced, after a pause that
+  grows while deaths follow each other; the job it held is given back at the heartbeat's
+  claim check (``Fetcher.reconcile``).
 - ``quiet``: processors finish their current job and stop fetching.
 - ``stop(deadline)``: quiet, wait for busy processors until the deadline, then hard shutdown:
   each busy thread gets ``Shutdown`` raised in it and a moment to unwind, finished jobs are
@@ -23,6 +25,7 @@ from asynctask.errors import Shutdown
 from asynctask.middleware import Chain
 from asynctask.registry import Registry
 from asynctask.settings import Settings
+from asynctask.supervision import Activity, backoff
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.processor import Processor
 from asynctask.worker.retry import Retrier
@@ -34,6 +37,8 @@ logger = logging.getLogger("asynctask.manager")
 PAUSE = 0.1
 #: Seconds given to interrupted threads to unwind after a hard shutdown.
 UNWIND_TIMEOUT = 3.0
+#: Seconds without a processor death after which the pause before a replacement starts over.
+DEATHS_FORGOTTEN_AFTER = 60.0
 
 
 class Manager:
@@ -58,6 +63,11 @@ class Manager:
         self.quieting = threading.Event()
         self._lock = threading.Lock()
         self._processors: set[Processor] = set()
+        #: Processor deaths in a row (none more than ``DEATHS_FORGOTTEN_AFTER`` apart).
+        self._deaths = 0
+        self._last_death = 0.0
+        #: The processors' fetches: an outage is logged once for all of them.
+        self.fetching = Activity("fetch", logging.getLogger("asynctask.processor"), broker.errors)
 
     def start(self) -> None:
         for index in range(self.settings.concurrency):
@@ -99,18 +109,24 @@ class Manager:
             self._processors.discard(processor)
 
     def processor_died(self, processor: Processor, exc: BaseException) -> None:
+        with self._lock:
+            self._processors.discard(processor)
+            now = time.monotonic()
+            if now - self._last_death > DEATHS_FORGOTTEN_AFTER:
+                self._deaths = 0
+            self._last_death = now
+            self._deaths += 1
+            delay = backoff(self._deaths)
         logger.error(
             "processor thread died; starting a new one",
             exc_info=(type(exc), exc, exc.__traceback__),
-            extra={"fields": {"thread": processor.thread.name}},
+            extra={"fields": {"thread": processor.thread.name, "delay": delay}},
         )
-        with self._lock:
-            self._processors.discard(processor)
         if not self.quieting.is_set():
-            self._spawn(processor.index)
+            self._spawn(processor.index, delay)
 
-    def _spawn(self, index: int) -> None:
-        processor = Processor(self, index)
+    def _spawn(self, index: int, delay: float = 0.0) -> None:
+        processor = Processor(self, index, delay)
         with self._lock:
             self._processors.add(processor)
         processor.start()

@@ -10,9 +10,9 @@ the registry -> check its args -> server middleware -> function. Outcomes:
   payload: buried in the dead set with a clear ``error_message`` (retrying cannot help);
 - ``Shutdown`` (hard shutdown): nothing; the manager already pushed the job back.
 
-An unexpected error outside a job (the broker down, say) is logged, and the thread carries
-on after a pause; the job it held stays claimed by this process until shutdown or recovery
-returns it to its queue.
+An unexpected error outside a job (the broker down, say) is logged (once per outage for all
+the threads, see ``supervision``), and the thread carries on after a pause; a job it held
+and can no longer settle is given back by the heartbeat's claim check.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ ERROR_PAUSE = 1.0
 
 
 class Processor:
-    def __init__(self, manager: Manager, index: int) -> None:
+    def __init__(self, manager: Manager, index: int, delay: float = 0.0) -> None:
         self.manager = manager
         self.index = index
+        #: Seconds to wait before the first fetch (a replacement for a thread that died).
+        self.delay = delay
         self.thread = threading.Thread(target=self.run, name=f"asynctask-processor-{index}", daemon=True)
         #: The unit being run now, or None; read by the manager at hard shutdown.
         self.unit: UnitOfWork | None = None
@@ -56,17 +58,17 @@ class Processor:
         pending_ack: UnitOfWork | None = None
         cycle = self.index
         try:
+            manager.quieting.wait(self.delay)
             while not manager.quieting.is_set():
                 # fetch() owns the ack from here: on failure it keeps it for the next call.
                 ack, pending_ack = pending_ack, None
                 try:
                     unit = manager.fetch.fetch(ack, block_on=cycle)
                 except manager.broker.errors as exc:
-                    logger.error(
-                        "fetch failed: %s; retrying", exc, extra={"fields": {"error": type(exc).__name__}}
-                    )
+                    manager.fetching.failed(exc)
                     time.sleep(ERROR_PAUSE)
                     continue
+                manager.fetching.succeeded()
                 if unit is None:
                     cycle += 1
                     continue

@@ -19,6 +19,7 @@ from asynctask import payload
 from asynctask.brokers import Broker
 from asynctask.errors import PayloadError
 from asynctask.middleware import Chain
+from asynctask.supervision import Activity
 
 logger = logging.getLogger("asynctask.scheduled")
 
@@ -41,14 +42,15 @@ class Poller:
         # A random first wait spreads the polls of processes that were started together.
         if self._stopped.wait(random.random() * self.interval):
             return
+        activity = Activity("scheduled poll", logger, self.broker.errors)
         while not self._stopped.is_set():
-            try:
-                self.enqueue()
-            except self.broker.errors as exc:
-                logger.error("scheduled poll failed: %s", exc)
-            except Exception:
-                logger.exception("scheduled poll failed")
-            self._stopped.wait(self.random_poll_interval())
+            pause = activity.attempt(self._poll)
+            self._stopped.wait(activity.pause() if pause is None else pause)
+
+    def _poll(self) -> float:
+        """One pass; returns the seconds to wait before the next one."""
+        self.enqueue()
+        return self.random_poll_interval()
 
     def enqueue(self) -> int:
         """One pass over ``retry`` then ``schedule``; returns how many jobs were moved."""

@@ -16,7 +16,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
 from asynctask import payload
-from asynctask.brokers.base import Beat, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply, UnitOfWork
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.models import (
@@ -322,9 +322,11 @@ def test_heartbeat_stats_and_signals(broker: SqlBroker) -> None:
     work = {"t1": '{"queue":"default"}'}
 
     def beat(processed: int, failed: int, busy: int = 0) -> str | None:
-        return broker.beat(Beat("w1", '{"hostname":"h"}', busy, False, 1234, processed, failed, work))
+        reply = broker.beat(Beat("w1", '{"hostname":"h"}', busy, False, 1234, processed, failed, work))
+        return reply.signal
 
-    assert beat(3, 1, busy=1) is None
+    assert broker.beat(Beat("w1", '{"hostname":"h"}', 1, False, 1234, 3, 1, work)) == BeatReply(None, False)
+    assert broker.beat(Beat("w1", '{"hostname":"h"}', 1, False, 1234, 0, 0, work)) == BeatReply(None, True)
     with broker.engine.begin() as connection:
         connection.execute(insert(ProcessSignal), [{"identity": "w1", "signal": s} for s in ("TSTP", "TERM")])
         connection.execute(insert(ProcessSignal).values(identity="w2", signal="TTIN"))

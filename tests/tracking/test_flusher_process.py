@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def flusher_children(worker: subprocess.Popen[bytes]) -> list[psutil.Process]:
     found = []
-    for child in psutil.Process(worker.pid).children():
+    # The worker runs in a child of the process started (its supervisor): the flusher is below.
+    for child in psutil.Process(worker.pid).children(recursive=True):
         try:
             if "flusher" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)

@@ -575,12 +575,13 @@ def test_a_bug_is_a_500_with_the_same_error_body_and_is_logged(
     assert_nothing_written(api)
 
 
-def test_many_streams_of_one_task_share_one_reader(api: Api, start_tracked_worker: Any) -> None:
+def test_many_streams_of_one_task_share_one_reader(make_api: Any, start_tracked_worker: Any) -> None:
     import threading
     import time
 
     from sqlalchemy import event
 
+    api: Api = make_api(max_streams=20, max_tenant_streams=20)
     rows = [{"sku": f"S{i}", "price": "1"} for i in range(40)]
     task_id = api.post_json({"job": "import_products", "items": rows}).get_json()["task_id"]
     reads: list[float] = []

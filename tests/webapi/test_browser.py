@@ -54,6 +54,12 @@ document.addEventListener("DOMContentLoaded", () => {
     .observe(bar, { attributes: true, attributeFilter: ["aria-valuenow"] });
 });
 """
+#: Records what the Content-Security-Policy blocks: the page must need nothing it forbids.
+RECORD_POLICY_VIOLATIONS = """
+window.policyViolations = [];
+document.addEventListener("securitypolicyviolation", (event) =>
+  window.policyViolations.push(`${event.violatedDirective} ${event.blockedURI}`));
+"""
 
 ROWS = 300
 CHUNK_SIZE = 3
@@ -215,7 +221,9 @@ def test_page_uploads_a_csv_and_follows_the_task_live_to_the_end(stack: Stack, t
             urls: list[str] = []
             page.on("request", lambda request: urls.append(request.url.removeprefix(stack.base_url)))
             page.add_init_script(RECORD_PROGRESS)
+            page.add_init_script(RECORD_POLICY_VIOLATIONS)
             task_id = drive_page(page, stack)
+            assert page.evaluate("[...window.policyViolations]") == []
             page.screenshot(path=str(tmp_path / "api_page.png"), full_page=True)
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT), full_page=True)
@@ -232,7 +240,10 @@ def test_page_uploads_a_csv_and_follows_the_task_live_to_the_end(stack: Stack, t
 
 
 def drive_page(page: Page, stack: Stack) -> str:
-    page.goto(stack.base_url + "/")
+    response = page.goto(stack.base_url + "/")
+    # The page runs under the API's policy: its own scripts and styles only, no framing.
+    assert response is not None
+    assert "script-src 'self'" in response.headers["content-security-policy"]
     # Without a token the jobs list cannot load: the error box says why.
     expect(page.locator("#api-error")).to_contain_text("unauthorized")
 

@@ -542,9 +542,47 @@ HOSTILE = {
         frozenset({202}),
         body={"job": "echo", "items": [1], "chunk_size": 2.0},
     ),
+    # Numbers no database stores: NaN and infinities (Python's JSON reads them; JSON has none).
+    "items-nan": Hostile("/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [NaN]}'),
+    "items-infinity": Hostile(
+        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [-Infinity]}'
+    ),
+    "items-overflow": Hostile(
+        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [1e999]}'
+    ),
+    "meta-nan": Hostile(
+        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [1], "meta": {"a": NaN}}'
+    ),
+    "ndjson-overflow": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        query={"job": "echo"},
+        body=b"[1e999]\n",
+        media_type="application/x-ndjson",
+    ),
+    "query-meta-nan": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        query={"job": "echo", "meta": '{"a": Infinity}'},
+        body=b"1\n",
+        media_type="application/x-ndjson",
+    ),
     # Text that is not what it says.
     "lone-surrogate": Hostile(
-        "/api/tasks", "POST", frozenset({400, 422}), body='{"job": "echo", "items": ["\\ud800"]}'
+        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": ["\\ud800"]}'
+    ),
+    "meta-lone-surrogate": Hostile(
+        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [1], "meta": {"a": "\\udfff"}}'
+    ),
+    "query-meta-lone-surrogate": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        query={"job": "echo", "meta": '{"a": "\\ud800"}'},
+        body=b"1\n",
+        media_type="application/x-ndjson",
     ),
     # One level deeper than the limit (the body is level 1).
     "deep-json": Hostile(
@@ -552,6 +590,17 @@ HOSTILE = {
         "POST",
         frozenset({422}),
         body='{"job": "echo", "items": [' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "]}",
+    ),
+    "query-meta-deep": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        query={
+            "job": "echo",
+            "meta": '{"a": ' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "}",
+        },
+        body=b"1\n",
+        media_type="application/x-ndjson",
     ),
     "cursor-not-base64": Hostile("/api/tasks", "GET", frozenset({422}), query={"before": "%%%"}),
     "cursor-base64-garbage": Hostile("/api/tasks", "GET", frozenset({422}), query={"before": _b64("\xff|x")}),

@@ -41,9 +41,11 @@ class Server:
         path: str,
         body: bytes | None = None,
         content_type: str | None = None,
+        *,
+        timeout: float = 30,
         **headers: str,
     ) -> tuple[int, dict[str, str], Any]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         sent = {"Authorization": f"Bearer {self.token}", **headers}
         if content_type:
             sent["Content-Type"] = content_type

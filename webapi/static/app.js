@@ -13,6 +13,8 @@ const TOKEN_KEY = "asynctask.token";
 // A task is over in these states, and when "cancelled" once nothing is still running.
 const FINAL = new Set(["finished", "finished_with_errors", "aborted"]);
 const COUNTS = ["enqueue", "working", "finish", "failed", "error", "cancelled"];
+// Milliseconds before a stream the server ended is opened again (as the stream's "retry:" says).
+const RECONNECT_MS = 2000;
 
 let jobs = []; // from GET /api/jobs
 let current = null; // the task being watched: { id, abort: AbortController, timer }
@@ -171,6 +173,7 @@ function stopWatching() {
 // the body is a ReadableStream of text in the Server-Sent Events format.
 async function stream(watcher) {
   $("live-mode").textContent = "live (stream)";
+  let received = false;
   try {
     const response = await fetch(`/api/tasks/${encodeURIComponent(watcher.id)}/stream`, {
       headers: { ...authHeaders(), Accept: "text/event-stream" },
@@ -190,14 +193,21 @@ async function stream(watcher) {
         const event = parseEvent(block);
         if (!event) continue; // a ": keepalive" comment
         const task = JSON.parse(event.data);
+        received = true;
         render(task);
         if (event.type === "end") return finish(watcher);
       }
     }
-    throw new Error("the stream closed before the task ended");
+    // The server ends a stream after a while (ASYNCTASK_API_STREAM_MAX_SECONDS): open a new one.
+    if (received) {
+      setTimeout(() => watcher.abort.signal.aborted || stream(watcher), RECONNECT_MS);
+      return;
+    }
+    throw new Error("the stream closed before sending anything");
   } catch (error) {
     if (watcher.abort.signal.aborted) return; // we stopped it: another task was opened
-    if (error instanceof ApiError) return showError(error); // 401, 404: polling would get the same
+    // 401, 404: polling would get the same. 429, 503: the server has no room for another stream.
+    if (error instanceof ApiError && error.status !== 429 && error.status !== 503) return showError(error);
     poll(watcher); // network trouble, a proxy that buffers or cuts streams, …
   }
 }

@@ -8,12 +8,12 @@ from typing import cast
 import redis
 
 from asynctask import payload
-from asynctask.brokers.base import Beat, Broker, DueSet, TrackingApplier, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, TrackingApplier, UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.fetch import ReliableFetch, release
 from asynctask.brokers.redis.push import RedisStaging, push_jobs
-from asynctask.brokers.redis.recovery import recover_orphans
+from asynctask.brokers.redis.recovery import recover_orphans, requeue_process
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -33,7 +33,11 @@ class RedisBroker(Broker):
         self.redis = (
             connection
             if connection is not None
-            else connect(settings.broker, max_connections=settings.concurrency + 8)
+            else connect(
+                settings.broker,
+                max_connections=settings.concurrency + 8,
+                longest_block=settings.fetch_timeout,
+            )
         )
         self.scripts = Scripts(self.redis)
 
@@ -160,10 +164,13 @@ class RedisBroker(Broker):
             self.redis, self.keys, self.scripts, identity, lock_seconds=self.settings.heartbeat_interval
         )
 
+    def requeue_process(self, identity: str) -> int:
+        return requeue_process(self.redis, self.keys, self.scripts, identity)
+
     def process_count(self) -> int:
         return int(self.redis.scard(self.keys.processes))
 
-    def beat(self, beat: Beat) -> str | None:
+    def beat(self, beat: Beat) -> BeatReply:
         return process.write_beat(self.redis, self.keys, beat, self.settings.process_ttl)
 
     def clear_process(self, identity: str, processed: int, failed: int) -> None:

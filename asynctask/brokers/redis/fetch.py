@@ -4,7 +4,10 @@ Sidekiq OSS pops a job with BRPOP, so a crash loses it. Here a job is moved atom
 ``queue:<name>`` into ``asynctask:inflight|<identity>|<name>`` and removed from there only
 after it succeeded, was moved to the retry or dead set, or was pushed back at shutdown. The
 in-flight lists are registered in the ``asynctask:inflight`` hash with their owner, so that a
-live process returns a dead owner's jobs to their queues (see ``recovery``).
+live process returns a dead owner's jobs to their queues (see ``recovery``). A list is
+registered again whenever a job enters it and at every heartbeat: a process that only
+looked dead (its record expired in an outage or a stall) has its lists unregistered by the
+recovery that emptied them, and must not go on claiming into lists nobody would recover.
 
 Round trips are shared by the process's threads. One script call acknowledges every job
 finished since the last call and claims as many jobs as threads are waiting for one, into
@@ -71,18 +74,31 @@ class ReliableFetch(Fetcher):
         self._inflight_keys = {name: keys.inflight(identity, name) for name in self.queue_names}
         self._block_timeout = timeout if len(self.queue_names) <= concurrency else min(timeout, SHORT_BLOCK)
         self._scripts = scripts
-        self._script_keys = [keys.tracking_stream, keys.tracking_seq, keys.cancel_generation]
+        self._script_keys = [
+            keys.tracking_stream,
+            keys.tracking_seq,
+            keys.cancel_generation,
+            keys.inflight_registry,
+        ]
         #: Threads between deciding to block and BLMOVE returning, and whether the process
         #: went quiet (then no thread blocks any more).
         self._blocking = 0
         self._interrupted = False
         self._blocking_lock = threading.Lock()
+        #: Set once ``requeue_all(forget=True)`` emptied and unregistered the lists for good;
+        #: the heartbeat must not register them again behind it.
+        self._left = False
+        self._registry_lock = threading.Lock()
 
     def register(self) -> None:
         """Record this process's in-flight lists so that others can recover them if it dies."""
-        self.redis.hset(
-            self.keys.inflight_registry, mapping={key: self.identity for key in self._inflight_keys.values()}
-        )
+        with self._registry_lock:
+            if self._left:
+                return
+            self.redis.hset(
+                self.keys.inflight_registry,
+                mapping={key: self.identity for key in self._inflight_keys.values()},
+            )
 
     def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
         order = self.queue_order()
@@ -92,7 +108,13 @@ class ReliableFetch(Fetcher):
         for name in order:
             position[self._inflight_keys[name]] = len(keys) + 2
             keys += (self._queue_keys[name], self._inflight_keys[name])
-        args: list[str | bytes | int] = [wanted, len(transitions), pack(transitions), len(acks)]
+        args: list[str | bytes | int] = [
+            wanted,
+            self.identity,
+            len(transitions),
+            pack(transitions),
+            len(acks),
+        ]
         for unit in acks:
             args += (position[str(unit.ref)], unit.payload)
         found = self._scripts.fetch(keys=keys, args=args)
@@ -125,18 +147,19 @@ class ReliableFetch(Fetcher):
     def _block(self, block_on: int) -> UnitOfWork | None:
         name = self.queue_names[block_on % len(self.queue_names)]
         source, inflight = self._queue_keys[name], self._inflight_keys[name]
-        if not self.outbox.tracking:
-            # Redis takes fractional seconds; redis-py's stubs say int.
-            job = self.redis.blmove(source, inflight, self._block_timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
-        else:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.blmove(source, inflight, self._block_timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        pipe = self.redis.pipeline(transaction=False)
+        # Redis takes fractional seconds; redis-py's stubs say int.
+        pipe.blmove(source, inflight, self._block_timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        # Redis runs the commands pipelined behind BLMOVE as soon as it returns, so the list
+        # is registered before anything else can happen to it (see the claim script).
+        pipe.hset(self.keys.inflight_registry, inflight, self.identity)
+        if self.outbox.tracking:
             pipe.get(self.keys.cancel_generation)
-            job, generation = pipe.execute()
-            if job is not None:
-                self.cancel_generation = cast(bytes, generation or b"0")
+        job, _, *generation = pipe.execute()
         if job is None:
             return None
+        if generation:
+            self.cancel_generation = cast(bytes, generation[0] or b"0")
         # The connection does not decode responses, so the payload arrives as bytes.
         return UnitOfWork(name, cast(bytes, job), inflight)
 
@@ -173,16 +196,33 @@ class ReliableFetch(Fetcher):
         pipe.execute()
 
     def requeue(self, units: Sequence[UnitOfWork]) -> int:
-        """Give claimed jobs back to the tail of their queues (fetched next), atomically."""
-        if units:
-            pipe = self.redis.pipeline(transaction=True)
-            for unit in units:
-                pipe.rpush(self._queue_keys[unit.queue], unit.payload)
-                release(pipe, unit)
-            pipe.execute()
-        return len(units)
+        """Give claimed jobs back to the tail of their queues (fetched next), atomically,
+        each only if it is still in its in-flight list."""
+        if not units:
+            return 0
+        keys = [self.keys.queues]
+        args: list[str | bytes] = []
+        for unit in units:
+            keys += (str(unit.ref), self._queue_keys[unit.queue])
+            args += (unit.payload, unit.queue)
+        return int(self._scripts.give_back(keys=keys, args=args))
+
+    def held(self) -> list[UnitOfWork]:
+        pipe = self.redis.pipeline(transaction=False)
+        for key in self._inflight_keys.values():
+            pipe.lrange(key, 0, -1)
+        return [
+            UnitOfWork(name, job, key)
+            for (name, key), jobs in zip(self._inflight_keys.items(), pipe.execute(), strict=True)
+            for job in jobs
+        ]
 
     def requeue_all(self, *, forget: bool) -> int:
+        with self._registry_lock:
+            self._left = forget
+            return self._requeue_all(forget)
+
+    def _requeue_all(self, forget: bool) -> int:
         self.drop_buffer()
         moved = 0
         for name in self.queue_names:

@@ -1,7 +1,9 @@
 """A worker's heartbeat in Redis, as Sidekiq 6.x writes it (its API and Web UI read it).
 
 1. PING, to measure ``rtt_us``;
-2. one MULTI: flush ``stat:processed``/``stat:failed`` (lifetime and daily, 5-year TTL),
+2. one MULTI: note whether the ``<identity>`` hash still existed (it expires when the
+   process could not beat for ``process_ttl``: others may have taken back its jobs), flush
+   ``stat:processed``/``stat:failed`` (lifetime and daily, 5-year TTL),
    rewrite the busy-thread hash under both ``<identity>:workers`` (Sidekiq <= 6.4.1) and
    ``<identity>:work`` (>= 6.4.2), ``SADD processes``, the ``<identity>`` hash (info, busy,
    beat, quiet, rss, rtt_us) with its TTL, and ``RPOP <identity>-signals`` (TSTP, TERM, TTIN
@@ -18,19 +20,20 @@ from typing import Any, cast
 import redis
 from redis.client import Pipeline
 
-from asynctask.brokers.base import Beat
+from asynctask.brokers.base import Beat, BeatReply
 from asynctask.keys import Keys
 
 #: Daily stat keys live five years, as in Sidekiq.
 STATS_TTL = 5 * 365 * 24 * 3600
 
 
-def write_beat(conn: redis.Redis, keys: Keys, beat: Beat, ttl: int) -> str | None:
+def write_beat(conn: redis.Redis, keys: Keys, beat: Beat, ttl: int) -> BeatReply:
     """Write one heartbeat; return the signal popped for this process, if any."""
     start = time.perf_counter()
     conn.ping()
     rtt_us = int((time.perf_counter() - start) * 1_000_000)
     pipe = conn.pipeline(transaction=True)
+    pipe.exists(keys.process(beat.identity))
     stats_and_work(pipe, keys, beat.identity, beat.processed, beat.failed, beat.work, ttl)
     pipe.sadd(keys.processes, beat.identity)
     pipe.hset(
@@ -46,8 +49,9 @@ def write_beat(conn: redis.Redis, keys: Keys, beat: Beat, ttl: int) -> str | Non
     )
     pipe.expire(keys.process(beat.identity), ttl)
     pipe.rpop(keys.signals(beat.identity))
-    signal = pipe.execute()[-1]
-    return signal.decode() if signal else None
+    replies = pipe.execute()
+    signal = replies[-1]
+    return BeatReply(signal.decode() if signal else None, was_live=bool(replies[0]))
 
 
 def clear(conn: redis.Redis, keys: Keys, identity: str, processed: int, failed: int, ttl: int) -> None:

@@ -52,3 +52,29 @@ def recover_orphans(
                 "recovered %d in-flight job(s) of dead process %s to queue %s", int(moved), owner, queue
             )
     return total
+
+
+def requeue_process(conn: redis.Redis, keys: Keys, scripts: Scripts, identity: str) -> int:
+    """Process ``identity`` is dead: move every job of its in-flight lists back to its queue
+    and remove its process record, in one round trip; return how many jobs moved.
+
+    Its lists stay registered and its process hash is deleted: a claim the process sent just
+    before it died, and that Redis ran after this, lands in a list whose owner is plainly
+    dead, which ``recover_orphans`` empties (and forgets) at its next look."""
+    marker = keys.inflight(identity, "")
+    owned = [
+        key.decode()
+        for key, owner in cast(dict[bytes, bytes], conn.hgetall(keys.inflight_registry)).items()
+        if owner.decode() == identity and key.decode().startswith(marker)
+    ]
+    pipe = conn.pipeline(transaction=False)
+    for key in owned:
+        queue = key[len(marker) :]
+        scripts.requeue(
+            keys=[key, keys.queue(queue), keys.inflight_registry, keys.process(identity), keys.queues],
+            args=["own", queue, "keep"],
+            client=pipe,
+        )
+    pipe.srem(keys.processes, identity)
+    pipe.unlink(keys.process(identity), keys.workers(identity), keys.work(identity), keys.signals(identity))
+    return sum(int(moved) for moved in pipe.execute()[: len(owned)])

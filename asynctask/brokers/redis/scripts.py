@@ -25,6 +25,7 @@ class Scripts:
     def __init__(self, conn: redis.Redis) -> None:
         self.fetch: Script = conn.register_script(_source("fetch"))
         self.requeue: Script = conn.register_script(_source("requeue"))
+        self.give_back: Script = conn.register_script(_source("give_back"))
         self.enqueue_due: Script = conn.register_script(_source("enqueue_due"))
         self.record: Script = conn.register_script(_source("record"))
         self.publish: Script = conn.register_script(_source("publish"))

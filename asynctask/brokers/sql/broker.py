@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
-from asynctask.brokers.base import Beat, Broker, DueSet, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.sql import processes
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.models import DEAD, QUEUED, RETRY, SCHEDULED
@@ -152,10 +152,13 @@ class SqlBroker(Broker):
     def recover_orphans(self, identity: str) -> int:
         return processes.recover_orphans(self.store)
 
+    def requeue_process(self, identity: str) -> int:
+        return processes.requeue_process(self.store, identity)
+
     def process_count(self) -> int:
         return processes.count(self.store)
 
-    def beat(self, beat: Beat) -> str | None:
+    def beat(self, beat: Beat) -> BeatReply:
         return processes.write_beat(self.store, beat, self.settings.process_ttl)
 
     def clear_process(self, identity: str, processed: int, failed: int) -> None:

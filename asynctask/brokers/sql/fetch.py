@@ -172,6 +172,11 @@ class SqlFetcher(Fetcher):
             tx.announce(u.queue for u in units)
         return int(result.rowcount)
 
+    def held(self) -> list[UnitOfWork]:
+        with self._store.read() as connection:
+            rows = connection.execute(self._sql.held, {"me": self.identity}).all()
+        return [UnitOfWork(queue, job.encode(), job_id) for job_id, queue, job in rows]
+
     def requeue_all(self, *, forget: bool) -> int:
         """Unlock every job this process holds. ``forget`` changes nothing here: the locks are
         the only trace of the claims (the process record goes with ``clear_process``)."""

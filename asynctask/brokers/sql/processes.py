@@ -16,14 +16,15 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection
 
-from asynctask.brokers.base import Beat
+from asynctask.brokers.base import Beat, BeatReply
 from asynctask.brokers.sql.store import Store
 
 logger = logging.getLogger("asynctask.recovery")
 
 
-def write_beat(store: Store, beat: Beat, ttl: int) -> str | None:
-    """Flush the counts, renew the process record; return the oldest signal sent to it."""
+def write_beat(store: Store, beat: Beat, ttl: int) -> BeatReply:
+    """Flush the counts, renew the process record; return the oldest signal sent to it and
+    whether the record was live until now (others take back the claims of a lapsed one)."""
     sql = store.sql
     with store.read() as connection:
         start = time.perf_counter()
@@ -32,6 +33,9 @@ def write_beat(store: Store, beat: Beat, ttl: int) -> str | None:
     now = time.time()
     with store.write() as tx:
         _add_stats(tx.connection, store, beat.processed, beat.failed)
+        was_live = bool(
+            tx.connection.execute(sql.process_live, {"identity": beat.identity, "now": now}).scalar_one()
+        )
         tx.connection.execute(
             sql.beat,
             {
@@ -48,7 +52,7 @@ def write_beat(store: Store, beat: Beat, ttl: int) -> str | None:
             },
         )
         signal = tx.connection.execute(sql.pop_signal, {"identity": beat.identity}).scalar()
-    return None if signal is None else str(signal)
+    return BeatReply(None if signal is None else str(signal), was_live)
 
 
 def clear(store: Store, identity: str, processed: int, failed: int) -> None:
@@ -83,6 +87,22 @@ def recover_orphans(store: Store) -> int:
     for (owner, queue), moved in sorted(Counter(taken).items()):
         logger.warning("recovered %d in-flight job(s) of dead process %s to queue %s", moved, owner, queue)
     return len(taken)
+
+
+def requeue_process(store: Store, identity: str) -> int:
+    """Process ``identity`` is dead: unlock its jobs and remove its record and signals, in
+    one transaction; return how many jobs went back to their queues.
+
+    A claim the process committed just before it died, and that reached the database after
+    this, leaves rows locked by a process with no record: ``recover_orphans`` unlocks them
+    at its next look."""
+    with store.write() as tx:
+        connection = tx.connection
+        queues = [str(q) for q in connection.execute(store.sql.give_back, {"me": identity}).scalars()]
+        connection.execute(store.sql.delete_process, {"identity": identity})
+        connection.execute(store.sql.delete_signals, {"identity": identity})
+        tx.announce(queues)
+    return len(queues)
 
 
 def _add_stats(connection: Connection, store: Store, processed: int, failed: int) -> None:

@@ -69,6 +69,11 @@ class Statements:
         self.unlock_all = text(
             "UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE locked_by = :me"
         )
+        #: ``unlock_all`` for a dead process: the queue of each job it gave back.
+        self.give_back = text(
+            "UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE locked_by = :me "
+            "RETURNING queue"
+        )
         self.release = text("DELETE FROM asynctask_job WHERE id = :id AND state = 'queued'")
         self.generation = text(GENERATION)
 
@@ -153,6 +158,10 @@ class Statements:
         self.delete_process = text("DELETE FROM asynctask_process WHERE identity = :identity")
         self.delete_signals = text("DELETE FROM asynctask_process_signal WHERE identity = :identity")
         self.process_count = text(f"SELECT count(*) FROM asynctask_process WHERE expires_at > {now}")
+        self.process_live = text(
+            f"SELECT count(*) FROM asynctask_process WHERE identity = :identity AND expires_at > {now}"
+        )
+        self.held = text("SELECT id, queue, payload FROM asynctask_job WHERE locked_by = :me")
 
         self.cancel = text(
             "INSERT INTO asynctask_cancelled_task (task_id, at) VALUES (:task_id, :at) "

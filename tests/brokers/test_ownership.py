@@ -1,0 +1,141 @@
+"""Claims that heal: a claim no thread holds goes back to its queue, a thread's death loses
+no job, and a process that only looked dead makes its claims recoverable again."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+import asynctask
+from asynctask import Client, Registry, Settings
+from asynctask.api import Queue
+from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers.sql import SqlBroker
+from asynctask.middleware import Chain
+from asynctask.worker import Worker
+from tests.conftest import wait_until
+
+
+@pytest.fixture
+def make_worker(settings: Settings, registry: Registry) -> Iterator[Any]:
+    """Build a worker without starting it (so a test can act on its broker first); ``run``
+    starts it in a thread. All are stopped after the test."""
+    running: list[tuple[Worker, threading.Thread]] = []
+
+    def make() -> Worker:
+        return Worker(settings, registry=registry, server_middleware=Chain(), client_middleware=Chain())
+
+    def run(worker: Worker) -> None:
+        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+        thread.start()
+        running.append((worker, thread))
+
+    make.run = run  # type: ignore[attr-defined]
+    yield make
+    for worker, thread in running:
+        worker.stop()
+        thread.join(30)
+
+
+def test_a_claim_whose_reply_was_lost_goes_back_to_its_queue_and_runs(
+    registry: Registry, client: Client, settings: Settings, make_worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs: list[str] = []
+
+    @asynctask.job(registry=registry)
+    def note(label: str) -> None:
+        runs.append(label)
+
+    worker = make_worker()
+    note.set(client=client).perform_async("lost")
+    # The claim happens in the store, but its answer never reaches a thread: as when the
+    # connection dropped after the server ran it.
+    assert len(worker.fetch.claim(1, [], [])) == 1
+    assert Queue("default", settings=settings).size == 0
+    make_worker.run(worker)
+    with caplog.at_level(logging.WARNING, logger="asynctask.fetch"):
+        # Two heartbeats (0.5 s apart) see it unheld; a few more allow for a slow machine.
+        wait_until(lambda: runs == ["lost"], timeout=5 * settings.heartbeat_interval + 3)
+        wait_until(lambda: not worker.fetch.held())
+    assert any("gave back 1 claimed job" in r.getMessage() for r in caplog.records)
+    assert runs == ["lost"]
+
+
+def test_the_job_of_a_thread_that_died_goes_back_to_its_queue(
+    registry: Registry, client: Client, settings: Settings, start_worker: Any
+) -> None:
+    runs: list[int] = []
+
+    @asynctask.job(registry=registry)
+    def dies_once() -> None:
+        runs.append(len(runs))
+        if len(runs) == 1:
+            # Escapes every handler of a job's errors: the processor thread itself dies.
+            raise KeyboardInterrupt
+
+    worker = start_worker()
+    dies_once.set(client=client).perform_async()
+    wait_until(lambda: len(runs) == 2, timeout=5 * settings.heartbeat_interval + 3)
+    wait_until(lambda: not worker.fetch.held())
+    wait_until(lambda: worker.manager.busy == 0 and len(worker.manager._processors) == settings.concurrency)
+    assert runs == [0, 1]
+
+
+def forget_process(worker: Worker) -> None:
+    """What a peer's recovery does to a process whose record expired: the record is gone and
+    (on Redis) its in-flight lists are unregistered."""
+    broker = worker.broker
+    if isinstance(broker, RedisBroker):
+        conn = broker.redis
+        conn.delete(broker.keys.process(worker.identity))
+        for key, owner in conn.hgetall(broker.keys.inflight_registry).items():
+            if owner.decode() == worker.identity:
+                conn.hdel(broker.keys.inflight_registry, key)
+    else:
+        assert isinstance(broker, SqlBroker)
+        with broker.engine.begin() as connection:
+            connection.execute(
+                text("DELETE FROM asynctask_process WHERE identity = :identity"),
+                {"identity": worker.identity},
+            )
+
+
+def test_a_process_that_only_looked_dead_says_so_and_is_recoverable_again(
+    registry: Registry,
+    client: Client,
+    settings: Settings,
+    make_worker: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    starts: list[float] = []
+    release = threading.Event()
+
+    @asynctask.job(registry=registry)
+    def long_job() -> None:
+        starts.append(time.monotonic())
+        release.wait(30)
+
+    worker = make_worker()
+    make_worker.run(worker)
+    long_job.set(client=client).perform_async()
+    wait_until(lambda: starts)
+    with caplog.at_level(logging.WARNING, logger="asynctask.heartbeat"):
+        forget_process(worker)
+        wait_until(lambda: any("record had expired" in r.getMessage() for r in caplog.records), timeout=10)
+    # Then its heartbeat stops for good, as if it died: once its record expires, a live
+    # process must find the job, though a peer's recovery had unregistered its claims.
+    worker.beat_once = lambda: None
+    peer = RedisBroker(settings) if settings.uses_redis else SqlBroker(settings)
+    try:
+        wait_until(lambda: peer.recover_orphans("peer") == 1, timeout=settings.process_ttl + 5)
+        # Back in its queue, where the (not really dead) process's free threads take it again.
+        wait_until(lambda: len(starts) == 2)
+    finally:
+        release.set()
+        peer.close()

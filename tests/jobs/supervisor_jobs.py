@@ -1,0 +1,45 @@
+"""Jobs for the supervisor's tests (``asynctask worker -r tests/jobs/supervisor_jobs.py``).
+
+They record what they do as lines ``<event> <jid> <pid> <epoch time>`` in the file named by
+ASYNCTASK_TEST_RUNS (as tests/jobs/broker_jobs.py does), with the pid of the worker process
+that ran them: the supervisor's child, so that a test can tell children apart.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import asynctask
+
+_runs = os.open(os.environ["ASYNCTASK_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+#: What ``leak`` keeps alive for good.
+_leaked: list[bytearray] = []
+
+
+def _note(event: str) -> None:
+    os.write(_runs, f"{event} {asynctask.current_job().jid} {os.getpid()} {time.time()!r}\n".encode())
+
+
+@asynctask.job
+def record() -> None:
+    _note("done")
+
+
+@asynctask.job
+def hold_gil(seconds: int) -> None:
+    """Block ``seconds`` in one C call that keeps the GIL: no other thread of the process (signal
+    handlers, heartbeat) runs meanwhile. libc's system() waits for its ``sleep`` through
+    signals, and PyDLL does not release the GIL around the call, as a long C extension call
+    or a huge big-integer operation would not."""
+    _note("start")
+    ctypes.PyDLL(None).system(f"sleep {int(seconds)}".encode())
+    _note("done")
+
+
+@asynctask.job
+def leak(megabytes: int) -> None:
+    """Keep ``megabytes`` of touched memory for the rest of the process's life."""
+    _leaked.append(bytearray(b"\x01") * (megabytes << 20))
+    _note("done")

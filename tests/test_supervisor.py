@@ -1,0 +1,218 @@
+"""``asynctask worker`` as a supervisor and its worker child: the hard stop past ``-t``, no
+child outliving its parent, recycling after ``--max-jobs`` / ``--max-memory``, and the
+signals it forwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+from sqlalchemy import text
+
+from asynctask import Client, Settings
+from asynctask.api import ProcessSet, Queue
+from asynctask.api.context import close_shared
+from asynctask.keys import Keys
+from asynctask.middleware import Chain
+from asynctask.tracking.database import create_database_engine
+from asynctask.tracking.migrate import upgrade
+from tests.brokers.conftest import read_runs, worker_env
+from tests.conftest import REDIS_URL, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "tests" / "jobs" / "supervisor_jobs.py"
+#: How long after TERM the acceptance allows a worker whose job holds the GIL to be gone.
+HARD_STOP_BOUND = 10.0
+
+Spawn = Callable[..., "subprocess.Popen[bytes]"]
+
+
+@pytest.fixture
+def redis_settings(namespace: str, tmp_path: Path) -> Settings:
+    # A long process TTL: a record or a job that is gone was removed, not expired.
+    return Settings(
+        redis_url=REDIS_URL,
+        namespace=namespace,
+        database_url=f"sqlite:///{tmp_path / 'tracking.db'}",
+        heartbeat_interval=0.5,
+        process_ttl=60,
+    )
+
+
+@pytest.fixture
+def sqlite_settings(tmp_path: Path) -> Iterator[Settings]:
+    url = f"sqlite:///{tmp_path / 'broker.db'}"
+    upgrade(url)
+    yield Settings(broker_url=url, heartbeat_interval=0.5, process_ttl=60)
+    close_shared()
+
+
+@pytest.fixture
+def runs_file(tmp_path: Path) -> Path:
+    return tmp_path / "runs.txt"
+
+
+@pytest.fixture
+def spawn(tmp_path: Path, runs_file: Path) -> Iterator[Spawn]:
+    """Start ``asynctask worker -r tests/jobs/supervisor_jobs.py ARGS...`` in a session of its
+    own, logging to ``<tmp>/worker-N.log``; at teardown its whole process group is killed
+    (with anything a job left running)."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(settings: Settings, *args: str) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "asynctask", "worker", "-r", str(JOBS), *args]
+        with open(tmp_path / f"worker-{len(procs)}.log", "wb") as log:
+            proc = subprocess.Popen(
+                command,
+                env=worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file)),
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
+def worker_log(tmp_path: Path, index: int = 0) -> str:
+    return (tmp_path / f"worker-{index}.log").read_text()
+
+
+def push(settings: Settings, name: str, *args: object) -> str:
+    client = Client(settings, middleware=Chain())
+    try:
+        jid = client.push({"class": name, "args": list(args)})
+    finally:
+        client.broker.close()
+    assert jid is not None
+    return jid
+
+
+def held_jobs(settings: Settings) -> int:
+    """Jobs claimed by some worker process (in flight), whoever holds them."""
+    if settings.uses_redis:
+        conn = redis.Redis.from_url(settings.redis_url)
+        try:
+            pattern = Keys(settings.namespace).inflight("*", "*")
+            return sum(int(conn.llen(key)) for key in conn.scan_iter(match=pattern))
+        finally:
+            conn.close()
+    engine = create_database_engine(settings.broker)
+    try:
+        with engine.connect() as connection:
+            query = text("SELECT count(*) FROM asynctask_job WHERE locked_by IS NOT NULL")
+            return int(connection.execute(query).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def wait_registered(settings: Settings) -> None:
+    """Wait until the worker process has written its first heartbeat."""
+    wait_until(lambda: ProcessSet(settings=settings).size == 1, timeout=15)
+
+
+@pytest.mark.parametrize(("backend", "timeout"), [("redis", 3.0), ("sqlite", 1.0)])
+def test_term_stops_a_worker_whose_job_holds_the_gil_within_the_timeout_and_gives_the_job_back(
+    backend: str, timeout: float, request: pytest.FixtureRequest, spawn: Spawn, runs_file: Path
+) -> None:
+    settings: Settings = request.getfixturevalue(f"{backend}_settings")
+    proc = spawn(settings, "-c", "2", "-t", str(timeout))
+    wait_registered(settings)
+    jid = push(settings, "hold_gil", 60)
+    wait_until(lambda: [(run.event, run.jid) for run in read_runs(runs_file)] == [("start", jid)])
+    assert held_jobs(settings) == 1
+
+    stopping = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    # SIGKILLed past the timeout and its grace: exit status as a shell reports it.
+    assert proc.wait(HARD_STOP_BOUND) == 128 + signal.SIGKILL
+    assert time.monotonic() - stopping < HARD_STOP_BOUND
+    assert [str(job.jid) for job in Queue("default", settings=settings)] == [jid]
+    assert held_jobs(settings) == 0
+    assert ProcessSet(settings=settings).size == 0
+
+
+def test_a_worker_child_dies_with_its_killed_supervisor(redis_settings: Settings, spawn: Spawn) -> None:
+    proc = spawn(redis_settings, "-c", "1")
+    wait_registered(redis_settings)
+    [child] = psutil.Process(proc.pid).children()
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(5) == -signal.SIGKILL
+    _, alive = psutil.wait_procs([child], timeout=5)
+    assert alive == []
+
+
+def test_max_jobs_replaces_the_worker_process_after_that_many_jobs(
+    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+) -> None:
+    proc = spawn(redis_settings, "-c", "1", "--max-jobs", "3")
+    wait_registered(redis_settings)
+    jids = [push(redis_settings, "record") for _ in range(7)]
+    wait_until(lambda: len(read_runs(runs_file)) >= 7, timeout=30)
+
+    runs = read_runs(runs_file)
+    assert Counter(run.jid for run in runs) == Counter(jids), "every job ran, once"
+    # One processor thread: each child runs exactly three jobs, then a fresh one takes over.
+    per_child = Counter(run.pid for run in runs)
+    assert list(per_child.values()) == [3, 3, 1]
+    assert proc.pid not in per_child and proc.poll() is None
+    assert worker_log(tmp_path).count("recycling the worker process: 3 jobs run (max jobs 3)") == 2
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(15) == 0
+
+
+def test_max_memory_replaces_a_worker_process_a_job_left_above_it(
+    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+) -> None:
+    proc = spawn(redis_settings, "-c", "1", "--max-memory", "150")
+    wait_registered(redis_settings)
+    first = push(redis_settings, "record")
+    leaking = push(redis_settings, "leak", 200)
+    last = push(redis_settings, "record")
+    wait_until(lambda: len(read_runs(runs_file)) >= 3, timeout=30)
+
+    pid = {run.jid: run.pid for run in read_runs(runs_file)}
+    assert pid[first] == pid[leaking] != pid[last]
+    assert "recycling the worker process: RSS " in worker_log(tmp_path)
+    assert "over max memory 150 MB" in worker_log(tmp_path)
+    assert proc.poll() is None
+
+
+def test_tstp_and_ttin_sent_to_the_supervisor_reach_the_worker(
+    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    proc = spawn(redis_settings, "-c", "1")
+    wait_registered(redis_settings)
+    os.kill(proc.pid, signal.SIGTTIN)
+    # MainThread: the only thread sure to be there (the first heartbeat precedes the others).
+    wait_until(lambda: "thread MainThread" in worker_log(tmp_path))
+    os.kill(proc.pid, signal.SIGTSTP)
+    wait_until(lambda: [p.is_quiet for p in ProcessSet(settings=redis_settings)] == [True])
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(15) == 0
+    assert ProcessSet(settings=redis_settings).size == 0
+
+
+def test_recycling_bounds_come_from_the_environment_and_must_not_be_negative() -> None:
+    env = {"ASYNCTASK_MAX_JOBS": "500", "ASYNCTASK_MAX_MEMORY_MB": "300"}
+    settings = Settings.from_env(env)
+    assert (settings.max_jobs, settings.max_memory_mb) == (500, 300)
+    with pytest.raises(ValueError, match="must not be negative"):
+        Settings.from_env(env, max_jobs=-1)

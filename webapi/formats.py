@@ -1,0 +1,181 @@
+"""The items of a bulk body, read one at a time from a (spooled) stream: CSV rows, NDJSON lines,
+the items of a JSON array, and the ``{"job", "items", ...}`` JSON body.
+
+Every reader holds one item in memory and refuses one longer than ``max_item_bytes``; the JSON
+ones also refuse nesting deeper than ``max_json_depth`` and numbers that cannot be stored.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import IO, Any
+
+from webapi.config import ApiConfig
+from webapi.errors import ApiError, limit_exceeded
+from webapi.jsonreader import JsonReader, parse_document, value_too_large
+
+BODY_FIELDS = {"job", "items", "chunk_size", "queue", "meta"}
+#: Levels in the JSON body: the body is level 1, its fields' values level 2, each item level 3.
+FIELD_LEVEL = 2
+
+
+def json_reader(stream: IO[bytes], config: ApiConfig) -> JsonReader:
+    return JsonReader(stream, max_depth=config.max_json_depth, max_value_chars=config.max_item_bytes)
+
+
+def body_options(stream: IO[bytes], config: ApiConfig) -> tuple[dict[str, Any], int]:
+    """A first read of the JSON body: its fields other than ``items``, and how many items it has.
+
+    Items are parsed (a syntax error, a bad number or a nesting too deep is found here) and
+    dropped; more than ``max_items`` stops the read at once.
+    """
+    reader = json_reader(stream, config)
+    if not reader.begin_object():
+        _not_an_object(reader)
+    options: dict[str, Any] = {}
+    count: int | None = None
+    first = True
+    while (key := reader.next_key(first)) is not None:
+        first = False
+        if key in options or (key == "items" and count is not None):
+            raise ApiError(422, "invalid_request", f"field {key!r} is given twice", {"field": key})
+        if key not in BODY_FIELDS:
+            raise ApiError(422, "invalid_request", f"unknown field {key!r}", {"field": key})
+        if key != "items":
+            options[key] = reader.value(FIELD_LEVEL)
+            continue
+        if reader.peek() != "[":
+            raise _items_not_an_array()
+        count = 0
+        for _ in reader.items(FIELD_LEVEL):
+            count += 1
+            if count > config.max_items:
+                raise too_many_items(config)
+    reader.end()
+    if count is None:
+        raise _items_not_an_array()
+    return options, count
+
+
+def body_items(stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
+    """The items of a JSON body that ``body_options`` has read through without an error."""
+    reader = json_reader(stream, config)
+    reader.begin_object()
+    first = True
+    while (key := reader.next_key(first)) is not None:
+        first = False
+        if key == "items":
+            yield from reader.items(FIELD_LEVEL)
+            return
+        reader.value(FIELD_LEVEL)
+
+
+def json_array_items(stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
+    """A ``.json`` upload: one array of items (level 1; its items are level 2)."""
+    reader = json_reader(stream, config)
+    if reader.peek() != "[":
+        # Something else, read within the item limit to tell bad JSON (400) from a wrong shape.
+        reader.value(1)
+        raise ApiError(422, "invalid_request", "a .json file must hold an array of items", {"field": "file"})
+    yield from reader.items(1)
+    reader.end()
+
+
+def ndjson_values(stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
+    limit = config.max_item_bytes
+    number = 0
+    while line := stream.readline(limit + 1):
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            raise _on_line(value_too_large(limit), number)
+        if not line.strip():
+            continue
+        try:
+            value = parse_document(line, max_depth=config.max_json_depth, max_value_chars=limit)
+        except ApiError as exc:
+            raise _on_line(exc, number) from None
+        yield value
+
+
+def csv_rows(stream: IO[bytes], config: ApiConfig) -> Iterator[dict[str, str]]:
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    #: Characters of the record being read: a quoted field may span lines.
+    used = [0]
+    reader = csv.reader(_bounded_lines(text, config.max_item_bytes, used))
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        if len(set(header)) != len(header) or any(not name.strip() for name in header):
+            raise ApiError(
+                400, "invalid_csv", "the header row needs distinct, non-empty column names", {"line": 1}
+            )
+        width = len(header)
+        used[0] = 0
+        for row in reader:
+            used[0] = 0
+            if not row:
+                continue
+            if len(row) != width:
+                raise ApiError(
+                    400,
+                    "invalid_csv",
+                    f"line {reader.line_num} has {len(row)} fields; the header has {width}",
+                    {"line": reader.line_num},
+                )
+            yield dict(zip(header, row, strict=True))
+    except UnicodeDecodeError:
+        raise ApiError(
+            400, "invalid_csv", "the file is not UTF-8 text", {"line": reader.line_num + 1}
+        ) from None
+    except csv.Error as exc:
+        raise ApiError(
+            400, "invalid_csv", f"line {reader.line_num}: {exc}", {"line": reader.line_num}
+        ) from None
+    except _RecordTooLong:
+        raise _on_line(value_too_large(config.max_item_bytes), reader.line_num + 1) from None
+    finally:
+        # The stream is read again after this pass: the wrapper must not close it.
+        if not stream.closed:
+            text.detach()
+
+
+class _RecordTooLong(Exception):
+    pass
+
+
+def _bounded_lines(text: IO[str], limit: int, used: list[int]) -> Iterator[str]:
+    while line := text.readline(limit + 1):
+        used[0] += len(line)
+        if used[0] > limit:
+            raise _RecordTooLong
+        yield line
+
+
+def too_many_items(config: ApiConfig) -> ApiError:
+    return limit_exceeded(
+        413,
+        "too_many_items",
+        "max_items",
+        config.max_items,
+        f"a task may have at most {config.max_items} items",
+    )
+
+
+def _not_an_object(reader: JsonReader) -> None:
+    # An array is refused at its first character, however long it is; anything else is read
+    # (within the item limit) to tell bad JSON (400) from a wrong shape.
+    if reader.peek() != "[":
+        reader.value(1)
+    raise ApiError(422, "invalid_request", "the body must be a JSON object", {"field": None})
+
+
+def _items_not_an_array() -> ApiError:
+    return ApiError(422, "invalid_request", "items must be a JSON array", {"field": "items"})
+
+
+def _on_line(exc: ApiError, number: int) -> ApiError:
+    details = exc.details if isinstance(exc.details, dict) else {}
+    return ApiError(exc.status, exc.code, f"line {number}: {exc.message}", {**details, "line": number})
