@@ -1,9 +1,11 @@
 """Jobs of the chaos suite's worker subprocesses (``asynctask worker -r tests/chaos/chaos_jobs.py``).
 
-Every run appends ``<event> <jid> <pid> <epoch time>`` to the file named by
-ASYNCTASK_TEST_RUNS, opened with O_APPEND: each line is one ``write`` of a few dozen bytes,
-which Linux appends whole, so the lines of concurrent processes never interleave. The file
-is outside every broker, so it is the truth about what ran while brokers come and go.
+Every run appends ``<event> <jid> <pid> <parent pid> <epoch time>`` to the file named by
+ASYNCTASK_TEST_RUNS: the process the test started is the parent when it supervises the
+worker in a child, the process itself when it does not. The file is opened with O_APPEND
+and each line is one ``write`` of a few dozen bytes, which Linux appends whole, so the lines
+of concurrent processes never interleave. The file is outside every broker, so it is the
+truth about what ran while brokers come and go.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ _runs = os.open(os.environ["ASYNCTASK_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | o
 
 
 def _note(event: str) -> None:
-    os.write(_runs, f"{event} {asynctask.current_job().jid} {os.getpid()} {time.time()!r}\n".encode())
+    jid = asynctask.current_job().jid
+    os.write(_runs, f"{event} {jid} {os.getpid()} {os.getppid()} {time.time()!r}\n".encode())
 
 
 @asynctask.job

@@ -62,7 +62,7 @@ def test_jobs_claimed_after_a_stall_are_recovered_when_the_worker_dies(
     assert runs.count_done() < JOBS, "the drain ended before the kill: it tested nothing"
 
     outcome = settle(redis_state, runs, jids, last_fault, TIMING, pool)
-    after_kill = {run.jid for run in runs.read() if run.event == "done" and run.pid == peer.pid}
+    after_kill = {run.jid for run in runs.read() if run.event == "done" and run.by(peer.pid)}
     lost = [jid for jid in orphaned if jid not in after_kill]
     print(
         f"\nredis stall: held {len(held)} at the stall, recovered after {stalled_for:.1f} s stopped, "

@@ -190,7 +190,12 @@ class Run:
     event: str
     jid: str
     pid: int
+    ppid: int
     at: float
+
+    def by(self, worker_pid: int) -> bool:
+        """Whether the worker the test started as ``worker_pid`` ran it (itself or its child)."""
+        return worker_pid in (self.pid, self.ppid)
 
 
 class Runs:
@@ -212,8 +217,8 @@ class Runs:
         end = data.rfind(b"\n") + 1
         self._offset += end
         for line in data[:end].decode().splitlines():
-            event, jid, pid, at = line.split()
-            self.all.append(Run(event, jid, int(pid), float(at)))
+            event, jid, pid, ppid, at = line.split()
+            self.all.append(Run(event, jid, int(pid), int(ppid), float(at)))
         return self.all
 
     def done(self) -> Counter[str]:
@@ -223,7 +228,7 @@ class Runs:
         return sum(1 for run in self.read() if run.event == "done")
 
     def count_by(self, pid: int) -> int:
-        return sum(1 for run in self.read() if run.pid == pid)
+        return sum(1 for run in self.read() if run.by(pid))
 
     def first_done(self, jid: str) -> Run | None:
         return next((run for run in self.read() if run.jid == jid and run.event == "done"), None)
