@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench import report
-from bench.runner import EnqueueRun, ProcessRun
+from bench.runtime import report
+from bench.runtime.runner import EnqueueRun, ProcessRun
 
 
 def drain(system: str, rate: float, cpu_per_job: float = 1e-4, processes: int = 1) -> ProcessRun:

@@ -7,7 +7,7 @@ configuration is set to WARNING instead of INFO, at which arq logs two lines per
 
 The two functions are coroutines, arq's only kind. The no-op appends one byte to the O_APPEND
 file named by ``BENCH_MARKER`` (workers only), the latency job one 16-byte record (ms from
-enqueue to start), exactly like AsyncTask's ``bench/noop_jobs.py``.
+enqueue to start), exactly like AsyncTask's ``bench/core/noop_jobs.py``.
 """
 
 from __future__ import annotations
