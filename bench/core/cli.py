@@ -425,6 +425,3 @@ def _progress(label: str, run: runner.ProcessRun) -> None:
         file=sys.stderr,
     )
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
