@@ -1,7 +1,6 @@
 """The api section of RESULTS.md and stdout, and ``api.json``.
 
-As in the other sections: medians of the repetitions with (min-max). The section is
-appended to the RESULTS.md that ``report.write`` has just written.
+As in the other sections: medians of the repetitions with (min-max).
 """
 
 from __future__ import annotations
@@ -12,9 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.api.section import CACHED, UNCACHED, VARIANTS, WORKERS, ApiResults, LoadRun, PostRun
+from bench.api.section import ApiResults, LoadRun, PostRun
+from bench.api.server import CACHED, UNCACHED, VARIANTS, WORKERS
+from bench.core import document
 from bench.core.fmt import fixed, rate, section_tail, spread
-from bench.runtime import report
 
 #: Issue 4's target: p99 of GET /api/tasks/<id> under 10 ms on PostgreSQL, 1,000,000 events.
 TARGET_P99_MS = 10.0
@@ -230,9 +230,8 @@ def raw(results: ApiResults, machine: dict[str, str]) -> dict[str, Any]:
 
 
 def write(results: ApiResults, machine: dict[str, str], out_dir: Path) -> None:
-    """``api.json``, and the section added to the RESULTS.md ``report.write`` has just written
-    (a section already there, from an earlier write, is replaced)."""
-    report.write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
+    """``api.json``, and the section added to (or replaced in) the RESULTS.md in ``out_dir``."""
+    document.write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
 
 
 SECTION = "HTTP API"

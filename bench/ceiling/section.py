@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -54,7 +55,7 @@ from asynctask.tracking.outbox import pack
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.tasks import new_task_id
 from asynctask.worker.heartbeat import ProcessInfo
-from bench.core import fmt, noop_jobs, tracked_jobs
+from bench.core import document, fmt, noop_jobs, tracked_jobs
 from bench.core.redis_server import RedisServer
 
 PACKAGE = "redis-tools"
@@ -402,3 +403,15 @@ def table(ceiling: Ceiling) -> list[str]:
     lines += ["", "Command lines (payloads abbreviated; whole in the JSON):", ""]
     lines += [f"- {r.name}: `{r.shown}`" for r in c.commands if r.shown]
     return lines
+
+
+TITLE = "Redis ceiling"
+JSON_FILE = "ceiling.json"
+
+
+def tables(ceiling: Ceiling) -> str:
+    return document.section(TITLE, table(ceiling))
+
+
+def write(ceiling: Ceiling, out_dir: Path) -> None:
+    document.write_section(out_dir, TITLE, tables(ceiling), JSON_FILE, asdict(ceiling))

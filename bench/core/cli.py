@@ -1,19 +1,20 @@
 """``python -m bench [--quick] [--sections ...] ...``: run the benchmark, print and save tables.
 
-Order of work, so that noise hits every configuration alike:
+Order of work, so that noise hits every configuration alike (each section is a package of
+``bench/``):
 
 1. runtime: for each repetition, every (worker processes, system) drain of N no-op jobs in
    turn (each starts with the system's bulk enqueue; AsyncTask, Ruby Sidekiq and the Python
-   peers of ``bench/redis_peers.py``, installed by the bench into ``bench/.peers-venv``), then
-   every system's one-call-per-job enqueue pass; then one Redis-command-count pass per system;
+   peers of ``bench/runtime/redis_peers.py``, installed by the bench into
+   ``bench/.peers-venv``), then every system's one-call-per-job enqueue pass; then one
+   Redis-command-count pass per system;
 2. latency: enqueue-to-start latency at a steady rate, every system in turn, per repetition;
 3. memory: one worker per system, RSS idle and while it runs 100,000 jobs;
 4. ceiling: ``redis-benchmark`` of the commands on AsyncTask's hot path;
-5. tracking (``bench/tracking.py``): tracking on vs off, create_task, get_task;
-6. api (``bench/api.py``): ``GET /api/tasks/<id>`` under wrk load, bulk POSTs (needs wrk);
-7. sse (``bench/sse.py``): one task's event stream fanned out to many clients;
-8. sql (``bench/sql.py``): AsyncTask's SQL broker on SQLite and PostgreSQL next to Huey
-   and procrastinate;
+5. tracking: tracking on vs off, create_task, get_task;
+6. api: ``GET /api/tasks/<id>`` under wrk load, bulk POSTs (needs wrk);
+7. sse: one task's event stream fanned out to many clients;
+8. sql: AsyncTask's SQL broker on SQLite and PostgreSQL next to Huey and procrastinate;
 9. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
 ``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
@@ -38,16 +39,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench.api import report as api_report
 from bench.api import section as api
+from bench.api import server as api_server
 from bench.ceiling import section as ceiling
-from bench.core import machine, plots, procs, sections, targets
+from bench.core import document, machine, plots, procs, sections, targets
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, System
+from bench.core.system import ROOT
 from bench.latency import section as latency
 from bench.memory import section as memory
-from bench.runtime import report, runner, systems
-from bench.sql import report as sql_report
+from bench.runtime import section as runtime
+from bench.runtime import systems
 from bench.sql import section as sql
 from bench.sse import section as sse
 from bench.tracking import db as tracking_db
@@ -229,8 +230,8 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "warmup_s": 1 if quick else api.WARMUP_S,
             "reps": reps,
             "post_reps": reps,
-            "workers": api.WORKERS,
-            "threads": api.THREADS,
+            "workers": api_server.WORKERS,
+            "threads": api_server.THREADS,
             "nproc": nproc,
             "pg_url": pg_url,
         },
@@ -281,9 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             run.runtime.configs = {system.name: system.describe() for system in run.systems}
         with RedisServer(workdir) as server:
             _run_sections(run, chosen, server, workdir, args.pg_url)
-            run.runtime.machine = machine.describe(server, run.systems, load_at_start)
+            run.machine = machine.describe(server, run.systems, load_at_start)
             for versions in run.versions():
-                run.runtime.machine.update(versions)
+                run.machine.update(versions)
     except KeyboardInterrupt:
         print("\ninterrupted: workers and redis-server stopped, nothing written", file=sys.stderr)
         return 130
@@ -313,15 +314,15 @@ def _run_sections(
 def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Path, pg_url: str) -> None:
     s = run.settings
     if name == "runtime":
-        _run_runtime(run.runtime, run.systems, server, workdir)
+        runtime.run(run.runtime, run.systems, server, workdir)
     elif name == "latency":
-        run.latency = _run_latency(s["latency"], run.systems, server, workdir)
+        run.latency = latency.run(s["latency"], run.systems, server, workdir)
     elif name == "memory":
-        run.memory = _run_memory(s["memory"], run.systems, server, workdir)
+        run.memory = memory.run(s["memory"], run.systems, server, workdir)
     elif name == "ceiling":
         run.ceiling = ceiling.measure(server, s["ceiling"]["requests"], s["ceiling"]["clients"])
     elif name == "tracking":
-        run.runtime.tracking = tracking.run(s["tracking"], pg_url, server, workdir)
+        run.tracking = tracking.run(s["tracking"], pg_url, server, workdir)
     elif name == "api":
         run.api = api.run(s["api"], pg_url, server, workdir)
     elif name == "sse":
@@ -335,93 +336,9 @@ def _write(run: sections.Run, out_dir: Path) -> None:
     # A run of every section replaces the report; a partial one keeps the other sections.
     partial = set(run.settings["runtime"]["sections"]) != set(SECTIONS)
     previous = results_md.read_text(encoding="utf-8") if partial and results_md.exists() else None
-    report.write(run.runtime, out_dir)
-    if run.api is not None:
-        api_report.write(run.api, run.runtime.machine, out_dir)
-    if run.sql is not None:
-        sql_report.write(run.sql, run.runtime.machine, out_dir)
     sections.write(run, out_dir)
     if previous is not None:
         fresh = results_md.read_text(encoding="utf-8")
-        results_md.write_text(report.keep_earlier(previous, fresh), encoding="utf-8")
+        results_md.write_text(document.keep_earlier(previous, fresh), encoding="utf-8")
     targets.write(run, out_dir)
     plots.write(out_dir)
-
-
-def _run_runtime(results: report.Results, chosen: list[System], server: RedisServer, workdir: Path) -> None:
-    s = results.settings
-    for rep in range(s["reps"]):
-        for processes in s["processes"]:
-            for concurrency in s["concurrency"]:
-                for system in chosen:
-                    jobs = system.jobs(s["jobs"])
-                    run = runner.process(system, server, concurrency, jobs, workdir, processes)
-                    results.process.append((rep, run))
-                    _progress(f"rep {rep + 1}/{s['reps']} {system.name} {processes}x{concurrency}", run)
-        for system in chosen if s["single_jobs"] else []:
-            single = runner.enqueue(system, server, "single", s["single_jobs"])
-            results.single.append((rep, single))
-            print(
-                f"rep {rep + 1}/{s['reps']} {system.name} one call per job: {single.rate:,.0f}/s",
-                file=sys.stderr,
-            )
-    for system in chosen if s["commands_jobs"] else []:
-        jobs = system.jobs(s["commands_jobs"])
-        run = runner.process(system, server, s["commands_concurrency"], jobs, workdir)
-        results.commands.append(run)
-        _progress(f"commands {system.name}", run)
-
-
-def _run_latency(
-    s: dict[str, Any], chosen: list[System], server: RedisServer, workdir: Path
-) -> list[latency.LatencyRun]:
-    runs = []
-    for rep in range(s["reps"]):
-        for system in _only(chosen, s["systems"]):
-            jobs = system.jobs(s["jobs"])
-            run = latency.run(system, server, jobs, s["rate"], workdir, s["concurrency"])
-            runs.append(run)
-            summary = run.error or f"p50 {run.percentile(50):.2f} ms, p99 {run.percentile(99):.2f} ms"
-            print(f"rep {rep + 1}/{s['reps']} latency {system.name}: {summary}", file=sys.stderr)
-    return runs
-
-
-def _run_memory(
-    s: dict[str, Any], chosen: list[System], server: RedisServer, workdir: Path
-) -> list[memory.MemoryRun]:
-    return [
-        _logged(
-            memory.run(
-                system, server, _memory_jobs(system, s["jobs"]), workdir, s["concurrency"], s["idle_s"]
-            )
-        )
-        for system in _only(chosen, s["systems"])
-    ]
-
-
-def _memory_jobs(system: System, wanted: int) -> int:
-    """``wanted``, or for a system whose drains are capped (it runs a few hundred jobs/s),
-    ten times its cap: enough to tell a leak, in about a minute and a half."""
-    return min(wanted, 10 * system.max_jobs) if system.max_jobs else wanted
-
-
-def _only(chosen: list[System], names: list[str] | None) -> list[System]:
-    return chosen if names is None else [system for system in chosen if system.name in names]
-
-
-def _logged(run: memory.MemoryRun) -> memory.MemoryRun:
-    summary = run.error or f"idle {run.idle_rss / 2**20:.0f} MiB, peak {run.peak_rss / 2**20:.0f} MiB"
-    print(f"memory {run.system}: {summary}", file=sys.stderr)
-    return run
-
-
-def _progress(label: str, run: runner.ProcessRun) -> None:
-    if run.error:
-        print(f"{label}: FAILED: {run.error}", file=sys.stderr)
-        return
-    print(
-        f"{label}: enqueue {run.enqueue.rate:,.0f}/s, steady {run.steady_rate:,.0f}/s, "
-        f"incl. start-up {run.total_rate:,.0f}/s, {run.redis_cmds / run.jobs:.2f} cmds/job",
-        file=sys.stderr,
-    )
-

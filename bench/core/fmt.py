@@ -1,7 +1,8 @@
-"""Number formatting shared by the report's sections: ``median (min-max)`` and friends."""
+"""Figures shared by the report's sections: ``median (min-max)``, percentiles, number formats."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
 
@@ -14,6 +15,14 @@ def spread(values: Iterable[float], fmt: Callable[[float], str]) -> str:
     if len(data) == 1:
         return fmt(data[0])
     return f"{fmt(statistics.median(data))} ({fmt(data[0])}-{fmt(data[-1])})"
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile (the sample itself, never an interpolation); 0 for no sample."""
+    if not values:
+        return 0.0
+    data = sorted(values)
+    return data[max(0, min(len(data), math.ceil(pct / 100 * len(data))) - 1)]
 
 
 def rate(value: float) -> str:

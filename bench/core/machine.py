@@ -29,12 +29,12 @@ def describe(server: RedisServer, systems: list[System], load_at_start: str) -> 
         "load average (1/5/15 min) at start, at end": f"{load_at_start}, {load_average()}",
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "asynctask": f"{_version('asynctask')} (commit {_git_commit()})",
+        "asynctask": f"{package_version('asynctask')} (commit {_git_commit()})",
         # Others edit the library while benches run: "-dirty" alone cannot tell two runs apart.
         "asynctask source sha256 (asynctask/**/*.py, *.lua)": _source_digest(),
-        "redis-py": _version("redis"),
-        "hiredis": _version("hiredis"),
-        "psutil": _version("psutil"),
+        "redis-py": package_version("redis"),
+        "hiredis": package_version("hiredis"),
+        "psutil": package_version("psutil"),
         "redis-server": server.version(),
     }
     for system in systems:
@@ -53,7 +53,8 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
+    """The installed version of ``package``, or "not installed"."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

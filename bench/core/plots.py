@@ -1,7 +1,7 @@
 """PNG plots of a bench run, drawn from the raw JSON files beside RESULTS.md.
 
 Drawing from the JSON (not from the objects in memory) means every plot shows exactly the
-data kept next to it, and ``python -m bench.plots DIR`` redraws them from a results folder.
+data kept next to it, and ``python -m bench.core.plots DIR`` redraws them from a results folder.
 Each plot is written only when its JSON file is there.
 """
 

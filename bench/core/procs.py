@@ -167,3 +167,19 @@ def _thread_switches(proc: psutil.Process) -> tuple[int, int]:
             elif line.startswith("nonvoluntary_ctxt_switches:"):
                 involuntary += int(line.split()[1])
     return voluntary, involuntary
+
+
+def log_tail(path: Path, size: int = 1500) -> str:
+    """The last ``size`` bytes of a child's log, as written."""
+    try:
+        return path.read_bytes()[-size:].decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+
+
+def log_line(path: Path, chars: int = 600) -> str:
+    """The last ``chars`` characters of a child's log, on one line."""
+    try:
+        return " ".join(path.read_text(errors="replace")[-chars:].split())
+    except OSError:
+        return "(no log)"

@@ -70,3 +70,8 @@ class System:
 
     def jobs(self, wanted: int) -> int:
         return min(wanted, self.max_jobs) if self.max_jobs else wanted
+
+
+def only(systems: list[System], names: list[str] | None) -> list[System]:
+    """The ``systems`` named in ``names``, or all of them when ``names`` is None."""
+    return systems if names is None else [system for system in systems if system.name in names]

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from bench.ceiling import section as ceiling
+from bench.core import document
 from bench.core.fmt import fixed, ratio, spread
 from bench.core.sections import Run
 from bench.runtime import report
@@ -42,7 +43,7 @@ def runtime_rows(results: report.Results) -> list[str]:
 
 
 def tracking_rows(run: Run) -> list[str]:
-    tracking = run.runtime.tracking
+    tracking = run.tracking
     if tracking is None:
         return []
     rows = []
@@ -110,4 +111,4 @@ def markdown(run: Run) -> str:
 
 def write(run: Run, out_dir: Path) -> None:
     """Put the Targets section right after the machine list of RESULTS.md."""
-    report.write_section(out_dir, TITLE, markdown(run), first=True)
+    document.write_section(out_dir, TITLE, markdown(run), first=True)

@@ -16,17 +16,18 @@ import json
 import math
 import os
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.core import procs
+from bench.core import document, procs
 from bench.core.fmt import fixed, rate, spread
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, System
-from bench.runtime.runner import STOP_GRACE, log_tail
+from bench.core.system import ROOT, System, only
+from bench.core.timing import STOP_GRACE
 
 #: Size of one latency record: ``b"%15.6f\n"``.
 RECORD = 16
@@ -79,6 +80,21 @@ class LatencyRun:
 
 
 def run(
+    settings: dict[str, Any], systems: list[System], server: RedisServer, workdir: Path
+) -> list[LatencyRun]:
+    """Every system of the settings in turn, in each repetition."""
+    s = settings
+    runs = []
+    for rep in range(s["reps"]):
+        for system in only(systems, s["systems"]):
+            run = measure(system, server, system.jobs(s["jobs"]), s["rate"], workdir, s["concurrency"])
+            runs.append(run)
+            summary = run.error or f"p50 {run.percentile(50):.2f} ms, p99 {run.percentile(99):.2f} ms"
+            print(f"rep {rep + 1}/{s['reps']} latency {system.name}: {summary}", file=sys.stderr)
+    return runs
+
+
+def measure(
     system: System, server: RedisServer, jobs: int, rate: float, workdir: Path, concurrency: int = 10
 ) -> LatencyRun:
     """One latency run of ``system``; a failure goes into ``error``, it is never raised."""
@@ -104,7 +120,7 @@ def run(
         _wait(marker, 1 + RECORD * jobs, worker, DRAIN_TIMEOUT, f"{jobs} latency jobs")
     # LookupError and ValueError: an enqueuer that printed no, or no valid, JSON line.
     except (RuntimeError, OSError, LookupError, ValueError, subprocess.SubprocessError) as exc:
-        result.error = f"{exc}; log tail: {log_tail(log)}"
+        result.error = f"{exc}; log tail: {procs.log_tail(log)}"
     finally:
         procs.stop(worker, grace=STOP_GRACE)
     if not result.error:
@@ -164,3 +180,27 @@ def table(runs: list[LatencyRun]) -> list[str]:
         cells.append(spread((max(r.samples_ms) for r in ok), ms))
         lines.append(f"{head} | {spread((r.achieved_rate for r in ok), rate)} | " + " | ".join(cells) + " |")
     return lines
+
+
+TITLE = "Latency: enqueue to start"
+JSON_FILE = "latency.json"
+METHOD = [
+    "One worker process per system (10 job slots), idle and warm: the bench waits for one no-op",
+    "job to run first. The system's own client then enqueues latency jobs one call at a time,",
+    "paced at a steady rate; each job's argument is `time.time()` at its enqueue and the job",
+    "appends `time.time()` minus that, at its start, to the marker file. Same clock, same machine.",
+    "Percentiles of each run; median of the repetitions with (min-max). A system that drains",
+    "fewer jobs per second than the rate builds a backlog, so its latency is queueing time;",
+    "those systems send only their capped N (see the runtime section) to keep the run short.",
+]
+
+
+def tables(runs: list[LatencyRun]) -> str:
+    return document.section(TITLE, table(runs))
+
+
+def write(runs: list[LatencyRun], settings: dict[str, Any], out_dir: Path) -> None:
+    data = {"settings": settings, "runs": [r.to_json() for r in runs]}
+    document.write_section(
+        out_dir, TITLE, document.section(TITLE, [*METHOD, "", *table(runs)]), JSON_FILE, data
+    )

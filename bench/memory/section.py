@@ -18,17 +18,18 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psutil
 
-from bench.core import procs
+from bench.core import document, procs
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, System
-from bench.runtime.runner import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, log_tail
+from bench.core.system import ROOT, System, only
+from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE
 
 MIB = 2**20
 #: Checkpoints per run: one after every tenth of the jobs.
@@ -129,7 +130,7 @@ class _Watch:
             size = os.stat(self.marker).st_size
             enqueued = enqueuer.poll()
             if enqueued not in (None, 0):
-                raise RuntimeError(f"enqueue exited with {enqueued}: {log_tail(log)}")
+                raise RuntimeError(f"enqueue exited with {enqueued}: {procs.log_tail(log)}")
             if size >= done and enqueued == 0:
                 return
             now = time.monotonic()
@@ -159,6 +160,26 @@ def _enqueue(
 
 
 def run(
+    settings: dict[str, Any], systems: list[System], server: RedisServer, workdir: Path
+) -> list[MemoryRun]:
+    """One run per system of the settings."""
+    s = settings
+    runs = []
+    for system in only(systems, s["systems"]):
+        run = measure(system, server, _jobs(system, s["jobs"]), workdir, s["concurrency"], s["idle_s"])
+        summary = run.error or f"idle {run.idle_rss / MIB:.0f} MiB, peak {run.peak_rss / MIB:.0f} MiB"
+        print(f"memory {run.system}: {summary}", file=sys.stderr)
+        runs.append(run)
+    return runs
+
+
+def _jobs(system: System, wanted: int) -> int:
+    """``wanted``, or for a system whose drains are capped (it runs a few hundred jobs/s),
+    ten times its cap: enough to tell a leak, in about a minute and a half."""
+    return min(wanted, 10 * system.max_jobs) if system.max_jobs else wanted
+
+
+def measure(
     system: System,
     server: RedisServer,
     jobs: int,
@@ -201,7 +222,7 @@ def run(
             result.checkpoints.append(Checkpoint(done, s.rss, s.pss))
         result.seconds = time.monotonic() - spawned
     except (RuntimeError, OSError) as exc:
-        result.error = f"{exc}; worker log tail: {log_tail(log)}"
+        result.error = f"{exc}; worker log tail: {procs.log_tail(log)}"
     finally:
         if enqueuer is not None and enqueuer.poll() is None:
             procs.stop(enqueuer, grace=5)
@@ -251,3 +272,18 @@ METHOD = f"""\
   with the parent twice: PSS, and the peak of the worker process alone, are the figures to
   compare there. For single-process workers all three agree.
 """
+
+
+TITLE = "Memory: worker RSS idle and after many jobs"
+JSON_FILE = "memory.json"
+
+
+def tables(runs: list[MemoryRun]) -> str:
+    return document.section(TITLE, table(runs))
+
+
+def write(runs: list[MemoryRun], settings: dict[str, Any], out_dir: Path) -> None:
+    data = {"settings": settings, "runs": [asdict(r) for r in runs]}
+    document.write_section(
+        out_dir, TITLE, document.section(TITLE, [METHOD, "", *table(runs)]), JSON_FILE, data
+    )

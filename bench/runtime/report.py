@@ -1,9 +1,4 @@
-"""Tables (stdout and RESULTS.md) and raw data (runtime.json) from the runs of one bench.
-
-The tracking section has its own module (``tracking_report``: tracking.json and the plans), as
-have the api and sql sections (``api_report``, ``sql_report``), which add their sections to
-the RESULTS.md written here (``with_section``). A run of some sections only keeps the others
-from the previous RESULTS.md (``keep_earlier``).
+"""The runtime section of RESULTS.md and stdout, and ``runtime.json``.
 
 Every figure is the median of the repetitions with (min-max) beside it. Ratios are taken
 per repetition, between runs that were interleaved (A B A B ...), and only then summarised:
@@ -12,18 +7,15 @@ on a shared, noisy machine two runs seconds apart compare better than two median
 
 from __future__ import annotations
 
-import json
-import re
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.core import document
 from bench.core.fmt import fixed, rate, ratio, spread
 from bench.runtime.runner import EnqueueRun, ProcessRun
-from bench.tracking import report as tracking_report
-from bench.tracking.section import TrackingResults
 
 MIB = 2**20
 
@@ -38,7 +30,6 @@ Config = tuple[int, int]
 class Results:
     settings: dict[str, Any]
     configs: dict[str, list[str]]
-    machine: dict[str, str] = field(default_factory=dict)
     #: (repetition, run), in the order they ran.
     process: list[tuple[int, ProcessRun]] = field(default_factory=list)
     single: list[tuple[int, EnqueueRun]] = field(default_factory=list)
@@ -46,8 +37,6 @@ class Results:
     commands: list[ProcessRun] = field(default_factory=list)
     #: Systems of the issue that could not run here, with the exact reason.
     skipped: dict[str, str] = field(default_factory=dict)
-    #: The tracking section, when it ran.
-    tracking: TrackingResults | None = None
 
     def systems(self) -> list[str]:
         return list(dict.fromkeys(run.system for _, run in self.process))
@@ -60,8 +49,7 @@ class Results:
 
     def errors(self) -> list[str]:
         runs = [r for _, r in self.process] + self.commands
-        errors = [f"{r.system} {_label(_config(r))}: {r.error}" for r in runs if r.error]
-        return errors + (self.tracking.errors() if self.tracking is not None else [])
+        return [f"{r.system} {_label(_config(r))}: {r.error}" for r in runs if r.error]
 
 
 def _config(run: ProcessRun) -> Config:
@@ -316,39 +304,14 @@ METHOD = """\
 
 
 def markdown(results: Results) -> str:
-    s = results.settings
-    files = ["`runtime.json`"] if results.process else []
-    if results.tracking is not None:
-        files += ["`tracking.json`", f"`{tracking_report.PLANS_FILE}`"]
-    lines = [
-        "# AsyncTask benchmarks: against Sidekiq 6.4, Celery, RQ, Dramatiq, arq and Huey; "
-        "tracking, HTTP API, SQL queue",
-        "",
-        f"Produced by `{s['command']}` from the repository root. "
-        f"Raw data: {', '.join(files)} beside this file.",
-        "",
-        "## Machine and versions",
-        "",
-        *(f"- {key}: {value}" for key, value in results.machine.items()),
-        "",
-    ]
-    if results.process:
-        lines += [f"## {RUNTIME}", "", tables(results), "## Method", "", METHOD, "## Configuration", ""]
-        for system, description in results.configs.items():
-            lines += [f"### {system}", "", *(f"- {line}" for line in description), ""]
-    if results.tracking is not None:
-        lines += [
-            "## Task tracking",
-            "",
-            tracking_report.tables(results.tracking),
-            "### Method (tracking)",
-            "",
-            tracking_report.METHOD,
-        ]
+    """The runtime section and the two that continue it, Method and Configuration."""
+    lines = [f"## {TITLE}", "", tables(results), "## Method", "", METHOD, "## Configuration", ""]
+    for system, description in results.configs.items():
+        lines += [f"### {system}", "", *(f"- {line}" for line in description), ""]
     return "\n".join(lines)
 
 
-def raw(results: Results) -> dict[str, Any]:
+def raw(results: Results, machine: dict[str, str]) -> dict[str, Any]:
     def process_entry(rep: int | None, run: ProcessRun) -> dict[str, Any]:
         entry = {"rep": rep, **asdict(run), "steady_rate": run.steady_rate, "total_rate": run.total_rate}
         entry["enqueue"]["rate"] = run.enqueue.rate
@@ -356,7 +319,7 @@ def raw(results: Results) -> dict[str, Any]:
 
     return {
         "settings": results.settings,
-        "machine": results.machine,
+        "machine": machine,
         "configs": results.configs,
         "skipped": results.skipped,
         "process": [process_entry(rep, run) for rep, run in results.process],
@@ -365,106 +328,11 @@ def raw(results: Results) -> dict[str, Any]:
     }
 
 
-def write(results: Results, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "RESULTS.md").write_text(markdown(results), encoding="utf-8")
-    # Only what ran is rewritten: a tracking-only run leaves the last runtime.json alone.
+def write(results: Results, machine: dict[str, str], out_dir: Path) -> None:
+    """``runtime.json``, and the section added to RESULTS.md; nothing when no drain ran."""
     if results.process:
-        (out_dir / "runtime.json").write_text(json.dumps(raw(results), indent=2) + "\n", encoding="utf-8")
-    if results.tracking is not None:
-        tracking_report.write(results.tracking, results.machine, out_dir)
+        document.write_section(out_dir, TITLE, markdown(results), JSON_FILE, raw(results, machine))
 
 
-MACHINE = "Machine and versions"
-RUNTIME = "Job runtime: no-op throughput against Sidekiq and the Python peers"
-#: Sections that continue the one before them (the runtime section's): a note on a separate
-#: run goes on the first one only.
-_CONTINUED = ("Method", "Configuration")
-_RAW_DATA = re.compile(r"Raw data: (.*?) ?beside this file\.")
-_PRODUCED_BY = re.compile(r"Produced by `(.*?)`")
-_MACHINE_LINE = re.compile(r"^- (.*?): (.*)$", re.MULTILINE)
-
-
-def _split(document: str) -> tuple[str, dict[str, str]]:
-    """The text before the first ``## `` heading, and each ``## `` section by its title."""
-    parts = re.split(r"^(?=## )", document, flags=re.MULTILINE)
-    sections = {part.split("\n", 1)[0].removeprefix("## ").strip(): part for part in parts[1:]}
-    return parts[0], sections
-
-
-def _join(preamble: str, sections: dict[str, str]) -> str:
-    texts = [preamble.rstrip("\n")] + [text.strip("\n") for text in sections.values()]
-    return "\n\n".join(t for t in texts if t) + "\n"
-
-
-def _raw_files(preamble: str) -> list[str]:
-    match = _RAW_DATA.search(preamble)
-    return [f for f in match.group(1).split(", ") if f] if match else []
-
-
-def _with_raw_files(preamble: str, files: list[str]) -> str:
-    line = f"Raw data: {', '.join(dict.fromkeys(files))} beside this file."
-    return _RAW_DATA.sub(lambda _: line, preamble, count=1)
-
-
-def with_section(document: str, title: str, section: str, json_file: str, *, first: bool = False) -> str:
-    """``document`` with ``section`` (headed ``## title``) replacing the one of that title, or
-    added (at the end, or right after the machine list when ``first``), and ``json_file`` (if
-    any) among the files of its "Raw data" line."""
-    preamble, sections = _split(document)
-    if json_file:
-        preamble = _with_raw_files(preamble, [*_raw_files(preamble), f"`{json_file}`"])
-    if first and title not in sections:
-        ordered = {MACHINE: sections.pop(MACHINE)} if MACHINE in sections else {}
-        sections = {**ordered, title: section, **sections}
-    sections[title] = section
-    return _join(preamble, sections)
-
-
-def write_section(
-    out_dir: Path, title: str, section: str, json_file: str = "", data: Any = None, *, first: bool = False
-) -> None:
-    """``data`` into ``json_file`` (if any), and ``section`` into the RESULTS.md of ``out_dir``
-    (see ``with_section``)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if json_file:
-        (out_dir / json_file).write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    results_md = out_dir / "RESULTS.md"
-    document = results_md.read_text(encoding="utf-8") if results_md.exists() else ""
-    results_md.write_text(with_section(document, title, section, json_file, first=first), encoding="utf-8")
-
-
-def keep_earlier(previous: str, fresh: str) -> str:
-    """``fresh`` (this run's RESULTS.md) with the sections it lacks from ``previous``.
-
-    When ``fresh`` has every section ``previous`` has, it is returned as is. Otherwise the
-    result is ``previous`` (its header and machine list, which belong to its sections) with
-    this run's sections in place of the old ones, each headed by the command that produced it
-    and the machine lines that differ from ``previous``'s list.
-    """
-    old_preamble, old = _split(previous)
-    new_preamble, new = _split(fresh)
-    if set(old) <= set(new):
-        return fresh
-    command = _PRODUCED_BY.search(new_preamble)
-    old_machine = dict(_MACHINE_LINE.findall(old.get(MACHINE, "")))
-    changed = [
-        f"- {key}: {value}"
-        for key, value in _MACHINE_LINE.findall(new.get(MACHINE, ""))
-        if old_machine.get(key) != value
-    ]
-    run = command.group(1) if command else "python -m bench"
-    note = (
-        f"This section comes from a separate run, `{run}`; the other sections and the machine "
-        "list above are from the earlier run. This run's machine and versions, where they differ "
-        "from that list:\n\n" + ("\n".join(changed) or "- none")
-    )
-    for title, text in new.items():
-        if title == MACHINE:
-            continue
-        if title not in _CONTINUED:
-            heading, body = text.split("\n", 1)
-            text = f"{heading}\n\n{note}\n\n{body.lstrip(chr(10))}"
-        old[title] = text
-    preamble = _with_raw_files(old_preamble, [*_raw_files(old_preamble), *_raw_files(new_preamble)])
-    return _join(preamble, old)
+TITLE = "Job runtime: no-op throughput against Sidekiq and the Python peers"
+JSON_FILE = "runtime.json"

@@ -21,13 +21,7 @@ import redis
 from bench.core import procs
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, System
-
-POLL = 0.002
-MEMORY_SAMPLE = 0.1
-#: Seconds a worker gets to exit after TERM before the bench KILLs it.
-STOP_GRACE = 30.0
-#: Floor of the processing timeout; a run slower than ~50 jobs/s is broken, not slow.
-MIN_TIMEOUT = 60.0
+from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
 
 
 @dataclass
@@ -41,23 +35,6 @@ class EnqueueRun:
     @property
     def rate(self) -> float:
         return self.jobs / self.seconds
-
-
-class DrainRates:
-    """Rates of a drain whose phases a run measured: ``steady_s`` (first job done to last)
-    and ``total_s`` (spawn to last)."""
-
-    jobs: int
-    steady_s: float
-    total_s: float
-
-    @property
-    def steady_rate(self) -> float:
-        return self.jobs / self.steady_s if self.steady_s > 0 else 0.0
-
-    @property
-    def total_rate(self) -> float:
-        return self.jobs / self.total_s if self.total_s > 0 else 0.0
 
 
 @dataclass
@@ -139,7 +116,7 @@ def process(
             run.redis_cmds = sum(after.values()) - sum(before.values())
             run.cmdstats = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
         except RuntimeError as exc:
-            run.error = f"{exc}; log tail: {log_tail(log)}"
+            run.error = f"{exc}; log tail: {procs.log_tail(log)}"
         finally:
             run.stop_s = max(procs.stop(worker, grace=STOP_GRACE) for worker in workers)
     run.checks = _checks(system, server, marker)
@@ -224,10 +201,3 @@ def _commands(conn: redis.Redis) -> dict[str, int]:
     calls = {key.removeprefix("cmdstat_"): int(value["calls"]) for key, value in info.items()}
     calls.pop("info", None)
     return calls
-
-
-def log_tail(path: Path, size: int = 1500) -> str:
-    try:
-        return path.read_bytes()[-size:].decode("utf-8", "replace")
-    except OSError:
-        return "(no log)"

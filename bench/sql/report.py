@@ -1,9 +1,7 @@
 """The sql section of RESULTS.md and stdout, and ``sql.json``.
 
 As in the other sections: medians of the repetitions with (min-max); ratios are taken per
-repetition between the interleaved runs of the two systems, then summarised. The section is
-added to the RESULTS.md that ``report.write`` has just written (``report.keep_earlier`` then
-brings back the sections a partial run did not produce).
+repetition between the interleaved runs of the two systems, then summarised.
 """
 
 from __future__ import annotations
@@ -14,8 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench.core.document import write_section
 from bench.core.fmt import fixed, rate, ratio, section_tail, spread
-from bench.runtime.report import write_section
 from bench.sql.section import SqlResults, SqlRun
 from bench.sql.systems import POSTGRESQL, SQLITE
 

@@ -22,7 +22,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +29,13 @@ import psutil
 import psycopg
 
 from bench.core import peers_venv, procs
+from bench.core.machine import package_version
 from bench.core.system import ROOT
-from bench.runtime.runner import DrainRates
+from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
 from bench.sql import db as sql_db
 from bench.sql.db import PostgresDatabase
 from bench.sql.systems import POSTGRESQL, SQLITE, SqlSystem, systems
 from bench.tracking.db import postgres_unreachable, shown
-
-POLL = 0.002
-MEMORY_SAMPLE = 0.1
-STOP_GRACE = 30.0
-#: Floor of a drain's timeout; a run slower than ~50 jobs/s is broken, not slow.
-MIN_TIMEOUT = 60.0
 
 
 @dataclass
@@ -102,7 +96,9 @@ def run(settings: dict[str, Any], pg_url: str, workdir: Path) -> SqlResults:
     results = SqlResults(settings)
     started = time.monotonic()
     backends = _backends(results, pg_url)
-    results.versions.update({name: _package(name) for name in ("SQLAlchemy", "psycopg", "psycopg-binary")})
+    results.versions.update(
+        {name: package_version(name) for name in ("SQLAlchemy", "psycopg", "psycopg-binary")}
+    )
     stack = ExitStack()  # the PostgreSQL databases, dropped at the end whatever happens
     try:
         # Where each system's runs start from: its SQLite template file, its PostgreSQL database.
@@ -348,7 +344,7 @@ def _watch(
             exited = [w for w in workers if w.poll() is not None]
             if exited:
                 raise RuntimeError(
-                    f"a worker exited with {exited[0].returncode} after {size} jobs: {_tail(log)}"
+                    f"a worker exited with {exited[0].returncode} after {size} jobs: {procs.log_tail(log)}"
                 )
             if now - spawned > timeout:
                 raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {result.jobs} jobs done")
@@ -385,20 +381,6 @@ def _backend_cpu(pg: PostgresDatabase | None) -> dict[int, float]:
             continue  # ended between listing and reading
         found[proc.pid] = times.user + times.system
     return found
-
-
-def _package(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _tail(path: Path, size: int = 1500) -> str:
-    try:
-        return path.read_bytes()[-size:].decode("utf-8", "replace")
-    except OSError:
-        return "(no log)"
 
 
 def _say(rep: int, reps: int, one: SqlRun) -> None:

@@ -4,12 +4,12 @@ Order of work:
 
 1. PostgreSQL: a database of its own (created here, dropped after), an API token of the
    bench tenant, the private Redis emptied; the API server started on them the way the api
-   section starts it (``python -m asynctask api``, see ``bench/api_bench.py``) but with
+   section starts it (``python -m asynctask api``, see ``bench/api/server.py``) but with
    ``--threads clients + 10``: gunicorn's gthread worker gives each open stream a thread for
    as long as it lasts, and the kernel may hand any share of the connections to either of the
    two workers, so each worker gets enough threads to hold every stream by itself;
 2. ``create_task`` of J no-op jobs (chunk_size 1, the bench tenant), no worker running;
-3. C clients in one separate asyncio process (this module run as a script: raw HTTP/1.1,
+3. C clients in one separate asyncio process (``bench/sse/client.py``: raw HTTP/1.1,
    chunked decoding, SSE parsing; its own process so that it shares no GIL with the server
    or the bench) open their streams at once; the bench waits until all of them got the
    first snapshot;
@@ -24,18 +24,13 @@ and only then polls ``get_task`` every 5 ms until it reports the task finished.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
-import math
 import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +39,16 @@ import psutil
 from asynctask import Client, Settings, Tracking
 from asynctask.tokens import create_token
 from asynctask.tracking.database import create_database_engine
-from bench.api.section import (
-    MIB,
-    TENANT,
-    WORKERS,
-    ApiServer,
-    RssSampler,
-    tail,
-)
+from bench.api.section import MIB, TENANT
+from bench.api.server import WORKERS, ApiServer, RssSampler
 from bench.core import procs
-from bench.core.fmt import spread
+from bench.core.fmt import percentile
+from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, clean_env
+from bench.core.timing import POLL, STOP_GRACE
 from bench.core.tracked_jobs import tracked_noop_job
+from bench.sse.client import TOKEN_ENV
 from bench.tracking import drain as tracking_drain
 from bench.tracking.db import PostgresDatabase, postgres_unreachable
 from webapi.config import ApiConfig
@@ -74,11 +66,7 @@ SPARE_THREADS = 10
 CONNECT_TIMEOUT = 60.0
 #: Seconds for the jobs to run and every client to get ``end``, at least.
 MIN_RUN_TIMEOUT = 120.0
-MARKER_POLL = 0.002
 SQL_POLL = 0.005
-STOP_GRACE = 30.0
-#: How the clients get the token: an environment variable, not the command line.
-TOKEN_ENV = "BENCH_SSE_TOKEN"
 
 
 @dataclass
@@ -149,7 +137,7 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
     jobs = int(settings.get("jobs") or default_jobs)
     results = SseResults(settings, clients, jobs, api_threads=clients + clients // 3 + SPARE_THREADS)
     results.stream_interval_s = ApiConfig().stream_interval
-    results.versions = {name: _package(name) for name in ("gunicorn", "Flask")}
+    results.versions = {name: package_version(name) for name in ("gunicorn", "Flask")}
     started = time.monotonic()
     unreachable = postgres_unreachable(pg_url)
     if unreachable is not None:
@@ -202,7 +190,7 @@ def _fan_out(
     ready, out = workdir / "sse-ready.json", workdir / "sse-clients.json"
     timeout = max(MIN_RUN_TIMEOUT, results.jobs / 20)
     argv = [
-        sys.executable, "-m", "bench.sse.section", "--port", str(api.port),
+        sys.executable, "-m", "bench.sse.client", "--port", str(api.port),
         "--path", f"/api/tasks/{task_id}/stream", "--clients", str(results.clients),
         "--ready", str(ready), "--out", str(out),
         "--connect-timeout", str(CONNECT_TIMEOUT), "--timeout", str(CONNECT_TIMEOUT + timeout),
@@ -263,7 +251,7 @@ def _wait_file(path: Path, proc: Any, timeout: float, log: Path) -> dict[str, An
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None:
-            raise RuntimeError(f"the clients' process exited with {proc.returncode}: {tail(log)}")
+            raise RuntimeError(f"the clients' process exited with {proc.returncode}: {procs.log_line(log)}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"the clients did not connect within {timeout:.0f} s")
         time.sleep(0.01)
@@ -285,10 +273,12 @@ def _drain(
             results.startup_s, results.drain_s = first - spawned, now - first
             return now
         if worker.poll() is not None:
-            raise RuntimeError(f"worker exited with {worker.returncode} after {size} jobs: {tail(log)}")
+            raise RuntimeError(
+                f"worker exited with {worker.returncode} after {size} jobs: {procs.log_line(log)}"
+            )
         if now - spawned > timeout:
             raise RuntimeError(f"{size} of {results.jobs} jobs done after {timeout:.0f} s")
-        time.sleep(MARKER_POLL)
+        time.sleep(POLL)
 
 
 def _caught_up(tracking: Tracking, task_id: str, last_job: float, timeout: float) -> float:
@@ -354,239 +344,14 @@ def _read_clients(
         results.error = f"after the run: {results.checks}, expected {results.jobs} jobs run and finished"
 
 
-def _package(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def _say(results: SseResults) -> None:
     if results.error:
         print(f"sse {results.clients} clients: FAILED: {results.error}", file=sys.stderr)
         return
     print(
         f"sse {results.clients} clients, {results.jobs} jobs: {results.ended} got end, "
-        f"lag from SQL p50 {_pct(results.end_lag_ms, 50):.0f} ms, max {max(results.end_lag_ms):.0f} ms, "
+        f"lag from SQL p50 {percentile(results.end_lag_ms, 50):.0f} ms, "
+        f"max {max(results.end_lag_ms):.0f} ms, "
         f"server CPU {results.server_cpu_s:.2f} s",
         file=sys.stderr,
     )
-
-
-def _pct(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile (the sample itself, never an interpolation)."""
-    if not values:
-        return 0.0
-    data = sorted(values)
-    return data[max(0, min(len(data), math.ceil(pct / 100 * len(data))) - 1)]
-
-
-def _per_worker(pids: list[int]) -> str:
-    counts = sorted((pids.count(pid) for pid in set(pids) if pid), reverse=True)
-    unknown = pids.count(0)
-    return " / ".join(str(n) for n in counts) + (f" ({unknown} not found)" if unknown else "")
-
-
-def _count(value: float) -> str:
-    return f"{value:g}"
-
-
-def table(results: SseResults) -> list[str]:
-    """Markdown: the run's configuration, then one row per figure."""
-    r = results
-    lines = [
-        f"One task of {r.jobs:,} no-op jobs (`create_task`, chunk_size 1) on PostgreSQL; {r.clients} "
-        "clients stream `GET /api/tasks/<id>/stream` (Server-Sent Events) from one separate asyncio "
-        "process (raw HTTP/1.1). API server: `python -m asynctask api "
-        f"--workers {r.api_workers} --threads {r.api_threads}`: gunicorn's gthread worker holds a "
-        f"thread per open stream, and either worker may be handed any share of the connections, "
-        f"so each gets one thread per client, a third more (a quarter of a worker's threads stays "
-        f"free of streams) and {SPARE_THREADS} spare, and may hold a stream per client "
-        "(`ASYNCTASK_API_MAX_STREAMS`, `ASYNCTASK_API_MAX_TENANT_STREAMS`). Each worker process "
-        "reads a watched "
-        f"task once per `stream_interval` ({r.stream_interval_s:g} s) and wakes its streams when the "
-        "snapshot changed. Once every client has its first snapshot, one AsyncTask worker "
-        f"(`-c {r.concurrency}`, tracking on) runs the jobs.",
-        "",
-    ]
-    if r.error:
-        lines += [f"FAILED: {r.error}", ""]
-    if not r.first_snapshot_ms:
-        return lines
-    ms = [f"{_pct(r.end_lag_ms, p):.0f}" for p in (50, 99, 100)]
-    from_job = [f"{_pct(r.end_after_last_job_ms, p):.0f}" for p in (50, 99, 100)]
-    lines += [
-        "| figure | value |",
-        "|---|---|",
-        f"| clients connected / got `end` | {r.connected} / {r.ended} |",
-        f"| all {r.clients} connected (last first snapshot), s | {r.connect_all_s:.2f} |",
-        f"| first snapshot per client, ms, p50 / max | {_pct(r.first_snapshot_ms, 50):.0f} / "
-        f"{max(r.first_snapshot_ms):.0f} |",
-        f"| progress events per client after the worker started | {spread(r.progress_events, _count)} |",
-        f"| worker: spawn -> first job / first -> last job, s | {r.startup_s:.2f} / {r.drain_s:.2f} |",
-        f"| last job -> SQL reports the task finished, ms | {r.sql_caught_up_s * 1000:.0f} |",
-        f"| SQL finished -> client's `end`, ms, p50 / p99 / max | {' / '.join(ms)} |",
-        f"| last job -> client's `end`, ms, p50 / p99 / max | {' / '.join(from_job)} |",
-        f"| streams per API worker process | {_per_worker(r.api_worker)} |",
-        f"| first -> last client's `end`, ms: all clients / within one API worker (the most) | "
-        f"{r.end_spread_ms:.0f} / {r.end_spread_worker_ms:.0f} |",
-        f"| API server CPU s: connecting / fan-out (worker start -> every `end`) | "
-        f"{r.server_cpu_connect_s:.2f} / {r.server_cpu_s:.2f} |",
-        f"| API server RSS, MiB: before / peak (arbiter + {r.api_workers} workers) | "
-        f"{r.server_rss_before_mib:.0f} / {r.server_rss_peak_mib:.0f} |",
-        f"| CPU s of the clients' process / of the worker | {r.clients_cpu_s:.2f} / {r.worker_cpu_s:.2f} |",
-        "",
-        "*SQL finished* is the first `get_task` (polled every 5 ms, only after the last job's "
-        "marker byte, so nothing reads SQL while jobs run) that reports the task finished; a "
-        "stream's reader may see it a few ms before that poll does (a negative lag). The lag "
-        f"includes the wait for the reader's next look (up to {r.stream_interval_s:g} s); each "
-        "API worker process reads on its own clock, so the spread over all clients holds the "
-        "gap between the workers' looks, and the spread within one worker is the fan-out "
-        "itself (which worker holds a connection is read from the workers' sockets once the "
-        "clients are connected). Percentiles are nearest-rank over the clients; the per-client "
-        "timelines (seconds after the worker's spawn) are in the JSON.",
-    ]
-    return lines
-
-
-# --- the clients' process -------------------------------------------------------------------
-
-
-@dataclass
-class _Stream:
-    started_at: float = 0.0
-    first_at: float = 0.0
-    #: The client side's port: which API worker holds the connection is looked up by it.
-    port: int = 0
-    #: (arrival, kind): kind is the SSE event name, "keepalive" or "retry".
-    events: list[tuple[float, str]] = field(default_factory=list)
-    error: str = ""
-
-
-async def _body(reader: asyncio.StreamReader, chunked: bool) -> AsyncIterator[bytes]:
-    if not chunked:
-        while data := await reader.read(65536):
-            yield data
-        return
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-        if size == 0:
-            return
-        yield (await reader.readexactly(size + 2))[:-2]
-
-
-async def _watch(stream: _Stream, port: int, path: str, token: str, first: asyncio.Queue[None]) -> None:
-    stream.started_at = time.monotonic()
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        stream.port = int(writer.get_extra_info("sockname")[1])
-    except OSError as exc:
-        stream.error = f"connect: {exc}"
-        first.put_nowait(None)
-        return
-    try:
-        request = (
-            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
-            "Accept: text/event-stream\r\n\r\n"
-        )
-        writer.write(request.encode())
-        await writer.drain()
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-        status = head.split(" ", 2)[1]
-        if status != "200":
-            stream.error = f"HTTP {status}: {(await reader.read(300)).decode(errors='replace')}"
-            return
-        chunked = "transfer-encoding: chunked" in head.lower()
-        buffer = b""
-        async for data in _body(reader, chunked):
-            buffer += data
-            at = time.monotonic()
-            while b"\n\n" in buffer:
-                block, buffer = buffer.split(b"\n\n", 1)
-                kind = _kind(block)
-                stream.events.append((at, kind))
-                if kind in ("progress", "end") and not stream.first_at:
-                    stream.first_at = at
-                    first.put_nowait(None)
-                if kind == "end":
-                    return
-        stream.error = "the stream closed before `end`"
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-        stream.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        if not stream.first_at:
-            first.put_nowait(None)
-        writer.close()
-
-
-def _kind(block: bytes) -> str:
-    for line in block.split(b"\n"):
-        if line.startswith(b"event:"):
-            return line[6:].strip().decode()
-        if line.startswith(b"retry:"):
-            return "retry"
-        if line.startswith(b":"):
-            return "keepalive"
-    return "message"
-
-
-async def _clients(args: argparse.Namespace) -> dict[str, Any]:
-    token = os.environ[TOKEN_ENV]
-    streams = [_Stream() for _ in range(args.clients)]
-    first: asyncio.Queue[None] = asyncio.Queue()
-    start = time.monotonic()
-    tasks = [asyncio.create_task(_watch(s, args.port, args.path, token, first)) for s in streams]
-
-    async def all_first() -> None:
-        for _ in streams:
-            await first.get()
-
-    try:
-        await asyncio.wait_for(all_first(), args.connect_timeout)
-    except TimeoutError:
-        pass
-    connected = sum(1 for s in streams if s.first_at)
-    _write_json(Path(args.ready), {"connected": connected, "errors": [s.error for s in streams if s.error]})
-    await asyncio.wait(tasks, timeout=max(1.0, args.timeout - (time.monotonic() - start)))
-    for task in tasks:
-        task.cancel()
-    firsts = [s.first_at for s in streams if s.first_at]
-    return {
-        "connect_all_s": (max(firsts) - start) if firsts else 0.0,
-        "cpu_s": time.process_time(),
-        "streams": [
-            {
-                "started_at": s.started_at,
-                "first_at": s.first_at,
-                "port": s.port,
-                "events": s.events,
-                "error": s.error,
-            }
-            for s in streams
-        ],
-    }
-
-
-def _write_json(path: Path, data: Any) -> None:
-    # Written whole, then renamed: the bench polls for the file and must never read half of it.
-    partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps(data), encoding="utf-8")
-    partial.replace(path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="the SSE clients of bench/sse_bench.py (token from env)")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--path", required=True)
-    parser.add_argument("--clients", type=int, required=True)
-    parser.add_argument("--ready", required=True, help="written once every client got its first snapshot")
-    parser.add_argument("--out", required=True, help="each client's events, written at the end")
-    parser.add_argument("--connect-timeout", type=float, required=True)
-    parser.add_argument("--timeout", type=float, required=True)
-    args = parser.parse_args(argv)
-    _write_json(Path(args.out), asyncio.run(_clients(args)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

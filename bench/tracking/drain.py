@@ -29,13 +29,11 @@ from asynctask.tracking.database import create_database_engine
 from bench.core import procs
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, clean_env
+from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE
 from bench.core.tracked_jobs import NAME, tracked_noop_job
 
-POLL = 0.002
 #: Interval of the get_task polls once every job is done (each is one primary-key SELECT).
 SQL_POLL = 0.005
-STOP_GRACE = 30.0
-MIN_TIMEOUT = 60.0
 #: Seconds SQL may show no progress before the run fails: a dead flusher thread would
 #: otherwise keep the bench waiting for the whole timeout.
 STALL_TIMEOUT = 30.0
@@ -116,7 +114,7 @@ def drain(
         try:
             _watch(run, worker, marker, spawned, tracking, task_id, server)
         except RuntimeError as exc:
-            run.error = f"{exc}; log tail: {_tail(log)}"
+            run.error = f"{exc}; log tail: {procs.log_tail(log)}"
         finally:
             run.stop_s = procs.stop(worker, grace=STOP_GRACE)
         run.checks = _checks(server, marker, tracking, task_id)
@@ -219,10 +217,3 @@ def _checks(
                 stream_left=int(conn.xlen(STREAM)),
             )
     return checks
-
-
-def _tail(path: Path, size: int = 1500) -> str:
-    try:
-        return path.read_bytes()[-size:].decode("utf-8", "replace")
-    except OSError:
-        return "(no log)"

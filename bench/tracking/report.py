@@ -6,7 +6,6 @@ repetition between interleaved runs and then summarised.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench.core import document
 from bench.core.fmt import fixed, rate, ratio, section_tail, spread
 from bench.tracking.drain import DrainRun
 from bench.tracking.section import TrackingResults
@@ -24,6 +24,8 @@ TARGET_CREATE_S = {"postgresql": 3.0, "sqlite": 5.0}
 TARGET_CREATE_ITEMS = 100_000
 TARGET_P99_MS = 10.0
 TARGET_EVENTS = 1_000_000
+TITLE = "Task tracking"
+JSON_FILE = "tracking.json"
 PLANS_FILE = "tracking_plans.txt"
 
 
@@ -282,10 +284,15 @@ def plans_text(results: TrackingResults) -> str:
     return "\n".join(chunks)
 
 
+def markdown(results: TrackingResults) -> str:
+    return "\n".join([f"## {TITLE}", "", tables(results), "### Method (tracking)", "", METHOD])
+
+
 def write(results: TrackingResults, machine: dict[str, str], out_dir: Path) -> None:
+    """``tracking.json``, the plans of get_task's statements, and the section added to RESULTS.md."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "tracking.json").write_text(
-        json.dumps(raw(results, machine), indent=2, default=str) + "\n", encoding="utf-8"
-    )
     if results.plans:
         (out_dir / PLANS_FILE).write_text(plans_text(results), encoding="utf-8")
+    document.write_section(
+        out_dir, TITLE, markdown(results), JSON_FILE, raw(results, machine), also=(PLANS_FILE,)
+    )

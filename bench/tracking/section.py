@@ -18,10 +18,10 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
 from bench.tracking import data as tracking_data
 from bench.tracking import read as tracking_read
@@ -130,18 +130,11 @@ def _read(results: TrackingResults, pg: PostgresDatabase, server: RedisServer) -
 
 
 def _versions(databases: list[Database]) -> dict[str, str]:
-    versions = {name: _package(name) for name in ("SQLAlchemy", "psycopg")}
+    versions = {name: package_version(name) for name in ("SQLAlchemy", "psycopg")}
     for database in databases:
         label = "PostgreSQL server" if database.kind == "postgresql" else "SQLite library"
         versions[label] = database.version()
     return versions
-
-
-def _package(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def _say(label: str, error: str, detail: str) -> None:
