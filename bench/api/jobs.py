@@ -1,6 +1,6 @@
 """The job of the api section: submittable through the HTTP API, with an item schema.
 
-The API server loads this module (``ASYNCTASK_REQUIRE=bench.api_jobs``); no worker ever runs
+The API server loads this module (``ASYNCTASK_REQUIRE=bench.api.jobs``); no worker ever runs
 the job: its queue (``QUEUE``) is never consumed, and the bench empties the private Redis
 between runs. The schema is the shape of the API's example import (CSV rows, all strings),
 so that every POST pays for validation as a real submission would.

@@ -16,7 +16,7 @@ from bench.api.server import CACHED, UNCACHED, VARIANTS, WORKERS
 from bench.core import document
 from bench.core.fmt import fixed, rate, section_tail, spread
 
-#: Issue 4's target: p99 of GET /api/tasks/<id> under 10 ms on PostgreSQL, 1,000,000 events.
+#: The API's target: p99 of GET /api/tasks/<id> under 10 ms on PostgreSQL, 1,000,000 events.
 TARGET_P99_MS = 10.0
 TARGET_EVENTS = 1_000_000
 MIB = 2**20
@@ -155,7 +155,7 @@ METHOD = """\
 - **Server**: `python -m asynctask api --host 127.0.0.1 --port P --workers 2 --threads 8`
   (gunicorn, gthread workers) with `ASYNCTASK_DATABASE_URL` (the bench's database),
   `ASYNCTASK_REDIS_URL` (the bench's private redis-server) and
-  `ASYNCTASK_REQUIRE=bench.api_jobs` (`BenchImport`: `api=True`, an item schema, queue
+  `ASYNCTASK_REQUIRE=bench.api.jobs` (`BenchImport`: `api=True`, an item schema, queue
   `bench_api`, which no worker reads); other settings at their defaults (token cache 5 s,
   errors cache 1 s; the API's engine has no `pool_pre_ping`). Started once per database, and
   on PostgreSQL a second time, for the GET load only, with
@@ -168,7 +168,7 @@ METHOD = """\
   `errors cache off` server reads them on every request, as for a task polled for the first
   time or one whose errors keep changing.
 - **Data**: PostgreSQL: a database `asynctask_bench_<random>` (tables from the models,
-  dropped at exit) with the task of `bench/tracking_data.py` (INSERT ... SELECT
+  dropped at exit) with the task of `bench/tracking/data.py` (INSERT ... SELECT
   generate_series, then VACUUM ANALYZE) and one token of its tenant (`create_token`).
   SQLite: a new file in the bench's temporary directory, tables from the models.
 - **GET latency**: `wrk -t1 -cC -dDs --latency --timeout 10s -s api-get.lua` on

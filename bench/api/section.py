@@ -2,7 +2,7 @@
 
 Order of work:
 
-1. PostgreSQL: a database of its own with one task of E events (``bench/tracking_data.py``:
+1. PostgreSQL: a database of its own with one task of E events (``bench/tracking/data.py``:
    failed and error events among them, so every GET also reads the first errors and their
    messages) and an API token of the task's tenant; the API server
    (``python -m asynctask api --workers 2 --threads 8``) started on it twice: with the
@@ -45,9 +45,10 @@ from asynctask.tracking.database import create_database_engine, writer
 from bench.api.jobs import NAME, QUEUE, item
 from bench.api.server import CACHED, UNCACHED, VARIANTS, ApiServer, RssSampler
 from bench.core.machine import package_version
+from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
 from bench.tracking import data as tracking_data
-from bench.tracking.db import TABLES, PostgresDatabase, SqliteFiles, postgres_unreachable, shown
+from bench.tracking.db import TABLES, PostgresDatabase, SqliteFiles
 
 #: The tenant of tracking_data's tasks: the token must be of the same tenant, or GET is a 404.
 TENANT = "bench"

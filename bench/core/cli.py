@@ -42,7 +42,7 @@ from typing import Any
 from bench.api import section as api
 from bench.api import server as api_server
 from bench.ceiling import section as ceiling
-from bench.core import document, machine, plots, procs, sections, targets
+from bench.core import document, machine, plots, postgres, procs, sections, targets
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT
 from bench.latency import section as latency
@@ -51,7 +51,6 @@ from bench.runtime import section as runtime
 from bench.runtime import systems
 from bench.sql import section as sql
 from bench.sse import section as sse
-from bench.tracking import db as tracking_db
 from bench.tracking import section as tracking
 
 SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql")
@@ -71,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--pg-url",
-        default=tracking_db.DEFAULT_PG_URL,
+        default=postgres.DEFAULT_PG_URL,
         help="PostgreSQL to create the bench's own databases from (default %(default)s)",
     )
     runtime_options = parser.add_argument_group("runtime, latency and memory sections")
@@ -176,7 +175,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
         return value if value is not None else (small if quick else full)
 
     reps = pick(args.reps, 3, 1)
-    pg_url = tracking_db.shown(args.pg_url)
+    pg_url = postgres.shown(args.pg_url)
     nproc = os.cpu_count()
     return {
         "runtime": {

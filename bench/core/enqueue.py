@@ -1,4 +1,4 @@
-"""AsyncTask's enqueuer: ``python -m bench.enqueue_py URL MODE N BATCH|RATE``, on any broker URL.
+"""AsyncTask's enqueuer: ``python -m bench.core.enqueue URL MODE N BATCH|RATE``, on any broker URL.
 
 Run in its own process, like the Ruby side (``bench/runtime/ruby/enqueue.rb``) and the peers'
 enqueuers, so that all start from a fresh interpreter. MODE "bulk" uses ``perform_bulk``

@@ -5,7 +5,7 @@ Each no-op run appends one byte to the O_APPEND file named by ``BENCH_MARKER``, 
 size without asking Redis (which would add commands to what is being measured).
 
 Loaded by the worker as ``-r bench/core/noop_jobs.py`` and imported by the enqueuer as
-``bench.noop_jobs``; the file is opened only where the variable is set (in workers).
+``bench.core.noop_jobs``; the file is opened only where the variable is set (in workers).
 
 The latency job takes its enqueue time (``time.time()`` in the enqueuer) and appends one
 16-byte record instead, the milliseconds from enqueue to start, the same record as the

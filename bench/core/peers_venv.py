@@ -1,7 +1,8 @@
 """The peers' virtualenv: every Python peer of the bench, never a project dependency.
 
 Huey and procrastinate (sql section), Celery, RQ, Dramatiq and Huey on Redis (runtime section;
-arq, whose redis-py pin clashes with Celery's, has a venv of its own: ``bench/redis_peers.py``).
+arq, whose redis-py pin clashes with Celery's, has a venv of its own:
+``bench/runtime/redis_peers.py``).
 ``bench/.peers-venv`` (git-ignored) is created by the bench itself from
 ``bench/peers/requirements.txt`` with pip, and rebuilt when that file changes (a copy of it
 inside the venv tells). Peers' scripts and workers run with this venv's interpreter;

@@ -1,4 +1,5 @@
-"""The issue's targets, judged on this run's own data: a "Targets" section at the top of RESULTS.md.
+"""AsyncTask's performance targets, judged on this run's own data: a "Targets" section at the
+top of RESULTS.md.
 
 A target whose data did not come from this run says so instead of borrowing an older figure.
 """
@@ -97,7 +98,7 @@ def markdown(run: Run) -> str:
     lines = [
         f"## {TITLE}",
         "",
-        "The issue's targets, judged on this run only (median of the per-repetition values, "
+        "AsyncTask's performance targets, judged on this run only (median of the per-repetition values, "
         "(min-max) beside it). Rows missing here were not measured in this run.",
         "",
         "| target | wanted | measured | verdict |",

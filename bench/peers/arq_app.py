@@ -1,6 +1,6 @@
 """arq side of the redis section: ``python bench/peers/arq_app.py C`` runs one arq worker, ``max_jobs=C``.
 
-Runs in arq's own virtualenv only (``bench/redis_peers.py``). The worker is what ``arq
+Runs in arq's own virtualenv only (``bench/runtime/redis_peers.py``). The worker is what ``arq
 arq_app.WorkerSettings`` starts (``run_worker``, arq's own entry point), with two differences
 the CLI cannot express: ``max_jobs`` comes from the command line, and arq's default log
 configuration is set to WARNING instead of INFO, at which arq logs two lines per job.

@@ -18,7 +18,7 @@ def latency_argv(url: str, jobs: int, rate: float) -> list[str]:
 
 
 def worker_argv(concurrency: int) -> list[str]:
-    # Exactly what a user types (see the brief): the CLI, the job module by path, one queue.
+    # Exactly what a user types: the CLI, the job module by path, one queue.
     return [
         sys.executable, "-m", "asynctask", "worker",
         "-r", "bench/core/noop_jobs.py", "-c", str(concurrency), "-q", "default",

@@ -1,6 +1,6 @@
 """The Python peers on Redis and exactly how each is run: Celery, RQ (two workers), Dramatiq, arq, Huey.
 
-All run from the peers' virtualenv (``bench/peers_venv.py``) except arq: arq 0.28.0 requires
+All run from the peers' virtualenv (``bench/core/peers_venv.py``) except arq: arq 0.28.0 requires
 redis-py < 6 and kombu 5.7 (Celery's Redis transport) redis-py >= 6.4, so arq has a venv of
 its own, made by ``ensure`` inside the peers' one (so that it is git-ignored and rebuilt with it).
 Every worker command starts one worker with the requested number of job slots (RQ: one);

@@ -35,7 +35,7 @@ class Results:
     single: list[tuple[int, EnqueueRun]] = field(default_factory=list)
     #: The separate pass that counts Redis commands per job (one run per system).
     commands: list[ProcessRun] = field(default_factory=list)
-    #: Systems of the issue that could not run here, with the exact reason.
+    #: Systems asked for that could not run here, with the exact reason.
     skipped: dict[str, str] = field(default_factory=dict)
 
     def systems(self) -> list[str]:

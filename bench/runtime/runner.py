@@ -1,6 +1,6 @@
 """One measurement at a time: an enqueue pass, or enqueue then process with 1..n worker processes.
 
-Processing is timed from the outside, like the reference harness: every job appends one
+Processing is timed from the outside, the same way for every system: every job appends one
 byte to a marker file, and the runner polls its size every 2 ms. The runner sends Redis
 nothing while a worker runs except one INFO before the spawn and one after the last job,
 so the command counts are the worker's own.

@@ -30,12 +30,12 @@ import psycopg
 
 from bench.core import peers_venv, procs
 from bench.core.machine import package_version
+from bench.core.postgres import postgres_unreachable, shown
 from bench.core.system import ROOT
 from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
 from bench.sql import db as sql_db
 from bench.sql.db import PostgresDatabase
 from bench.sql.systems import POSTGRESQL, SQLITE, SqlSystem, systems
-from bench.tracking.db import postgres_unreachable, shown
 
 
 @dataclass

@@ -3,7 +3,7 @@
 AsyncTask's SQL broker on SQLite and on PostgreSQL (from the project's venv; untracked jobs,
 and optionally one tracked task's jobs), Huey's ``SqliteHuey`` (SQLite; with its defaults,
 and with AsyncTask's durability setting) and procrastinate (PostgreSQL), both from the peers'
-venv (``bench/peers_venv.py``). Every system's job is a no-op that appends one byte to the
+venv (``bench/core/peers_venv.py``). Every system's job is a no-op that appends one byte to the
 ``BENCH_MARKER`` file; every worker process gets the same number of concurrent job slots,
 threads or (procrastinate) asyncio tasks.
 """
@@ -97,12 +97,12 @@ def _asynctask(backend: str, tracked: bool) -> SqlSystem:
     if tracked:
         enqueue = (
             "enqueue: one task, `Tracking(client).create_task(TrackedNoopJob, range(N), chunk_size=1)` "
-            "(N jobs, each given its one-item chunk) from `python -m bench.enqueue_py URL task N 1000`"
+            "(N jobs, each given its one-item chunk) from `python -m bench.core.enqueue URL task N 1000`"
         )
     else:
         enqueue = (
             f"enqueue: `NoopJob.perform_bulk(args, batch_size={BATCH})` from `python -m "
-            "bench.enqueue_py URL bulk N 1000` (`Settings(broker_url=URL, tracking=False)`)"
+            "bench.core.enqueue URL bulk N 1000` (`Settings(broker_url=URL, tracking=False)`)"
         )
     return SqlSystem(
         name="AsyncTask, tracked task" if tracked else "AsyncTask",

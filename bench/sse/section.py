@@ -44,13 +44,14 @@ from bench.api.server import WORKERS, ApiServer, RssSampler
 from bench.core import procs
 from bench.core.fmt import percentile
 from bench.core.machine import package_version
+from bench.core.postgres import postgres_unreachable
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, clean_env
 from bench.core.timing import POLL, STOP_GRACE
 from bench.core.tracked_jobs import tracked_noop_job
 from bench.sse.client import TOKEN_ENV
 from bench.tracking import drain as tracking_drain
-from bench.tracking.db import PostgresDatabase, postgres_unreachable
+from bench.tracking.db import PostgresDatabase
 from webapi.config import ApiConfig
 
 CLIENTS = 100

@@ -3,7 +3,8 @@
 The bench never touches data it did not create: on PostgreSQL it creates its own database
 ``asynctask_bench_<random>`` (from a connection to ``--pg-url``, default the ``test``
 database), empties only that database's tables between runs, and drops it on exit.
-Tables come from the models (``Base.metadata.create_all``), as the brief allows.
+Tables come from the models (``Base.metadata.create_all``): the bench measures tracking, not
+the migrations.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask.tracking.database import create_database_engine, normalize_url
 from asynctask.tracking.models import Base
 
-DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 #: Children first, so that TRUNCATE needs no CASCADE into tables we did not name.
 TABLES = "asynctask_event_message, asynctask_event, asynctask_task"
 
@@ -117,24 +115,3 @@ class PostgresDatabase:
                 return str(connection.exec_driver_sql("SHOW server_version").scalar())
         finally:
             engine.dispose()
-
-
-def postgres_unreachable(admin_url: str) -> str | None:
-    """Why PostgreSQL at ``admin_url`` cannot be used, or None if it can."""
-    try:
-        engine = create_engine(normalize_url(admin_url), connect_args={"connect_timeout": 5})
-    except (SQLAlchemyError, ValueError) as exc:
-        return f"bad --pg-url: {exc}"
-    try:
-        with engine.connect() as connection:
-            connection.exec_driver_sql("SELECT 1")
-    except SQLAlchemyError as exc:
-        return " ".join(str(getattr(exc, "orig", exc)).split())[:300]
-    finally:
-        engine.dispose()
-    return None
-
-
-def shown(url: str) -> str:
-    """A URL fit for the report (password hidden)."""
-    return make_url(url).render_as_string(hide_password=True)

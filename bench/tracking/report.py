@@ -18,7 +18,7 @@ from bench.core.fmt import fixed, rate, ratio, section_tail, spread
 from bench.tracking.drain import DrainRun
 from bench.tracking.section import TrackingResults
 
-#: The brief's targets.
+#: Tracking's targets: cost of tracking to a drain, create_task and get_task times.
 TARGET_RATIO = 0.70
 TARGET_CREATE_S = {"postgresql": 3.0, "sqlite": 5.0}
 TARGET_CREATE_ITEMS = 100_000
@@ -236,7 +236,7 @@ METHOD = """\
   of the task and all events, COMMIT), *push* = the one MULTI/EXEC of all jobs (JSON
   encoding included), *finish* = the state update to ready and the final get_task.
 - **get_task**: the big task is built by INSERT ... SELECT generate_series
-  (`bench/tracking_data.py`), then `Tracking.get_task(id)` is called from 1 and from 8
+  (`bench/tracking/data.py`), then `Tracking.get_task(id)` is called from 1 and from 8
   threads of the bench process, each thread on its own pooled connection (pool size
   threads + 2), after 20 warm-up calls per thread; every call is timed. The library's
   engine settings are kept (`pool_pre_ping`). The 8-thread figures share the bench

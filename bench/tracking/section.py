@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.machine import package_version
+from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
 from bench.tracking import data as tracking_data
 from bench.tracking import read as tracking_read
 from bench.tracking.create import CreateRun, create
-from bench.tracking.db import Database, PostgresDatabase, SqliteFiles, postgres_unreachable, shown
+from bench.tracking.db import Database, PostgresDatabase, SqliteFiles
 from bench.tracking.drain import DrainRun, drain
 
 
