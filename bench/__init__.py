@@ -1,9 +1,8 @@
-"""Side-by-side benchmark of AsyncTask and Ruby Sidekiq 6.4 on a private Redis, of task
-tracking (tracking on vs off, create_task, get_task; ``bench/tracking_bench.py``), of the HTTP
-API (``bench/api_bench.py``), and of the SQL broker against Huey's SqliteHuey and
-procrastinate (``bench/sql_bench.py``).
+"""Benchmarks of AsyncTask: side by side with Ruby Sidekiq 6.4 and the Python peers on a private
+Redis, and of task tracking, the HTTP API and the SQL broker (next to Huey and procrastinate).
 
-Run it from the repository root: ``python -m bench`` (full) or ``python -m bench --quick``
-(smoke). See ``bench/__main__.py`` for the options and ``bench/results/RESULTS.md`` for the
-last full run.
+One package per section (runtime, latency, memory, ceiling, tracking, api, sse, sql) and a
+shared core (``bench/core``). Run it from the repository root: ``python -m bench`` (full) or
+``python -m bench --quick`` (smoke). ``bench/README.md`` tells how, and holds the figures;
+``bench/results/RESULTS.md`` is the last full run.
 """

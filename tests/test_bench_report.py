@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bench import report
-from bench.runner import EnqueueRun, ProcessRun
+from bench.core import document
+from bench.runtime import report
+from bench.runtime.runner import EnqueueRun, ProcessRun
 
 
 def drain(system: str, rate: float, cpu_per_job: float = 1e-4, processes: int = 1) -> ProcessRun:
@@ -53,12 +54,12 @@ def test_configurations_are_told_apart_by_process_count() -> None:
 
 
 def test_a_first_section_goes_right_after_the_machine_list() -> None:
-    document = (
+    original = (
         "# Title\n\nRaw data: `a.json` beside this file.\n\n"
         "## Machine and versions\n\n- x: 1\n\n## Other\n\ntext\n"
     )
-    updated = report.with_section(document, "Targets", "## Targets\n\nmet\n", "", first=True)
+    updated = document.with_section(original, "Targets", "## Targets\n\nmet\n", first=True)
     assert updated.index("## Machine") < updated.index("## Targets") < updated.index("## Other")
     assert "Raw data: `a.json` beside this file." in updated
-    again = report.with_section(updated, "Targets", "## Targets\n\nmissed\n", "", first=True)
+    again = document.with_section(updated, "Targets", "## Targets\n\nmissed\n", first=True)
     assert again.count("## Targets") == 1 and "missed" in again

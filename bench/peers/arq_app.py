@@ -1,13 +1,13 @@
 """arq side of the redis section: ``python bench/peers/arq_app.py C`` runs one arq worker, ``max_jobs=C``.
 
-Runs in arq's own virtualenv only (``bench/redis_peers.py``). The worker is what ``arq
+Runs in arq's own virtualenv only (``bench/runtime/redis_peers.py``). The worker is what ``arq
 arq_app.WorkerSettings`` starts (``run_worker``, arq's own entry point), with two differences
 the CLI cannot express: ``max_jobs`` comes from the command line, and arq's default log
 configuration is set to WARNING instead of INFO, at which arq logs two lines per job.
 
 The two functions are coroutines, arq's only kind. The no-op appends one byte to the O_APPEND
 file named by ``BENCH_MARKER`` (workers only), the latency job one 16-byte record (ms from
-enqueue to start), exactly like AsyncTask's ``bench/noop_jobs.py``.
+enqueue to start), exactly like AsyncTask's ``bench/core/noop_jobs.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Runs in the peers' virtualenv only; the worker loads it as ``-A celery_app``. The no-op
 appends one byte to the O_APPEND file named by ``BENCH_MARKER`` (workers only), the latency
 task one 16-byte record (ms from enqueue to start), exactly like AsyncTask's
-``bench/noop_jobs.py``, so all systems are timed the same way.
+``bench/core/noop_jobs.py``, so all systems are timed the same way.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Runs in the peers' virtualenv only; the worker loads it as ``dramatiq dramatiq_app``. The no-op
 appends one byte to the O_APPEND file named by ``BENCH_MARKER`` (workers only), the latency
 actor one 16-byte record (ms from enqueue to start), exactly like AsyncTask's
-``bench/noop_jobs.py``.
+``bench/core/noop_jobs.py``.
 """
 
 from __future__ import annotations

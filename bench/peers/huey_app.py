@@ -2,7 +2,7 @@
 
 Runs in the peers' virtualenv only. The consumer loads it as ``huey_app.huey``; the task
 appends one byte to the O_APPEND file named by ``BENCH_MARKER`` (workers only), exactly like
-AsyncTask's ``bench/noop_jobs.py``, so all systems are timed the same way.
+AsyncTask's ``bench/core/noop_jobs.py``, so all systems are timed the same way.
 
 ``BENCH_HUEY_SYNCHRONOUS=NORMAL`` gives Huey the durability AsyncTask's SQLite connections
 have (WAL with ``synchronous=NORMAL``: no fsync per commit); Huey's own default leaves

@@ -3,7 +3,7 @@ and ``rq_jobs.latency``.
 
 Runs in the peers' virtualenv only. The no-op appends one byte to the O_APPEND file named by
 ``BENCH_MARKER`` (workers only), the latency job one 16-byte record (ms from enqueue to
-start), exactly like AsyncTask's ``bench/noop_jobs.py``. RQ's default worker imports this
+start), exactly like AsyncTask's ``bench/core/noop_jobs.py``. RQ's default worker imports this
 module in each job's forked work horse (its parent never runs a job), so there the file is
 opened once per job: part of what that worker costs.
 """

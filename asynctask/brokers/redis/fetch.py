@@ -132,7 +132,7 @@ class ReliableFetch(Fetcher):
         tracking needs as of the claim, comes in the same round trip (a GET pipelined after
         the BLMOVE, which Redis runs once the BLMOVE returns), and is not read at all when
         tracking is off. A second round trip here delayed an idle worker's jobs by 0.1 ms at
-        the median, and by up to 1 ms at p90 on a loaded machine (bench/latency.py).
+        the median, and by up to 1 ms at p90 on a loaded machine (bench/latency/section.py).
         """
         with self._blocking_lock:
             if self._interrupted:

@@ -1,0 +1,343 @@
+"""``python -m bench [--quick] [--sections ...] ...``: run the benchmark, print and save tables.
+
+Order of work, so that noise hits every configuration alike (each section is a package of
+``bench/``):
+
+1. runtime: for each repetition, every (worker processes, system) drain of N no-op jobs in
+   turn (each starts with the system's bulk enqueue; AsyncTask, Ruby Sidekiq and the Python
+   peers of ``bench/runtime/redis_peers.py``, installed by the bench into
+   ``bench/.peers-venv``), then every system's one-call-per-job enqueue pass; then one
+   Redis-command-count pass per system;
+2. latency: enqueue-to-start latency at a steady rate, every system in turn, per repetition;
+3. memory: one worker per system, RSS idle and while it runs 100,000 jobs;
+4. ceiling: ``redis-benchmark`` of the commands on AsyncTask's hot path;
+5. tracking: tracking on vs off, create_task, get_task;
+6. api: ``GET /api/tasks/<id>`` under wrk load, bulk POSTs (needs wrk);
+7. sse: one task's event stream fanned out to many clients;
+8. sql: AsyncTask's SQL broker on SQLite and PostgreSQL next to Huey and procrastinate;
+9. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
+
+``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
+RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
+which run each section comes from). The Targets section compares with what ran in this run.
+
+The private redis-server and all workers are killed on any exit path (error, Ctrl-C, TERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from bench.api import section as api
+from bench.api import server as api_server
+from bench.ceiling import section as ceiling
+from bench.core import document, machine, plots, postgres, procs, sections, targets
+from bench.core.redis_server import RedisServer
+from bench.core.system import ROOT
+from bench.latency import section as latency
+from bench.memory import section as memory
+from bench.runtime import section as runtime
+from bench.runtime import systems
+from bench.sql import section as sql
+from bench.sse import section as sse
+from bench.tracking import section as tracking
+
+SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run (CI): small N, 1 rep, fewer runs")
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated, of: {', '.join(SECTIONS)} (default all)",
+    )
+    parser.add_argument("--reps", type=int, help="repetitions (default 3; --quick: 1)")
+    parser.add_argument(
+        "--out", type=Path, help="results directory (default bench/results; --quick: .../quick)"
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=postgres.DEFAULT_PG_URL,
+        help="PostgreSQL to create the bench's own databases from (default %(default)s)",
+    )
+    runtime_options = parser.add_argument_group("runtime, latency and memory sections")
+    runtime_options.add_argument(
+        "--systems",
+        default=",".join(systems.NAMES),
+        help="comma-separated systems to compare (default all: %(default)s)",
+    )
+    runtime_options.add_argument("--jobs", type=int, help="jobs per drain (default 20000; --quick: 100)")
+    runtime_options.add_argument(
+        "--processes", help="comma-separated worker process counts (default 1,2,4; --quick: 1)"
+    )
+    runtime_options.add_argument(
+        "--concurrency", default="10", help="comma-separated job slots per worker process (default 10)"
+    )
+    runtime_options.add_argument(
+        "--single-jobs",
+        type=int,
+        help="jobs per one-call-per-job enqueue pass (default 5000; --quick: 0, none)",
+    )
+    runtime_options.add_argument(
+        "--cmd-jobs", type=int, help="jobs in the command-count pass (default 3000; --quick: 0, none)"
+    )
+    runtime_options.add_argument(
+        "--latency-jobs",
+        type=int,
+        help="jobs per latency run (default 10000; --quick: 200, AsyncTask and Sidekiq only)",
+    )
+    runtime_options.add_argument(
+        "--latency-rate", type=float, default=1000.0, help="jobs/s of the latency runs"
+    )
+    runtime_options.add_argument(
+        "--memory-jobs", type=int, help="jobs per memory run (default 100000; --quick: 1000, AsyncTask only)"
+    )
+    runtime_options.add_argument(
+        "--ceiling-requests", type=int, help="redis-benchmark requests per command (default 200000)"
+    )
+    tracking_options = parser.add_argument_group("tracking section")
+    tracking_options.add_argument(
+        "--tracking-jobs", type=int, help="jobs per tracking on/off drain (default 20000; --quick: 1000)"
+    )
+    tracking_options.add_argument(
+        "--create-items", type=int, help="items of the create_task pass (default 100000; --quick: 5000)"
+    )
+    tracking_options.add_argument(
+        "--events", type=int, help="events of the get_task task (default 1000000; --quick: 20000)"
+    )
+    tracking_options.add_argument(
+        "--get-task-calls", type=int, help="get_task calls per thread count (default 4000; --quick: 200)"
+    )
+    api_options = parser.add_argument_group("api and sse sections")
+    api_options.add_argument(
+        "--api-events", type=int, help="events of the GET task (default 1000000; --quick: 20000)"
+    )
+    api_options.add_argument(
+        "--api-items", type=int, help="items of each POST, JSON and CSV (default 100000; --quick: 2000)"
+    )
+    api_options.add_argument(
+        "--api-connections", help="comma-separated wrk connection counts (default 1,4,8,16; --quick: 4)"
+    )
+    api_options.add_argument(
+        "--api-duration", type=int, help="seconds of each wrk run (default 10; --quick: 1)"
+    )
+    api_options.add_argument("--sse-clients", type=int, help="SSE clients (default 100; --quick: 10)")
+    api_options.add_argument(
+        "--sse-jobs", type=int, help="jobs of the streamed task (default 2000; --quick: 200)"
+    )
+    sql_options = parser.add_argument_group("sql section (also uses --reps and --pg-url)")
+    sql_options.add_argument("--sql-jobs", type=int, help="jobs per drain (default 20000; --quick: 100)")
+    sql_options.add_argument(
+        "--sql-concurrency", type=int, default=10, help="job slots per worker process (default 10)"
+    )
+    sql_options.add_argument(
+        "--sql-processes", help="comma-separated worker process counts (default 1,2; --quick: 1)"
+    )
+    sql_options.add_argument(
+        "--sql-backends", default="sqlite,postgresql", help="comma-separated (default sqlite,postgresql)"
+    )
+    sql_options.add_argument(
+        "--sql-untracked-only",
+        action="store_true",
+        help="leave out the AsyncTask rows with a tracked task, tracking on (--quick always does)",
+    )
+    return parser
+
+
+def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    # TERM and HUP unwind like Ctrl-C, so the finally blocks stop Redis and the workers. INT
+    # is set too: a shell starting us in the background would otherwise leave it ignored.
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """Every section's settings, from the options and the --quick defaults."""
+    quick = bool(args.quick)
+
+    def pick(value: Any, full: Any, small: Any) -> Any:
+        return value if value is not None else (small if quick else full)
+
+    reps = pick(args.reps, 3, 1)
+    pg_url = postgres.shown(args.pg_url)
+    nproc = os.cpu_count()
+    return {
+        "runtime": {
+            "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
+            "quick": quick,
+            "reps": reps,
+            "jobs": pick(args.jobs, 20_000, 100),
+            # 0: no such pass (--quick): its table is then left out.
+            "single_jobs": pick(args.single_jobs, 5000, 0),
+            "commands_jobs": pick(args.cmd_jobs, 3000, 0),
+            "commands_concurrency": 10,
+            "concurrency": _ints(args.concurrency),
+            "processes": _ints(pick(args.processes, "1,2,4", "1")),
+            "nproc": nproc,
+        },
+        "latency": {
+            "quick": quick,
+            "reps": reps,
+            "jobs": pick(args.latency_jobs, 10_000, 200),
+            "rate": args.latency_rate,
+            "concurrency": 10,
+            "systems": ["AsyncTask", "Sidekiq"] if quick else None,
+        },
+        "memory": {
+            "quick": quick,
+            "jobs": pick(args.memory_jobs, 100_000, 1000),
+            "concurrency": 10,
+            "idle_s": 1.0 if quick else memory.IDLE_S,
+            # A smoke run checks the measurement, not every system's memory.
+            "systems": ["AsyncTask"] if quick else None,
+        },
+        "ceiling": {"requests": pick(args.ceiling_requests, 200_000, 20_000), "clients": 10},
+        "tracking": {
+            "quick": quick,
+            "tracking_jobs": pick(args.tracking_jobs, 20_000, 1000),
+            "tracking_reps": reps,
+            "tracking_concurrency": 10,
+            "create_items": pick(args.create_items, 100_000, 5000),
+            "create_reps": reps,
+            "events": pick(args.events, 1_000_000, 20_000),
+            "get_task_calls": pick(args.get_task_calls, 4000, 200),
+            "get_task_threads": [1, 8],
+            "pg_url": pg_url,
+        },
+        "api": {
+            "quick": quick,
+            "events": pick(args.api_events, 1_000_000, 20_000),
+            "items": pick(args.api_items, 100_000, 2000),
+            "connections": _ints(pick(args.api_connections, "1,4,8,16", "4")),
+            "duration_s": pick(args.api_duration, 10, 1),
+            "warmup_s": 1 if quick else api.WARMUP_S,
+            "reps": reps,
+            "post_reps": reps,
+            "workers": api_server.WORKERS,
+            "threads": api_server.THREADS,
+            "nproc": nproc,
+            "pg_url": pg_url,
+        },
+        "sse": {
+            "quick": quick,
+            "clients": pick(args.sse_clients, 100, 10),
+            "jobs": pick(args.sse_jobs, 2000, 200),
+            "pg_url": pg_url,
+        },
+        "sql": {
+            "quick": quick,
+            "jobs": pick(args.sql_jobs, 20_000, 500),
+            "reps": reps,
+            "concurrency": args.sql_concurrency,
+            "processes": _ints(pick(args.sql_processes, "1,2", "1")),
+            "backends": [b.strip() for b in args.sql_backends.split(",") if b.strip()],
+            "tracked": not (quick or args.sql_untracked_only),
+            "pg_url": pg_url,
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    chosen = {name.strip() for name in args.sections.split(",") if name.strip()}
+    if not chosen or not chosen <= set(SECTIONS):
+        raise SystemExit(f"--sections takes {', '.join(SECTIONS)}, not {args.sections!r}")
+    settings = _settings(args, argv)
+    settings["runtime"]["sections"] = [name for name in SECTIONS if name in chosen]
+    if {"api", "sse"} & chosen and (missing := api.wrk_missing()) is not None:
+        raise SystemExit(f"python -m bench: {missing}")
+    backends = settings["sql"]["backends"]
+    if not backends or not set(backends) <= {"sqlite", "postgresql"}:
+        raise SystemExit(f"--sql-backends takes sqlite and/or postgresql, not {args.sql_backends!r}")
+    if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
+        raise SystemExit(f"python -m bench: {missing}")
+    out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupt)
+    load_at_start = machine.load_average()
+    workdir = Path(tempfile.mkdtemp(prefix="asynctask-bench-"))
+    run = sections.Run(settings)
+    try:
+        if {"runtime", "latency", "memory"} & chosen:
+            wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
+            run.systems, run.runtime.skipped = systems.available(wanted)
+            run.runtime.configs = {system.name: system.describe() for system in run.systems}
+        with RedisServer(workdir) as server:
+            _run_sections(run, chosen, server, workdir, args.pg_url)
+            run.machine = machine.describe(server, run.systems, load_at_start)
+            for versions in run.versions():
+                run.machine.update(versions)
+    except KeyboardInterrupt:
+        print("\ninterrupted: workers and redis-server stopped, nothing written", file=sys.stderr)
+        return 130
+    finally:
+        procs.kill_all()
+        if run.errors():
+            print(f"worker logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(run.tables())
+    _write(run, out_dir)
+    print(f"wrote RESULTS.md, raw data and plots to {out_dir}", file=sys.stderr)
+    return 1 if run.errors() else 0
+
+
+def _run_sections(
+    run: sections.Run, chosen: set[str], server: RedisServer, workdir: Path, pg_url: str
+) -> None:
+    for name in SECTIONS:
+        if name in chosen:
+            started = time.monotonic()
+            _run_section(name, run, server, workdir, pg_url)
+            run.seconds[name] = time.monotonic() - started
+            print(f"== section {name}: {run.seconds[name]:.0f} s", file=sys.stderr)
+
+
+def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Path, pg_url: str) -> None:
+    s = run.settings
+    if name == "runtime":
+        runtime.run(run.runtime, run.systems, server, workdir)
+    elif name == "latency":
+        run.latency = latency.run(s["latency"], run.systems, server, workdir)
+    elif name == "memory":
+        run.memory = memory.run(s["memory"], run.systems, server, workdir)
+    elif name == "ceiling":
+        run.ceiling = ceiling.measure(server, s["ceiling"]["requests"], s["ceiling"]["clients"])
+    elif name == "tracking":
+        run.tracking = tracking.run(s["tracking"], pg_url, server, workdir)
+    elif name == "api":
+        run.api = api.run(s["api"], pg_url, server, workdir)
+    elif name == "sse":
+        run.sse = sse.run(s["sse"], pg_url, server, workdir)
+    elif name == "sql":
+        run.sql = sql.run(s["sql"], pg_url, workdir)
+
+
+def _write(run: sections.Run, out_dir: Path) -> None:
+    results_md = out_dir / "RESULTS.md"
+    # A run of every section replaces the report; a partial one keeps the other sections.
+    partial = set(run.settings["runtime"]["sections"]) != set(SECTIONS)
+    previous = results_md.read_text(encoding="utf-8") if partial and results_md.exists() else None
+    sections.write(run, out_dir)
+    if previous is not None:
+        fresh = results_md.read_text(encoding="utf-8")
+        results_md.write_text(document.keep_earlier(previous, fresh), encoding="utf-8")
+    targets.write(run, out_dir)
+    plots.write(out_dir)

@@ -1,0 +1,49 @@
+"""Figures shared by the report's sections: ``median (min-max)``, percentiles, number formats."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+
+
+def spread(values: Iterable[float], fmt: Callable[[float], str]) -> str:
+    """``median (min-max)``, or just the value for one sample, or a dash for none."""
+    data = sorted(values)
+    if not data:
+        return "-"
+    if len(data) == 1:
+        return fmt(data[0])
+    return f"{fmt(statistics.median(data))} ({fmt(data[0])}-{fmt(data[-1])})"
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile (the sample itself, never an interpolation); 0 for no sample."""
+    if not values:
+        return 0.0
+    data = sorted(values)
+    return data[max(0, min(len(data), math.ceil(pct / 100 * len(data))) - 1)]
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f}".replace(",", " ")
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def fixed(digits: int) -> Callable[[float], str]:
+    return lambda value: f"{value:.{digits}f}"
+
+
+def section_tail(databases: dict[str, str], errors: list[str], seconds: dict[str, float]) -> list[str]:
+    """The closing lines of a report section: databases skipped, errors, the section's run time."""
+    lines: list[str] = []
+    skipped = [f"- {kind}: {where}" for kind, where in databases.items() if where.startswith("skipped")]
+    if skipped:
+        lines += ["", "Skipped:", "", *skipped]
+    if errors:
+        lines += ["", "Errors:", "", *(f"- {e}" for e in errors)]
+    timing = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+    return [*lines, "", f"Section run time: {timing}."]

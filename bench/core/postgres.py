@@ -1,0 +1,32 @@
+"""The PostgreSQL server the bench creates its own databases from (``--pg-url``)."""
+
+from __future__ import annotations
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from asynctask.tracking.database import normalize_url
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def postgres_unreachable(admin_url: str) -> str | None:
+    """Why PostgreSQL at ``admin_url`` cannot be used, or None if it can."""
+    try:
+        engine = create_engine(normalize_url(admin_url), connect_args={"connect_timeout": 5})
+    except (SQLAlchemyError, ValueError) as exc:
+        return f"bad --pg-url: {exc}"
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+    except SQLAlchemyError as exc:
+        return " ".join(str(getattr(exc, "orig", exc)).split())[:300]
+    finally:
+        engine.dispose()
+    return None
+
+
+def shown(url: str) -> str:
+    """A URL fit for the report (password hidden)."""
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,77 @@
+"""What the runner needs to know about a job system: how to enqueue, how to start a worker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+#: The repository root: workers and enqueuers run from here, as a developer would run them.
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Variables that would point a child at another Redis or change its settings behind our back.
+_SCRUBBED_PREFIXES = ("ASYNCTASK_", "SIDEKIQ_", "BENCH_")
+_SCRUBBED = ("REDIS_URL", "REDIS_PROVIDER", "RUBYOPT", "PYTHONPATH", "PYTHONSTARTUP")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without Redis or job-system settings, plus ``extra``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in _SCRUBBED and not key.startswith(_SCRUBBED_PREFIXES)
+    }
+    env.update(extra)
+    return env
+
+
+def sidekiq_queued(conn: redis.Redis) -> int:
+    """Jobs waiting in Sidekiq's (and AsyncTask's) ``queue:default`` list."""
+    return int(conn.llen("queue:default"))
+
+
+@dataclass(frozen=True)
+class System:
+    """One job system under test, on the bench's Redis.
+
+    ``enqueue_argv(url, mode, jobs, batch)`` is a command printing ``{"jobs", "seconds"}``;
+    mode "bulk" enqueues no-op jobs with the system's own bulk call (``batch`` per call,
+    or one by one where it has none), "single" one call per job.
+    ``latency_argv(url, jobs, rate)`` enqueues ``jobs`` latency jobs, paced at ``rate`` per
+    second, each carrying its enqueue time (``time.time()``); it prints ``{"jobs", "seconds"}``.
+    ``worker_argv(concurrency)`` starts one worker process on the system's default queue with
+    both jobs loaded; ``env(url, marker)`` is the environment of all three.
+
+    Every no-op job appends one byte to the ``BENCH_MARKER`` file; every latency job appends
+    one 16-byte record, ``b"%15.6f\n" % ((time.time() - sent) * 1000)`` (milliseconds).
+    """
+
+    name: str
+    enqueue_argv: Callable[[str, str, int, int], list[str]]
+    worker_argv: Callable[[int], list[str]]
+    env: Callable[[str, Path | None], dict[str, str]]
+    #: Human-readable configuration, written to RESULTS.md.
+    describe: Callable[[], list[str]]
+    latency_argv: Callable[[str, int, float], list[str]] | None = None
+    #: Versions of what runs (interpreter, the system, its Redis client), for RESULTS.md.
+    versions: Callable[[], dict[str, str]] = dict
+    #: Jobs waiting in the system's queue: N after the enqueue, 0 after the drain.
+    queued: Callable[[redis.Redis], int] = sidekiq_queued
+    #: Whether the system counts processed jobs in Sidekiq's ``stat:processed``.
+    processed_stat: bool = False
+    #: Key prefix of AsyncTask's in-flight lists, checked to be empty after a run ("" if none).
+    inflight_pattern: str = ""
+    #: At most this many jobs per drain (0: no cap), for systems so slow that the common N
+    #: would take minutes; RESULTS.md shows each system's N.
+    max_jobs: int = 0
+
+    def jobs(self, wanted: int) -> int:
+        return min(wanted, self.max_jobs) if self.max_jobs else wanted
+
+
+def only(systems: list[System], names: list[str] | None) -> list[System]:
+    """The ``systems`` named in ``names``, or all of them when ``names`` is None."""
+    return systems if names is None else [system for system in systems if system.name in names]

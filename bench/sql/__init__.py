@@ -1,0 +1,1 @@
+"""The sql section: AsyncTask's SQL broker next to Huey and procrastinate."""

@@ -1,0 +1,1 @@
+"""The sse section: one task's event stream fanned out to many clients."""
