@@ -5,7 +5,6 @@ __version__ = "0.1.0"
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from asynctask.client import Client, configure, default_client
 from asynctask.context import JobContext, current_job
 from asynctask.errors import (
     AsyncTaskError,
@@ -26,21 +25,27 @@ from asynctask.tracking.views import EventView, MessageView, Page, TaskView
 
 #: Names imported on first use, with their module: they need SQLAlchemy (the tracking
 #: database), which a client or a Redis worker with tracking off never loads otherwise.
+# Loaded on first use: the client brings the Redis client library, tracking SQLAlchemy, and
+# a process that needs neither (the worker supervisor, the CLI's help) stays small.
 _LAZY = {
-    name: "asynctask.tracking.service"
-    for name in (
-        "Tracking",
-        "cancel_task",
-        "create_task",
-        "default_tracking",
-        "get_task",
-        "list_events",
-        "list_tasks",
-        "retry_task",
-    )
+    **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
+    **{
+        name: "asynctask.tracking.service"
+        for name in (
+            "Tracking",
+            "cancel_task",
+            "create_task",
+            "default_tracking",
+            "get_task",
+            "list_events",
+            "list_tasks",
+            "retry_task",
+        )
+    },
 }
 
 if TYPE_CHECKING:
+    from asynctask.client import Client, configure, default_client
     from asynctask.tracking.service import (
         Tracking,
         cancel_task,

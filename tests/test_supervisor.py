@@ -216,3 +216,14 @@ def test_recycling_bounds_come_from_the_environment_and_must_not_be_negative() -
     assert (settings.max_jobs, settings.max_memory_mb) == (500, 300)
     with pytest.raises(ValueError, match="must not be negative"):
         Settings.from_env(env, max_jobs=-1)
+
+
+def test_the_supervisor_loads_none_of_the_runtime_it_supervises() -> None:
+    # It lives as long as the worker: every library it imported would be paid for twice.
+    probe = (
+        "import sys, asynctask.cli, asynctask.worker.supervisor\n"
+        "print(sorted(m for m in ('redis', 'sqlalchemy', 'flask', 'asynctask.brokers',"
+        " 'asynctask.worker.launcher') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"

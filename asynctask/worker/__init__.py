@@ -1,5 +1,22 @@
-"""The worker runtime: launcher -> manager -> processors, with the poller and the heartbeat."""
+"""The worker runtime: launcher -> manager -> processors, with the poller and the heartbeat.
 
-from asynctask.worker.launcher import Worker
+``Worker`` is imported on first use: the supervisor of ``asynctask worker`` lives in this
+package and must not load the runtime it supervises.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from asynctask.worker.launcher import Worker
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name != "Worker":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from asynctask.worker.launcher import Worker
+
+        globals()["Worker"] = Worker
+        return Worker
+
 
 __all__ = ["Worker"]

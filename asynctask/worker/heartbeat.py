@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,20 +22,10 @@ from dataclasses import dataclass
 from asynctask import __version__
 from asynctask.brokers import Beat, Broker
 from asynctask.settings import Settings
+from asynctask.worker.contract import IDENTITY_ENV, new_identity
 from asynctask.worker.stats import Stats
 
 logger = logging.getLogger("asynctask.heartbeat")
-
-
-#: Set by the ``asynctask worker`` supervisor in its worker child's environment: the identity
-#: the child runs under (see ``asynctask.worker.supervisor``).
-IDENTITY_ENV = "ASYNCTASK_WORKER_IDENTITY"
-
-
-def new_identity(pid: int) -> str:
-    """A process identity as Sidekiq writes it: ``hostname:pid:random``."""
-    hostname = os.environ.get("DYNO") or socket.gethostname()
-    return f"{hostname}:{pid}:{os.urandom(6).hex()}"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from asynctask.registry import Registry
 from asynctask.settings import Settings
 from asynctask.supervision import Activity, backoff
 from asynctask.tracking.tracker import Tracker
+from asynctask.worker.contract import UNWIND_TIMEOUT
 from asynctask.worker.processor import Processor
 from asynctask.worker.retry import Retrier
 from asynctask.worker.stats import Stats
@@ -35,8 +36,6 @@ logger = logging.getLogger("asynctask.manager")
 
 #: Seconds between checks while waiting for busy processors to finish.
 PAUSE = 0.1
-#: Seconds given to interrupted threads to unwind after a hard shutdown.
-UNWIND_TIMEOUT = 3.0
 #: Seconds without a processor death after which the pause before a replacement starts over.
 DEATHS_FORGOTTEN_AFTER = 60.0
 

@@ -16,13 +16,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from asynctask.worker.contract import RECYCLE_EXIT
 from asynctask.worker.heartbeat import rss_kb
 from asynctask.worker.launcher import Worker
 
 logger = logging.getLogger("asynctask.worker")
-
-#: The exit code of a worker process that stopped to be replaced (EX_TEMPFAIL).
-RECYCLE_EXIT = 75
 
 
 class Recycler:

@@ -38,9 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from asynctask.settings import Settings
-from asynctask.worker.heartbeat import IDENTITY_ENV, new_identity
-from asynctask.worker.manager import UNWIND_TIMEOUT
-from asynctask.worker.recycle import RECYCLE_EXIT
+from asynctask.worker.contract import IDENTITY_ENV, RECYCLE_EXIT, UNWIND_TIMEOUT, new_identity
 
 logger = logging.getLogger("asynctask.supervisor")
 
