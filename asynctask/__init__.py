@@ -30,7 +30,7 @@ from asynctask.tracking.views import EventView, MessageView, Page, TaskView
 _LAZY = {
     **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
     **{
-        name: "asynctask.tracking.service"
+        name: "asynctask.tasks.service"
         for name in (
             "Tracking",
             "cancel_task",
@@ -46,7 +46,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from asynctask.client import Client, configure, default_client
-    from asynctask.tracking.service import (
+    from asynctask.tasks.service import (
         Tracking,
         cancel_task,
         create_task,

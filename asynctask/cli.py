@@ -223,7 +223,7 @@ def _run_worker(args: argparse.Namespace) -> int:
 def _run_flusher(args: argparse.Namespace) -> int:
     import socket
 
-    from asynctask.tracking.flusher_process import run_flusher
+    from asynctask.brokers.redis.flusher_process import run_flusher
 
     settings = _settings(args, database_url=args.database_url)
     log.setup(settings.log_level, settings.log_format)
@@ -258,7 +258,7 @@ def _run_db(args: argparse.Namespace) -> int:
     from alembic.util import CommandError
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
-    from asynctask.tracking import migrate
+    from asynctask.db import migrate
 
     url, source, shown = _database_url(args)
     try:
@@ -328,7 +328,7 @@ def _run_tokens(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
     from asynctask import tokens
-    from asynctask.tracking.database import create_database_engine
+    from asynctask.db.engine import create_database_engine
     from asynctask.tracking.models import ApiToken
 
     url, source, shown = _database_url(args)

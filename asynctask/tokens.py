@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
-from asynctask.tracking.database import as_utc, writer
+from asynctask.db.engine import as_utc, writer
 from asynctask.tracking.models import ApiToken
 
 #: Every token starts with this, so that secret scanners (and people) can recognise one.

@@ -2,7 +2,7 @@
 broker's tables (``asynctask.brokers.sql.models``), which share one metadata.
 
 The database is the ``sqlalchemy.url`` our code puts on the Config (``asynctask db``,
-``asynctask.tracking.migrate``), else ``ASYNCTASK_DATABASE_URL`` (default ``sqlite:///asynctask.db``):
+``asynctask.db.migrate``), else ``ASYNCTASK_DATABASE_URL`` (default ``sqlite:///asynctask.db``):
 so ``alembic upgrade head`` in the repository root migrates the database the worker writes to.
 """
 
@@ -15,11 +15,12 @@ from alembic import context
 from sqlalchemy import Connection
 from sqlalchemy.pool import NullPool
 
-# Imported for its tables: they join Base.metadata, which autogenerate compares.
-import asynctask.brokers.sql.models  # noqa: F401
+# Imported for their tables: they join Base.metadata, which autogenerate compares.
+import asynctask.brokers.sql.models
+import asynctask.tracking.models  # noqa: F401
+from asynctask.db.base import Base
+from asynctask.db.engine import create_database_engine, normalize_url
 from asynctask.settings import Settings
-from asynctask.tracking.database import create_database_engine, normalize_url
-from asynctask.tracking.models import Base
 
 config = context.config
 if config.config_file_name is not None:

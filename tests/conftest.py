@@ -17,8 +17,8 @@ import redis
 from sqlalchemy.exc import OperationalError
 
 from asynctask import Client, Registry, Settings
+from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain
-from asynctask.tracking.database import create_database_engine
 from asynctask.worker import Worker
 
 pytest_plugins = ["tests.tracking_fixtures"]

@@ -16,7 +16,7 @@ import asynctask
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.sql import SqlBroker
 from asynctask.keys import Keys
-from asynctask.tracking import service
+from asynctask.tasks import service
 from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parent.parent

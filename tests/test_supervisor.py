@@ -21,10 +21,10 @@ from sqlalchemy import text
 from asynctask import Client, Settings
 from asynctask.api import ProcessSet, Queue
 from asynctask.api.context import close_shared
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
 from asynctask.keys import Keys
 from asynctask.middleware import Chain
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.migrate import upgrade
 from tests.brokers.conftest import read_runs, worker_env
 from tests.conftest import REDIS_URL, wait_until
 

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import Engine, inspect, select
 
 from asynctask import tokens
-from asynctask.tracking import migrate
-from asynctask.tracking.database import create_database_engine
+from asynctask.db import migrate
+from asynctask.db.engine import create_database_engine
 from asynctask.tracking.models import ApiToken
 
 

@@ -11,10 +11,12 @@ import pytest
 import redis
 from sqlalchemy import Engine
 
+# Imported for its tables: they join Base.metadata, which create_all creates.
+import asynctask.tracking.models  # noqa: F401
 from asynctask import Client, Registry, Settings, Tracking
+from asynctask.db.base import Base
+from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.models import Base
 from asynctask.worker import Worker
 from tests.conftest import wait_until
 

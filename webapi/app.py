@@ -13,10 +13,10 @@ from flask import Flask, request
 from sqlalchemy import Engine
 
 from asynctask.client import Client
+from asynctask.db.engine import autocommit, create_database_engine
 from asynctask.modules import load_module
+from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
-from asynctask.tracking.database import autocommit, create_database_engine
-from asynctask.tracking.service import Tracking
 from webapi import errors
 from webapi.auth import TokenVerifier, authenticate
 from webapi.blueprints.docs import docs

@@ -9,8 +9,8 @@ from flask import current_app, g
 from sqlalchemy import Connection, Engine
 
 from asynctask.client import Client
+from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
-from asynctask.tracking.service import Tracking
 from webapi.auth import TokenVerifier
 from webapi.config import ApiConfig
 from webapi.streamslots import StreamSlots

@@ -17,9 +17,9 @@ from asynctask.api.backend import ReadBackend
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.connection import connect
 from asynctask.client import default_client
+from asynctask.db.engine import create_database_engine
 from asynctask.keys import Keys
 from asynctask.settings import Settings
-from asynctask.tracking.database import create_database_engine
 
 _shared_lock = threading.Lock()
 _shared_redis: dict[str, Redis] = {}
@@ -45,8 +45,8 @@ class Context:
         """
         # Imported here: the readers import ``api.backend``, so importing them with this
         # module would make importing a reader first a circular import.
-        from asynctask.brokers.redis.reader import RedisReader
-        from asynctask.brokers.sql.reader import SqlReader
+        from asynctask.api.backends.redis import RedisReader
+        from asynctask.api.backends.sql import SqlReader
 
         if connection is None and settings is None:
             client = default_client()

@@ -15,7 +15,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from asynctask.tracking.database import create_database_engine
+from asynctask.db.engine import create_database_engine
 
 
 def script_location() -> Path:

@@ -32,10 +32,10 @@ from urllib.parse import quote
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import tokens
+from asynctask.db import migrate
+from asynctask.db.engine import create_database_engine
 from asynctask.demo import jobs
 from asynctask.demo.progress import ProgressLine, format_duration
-from asynctask.tracking import migrate
-from asynctask.tracking.database import create_database_engine
 
 #: The API's default limit on items per task.
 MAX_ITEMS = 200_000

@@ -7,7 +7,7 @@ execution inside the worker. Not calling ``call_next`` skips the job (it counts 
 exception escaping a server middleware is handled like one raised by the job: the job is
 retried or moved to the dead set, never lost.
 
-The default chains start with the tracking middleware (``asynctask.tracking.middleware``),
+The default chains start with the tracking middleware (``asynctask.middleware.tracking``),
 which does nothing for jobs that are not tracked.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from asynctask.middleware.chain import Chain
+from asynctask.middleware.tracking import TrackingClientMiddleware, TrackingServerMiddleware
 from asynctask.payload import JobDict
-from asynctask.tracking.middleware import TrackingClientMiddleware, TrackingServerMiddleware
 
 #: Used by every Client created without an explicit chain (and so by ``perform_async``).
 client_chain: Chain[JobDict] = Chain([TrackingClientMiddleware()])

@@ -34,10 +34,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
 from asynctask.client import Client
+from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFound, TaskStateError
 from asynctask.job import JobDefinition
 from asynctask.tracking import transitions
-from asynctask.tracking.database import writer
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import EventStatus, TaskState
 

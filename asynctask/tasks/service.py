@@ -13,10 +13,11 @@ from typing import Any
 from sqlalchemy import Engine
 
 from asynctask.client import Client, default_client
+from asynctask.db.engine import create_database_engine
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
-from asynctask.tracking import queries, tasks
-from asynctask.tracking.database import create_database_engine
+from asynctask.tasks import operations as tasks
+from asynctask.tracking import queries
 from asynctask.tracking.views import EventView, Page, TaskView
 
 

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
+from asynctask.db.engine import as_utc
 from asynctask.tracking import apply_postgres, apply_sqlite
-from asynctask.tracking.database import as_utc
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.status import EventStatus, TaskState
 from asynctask.tracking.transitions import LOG, PROGRESS, Transition

@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Select, and_, bindparam, or_, select, union_all
 
+from asynctask.db.engine import as_utc
 from asynctask.errors import TaskNotFound
 from asynctask.tracking.cache import FirstErrorsCache
-from asynctask.tracking.database import as_utc
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import TERMINAL, EventStatus, TaskState, TaskStatus
 from asynctask.tracking.views import EventView, MessageView, Page, TaskView

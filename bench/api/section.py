@@ -40,8 +40,8 @@ from typing import Any
 import psutil
 from sqlalchemy import Engine, text
 
+from asynctask.db.engine import create_database_engine, writer
 from asynctask.tokens import create_token
-from asynctask.tracking.database import create_database_engine, writer
 from bench.api.jobs import NAME, QUEUE, item
 from bench.api.server import CACHED, UNCACHED, VARIANTS, ApiServer, RssSampler
 from bench.core.machine import package_version

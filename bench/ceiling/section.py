@@ -50,10 +50,10 @@ from asynctask import Client, Settings
 from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.redis import RedisBroker
 from asynctask.keys import Keys
+from asynctask.tasks.operations import new_task_id
 from asynctask.tracking import transitions
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.status import EventStatus
-from asynctask.tracking.tasks import new_task_id
 from asynctask.worker.heartbeat import ProcessInfo
 from bench.core import document, fmt, noop_jobs, tracked_jobs
 from bench.core.redis_server import RedisServer

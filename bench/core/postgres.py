@@ -6,7 +6,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from asynctask.tracking.database import normalize_url
+from asynctask.db.engine import normalize_url
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

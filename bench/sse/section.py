@@ -37,8 +37,8 @@ from typing import Any
 import psutil
 
 from asynctask import Client, Settings, Tracking
+from asynctask.db.engine import create_database_engine
 from asynctask.tokens import create_token
-from asynctask.tracking.database import create_database_engine
 from bench.api.section import MIB, TENANT
 from bench.api.server import WORKERS, ApiServer, RssSampler
 from bench.core import procs

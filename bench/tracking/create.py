@@ -28,7 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import Client, Settings, Tracking
 from asynctask.brokers.base import Staging
-from asynctask.tracking.database import create_database_engine
+from asynctask.db.engine import create_database_engine
 from bench.core.redis_server import RedisServer
 from bench.core.tracked_jobs import tracked_noop_job
 

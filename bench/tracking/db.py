@@ -16,8 +16,10 @@ from typing import Protocol
 
 from sqlalchemy import Engine, create_engine
 
-from asynctask.tracking.database import create_database_engine, normalize_url
-from asynctask.tracking.models import Base
+# Imported for its tables: they join Base.metadata, which create_all creates.
+import asynctask.tracking.models  # noqa: F401
+from asynctask.db.base import Base
+from asynctask.db.engine import create_database_engine, normalize_url
 
 #: Children first, so that TRUNCATE needs no CASCADE into tables we did not name.
 TABLES = "asynctask_event_message, asynctask_event, asynctask_task"

@@ -25,7 +25,7 @@ from redis import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import Client, Settings, Tracking
-from asynctask.tracking.database import create_database_engine
+from asynctask.db.engine import create_database_engine
 from bench.core import procs
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, clean_env

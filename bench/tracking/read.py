@@ -28,7 +28,7 @@ from psycopg import sql
 from sqlalchemy import Connection, event
 
 from asynctask import Client, Settings, Tracking
-from asynctask.tracking.database import create_database_engine
+from asynctask.db.engine import create_database_engine
 from bench.core.redis_server import RedisServer
 
 #: Calls per thread before timing: more than psycopg's prepare threshold (5) plus the five custom

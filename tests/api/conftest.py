@@ -13,9 +13,9 @@ import redis
 
 from asynctask import Client, Registry, Settings, payload
 from asynctask.api.context import close_shared
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.migrate import upgrade
 from asynctask.worker import Worker
 from tests.api.stores import RedisStore, SqlStore, Store
 from tests.conftest import fresh_postgres_schema

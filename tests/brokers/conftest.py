@@ -20,8 +20,8 @@ import pytest
 
 from asynctask import Client, Registry, Settings
 from asynctask.api.context import close_shared
+from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain
-from asynctask.tracking.migrate import upgrade
 from tests.conftest import REDIS_URL, fresh_postgres_schema
 
 ROOT = Path(__file__).resolve().parents[2]

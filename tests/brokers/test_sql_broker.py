@@ -27,9 +27,9 @@ from asynctask.brokers.sql.models import (
     WorkerProcess,
 )
 from asynctask.brokers.sql.store import MissingTables
+from asynctask.db.engine import writer
+from asynctask.db.migrate import upgrade
 from asynctask.settings import QueueSpec, Settings
-from asynctask.tracking.database import writer
-from asynctask.tracking.migrate import upgrade
 from asynctask.tracking.models import Event
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import status

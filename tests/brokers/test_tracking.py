@@ -12,10 +12,10 @@ from sqlalchemy import Engine, func, select
 
 from asynctask import JobFailed, Registry, Settings, Tracking, current_job, job
 from asynctask.api import Queue
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
 from asynctask.job import JobDefinition
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.migrate import upgrade
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 from tests.brokers.conftest import MakeClient

@@ -20,8 +20,8 @@ from typing import NoReturn
 import pytest
 
 from asynctask import Settings
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.migrate import upgrade
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
 from tests.chaos.redis_server import PrivateRedis, RedisUnavailable, private_redis
 from tests.chaos.state import RedisState, SqlState
 from tests.chaos.workers import Runs, WorkerPool

@@ -21,10 +21,10 @@ from sqlalchemy import Engine, select
 
 import asynctask
 from asynctask import Client, Registry, Settings
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
 from asynctask.payload import dumps
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.migrate import upgrade
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.transitions import LOG, Transition
 from asynctask.worker import Worker

@@ -10,10 +10,10 @@ import redis
 from sqlalchemy import Engine, func, select
 
 from asynctask import Tracking, job
+from asynctask.brokers.redis.flusher import Flusher
+from asynctask.db.engine import writer
 from asynctask.registry import Registry
 from asynctask.tracking.apply import apply_transitions
-from asynctask.tracking.database import writer
-from asynctask.tracking.flusher import Flusher
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.status import EventStatus

@@ -23,9 +23,10 @@ from sqlalchemy.orm import Session
 
 # Imported for its tables: the SQL broker's share Base.metadata with the tracking tables.
 import asynctask.brokers.sql.models  # noqa: F401
-from asynctask.tracking import migrate
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.models import NAMING, Base, Event, EventMessage, Task
+from asynctask.db import migrate
+from asynctask.db.base import NAMING, Base
+from asynctask.db.engine import create_database_engine
+from asynctask.tracking.models import Event, EventMessage, Task
 from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,11 +30,14 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 import asynctask
+
+# Imported for its tables: they join Base.metadata, which create_all creates.
+import asynctask.tracking.models
 from asynctask import Client, EventStatus, Registry, Settings, Tracking
+from asynctask.brokers.redis.flusher import GROUP
+from asynctask.db.base import Base
+from asynctask.db.engine import create_database_engine, writer
 from asynctask.tracking.apply import apply_transitions
-from asynctask.tracking.database import create_database_engine, writer
-from asynctask.tracking.flusher import GROUP
-from asynctask.tracking.models import Base
 from asynctask.tracking.transitions import Transition
 from tests.conftest import wait_until
 from tests.jobs import outage_jobs
@@ -55,7 +58,7 @@ RUNS_BEFORE_OUTAGE = 30
 #: Seconds the database stays down: long enough for the flushers' backoff to grow (0.2 s,
 #: doubling) and for their batches to fail several times.
 OUTAGE_SECONDS = 5.0
-#: What the flusher logs for a batch SQL refused (``asynctask.tracking.flusher``).
+#: What the flusher logs for a batch SQL refused (``asynctask.brokers.redis.flusher``).
 FLUSH_FAILED = "tracking entries failed"
 
 

@@ -22,9 +22,10 @@ import pytest
 from sqlalchemy import Connection, Engine, event, insert, text
 
 from asynctask import Client, Tracking
-from asynctask.tracking.database import create_database_engine
-from asynctask.tracking.models import Base, Task
-from asynctask.tracking.tasks import new_task_id
+from asynctask.db.base import Base
+from asynctask.db.engine import create_database_engine
+from asynctask.tasks.operations import new_task_id
+from asynctask.tracking.models import Task
 from tests.conftest import fresh_postgres_schema
 
 BIG = 200_000

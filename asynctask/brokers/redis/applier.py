@@ -8,9 +8,9 @@ import logging
 import redis
 
 from asynctask.brokers.base import TrackingApplier
+from asynctask.brokers.redis.flusher_process import FlusherProcess
 from asynctask.keys import Keys
 from asynctask.settings import Settings
-from asynctask.tracking.flusher_process import FlusherProcess
 
 logger = logging.getLogger("asynctask.tracking")
 
@@ -44,8 +44,8 @@ class FlusherProcessApplier(TrackingApplier):
 class FlusherThreadApplier(TrackingApplier):
     def __init__(self, conn: redis.Redis, keys: Keys, settings: Settings, identity: str) -> None:
         # Only this applier writes SQL in the worker process; the child's needs no SQLAlchemy here.
-        from asynctask.tracking.database import create_database_engine, writer
-        from asynctask.tracking.flusher import Flusher
+        from asynctask.brokers.redis.flusher import Flusher
+        from asynctask.db.engine import create_database_engine, writer
 
         self.flusher = Flusher(conn, keys, writer(create_database_engine(settings.database_url)), identity)
 

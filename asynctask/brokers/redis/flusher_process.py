@@ -108,8 +108,8 @@ def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
         # writing its own last transitions, so that they are applied before it exits.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Imported here, in the child: the worker that starts it never loads SQLAlchemy for it.
-    from asynctask.tracking.database import create_database_engine, writer
-    from asynctask.tracking.flusher import Flusher
+    from asynctask.brokers.redis.flusher import Flusher
+    from asynctask.db.engine import create_database_engine, writer
 
     conn = connect(settings.broker, max_connections=4)
     engine = create_database_engine(settings.database_url)

@@ -25,8 +25,8 @@ from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
 from asynctask.brokers.sql.store import JobRow, Store, Tx
 from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
+from asynctask.db.engine import create_database_engine
 from asynctask.settings import Settings
-from asynctask.tracking.database import create_database_engine
 from asynctask.tracking.outbox import Outbox, draining
 
 logger = logging.getLogger("asynctask.broker")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Boolean, Float, Index, Integer, Sequence, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from asynctask.tracking.models import Base, BigId
+from asynctask.db.base import Base, BigId
 
 #: Numbers tracking transitions on PostgreSQL (concurrent writers draw from it without
 #: serialising on a counter row). SQLite has no sequences: it uses the ``Counter`` row.

@@ -24,8 +24,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from asynctask.brokers.sql.statements import JOB_COLUMNS, Statements
 from asynctask.brokers.sql.wake import Bell
+from asynctask.db.engine import autocommit, writer
 from asynctask.tracking.apply import apply_transitions
-from asynctask.tracking.database import autocommit, writer
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.transitions import Transition, decode_entry
 
