@@ -525,7 +525,10 @@ def _paths() -> dict[str, Any]:
                         "JSON value per line, blank lines skipped. No string in the items or meta may "
                         "hold U+0000 or a lone surrogate (422 `invalid_string`), and every number must "
                         "be finite (no NaN, Infinity or 1e999: 422 `invalid_number`). If any item is "
-                        "wrong nothing is created (422 `validation_failed` lists the first 20 errors)."
+                        "wrong nothing is created (422 `validation_failed` lists the first 20 errors "
+                        "in `details.errors`: the item's index, the JSON pointer `path` inside it and "
+                        "the `message`; in a CSV or NDJSON body also the `line` the item starts on, "
+                        "and in a CSV body the `column`)."
                     ),
                     "content": {
                         JSON: {
