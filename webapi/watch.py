@@ -1,13 +1,12 @@
 """One reader per process for every open progress stream.
 
 However many browsers watch a task, the process reads it from SQL once per
-``stream_interval``; each stream waits on a condition and wakes only when the task's
-snapshot (its JSON) changed, or to send a keepalive.
+``stream_interval`` (with as many first errors as its streams ask for at most); each stream
+waits on a condition and wakes only when the task's snapshot changed, or to send a keepalive.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -39,37 +38,43 @@ def is_settled(view: TaskView) -> bool:
 class Snapshot:
     #: Bumped on every change; a stream remembers the last one it sent.
     version: int
-    body: str
+    view: TaskView
     settled: bool
-    #: The snapshot without its ETA, which moves with the clock alone: a stalled task
-    #: sends nothing new.
-    key: str
+    #: The view without its ETA, which moves with the clock alone: a stalled task sends
+    #: nothing new.
+    key: TaskView
 
 
 @dataclass
 class _Watch:
     snapshot: Snapshot
     streams: int
+    #: First errors to read: the most any of its streams asks for.
+    errors: int
 
 
 class TaskWatcher:
-    def __init__(self, engine: Engine, interval: float, render: Callable[[TaskView], str]) -> None:
+    def __init__(self, engine: Engine, interval: float) -> None:
         self.engine = engine
         self.interval = interval
-        self.render = render
         self._changed = threading.Condition()
         self._watches: dict[str, _Watch] = {}
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def watching(self, first: TaskView) -> Iterator[Callable[[int, float], Snapshot]]:
-        """Register a stream of ``first``'s task; yields ``wait(after_version, timeout)``."""
+    def watching(self, first: TaskView, errors: int) -> Iterator[Callable[[int, float], Snapshot]]:
+        """Register a stream of ``first``'s task (read with ``errors`` first errors); yields
+        ``wait(after_version, timeout)``."""
         task_id = first.id
         with self._changed:
             watch = self._watches.get(task_id)
             if watch is None:
-                watch = _Watch(self._snapshot(first, 1), 0)
+                watch = _Watch(self._snapshot(first, 1), 0, errors)
                 self._watches[task_id] = watch
+            elif errors > watch.errors:
+                # This stream wants more errors than the others: ``first`` has them, and is new.
+                watch.snapshot = self._snapshot(first, watch.snapshot.version + 1)
+                watch.errors = errors
             watch.streams += 1
             self._ensure_thread()
             # The reader sleeps while nothing is watched: wake it.
@@ -88,9 +93,9 @@ class TaskWatcher:
                 if watch.streams == 0:
                     self._watches.pop(task_id, None)
 
-    def _snapshot(self, view: TaskView, version: int) -> Snapshot:
-        key = self.render(replace(view, eta_seconds=None))
-        return Snapshot(version, self.render(view), is_settled(view), key)
+    @staticmethod
+    def _snapshot(view: TaskView, version: int) -> Snapshot:
+        return Snapshot(version, view, is_settled(view), replace(view, eta_seconds=None))
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -103,7 +108,9 @@ class TaskWatcher:
             with self._changed:
                 # Sleeps until the first stream opens; the thread is idle, not gone.
                 self._changed.wait_for(lambda: bool(self._watches))
-                watched = [task_id for task_id, w in self._watches.items() if not w.snapshot.settled]
+                watched = {
+                    task_id: w.errors for task_id, w in self._watches.items() if not w.snapshot.settled
+                }
             try:
                 views = self._read(watched)
                 if failing:
@@ -125,19 +132,14 @@ class TaskWatcher:
                 self._changed.notify_all()
             time.sleep(self.interval)
 
-    def _read(self, task_ids: list[str]) -> dict[str, TaskView]:
+    def _read(self, watched: dict[str, int]) -> dict[str, TaskView]:
         views: dict[str, TaskView] = {}
-        if not task_ids:
+        if not watched:
             return views
         with self.engine.connect() as connection:
-            for task_id in task_ids:
+            for task_id, errors in watched.items():
                 try:
-                    views[task_id] = queries.get_task(connection, task_id)
+                    views[task_id] = queries.get_task(connection, task_id, errors=errors)
                 except TaskNotFound:
                     continue
         return views
-
-
-def render_task(to_json: Callable[[TaskView], object]) -> Callable[[TaskView], str]:
-    """The snapshot body: compact JSON on one line, as an SSE ``data:`` field needs."""
-    return lambda view: json.dumps(to_json(view), separators=(",", ":"))
