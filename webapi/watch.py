@@ -1,8 +1,9 @@
 """One reader per process for every open progress stream.
 
 However many browsers watch a task, the process reads it from SQL once per
-``stream_interval`` (with as many first errors as its streams ask for at most); each stream
-waits on a condition and wakes only when the task's snapshot changed, or to send a keepalive.
+``stream_interval`` (once per number of first errors its streams ask for: one read with the
+default); each stream waits on a condition and wakes only when the task's snapshot changed, or
+to send a keepalive.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ class Snapshot:
 class _Watch:
     snapshot: Snapshot
     streams: int
-    #: First errors to read: the most any of its streams asks for.
-    errors: int
+
+
+#: A task's id and the number of first errors read with it.
+_Key = tuple[str, int]
 
 
 class TaskWatcher:
@@ -58,23 +61,19 @@ class TaskWatcher:
         self.engine = engine
         self.interval = interval
         self._changed = threading.Condition()
-        self._watches: dict[str, _Watch] = {}
+        self._watches: dict[_Key, _Watch] = {}
         self._thread: threading.Thread | None = None
 
     @contextmanager
     def watching(self, first: TaskView, errors: int) -> Iterator[Callable[[int, float], Snapshot]]:
         """Register a stream of ``first``'s task (read with ``errors`` first errors); yields
         ``wait(after_version, timeout)``."""
-        task_id = first.id
+        key = (first.id, errors)
         with self._changed:
-            watch = self._watches.get(task_id)
+            watch = self._watches.get(key)
             if watch is None:
-                watch = _Watch(self._snapshot(first, 1), 0, errors)
-                self._watches[task_id] = watch
-            elif errors > watch.errors:
-                # This stream wants more errors than the others: ``first`` has them, and is new.
-                watch.snapshot = self._snapshot(first, watch.snapshot.version + 1)
-                watch.errors = errors
+                watch = _Watch(self._snapshot(first, 1), 0)
+                self._watches[key] = watch
             watch.streams += 1
             self._ensure_thread()
             # The reader sleeps while nothing is watched: wake it.
@@ -91,7 +90,7 @@ class TaskWatcher:
             with self._changed:
                 watch.streams -= 1
                 if watch.streams == 0:
-                    self._watches.pop(task_id, None)
+                    self._watches.pop(key, None)
 
     @staticmethod
     def _snapshot(view: TaskView, version: int) -> Snapshot:
@@ -108,9 +107,7 @@ class TaskWatcher:
             with self._changed:
                 # Sleeps until the first stream opens; the thread is idle, not gone.
                 self._changed.wait_for(lambda: bool(self._watches))
-                watched = {
-                    task_id: w.errors for task_id, w in self._watches.items() if not w.snapshot.settled
-                }
+                watched = [key for key, w in self._watches.items() if not w.snapshot.settled]
             try:
                 views = self._read(watched)
                 if failing:
@@ -122,8 +119,8 @@ class TaskWatcher:
                 failing = True
                 views = {}
             with self._changed:
-                for task_id, view in views.items():
-                    watch = self._watches.get(task_id)
+                for key, view in views.items():
+                    watch = self._watches.get(key)
                     if watch is None:
                         continue
                     snapshot = self._snapshot(view, watch.snapshot.version + 1)
@@ -132,14 +129,14 @@ class TaskWatcher:
                 self._changed.notify_all()
             time.sleep(self.interval)
 
-    def _read(self, watched: dict[str, int]) -> dict[str, TaskView]:
-        views: dict[str, TaskView] = {}
+    def _read(self, watched: list[_Key]) -> dict[_Key, TaskView]:
+        views: dict[_Key, TaskView] = {}
         if not watched:
             return views
         with self.engine.connect() as connection:
-            for task_id, errors in watched.items():
+            for task_id, errors in watched:
                 try:
-                    views[task_id] = queries.get_task(connection, task_id, errors=errors)
+                    views[task_id, errors] = queries.get_task(connection, task_id, errors=errors)
                 except TaskNotFound:
                     continue
         return views

@@ -61,7 +61,7 @@ def next_event(chunks: Iterator[bytes]) -> tuple[str, dict[str, Any]]:
 
 def test_errors_parameter_and_errors_sent_only_when_they_change(api: Api) -> None:
     """No worker: the events are moved by hand, so every step is known. Two streams of one task
-    ask for 2 and 5 errors and share the process's one reader."""
+    ask for 2 and 5 errors."""
     task_id = api.post_json({"job": "echo", "items": list(range(8))}).get_json()["task_id"]
     with api.engine.connect() as connection:
         query = select(Event.id).where(Event.task_id == task_id).order_by(Event.id)

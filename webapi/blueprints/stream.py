@@ -56,7 +56,7 @@ def task_stream(task_id: str) -> Response:
 
 def _events(watcher: TaskWatcher, first: TaskView, errors: int, lifetime: float) -> Iterator[str]:
     deadline = time.monotonic() + lifetime
-    frames = _Frames(errors)
+    frames = _Frames()
     with watcher.watching(first, errors) as wait:
         yield f"retry: {RECONNECT_MS}\n\n"
         sent = 0
@@ -75,18 +75,17 @@ def _events(watcher: TaskWatcher, first: TaskView, errors: int, lifetime: float)
 
 
 class _Frames:
-    """What one stream sends: the watcher's snapshots cut to its ``errors``, each at most once."""
+    """What one stream sends: the watcher's snapshots, their errors only when they changed."""
 
-    def __init__(self, errors: int) -> None:
-        self.errors = errors
+    def __init__(self) -> None:
         self.task: dict[str, Any] | None = None
         self.listed: list[dict[str, Any]] | None = None
 
     def next(self, snapshot: Snapshot) -> str | None:
-        """The snapshot as one line of JSON, or None when it holds nothing new for this stream
-        (a change in errors past the ones it shows, or in their message logs)."""
+        """The snapshot as one line of JSON, or None when nothing it shows changed (only what
+        summaries leave out of a listed error did: its log, its times)."""
         task = task_fields(snapshot.view)
-        listed = [error_summary(e) for e in snapshot.view.errors[: self.errors]]
+        listed = [error_summary(e) for e in snapshot.view.errors]
         # The ETA alone never makes a new snapshot (the watcher ignores it): nor does it here.
         same_task = self.task is not None and {**task, "eta_seconds": None} == self.task
         if same_task and listed == self.listed and not snapshot.settled:
