@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import sys
+
 
 def error_class_name(exc: BaseException) -> str:
-    """The exception's class as Sidekiq's ``error_class`` shows it (module-qualified unless builtin)."""
+    """The exception's class as Sidekiq's ``error_class`` shows it: module-qualified unless builtin,
+    and AsyncTask's own exceptions by the path users import them from (``asynctask.JobFailed``,
+    not the module that happens to define it)."""
     cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    if cls.__module__.startswith("asynctask.") and _exported(cls):
+        return f"asynctask.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _exported(cls: type) -> bool:
+    # The package imports this module first thing, so it is loaded by the time anything is
+    # raised; vars() rather than getattr() keeps the package's lazy imports out of this.
+    package = sys.modules.get("asynctask")
+    return package is not None and vars(package).get(cls.__name__) is cls
 
 
 class AsyncTaskError(Exception):

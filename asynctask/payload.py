@@ -134,7 +134,7 @@ def unparseable(raw: bytes, queue: str, reason: str) -> JobDict:
         "created_at": stamp,
         "enqueued_at": stamp,
         "error_message": reason,
-        "error_class": "asynctask.errors.PayloadError",
+        "error_class": "asynctask.PayloadError",
         "failed_at": stamp,
         "retry_count": 0,
     }

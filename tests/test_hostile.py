@@ -57,7 +57,7 @@ def test_hostile_payloads_end_in_the_dead_set_and_the_worker_keeps_going(
     assert all(entry["error_class"] and entry["failed_at"] for entry in dead)
     by_jid = {entry["jid"]: entry for entry in dead}
     assert "is not registered" in by_jid["1" * 24]["error_message"]
-    assert by_jid["1" * 24]["error_class"] == "asynctask.errors.JobNotRegistered"
+    assert by_jid["1" * 24]["error_class"] == "asynctask.JobNotRegistered"
     assert "cannot take 1 argument" in by_jid["2" * 24]["error_message"]
     assert "'args' must be a list, got dict" in by_jid["3" * 24]["error_message"]
     assert sum("over the 1048576-byte limit" in m for m in messages) == 1

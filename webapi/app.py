@@ -28,9 +28,8 @@ from webapi.blueprints.tasks import tasks
 from webapi.config import ApiConfig
 from webapi.headers import add_security_headers, allow_cors
 from webapi.resources import EXTENSION, Resources, db, release_db, resources
-from webapi.serialize import task_json
 from webapi.streamslots import StreamSlots
-from webapi.watch import TaskWatcher, render_task
+from webapi.watch import TaskWatcher
 
 logger = logging.getLogger("asynctask.api")
 
@@ -74,7 +73,7 @@ def create_app(
         tracking=Tracking(client, engine),
         tokens=TokenVerifier(config.token_cache_seconds),
         errors=FirstErrorsCache(config.errors_cache_seconds),
-        watcher=TaskWatcher(engine, config.stream_interval, render_task(task_json)),
+        watcher=TaskWatcher(engine, config.stream_interval),
         streams=StreamSlots(config.max_streams, config.max_tenant_streams),
     )
 

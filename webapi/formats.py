@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, Any
 
 from webapi.config import ApiConfig
@@ -19,6 +20,16 @@ from webapi.jsonreader import JsonReader, parse_document, value_too_large
 BODY_FIELDS = {"job", "items", "chunk_size", "queue", "meta"}
 #: Levels in the JSON body: the body is level 1, its fields' values level 2, each item level 3.
 FIELD_LEVEL = 2
+
+
+@dataclass
+class Position:
+    """Where the item a reader yielded last starts in the body, so an error about the item can
+    point at the line a person edits (CSV and NDJSON; a JSON body has no useful line)."""
+
+    line: int | None = None
+    #: The items are CSV rows: their keys are the file's columns.
+    columns: bool = False
 
 
 def json_reader(stream: IO[bytes], config: ApiConfig) -> JsonReader:
@@ -83,7 +94,7 @@ def json_array_items(stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
     reader.end()
 
 
-def ndjson_values(stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
+def ndjson_values(stream: IO[bytes], config: ApiConfig, position: Position) -> Iterator[Any]:
     limit = config.max_item_bytes
     number = 0
     while line := stream.readline(limit + 1):
@@ -96,10 +107,12 @@ def ndjson_values(stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
             value = parse_document(line, max_depth=config.max_json_depth, max_value_chars=limit)
         except ApiError as exc:
             raise _on_line(exc, number) from None
+        position.line = number
         yield value
 
 
-def csv_rows(stream: IO[bytes], config: ApiConfig) -> Iterator[dict[str, str]]:
+def csv_rows(stream: IO[bytes], config: ApiConfig, position: Position) -> Iterator[dict[str, str]]:
+    position.columns = True
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
     #: Characters of the record being read: a quoted field may span lines.
     used = [0]
@@ -114,8 +127,12 @@ def csv_rows(stream: IO[bytes], config: ApiConfig) -> Iterator[dict[str, str]]:
             )
         width = len(header)
         used[0] = 0
+        #: The line a record starts on: the one after the previous record's last (a quoted
+        #: field may span lines).
+        ended = reader.line_num
         for row in reader:
             used[0] = 0
+            start, ended = ended + 1, reader.line_num
             if not row:
                 continue
             if len(row) != width:
@@ -125,6 +142,7 @@ def csv_rows(stream: IO[bytes], config: ApiConfig) -> Iterator[dict[str, str]]:
                     f"line {reader.line_num} has {len(row)} fields; the header has {width}",
                     {"line": reader.line_num},
                 )
+            position.line = start
             yield dict(zip(header, row, strict=True))
     except UnicodeDecodeError:
         raise ApiError(

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from flask import Request
 
@@ -27,6 +27,10 @@ from webapi import formats
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
 from webapi.jsonreader import parse_document
+
+if TYPE_CHECKING:
+    # Loaded by the jobs that have an item schema, and only by them (asynctask.job).
+    import jsonschema_rs
 
 CSV_TYPES = {"text/csv", "application/csv"}
 NDJSON_TYPES = {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
@@ -39,10 +43,11 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 #: In ``repr()``: the escapes of U+0000 and of the surrogates (maybe a literal backslash's).
 _SUSPECT = re.compile(r"\\x00|\\ud[89a-f]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_READERS: dict[str, Callable[[IO[bytes], ApiConfig], Iterator[Any]]] = {
+_READERS: dict[str, Callable[[IO[bytes], ApiConfig, formats.Position], Iterator[Any]]] = {
     "csv": formats.csv_rows,
     "ndjson": formats.ndjson_values,
-    "json": formats.json_array_items,
+    # Its items have no line a person would look for.
+    "json": lambda stream, config, _position: formats.json_array_items(stream, config),
 }
 
 
@@ -62,9 +67,12 @@ class Submission:
     #: The spooled body, closed by ``close()``.
     source: IO[bytes] | None = None
 
-    def read(self, items: Iterator[Any], config: ApiConfig, source: IO[bytes]) -> None:
-        """Take the items (checked as they are read) and the spooled body they come from."""
-        self.items = _checked(items, self.job, config, self.counted)
+    def read(
+        self, items: Iterator[Any], config: ApiConfig, source: IO[bytes], position: formats.Position
+    ) -> None:
+        """Take the items (checked as they are read), the spooled body they come from and where
+        in it the reader is."""
+        self.items = _checked(items, self.job, config, self.counted, position)
         self.source = source
 
     def close(self) -> None:
@@ -89,7 +97,7 @@ def read_submission(request: Request, config: ApiConfig, registry: Registry) -> 
             options, _ = formats.body_options(spool, config)
             submission = _submission(options, registry, config)
             spool.seek(0)
-            submission.read(formats.body_items(spool, config), config, spool)
+            submission.read(formats.body_items(spool, config), config, spool, formats.Position())
         except BaseException:
             spool.close()
             raise
@@ -122,11 +130,12 @@ def _from_file(
     items_of = _READERS[kind]
     spool = _spooled(stream)
     try:
-        for index, _ in enumerate(items_of(spool, config)):
+        for index, _ in enumerate(items_of(spool, config, formats.Position())):
             if index >= config.max_items:
                 raise formats.too_many_items(config)
         spool.seek(0)
-        submission.read(items_of(spool, config), config, spool)
+        position = formats.Position()
+        submission.read(items_of(spool, config, position), config, spool, position)
     except BaseException:
         spool.close()
         raise
@@ -235,7 +244,11 @@ def _file_kind(mimetype: str, filename: str) -> str:
 
 
 def _checked(
-    items: Iterator[Any], definition: JobDefinition[Any], config: ApiConfig, counted: list[int]
+    items: Iterator[Any],
+    definition: JobDefinition[Any],
+    config: ApiConfig,
+    counted: list[int],
+    position: formats.Position,
 ) -> Generator[Any]:
     """Count the items against the limit and match each to the job's schema.
 
@@ -249,31 +262,57 @@ def _checked(
         counted[0] = index + 1
         bad = _bad_character(item)
         if bad is not None:
-            raise _unstorable(bad, "items", index)
+            raise _unstorable(bad, "items", index, position.line)
         if validator is not None and not validator.is_valid(item):
-            _fail_validation(index, item, items, validator, config)
+            _fail_validation(index, item, items, validator, config, position)
         yield item
 
 
-def _fail_validation(index: int, item: Any, rest: Iterator[Any], validator: Any, config: ApiConfig) -> None:
+def _fail_validation(
+    index: int,
+    item: Any,
+    rest: Iterator[Any],
+    validator: jsonschema_rs.Validator,
+    config: ApiConfig,
+    position: formats.Position,
+) -> None:
     listed: list[dict[str, Any]] = []
     wrong = 0
-    for position, value in enumerate(itertools.chain([item], rest), start=index):
-        if position >= config.max_items:
+    for at, value in enumerate(itertools.chain([item], rest), start=index):
+        if at >= config.max_items:
             raise formats.too_many_items(config)
         if validator.is_valid(value):
             continue
         wrong += 1
         for error in validator.iter_errors(value):
             if len(listed) < LISTED_ERRORS:
-                path = "".join(f"/{part}" for part in error.instance_path)
-                listed.append({"item": position, "path": path or "/", "message": error.message})
+                listed.append(_schema_error(at, error, position))
     raise ApiError(
         422,
         "validation_failed",
         f"{wrong} item(s) do not match the job's item schema; nothing was enqueued",
         {"errors": listed, "error_count": wrong},
     )
+
+
+def _schema_error(
+    index: int, error: jsonschema_rs.ValidationError, position: formats.Position
+) -> dict[str, Any]:
+    """One entry of a 422's list: the item, the JSON pointer inside it and the message, and in a
+    CSV or NDJSON body the line the item starts on; in a CSV body also the column at fault."""
+    # Loaded already: only an item schema's validator gets here.
+    import jsonschema_rs
+
+    path = "".join(f"/{part}" for part in error.instance_path)
+    entry: dict[str, Any] = {"item": index, "path": path or "/", "message": error.message}
+    if position.line is not None:
+        entry["line"] = position.line
+    if position.columns:
+        if error.instance_path:
+            entry["column"] = str(error.instance_path[0])
+        elif isinstance(error.kind, jsonschema_rs.ValidationErrorKind.Required):
+            entry["column"] = error.kind.property
+    return entry
 
 
 def _no_query_options(args: Mapping[str, str]) -> None:
@@ -316,8 +355,12 @@ def _first_bad(value: Any) -> str | None:
     return None
 
 
-def _unstorable(char: str, field: str, index: int | None = None) -> ApiError:
+def _unstorable(char: str, field: str, index: int | None = None, line: int | None = None) -> ApiError:
     where = f"item {index}" if index is not None else field
+    if line is not None:
+        where = f"line {line} ({where})"
     what = "a NUL character (U+0000)" if char == "\x00" else f"a lone surrogate (U+{ord(char):04X})"
     details: dict[str, Any] = {"field": field} if index is None else {"field": field, "item": index}
+    if line is not None:
+        details["line"] = line
     return ApiError(422, "invalid_string", f"{where} holds {what}, which cannot be stored", details)

@@ -13,8 +13,9 @@ from typing import Any
 import asynctask
 from asynctask.tracking.queries import MAX_PAGE
 from asynctask.tracking.status import EventStatus, TaskStatus
-from webapi.blueprints.tasks import MAX_ERRORS
+from webapi.blueprints.tasks import DEFAULT_ERRORS, MAX_ERRORS
 from webapi.intake import QUEUE_NAME
+from webapi.serialize import SUMMARY_ERROR_CHARS
 
 Schema = dict[str, Any]
 
@@ -292,31 +293,64 @@ def _schemas() -> dict[str, Schema]:
         },
         description="One job of a task (its tracking event).",
     )
+    error_summary = _obj(
+        {
+            "id": _integer(
+                1, description="The event's id: `/events?after=<id - 1>&limit=1` returns it whole."
+            ),
+            "job_id": _string(),
+            "status": _string(enum=[EventStatus.FAILED.value, EventStatus.ERROR.value]),
+            "attempt": _integer(0),
+            "error": _nullable(
+                _string(
+                    description=f"The error message, cut at {SUMMARY_ERROR_CHARS} characters (ending in …)."
+                )
+            ),
+            "error_class": _nullable(_string()),
+            "items": _nullable(_integer(0, description="Items in the job's chunk (its first argument).")),
+        },
+        description="A failed or error job in brief (a progress stream's errors): no parameters, no log.",
+    )
+    task_fields: dict[str, Schema] = {
+        "id": _string(),
+        "job": _string(description="The job's name."),
+        "queue": _string(),
+        "status": _string(enum=[s.value for s in TaskStatus]),
+        "total": _integer(0, description="Jobs in the task."),
+        "counts": _ref("TaskCounts"),
+        "done": _integer(0, description="Jobs that will not run again."),
+        "progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "done / total"},
+        "eta_seconds": _nullable(
+            {"type": "number", "minimum": 0, "description": "Seconds left at the rate seen so far."}
+        ),
+        "created_at": _time("When the task was created.", nullable=False),
+        "started_at": _time("When its first job started."),
+        "finished_at": _time("When its last job ended."),
+        "cancelled_at": _time("When it was cancelled."),
+        "meta": _nullable({"type": "object", "description": "The `meta` given at creation."}),
+        "urls": _ref("Urls"),
+    }
     task = _obj(
         {
-            "id": _string(),
-            "job": _string(description="The job's name."),
-            "queue": _string(),
-            "status": _string(enum=[s.value for s in TaskStatus]),
-            "total": _integer(0, description="Jobs in the task."),
-            "counts": _ref("TaskCounts"),
-            "done": _integer(0, description="Jobs that will not run again."),
-            "progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "done / total"},
-            "eta_seconds": _nullable(
-                {"type": "number", "minimum": 0, "description": "Seconds left at the rate seen so far."}
-            ),
-            "created_at": _time("When the task was created.", nullable=False),
-            "started_at": _time("When its first job started."),
-            "finished_at": _time("When its last job ended."),
-            "cancelled_at": _time("When it was cancelled."),
-            "meta": _nullable({"type": "object", "description": "The `meta` given at creation."}),
+            **task_fields,
             "errors": _array(
                 _ref("Event"),
                 description="The first failed/error events (as many as `errors` asks; empty in lists).",
             ),
-            "urls": _ref("Urls"),
         },
         description="A task and its progress.",
+    )
+    snapshot = _obj(
+        {
+            **task_fields,
+            "errors": _array(
+                _ref("ErrorSummary"),
+                description="The first failed/error jobs (as many as the stream's `errors` asks), in the "
+                "first snapshot, the last (`end`) and whenever they change; absent: unchanged.",
+            ),
+        },
+        optional=("errors",),
+        description="A task's snapshot in a progress stream.",
     )
     created = _obj(
         {
@@ -390,6 +424,8 @@ def _schemas() -> dict[str, Schema]:
         "Message": message,
         "Event": event,
         "Task": task,
+        "ErrorSummary": error_summary,
+        "TaskSnapshot": snapshot,
         "CreatedTask": created,
         "RetryResult": _obj(
             {"retried": _integer(0, description="Jobs enqueued again."), "task": _ref("Task")},
@@ -418,7 +454,7 @@ def _schemas() -> dict[str, Schema]:
                 "event": _string(enum=["progress", "end"]),
                 "data": _string(
                     contentMediaType=JSON,
-                    contentSchema=_ref("Task"),
+                    contentSchema=_ref("TaskSnapshot"),
                     description="The task's snapshot (JSON on one line).",
                 ),
                 "id": _string(),
@@ -525,7 +561,10 @@ def _paths() -> dict[str, Any]:
                         "JSON value per line, blank lines skipped. No string in the items or meta may "
                         "hold U+0000 or a lone surrogate (422 `invalid_string`), and every number must "
                         "be finite (no NaN, Infinity or 1e999: 422 `invalid_number`). If any item is "
-                        "wrong nothing is created (422 `validation_failed` lists the first 20 errors)."
+                        "wrong nothing is created (422 `validation_failed` lists the first 20 errors "
+                        "in `details.errors`: the item's index, the JSON pointer `path` inside it and "
+                        "the `message`; in a CSV or NDJSON body also the `line` the item starts on, "
+                        "and in a CSV body the `column`)."
                     ),
                     "content": {
                         JSON: {
@@ -563,7 +602,7 @@ def _paths() -> dict[str, Any]:
                 parameters=[
                     _query(
                         "errors",
-                        _integer(0, MAX_ERRORS, default=10),
+                        _integer(0, MAX_ERRORS, default=DEFAULT_ERRORS),
                         "How many of the first failed/error events to include.",
                     )
                 ],
@@ -597,15 +636,25 @@ def _paths() -> dict[str, Any]:
                 {
                     "200": {
                         "description": (
-                            "`event: progress` with the Task JSON on connect and on every change; "
-                            "`event: end` with the last snapshot once the task is done, then the "
-                            "response ends. `: keepalive` comments every 15 s. A stream also ends "
-                            "after `stream_max_seconds` without `end`: reconnect to go on."
+                            "`event: progress` with the task's snapshot (`TaskSnapshot`) on connect "
+                            "and on every change; `event: end` with the last snapshot once the task is "
+                            "done, then the response ends. `: keepalive` comments every 15 s. A stream "
+                            "also ends after `stream_max_seconds` without `end`: reconnect to go on."
                         ),
                         "content": {"text/event-stream": {"schema": _ref("StreamEvent")}},
                     },
-                    **_errors(404, 429),
+                    **_errors(404, 422, 429),
                 },
+                parameters=[
+                    _query(
+                        "errors",
+                        _integer(0, MAX_ERRORS, default=DEFAULT_ERRORS),
+                        "How many of the first failed/error jobs the snapshots include, as summaries "
+                        "(`ErrorSummary`; the events list has them whole). They are sent in the first "
+                        "snapshot, in `end`, and in between only when they change.",
+                    )
+                ],
+                description="A bad `errors` is 422 `invalid_request`.",
             ),
         },
         "/api/tasks/{task_id}/cancel": {

@@ -13,7 +13,16 @@ def task_urls(task_id: str) -> dict[str, str]:
     return {"self": base, "events": f"{base}/events", "stream": f"{base}/stream"}
 
 
+#: Characters of an error message a stream's error summary keeps (the events have it whole).
+SUMMARY_ERROR_CHARS = 200
+
+
 def task_json(view: TaskView) -> dict[str, Any]:
+    return {**task_fields(view), "errors": [event_json(e) for e in view.errors]}
+
+
+def task_fields(view: TaskView) -> dict[str, Any]:
+    """The task without its errors: what a progress stream sends on every change."""
     return {
         "id": view.id,
         "job": view.job_name,
@@ -29,7 +38,6 @@ def task_json(view: TaskView) -> dict[str, Any]:
         "finished_at": _time(view.finished_at),
         "cancelled_at": _time(view.cancelled_at),
         "meta": view.meta,
-        "errors": [event_json(e) for e in view.errors],
         "urls": task_urls(view.id),
     }
 
@@ -52,6 +60,24 @@ def event_json(view: EventView) -> dict[str, Any]:
         "finished_at": _time(view.finished_at),
         "updated_at": _time(view.updated_at),
         "messages": [message_json(m) for m in view.messages],
+    }
+
+
+def error_summary(view: EventView) -> dict[str, Any]:
+    """A failed or error event in a few fields, for progress streams: no parameters (a chunk may
+    be large; ``items`` counts it), no message log, the message cut at ``SUMMARY_ERROR_CHARS``."""
+    error = view.error
+    if error is not None and len(error) > SUMMARY_ERROR_CHARS:
+        error = error[: SUMMARY_ERROR_CHARS - 1] + "…"
+    chunk = view.params[0] if view.params else None
+    return {
+        "id": view.id,
+        "job_id": view.job_id,
+        "status": view.status,
+        "attempt": view.attempt,
+        "error": error,
+        "error_class": view.error_class,
+        "items": len(chunk) if isinstance(chunk, list) else None,
     }
 
 

@@ -1,13 +1,13 @@
 """One reader per process for every open progress stream.
 
 However many browsers watch a task, the process reads it from SQL once per
-``stream_interval``; each stream waits on a condition and wakes only when the task's
-snapshot (its JSON) changed, or to send a keepalive.
+``stream_interval`` (once per number of first errors its streams ask for: one read with the
+default); each stream waits on a condition and wakes only when the task's snapshot changed, or
+to send a keepalive.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -39,11 +39,11 @@ def is_settled(view: TaskView) -> bool:
 class Snapshot:
     #: Bumped on every change; a stream remembers the last one it sent.
     version: int
-    body: str
+    view: TaskView
     settled: bool
-    #: The snapshot without its ETA, which moves with the clock alone: a stalled task
-    #: sends nothing new.
-    key: str
+    #: The view without its ETA, which moves with the clock alone: a stalled task sends
+    #: nothing new.
+    key: TaskView
 
 
 @dataclass
@@ -52,24 +52,28 @@ class _Watch:
     streams: int
 
 
+#: A task's id and the number of first errors read with it.
+_Key = tuple[str, int]
+
+
 class TaskWatcher:
-    def __init__(self, engine: Engine, interval: float, render: Callable[[TaskView], str]) -> None:
+    def __init__(self, engine: Engine, interval: float) -> None:
         self.engine = engine
         self.interval = interval
-        self.render = render
         self._changed = threading.Condition()
-        self._watches: dict[str, _Watch] = {}
+        self._watches: dict[_Key, _Watch] = {}
         self._thread: threading.Thread | None = None
 
     @contextmanager
-    def watching(self, first: TaskView) -> Iterator[Callable[[int, float], Snapshot]]:
-        """Register a stream of ``first``'s task; yields ``wait(after_version, timeout)``."""
-        task_id = first.id
+    def watching(self, first: TaskView, errors: int) -> Iterator[Callable[[int, float], Snapshot]]:
+        """Register a stream of ``first``'s task (read with ``errors`` first errors); yields
+        ``wait(after_version, timeout)``."""
+        key = (first.id, errors)
         with self._changed:
-            watch = self._watches.get(task_id)
+            watch = self._watches.get(key)
             if watch is None:
                 watch = _Watch(self._snapshot(first, 1), 0)
-                self._watches[task_id] = watch
+                self._watches[key] = watch
             watch.streams += 1
             self._ensure_thread()
             # The reader sleeps while nothing is watched: wake it.
@@ -86,11 +90,11 @@ class TaskWatcher:
             with self._changed:
                 watch.streams -= 1
                 if watch.streams == 0:
-                    self._watches.pop(task_id, None)
+                    self._watches.pop(key, None)
 
-    def _snapshot(self, view: TaskView, version: int) -> Snapshot:
-        key = self.render(replace(view, eta_seconds=None))
-        return Snapshot(version, self.render(view), is_settled(view), key)
+    @staticmethod
+    def _snapshot(view: TaskView, version: int) -> Snapshot:
+        return Snapshot(version, view, is_settled(view), replace(view, eta_seconds=None))
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -103,7 +107,7 @@ class TaskWatcher:
             with self._changed:
                 # Sleeps until the first stream opens; the thread is idle, not gone.
                 self._changed.wait_for(lambda: bool(self._watches))
-                watched = [task_id for task_id, w in self._watches.items() if not w.snapshot.settled]
+                watched = [key for key, w in self._watches.items() if not w.snapshot.settled]
             try:
                 views = self._read(watched)
                 if failing:
@@ -115,8 +119,8 @@ class TaskWatcher:
                 failing = True
                 views = {}
             with self._changed:
-                for task_id, view in views.items():
-                    watch = self._watches.get(task_id)
+                for key, view in views.items():
+                    watch = self._watches.get(key)
                     if watch is None:
                         continue
                     snapshot = self._snapshot(view, watch.snapshot.version + 1)
@@ -125,19 +129,14 @@ class TaskWatcher:
                 self._changed.notify_all()
             time.sleep(self.interval)
 
-    def _read(self, task_ids: list[str]) -> dict[str, TaskView]:
-        views: dict[str, TaskView] = {}
-        if not task_ids:
+    def _read(self, watched: list[_Key]) -> dict[_Key, TaskView]:
+        views: dict[_Key, TaskView] = {}
+        if not watched:
             return views
         with self.engine.connect() as connection:
-            for task_id in task_ids:
+            for task_id, errors in watched:
                 try:
-                    views[task_id] = queries.get_task(connection, task_id)
+                    views[task_id, errors] = queries.get_task(connection, task_id, errors=errors)
                 except TaskNotFound:
                     continue
         return views
-
-
-def render_task(to_json: Callable[[TaskView], object]) -> Callable[[TaskView], str]:
-    """The snapshot body: compact JSON on one line, as an SSE ``data:`` field needs."""
-    return lambda view: json.dumps(to_json(view), separators=(",", ":"))

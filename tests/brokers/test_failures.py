@@ -193,7 +193,7 @@ def test_jobs_that_cannot_run_are_buried_in_the_dead_set(
     wait_until(lambda: ran == [(1, 2)])
     by_jid: dict[str | None, SortedEntry] = {entry.jid: entry for entry in dead}
     assert "'NoSuchJob' is not registered" in (by_jid[unknown].error_message or "")
-    assert by_jid[bad_args].error_class == "asynctask.errors.JobArgumentsError"
+    assert by_jid[bad_args].error_class == "asynctask.JobArgumentsError"
     # The oversized payload is not decoded; its text is kept as the dead entry's argument.
     [oversized] = [entry for jid, entry in by_jid.items() if jid not in (unknown, bad_args)]
     assert oversized.error_message is not None and "max_payload_bytes" in oversized.error_message

@@ -227,9 +227,14 @@ def test_the_package_ships_every_subpackage_and_the_migrations() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     on_disk = {
         ".".join(path.relative_to(ROOT).parts)
-        for path in [ROOT / "asynctask", *(ROOT / "asynctask").rglob("*")]
+        for top in ("asynctask", "webapi")
+        for path in [ROOT / top, *(ROOT / top).rglob("*")]
         if path.is_dir() and path.name != "__pycache__"
     }
+    # A directory left out is still copied as data, with a warning from setuptools at every build.
     assert on_disk <= set(setuptools["packages"])
+    static = ROOT / "webapi" / "static"
+    shipped = setuptools["package-data"]["webapi.static"]
+    assert all(any(path.match(glob) for glob in shipped) for path in static.iterdir())
     assert setuptools["package-dir"] == {"asynctask._migrations": "migrations"}
     assert migrate.script_location().samefile(ROOT / "migrations")

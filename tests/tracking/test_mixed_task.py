@@ -153,7 +153,7 @@ def test_task_of_1000_jobs_with_every_outcome_ends_exactly_right(
         assert event.status == FINAL[kind], (kind, i)
         assert event.attempt == ATTEMPTS[kind], (kind, i, event.attempt)
         if kind == "business":
-            assert event.error_class == "asynctask.errors.JobFailed"
+            assert event.error_class == "asynctask.JobFailed"
         if kind == "dead":
             assert event.error_class == "ValueError" and event.error == f"ValueError: broken {i}"
     assert seen == Counter(KINDS)

@@ -234,7 +234,7 @@ def test_jobs_survive_a_database_outage_and_every_event_ends_right(
         assert log_ == expected_log(kind, n), (kind, n, log_)
         assert runs[event.job_id] >= RUNS[kind], (kind, n, runs[event.job_id])
         if kind == "fail":
-            assert event.error_class == "asynctask.errors.JobFailed" and event.error == f"item {n} rejected"
+            assert event.error_class == "asynctask.JobFailed" and event.error == f"item {n} rejected"
         # Every run counts as an attempt, and a job that ran has a start time, whatever order
         # the flushers applied its transitions in.
         if event.attempt != runs[event.job_id] or event.started_at is None:

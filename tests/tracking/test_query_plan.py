@@ -90,7 +90,7 @@ def _add_events(connection: Connection, task_id: str, count: int, status_sql: st
                 error_class, error, seq, progress_seq, enqueued_at, started_at, finished_at, updated_at)
             SELECT md5(:task || '-' || g), :task, 'bulk', s.status,
                 jsonb_build_array(jsonb_build_array(g)), 1,
-                CASE s.status WHEN 'failed' THEN 'asynctask.errors.JobFailed'
+                CASE s.status WHEN 'failed' THEN 'asynctask.JobFailed'
                               WHEN 'error' THEN 'RuntimeError' END,
                 CASE s.status WHEN 'failed' THEN 'item ' || g || ' rejected'
                               WHEN 'error' THEN 'RuntimeError: item ' || g || ' exploded' END,

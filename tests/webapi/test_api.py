@@ -196,6 +196,34 @@ def test_schema_validation_lists_errors_and_enqueues_nothing(api: Api) -> None:
     assert_nothing_written(api)
 
 
+def test_schema_errors_of_csv_and_ndjson_name_the_line_and_the_csv_column(api: Api) -> None:
+    def listed(data: bytes, content_type: str) -> list[dict[str, Any]]:
+        response = api.post("/api/tasks?job=import_products", data=data, content_type=content_type)
+        error = error_of(response)
+        assert (response.status_code, error["code"]) == (422, "validation_failed")
+        errors: list[dict[str, Any]] = error["details"]["errors"]
+        return errors
+
+    # No price column; a blank line, and a quoted name over two lines: rows start on lines 2, 4, 6.
+    csv_body = b'sku,name\nA1,x\n\n"B2","two\nlines"\nC3,z\n'
+    assert listed(csv_body, "text/csv") == [
+        {
+            "item": item,
+            "line": line,
+            "column": "price",
+            "path": "/",
+            "message": '"price" is a required property',
+        }
+        for item, line in [(0, 2), (1, 4), (2, 6)]
+    ]
+    [wrong] = listed(b"sku,price\nA1,1\nA2,cheap\n", "text/csv")
+    assert (wrong["item"], wrong["line"], wrong["column"], wrong["path"]) == (1, 3, "price", "/price")
+    ndjson_body = b'{"sku": "A1", "price": "1"}\n\n{"sku": "A2"}\n'
+    [wrong] = listed(ndjson_body, "application/x-ndjson")
+    assert (wrong["item"], wrong["line"], wrong["path"]) == (1, 3, "/") and "column" not in wrong
+    assert_nothing_written(api)
+
+
 def test_bad_streamed_input_rolls_the_task_back(api: Api) -> None:
     cases = [
         ("text/csv", b"sku,price\nA1,1\nA2\n", 400, "invalid_csv", {"line": 3}),

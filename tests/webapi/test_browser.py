@@ -20,12 +20,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+import redis
 from playwright.sync_api import Page, expect, sync_playwright
 
 from tests.conftest import REDIS_URL
@@ -165,6 +168,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def stack(namespace: str, tmp_path: Path) -> Iterator[Stack]:
     """A worker and an API server (subprocesses) over a fresh namespace and SQLite database."""
+    with running_stack(namespace, tmp_path) as running:
+        yield running
+
+
+@contextmanager
+def running_stack(namespace: str, tmp_path: Path) -> Iterator[Stack]:
     env = {
         **os.environ,
         "ASYNCTASK_REDIS_URL": REDIS_URL,
@@ -244,8 +253,9 @@ def drive_page(page: Page, stack: Stack) -> str:
     # The page runs under the API's policy: its own scripts and styles only, no framing.
     assert response is not None
     assert "script-src 'self'" in response.headers["content-security-policy"]
-    # Without a token the jobs list cannot load: the error box says why.
-    expect(page.locator("#api-error")).to_contain_text("unauthorized")
+    # Without a token the jobs list cannot load: the page asks for one, without an error.
+    expect(page.locator("#connect-note")).to_be_visible()
+    expect(page.locator("#api-error")).to_be_hidden()
 
     page.fill("#token", stack.token)
     page.click("#load-jobs")
@@ -294,12 +304,12 @@ def drive_page(page: Page, stack: Stack) -> str:
         expect(page.locator(f"#count-{status}")).to_have_text(str(count))
     expect(page.locator("#done")).to_have_text(f"{JOBS_TOTAL} of {JOBS_TOTAL} jobs done")
 
-    # The task's first 10 failed events: all of them here, with message and the chunk of rows.
+    # The task's first 10 failed events: all of them here, with message and the chunk's size.
     errors = page.locator("#errors li")
     expect(errors).to_have_count(len(BAD_ROWS), timeout=LIVE_TIMEOUT)
     for row in BAD_ROWS:
         expect(page.locator("#errors")).to_contain_text(f"price must be positive for SKU SKU-{row:04d}")
-    expect(page.locator("#errors")).to_contain_text('"sku":"SKU-0013"')
+    expect(errors.first.locator("summary")).to_have_text(f"{CHUNK_SIZE} items")
     expect(errors.first.locator(".badge")).to_have_text("failed")
     expect(errors.first).to_contain_text("attempt 1")
     expect(page.locator("#cancel")).to_be_disabled()
@@ -318,3 +328,174 @@ def drive_page(page: Page, stack: Stack) -> str:
     expect(page.locator("#count-finish")).to_have_text(str(JOBS_TOTAL - len(BAD_ROWS)))
     expect(page.locator("#count-failed")).to_have_text(str(len(BAD_ROWS)))
     return task_id
+
+
+# --- the example page, one behaviour a test, on one stack shared by the module -------------------
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One worker and API server for the tests below: each makes its own tasks, and starting the
+    servers costs more than any of them."""
+    namespace = f"attest-{uuid.uuid4().hex[:12]}"
+    try:
+        with running_stack(namespace, tmp_path_factory.mktemp("page")) as running:
+            yield running
+    finally:
+        conn = redis.Redis.from_url(REDIS_URL)
+        keys = list(conn.scan_iter(match=f"{namespace}:*", count=1000))
+        if keys:
+            conn.unlink(*keys)
+        conn.close()
+
+
+@pytest.fixture
+def page(shared_stack: Stack, tmp_path: Path) -> Iterator[Page]:
+    """A fresh browser page (empty localStorage) on the example page, recording policy violations;
+    its last look is saved in the test's tmp_path."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (Debian package chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            opened = browser.new_page(viewport={"width": 1100, "height": 900})
+            opened.set_default_timeout(LIVE_TIMEOUT)
+            opened.add_init_script(RECORD_POLICY_VIOLATIONS)
+            opened.goto(shared_stack.base_url + "/")
+            yield opened
+            opened.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            assert opened.evaluate("[...window.policyViolations]") == []
+        finally:
+            browser.close()
+
+
+def connect(page: Page, stack: Stack) -> None:
+    page.fill("#token", stack.token)
+    page.click("#load-jobs")
+    expect(page.locator('#job option[value="import_products"]')).to_have_count(1)
+    page.select_option("#job", "import_products")
+
+
+def upload(page: Page, rows: list[tuple[str, ...]], chunk_size: int, header: str = "sku,name,price") -> None:
+    body = "\n".join([header, *(",".join(row) for row in rows)]) + "\n"
+    page.set_input_files(
+        "#file", files=[{"name": "rows.csv", "mimeType": "text/csv", "buffer": body.encode()}]
+    )
+    page.fill("#chunk-size", str(chunk_size))
+    page.click("#submit")
+
+
+def wait_end(page: Page) -> None:
+    expect(page.locator("#status")).to_have_text(re.compile("^finished"))
+    expect(page.locator("#live-mode")).to_have_text("")  # the stream said "end"
+
+
+def test_page_without_a_token_asks_for_one_without_an_error(shared_stack: Stack, page: Page) -> None:
+    # The note shows once the jobs list answered 401: the page's answer to that is in place.
+    expect(page.locator("#connect-note")).to_be_visible()
+    expect(page.locator("#connect-note")).to_contain_text("Enter your API token")
+    expect(page.locator("#api-error")).to_be_hidden()
+    # A token that is typed and wrong is an error.
+    page.fill("#token", "atk_wrong")
+    page.click("#load-jobs")
+    expect(page.locator("#api-error")).to_contain_text("401 unauthorized")
+    expect(page.locator("#connect-note")).to_be_hidden()
+    connect(page, shared_stack)
+    expect(page.locator("#api-error")).to_be_hidden()
+
+
+#: After each change of the task panel: the recent tasks' row of that task, next to the panel.
+RECORD_ROW_AND_PANEL = """
+window.rowVersusPanel = [];
+document.addEventListener("DOMContentLoaded", () => {
+  const compare = () => {
+    const id = document.getElementById("task-id").textContent;
+    const row = [...document.getElementById("tasks").rows].find((tr) => tr.cells[0].textContent === id);
+    const panel = [document.getElementById("status").textContent,
+                   document.getElementById("progress-text").textContent];
+    const cells = row ? [row.cells[2].textContent, row.cells[3].textContent] : null;
+    window.rowVersusPanel.push({ panel, row: cells });
+  };
+  new MutationObserver(compare).observe(document.getElementById("task"), { subtree: true, childList: true,
+    characterData: true, attributes: true, attributeFilter: ["aria-valuenow"] });
+});
+"""
+
+
+def test_recent_tasks_agree_with_the_task_panel_while_it_runs(shared_stack: Stack, page: Page) -> None:
+    page.add_init_script(RECORD_ROW_AND_PANEL)
+    page.reload()
+    connect(page, shared_stack)
+    upload(page, [(f"R{i:03d}", f"Row {i}", "1.00") for i in range(200)], chunk_size=2)
+    expect(page.locator("#progress")).to_have_text("100%", timeout=LIVE_TIMEOUT)
+    wait_end(page)
+    seen: list[dict[str, Any]] = page.evaluate("[...window.rowVersusPanel]")
+    listed = [s for s in seen if s["row"] is not None]
+    running = [s for s in listed if s["panel"][0] == "running"]
+    assert running, seen  # the list showed the task while it ran
+    assert [s for s in listed if s["row"] != s["panel"]] == []
+    row = page.locator("#tasks tr", has_text=page.locator("#task-id").inner_text())
+    expect(row).to_contain_text("finished")
+    expect(row).to_contain_text("100%")
+
+
+def test_failed_jobs_are_one_line_each_with_their_items_on_demand(shared_stack: Stack, page: Page) -> None:
+    connect(page, shared_stack)
+    # Rows 4 and 10 have a negative price: the 2nd and 4th chunks of 3 fail.
+    rows = [(f"F{i:03d}", f"Thing {i}", "-1.00" if i in (4, 10) else "2.50") for i in range(12)]
+    upload(page, rows, chunk_size=3)
+    wait_end(page)
+    failed = page.locator("#errors > li")
+    expect(failed).to_have_count(2)
+    first = failed.first
+    expect(first.locator(".message")).to_have_text("price must be positive for SKU F004")
+    expect(first.locator("summary")).to_have_text("3 items")
+    # No raw JSON of the chunk: the items are in the closed details box, read when it opens.
+    assert "{" not in page.locator("#errors").inner_text()
+    expect(first.locator(".failure-details")).to_have_count(0)
+    first.locator("summary").click()
+    table = first.locator(".failure-details table.items")
+    expect(table.locator("th")).to_have_text(["sku", "name", "price"])
+    expect(table.locator("tbody tr")).to_have_count(3)
+    expect(table.locator("tbody tr").nth(1)).to_have_text(re.compile(r"F004\s*Thing 4\s*-1\.00"))
+    expect(first.locator(".failure-details .log")).to_contain_text(
+        "failed: price must be positive for SKU F004"
+    )
+
+
+def test_show_more_pages_through_every_failed_job(shared_stack: Stack, page: Page) -> None:
+    connect(page, shared_stack)
+    bad = list(range(3, 28))  # 25 failing rows, one job each
+    upload(
+        page, [(f"M{i:03d}", f"Item {i}", "-1.00" if i in bad else "3.00") for i in range(30)], chunk_size=1
+    )
+    wait_end(page)
+    failed = page.locator("#errors > li")
+    more = page.locator("#more-errors")
+    expect(failed).to_have_count(10)
+    expect(page.locator("#errors-note")).to_have_text("Showing 10 of 25.")
+    # A control, not an API address to type somewhere.
+    assert "/api/" not in page.locator("#task").inner_text()
+    expect(more).to_have_text("Show 10 more")
+    more.click()
+    expect(failed).to_have_count(20)
+    expect(more).to_have_text("Show 5 more")
+    more.click()
+    expect(failed).to_have_count(25)
+    expect(more).to_be_hidden()
+    expect(page.locator("#errors-note")).to_have_text("")
+    # Each failed job once, in the order they were created.
+    expect(page.locator("#errors > li .message")).to_have_text(
+        [f"price must be positive for SKU M{i:03d}" for i in bad]
+    )
+
+
+def test_a_csv_without_a_column_names_its_lines_and_the_column(shared_stack: Stack, page: Page) -> None:
+    connect(page, shared_stack)
+    upload(page, [("A1", "9.90"), ("A2", "4.50")], chunk_size=1, header="sku,price")
+    error = page.locator("#api-error")
+    expect(error).to_contain_text("validation_failed")
+    expect(error.locator("li")).to_have_text(
+        [f'line {line}, column "name": "name" is a required property' for line in (2, 3)]
+    )
+    expect(page.locator("#task")).to_be_hidden()

@@ -409,9 +409,9 @@ def test_generated_requests_without_a_valid_token(fuzz_api: Api, credentials: st
 # --- explicit requests: the stream, the page, and values generators do not aim at ---------------
 
 
-def _task_validator(doc: dict[str, Any]) -> Any:
+def _snapshot_validator(doc: dict[str, Any]) -> Any:
     return jsonschema_rs.validator_for(
-        {"$ref": "#/components/schemas/Task", "components": doc["components"]}, validate_formats=True
+        {"$ref": "#/components/schemas/TaskSnapshot", "components": doc["components"]}, validate_formats=True
     )
 
 
@@ -439,7 +439,7 @@ def test_stream(fuzz_api: Api) -> None:
     assert blocks[0].startswith("retry: ")
     assert len(blocks) == 2 and blocks[1].startswith("event: end\ndata: ")
     task = json.loads(blocks[1].removeprefix("event: end\ndata: "))
-    _task_validator(schema.raw_schema).validate(task)
+    _snapshot_validator(schema.raw_schema).validate(task)
     assert (task["id"], task["status"]) == (own, "cancelled")
 
 

@@ -119,6 +119,7 @@ def test_limits_match_the_code() -> None:
         "maximum": MAX_ERRORS,
         "default": 10,
     }
+    assert query("/api/tasks/{task_id}/stream", "errors") == query("/api/tasks/{task_id}", "errors")
     submission = doc["components"]["schemas"]["TaskSubmission"]
     # The code rejects unknown fields, so the document does too.
     assert submission["additionalProperties"] is False

@@ -1,5 +1,9 @@
 """``GET /api/tasks/<id>/stream``: Server-Sent Events with the task's snapshot on every change.
 
+A snapshot is small whatever the task: its errors (as ``?errors=`` asks, 10 by default) are
+summaries without the jobs' parameters, sent in the first snapshot, again only when they
+change, and in the last one (``end``); a snapshot without ``errors`` means "unchanged".
+
 A stream holds a thread of the server: it takes one of the process's stream slots (or is
 refused with 429 or 503 at once) and ends after ``stream_max_seconds``, when an ``EventSource``
 reconnects by itself. A client that went away is noticed at the next keepalive.
@@ -7,15 +11,18 @@ reconnects by itself. A client that went away is noticed at the next keepalive.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from flask import Blueprint, Response, g
 
 from asynctask.tracking.views import TaskView
-from webapi.blueprints.tasks import task_or_404
+from webapi.blueprints.tasks import errors_arg, task_or_404
 from webapi.resources import release_db, resources
-from webapi.watch import TaskWatcher
+from webapi.serialize import error_summary, task_fields
+from webapi.watch import Snapshot, TaskWatcher
 
 stream = Blueprint("stream", __name__, url_prefix="/api/tasks")
 
@@ -27,17 +34,18 @@ RECONNECT_MS = 2000
 
 @stream.get("/<task_id>/stream")
 def task_stream(task_id: str) -> Response:
+    errors = errors_arg()
     found = resources()
     release = found.streams.acquire(g.tenant)
     try:
-        first = task_or_404(task_id, 10)
+        first = task_or_404(task_id, errors)
     except BaseException:
         release()
         raise
     # The tenant check is done; the stream reads through the shared watcher, not this connection.
     release_db()
     response = Response(
-        _events(found.watcher, first, found.config.stream_max_seconds),
+        _events(found.watcher, first, errors, found.config.stream_max_seconds),
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -46,9 +54,10 @@ def task_stream(task_id: str) -> Response:
     return response
 
 
-def _events(watcher: TaskWatcher, first: TaskView, lifetime: float) -> Iterator[str]:
+def _events(watcher: TaskWatcher, first: TaskView, errors: int, lifetime: float) -> Iterator[str]:
     deadline = time.monotonic() + lifetime
-    with watcher.watching(first) as wait:
+    frames = _Frames()
+    with watcher.watching(first, errors) as wait:
         yield f"retry: {RECONNECT_MS}\n\n"
         sent = 0
         while (left := deadline - time.monotonic()) > 0:
@@ -57,7 +66,33 @@ def _events(watcher: TaskWatcher, first: TaskView, lifetime: float) -> Iterator[
                 yield ": keepalive\n\n"
                 continue
             sent = snapshot.version
+            body = frames.next(snapshot)
             if snapshot.settled:
-                yield f"event: end\ndata: {snapshot.body}\n\n"
+                yield f"event: end\ndata: {body}\n\n"
                 return
-            yield f"event: progress\ndata: {snapshot.body}\n\n"
+            if body is not None:
+                yield f"event: progress\ndata: {body}\n\n"
+
+
+class _Frames:
+    """What one stream sends: the watcher's snapshots, their errors only when they changed."""
+
+    def __init__(self) -> None:
+        self.task: dict[str, Any] | None = None
+        self.listed: list[dict[str, Any]] | None = None
+
+    def next(self, snapshot: Snapshot) -> str | None:
+        """The snapshot as one line of JSON, or None when nothing it shows changed (only what
+        summaries leave out of a listed error did: its log, its times)."""
+        task = task_fields(snapshot.view)
+        listed = [error_summary(e) for e in snapshot.view.errors]
+        # The ETA alone never makes a new snapshot (the watcher ignores it): nor does it here.
+        same_task = self.task is not None and {**task, "eta_seconds": None} == self.task
+        if same_task and listed == self.listed and not snapshot.settled:
+            return None
+        self.task = {**task, "eta_seconds": None}
+        if listed != self.listed or snapshot.settled:
+            task["errors"] = listed
+            self.listed = listed
+        # Compact, on one line, as a "data:" field needs.
+        return json.dumps(task, separators=(",", ":"))

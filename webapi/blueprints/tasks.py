@@ -22,7 +22,8 @@ T = TypeVar("T")
 
 tasks = Blueprint("tasks", __name__, url_prefix="/api/tasks")
 
-#: Most first errors ``GET /api/tasks/<id>?errors=`` returns.
+#: First errors a task's snapshot includes unless ``?errors=`` says otherwise, and the most it may ask.
+DEFAULT_ERRORS = 10
 MAX_ERRORS = 100
 _NOT_CANCELLABLE = {TaskStatus.FINISHED, TaskStatus.FINISHED_WITH_ERRORS, TaskStatus.ABORTED}
 
@@ -73,10 +74,7 @@ def index() -> Response:
 
 @tasks.get("/<task_id>")
 def show(task_id: str) -> Response:
-    errors = _int_arg("errors", 10)
-    if not 0 <= errors <= MAX_ERRORS:
-        raise ApiError(422, "invalid_request", f"errors must be from 0 to {MAX_ERRORS}", {"field": "errors"})
-    return json_response(task_json(task_or_404(task_id, errors)))
+    return json_response(task_json(task_or_404(task_id, errors_arg())))
 
 
 @tasks.get("/<task_id>/events")
@@ -119,6 +117,14 @@ def retry(task_id: str) -> Response:
         raise ApiError(409, "task_not_retryable", str(exc)) from None
     view = found.tracking.get_task(task_id, tenant=g.tenant)
     return json_response({"retried": retried, "task": task_json(view)}, 202)
+
+
+def errors_arg() -> int:
+    """``?errors=``: how many of the task's first failed/error events to include."""
+    errors = _int_arg("errors", DEFAULT_ERRORS)
+    if not 0 <= errors <= MAX_ERRORS:
+        raise ApiError(422, "invalid_request", f"errors must be from 0 to {MAX_ERRORS}", {"field": "errors"})
+    return errors
 
 
 def task_or_404(task_id: str, errors: int) -> TaskView:

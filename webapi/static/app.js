@@ -4,6 +4,7 @@
 //   POST /api/tasks                create a task from items (JSON, CSV or NDJSON body)
 //   GET  /api/tasks/<id>/stream    live snapshots (Server-Sent Events)
 //   GET  /api/tasks/<id>           one snapshot (the polling fallback)
+//   GET  /api/tasks/<id>/events    a failed job's details, and the errors past the first ten
 //   POST /api/tasks/<id>/cancel    and  /retry
 //   GET  /api/tasks                your recent tasks
 "use strict";
@@ -15,9 +16,19 @@ const FINAL = new Set(["finished", "finished_with_errors", "aborted"]);
 const COUNTS = ["enqueue", "working", "finish", "failed", "error", "cancelled"];
 // Milliseconds before a stream the server ended is opened again (as the stream's "retry:" says).
 const RECONNECT_MS = 2000;
+// Failed jobs a snapshot lists, and how many more each "Show more" adds.
+const ERRORS = 10;
+// Items of a failed job's chunk shown in its details.
+const ITEMS_SHOWN = 50;
 
 let jobs = []; // from GET /api/jobs
-let current = null; // the task being watched: { id, abort: AbortController, timer }
+// The task being watched: { id, abort: AbortController, timer, task: its last snapshot }.
+let current = null;
+// "Your recent tasks": GET /api/tasks, with the watched task as its panel shows it, so the two
+// never disagree (the panel's snapshot is the newer one while the task runs).
+let tasks = [];
+// The failed jobs listed: the snapshot's first ones, then the pages "Show more" added.
+let failures = { first: [], more: [], loading: false };
 
 // ---------------------------------------------------------------------------- API calls
 
@@ -61,13 +72,14 @@ function showError(error) {
   const message = document.createElement("p");
   message.textContent = error.message;
   box.append(title, message);
-  // validation_failed lists the bad items: index, JSON pointer inside the item, message.
+  // validation_failed lists the bad items: index, JSON pointer inside the item, message, and for
+  // a CSV or NDJSON file the line (and the CSV column) a person can find in the file.
   const problems = error.details?.errors;
   if (Array.isArray(problems)) {
     const list = document.createElement("ul");
     for (const p of problems) {
       const li = document.createElement("li");
-      li.textContent = `item ${p.item}${p.path ? ` at ${p.path}` : ""}: ${p.message}`;
+      li.textContent = `${problemPlace(p)}: ${p.message}`;
       list.append(li);
     }
     box.append(list);
@@ -81,15 +93,26 @@ function showError(error) {
   box.scrollIntoView({ block: "nearest" }); // the form may be scrolled far below the box
 }
 
+function problemPlace(problem) {
+  const place = [problem.line !== undefined ? `line ${problem.line}` : `item ${problem.item}`];
+  if (problem.column !== undefined) place.push(`column "${problem.column}"`);
+  else if (problem.path && problem.path !== "/") place.push(`at ${problem.path}`);
+  return place.join(", ");
+}
+
 // ---------------------------------------------------------------------------- jobs
 
 async function loadJobs() {
   try {
     jobs = (await api("/api/jobs")).jobs;
   } catch (error) {
-    showError(error);
+    // No token typed yet: nothing went wrong, the page is waiting for one.
+    const waiting = error instanceof ApiError && error.status === 401 && !$("token").value.trim();
+    $("connect-note").hidden = !waiting;
+    showError(waiting ? null : error);
     return;
   }
+  $("connect-note").hidden = true;
   showError(null);
   const select = $("job");
   const previous = select.value;
@@ -155,9 +178,10 @@ function jsonRequest(job, chunkSize, text) {
 
 function watch(id) {
   stopWatching();
-  current = { id, abort: new AbortController(), timer: null };
+  current = { id, abort: new AbortController(), timer: null, task: null };
   $("task").hidden = false;
   $("task-id").textContent = id;
+  failures = { first: [], more: [], loading: false };
   $("errors").replaceChildren();
   stream(current);
 }
@@ -175,6 +199,7 @@ async function stream(watcher) {
   $("live-mode").textContent = "live (stream)";
   let received = false;
   try {
+    // The stream's snapshots list the first ERRORS failed jobs: its default (?errors=10).
     const response = await fetch(`/api/tasks/${encodeURIComponent(watcher.id)}/stream`, {
       headers: { ...authHeaders(), Accept: "text/event-stream" },
       signal: watcher.abort.signal,
@@ -232,7 +257,7 @@ function poll(watcher) {
   $("live-mode").textContent = "polling every second (the stream failed)";
   const tick = async () => {
     try {
-      const task = await api(`/api/tasks/${encodeURIComponent(watcher.id)}?errors=10`);
+      const task = await api(`/api/tasks/${encodeURIComponent(watcher.id)}?errors=${ERRORS}`);
       if (watcher.abort.signal.aborted) return;
       render(task);
       if (isOver(task)) finish(watcher);
@@ -261,6 +286,7 @@ const percent = (task) => Math.floor((task.progress ?? 0) * 100);
 
 function render(task) {
   if (task.id !== current?.id) return; // a late answer about a task no longer shown
+  current.task = task;
   const pct = percent(task);
   $("progress").setAttribute("aria-valuenow", String(pct));
   $("progress-bar").style.width = `${pct}%`;
@@ -276,30 +302,176 @@ function render(task) {
   // Retry re-enqueues the failed and error jobs; a cancelled task cannot be retried.
   $("retry").disabled = bad === 0 || task.status === "cancelled";
 
-  // The snapshot holds the first few failed/error events; /events pages through all of them.
-  const errors = task.errors ?? [];
-  $("errors-note").textContent = bad === 0 ? "None."
-    : errors.length < bad ? `The first ${errors.length} of ${bad}; all: GET ${task.urls?.events ?? "/api/tasks/<id>/events"}?status=failed`
-    : "";
-  $("errors").replaceChildren(...errors.map(errorItem));
+  // A stream's snapshot carries its errors only when they changed; a snapshot without them
+  // leaves the list as it is.
+  if (task.errors) showFailures(task.errors);
+  showFailureCount(bad);
+  rememberTask(task);
 }
 
-function errorItem(event) {
+// ---------------------------------------------------------------------------- failed jobs
+
+// The list shows the snapshot's first failures, then the pages "Show more" read from /events.
+// An item is kept while its job is in the same state, so a details box someone opened stays open.
+function showFailures(first) {
+  const same = (a, b) => a.length === b.length && a.every((e, i) => failureKey(e) === failureKey(b[i]));
+  if (same(first, failures.first)) return;
+  failures = { first, more: [], loading: false };
+  listFailures();
+}
+
+function listFailures() {
+  const list = $("errors");
+  const kept = new Map([...list.children].map((li) => [li.dataset.key, li]));
+  list.replaceChildren(...[...failures.first, ...failures.more].map((e) => kept.get(failureKey(e)) ?? failureItem(e)));
+}
+
+const failureKey = (event) => `${event.id}:${event.status}:${event.attempt}`;
+
+function showFailureCount(bad) {
+  const listed = failures.first.length + failures.more.length;
+  $("errors-note").textContent = bad === 0 ? "None." : listed < bad ? `Showing ${listed} of ${bad}.` : "";
+  const more = $("more-errors");
+  more.hidden = listed >= bad || failures.first.length === 0;
+  more.disabled = failures.loading;
+  more.textContent = `Show ${Math.min(ERRORS, bad - listed)} more`;
+}
+
+// The failed and error events after the last one listed, in id order: the next page of each
+// status, merged (the first ones of the snapshot are both statuses' lowest ids).
+async function showMoreFailures() {
+  const task = current?.task;
+  const listed = [...failures.first, ...failures.more];
+  if (!task || listed.length === 0) return;
+  const after = Math.max(...listed.map((e) => e.id));
+  const statuses = ["failed", "error"].filter((status) => task.counts[status] > 0);
+  const shown = failures;
+  shown.loading = true;
+  showFailureCount(task.counts.failed + task.counts.error);
+  try {
+    const pages = await Promise.all(statuses.map((status) =>
+      api(`/api/tasks/${encodeURIComponent(task.id)}/events?status=${status}&after=${after}&limit=${ERRORS}`)));
+    if (shown !== failures) return; // the list was replaced meanwhile (a new snapshot, a new task)
+    const next = pages.flatMap((page) => page.items).sort((a, b) => a.id - b.id).slice(0, ERRORS);
+    failures.more.push(...next);
+    listFailures();
+  } catch (error) {
+    showError(error);
+  } finally {
+    shown.loading = false;
+    if (current?.task) showFailureCount(current.task.counts.failed + current.task.counts.error);
+  }
+}
+
+// One failed job in a line: status, message, job and attempt; its items and log in a details box.
+function failureItem(event) {
   const li = document.createElement("li");
+  li.dataset.key = failureKey(event);
   const badge = document.createElement("span");
   badge.className = `badge ${event.status}`;
   badge.textContent = event.status;
   const message = document.createElement("span");
   message.className = "message";
   // A business failure (JobFailed) is its message alone; a program error's text starts with its class.
-  message.textContent = event.error;
+  message.textContent = event.error ?? "(no message)";
   const jobId = document.createElement("code");
   jobId.className = "job-id";
   jobId.textContent = `job ${event.job_id} · attempt ${event.attempt}`;
-  const params = document.createElement("pre");
-  params.textContent = JSON.stringify(event.params); // the job's arguments: [chunk of items]
-  li.append(badge, message, jobId, params);
+  const details = document.createElement("details");
+  const summary = document.createElement("summary");
+  const items = event.items ?? (Array.isArray(event.params?.[0]) ? event.params[0].length : null);
+  summary.textContent = items === null ? "Details" : `${items} item${items === 1 ? "" : "s"}`;
+  details.append(summary);
+  const taskId = current.id;
+  details.addEventListener("toggle", () => details.open && fillDetails(details, taskId, event));
+  li.append(badge, message, jobId, details);
   return li;
+}
+
+// A stream's summary has no parameters or log: they are read when the box is first opened.
+async function fillDetails(details, taskId, event) {
+  if (details.dataset.state) return; // loading or loaded
+  details.dataset.state = "loading";
+  let body = details.querySelector(".failure-details");
+  if (!body) {
+    body = document.createElement("div");
+    body.className = "failure-details";
+    details.append(body);
+  }
+  body.textContent = "Loading…";
+  try {
+    const full = event.params ? event : await loadEvent(taskId, event.id);
+    body.replaceChildren(...eventDetails(full, event.error));
+    details.dataset.state = "loaded";
+  } catch (error) {
+    body.textContent = `Could not load the job: ${error.message}`;
+    details.dataset.state = ""; // opening the box again tries again
+  }
+}
+
+// One event, whole: the events list after the id just before it, one item long.
+async function loadEvent(taskId, id) {
+  const page = await api(`/api/tasks/${encodeURIComponent(taskId)}/events?after=${id - 1}&limit=1`);
+  const event = page.items[0];
+  if (event?.id !== id) throw new Error("the job is gone");
+  return event;
+}
+
+// The job's items, its whole message if the line above shows it cut, and its log.
+function eventDetails(event, shown) {
+  const parts = [];
+  if (event.error && event.error !== shown) {
+    const error = document.createElement("p");
+    error.className = "error-text";
+    error.textContent = event.error;
+    parts.push(error);
+  }
+  const chunk = event.params?.[0];
+  const rows = Array.isArray(chunk) && chunk.length && chunk.every(isRecord) ? chunk : null;
+  if (rows) {
+    parts.push(itemsTable(rows.slice(0, ITEMS_SHOWN)));
+    if (rows.length > ITEMS_SHOWN) parts.push(`… and ${rows.length - ITEMS_SHOWN} more items.`);
+  } else {
+    const pre = document.createElement("pre");
+    pre.textContent = JSON.stringify(event.params, null, 2);
+    parts.push(pre);
+  }
+  if (event.messages?.length) {
+    const log = document.createElement("ol");
+    log.className = "log";
+    for (const m of event.messages) {
+      const li = document.createElement("li");
+      li.textContent = `${new Date(m.at).toLocaleTimeString()} ${m.status}: ${m.text}`;
+      log.append(li);
+    }
+    parts.push(log);
+  }
+  return parts;
+}
+
+const isRecord = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+
+// A chunk of records (e.g. CSV rows) as a table: one row per item, one column per key.
+function itemsTable(rows) {
+  const columns = [...new Set(rows.flatMap(Object.keys))];
+  const table = document.createElement("table");
+  table.className = "items";
+  const head = table.createTHead().insertRow();
+  for (const name of columns) {
+    const th = document.createElement("th");
+    th.scope = "col";
+    th.textContent = name;
+    head.append(th);
+  }
+  const body = table.createTBody();
+  for (const item of rows) {
+    const tr = body.insertRow();
+    for (const name of columns) {
+      const value = item[name];
+      tr.insertCell().textContent = value === undefined ? "" : typeof value === "string" ? value : JSON.stringify(value);
+    }
+  }
+  return table;
 }
 
 function formatEta(seconds) {
@@ -327,6 +499,8 @@ async function act(action) {
   }
 }
 
+// ---------------------------------------------------------------------------- recent tasks
+
 async function loadTasks() {
   let page;
   try {
@@ -334,22 +508,48 @@ async function loadTasks() {
   } catch {
     return; // the jobs list shows the error already (usually a missing token)
   }
-  const rows = page.items.map((task) => {
+  tasks = page.items;
+  if (current?.task) rememberTask(current.task);
+  showTasks();
+}
+
+// The watched task's snapshot replaces its row (or is added on top): one source for both.
+function rememberTask(task) {
+  const index = tasks.findIndex((t) => t.id === task.id);
+  if (index < 0) {
+    tasks.unshift(task);
+    showTasks();
+    return;
+  }
+  tasks[index] = task;
+  const row = [...$("tasks").rows].find((tr) => tr.dataset.task === task.id);
+  if (row) fillTaskRow(row, task);
+  else showTasks();
+}
+
+function showTasks() {
+  $("tasks").replaceChildren(...tasks.map((task) => {
+    const tr = document.createElement("tr");
+    tr.dataset.task = task.id;
     const open = document.createElement("button");
     open.type = "button";
     open.className = "link";
     open.textContent = task.id;
     open.addEventListener("click", () => watch(task.id));
-    const created = task.created_at ? new Date(task.created_at).toLocaleString() : "";
-    const tr = document.createElement("tr");
-    for (const cell of [open, task.job, task.status, `${percent(task)}%`, created]) {
-      const td = document.createElement("td");
-      td.append(cell);
-      tr.append(td);
-    }
+    tr.insertCell().append(open);
+    for (let i = 0; i < 4; i++) tr.insertCell();
+    fillTaskRow(tr, task);
     return tr;
-  });
-  $("tasks").replaceChildren(...rows);
+  }));
+}
+
+function fillTaskRow(tr, task) {
+  const created = task.created_at ? new Date(task.created_at).toLocaleString() : "";
+  const [, job, status, progress, when] = tr.cells;
+  job.textContent = task.job;
+  status.textContent = task.status;
+  progress.textContent = `${percent(task)}%`;
+  when.textContent = created;
 }
 
 // ---------------------------------------------------------------------------- wiring
@@ -369,4 +569,5 @@ $("task-form").addEventListener("submit", submit);
 $("cancel").addEventListener("click", () => act("cancel"));
 $("retry").addEventListener("click", () => act("retry"));
 $("refresh-tasks").addEventListener("click", loadTasks);
+$("more-errors").addEventListener("click", showMoreFailures);
 loadJobs();
