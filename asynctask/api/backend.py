@@ -1,8 +1,8 @@
 """What the read model asks of the store that holds the jobs, whichever store it is.
 
 ``Queue``, the job sets, ``ProcessSet``, ``WorkSet`` and ``Stats`` call these primitives and
-never talk to Redis or SQL themselves. Two implementations: ``brokers.redis.reader``
-(Sidekiq's keys) and ``brokers.sql.reader`` (the SQL broker's tables). ``Context.resolve``
+never talk to Redis or SQL themselves. Two implementations: ``api.backends.redis``
+(Sidekiq's keys) and ``api.backends.sql`` (the SQL broker's tables). ``Context.resolve``
 picks one by the settings' broker URL.
 
 Records stay backend-neutral: a stored job is its exact bytes plus an opaque handle the

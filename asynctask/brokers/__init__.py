@@ -6,10 +6,19 @@ from typing import Any
 
 from redis import Redis
 
-from asynctask.brokers.base import Beat, Broker, Fetcher, Staging, UnitOfWork
+from asynctask.brokers.base import Beat, Broker, DueJobs, Fetcher, ProcessRecords, Staging, UnitOfWork
 from asynctask.settings import Settings
 
-__all__ = ["Beat", "Broker", "Fetcher", "Staging", "UnitOfWork", "open_broker"]
+__all__ = [
+    "Beat",
+    "Broker",
+    "DueJobs",
+    "Fetcher",
+    "ProcessRecords",
+    "Staging",
+    "UnitOfWork",
+    "open_broker",
+]
 
 
 def open_broker(settings: Settings, connection: Any = None) -> Broker:

@@ -18,11 +18,12 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from asynctask import payload
 from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.outbox import Outbox
+from asynctask.tracking.store import TrackingStore
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -70,9 +71,33 @@ class BeatReply:
     was_live: bool
 
 
+class ProcessRecords(Protocol):
+    """What a worker's heartbeat asks of the broker: its process record and counts."""
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]: ...
+
+    def beat(self, beat: Beat) -> BeatReply: ...
+
+    def clear_process(self, identity: str, processed: int, failed: int) -> None: ...
+
+
+class DueJobs(Protocol):
+    """What the scheduled/retry poller asks of the broker: due jobs moved to their queues."""
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]: ...
+
+    def enqueue_due(self, due_set: DueSet, rewrite: Callable[[bytes], payload.JobDict | None]) -> int: ...
+
+    def process_count(self) -> int: ...
+
+    def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None: ...
+
+
 class Staging(ABC):
     """One task's jobs, written batch by batch where no worker takes them, then published all
-    at once (see ``tracking.tasks.create_task``).
+    at once (see ``tasks.operations.create_task``).
 
     ``encode`` (no I/O; refuses a job over the size limit), then ``write`` per batch inside
     the task's SQL transaction, ``publish`` once after it committed, or ``discard``.
@@ -285,29 +310,14 @@ class Fetcher(ABC):
             self._buffer.clear()
 
 
-class TrackingApplier(ABC):
-    """What applies a worker's recorded tracking transitions to SQL, beside the worker, when
-    the broker does not do it itself (the Redis broker's flusher)."""
-
-    @abstractmethod
-    def start(self) -> None:
-        """The worker started."""
-
-    @abstractmethod
-    def wake(self) -> None:
-        """The worker recorded its first transition."""
-
-    @abstractmethod
-    def check(self) -> None:
-        """At every heartbeat: restart what died, start if work is waiting."""
-
-    @abstractmethod
-    def stop(self) -> None:
-        """After the worker's last transitions are written: apply them and stop."""
-
-
 class Broker(ABC):
+    """The broker proper: pushing, claiming and settling jobs, the retry, schedule and dead
+    sets, and the worker process records. Task tracking and cancellation live in the store it
+    offers (``tracking``), written on the same connections."""
+
     settings: Settings
+    #: Where this broker writes tracking transitions and marks tasks cancelled.
+    tracking: TrackingStore
     #: Errors that mean this broker's store is unreachable or refused a command: the worker
     #: logs them and tries again, it never dies of them.
     errors: ClassVar[tuple[type[BaseException], ...]]
@@ -333,20 +343,6 @@ class Broker(ABC):
 
     @abstractmethod
     def staging(self, task_id: str) -> Staging: ...
-
-    def record(self, outbox: Outbox) -> int:
-        """Write the outbox's pending transitions, a batch per call; return how many."""
-        written = 0
-        while len(outbox):
-            with outbox.draining() as transitions:
-                if transitions:
-                    self.write_transitions(transitions)
-                written += len(transitions)
-        return written
-
-    @abstractmethod
-    def write_transitions(self, transitions: list[str]) -> None:
-        """Store one batch of encoded tracking transitions, atomically."""
 
     @abstractmethod
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> Fetcher: ...
@@ -396,27 +392,6 @@ class Broker(ABC):
     @abstractmethod
     def clear_process(self, identity: str, processed: int, failed: int) -> None:
         """A process is leaving: flush its last counts and remove its record."""
-
-    @abstractmethod
-    def cancel_task(self, task_id: str) -> int:
-        """Mark a task cancelled for every worker; return the tracking position at that moment."""
-
-    @abstractmethod
-    def cancelled_tasks(self) -> frozenset[str]: ...
-
-    @abstractmethod
-    def is_cancelled(self, task_id: str) -> bool: ...
-
-    @abstractmethod
-    def tracking_position(self) -> int:
-        """The number of the last tracking transition recorded (transitions are numbered in
-        the order they were stored)."""
-
-    def tracking_applier(self, identity: str) -> TrackingApplier | None:
-        """What must run beside worker ``identity`` to apply its tracking transitions; None
-        when the broker applies them itself (SQL: in each job's own transaction) or tracking
-        is off."""
-        return None
 
     def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None:
         """Bury bytes that are not a job, keeping their text in a valid dead-set entry."""

@@ -291,7 +291,7 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
     the current stream position so that older transitions still in flight cannot undo it.
     """
     _require(engine, task_id, tenant)
-    position = client.broker.cancel_task(task_id)
+    position = client.broker.tracking.cancel_task(task_id)
     now = datetime.now(UTC)
     with writer(engine).begin() as connection:
         cancelled = connection.execute(
@@ -338,7 +338,7 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
         raise TaskStateError(f"task {task_id} is cancelled; its jobs cannot be retried")
     # Read before the events: an event still failed/error at or below this position when SQL
     # is updated below was among those read, so it was pushed again.
-    position = client.broker.tracking_position()
+    position = client.broker.tracking.position()
     with engine.connect() as connection:
         rows = connection.execute(
             select(Event.job_id, Event.params)

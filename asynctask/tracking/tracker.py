@@ -13,17 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from asynctask import payload
 from asynctask.errors import error_class_name
 from asynctask.supervision import Activity
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
+from asynctask.tracking.store import Claims, TrackingStore
 from asynctask.tracking.transitions import Transition
-
-if TYPE_CHECKING:
-    from asynctask.brokers.base import Broker, Fetcher
 
 logger = logging.getLogger("asynctask.tracking")
 
@@ -40,9 +37,9 @@ def is_tracked(job: payload.JobDict) -> bool:
 
 class Tracker:
     def __init__(
-        self, broker: Broker, fetch: Fetcher, on_first_record: Callable[[], None] | None = None
+        self, store: TrackingStore, fetch: Claims, on_first_record: Callable[[], None] | None = None
     ) -> None:
-        self.broker = broker
+        self.store = store
         #: Called once, when this process records its first transition (starts the flusher).
         self._on_first_record = on_first_record
         self.fetch = fetch
@@ -96,13 +93,13 @@ class Tracker:
         if generation != self._known_generation:
             with self._cancel_lock:
                 if generation != self._known_generation:
-                    self._cancelled = self.broker.cancelled_tasks()
+                    self._cancelled = self.store.cancelled_tasks()
                     self._known_generation = generation
         return task in self._cancelled
 
     def is_cancelled_now(self, task: str) -> bool:
         """Asked by running job code: one round trip, always current."""
-        return self.broker.is_cancelled(task)
+        return self.store.is_cancelled(task)
 
     def start(self) -> None:
         self._sender.start()
@@ -120,14 +117,14 @@ class Tracker:
         False if the broker refused; the transitions stay in the outbox for the next try.
         """
         try:
-            self.broker.record(self.outbox)
-        except self.broker.errors as exc:
+            self.store.record(self.outbox)
+        except self.store.errors as exc:
             logger.error("could not write %d tracking transition(s): %s", len(self.outbox), exc)
             return False
         return True
 
     def _send_loop(self) -> None:
-        activity = Activity("tracking send", logger, self.broker.errors, max_pause=SEND_ERROR_PAUSE)
+        activity = Activity("tracking send", logger, self.store.errors, max_pause=SEND_ERROR_PAUSE)
         while not self._stopped.wait(activity.pause() if activity.failures else SEND_INTERVAL):
             if len(self.outbox):
-                activity.attempt(lambda: self.broker.record(self.outbox))
+                activity.attempt(lambda: self.store.record(self.outbox))

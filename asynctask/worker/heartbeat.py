@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from asynctask import __version__
-from asynctask.brokers import Beat, Broker
+from asynctask.brokers import Beat, ProcessRecords
 from asynctask.settings import Settings
 from asynctask.worker.contract import IDENTITY_ENV, new_identity
 from asynctask.worker.stats import Stats
@@ -48,7 +48,7 @@ class ProcessInfo:
 class Heartbeat:
     def __init__(
         self,
-        broker: Broker,
+        broker: ProcessRecords,
         settings: Settings,
         info: ProcessInfo,
         stats: Stats,

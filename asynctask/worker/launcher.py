@@ -27,11 +27,11 @@ from typing import Any
 
 from asynctask import middleware, payload
 from asynctask.brokers import open_broker
-from asynctask.brokers.base import TrackingApplier
 from asynctask.middleware import Chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings, shown_url
 from asynctask.supervision import Activity
+from asynctask.tracking.store import TrackingApplier
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
@@ -64,8 +64,10 @@ class Worker:
         self.tracker: Tracker | None = None
         self.applier: TrackingApplier | None = None
         if self.settings.tracking:
-            self.applier = self.broker.tracking_applier(self.identity)
-            self.tracker = Tracker(self.broker, self.fetch, self.applier.wake if self.applier else None)
+            self.applier = self.broker.tracking.applier(self.identity)
+            self.tracker = Tracker(
+                self.broker.tracking, self.fetch, self.applier.wake if self.applier else None
+            )
         self.manager = Manager(
             self.settings,
             self.broker,

@@ -16,7 +16,7 @@ import random
 import threading
 
 from asynctask import payload
-from asynctask.brokers import Broker
+from asynctask.brokers import DueJobs
 from asynctask.errors import PayloadError
 from asynctask.middleware import Chain
 from asynctask.supervision import Activity
@@ -25,7 +25,7 @@ logger = logging.getLogger("asynctask.scheduled")
 
 
 class Poller:
-    def __init__(self, broker: Broker, client_chain: Chain[payload.JobDict], interval: float) -> None:
+    def __init__(self, broker: DueJobs, client_chain: Chain[payload.JobDict], interval: float) -> None:
         self.broker = broker
         self.client_chain = client_chain
         self.interval = interval

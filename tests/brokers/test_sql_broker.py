@@ -360,15 +360,15 @@ def test_cancelling_changes_the_generation_claims_report(broker: SqlBroker) -> N
     fetcher = broker.fetcher("me")
     claim_all(fetcher)
     before = fetcher.cancel_generation
-    assert broker.cancelled_tasks() == frozenset()
-    assert broker.cancel_task("t1") == broker.tracking_position()
-    assert broker.cancel_task("t1") == broker.tracking_position()
-    assert broker.is_cancelled("t1") and not broker.is_cancelled("t2")
-    assert broker.cancelled_tasks() == {"t1"}
+    assert broker.tracking.cancelled_tasks() == frozenset()
+    assert broker.tracking.cancel_task("t1") == broker.tracking.position()
+    assert broker.tracking.cancel_task("t1") == broker.tracking.position()
+    assert broker.tracking.is_cancelled("t1") and not broker.tracking.is_cancelled("t2")
+    assert broker.tracking.cancelled_tasks() == {"t1"}
     claim_all(fetcher)
     after = fetcher.cancel_generation
     assert after != before
-    broker.cancel_task("t2")
+    broker.tracking.cancel_task("t2")
     claim_all(fetcher)
     assert fetcher.cancel_generation not in (before, after)
     with broker.engine.connect() as connection:
@@ -406,10 +406,10 @@ def test_a_job_over_the_size_limit_is_refused(make_broker: Callable[..., SqlBrok
 def test_tracking_transitions_commit_with_the_job_change(broker: SqlBroker) -> None:
     item = job("Tracked")
     jid = item["jid"]
-    before = broker.tracking_position()
+    before = broker.tracking.position()
     enqueued = status(jid, EventStatus.ENQUEUE, name="Tracked", params=[])
     broker.push([(item, None)], transitions=[enqueued.encode()])
-    assert broker.tracking_position() == before + 1
+    assert broker.tracking.position() == before + 1
 
     def event() -> Any:
         with broker.engine.connect() as connection:
@@ -422,8 +422,8 @@ def test_tracking_transitions_commit_with_the_job_change(broker: SqlBroker) -> N
     finished = status(jid, EventStatus.FINISH, "done").encode()
     assert fetcher.claim(1, [unit], [finished]) == []
     assert rows(broker) == []
-    assert event() == ("finish", broker.tracking_position())
-    assert broker.tracking_position() == before + 3
+    assert event() == ("finish", broker.tracking.position())
+    assert broker.tracking.position() == before + 3
 
 
 def refuse_deleting(broker: SqlBroker, jid: str) -> None:
@@ -449,7 +449,7 @@ def refuse_deleting(broker: SqlBroker, jid: str) -> None:
 def test_a_failed_acknowledgement_rolls_its_transitions_back(broker: SqlBroker) -> None:
     item = job("Tracked")
     broker.push([(item, None)], transitions=[status(item["jid"], EventStatus.ENQUEUE, name="T").encode()])
-    position = broker.tracking_position()
+    position = broker.tracking.position()
     fetcher = broker.fetcher("me")
     [unit] = claim_all(fetcher)
     refuse_deleting(broker, item["jid"])
@@ -460,9 +460,9 @@ def test_a_failed_acknowledgement_rolls_its_transitions_back(broker: SqlBroker) 
     assert [r.locked_by for r in rows(broker)] == ["me"]
     if broker.store.postgres:
         # A sequence number drawn by a rolled-back transaction is not given again.
-        assert broker.tracking_position() == position + 1
+        assert broker.tracking.position() == position + 1
     else:
-        assert broker.tracking_position() == position
+        assert broker.tracking.position() == position
 
 
 def test_two_fetchers_in_threads_claim_every_job_exactly_once(make_broker: Callable[..., SqlBroker]) -> None:

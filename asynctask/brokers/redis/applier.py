@@ -7,10 +7,10 @@ import logging
 
 import redis
 
-from asynctask.brokers.base import TrackingApplier
 from asynctask.brokers.redis.flusher_process import FlusherProcess
 from asynctask.keys import Keys
 from asynctask.settings import Settings
+from asynctask.tracking.store import TrackingApplier
 
 logger = logging.getLogger("asynctask.tracking")
 

@@ -8,13 +8,14 @@ from typing import cast
 import redis
 
 from asynctask import payload
-from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, TrackingApplier, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.fetch import ReliableFetch, release
 from asynctask.brokers.redis.push import RedisStaging, push_jobs
 from asynctask.brokers.redis.recovery import recover_orphans, requeue_process
 from asynctask.brokers.redis.scripts import Scripts
+from asynctask.brokers.redis.tracking import RedisTrackingStore
 from asynctask.keys import Keys
 from asynctask.settings import Settings
 from asynctask.tracking.outbox import Outbox, draining
@@ -40,6 +41,7 @@ class RedisBroker(Broker):
             )
         )
         self.scripts = Scripts(self.redis)
+        self.tracking = RedisTrackingStore(self.redis, self.keys, self.scripts, settings)
 
     def close(self) -> None:
         """Close the connection pool, if this broker opened it."""
@@ -73,10 +75,6 @@ class RedisBroker(Broker):
     def staging(self, task_id: str) -> RedisStaging:
         """Where ``create_task`` writes a task's jobs, invisible to workers, before publishing them."""
         return RedisStaging(self.redis, self.keys, self.scripts, task_id, self.settings.max_payload_bytes)
-
-    def write_transitions(self, transitions: list[str]) -> None:
-        """Append the batch to the tracking stream as one entry."""
-        self.scripts.record_transitions(self.keys, self.redis, transitions)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> ReliableFetch:
         s = self.settings
@@ -175,31 +173,3 @@ class RedisBroker(Broker):
 
     def clear_process(self, identity: str, processed: int, failed: int) -> None:
         process.clear(self.redis, self.keys, identity, processed, failed, self.settings.process_ttl)
-
-    def cancel_task(self, task_id: str) -> int:
-        """Every worker sees the new generation at its next claim and reloads the cancelled set."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.keys.cancelled_tasks, task_id, payload.now())
-        pipe.incr(self.keys.cancel_generation)
-        pipe.get(self.keys.tracking_seq)
-        return int(pipe.execute()[-1] or 0)
-
-    def cancelled_tasks(self) -> frozenset[str]:
-        names = cast(list[bytes], self.redis.hkeys(self.keys.cancelled_tasks))
-        return frozenset(n.decode() if isinstance(n, bytes) else n for n in names)
-
-    def is_cancelled(self, task_id: str) -> bool:
-        return bool(self.redis.hexists(self.keys.cancelled_tasks, task_id))
-
-    def tracking_position(self) -> int:
-        return int(cast(bytes | None, self.redis.get(self.keys.tracking_seq)) or 0)
-
-    def tracking_applier(self, identity: str) -> TrackingApplier | None:
-        if not self.settings.tracking or self.settings.flusher == "off":
-            return None
-        # The flushers need SQLAlchemy: a worker that does not track never imports them.
-        from asynctask.brokers.redis.applier import FlusherProcessApplier, FlusherThreadApplier
-
-        if self.settings.flusher == "thread":
-            return FlusherThreadApplier(self.redis, self.keys, self.settings, identity)
-        return FlusherProcessApplier(self.redis, self.keys, self.settings, identity)

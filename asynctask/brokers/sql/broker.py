@@ -24,6 +24,7 @@ from asynctask.brokers.sql.models import DEAD, QUEUED, RETRY, SCHEDULED
 from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
 from asynctask.brokers.sql.store import JobRow, Store, Tx
+from asynctask.brokers.sql.tracking import SqlTrackingStore
 from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
 from asynctask.db.engine import create_database_engine
 from asynctask.settings import Settings
@@ -57,6 +58,7 @@ class SqlBroker(Broker):
             )
         )
         self.store = Store(self.engine)
+        self.tracking = SqlTrackingStore(self.store)
         self._fetchers: list[SqlFetcher] = []
 
     def close(self) -> None:
@@ -86,11 +88,6 @@ class SqlBroker(Broker):
 
     def staging(self, task_id: str) -> SqlStaging:
         return SqlStaging(self.store, self.settings.max_payload_bytes)
-
-    def write_transitions(self, transitions: list[str]) -> None:
-        """Apply the batch to the tracking tables in a transaction of its own."""
-        with self.store.write() as tx:
-            self.store.record(tx.connection, transitions)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> SqlFetcher:
         queues = list(dict.fromkeys(q.name for q in self.settings.queues))
@@ -163,24 +160,6 @@ class SqlBroker(Broker):
 
     def clear_process(self, identity: str, processed: int, failed: int) -> None:
         processes.clear(self.store, identity, processed, failed)
-
-    def cancel_task(self, task_id: str) -> int:
-        """Workers see the new cancellation generation (the count and latest time of the
-        cancellations) at their next claim, and reload the cancelled set."""
-        with self.store.write(single_statement=True) as tx:
-            tx.connection.execute(self.store.sql.cancel, {"task_id": task_id, "at": payload.now()})
-        return self.tracking_position()
-
-    def cancelled_tasks(self) -> frozenset[str]:
-        with self.store.read() as connection:
-            return frozenset(str(name) for name in connection.execute(self.store.sql.cancelled).scalars())
-
-    def is_cancelled(self, task_id: str) -> bool:
-        with self.store.read() as connection:
-            return connection.execute(self.store.sql.is_cancelled, {"task_id": task_id}).first() is not None
-
-    def tracking_position(self) -> int:
-        return self.store.tracking_position()
 
     def _to_set(self, tx: Tx, unit: UnitOfWork | None, moved: JobRow) -> None:
         """The claimed row of ``unit`` becomes ``moved``; a new row if there is no unit, or if
