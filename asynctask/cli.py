@@ -7,7 +7,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from asynctask import log
@@ -304,23 +305,23 @@ def _database_url(args: argparse.Namespace) -> tuple[str, str, str]:
 
 
 def _run_api(args: argparse.Namespace) -> int:
-    from webapi.config import ApiConfig
-    from webapi.server import serve
-
+    serve_api = _command("api")
     settings = _settings(args, database_url=args.database_url, require=tuple(args.require) or None)
     log.setup(settings.log_level, settings.log_format)
-    config = ApiConfig.from_env(settings=settings)
-    for module in settings.require:
-        load_module(module)
-    serve(
-        config,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        threads=args.threads,
-        access_log=args.access_log,
-    )
-    return 0
+    return serve_api(args, settings)
+
+
+def _command(name: str) -> Callable[[argparse.Namespace, Settings], int]:
+    """The implementation of command ``name`` that another package provides through the
+    ``asynctask.commands`` entry point group (``api`` comes with ``webapi``)."""
+    found = entry_points(group="asynctask.commands", name=name)
+    if not found:
+        raise ImportError(
+            f"no package provides the {name!r} command (an asynctask.commands entry point); "
+            "reinstall asynctask (pip install asynctask, or pip install -e . in a checkout)"
+        )
+    command: Callable[[argparse.Namespace, Settings], int] = next(iter(found)).load()
+    return command
 
 
 def _run_tokens(args: argparse.Namespace) -> int:
