@@ -1,0 +1,166 @@
+"""Package dependencies point one way: every import of every module of asynctask and webapi,
+read from the source, follows the table of allowed directions below, and no two parts of
+asynctask import each other, directly or through others.
+
+Every import counts, at module level or inside a function (an import deferred to keep a
+process small is still a dependency). Imports under ``if TYPE_CHECKING:`` count too: none is
+needed against the table, so none is exempt.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The part of the code each module belongs to: the longest matching prefix wins.
+PARTS = {
+    "asynctask": "asynctask",  # the package itself: its public names, re-exported
+    # Foundations: no I/O beyond what each names, used by everything.
+    "asynctask.errors": "core",
+    "asynctask.settings": "core",
+    "asynctask.keys": "core",
+    "asynctask.payload": "core",
+    "asynctask.log": "core",
+    "asynctask.supervision": "core",
+    "asynctask.modules": "core",
+    # Engines, migrations and the declarative base, shared by tracking and the SQL broker.
+    "asynctask.db": "db",
+    "asynctask.tracking": "tracking",
+    "asynctask.brokers": "brokers",
+    "asynctask.context": "context",
+    "asynctask.middleware": "middleware",
+    # A job definition pushes itself through the default client, which resolves definitions
+    # through the registry: one part, as Dramatiq's actor and broker are.
+    "asynctask.job": "client",
+    "asynctask.registry": "client",
+    "asynctask.client": "client",
+    "asynctask.tasks": "tasks",
+    "asynctask.tokens": "tokens",
+    "asynctask.api": "api",
+    "asynctask.worker": "worker",
+    "asynctask.demo": "demo",
+    "asynctask.cli": "cli",
+    "asynctask.__main__": "cli",
+    "webapi": "webapi",
+}
+
+LIBRARY = {"core", "db", "tracking", "brokers", "context", "middleware", "client", "tasks", "tokens", "api"}
+
+#: What each part may import besides itself. Tracking defines the store it needs
+#: (``tracking.store``) and the brokers implement it, so brokers depend on tracking and never
+#: the reverse; the read API's backends live in ``api`` and read the brokers' storage.
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "db": {"core"},
+    "tracking": {"core", "db"},
+    "brokers": {"core", "db", "tracking"},
+    "context": {"core", "tracking"},
+    "middleware": {"core", "tracking", "context"},
+    "client": {"core", "brokers", "middleware", "tracking"},
+    "tasks": {"core", "db", "tracking", "client"},
+    "tokens": {"core", "db", "tracking"},
+    "api": {"core", "db", "brokers", "client"},
+    # The heartbeat reports the package's ``__version__``.
+    "worker": {"core", "brokers", "tracking", "context", "middleware", "client", "asynctask"},
+    "asynctask": {"core", "context", "middleware", "client", "tracking", "tasks"},
+    "cli": LIBRARY | {"asynctask", "worker", "demo"},
+    "demo": LIBRARY | {"asynctask"},
+    "webapi": LIBRARY | {"asynctask"},
+}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in ("asynctask", "webapi"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imported(module: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int]]:
+    """Every asynctask or webapi module ``module`` imports, with the line: ``from p import m``
+    names module ``p.m`` when that is a module, else ``p``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target.split(".")[0] in ("asynctask", "webapi"):
+                yield target, node.lineno
+
+
+def part(module: str) -> str:
+    prefixes = [p for p in PARTS if module == p or module.startswith(p + ".")]
+    assert prefixes, f"{module} belongs to no part: add it to PARTS"
+    return PARTS[max(prefixes, key=len)]
+
+
+def edges() -> dict[tuple[str, str], list[str]]:
+    known = modules()
+    found: dict[tuple[str, str], list[str]] = {}
+    for module, path in sorted(known.items()):
+        for target, line in imported(module, path, known):
+            source, destination = part(module), part(target)
+            if source != destination:
+                where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+                places = found.setdefault((source, destination), [])
+                if where not in places:
+                    places.append(where)
+    return found
+
+
+def test_every_import_follows_the_allowed_directions() -> None:
+    against = [
+        f"{source} -> {destination}: {where}"
+        for (source, destination), places in edges().items()
+        if destination not in ALLOWED[source]
+        for where in places
+    ]
+    assert not against, "imports against the allowed directions:\n" + "\n".join(against)
+
+
+def test_no_cycle_between_the_parts_of_asynctask() -> None:
+    graph: dict[str, set[str]] = {}
+    for source, destination in edges():
+        graph.setdefault(source, set()).add(destination)
+    cycles = []
+    for start in graph:
+        stack = [(start, [start])]
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    cycles.append(" -> ".join([*trail, start]))
+                elif nxt not in trail:
+                    stack.append((nxt, [*trail, nxt]))
+    assert not cycles, "parts importing each other:\n" + "\n".join(sorted(set(cycles)))
+
+
+def test_the_table_itself_has_no_cycle() -> None:
+    """A cycle allowed in the table could appear in the code without the test noticing."""
+    order: list[str] = []
+    remaining = {part: allowed & set(ALLOWED) for part, allowed in ALLOWED.items()}
+    while remaining:
+        ready = sorted(p for p, needs in remaining.items() if needs <= set(order))
+        assert ready, f"the table allows a cycle among {sorted(remaining)}"
+        order += ready
+        for p in ready:
+            del remaining[p]
+
+
+def test_the_library_never_imports_the_web_app() -> None:
+    assert all("webapi" not in ALLOWED[p] for p in ALLOWED if p != "webapi")
