@@ -4,7 +4,7 @@ Recording a transition appends it to the process's outbox and costs no round tri
 outbox is written by the broker with the next fetch, retry or shutdown step, or by the
 sender thread within ``SEND_INTERVAL`` (see ``outbox``). The SQL broker applies it to the
 tracking tables in that same transaction; the Redis broker appends it to the tracking stream,
-which a flusher (a child process by default, see ``flusher_process``) applies to SQL.
+which a flusher (a child process by default, see ``brokers.redis.flusher_process``) applies to SQL.
 Nothing here ever fails a job: while the broker or SQL is down they log and try again.
 """
 

@@ -1,0 +1,2 @@
+"""The read model's backends (``api.backend.Backend``): ``redis`` reads Sidekiq's keys,
+``sql`` the SQL broker's tables."""

@@ -5,7 +5,7 @@ Every worker runs one (a thread); they share the stream through the consumer gro
 after the SQL transaction that applied it committed. While SQL is down the flusher keeps its
 batch and retries with backoff; the transitions wait in Redis, and jobs keep running. A
 flusher that dies holding entries loses nothing: after ``CLAIM_IDLE_MS`` another flusher
-claims them. Applying an entry twice is harmless (see ``apply``).
+claims them. Applying an entry twice is harmless (see ``tracking.apply``).
 """
 
 from __future__ import annotations
