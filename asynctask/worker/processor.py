@@ -94,7 +94,6 @@ class Processor:
         failure of the store leaves the job claimed (by this process, until shutdown or
         recovery returns it to its queue), logged.
         """
-        self.job = None
         try:
             return self._process(unit)
         except Shutdown:
@@ -103,6 +102,8 @@ class Processor:
             self._store_failed(unit, exc)
         except Exception as exc:
             self._bury_raw(unit, exc, self.job)
+        finally:
+            self.job = None
         return None
 
     def _process(self, unit: UnitOfWork) -> UnitOfWork | None:
