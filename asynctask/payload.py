@@ -13,11 +13,12 @@ import json
 import math
 import os
 import re
+import reprlib
 import secrets
 import time
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from asynctask.errors import PayloadError
 
@@ -26,6 +27,14 @@ JobDict = dict[str, Any]
 
 #: Sidekiq 8 writes integer epoch milliseconds; anything above this is milliseconds, below it seconds.
 _MILLISECONDS_THRESHOLD = 100_000_000_000
+
+#: The deepest nesting of arrays and objects a payload may have: Ruby's ``JSON.parse``
+#: default (``max_nesting``), so AsyncTask and Sidekiq read the same payloads.
+MAX_DEPTH = 100
+#: The longest queue name: the SQL broker's ``queue`` column.
+MAX_QUEUE = 255
+#: The longest jid (Sidekiq's are 24 characters; other clients use UUIDs).
+MAX_JID = 255
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 #: A digit followed by an exponent, as Python prints 1e+20; only then is the slow encoder needed.
@@ -108,29 +117,113 @@ _ruby_float_iterencode = json.encoder._make_iterencode(  # type: ignore[attr-def
 
 
 def loads(raw: bytes | str) -> JobDict:
-    """Decode a payload read from a queue or sorted set; raise PayloadError if it is not a job."""
+    """Decode a payload read from a queue or sorted set; raise PayloadError if it is not a job.
+
+    A payload is UTF-8 JSON text (no byte order mark) of an object, nested at most
+    ``MAX_DEPTH`` levels, without NaN or Infinity (as Ruby's ``JSON.parse`` reads it), whose
+    fields the runtime reads have the types Sidekiq gives them (``check_job``).
+    """
     try:
-        job = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PayloadError(f"payload is not valid JSON: {exc}") from None
+        text = raw if isinstance(raw, str) else raw.decode()
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"payload is not valid JSON: it is not UTF-8 text ({exc})") from None
+    try:
+        job = _decoder.decode(text)
+    except ValueError as exc:
+        raise PayloadError(_not_json(text, exc)) from None
+    except RecursionError:
+        raise PayloadError(_TOO_DEEP) from None
+    encoded = raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogatepass")
+    # Only a payload with more brackets than the limit can be nested deeper than it: a count,
+    # far cheaper than the decoding, spares most payloads the exact measure.
+    if _more_brackets_than(encoded, MAX_DEPTH) and _nested_deeper(encoded, MAX_DEPTH):
+        raise PayloadError(_TOO_DEEP)
     if not isinstance(job, dict):
-        raise PayloadError(f"payload is a JSON {type(job).__name__}, not an object")
-    if not isinstance(job.get("class"), str) or not job["class"]:
-        raise PayloadError("payload has no 'class' string", job)
-    if not isinstance(job.get("args"), list):
-        raise PayloadError(f"payload 'args' must be a list, got {type(job.get('args')).__name__}", job)
+        raise PayloadError(f"payload is {_json_type(job)}, not an object")
+    check_job(job)
     return job
 
 
-def unparseable(raw: bytes, queue: str, reason: str) -> JobDict:
-    """A dead-set entry for bytes that are not a job: the original text kept as its only arg."""
+def check_job(job: JobDict) -> None:
+    """Raise PayloadError (carrying ``job``) unless every field the runtime acts on has a type
+    it can act on: ``class``, ``args`` and ``jid`` present, queue names usable as such,
+    ``retry`` true, false, null or a non-negative int, ``retry_count`` an int of -1 or more,
+    and the timestamps of a push numbers. (Fields only written by the runtime or only shown,
+    such as ``failed_at`` or ``tags``, are read defensively instead.)"""
+    get = job.get
+    name = get("class")
+    if type(name) is not str or not name:
+        raise PayloadError(f"payload has no 'class' string (got {_shown(name)})", job)
+    args = get("args")
+    if type(args) is not list:
+        raise PayloadError(f"payload 'args' must be a list, got {_json_type(args)}", job)
+    jid = get("jid")
+    if not _is_name(jid, MAX_JID):
+        raise PayloadError(f"payload 'jid' must be a printable string, got {_shown(jid)}", job)
+    # A missing queue is the one the job was read from; a null one would be taken for a name.
+    queue = get("queue", "default")
+    if not _is_name(queue, MAX_QUEUE):
+        raise PayloadError(f"payload 'queue' {_NAME_RULE}, got {_shown(queue)}", job)
+    retry_queue = get("retry_queue")
+    if retry_queue is not None and not _is_name(retry_queue, MAX_QUEUE):
+        raise PayloadError(f"payload 'retry_queue' {_NAME_RULE}, got {_shown(retry_queue)}", job)
+    retry = get("retry")
+    if not (retry is None or type(retry) is bool or (type(retry) is int and retry >= 0)):
+        raise PayloadError(
+            f"payload 'retry' must be true, false or a non-negative integer, got {_shown(retry)}", job
+        )
+    count = get("retry_count")
+    # -1: retried by hand after its first failure ("Retry now" takes one off the count).
+    if count is not None and not (type(count) is int and count >= -1):
+        raise PayloadError(
+            f"payload 'retry_count' must be an integer of -1 or more, got {_shown(count)}", job
+        )
+    for key in _TIMESTAMPS:
+        value = get(key)
+        if value is not None and type(value) is not float and type(value) is not int:
+            raise PayloadError(f"payload {key!r} must be an epoch timestamp, got {_shown(value)}", job)
+
+
+def dumps_storable(job: Mapping[str, Any]) -> str:
+    """``dumps`` for a job read back from a store (to retry, bury or enqueue it again): text
+    every store can write. A payload may spell a lone surrogate (``"\\ud800"``), which
+    decodes to a string UTF-8 cannot encode; such characters are written back as the same
+    escapes. Raises ValueError for a float JSON cannot hold (a literal such as ``1e999``)."""
+    encoded = dumps(job)
+    if encoded.isascii():
+        return encoded
+    try:
+        encoded.encode()
+    except UnicodeEncodeError:
+        # Only surrogates fail, and they only occur inside JSON strings, where Python's
+        # backslash escape of one is the JSON escape of it.
+        return encoded.encode("utf-8", "backslashreplace").decode()
+    return encoded
+
+
+def valid_jid(value: object) -> str | None:
+    """``value`` if it is a jid a job may carry, else None."""
+    return value if isinstance(value, str) and _is_name(value, MAX_JID) else None
+
+
+def unparseable(raw: bytes, queue: str, reason: str, jid: str | None = None) -> JobDict:
+    """A dead-set entry for a payload that cannot be handled as it is, keeping exactly what
+    was pushed: its text as the only arg, and when the bytes are not UTF-8, the bytes in
+    base64 as ``payload_base64`` (the arg then shows them with U+FFFD replacements).
+
+    ``jid``: the payload's own (``valid_jid``), so that the entry can be found by it.
+    """
     stamp = now()
-    return {
+    try:
+        text, exact = raw.decode(), True
+    except UnicodeDecodeError:
+        text, exact = raw.decode("utf-8", errors="replace"), False
+    entry: JobDict = {
         "retry": False,
         "queue": queue,
         "class": "AsyncTask::UnparseableJob",
-        "args": [raw.decode("utf-8", errors="replace")],
-        "jid": new_jid(),
+        "args": [text],
+        "jid": jid or new_jid(),
         "created_at": stamp,
         "enqueued_at": stamp,
         "error_message": reason,
@@ -138,6 +231,92 @@ def unparseable(raw: bytes, queue: str, reason: str) -> JobDict:
         "failed_at": stamp,
         "retry_count": 0,
     }
+    if not exact:
+        entry["payload_base64"] = base64.b64encode(raw).decode()
+    return entry
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+_TOO_DEEP = f"payload is nested deeper than {MAX_DEPTH} levels"
+#: For ``bytes.translate``: objects' braces become brackets, everything but them and quotes goes.
+_SQUARE = bytes.maketrans(b"{}", b"[]")
+_NOT_MARK = bytes(set(range(256)) - set(b'"[]{}'))
+#: From this many bytes on, a payload's brackets are counted by ``find`` rather than ``count``.
+_LONG = 8192
+_NAME_RULE = f"must be a printable string of at most {MAX_QUEUE} characters"
+_TIMESTAMPS = ("at", "created_at", "enqueued_at")
+
+
+def _more_brackets_than(raw: bytes, limit: int) -> bool:
+    if len(raw) < _LONG:
+        return raw.count(b"[") + raw.count(b"{") > limit
+    # A long payload is mostly text: ``find`` skips it at memchr's speed, ``count`` cannot.
+    found = 0
+    for bracket in (b"[", b"{"):
+        at = raw.find(bracket)
+        while at >= 0:
+            found += 1
+            if found > limit:
+                return True
+            at = raw.find(bracket, at + 1)
+    return False
+
+
+def _nested_deeper(raw: bytes, limit: int) -> bool:
+    """Whether the (valid) JSON ``raw`` nests arrays and objects deeper than ``limit``,
+    measured without recursion, in a few passes of C over the bytes."""
+    if b"\\" in raw:
+        # Escaped backslashes, then escaped quotes: the quotes left are the strings' own.
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = raw.translate(_SQUARE, _NOT_MARK)
+    # A string without brackets is an empty pair of quotes now. When every quote is in such
+    # a pair, no string holds brackets; otherwise keep only what is outside the strings
+    # (brackets inside them nest nothing).
+    if 2 * marks.count(b'""') == marks.count(b'"'):
+        brackets = marks.translate(None, b'"')
+    else:
+        brackets = b"".join(marks.split(b'"')[::2])
+    # Each pass deletes the innermost pairs: one level of nesting.
+    for _ in range(limit):
+        brackets = brackets.replace(b"[]", b"")
+        if not brackets:
+            return False
+    return True
+
+
+def _not_json(text: str, exc: ValueError) -> str:
+    if text.startswith("\ufeff"):
+        return "payload is not valid JSON: it starts with a byte order mark (U+FEFF)"
+    return f"payload is not valid JSON: {exc}"
+
+
+def _json_type(value: object) -> str:
+    """How JSON names the type of a decoded value."""
+    if value is None:
+        return "a JSON null"
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    if isinstance(value, int | float):
+        return "a JSON number"
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return f"a JSON {names.get(type(value), type(value).__name__)}"
+
+
+def _is_name(value: object, longest: int) -> bool:
+    """A jid or queue name: printable (no control characters, NUL or lone surrogates, which
+    SQL columns and log lines cannot take), 1 to ``longest`` characters."""
+    return type(value) is str and 0 < len(value) <= longest and value.isprintable()
+
+
+def _shown(value: object) -> str:
+    """A short rendering of a hostile value for an error message."""
+    if value is None:
+        return "none"
+    return f"{_json_type(value).removeprefix('a JSON ')} {reprlib.repr(value)}"
 
 
 def timestamp(value: Any) -> float | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import random
 import re
 
 import pytest
@@ -64,20 +67,127 @@ def test_timestamp_reads_float_seconds_and_sidekiq8_milliseconds() -> None:
     assert payload.timestamp(True) is None
 
 
+def raw_job(**fields: object) -> bytes:
+    return json.dumps({"class": "A", "args": [], "jid": "j1"} | fields).encode()
+
+
 @pytest.mark.parametrize(
     ("raw", "message", "has_job"),
     [
         (b"{not json", "not valid JSON", False),
-        (b"[1,2]", "JSON list", False),
-        (b'{"args":[]}', "no 'class'", True),
-        (b'{"class":"A","args":{"a":1}}', "'args' must be a list, got dict", True),
-        (b"\xff\xfe", "not valid JSON", False),
+        (b"[1,2]", "a JSON array, not an object", False),
+        (b'"A"', "a JSON string, not an object", False),
+        (b'{"args":[],"jid":"j1"}', "no 'class'", True),
+        (b'{"class":"A","args":{"a":1},"jid":"j1"}', "'args' must be a list, got a JSON object", True),
+        (b"\xff\xfe", "not UTF-8 text", False),
+        # A surrogate encoded in UTF-8 (CESU-8) is not UTF-8 either.
+        (b'{"class":"\xed\xa0\x80"}', "not UTF-8 text", False),
+        (b'\xef\xbb\xbf{"class":"A","args":[],"jid":"j1"}', "byte order mark", False),
+        (b'{"class":"A","args":[NaN],"jid":"j1"}', "NaN is not JSON", False),
+        (b'{"class":"A","args":[-Infinity],"jid":"j1"}', "-Infinity is not JSON", False),
+        (b'{"class":"A","args":[' + b"9" * 5000 + b'],"jid":"j1"}', "not valid JSON", False),
+        (raw_job(jid=None), "'jid' must be a printable string, got none", True),
+        (raw_job(jid=""), "'jid'", True),
+        (raw_job(jid="a\nb"), "'jid'", True),
+        (raw_job(jid="\ud800"), "'jid'", True),
+        (raw_job(queue=None), "'queue' must be a printable string", True),
+        (raw_job(queue="q" * 256), "'queue'", True),
+        (raw_job(retry_queue=7), "'retry_queue'", True),
+        (raw_job(retry="abc"), "'retry' must be true, false or a non-negative integer, got string 'ab", True),
+        (raw_job(retry=-1), "'retry'", True),
+        (raw_job(retry=2.0), "'retry'", True),
+        (raw_job(retry_count=-2), "'retry_count' must be an integer of -1 or more, got number -2", True),
+        (raw_job(retry_count="1"), "'retry_count'", True),
+        (raw_job(retry_count=False), "'retry_count'", True),
+        (raw_job(at="soon"), "'at' must be an epoch timestamp", True),
+        (raw_job(created_at=[1]), "'created_at'", True),
+        (raw_job(enqueued_at=True), "'enqueued_at'", True),
     ],
 )
 def test_loads_explains_what_is_wrong(raw: bytes, message: str, has_job: bool) -> None:
-    with pytest.raises(PayloadError, match=message) as info:
+    with pytest.raises(PayloadError, match=re.escape(message)) as info:
         payload.loads(raw)
     assert (info.value.job is not None) is has_job
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"retry": True, "retry_count": 0},
+        # Sidekiq's "Retry now" takes one off the count: -1 after a first failure.
+        {"retry": 3, "retry_count": -1},
+        {"retry": False},
+        {"retry": None},
+        {"retry": 10**30, "retry_count": 10**30},
+        {"queue": "critical", "retry_queue": None, "at": 1, "created_at": 1.5, "enqueued_at": 1795264797802},
+        {"jid": "0c6a4ea0-8b4e-4f6e-9d39-1f0e4e0c8f31", "queue": "données"},
+        {"backtrace": "yes", "tags": "not a list", "dead": 1, "failed_at": "x", "error_message": 7},
+    ],
+)
+def test_loads_accepts_what_sidekiq_writes_and_what_the_runtime_ignores(fields: dict[str, object]) -> None:
+    assert payload.loads(raw_job(**fields))["class"] == "A"
+
+
+def nested(depth: int, inner: str = "1") -> bytes:
+    """A job whose JSON nests ``depth`` levels in all (the job object is the first)."""
+    args = "[" * (depth - 1) + inner + "]" * (depth - 1)
+    return ('{"class":"A","jid":"j1","args":' + args + "}").encode()
+
+
+def test_nesting_is_limited_to_100_levels_as_ruby_json_parse_limits_it() -> None:
+    assert payload.loads(nested(100))["class"] == "A"
+    for depth in (101, 1000, 200_000):
+        with pytest.raises(PayloadError, match="nested deeper than 100 levels"):
+            payload.loads(nested(depth))
+    # Objects count as arrays do; brackets inside strings nest nothing.
+    assert payload.loads(nested(50, '{"a":' * 50 + "1" + "}" * 50))["class"] == "A"
+    with pytest.raises(PayloadError, match="nested deeper"):
+        payload.loads(nested(50, '{"a":' * 51 + "1" + "}" * 51))
+    quoted = '"' + "[{" * 500 + '\\"' + "]}" * 300 + '"'
+    assert payload.loads(nested(2, f"[{quoted}, {quoted}]"))["args"] == [[json.loads(quoted)] * 2]
+    many = "[" + ",".join(["[[1]]"] * 1000) + "]"
+    assert len(payload.loads(nested(2, many))["args"][0]) == 1000
+
+
+def test_the_depth_limit_holds_whatever_the_strings_hold() -> None:
+    """Strings full of brackets, quotes and backslashes around nesting of 99 to 102 levels:
+    exactly the payloads deeper than 100 are refused."""
+    rng = random.Random(7)
+    pieces = ["[", "]", "{", "}", '"', "\\", '\\"', "a", "é", "\n"]
+
+    def text() -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randrange(8)))
+
+    def tree(levels: int) -> object:
+        """A value nested exactly ``levels`` deep, with noise around its deepest branch."""
+        if levels == 0:
+            return text()
+        deepest = tree(levels - 1)
+        noise = [text(), tree(rng.randrange(min(levels, 4)))]
+        if rng.random() < 0.5:
+            return [*noise, deepest][:: rng.choice((1, -1))]
+        return {text(): noise[0], text() + "k": deepest, "n": noise[1]}
+
+    for _ in range(120):
+        depth = rng.randrange(99, 103)
+        job = {"class": "A", "jid": "j1", "args": [tree(depth - 2)]}
+        raw = json.dumps(job, ensure_ascii=rng.random() < 0.5)
+        if depth > 100:
+            with pytest.raises(PayloadError, match="nested deeper than 100 levels"):
+                payload.loads(raw.encode())
+        else:
+            assert payload.loads(raw.encode())["class"] == "A"
+
+
+def test_dumps_storable_writes_lone_surrogates_back_as_escapes() -> None:
+    job = payload.loads(b'{"class":"A","jid":"j1","args":["\\ud800 x","\\udfff\xc3\xa9",1e20]}')
+    encoded = payload.dumps_storable(job)
+    assert encoded == '{"class":"A","jid":"j1","args":["\\ud800 x","\\udfffé",1.0e+20]}'
+    # Every store can take it: it encodes as UTF-8, and reads back as the same job.
+    assert payload.loads(encoded.encode()) == job
+    assert payload.dumps_storable({"args": ["é"]}) == payload.dumps({"args": ["é"]})
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        payload.dumps_storable(payload.loads(b'{"class":"A","jid":"j1","args":[1e999]}'))
 
 
 def test_unparseable_keeps_the_original_text_in_a_valid_job() -> None:
@@ -85,7 +195,18 @@ def test_unparseable_keeps_the_original_text_in_a_valid_job() -> None:
     assert entry["args"] == ["{oops"]
     assert entry["queue"] == "critical"
     assert entry["error_message"] == "payload is not valid JSON"
+    assert "payload_base64" not in entry
     assert payload.loads(payload.dumps(entry))["class"] == "AsyncTask::UnparseableJob"
+
+
+def test_unparseable_keeps_bytes_that_are_not_utf8_in_base64_and_the_jid_given() -> None:
+    raw = b'{"class":"\xff","jid":"abc"}'
+    entry = payload.unparseable(raw, "q", "payload is not valid UTF-8", payload.valid_jid("abc"))
+    assert base64.b64decode(entry["payload_base64"]) == raw
+    assert entry["args"] == ['{"class":"\ufffd","jid":"abc"}']
+    assert entry["jid"] == "abc"
+    assert payload.loads(payload.dumps(entry))["jid"] == "abc"
+    assert payload.valid_jid("a\x00") is None and payload.valid_jid(7) is None
 
 
 def test_backtrace_is_ruby_encode64_of_zlib_json() -> None:

@@ -92,7 +92,9 @@ class DueJobs(Protocol):
 
     def process_count(self) -> int: ...
 
-    def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None: ...
+    def kill_unparseable(
+        self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str, jid: str | None = None
+    ) -> None: ...
 
 
 class Staging(ABC):
@@ -393,6 +395,22 @@ class Broker(ABC):
     def clear_process(self, identity: str, processed: int, failed: int) -> None:
         """A process is leaving: flush its last counts and remove its record."""
 
-    def kill_unparseable(self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str) -> None:
-        """Bury bytes that are not a job, keeping their text in a valid dead-set entry."""
-        self.kill(unit, payload.dumps(payload.unparseable(raw, queue, reason)))
+    def kill_unparseable(
+        self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str, jid: str | None = None
+    ) -> None:
+        """Bury a payload that cannot be handled as it is, keeping its bytes exactly in a valid
+        dead-set entry (``payload.unparseable``; ``jid``: the payload's own, if it has one)."""
+        self.kill(unit, payload.dumps_storable(payload.unparseable(raw, queue, reason, jid)))
+
+    def due_payload(self, member: bytes, job: payload.JobDict, now: float) -> str | None:
+        """What ``enqueue_due`` pushes for ``job``, rewritten from the due ``member``: the job
+        with a fresh ``enqueued_at``, as text. None once ``member`` is buried, because the
+        job cannot be written back as JSON (a float beyond JSON's range, read from a literal
+        such as ``1e999``): kept, it would fail every pass of the poller."""
+        job["enqueued_at"] = now
+        try:
+            return payload.dumps_storable(job)
+        except (ValueError, TypeError, RecursionError) as exc:
+            reason = f"cannot be enqueued again, as it cannot be written as JSON: {exc}"
+            self.kill_unparseable(None, member, "default", reason, payload.valid_jid(job.get("jid")))
+            return None

@@ -81,8 +81,13 @@ class Manager:
         if not self.quieting.is_set():
             logger.info("quieting: finishing current jobs, fetching no more")
             self.quieting.set()
-            self.fetch.interrupt()
-            self.fetch.requeue_buffered()
+            try:
+                self.fetch.interrupt()
+                self.fetch.requeue_buffered()
+            except self.broker.errors as exc:
+                # The threads still return at their fetch timeout; the buffered claims are
+                # given back with the rest at shutdown, or recovered by a peer.
+                logger.error("could not hand back unstarted jobs while going quiet: %s", exc)
 
     def stop(self, deadline: float) -> None:
         """Quiet, wait for processors until ``deadline`` (monotonic), interrupt the rest, requeue."""
@@ -94,12 +99,20 @@ class Manager:
             time.sleep(PAUSE)
         else:
             self._interrupt_busy()
-        self.fetch.flush_acks()
-        if self.tracker is not None:
-            # Interrupted jobs recorded "interrupted" while unwinding; that must be in the
-            # stream before the jobs are back in a queue where another process can start them.
-            self.tracker.send()
-        moved = self.fetch.requeue_all(forget=True)
+        try:
+            self.fetch.flush_acks()
+            if self.tracker is not None:
+                # Interrupted jobs recorded "interrupted" while unwinding; that must be in the
+                # stream before the jobs are back in a queue where another process can start them.
+                self.tracker.send()
+            moved = self.fetch.requeue_all(forget=True)
+        except self.broker.errors as exc:
+            logger.error(
+                "could not push unfinished jobs back (%s): they return to their queues once this "
+                "process's record expires (process_ttl)",
+                exc,
+            )
+            return
         if moved:
             logger.warning("%d unfinished job(s) pushed back to their queues", moved)
 

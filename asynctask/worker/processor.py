@@ -27,6 +27,7 @@ from asynctask.brokers import UnitOfWork
 from asynctask.context import JobContext
 from asynctask.errors import JobArgumentsError, JobFailed, JobNotRegistered, PayloadError, Shutdown
 from asynctask.job import JobDefinition
+from asynctask.worker.retry import describe
 from asynctask.worker.stats import Work, thread_tid
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class Processor:
         self.thread = threading.Thread(target=self.run, name=f"asynctask-processor-{index}", daemon=True)
         #: The unit being run now, or None; read by the manager at hard shutdown.
         self.unit: UnitOfWork | None = None
+        #: The decoded job being handled, for the last-resort burial.
+        self.job: payload.JobDict | None = None
         self.tid = ""
 
     def start(self) -> None:
@@ -86,13 +89,33 @@ class Processor:
         manager.processor_stopped(self)
 
     def process(self, unit: UnitOfWork) -> UnitOfWork | None:
-        """Run one job; return the unit if it still needs acknowledging (it succeeded)."""
+        """Run one job; return the unit if it still needs acknowledging (it succeeded).
+
+        No payload can end the thread. Whatever a job's handling raises (decoding, lookup,
+        middleware, retry bookkeeping, burial) buries its bytes as they were fetched; only a
+        failure of the store leaves the job claimed (by this process, until shutdown or
+        recovery returns it to its queue), logged.
+        """
+        try:
+            return self._process(unit)
+        except Shutdown:
+            raise
+        except self.manager.broker.errors as exc:
+            self._store_failed(unit, exc)
+        except Exception as exc:
+            self._bury_raw(unit, exc, self.job)
+        finally:
+            self.job = None
+        return None
+
+    def _process(self, unit: UnitOfWork) -> UnitOfWork | None:
         manager = self.manager
         try:
             job = self._decode(unit)
         except PayloadError as exc:
             self._bury_undecodable(unit, exc)
             return None
+        self.job = job
         tid = self.tid
         manager.stats.started(tid, Work(unit.queue, unit.payload, int(time.time())))
         self.unit = unit
@@ -154,26 +177,55 @@ class Processor:
         return payload.loads(unit.payload)
 
     def _bury_undecodable(self, unit: UnitOfWork, exc: PayloadError) -> None:
-        if exc.job is not None:
-            job: payload.JobDict = exc.job
-            job.setdefault("queue", unit.queue)
-            self.manager.retrier.bury(unit, job, exc)
-        else:
-            self.manager.broker.kill_unparseable(unit, unit.payload, unit.queue, str(exc))
-        self.manager.stats.count(failed=True)
+        """Bury a payload that is not a job (or not a valid one) byte for byte: re-encoded, it
+        would no longer show what was pushed."""
+        manager = self.manager
+        job = exc.job
+        jid = payload.valid_jid(job.get("jid")) if job is not None else None
+        manager.broker.kill_unparseable(unit, unit.payload, unit.queue, str(exc), jid)
+        if job is not None and jid is not None and manager.tracker is not None:
+            manager.tracker.buried(job, exc)
+        manager.stats.count(failed=True)
         logger.error(
             "job buried: %s", exc, extra={"fields": {"queue": unit.queue, "bytes": len(unit.payload)}}
+        )
+
+    def _bury_raw(self, unit: UnitOfWork, exc: Exception, job: payload.JobDict | None) -> None:
+        """The last resort: something unexpected went wrong with this job (``job`` if it was
+        decoded). Bury its bytes as fetched, which needs nothing from them; if even that
+        fails, log it and carry on."""
+        manager = self.manager
+        reason = f"AsyncTask could not handle this payload ({describe(exc)})"
+        if exc.__context__ is not None:
+            # Raised while handling an earlier error (the job's own failure, say): name it too.
+            reason += f" while handling {describe(exc.__context__)}"
+        jid = payload.valid_jid(job.get("jid")) if job is not None else None
+        fields = {"queue": unit.queue, "jid": jid, "bytes": len(unit.payload)}
+        logger.error("job buried: %s", reason, exc_info=exc, extra={"fields": fields})
+        try:
+            manager.broker.kill_unparseable(unit, unit.payload, unit.queue, reason, jid)
+            if job is not None and jid is not None and manager.tracker is not None:
+                # After whatever its failed handling recorded (a retry that did not happen).
+                manager.tracker.buried(job, PayloadError(reason))
+        except manager.broker.errors as failure:
+            self._store_failed(unit, failure)
+        except Exception:
+            logger.exception(
+                "could not bury a job; it stays claimed by this process", extra={"fields": fields}
+            )
+
+    def _store_failed(self, unit: UnitOfWork, exc: BaseException) -> None:
+        logger.error(
+            "could not settle a job: %s; it stays claimed by this process",
+            exc,
+            extra={"fields": {"queue": unit.queue, "error": type(exc).__name__}},
         )
 
     def _log_failure(
         self, msg: str, job: payload.JobDict, unit: UnitOfWork, exc: BaseException, elapsed: float, level: int
     ) -> None:
         if logger.isEnabledFor(level):
-            fields = {
-                **_fields(job, unit),
-                "elapsed": round(elapsed, 6),
-                "error": f"{type(exc).__name__}: {exc}",
-            }
+            fields = {**_fields(job, unit), "elapsed": round(elapsed, 6), "error": describe(exc)}
             logger.log(level, msg, extra={"fields": fields})
 
 

@@ -33,12 +33,27 @@ def default_delay(count: int) -> float:
     return count**4 + 15 + random.randrange(10) * (count + 1)
 
 
+def describe(exc: BaseException) -> str:
+    """``Class: message`` of an exception, even one whose ``__str__`` raises."""
+    return f"{type(exc).__name__}: {message(exc)}"
+
+
+def message(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in if that raises: a job's exception must not stop its retry."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+
+
 def record_error(job: payload.JobDict, exc: BaseException) -> int:
     """Write Sidekiq's failure fields into ``job``; return the new ``retry_count``."""
-    job["error_message"] = str(exc)[:MAX_ERROR_MESSAGE]
+    job["error_message"] = message(exc)[:MAX_ERROR_MESSAGE]
     job["error_class"] = error_class_name(exc)
     count = job.get("retry_count")
-    if isinstance(count, int) and not isinstance(count, bool):
+    # Decoding refuses any other count (-1 is a job retried by hand after its first failure);
+    # one set since (by middleware, say) counts as a first failure: it buys no extra retries.
+    if type(count) is int and count >= -1:
         job["retried_at"] = payload.now()
         job["retry_count"] = count = count + 1
     else:
@@ -68,6 +83,7 @@ class Retrier:
         self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], exc: BaseException
     ) -> None:
         """Schedule a retry, or run the exhausted hook and bury or drop the job."""
+        job.setdefault("queue", unit.queue)
         retry = job.get("retry", True)
         if retry is False or retry is None:
             self._exhausted(definition, job, exc)
@@ -96,14 +112,15 @@ class Retrier:
             self.broker.release(unit)
         else:
             self._gave_up(job, "no retries left; moved to the dead set")
-            self.broker.kill(unit, payload.dumps(job))
+            self.broker.kill(unit, payload.dumps_storable(job))
 
     def bury(self, unit: UnitOfWork, job: payload.JobDict, exc: BaseException) -> None:
         """Send a job that can never run (unknown class, bad args) straight to the dead set."""
+        job.setdefault("queue", unit.queue)
         record_error(job, exc)
         if self.tracker is not None:
             self.tracker.buried(job, exc)
-        self.broker.kill(unit, payload.dumps(job))
+        self.broker.kill(unit, payload.dumps_storable(job))
 
     def _gave_up(self, job: payload.JobDict, outcome: str) -> None:
         if self.tracker is not None:

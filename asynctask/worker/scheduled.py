@@ -20,6 +20,7 @@ from asynctask.brokers import DueJobs
 from asynctask.errors import PayloadError
 from asynctask.middleware import Chain
 from asynctask.supervision import Activity
+from asynctask.worker.retry import describe
 
 logger = logging.getLogger("asynctask.scheduled")
 
@@ -64,10 +65,25 @@ class Poller:
         return average * random.random() + average / 2 if count < 10 else average * random.random()
 
     def _rewrite(self, member: bytes) -> payload.JobDict | None:
+        """The job to enqueue for a due member, or None: refused by the client middleware, or
+        buried byte for byte because it is not a valid job or the middleware raised on it
+        (left in place, it would fail every pass and hold up the jobs due after it)."""
         try:
             job = payload.loads(member)
         except PayloadError as exc:
-            logger.error("burying an unreadable scheduled entry: %s", exc)
-            self.broker.kill_unparseable(None, member, "default", str(exc))
+            self._bury(member, str(exc), exc.job)
             return None
-        return self.client_chain.invoke(job, job["queue"], final=lambda: job)
+        # Sidekiq's client puts a job without a queue in "default".
+        queue = job.setdefault("queue", "default")
+        try:
+            return self.client_chain.invoke(job, queue, final=lambda: job)
+        except self.broker.errors:
+            raise
+        except Exception as exc:
+            self._bury(member, f"the client middleware raised {describe(exc)} on it", job)
+            return None
+
+    def _bury(self, member: bytes, reason: str, job: payload.JobDict | None) -> None:
+        logger.error("burying a scheduled entry: %s", reason)
+        jid = payload.valid_jid(job.get("jid")) if job is not None else None
+        self.broker.kill_unparseable(None, member, "default", reason, jid)

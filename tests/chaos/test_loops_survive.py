@@ -23,6 +23,7 @@ import asynctask
 from asynctask import Client, Registry, Settings
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
+from asynctask.keys import Keys
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
 from asynctask.payload import dumps
 from asynctask.tracking.models import Event, EventMessage
@@ -137,3 +138,34 @@ def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
                 out.append(message[: message.index(word) + len(word)])
                 break
     return out
+
+
+@pytest.mark.slow
+def test_a_worker_stops_cleanly_while_its_broker_is_down(
+    redis_server: PrivateRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(
+        redis_url=redis_server.url,
+        namespace="stop",
+        concurrency=2,
+        timeout=1.0,
+        heartbeat_interval=0.5,
+        process_ttl=5,
+        fetch_timeout=0.5,
+        tracking=False,
+    ).validated()
+    worker = Worker(settings, registry=Registry(), server_middleware=Chain(), client_middleware=Chain())
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    thread.start()
+    conn = redis.Redis.from_url(redis_server.url)
+    try:
+        wait_until(lambda: conn.exists(Keys(settings.namespace).process(worker.identity)), timeout=10)
+    finally:
+        conn.close()
+    redis_server.kill()
+    with caplog.at_level(logging.ERROR, logger="asynctask"):
+        worker.stop()
+        thread.join(30)
+    # An exception escaping run() would fail the test (pytest turns it into an error).
+    assert not thread.is_alive()
+    assert any("could not push unfinished jobs back" in r.getMessage() for r in caplog.records)

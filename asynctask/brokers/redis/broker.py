@@ -101,7 +101,7 @@ class RedisBroker(Broker):
             pipe = self.redis.pipeline(transaction=True)
             if transitions:
                 self.scripts.record_transitions(self.keys, pipe, transitions)
-            pipe.zadd(self.keys.retry, {payload.dumps(job): at})
+            pipe.zadd(self.keys.retry, {payload.dumps_storable(job): at})
             release(pipe, unit)
             pipe.execute()
 
@@ -141,11 +141,11 @@ class RedisBroker(Broker):
             queue_names: list[str] = []
             for member in members:
                 job = rewrite(member)
-                if job is None:
+                encoded = None if job is None else self.due_payload(member, job, now)
+                if job is None or encoded is None:
                     queue, encoded = "default", ""
                 else:
-                    job["enqueued_at"] = now
-                    queue, encoded = job["queue"], payload.dumps(job)
+                    queue = job["queue"]
                 queue_keys.append(self.keys.queue(queue))
                 pairs += (member, encoded)
                 queue_names.append(queue)

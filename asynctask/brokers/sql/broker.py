@@ -103,7 +103,7 @@ class SqlBroker(Broker):
     ) -> None:
         """Move the claimed row to the retry set, with the outbox's transitions (the job's
         ``error`` and "waiting for retry"), so they are stored before anyone can retry it."""
-        encoded = payload.dumps(job)
+        encoded = payload.dumps_storable(job)
         with draining(outbox) as transitions, self.store.write() as tx:
             self.store.record(tx.connection, transitions)
             self._to_set(tx, unit, row(job, RETRY, at, encoded))
@@ -135,12 +135,12 @@ class SqlBroker(Broker):
                 # The batch stays locked (SKIP LOCKED by other pollers) while it is rewritten.
                 with self.store.write() as tx:
                     due = tx.connection.execute(self.store.sql.due, params).all()
-                    total += self._apply_due(tx, _rewritten(due, rewrite), state, now)
+                    total += self._apply_due(tx, self._rewritten(due, rewrite, now), state, now)
             else:
                 # Read first: the rewrite may bury a job, a write of its own.
                 with self.store.read() as connection:
                     due = connection.execute(self.store.sql.due, params).all()
-                changes = _rewritten(due, rewrite)
+                changes = self._rewritten(due, rewrite, now)
                 with self.store.write() as tx:
                     total += self._apply_due(tx, changes, state, now)
             if len(due) < DUE_BATCH:
@@ -177,25 +177,35 @@ class SqlBroker(Broker):
             )
         self.store.insert_jobs(tx.connection, [moved])
 
-    def _apply_due(
-        self, tx: Tx, changes: Sequence[tuple[int, str, payload.JobDict | None]], state: str, now: float
-    ) -> int:
-        """Queue each rewritten job (dropping those ``rewrite`` refused) if its row still holds
+    def _rewritten(
+        self, due: Sequence[Any], rewrite: Callable[[bytes], payload.JobDict | None], now: float
+    ) -> list[Rewritten]:
+        """Each due row's job as rewritten and encoded (``due_payload``), or None to drop it."""
+        changes: list[Rewritten] = []
+        for row_id, old in due:
+            member = old if isinstance(old, bytes) else old.encode()
+            job = rewrite(member)
+            encoded = None if job is None else self.due_payload(member, job, now)
+            changes.append((row_id, old, None if job is None or encoded is None else (job, encoded)))
+        return changes
+
+    def _apply_due(self, tx: Tx, changes: Sequence[Rewritten], state: str, now: float) -> int:
+        """Queue each rewritten job (dropping those refused or buried) if its row still holds
         what was read; return how many were queued."""
         moves: list[dict[str, Any]] = []
         drops: list[dict[str, Any]] = []
-        for row_id, old, job in changes:
-            if job is None:
+        for row_id, old, rewritten in changes:
+            if rewritten is None:
                 drops.append({"id": row_id, "state": state, "old": old})
                 continue
-            job["enqueued_at"] = now
+            job, encoded = rewritten
             moves.append(
                 {
                     "id": row_id,
                     "state": state,
                     "old": old,
                     "now": now,
-                    "payload": payload.dumps(job),
+                    "payload": encoded,
                     "queue": job["queue"],
                     "jid": jid(job),
                     "priority": priority(job),
@@ -212,10 +222,10 @@ class SqlBroker(Broker):
         return moved
 
 
-def _rewritten(
-    due: Sequence[Any], rewrite: Callable[[bytes], payload.JobDict | None]
-) -> list[tuple[int, str, payload.JobDict | None]]:
-    return [(row_id, old, rewrite(old.encode())) for row_id, old in due]
+#: A due row: its id, its payload as read (text on PostgreSQL, the stored bytes on SQLite:
+#: ``statements.STORED_PAYLOAD``), compared again when it is moved, and the rewritten job with
+#: its text, or None to drop the row.
+Rewritten = tuple[int, str | bytes, tuple[payload.JobDict, str] | None]
 
 
 def _job_fields(encoded: str) -> dict[str, Any]:
@@ -223,6 +233,6 @@ def _job_fields(encoded: str) -> dict[str, Any]:
     row keeps the text as it is)."""
     try:
         decoded = json.loads(encoded)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return decoded if isinstance(decoded, dict) else {}

@@ -102,7 +102,10 @@ class SqlFetcher(Fetcher):
         self._wake.drain()
         position = {name: i for i, name in enumerate(order)}
         claimed.sort(key=lambda row: (position[row[1]], row[2], row[0]))
-        return [UnitOfWork(row[1], row[3].encode(), row[0]) for row in claimed]
+        if self._sql.postgres:
+            return [UnitOfWork(row[1], row[3].encode(), row[0]) for row in claimed]
+        # SQLite returns the stored bytes, whatever they are (``statements.STORED_PAYLOAD``).
+        return [UnitOfWork(row[1], row[3], row[0]) for row in claimed]
 
     def wait(self, block_on: int) -> UnitOfWork | None:
         """Wait for jobs (up to the fetch timeout, twice that for the thread that ends up

@@ -35,8 +35,19 @@ def jid(job: payload.JobDict) -> str:
 
 def row(job: payload.JobDict, state: str, run_at: float, encoded: str) -> JobRow:
     """A job's row; ``last_error`` from the failure Sidekiq's fields record, if any."""
-    error = f"{job.get('error_class')}: {job.get('error_message')}" if "error_class" in job else None
+    error = (
+        _storable(f"{job.get('error_class')}: {job.get('error_message')}") if "error_class" in job else None
+    )
     return (jid(job), str(job.get("queue", "default")), state, priority(job), run_at, encoded, error)
+
+
+def _storable(text: str) -> str:
+    """``text`` as any text column takes it: an error message may quote a job's NUL
+    characters (PostgreSQL refuses them) or lone surrogates (UTF-8 cannot encode them);
+    those are written as Python escapes."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
 
 
 def push_rows(

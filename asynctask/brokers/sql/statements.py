@@ -32,6 +32,12 @@ GENERATION = "SELECT count(*) || ':' || coalesce(max(at), 0) FROM asynctask_canc
 
 JOB_COLUMNS = ("jid", "queue", "state", "priority", "run_at", "payload", "last_error")
 
+#: SQLite: a job's payload as the bytes stored. SQLite keeps whatever it is given, a BLOB or
+#: text that is not UTF-8 (which the driver cannot read as a string), if something other than
+#: AsyncTask wrote the row; read as bytes, such a payload is buried like any other that is
+#: not a job, instead of failing every claim. PostgreSQL only stores valid UTF-8 text.
+STORED_PAYLOAD = "CAST(payload AS BLOB)"
+
 
 class Statements:
     def __init__(self, dialect: str) -> None:
@@ -101,16 +107,18 @@ class Statements:
         # never rewrite one job; on SQLite the batch is read before the write lock is taken
         # (the rewrite may write: it buries what it cannot read), and each move checks that
         # the row is still what was read, as Redis's ZREM of the exact member does.
+        stored = "payload" if pg else STORED_PAYLOAD
         self.due = text(
-            f"SELECT id, payload FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
+            f"SELECT id, {stored} FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
             "AND run_at <= :now ORDER BY run_at, id LIMIT :limit" + (" FOR UPDATE SKIP LOCKED" if pg else "")
         )
+        unchanged = f"{stored} = :old"
         self.move_due = text(
             "UPDATE asynctask_job SET state = 'queued', run_at = :now, payload = :payload, queue = :queue, "
             "jid = :jid, priority = :priority, locked_by = NULL, locked_at = NULL "
-            "WHERE id = :id AND state = :state AND payload = :old"
+            f"WHERE id = :id AND state = :state AND {unchanged}"
         )
-        self.drop_due = text("DELETE FROM asynctask_job WHERE id = :id AND state = :state AND payload = :old")
+        self.drop_due = text(f"DELETE FROM asynctask_job WHERE id = :id AND state = :state AND {unchanged}")
 
         # Recovery: the locks of processes that are not live (expired, or never registered).
         orphaned = f"locked_by IS NOT NULL AND locked_by NOT IN ({live})"
@@ -227,7 +235,7 @@ class Statements:
         return text(
             "UPDATE asynctask_job SET locked_by = :me, locked_at = :now, attempts = attempts + 1 "
             f"WHERE id IN (SELECT id FROM ({' UNION ALL '.join(heads)}) ORDER BY pos, priority, id "
-            "LIMIT :wanted) RETURNING id, queue, priority, payload"
+            f"LIMIT :wanted) RETURNING id, queue, priority, {STORED_PAYLOAD}"
         )
 
     def has_work(self, queues: int) -> TextClause:
