@@ -49,7 +49,7 @@ def test_enqueue_pushes_a_job_from_the_shell(
         (["enqueue", "X", '{"a": 1}'], "job args must be a list"),
         (["worker", "-q", "a,b"], "queue weight must be an integer"),
         (["worker", "-c", "0"], "concurrency must be at least 1"),
-        (["worker", "-r", "no_such_module_here"], "No module named 'no_such_module_here'"),
+        (["worker", "-r", "no_such_module_here"], "no module 'no_such_module_here' in "),
         (["worker", "-r", "missing/file.py"], "no such file"),
     ],
 )
