@@ -39,14 +39,18 @@ def check_url(url: str, source: str) -> str:
 
 
 def require_database(url: str, *, tables: bool = True) -> None:
-    """Raise a CommandError unless the database at ``url`` exists and, with ``tables``, was
-    migrated (``DatabaseUnreachable`` when its server does not answer)."""
-    from alembic.runtime.migration import MigrationContext
+    """Raise a CommandError unless the database at ``url`` exists and, with ``tables``, has
+    AsyncTask's tables (``DatabaseUnreachable`` when its server does not answer).
+
+    The tables, not Alembic's revision: a schema made with ``Base.metadata.create_all`` (as
+    tests and some deployments do) has none, and works."""
+    from sqlalchemy import inspect
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
     from sqlalchemy.pool import NullPool
 
     from asynctask.tracking.database import create_database_engine
+    from asynctask.tracking.models import Task
 
     shown = shown_url(url)
     try:
@@ -65,7 +69,7 @@ def require_database(url: str, *, tables: bool = True) -> None:
         raise CommandError(f"database {shown}: {one_line(exc)}") from None
     try:
         with engine.connect() as connection:
-            missing = tables and MigrationContext.configure(connection).get_current_revision() is None
+            missing = tables and not inspect(connection).has_table(Task.__tablename__)
     except DBAPIError as exc:
         message = one_line(exc.orig)
         if not sqlite and ("FATAL:" not in message or any(p in message for p in _PASSING)):
