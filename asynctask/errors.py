@@ -66,7 +66,7 @@ class Shutdown(BaseException):
 
 
 class JobFailed(Exception):
-    """Raised by job code for a business failure (the seed's NormalException).
+    """Raised by job code for a business failure: the job did its work and the answer is no.
 
     Example: a seller who does not qualify for a campaign. The job ends there: it is not
     retried and does not go to the dead set; a tracked job's event becomes ``failed`` with

@@ -1,4 +1,5 @@
-"""Structured logs: one line per event, logfmt or JSON, quiet (WARNING) by default.
+"""Structured logs: one line per event, logfmt or JSON, quiet (WARNING) by default but for
+a start line (``LIFECYCLE``).
 
 Call sites pass context as ``extra={"fields": {...}}``; the formatter renders it after the
 message, so every line can be filtered by jid, class or queue.
@@ -13,6 +14,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 _RESERVED_CHARS = (" ", "=", '"')
+#: The logger of the line a long-running command (``worker``, ``api``) logs when it starts
+#: and stops, saying what it serves: INFO, yet shown at the default level (WARNING), so that
+#: an operator sees it; a level above WARNING hides it too.
+LIFECYCLE = "asynctask.lifecycle"
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -51,6 +56,8 @@ def setup(level: str = "WARNING", fmt: str = "logfmt") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    lifecycle = logging.getLogger(LIFECYCLE)
+    lifecycle.setLevel(min(root.level, logging.INFO) if root.level <= logging.WARNING else root.level)
 
 
 def _time(record: logging.LogRecord) -> str:

@@ -15,6 +15,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -22,10 +23,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-#: First port tried; the shared server listens on 5432.
+#: The lowest first port tried; the shared server listens on 5432.
 FIRST_PORT = 5499
 #: Ports tried before giving up.
 PORT_ATTEMPTS = 50
+#: Width of the range the first port is drawn from.
+PORT_SPREAD = 5000
 #: Seconds ``pg_ctl`` waits for a start or stop to complete.
 PG_CTL_WAIT = 60
 
@@ -99,7 +102,10 @@ class PrivatePostgres:
             self._start_on(self.port)
             return
         errors = []
-        for port in range(FIRST_PORT, FIRST_PORT + PORT_ATTEMPTS):
+        # A random start: a server stopped for an outage keeps its port only if no other test
+        # run on the machine starts one there meanwhile.
+        first = FIRST_PORT + random.randrange(PORT_SPREAD)
+        for port in range(first, first + PORT_ATTEMPTS):
             if not _port_is_free(port):
                 continue
             try:

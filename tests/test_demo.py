@@ -3,17 +3,22 @@ server URL in its environment points at a closed port, and the demo must not car
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import io
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import termios
 import threading
+import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,7 @@ import pytest
 
 from asynctask.demo import jobs
 from asynctask.demo.cli import child_environment
-from asynctask.demo.progress import ProgressLine
+from asynctask.demo.progress import ProgressLine, progress_text
 from tests.conftest import wait_until
 
 #: Where a demo that read its environment would go, and find nothing listening.
@@ -201,7 +206,14 @@ def test_no_wait_exits_after_the_summary_and_moves_off_a_busy_port(tmp_path: Pat
         # Rows 0 to 49 in 5 jobs: only row 42 is planted, a negative price.
         assert summary(demo) == {"finish": 4, "retried": 0, "failed": 1, "error": 0}
         assert demo.exit_code(60) == 0, demo.output
-    assert re.search(rf"^Example page: http://127\.0\.0\.1:{moved}/ ", demo.output, re.M)
+    assert re.search(
+        rf"^  page      http://127\.0\.0\.1:{moved}/ \(the example page; until the demo stops\)$",
+        demo.output,
+        re.M,
+    )
+    # The servers are stopped: nothing that points at them.
+    after = demo.output.partition("Task finished with errors")[2]
+    assert "http://" not in after and "curl" not in after and "token" not in after.lower()
     assert "Ctrl-C" not in demo.output and "Traceback" not in demo.output
     # The default folder, in the working directory.
     assert (tmp_path / "asynctask-demo" / "demo.db").is_file()
@@ -272,3 +284,109 @@ def test_progress_elsewhere_prints_plain_lines_only_when_something_changed() -> 
     assert len(printed) == 2 and all(p.startswith("progress: ") for p in printed)
     assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
     assert printed[1].startswith("progress: 100%  300/300 jobs  finish 300")
+
+
+def test_progress_shows_jobs_waiting_for_a_retry_without_an_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "150")
+    waiting = progress_text(task("running", 294, {"finish": 284, "failed": 10, "enqueue": 6}, eta=0.2), 50.0)
+    assert waiting.endswith("finish 284  failed 10  error 0  waiting 6  50.0 jobs/s")
+    assert "ETA" not in waiting and "working" not in waiting
+    both = progress_text(task("running", 290, {"finish": 290, "working": 4, "enqueue": 6}, eta=0.2), None)
+    assert both.endswith("error 0  working 4  waiting 6  ETA <1s")
+
+
+def demo_command(tmp_path: Path) -> list[str]:
+    # Enough rows that the task is still running when the demo is made to stop.
+    argv = ["demo", "--dir", str(tmp_path / "demo"), "--port", str(free_port()), "--items", "3000"]
+    return [sys.executable, "-m", "asynctask", *argv]
+
+
+def demo_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")}
+    return {**env, **NOWHERE}
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """The demo, its worker and API, and every process they started."""
+    demo = psutil.Process(pid)
+    processes = [demo, *demo.children(recursive=True)]
+    # The worker's supervisor and its child, gunicorn's master and its worker at least.
+    assert len(processes) >= 5, processes
+    return processes
+
+
+def kill(processes: list[psutil.Process]) -> None:
+    """What a failed test left running."""
+    for process in processes:
+        with suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
+def test_a_closed_pipe_stops_the_demo_and_all_it_started(tmp_path: Path) -> None:
+    """``asynctask demo | head -5``: head exits after 5 lines."""
+    process = subprocess.Popen(
+        demo_command(tmp_path),
+        cwd=tmp_path,
+        env=demo_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stdout, stderr = process.stdout, process.stderr
+    assert stdout is not None and stderr is not None
+    processes = [psutil.Process(process.pid)]
+    try:
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(next(stdout) for _ in range(5)))
+        reader.start()
+        reader.join(RUN_TIMEOUT)
+        assert len(lines) == 5 and lines[-1].startswith("  page      http://"), lines
+        processes = family(process.pid)
+        stdout.close()
+        wait_until(lambda: all(gone(p) for p in processes), 30, interval=0.2)
+        # Quietly: no "Exception ignored ... BrokenPipeError" at exit.
+        assert stderr.read() == ""
+    finally:
+        kill(processes)
+        process.wait()
+        stderr.close()
+
+
+def test_a_closed_terminal_stops_the_demo_and_all_it_started(tmp_path: Path) -> None:
+    """The terminal window closes: the kernel hangs up the demo's terminal (SIGHUP)."""
+    terminal, demo_side = os.openpty()
+
+    def take_the_terminal() -> None:
+        # The demo leads a session of its own (start_new_session): this makes the pty its
+        # controlling terminal, as a shell's terminal is.
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(
+        demo_command(tmp_path),
+        cwd=tmp_path,
+        env=demo_environment(),
+        stdin=demo_side,
+        stdout=demo_side,
+        stderr=demo_side,
+        start_new_session=True,
+        preexec_fn=take_the_terminal,
+    )
+    os.close(demo_side)
+    processes = [psutil.Process(process.pid)]
+    try:
+        shown = b""
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while b"Submitted " not in shown:
+            assert time.monotonic() < deadline and process.poll() is None, shown.decode(errors="replace")
+            if select.select([terminal], [], [], 0.1)[0]:
+                shown += os.read(terminal, 65536)
+        processes = family(process.pid)
+    finally:
+        os.close(terminal)
+    try:
+        wait_until(lambda: all(gone(p) for p in processes), 30, interval=0.2)
+        assert process.wait(5) == 130
+    finally:
+        kill(processes)
+        process.wait()

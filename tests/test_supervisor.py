@@ -30,7 +30,8 @@ from tests.conftest import REDIS_URL, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "tests" / "jobs" / "supervisor_jobs.py"
-#: How long after TERM the acceptance allows a worker whose job holds the GIL to be gone.
+#: How long after TERM a worker whose job holds the GIL may take to be gone: the tests' -t (3 s at most)
+#: plus the supervisor's 5 s, with some slack.
 HARD_STOP_BOUND = 10.0
 
 Spawn = Callable[..., "subprocess.Popen[bytes]"]

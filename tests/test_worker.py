@@ -13,6 +13,7 @@ import redis
 
 import asynctask
 from asynctask import Client, Registry, Settings
+from asynctask.api import Stats
 from asynctask.middleware import Chain
 from asynctask.payload import decompress_backtrace
 from asynctask.settings import QueueSpec
@@ -257,3 +258,30 @@ def test_shutdown_interrupts_a_job_past_the_timeout_and_requeues_it(
     assert conn.lrange(client.keys.queue("default"), 0, -1) == [original]
     assert interrupted == [jid]
     assert conn.exists(client.keys.inflight(worker.identity, "default")) == 0
+
+
+def test_a_job_interrupted_at_shutdown_counts_as_processed_and_failed(
+    registry: Registry, client: Client, settings: Settings, start_worker: Callable[..., Worker]
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    @asynctask.job(registry=registry)
+    def stuck() -> None:
+        started.set()
+        # A wait no exception interrupts: the thread is still in it when the worker leaves.
+        release.wait(30)
+
+    stuck.set(client=client).perform_async()
+    worker = start_worker(timeout=0.2)
+    assert started.wait(10)
+    try:
+        worker.stop()
+        wait_until(lambda: worker._stopped.is_set(), timeout=15)
+        stats = Stats(settings=settings)
+        # As Sidekiq counts a job its shutdown interrupted.
+        assert (stats.processed, stats.failed) == (1, 1)
+    finally:
+        release.set()
+    # The thread unwinding afterwards counts nothing more.
+    wait_until(lambda: all(not p.thread.is_alive() for p in worker.manager._processors), timeout=10)
+    assert worker.stats.take() == (0, 0)

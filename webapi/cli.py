@@ -1,22 +1,63 @@
-"""``asynctask api``: the HTTP API's command. asynctask's command line declares its options
-and finds this function through the ``asynctask.commands`` entry point group, so the library
-never imports the web app."""
+"""``asynctask api``: the HTTP API under gunicorn. asynctask's command line declares the
+command's options and finds ``run_api`` through the ``asynctask.commands`` entry point group,
+so the library never imports the web app.
+
+Before serving it checks what would otherwise show only as failing requests: the modules
+load, the database was migrated (a 503 "unreachable" on every request would not say so),
+some job may be submitted, and the address is free. Once gunicorn listens, one line says
+where, and what it serves.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import socket
 
+from asynctask import log
+from asynctask.cli.commands import settings_from
+from asynctask.cli.database import DatabaseUnreachable, require_database
+from asynctask.cli.failures import CommandError
 from asynctask.modules import load_module
-from asynctask.settings import Settings
+from asynctask.registry import default_registry
+from asynctask.settings import Settings, shown_url
 from webapi.config import ApiConfig
 from webapi.server import serve
 
+logger = logging.getLogger("asynctask.api")
 
-def run_api(args: argparse.Namespace, settings: Settings) -> int:
-    """Load the jobs' modules, then serve the API with gunicorn until it is stopped."""
+
+def run_api(args: argparse.Namespace) -> int:
+    settings = settings_from(
+        args, require=tuple(args.require) or None, log_level="INFO" if args.verbose else None
+    )
+    log.setup(settings.log_level, settings.log_format)
     config = ApiConfig.from_env(settings=settings)
     for module in settings.require:
         load_module(module)
+    unreachable = None
+    try:
+        require_database(settings.database_url)
+    except DatabaseUnreachable as exc:
+        unreachable = exc
+    _check_address(args.host, args.port)
+    # Past every reason not to start: what follows only warns.
+    if unreachable is not None:
+        logger.warning("%s; the API answers 503 until it does", unreachable)
+    submittable = sorted((d for d in default_registry if d.api), key=lambda d: d.name)
+    if not submittable:
+        logger.warning(
+            "no registered job has api=True: POST /api/tasks accepts none; load a module that "
+            "defines one (@asynctask.job(api=True)) with -r or ASYNCTASK_REQUIRE"
+        )
+    fields = {
+        "url": _url(args.host, args.port),
+        **_served(settings),
+        "jobs": " ".join(d.name for d in submittable),
+        "queues": " ".join(sorted({d.options.queue for d in submittable})),
+        "workers": args.workers,
+        "threads": args.threads,
+    }
     serve(
         config,
         host=args.host,
@@ -24,5 +65,31 @@ def run_api(args: argparse.Namespace, settings: Settings) -> int:
         workers=args.workers,
         threads=args.threads,
         access_log=args.access_log,
+        on_ready=lambda: logging.getLogger(log.LIFECYCLE).info("api listening", extra={"fields": fields}),
     )
     return 0
+
+
+def _served(settings: Settings) -> dict[str, str]:
+    return {"broker": shown_url(settings.broker), "database": shown_url(settings.database_url)}
+
+
+def _check_address(host: str, port: int) -> None:
+    """A CommandError unless ``host:port`` can be listened on (gunicorn would retry for 5 s,
+    then exit with a line per attempt)."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            # As gunicorn binds: a port left in TIME_WAIT by a previous server counts as free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except (OSError, OverflowError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise CommandError(
+            f"cannot listen on {host}:{port}: {reason}; choose another --host or --port, "
+            "or stop what uses this one"
+        ) from None
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"

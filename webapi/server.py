@@ -38,8 +38,16 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
 
 
 def serve(
-    config: ApiConfig, *, host: str, port: int, workers: int, threads: int, access_log: bool = False
+    config: ApiConfig,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    threads: int,
+    access_log: bool = False,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
+    """Run gunicorn until it stops; ``on_ready`` is called once it listens."""
     from webapi.app import create_app
 
     streams = stream_cap(config.max_streams, threads)
@@ -58,4 +66,6 @@ def serve(
         "errorlog": "-",
         "loglevel": "warning",
     }
+    if on_ready is not None:
+        options["when_ready"] = lambda _arbiter: on_ready()
     ApiServer(lambda: create_app(config), options).run()

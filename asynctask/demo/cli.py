@@ -35,6 +35,7 @@ from asynctask import tokens
 from asynctask.db import migrate
 from asynctask.db.engine import create_database_engine
 from asynctask.demo import jobs
+from asynctask.demo.output import Output
 from asynctask.demo.progress import ProgressLine, format_duration
 
 #: The API's default limit on items per task.
@@ -132,12 +133,14 @@ class Demo:
         self.directory = directory
         self.port = port
         self.items = items
-        self.out = out
         self.stop = threading.Event()
+        # Nobody reading any more (``| head``, a closed terminal) stops the demo, as Ctrl-C does.
+        self.out = Output(out, self.stop.set)
         self.children: list[Child] = []
 
     def say(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
+        self.out.write(f"{text}\n")
+        self.out.flush()
 
     def run(self, wait: bool) -> int:
         database = self.directory.resolve() / "demo.db"
@@ -163,7 +166,8 @@ class Demo:
             self.say(f"  {child.name:<9} pid {child.process.pid}, log {_shown(child.log)}")
         if not self._wait_for_api(api):
             return 130
-        self.say(f"  page      {page} (the example page; the API token is printed below)")
+        shown_until = "the API token is printed below" if wait else "until the demo stops"
+        self.say(f"  page      {page} (the example page; {shown_until})")
 
         rows = jobs.sample_rows(self.items)
         created = api.call(
@@ -187,15 +191,19 @@ class Demo:
             return 130
         self._summary(api, task, time.monotonic() - started)
         self.say()
+        logs = f"Logs: {', '.join(_shown(child.log) for child in self.children)}"
+        if not wait:
+            # The servers stop now: an address or a command to try them would lead nowhere.
+            self.say(logs)
+            self.say("Without --no-wait, the worker and the API keep running for you to try them.")
+            return 0
         self.say(f"Example page: {page}  (paste the API token into its token field)")
         self.say(f'API token (tenant "{TENANT}"): {token}')
         self.say(f"Try the API: curl -H 'Authorization: Bearer {token}' {page}api/tasks/{task_id}")
-        self.say(f"Logs: {', '.join(_shown(child.log) for child in self.children)}")
-        if not wait:
-            return 0
+        self.say(logs)
         self.say("The worker and the API keep running; press Ctrl-C to stop them.")
         while not self.stop.wait(0.5):
-            self._check_children()
+            self._check()
         return 0
 
     def _start(self, url: str, port: int) -> None:
@@ -222,7 +230,7 @@ class Demo:
         """Whether the API answers; False if the demo was stopped first."""
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while not api.answers():
-            self._check_children()
+            self._check()
             if time.monotonic() > deadline:
                 log = next(_shown(child.log) for child in self.children if child.name == "API")
                 raise DemoError(f"the API did not answer within {STARTUP_TIMEOUT:.0f} s; see {log}")
@@ -240,7 +248,7 @@ class Demo:
                     line.finish(task)
                     return task
                 line.show(task)
-                self._check_children()
+                self._check()
                 if self.stop.wait(POLL_INTERVAL):
                     return None
         finally:
@@ -267,7 +275,9 @@ class Demo:
             for event in task["errors"]:
                 self.say(f"  {event['status']:<6} {event['error']}")
 
-    def _check_children(self) -> None:
+    def _check(self) -> None:
+        """Stop if nobody reads the output any more; raise if a child stopped on its own."""
+        self.out.check()
         for child in self.children:
             code = child.process.poll()
             if code is not None:

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import shutil
 import time
-from typing import Any, TextIO
+from typing import Any, Protocol
 
 #: Seconds between two lines when the output is not a terminal (a log or a CI job).
 PLAIN_INTERVAL = 2.0
 BAR_WIDTH = 30
 #: A narrower bar is left out.
 MIN_BAR = 10
-#: The counts shown, in this order, with the API's names.
-SHOWN_COUNTS = ("finish", "failed", "error", "working")
+#: The counts always shown, in this order, with the API's names.
+SHOWN_COUNTS = ("finish", "failed", "error")
+
+
+class Stream(Protocol):
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def isatty(self) -> bool: ...
 
 
 def format_duration(seconds: float) -> str:
@@ -31,15 +39,24 @@ def format_duration(seconds: float) -> str:
 
 
 def progress_text(task: dict[str, Any], rate: float | None) -> str:
-    """Counts, percent, rate and ETA: ``45%  135/300 jobs  finish 120  failed 10 ... 42.1 jobs/s  ETA 3s``."""
+    """Counts, percent, rate and ETA: ``45%  135/300 jobs  finish 120  failed 10 ... 42.1 jobs/s  ETA 3s``.
+
+    Jobs not done are ``working`` or ``waiting`` (in their queue, or for a retry: the API says
+    ``enqueue`` for both), each shown when there are some. With none working, the jobs wait,
+    for a retry's delay or a free thread, and no ETA would be right: none is shown."""
     counts = task["counts"]
     parts = [f"{task['progress'] * 100:3.0f}%", f"{task['done']}/{task['total']} jobs"]
     parts += [f"{name} {counts.get(name, 0)}" for name in SHOWN_COUNTS]
+    working, waiting = counts.get("working", 0), counts.get("enqueue", 0)
+    if working:
+        parts.append(f"working {working}")
+    if waiting:
+        parts.append(f"waiting {waiting}")
     if rate is not None:
         parts.append(f"{rate:.1f} jobs/s")
     eta = task.get("eta_seconds")
-    if eta is not None:
-        parts.append(f"ETA {format_duration(eta)}")
+    if eta is not None and working:
+        parts.append(f"ETA {format_duration(eta)}" if eta >= 0.5 else "ETA <1s")
     return "  ".join(parts)
 
 
@@ -51,7 +68,7 @@ def bar(fraction: float, width: int, full: str, empty: str) -> str:
 class ProgressLine:
     """Shows successive snapshots of one task on ``stream``."""
 
-    def __init__(self, stream: TextIO, *, tty: bool | None = None) -> None:
+    def __init__(self, stream: Stream, *, tty: bool | None = None) -> None:
         self.stream = stream
         self.tty = stream.isatty() if tty is None else tty
         encoding = getattr(stream, "encoding", None) or "ascii"

@@ -1,4 +1,4 @@
-"""Tracking middleware: the seed's ``AsyncTask::MiddlewareServer``, plus its client half.
+"""Tracking middleware: the server half records a tracked job's run, the client half its push.
 
 Server (``TrackingServerMiddleware``), for a tracked job (``track=True``, or part of a task):
 - its task was cancelled before it started -> ``cancelled``; the job is skipped;

@@ -2,8 +2,8 @@
 
 - ``Task``: one bulk operation. Its per-status counts are columns, kept up to date by every
   write, so reading a task's progress is one primary-key lookup however many jobs it has.
-- ``Event``: one per job (``job_id`` is the jid), the seed's Event.
-- ``EventMessage``: the append-only message log of an event (the seed's ``added_messages``).
+- ``Event``: one per job (``job_id`` is the jid): its status, params, attempt, error and progress.
+- ``EventMessage``: the append-only message log of an event (what ``current_job().log`` adds).
   ``seq`` is the position of the transition that wrote it in the tracking stream, so a log
   reads in the order things happened, and a replayed transition is recognised and skipped.
 - ``ApiToken``: a bearer token of the HTTP API, bound to one tenant. Only its SHA-256 is stored,
@@ -26,7 +26,7 @@ class Task(Base):
 
     #: Unguessable (128 random bits, URL-safe): a task id can be handed to a browser.
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    #: The registered name of the job every event of the task runs (the seed's worker_name).
+    #: The registered name of the job every event of the task runs.
     job_name: Mapped[str] = mapped_column(String(255))
     queue: Mapped[str] = mapped_column(String(255))
     tenant: Mapped[str | None] = mapped_column(String(255))

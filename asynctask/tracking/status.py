@@ -1,4 +1,4 @@
-"""The states of a tracked job (an Event) and of a Task, as the seed's AsyncTask names them."""
+"""The states of a tracked job (an Event) and of a Task, as the database and the HTTP API spell them."""
 
 from __future__ import annotations
 

@@ -128,3 +128,6 @@ class Tracker:
         while not self._stopped.wait(activity.pause() if activity.failures else SEND_INTERVAL):
             if len(self.outbox):
                 activity.attempt(lambda: self.store.record(self.outbox))
+            else:
+                # A fetch or a retry wrote what was waiting: the store answers again.
+                activity.succeeded()

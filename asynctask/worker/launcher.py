@@ -25,7 +25,7 @@ import traceback
 from types import FrameType
 from typing import Any
 
-from asynctask import middleware, payload
+from asynctask import log, middleware, payload
 from asynctask.brokers import open_broker
 from asynctask.middleware import Chain
 from asynctask.registry import Registry, default_registry
@@ -39,6 +39,7 @@ from asynctask.worker.scheduled import Poller
 from asynctask.worker.stats import Stats
 
 logger = logging.getLogger("asynctask.worker")
+lifecycle = logging.getLogger(log.LIFECYCLE)
 
 #: The longest pause, in seconds, between two attempts to reach a broker that is down at start.
 CONNECT_RETRY = 0.5
@@ -111,7 +112,8 @@ class Worker:
             return
         self._started = True
         queues = " ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
-        logger.warning(
+        tracked = self.settings.tracking or not self.settings.uses_redis
+        lifecycle.info(
             "worker started",
             extra={
                 "fields": {
@@ -120,6 +122,7 @@ class Worker:
                     "concurrency": self.settings.concurrency,
                     "jobs": len(self.registry),
                     "broker": shown_url(self.settings.broker),
+                    "database": shown_url(self.settings.database_url) if tracked else "none (tracking off)",
                 }
             },
         )
@@ -163,7 +166,7 @@ class Worker:
             self._beat_thread.join()
         self.heartbeat.clear()
         self.broker.close()
-        logger.warning("worker stopped", extra={"fields": {"identity": self.identity}})
+        lifecycle.info("worker stopped", extra={"fields": {"identity": self.identity}})
 
     def handle_signal(self, name: str) -> None:
         if name == "TSTP":

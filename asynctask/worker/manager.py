@@ -156,3 +156,8 @@ class Manager:
         end = time.monotonic() + UNWIND_TIMEOUT
         for processor in remaining:
             processor.thread.join(max(0.0, end - time.monotonic()))
+            if processor.thread.is_alive():
+                # Stuck in a call that no exception interrupts (a sleep, I/O): counted as
+                # processed and failed now, as Sidekiq counts an interrupted job, before the
+                # last heartbeat flushes the counts.
+                self.stats.finished(processor.tid, failed=True)

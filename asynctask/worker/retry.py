@@ -11,6 +11,7 @@ to the dead set, unless ``dead: false``. ``retry: false`` drops it after the hoo
 from __future__ import annotations
 
 import logging
+import os
 import random
 import traceback
 from typing import Any, Literal
@@ -68,9 +69,23 @@ def record_error(job: payload.JobDict, exc: BaseException) -> int:
     return count
 
 
+#: Where the runtime's own modules live; its example jobs (``demo``) are job code.
+_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_DEMO_DIR = os.path.join(_RUNTIME_DIR, "demo") + os.sep
+
+
 def _ruby_style_backtrace(exc: BaseException) -> list[str]:
+    """Innermost frame first, as Ruby writes backtraces, without the runtime's own frames
+    that called the job (processor, middleware chain): they are the same for every job and
+    would crowd out the job's frames under a ``backtrace: N`` limit. Frames of the runtime
+    that the job itself called are kept."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return [f"{f.filename}:{f.lineno}:in `{f.name}'" for f in reversed(frames)]
+    first_of_job = next((i for i, f in enumerate(frames) if not _is_runtime(f.filename)), 0)
+    return [f"{f.filename}:{f.lineno}:in `{f.name}'" for f in reversed(frames[first_of_job:])]
+
+
+def _is_runtime(filename: str) -> bool:
+    return filename.startswith(_RUNTIME_DIR) and not filename.startswith(_DEMO_DIR)
 
 
 class Retrier:

@@ -53,9 +53,12 @@ class Stats:
             self.busy[tid] = work
 
     def finished(self, tid: str, *, failed: bool) -> None:
-        """The job of thread ``tid`` is over: forget it and count it, under one lock."""
+        """The job of thread ``tid`` is over: forget it and count it, under one lock; once
+        (a job interrupted at shutdown is counted when the timeout hits, and again by nobody
+        when its thread unwinds later)."""
         with self._lock:
-            self.busy.pop(tid, None)
+            if self.busy.pop(tid, None) is None:
+                return
             self.processed += 1
             if failed:
                 self.failed += 1

@@ -21,9 +21,12 @@ StartWorker = Callable[..., Worker]
 def test_a_failure_goes_to_the_retry_set_with_sidekiq_fields_and_backoff(
     registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
 ) -> None:
+    def check(n: int) -> None:
+        raise ValueError(f"bad input {n}")
+
     @asynctask.job(registry=registry, backtrace=True)
     def flaky(n: int) -> None:
-        raise ValueError(f"bad input {n}")
+        check(n)
 
     @asynctask.job(registry=registry)
     def soon() -> None:
@@ -46,7 +49,10 @@ def test_a_failure_goes_to_the_retry_set_with_sidekiq_fields_and_backoff(
     assert job.retried_at is None and job.args == [7]
     # Sidekiq's backoff: count**4 + 15 + rand(10) * (count + 1) seconds.
     assert 15 <= job.score - job.failed_at <= 15 + 9 + 1
-    assert any("in `flaky'" in line for line in decompress_backtrace(job.get("error_backtrace")))
+    # The job's own frames, innermost first; none of the runtime's that called it.
+    backtrace = decompress_backtrace(job.get("error_backtrace"))
+    assert [line.rpartition(":in ")[2] for line in backtrace] == ["`check'", "`flaky'"]
+    assert all(line.startswith(__file__) for line in backtrace)
     custom = entries[soon_jid]
     assert custom.failed_at is not None and (custom.error_class, custom.error_message) == (
         "KeyError",

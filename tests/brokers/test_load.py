@@ -22,7 +22,7 @@ def lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-#: The acceptance criterion is about SQL; Redis (whose fetch tests/test_reliability.py
+#: The SQL broker is what this load tests; Redis (whose fetch tests/test_reliability.py
 #: already proves) runs the heavier case only.
 SETUPS = [("sqlite", 2), ("sqlite", 4), ("postgresql", 2), ("postgresql", 4), ("redis", 4)]
 

@@ -1,4 +1,4 @@
-"""The acceptance check after the faults: every job ran, and nothing is stuck anywhere.
+"""The check after the faults: every job ran, and nothing is stuck anywhere.
 
 Settling waits until the queues are empty (the ordinary drain, however long it takes), then
 allows ``2 x process_ttl`` after the last fault (or a few seconds after the queues emptied,

@@ -22,7 +22,7 @@ from tests.pg_instance import PrivatePostgres
 TIMING = Timing(heartbeat=1.0, ttl=5, poll=1.0)
 #: Seconds the broker stays down once the worker said it waits: several of its retries.
 DOWN_SECONDS = 5.0
-#: The acceptance bound: from the server accepting to the first job running.
+#: The longest a waiting worker may take from the server accepting to the first job running.
 START_WITHIN = 2.0
 #: The line a worker logs (once) when it cannot reach its broker at start, and keeps trying.
 WAITING = re.compile(r"level=(warning|error) .*msg=\"?reaching the broker at \S+ failed")

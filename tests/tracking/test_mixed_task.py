@@ -1,4 +1,4 @@
-"""The acceptance test: a task of 1,000 jobs mixing every outcome, run by real worker processes,
+"""End to end: a task of 1,000 jobs mixing every outcome, run by real worker processes,
 one of them stopped with TERM while jobs run; final counts and message logs must be exact."""
 
 from __future__ import annotations

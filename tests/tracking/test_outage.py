@@ -1,4 +1,4 @@
-"""The acceptance test of the tracking pipeline's outage behaviour: stop PostgreSQL while a task
+"""The tracking pipeline through a database outage: stop PostgreSQL while a task
 runs, bring it back, and every job has run once or more and every event ends in its right state.
 
 The database is a private PostgreSQL server (``tests/pg_instance.py``) because the test kills

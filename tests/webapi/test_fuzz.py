@@ -4,10 +4,11 @@ checks every response against the document: no 5xx, only documented status codes
 types and headers, bodies matching their schemas, invalid input rejected, valid input accepted.
 
 All of schemathesis' phases run (the document's examples, coverage of edge values, random
-fuzzing, stateful sequences following the responses), with a fixed seed. The database holds real
-tasks (the caller's and another tenant's) and generated requests name them now and then, so the
-200/202/409 paths run as well as the 404s. The stream is left out of the generated run (a 200
-stays open until its task ends) and checked explicitly, like values no generator aims at.
+fuzzing, stateful sequences following the responses), with a fixed random state: every run sends
+the same requests. The database holds real tasks (the caller's and another tenant's) and generated requests
+name them now and then, so the 200/202/409 paths run as well as the 404s. The stream is left out of
+the generated run (a 200 stays open until its task ends) and checked explicitly, like values no
+generator aims at.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from tests.webapi.conftest import Api
 from webapi.config import ApiConfig
 from webapi.openapi import document
 
-#: Fixed, so that a failure found in CI is found again locally; ASYNCTASK_FUZZ_SEED and
-#: ASYNCTASK_FUZZ_EXAMPLES explore further (e.g. 5 seeds of 500 examples before a release).
-SEED = int(os.environ.get("ASYNCTASK_FUZZ_SEED", "20261121"))
+#: The fuzzer's random state, fixed so that a failure found in CI is found again locally;
+#: ASYNCTASK_FUZZ_RANDOM_STATE and ASYNCTASK_FUZZ_EXAMPLES explore further (e.g. 5 random states of
+#: 500 examples before a release).
+RANDOM_STATE = int(os.environ.get("ASYNCTASK_FUZZ_RANDOM_STATE", "20261121"))
 #: Generated requests per operation and phase (the coverage phase adds its own edge cases).
 MAX_EXAMPLES = int(os.environ.get("ASYNCTASK_FUZZ_EXAMPLES", "100"))
 #: Characters of a failing request shown.
@@ -129,14 +131,14 @@ schemathesis.openapi.media_type("application/x-ndjson", _ndjson_bodies(), aliase
 
 
 @dataclass(frozen=True)
-class Seeded:
+class Existing:
     #: The caller's tasks and another tenant's (which the caller must see as absent).
     task_ids: tuple[str, ...]
     #: A real ``next`` of ``GET /api/tasks``.
     tasks_cursor: str
 
 
-def _seed(api: Api) -> Seeded:
+def _create_tasks(api: Api) -> Existing:
     """Real tasks: three of the caller's, one of another tenant."""
     ids = []
     for token, items in (
@@ -150,7 +152,7 @@ def _seed(api: Api) -> Seeded:
         ids.append(response.get_json()["task_id"])
     page = api.get("/api/tasks?limit=1").get_json()
     assert page["next"]
-    return Seeded(tuple(ids), page["next"])
+    return Existing(tuple(ids), page["next"])
 
 
 def _pick(value: object, choices: Sequence[Any]) -> Any:
@@ -159,7 +161,7 @@ def _pick(value: object, choices: Sequence[Any]) -> Any:
     return choices[index] if index < len(choices) else None
 
 
-def _steer(seeded: Seeded) -> Callable[[Any, Any], Any]:
+def _steer(existing: Existing) -> Callable[[Any, Any], Any]:
     """A map_case hook: generated task ids sometimes become real ones, job names real jobs.
 
     Valid requests get what the document states only in prose (for a static document cannot know
@@ -173,7 +175,7 @@ def _steer(seeded: Seeded) -> Callable[[Any, Any], Any]:
             return case
         linked = meta.phase.name == TestPhase.STATEFUL or bool(meta.pool_draws)
         if "task_id" in case.path_parameters and not linked:
-            real = _pick(case.path_parameters["task_id"], seeded.task_ids)
+            real = _pick(case.path_parameters["task_id"], existing.task_ids)
             if real is not None:
                 case.path_parameters = {**case.path_parameters, "task_id": real}
         for container, options in _options(case):
@@ -191,7 +193,7 @@ def _steer(seeded: Seeded) -> Callable[[Any, Any], Any]:
             if isinstance(options.get("chunk_size"), int):
                 changed["chunk_size"] = min(options["chunk_size"], LIMITS.max_chunk_size)
             if "before" in options:
-                changed["before"] = seeded.tasks_cursor
+                changed["before"] = existing.tasks_cursor
             if changed != options:
                 setattr(case, container, changed)
         return case
@@ -227,8 +229,8 @@ def _steer_uploads(context: Any, strategy: Any) -> Any:
 def _config(token: str | None) -> SchemathesisConfig:
     return SchemathesisConfig.from_dict(
         {
-            "seed": SEED,
             # Keep exploring an operation after a failure: one run shows every kind of failure.
+            "seed": RANDOM_STATE,  # schemathesis' name for its random state
             "continue-on-failure": True,
             "generation": {
                 "mode": "all",
@@ -360,9 +362,9 @@ def _schema(api: Api, token: str | None) -> BaseSchema:
 
 
 def test_generated_requests(fuzz_api: Api) -> None:
-    seeded = _seed(fuzz_api)
+    existing = _create_tasks(fuzz_api)
     schema = _schema(fuzz_api, fuzz_api.acme)
-    schema.hooks.register_hook_with_name(_steer(seeded), "map_case")
+    schema.hooks.register_hook_with_name(_steer(existing), "map_case")
     schema.hooks.register_hook_with_name(_steer_uploads, "before_generate_body")
     schema.hooks.register_hook_with_name(_excused, "filter_failure")
     # The page is a static file (schemathesis' WSGI transport leaves it unclosed): see test_page.
@@ -382,7 +384,7 @@ def test_generated_requests(fuzz_api: Api) -> None:
 def test_generated_requests_without_a_valid_token(fuzz_api: Api, credentials: str) -> None:
     """Every /api/* request without a valid token is refused (401 and its header), whatever else
     it carries; only a method the route lacks is answered first (405)."""
-    _seed(fuzz_api)
+    _create_tasks(fuzz_api)
     token = None
     if credentials == "revoked":
         created = tokens.create_token(fuzz_api.engine, "acme")
@@ -416,8 +418,8 @@ def _snapshot_validator(doc: dict[str, Any]) -> Any:
 
 
 def test_stream(fuzz_api: Api) -> None:
-    seeded = _seed(fuzz_api)
-    own, other = seeded.task_ids[0], seeded.task_ids[-1]
+    existing = _create_tasks(fuzz_api)
+    own, other = existing.task_ids[0], existing.task_ids[-1]
     assert fuzz_api.post(f"/api/tasks/{own}/cancel").status_code == 200
     schema = _schema(fuzz_api, None)
     operation = schema["/api/tasks/{task_id}/stream"]["GET"]
@@ -613,10 +615,10 @@ def test_hostile_requests(
 ) -> None:
     """Requests with values no generator aims at get a documented answer, never a 5xx."""
     hostile = HOSTILE[name]
-    seeded = _seed(fuzz_api)
+    existing = _create_tasks(fuzz_api)
     schema = _schema(fuzz_api, None)
     operation = schema[hostile.path][hostile.method]
-    path_parameters = {k: seeded.task_ids[0] if v == OWN else v for k, v in hostile.path_parameters.items()}
+    path_parameters = {k: existing.task_ids[0] if v == OWN else v for k, v in hostile.path_parameters.items()}
     body = hostile.body
     media_type = hostile.media_type
     if isinstance(body, str):

@@ -13,7 +13,7 @@ from asynctask.tracking.models import Event, Task
 from tests.webapi.conftest import Api
 from tests.webapi.test_api import error_of, read_events
 
-#: The acceptance bound of one SSE frame of a task with 10 errors, with the default ``errors``.
+#: The most one SSE frame of a task with 10 errors may weigh, with the default ``errors``.
 FRAME_LIMIT = 3 * 1024
 
 

@@ -1,0 +1,257 @@
+"""The commands: ``worker`` runs jobs, ``enqueue`` pushes one from a shell, ``db`` migrates
+the tracking database, ``tokens`` manages the HTTP API's bearer tokens, ``flusher`` applies
+tracking for a Redis worker, ``demo`` shows it all on a SQLite file (``api`` is in its own
+module). Each returns its exit status or raises what ``failures.explain`` makes one line of."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asynctask import log
+from asynctask.cli.database import DatabaseUnreachable, check_url, require_database, sqlite_file
+from asynctask.cli.failures import FAILED, CommandError, one_line
+from asynctask.modules import load_module
+from asynctask.settings import QueueSpec, Settings
+
+if TYPE_CHECKING:
+    from asynctask.tokens import TokenInfo
+
+
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    return Settings.from_env(
+        broker_url=args.broker,
+        redis_url=args.redis,
+        namespace=args.namespace,
+        database_url=args.database_url,
+        **extra,
+    )
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    queues = tuple(QueueSpec.parse(q) for q in args.queue) or None
+    settings = settings_from(
+        args,
+        queues=queues,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        max_jobs=args.max_jobs,
+        max_memory_mb=args.max_memory,
+        tag=args.tag,
+        require=tuple(args.require) or None,
+        log_level="INFO" if args.verbose else None,
+        log_format=args.log_format,
+    )
+    log.setup(settings.log_level, settings.log_format)
+    from asynctask.worker import supervisor
+
+    if not supervisor.in_worker_child():
+        # The child runs this same command line; what fails there is said there, on the
+        # stderr both share, and its exit status becomes the supervisor's.
+        return supervisor.supervise(args.argv, settings)
+    for module in settings.require:
+        load_module(module)
+    named = bool(args.database_url or os.environ.get("ASYNCTASK_DATABASE_URL"))
+    _check_worker_database(settings, explicit=named)
+    from asynctask.worker import Worker
+    from asynctask.worker.recycle import run_recycling
+
+    return run_recycling(Worker(settings))
+
+
+def _check_worker_database(settings: Settings, *, explicit: bool) -> None:
+    """A SQL broker's database that does not exist or was never migrated stops the worker; a
+    server that does not answer yet does not (the worker waits for its broker).
+
+    A Redis worker needs its tracking database only for tracked jobs, and runs the others
+    without it: what is wrong with it is a warning, and only when one was named (an unused
+    default is nothing to warn about)."""
+    if not settings.uses_redis:
+        with suppress(DatabaseUnreachable):
+            require_database(settings.broker)
+        return
+    if settings.tracking and explicit:
+        try:
+            require_database(settings.database_url)
+        except DatabaseUnreachable:
+            pass
+        except CommandError as exc:
+            logging.getLogger("asynctask.tracking").warning(
+                "%s; until then, tracked jobs run but their progress is not recorded", exc
+            )
+
+
+def run_flusher(args: argparse.Namespace) -> int:
+    import socket
+
+    from asynctask.brokers.redis.flusher_process import run_flusher
+
+    settings = settings_from(args)
+    log.setup(settings.log_level, settings.log_format)
+    with suppress(DatabaseUnreachable):
+        require_database(settings.database_url)
+    run_flusher(settings, args.consumer or f"{socket.gethostname()}:{os.getpid()}", args.parent)
+    return 0
+
+
+def run_enqueue(args: argparse.Namespace) -> int:
+    from asynctask.client import Client
+
+    try:
+        job_args = json.loads(args.args)
+    except ValueError as exc:
+        raise CommandError(f"ARGS must be a JSON array: {exc}") from None
+    if not isinstance(job_args, list):
+        raise CommandError(f"ARGS must be a JSON array, not {args.args}")
+    item: dict[str, Any] = {"class": args.name, "args": job_args}
+    if args.queue:
+        item["queue"] = args.queue
+    if args.retry is not None:
+        item["retry"] = _parse_retry(args.retry)
+    if args.delay is not None:
+        from asynctask.payload import now
+
+        item["at"] = now() + args.delay
+    elif args.at is not None:
+        item["at"] = args.at
+    settings = settings_from(args)
+    if not settings.uses_redis:
+        require_database(settings.broker)
+    jid = Client(settings).push(item)
+    print(jid or "dropped by client middleware")
+    return 0 if jid else FAILED
+
+
+def run_db(args: argparse.Namespace) -> int:
+    url, source, shown = _database_url(args)
+    if args.db_command != "upgrade":
+        # Only an upgrade may create the SQLite file.
+        require_database(url, tables=False)
+    with _removed_if_failed(sqlite_file(url)):
+        return _migrate(args, url, source, shown)
+
+
+def _migrate(args: argparse.Namespace, url: str, source: str, shown: str) -> int:
+    from alembic.util import CommandError as AlembicError
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    from asynctask.db import migrate
+
+    try:
+        if args.db_command == "upgrade":
+            migrate.upgrade(url, args.revision)
+        elif args.db_command == "downgrade":
+            migrate.downgrade(url, args.revision)
+        revision = migrate.current(url)
+    except ArgumentError as exc:
+        raise CommandError(f"{source} {shown}: {exc}") from None
+    except DBAPIError as exc:
+        raise CommandError(f"database {shown}: {one_line(exc.orig)}") from None
+    except AlembicError as exc:
+        raise CommandError(f"database {shown}: {exc}") from None
+    head = migrate.head()
+    if revision is None:
+        state = "base (no migrations applied)"
+    elif revision == head:
+        state = f"revision {revision} (head)"
+    else:
+        state = f"revision {revision} (head is {head})"
+    verb = {"upgrade": "upgraded", "downgrade": "downgraded"}.get(args.db_command)
+    print(f"{verb} {shown} to {state}" if verb else f"{shown} is at {state}")
+    return 0
+
+
+@contextmanager
+def _removed_if_failed(path: Path | None) -> Iterator[None]:
+    """Remove the SQLite file at ``path`` if the block created it and failed: a failed
+    upgrade leaves no empty database behind, which later commands would take for one."""
+    existed = path is None or path.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and path is not None:
+            for end in ("", "-wal", "-shm", "-journal"):
+                path.with_name(path.name + end).unlink(missing_ok=True)
+        raise
+
+
+def _database_url(args: argparse.Namespace) -> tuple[str, str, str]:
+    """The tracking database's URL, where it came from, and how to show it (password hidden)."""
+    url = args.database_url or Settings.from_env().database_url
+    source = "--database-url" if args.database_url else "ASYNCTASK_DATABASE_URL"
+    return url, source, check_url(url, source)
+
+
+def run_tokens(args: argparse.Namespace) -> int:
+    from sqlalchemy import inspect
+    from sqlalchemy.exc import DBAPIError
+
+    from asynctask import tokens
+    from asynctask.db.engine import create_database_engine
+    from asynctask.tracking.models import ApiToken
+
+    url, _source, shown = _database_url(args)
+    require_database(url, tables=False)
+    engine = create_database_engine(url)
+    try:
+        if not inspect(engine).has_table(ApiToken.__tablename__):
+            raise CommandError(f"database {shown} has no API token table; run `asynctask db upgrade` first")
+        if args.tokens_command == "create":
+            created = tokens.create_token(engine, args.tenant, args.label)
+            # The token alone on stdout, so that a script can capture it; the rest is for people.
+            print(created.token)
+            print(
+                f"token id {created.id} for tenant {created.tenant}; store it now, it is not shown again",
+                file=sys.stderr,
+            )
+        elif args.tokens_command == "revoke":
+            if not tokens.revoke_token(engine, args.id):
+                raise CommandError(f"no token with id {args.id} (see asynctask tokens list)", FAILED)
+            print(f"revoked token {args.id}")
+        else:
+            _print_tokens(tokens.list_tokens(engine, args.tenant))
+    except DBAPIError as exc:
+        raise CommandError(f"database {shown}: {one_line(exc.orig)}") from None
+    finally:
+        engine.dispose()
+    return 0
+
+
+def _print_tokens(infos: list[TokenInfo]) -> None:
+    rows = [("ID", "TENANT", "LABEL", "CREATED", "REVOKED")]
+    rows += [
+        (
+            info.id,
+            info.tenant,
+            info.label or "-",
+            info.created_at.isoformat(timespec="seconds"),
+            info.revoked_at.isoformat(timespec="seconds") if info.revoked_at else "-",
+        )
+        for info in infos
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from asynctask.demo.cli import run_demo
+
+    return run_demo(args.dir, port=args.port, items=args.items, wait=not args.no_wait)
+
+
+def _parse_retry(text: str) -> bool | int:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        raise CommandError(f"--retry must be true, false or a number, not {text!r}") from None

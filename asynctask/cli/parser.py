@@ -1,0 +1,261 @@
+"""The command line's grammar: ``asynctask [-v] COMMAND [options]``.
+
+A mistyped argument is one line on stderr (exit status 2); a command group given alone
+(``asynctask``, ``asynctask db``) prints its help.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from asynctask import __version__
+from asynctask.cli import commands
+from asynctask.cli.failures import CONFIG, CommandError
+
+DESCRIPTION = (
+    "AsyncTask runs background jobs: on Redis (Sidekiq's format) or on SQLite/PostgreSQL, with "
+    "tasks tracked in SQL and an HTTP API."
+)
+EPILOG = (
+    "Run 'asynctask COMMAND --help' for the options of a command. Add -v to see the traceback of an error."
+)
+
+
+class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(CONFIG, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str) -> None:
+        # Wide enough a column that "downgrade" and "--database-url URL" keep their help beside them.
+        super().__init__(prog, max_help_position=32)
+
+
+if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[Parser]
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="asynctask", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("-V", "--version", action="version", version=f"asynctask {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the traceback of an error")
+    parser.set_defaults(run=_help(parser))
+    group = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _worker(group)
+    _enqueue(group)
+    _db(group)
+    _tokens(group)
+    _api(group)
+    _demo(group)
+    _flusher(group)
+    return parser
+
+
+def _worker(group: Commands) -> None:
+    worker = group.add_parser("worker", help="run jobs from the broker's queues")
+    _connection_options(worker)
+    _require_option(worker, "module (dotted name or .py file) that registers jobs; repeatable")
+    worker.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME[,WEIGHT]",
+        help="queue to process, with an optional weight; repeatable (default: default)",
+    )
+    worker.add_argument("-c", "--concurrency", type=int, help="processor threads (default 10)")
+    worker.add_argument(
+        "-t",
+        "--timeout",
+        type=float,
+        help="seconds to wait for busy jobs on TERM; the process exits a few seconds later at most "
+        "(default 25)",
+    )
+    worker.add_argument(
+        "--max-jobs",
+        type=int,
+        metavar="N",
+        help="replace the worker process after N jobs (env ASYNCTASK_MAX_JOBS; default: never)",
+    )
+    worker.add_argument(
+        "--max-memory",
+        type=int,
+        metavar="MB",
+        help="replace the worker process when a job leaves it above MB of RSS "
+        "(env ASYNCTASK_MAX_MEMORY_MB; default: never)",
+    )
+    worker.add_argument("-g", "--tag", help="tag shown in Sidekiq's Web UI")
+    _verbose_option(worker, "log every job start and finish; show the traceback of an error")
+    worker.add_argument("--log-format", choices=["logfmt", "json"], help="log line format (default logfmt)")
+    worker.set_defaults(run=commands.run_worker)
+
+
+def _enqueue(group: Commands) -> None:
+    enqueue = group.add_parser("enqueue", help="push one job")
+    _connection_options(enqueue)
+    enqueue.add_argument("name", help="job class name, e.g. SleepWorker")
+    enqueue.add_argument("args", nargs="?", default="[]", help="JSON array of arguments (default [])")
+    enqueue.add_argument("--queue", default=None, help="queue (default: the job's, or default)")
+    enqueue.add_argument("--retry", default=None, help="true, false or a number of retries")
+    when = enqueue.add_mutually_exclusive_group()
+    when.add_argument("--in", dest="delay", type=float, help="run after this many seconds")
+    when.add_argument("--at", type=float, help="run at this epoch time")
+    _verbose_option(enqueue)
+    enqueue.set_defaults(run=commands.run_enqueue)
+
+
+def _db(group: Commands) -> None:
+    db = group.add_parser("db", help="migrate the tracking database (upgrade, downgrade, current)")
+    db.set_defaults(run=_help(db))
+    db_commands = db.add_subparsers(title="commands", metavar="COMMAND", dest="db_command")
+    upgrade = db_commands.add_parser("upgrade", help="apply the migrations up to a revision")
+    upgrade.add_argument(
+        "revision", nargs="?", default="head", help="target revision (default: head, the latest)"
+    )
+    downgrade = db_commands.add_parser("downgrade", help="revert the migrations down to a revision")
+    downgrade.add_argument("revision", help="target revision; base removes the tracking tables")
+    current = db_commands.add_parser("current", help="show the revision the database is at")
+    for db_command in (upgrade, downgrade, current):
+        _database_option(db_command)
+        _verbose_option(db_command)
+        db_command.set_defaults(run=commands.run_db)
+
+
+def _tokens(group: Commands) -> None:
+    tokens = group.add_parser("tokens", help="manage the HTTP API's bearer tokens (create, list, revoke)")
+    tokens.set_defaults(run=_help(tokens))
+    tokens_commands = tokens.add_subparsers(title="commands", metavar="COMMAND", dest="tokens_command")
+    create = tokens_commands.add_parser(
+        "create", help="create a token for a tenant; prints it once, on stdout"
+    )
+    create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token acts as")
+    create.add_argument("--label", metavar="TEXT", help="a note on what the token is for")
+    listing = tokens_commands.add_parser("list", help="show tokens (never their secrets)")
+    listing.add_argument("--tenant", metavar="NAME", help="only this tenant's tokens")
+    revoke = tokens_commands.add_parser("revoke", help="revoke a token for good")
+    revoke.add_argument("id", help="the token's id, as tokens list shows it")
+    for tokens_command in (create, listing, revoke):
+        _database_option(tokens_command)
+        _verbose_option(tokens_command)
+        tokens_command.set_defaults(run=commands.run_tokens)
+
+
+def _api(group: Commands) -> None:
+    api = group.add_parser("api", help="serve the HTTP API and the example page (gunicorn)")
+    _connection_options(api)
+    _require_option(
+        api, "module that registers the jobs the API may submit; repeatable (env ASYNCTASK_REQUIRE)"
+    )
+    api.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    api.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    api.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default 2)")
+    api.add_argument(
+        "--threads", type=int, default=32, help="threads per worker; each open stream holds one (default 32)"
+    )
+    api.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    _verbose_option(api, "log at INFO level; show the traceback of an error")
+    api.set_defaults(run=_provided("api"))
+
+
+def _demo(group: Commands) -> None:
+    demo = group.add_parser(
+        "demo",
+        help="run a worker, the API and a sample task on a local SQLite file (no server needed)",
+    )
+    demo.add_argument(
+        "--dir", default="asynctask-demo", help="folder for the database and logs (default ./asynctask-demo)"
+    )
+    demo.add_argument(
+        "--port", type=_port, default=8000, help="the API's port, another if busy (default 8000)"
+    )
+    demo.add_argument("--items", type=int, default=3000, help="rows in the sample task (default 3000)")
+    demo.add_argument("--no-wait", action="store_true", help="stop everything after the summary")
+    _verbose_option(demo)
+    demo.set_defaults(run=commands.run_demo)
+
+
+def _flusher(group: Commands) -> None:
+    flusher = group.add_parser(
+        "flusher", help="apply tracked jobs' transitions to the tracking database (workers start one each)"
+    )
+    _connection_options(flusher)
+    flusher.add_argument("--consumer", help="name in the flushers' consumer group (default: host:pid)")
+    flusher.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone")
+    _verbose_option(flusher)
+    flusher.set_defaults(run=commands.run_flusher)
+
+
+def _connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        help="where jobs live: redis://, sqlite:/// or postgresql:// (env ASYNCTASK_BROKER_URL; "
+        "default: the Redis URL if set, else the tracking database)",
+    )
+    parser.add_argument("--redis", metavar="URL", help="Redis URL (env ASYNCTASK_REDIS_URL, then REDIS_URL)")
+    parser.add_argument(
+        "--namespace", help="key prefix as redis-namespace writes it (env ASYNCTASK_NAMESPACE)"
+    )
+    _database_option(parser)
+
+
+def _database_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="SQLAlchemy URL of the tracking database, where the jobs live too with no Redis "
+        "(env ASYNCTASK_DATABASE_URL, default sqlite:///asynctask.db)",
+    )
+
+
+def _require_option(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("-r", "--require", action="append", default=[], metavar="MODULE", help=text)
+
+
+def _verbose_option(parser: argparse.ArgumentParser, text: str = "show the traceback of an error") -> None:
+    # SUPPRESS: when not given here, the value of the top-level -v stays.
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=text)
+
+
+def _help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 0
+
+    return show
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
+    return port
+
+
+def _provided(name: str) -> Callable[[argparse.Namespace], int]:
+    """Command ``name`` as another package implements it, found through the
+    ``asynctask.commands`` entry point group (``api`` comes with ``webapi``), so that asynctask
+    never imports that package itself."""
+
+    def run(args: argparse.Namespace) -> int:
+        found = entry_points(group="asynctask.commands", name=name)
+        if not found:
+            raise CommandError(
+                f"no installed package provides the {name!r} command (an asynctask.commands entry "
+                "point); reinstall asynctask (pip install -e . in a checkout)"
+            )
+        command: Callable[[argparse.Namespace], int] = next(iter(found)).load()
+        return command(args)
+
+    return run
