@@ -182,6 +182,27 @@ def test_retry_task_runs_failed_and_error_jobs_again(
     assert events[2].attempt == 2
 
 
+def test_cancel_and_retry_leave_another_tenants_task_alone(
+    tracking: Tracking, registry: Registry, conn: redis.Redis, namespace: str
+) -> None:
+    @job(registry=registry)
+    def rows(items: list[int]) -> None:
+        pass
+
+    task = tracking.create_task(rows, range(3), tenant="acme")
+    with pytest.raises(TaskNotFound):
+        tracking.cancel_task(task.id, tenant="globex")
+    with pytest.raises(TaskNotFound):
+        tracking.retry_task(task.id, tenant="globex")
+    with pytest.raises(TaskNotFound):
+        tracking.retry_task(task.id, tenant="")
+    view = tracking.get_task(task.id)
+    assert view.status == "pending" and view.cancelled_at is None and view.counts["enqueue"] == 3
+    assert conn.llen(f"{namespace}:queue:default") == 3
+    assert tracking.retry_task(task.id, tenant="acme") == 0
+    assert tracking.cancel_task(task.id, tenant="acme").counts["cancelled"] == 3
+
+
 def test_create_task_is_all_or_nothing_when_redis_refuses(
     engine: Engine, tracked_settings: Settings, registry: Registry
 ) -> None:
