@@ -65,10 +65,12 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
         history.append(status(jid, EventStatus.WORKING, "started"))
         history.append(Transition(jid, PROGRESS, 0.0, done=n, total=40))
         history.append(Transition(jid, LOG, 0.0, f"row {n}"))
+        history.append(Transition(jid, PROGRESS, 0.0, done=n + 1, total=41))
         if n % 4 == 0:
             history.append(status(jid, EventStatus.ERROR, "RuntimeError: x", error_class="RuntimeError"))
             history.append(status(jid, EventStatus.ENQUEUE, "waiting for retry 1 of 1"))
             history.append(status(jid, EventStatus.WORKING, "started"))
+            history.append(Transition(jid, PROGRESS, 0.0, done=n + 2, total=42))
         history.append(status(jid, EventStatus.FAILED if n % 5 == 0 else EventStatus.FINISH, "done"))
     history = numbered(history)
     batches = [history[i : i + 7] for i in range(0, len(history), 7)]
@@ -90,6 +92,9 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
     for n, jid in enumerate(jids):
         event = events[jid]
         assert event.attempt == (2 if n % 4 == 0 else 1)
+        # The latest progress of the latest run, whichever batch brought it last.
+        latest = (n + 2, 42) if n % 4 == 0 else (n + 1, 41)
+        assert (event.progress_done, event.progress_total) == latest, n
         expected = ["started", f"row {n}"]
         if n % 4 == 0:
             expected += ["RuntimeError: x", "waiting for retry 1 of 1", "started"]
