@@ -3,9 +3,12 @@ running, cancel, retry, and create_task's all-or-nothing promise."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +29,7 @@ from asynctask import (
     job,
 )
 from asynctask.middleware import Chain
+from asynctask.tracking import tasks
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 from tests.conftest import wait_until
@@ -203,7 +207,37 @@ def test_cancel_and_retry_leave_another_tenants_task_alone(
     assert tracking.cancel_task(task.id, tenant="acme").counts["cancelled"] == 3
 
 
-def test_create_task_is_all_or_nothing_when_redis_refuses(
+@pytest.fixture
+def full_redis(tmp_path: Path) -> Iterator[redis.Redis]:
+    """A private redis-server (the shared one must keep accepting writes) that refuses writes
+    once it uses 2 MB more than at start: Redis checks the limit before each command, so the
+    first batch of a big task is staged and a later one is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    argv += ["--dir", str(tmp_path), "--maxmemory-policy", "noeviction"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    conn = redis.Redis(port=port)
+    try:
+        wait_until(lambda: _pings(conn) or server.poll() is not None, timeout=10)
+        assert server.poll() is None, f"redis-server on port {port} did not start"
+        conn.config_set("maxmemory", conn.info("memory")["used_memory"] + 2_000_000)
+        yield conn
+    finally:
+        conn.close()
+        server.terminate()
+        server.wait(10)
+
+
+def _pings(conn: redis.Redis) -> bool:
+    try:
+        return bool(conn.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def test_create_task_is_all_or_nothing_when_redis_is_unreachable(
     engine: Engine, tracked_settings: Settings, registry: Registry
 ) -> None:
     @job(registry=registry)
@@ -214,9 +248,38 @@ def test_create_task_is_all_or_nothing_when_redis_refuses(
     broken = Tracking(Client(dead_redis, registry=registry, middleware=Chain()), engine)
     with pytest.raises(redis.ConnectionError):
         broken.create_task(never, range(100))
-    with engine.connect() as connection:
+    assert_aborted_alone(broken)
+
+
+def test_create_task_is_all_or_nothing_when_redis_refuses_a_later_batch(
+    engine: Engine, tracked_settings: Settings, registry: Registry, full_redis: redis.Redis
+) -> None:
+    @job(registry=registry)
+    def never(items: list[int]) -> None:
+        raise AssertionError("must not run")
+
+    port = full_redis.connection_pool.connection_kwargs["port"]
+    refusing = Settings(**{**tracked_settings.__dict__, "redis_url": f"redis://127.0.0.1:{port}/0"})
+    client = Client(refusing, registry=registry, middleware=Chain())
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            Tracking(client, engine).create_task(never, range(10 * tasks.BATCH))
+        assert_aborted_alone(Tracking(client, engine))
+    finally:
+        client.broker.close()
+    lpush = full_redis.info("commandstats")["cmdstat_lpush"]
+    assert lpush["calls"] >= 1 and lpush["rejected_calls"] >= 1, "no batch was staged before the refusal"
+    # Neither the staged batches nor any queue are left behind.
+    assert full_redis.dbsize() == 0, full_redis.keys()
+
+
+def assert_aborted_alone(tracking: Tracking) -> None:
+    """The task is recorded aborted, with no event: nothing of it was written or enqueued."""
+    with tracking.engine.connect() as connection:
         (task_id,) = connection.execute(select(Task.id)).one()
-    assert broken.get_task(task_id).status == "aborted"
+        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    view = tracking.get_task(task_id)
+    assert view.status == "aborted" and view.total == 0 and view.counts["enqueue"] == 0
 
 
 def test_create_task_rejects_bad_input_before_writing_anything(
