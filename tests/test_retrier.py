@@ -154,6 +154,18 @@ def test_a_job_given_up_is_released_and_its_event_says_where_it_went(
     assert rig.recorded() == [(job["jid"], "log", outcome)]
 
 
+def test_without_tracking_a_job_is_retried_or_given_up_all_the_same(rig: Rig, registry: Registry) -> None:
+    rig.retrier = Retrier(rig.broker, rig.settings)
+    retried = rig.fail(define(registry, rig, retry=1), ValueError("x"))
+    dropped = rig.fail(define(registry, rig, retry=False), ValueError("y"))
+    buried = rig.fail(define(registry, rig, retry=0), ValueError("z"))
+    assert [e.jid for e in rig.retries()] == [retried["jid"]] and [e.jid for e in rig.dead()] == [
+        buried["jid"]
+    ]
+    assert [jid for jid, _ in rig.hooked] == [dropped["jid"], buried["jid"]]
+    assert rig.fetch.held() == [] and rig.recorded() == []
+
+
 def test_retry_true_allows_settings_max_retries(rig: Rig, registry: Registry) -> None:
     definition = define(registry, rig, retry=True)
     # The fifth failure of a job: below Sidekiq's 25, so it is retried...
