@@ -290,18 +290,27 @@ def test_apply_returns_how_many_events_it_changed(
 def test_a_job_outside_any_task_gets_its_event_from_its_first_transition(
     tracking: Tracking, engine: Engine
 ) -> None:
-    lone, quiet = "lone-job-0000000000000000", "quiet-job-000000000000000"
+    started, lone, quiet, late = (
+        f"{name}-job".ljust(24, "0") for name in ("started", "lone", "quiet", "late")
+    )
     t = time.time()
     history = numbered(
         [
+            # The first transition ever recorded: seq 1 must still apply to the new event.
+            Transition(started, EventStatus.WORKING.value, t, "started", name="started", params=[]),
             Transition(quiet, LOG, t, "a log line before any status"),
             Transition(lone, EventStatus.ENQUEUE.value, t, name="lone", params=[7, "x"]),
             Transition(lone, EventStatus.WORKING.value, t + 1, "started", name="lone", params=[7, "x"]),
             Transition(lone, EventStatus.FINISH.value, t + 2, "finished"),
+            # Out of order after an outage: a status without the job's name comes first.
+            Transition(late, EventStatus.FAILED.value, t + 3, "no"),
+            Transition(late, EventStatus.ENQUEUE.value, t + 4, "retried by request", name="late", params=[1]),
         ]
     )
-    apply(engine, history[:2])
+    apply(engine, history[:3])
     apply(engine, history)
+    row = event_row(engine, started)
+    assert (row.job_name, row.status, row.started_at, row.attempt) == ("started", "working", at(t), 1)
     row = event_row(engine, lone)
     assert (row.task_id, row.job_name, row.params, row.status, row.attempt) == (
         None,
@@ -312,9 +321,12 @@ def test_a_job_outside_any_task_gets_its_event_from_its_first_transition(
     )
     assert (row.enqueued_at, row.started_at, row.finished_at) == (at(t), at(t + 1), at(t + 2))
     row = event_row(engine, quiet)
-    assert (row.job_name, row.params, row.status, row.enqueued_at) == (None, None, "enqueue", at(t))
+    assert (row.job_name, row.params, row.status) == (None, None, "enqueue")
+    assert row.enqueued_at == row.updated_at == at(t)
+    row = event_row(engine, late)
+    assert (row.job_name, row.params, row.status) == ("late", [1], "enqueue")
     with engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 2
+        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 4
 
 
 @contextmanager
