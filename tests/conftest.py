@@ -41,6 +41,15 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         time.sleep(interval)
 
 
+def wait_for_beats(beat: Callable[[], float | None], count: int = 2, timeout: float = 15.0) -> None:
+    """Wait for ``count`` heartbeats of a worker process from now on (``beat`` reads the time of
+    its last one). The readiness signal before checking that a worker did not do something: it
+    has been alive and going round its loops since, so what it was going to do it has done."""
+    last = time.time()
+    for _ in range(count):
+        last = wait_until(lambda after=last: (at := beat()) is not None and at > after and at, timeout)
+
+
 @pytest.fixture
 def conn() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(REDIS_URL)

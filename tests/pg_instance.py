@@ -34,7 +34,8 @@ PG_CTL_WAIT = 60
 
 
 class PostgresUnavailable(RuntimeError):
-    """The machine cannot run a private server (no binaries, no ``postgres`` user); tests skip."""
+    """The machine cannot run a private server (no binaries, no ``postgres`` user); tests skip,
+    or fail under ``CI=true`` (``.ci/run`` installs the binaries)."""
 
 
 def find_bin_dir() -> Path:

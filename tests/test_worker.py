@@ -18,7 +18,7 @@ from asynctask.middleware import Chain
 from asynctask.payload import decompress_backtrace
 from asynctask.settings import QueueSpec
 from asynctask.worker import Worker
-from tests.conftest import wait_until
+from tests.conftest import wait_for_beats, wait_until
 
 StartWorker = Callable[..., Worker]
 
@@ -226,7 +226,7 @@ def test_remote_signals_quiet_and_stop_the_worker(
     conn.lpush(keys.signals(worker.identity), "TSTP")
     wait_until(lambda: conn.hget(keys.process(worker.identity), "quiet") == b"true")
     work.set(client=client).perform_async(1)
-    time.sleep(1.0)
+    wait_for_beats(lambda: float(conn.hget(keys.process(worker.identity), "beat") or 0))
     assert ran == [] and conn.llen(keys.queue("default")) == 1
     conn.lpush(keys.signals(worker.identity), "TERM")
     wait_until(lambda: not conn.sismember(keys.processes, worker.identity))

@@ -62,6 +62,49 @@ def test_a_failure_goes_to_the_retry_set_with_sidekiq_fields_and_backoff(
     assert Queue("default", settings=settings).size == 0
 
 
+def test_later_failures_back_off_by_their_retry_count(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    counts: list[int] = []
+
+    @asynctask.job(registry=registry, retry=10)
+    def again() -> None:
+        raise ValueError("still failing")
+
+    @asynctask.job(registry=registry, retry=10)
+    def custom_again(n: int) -> None:
+        raise ValueError("still failing")
+
+    @custom_again.retry_in
+    def two_seconds(count: int, exc: BaseException, job: dict[str, Any]) -> float:
+        counts.append(count)
+        return 2.0
+
+    # As jobs come back from the retry set after their fourth failure.
+    failed_at = time.time() - 600
+    earlier = {"retry": 10, "retry_count": 3, "failed_at": failed_at}
+    jid = client.push({"class": "again", "args": [], **earlier})
+    custom = [client.push({"class": "custom_again", "args": [n], **earlier}) for n in range(10)]
+    start_worker()
+    retries = RetrySet(settings=settings)
+    wait_until(lambda: retries.size == 11)
+    entries = {entry.jid: entry for entry in retries}
+    job = entries[jid]
+    assert job.retry_count == 4 and job.failed_at == failed_at
+    assert job.retried_at is not None and job.retried_at > failed_at
+    # Sidekiq's backoff for retry_count 4: 4**4 + 15 + rand(10) * 5 seconds.
+    assert 271 <= job.score - job.retried_at <= 271 + 45 + 1
+    assert counts == [4] * 10
+    jitters = []
+    for entry in (entries[jid] for jid in custom):
+        assert entry.retry_count == 4 and entry.retried_at is not None
+        jitters.append(entry.score - entry.retried_at - 2)
+    # retry_in's 2 s plus Sidekiq's jitter, rand(10) * (count + 1): multiples of 5 s, not all
+    # zero (the chance of that is 10**-10).
+    assert all(-0.5 < j <= 45 + 0.5 and abs(j - 5 * round(j / 5)) < 0.5 for j in jitters), jitters
+    assert max(jitters) > 4.5, jitters
+
+
 def test_a_due_retry_runs_again_then_the_job_dies_and_the_hook_runs(
     registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
 ) -> None:

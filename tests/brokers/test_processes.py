@@ -20,7 +20,7 @@ from asynctask.brokers import open_broker
 from asynctask.brokers.base import UnitOfWork
 from asynctask.worker import Worker
 from tests.brokers.conftest import SpawnWorker, read_runs
-from tests.conftest import wait_until
+from tests.conftest import wait_for_beats, wait_until
 
 StartWorker = Callable[..., Worker]
 
@@ -114,7 +114,7 @@ def test_remote_signals_dump_threads_quiet_then_stop_the_worker(
     process.quiet()
     wait_until(lambda: [p.is_quiet for p in processes] == [True])
     jid = work.set(client=client).perform_async(1)
-    time.sleep(1.0)
+    wait_for_beats(lambda: getattr(processes.get(process.identity), "beat", None))
     queue = Queue("default", settings=settings)
     assert ran == [] and queue.size == 1
     process.stop()
@@ -169,7 +169,7 @@ def test_tstp_quiets_and_term_stops_a_worker_process(
     os.kill(proc.pid, signal.SIGTSTP)
     wait_until(lambda: [p.is_quiet for p in processes] == [True])
     quick_jid = client.push({"class": "record", "args": [0]})
-    time.sleep(0.6)
+    wait_for_beats(lambda: getattr(processes.get(process.identity), "beat", None))
     queue = Queue("default", settings=settings)
     assert queue.size == 1
 

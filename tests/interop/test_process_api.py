@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.conftest import wait_until
+from tests.conftest import wait_for_beats, wait_until
 from tests.interop.conftest import PythonJob, RunRuby, Services
 from tests.interop.interop_jobs import PERFORMED_KEY, RELEASE_KEY, SLEEPING_KEY
 
@@ -99,7 +99,7 @@ def test_ruby_quiet_and_stop_control_asynctask_worker(
 
     # A quiet worker takes no new job.
     python_job("InteropRecorder").perform_async("not now")
-    time.sleep(1.5)
+    wait_for_beats(lambda: float(hget(db, identity, "beat") or 0))
     assert db.llen("queue:default") == 1 and db.llen(PERFORMED_KEY) == 0
 
     assert ruby("signal.rb", "stop") == [identity]

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 import redis
 from sqlalchemy import Engine, func, select
 
 from asynctask import Tracking, job
 from asynctask.brokers.redis.flusher import Flusher
-from asynctask.db.engine import writer
+from asynctask.db.engine import as_utc, create_database_engine, writer
 from asynctask.registry import Registry
 from asynctask.tracking.apply import apply_transitions
 from asynctask.tracking.models import Event, EventMessage
@@ -65,10 +71,12 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
         history.append(status(jid, EventStatus.WORKING, "started"))
         history.append(Transition(jid, PROGRESS, 0.0, done=n, total=40))
         history.append(Transition(jid, LOG, 0.0, f"row {n}"))
+        history.append(Transition(jid, PROGRESS, 0.0, done=n + 1, total=41))
         if n % 4 == 0:
             history.append(status(jid, EventStatus.ERROR, "RuntimeError: x", error_class="RuntimeError"))
             history.append(status(jid, EventStatus.ENQUEUE, "waiting for retry 1 of 1"))
             history.append(status(jid, EventStatus.WORKING, "started"))
+            history.append(Transition(jid, PROGRESS, 0.0, done=n + 2, total=42))
         history.append(status(jid, EventStatus.FAILED if n % 5 == 0 else EventStatus.FINISH, "done"))
     history = numbered(history)
     batches = [history[i : i + 7] for i in range(0, len(history), 7)]
@@ -90,6 +98,9 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
     for n, jid in enumerate(jids):
         event = events[jid]
         assert event.attempt == (2 if n % 4 == 0 else 1)
+        # The latest progress of the latest run, whichever batch brought it last.
+        latest = (n + 2, 42) if n % 4 == 0 else (n + 1, 41)
+        assert (event.progress_done, event.progress_total) == latest, n
         expected = ["started", f"row {n}"]
         if n % 4 == 0:
             expected += ["RuntimeError: x", "waiting for retry 1 of 1", "started"]
@@ -118,3 +129,235 @@ def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
     assert decode_entry(5, pack(good))[1].seq == 6
     with engine.connect() as connection:
         assert connection.execute(select(Event.seq).where(Event.job_id == jid)).scalar() == 3
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def event_row(engine: Engine, jid: str) -> Any:
+    """The event's row, its times in UTC (SQLite returns them naive)."""
+    with engine.connect() as connection:
+        row = connection.execute(select(Event.__table__).where(Event.job_id == jid)).one()._asdict()
+    times = ("enqueued_at", "started_at", "finished_at", "updated_at")
+    return SimpleNamespace(**{**row, **{name: as_utc(row[name]) for name in times}})
+
+
+def test_each_status_sets_its_times_and_a_new_run_starts_without_the_old_progress(
+    tracking: Tracking, registry: Registry, engine: Engine
+) -> None:
+    task_id, (jid,) = make_task(tracking, registry, 1)
+    t = time.time()
+    working, progress, late_progress, error, enqueue, working_again, finish = numbered(
+        [
+            Transition(jid, EventStatus.WORKING.value, t + 1, "started"),
+            Transition(jid, PROGRESS, t + 1.1, done=5, total=10),
+            Transition(jid, PROGRESS, t + 1.2, done=6, total=10),
+            Transition(jid, EventStatus.ERROR.value, t + 2, "RuntimeError: x", error_class="RuntimeError"),
+            Transition(jid, EventStatus.ENQUEUE.value, t + 3, "waiting for retry 1 of 1"),
+            Transition(jid, EventStatus.WORKING.value, t + 4, "started"),
+            Transition(jid, EventStatus.FINISH.value, t + 5, "finished"),
+        ]
+    )
+    apply(engine, [working, progress])
+    row = event_row(engine, jid)
+    assert (row.status, row.started_at, row.finished_at, row.updated_at) == (
+        "working",
+        at(t + 1),
+        None,
+        at(t + 1),
+    )
+    assert (row.progress_done, row.progress_total) == (5, 10)
+    assert tracking.get_task(task_id).started_at == at(t + 1)
+    apply(engine, [error])
+    row = event_row(engine, jid)
+    assert (row.status, row.finished_at, row.updated_at, row.error) == (
+        "error",
+        at(t + 2),
+        at(t + 2),
+        "RuntimeError: x",
+    )
+    apply(engine, [enqueue])
+    row = event_row(engine, jid)
+    assert (row.status, row.enqueued_at, row.finished_at, row.updated_at) == (
+        "enqueue",
+        at(t + 3),
+        None,
+        at(t + 3),
+    )
+    apply(engine, [working_again])
+    # The first run's last progress arrives late: it is not the new run's.
+    apply(engine, [late_progress])
+    row = event_row(engine, jid)
+    assert (row.status, row.started_at, row.finished_at) == ("working", at(t + 4), None)
+    assert (row.progress_done, row.progress_total) == (None, None)
+    # The new run's start replayed after its own progress leaves that progress alone.
+    own_progress = replace(late_progress, seq=working_again.seq + 1, done=1, total=4)
+    apply(engine, [own_progress])
+    apply(engine, [working_again])
+    row = event_row(engine, jid)
+    assert (row.progress_done, row.progress_total, row.started_at) == (1, 4, at(t + 4))
+    apply(engine, [replace(finish, seq=finish.seq + 1)])
+    row = event_row(engine, jid)
+    assert (row.status, row.finished_at, row.updated_at, row.attempt) == ("finish", at(t + 5), at(t + 5), 2)
+    view = tracking.get_task(task_id)
+    assert view.started_at == at(t + 1) and view.finished_at is not None
+
+
+def test_a_start_without_its_enqueue_yet_is_not_finished(
+    tracking: Tracking, registry: Registry, engine: Engine
+) -> None:
+    _, (jid,) = make_task(tracking, registry, 1)
+    t = time.time()
+    working, error, enqueue, working_again = numbered(
+        [
+            Transition(jid, EventStatus.WORKING.value, t + 1, "started"),
+            Transition(jid, EventStatus.ERROR.value, t + 2, "boom", error_class="RuntimeError"),
+            Transition(jid, EventStatus.ENQUEUE.value, t + 3, "waiting for retry 1 of 1"),
+            Transition(jid, EventStatus.WORKING.value, t + 4, "started"),
+        ]
+    )
+    # The retry's start reaches SQL before the enqueue that preceded it (another flusher has it).
+    apply(engine, [working, error])
+    apply(engine, [working_again])
+    apply(engine, [enqueue])
+    row = event_row(engine, jid)
+    assert (row.status, row.started_at, row.finished_at) == ("working", at(t + 4), None)
+
+
+def test_late_transitions_of_an_earlier_run_leave_the_start_alone(
+    tracking: Tracking, registry: Registry, engine: Engine
+) -> None:
+    _, (first, second) = make_task(tracking, registry, 2)
+    t = time.time()
+    # A retried job whose first start is replayed after its second.
+    working, error, enqueue, working_again = numbered(
+        [
+            Transition(first, EventStatus.WORKING.value, t + 1, "started"),
+            Transition(first, EventStatus.ERROR.value, t + 2, "boom", error_class="RuntimeError"),
+            Transition(first, EventStatus.ENQUEUE.value, t + 3, "waiting for retry 1 of 1"),
+            Transition(first, EventStatus.WORKING.value, t + 4, "started"),
+        ]
+    )
+    apply(engine, [working, error, enqueue, working_again])
+    apply(engine, [working])
+    assert event_row(engine, first).started_at == at(t + 4)
+    # A late status of a job that has finished is not a start.
+    started, failed, finish = numbered(
+        [
+            Transition(second, EventStatus.WORKING.value, t + 1, "started"),
+            Transition(second, EventStatus.FAILED.value, t + 2, "no"),
+            Transition(second, EventStatus.FINISH.value, t + 3, "finished"),
+        ],
+        first=100,
+    )
+    apply(engine, [started, finish])
+    apply(engine, [failed])
+    row = event_row(engine, second)
+    assert (row.status, row.started_at, row.finished_at) == ("finish", at(t + 1), at(t + 3))
+
+
+def test_which_transitions_leave_a_message(tracking: Tracking, registry: Registry, engine: Engine) -> None:
+    task_id, (jid,) = make_task(tracking, registry, 1)
+    batch = numbered(
+        [
+            # A start without a text still reads "started", and counts as an attempt.
+            Transition(jid, EventStatus.WORKING.value, 1.0),
+            Transition(jid, LOG, 2.0, ""),
+            Transition(jid, LOG, 3.0, None),
+            Transition(jid, LOG, 4.0, "halfway"),
+            Transition(jid, EventStatus.FINISH.value, 5.0),
+        ]
+    )
+    apply(engine, batch)
+    (event,) = tracking.list_events(task_id).items
+    assert [(m.status, m.text) for m in event.messages] == [("working", "started"), ("working", "halfway")]
+    assert event.status == "finish" and event.attempt == 1
+
+
+def test_apply_returns_how_many_events_it_changed(
+    tracking: Tracking, registry: Registry, engine: Engine
+) -> None:
+    _, jids = make_task(tracking, registry, 3)
+    batch = numbered([status(jid, EventStatus.WORKING, "started") for jid in jids[:2]])
+    with writer(engine).begin() as connection:
+        assert apply_transitions(connection, []) == 0
+        assert apply_transitions(connection, batch) == 2
+    with writer(engine).begin() as connection:
+        assert apply_transitions(connection, batch) == 0
+
+
+def test_a_job_outside_any_task_gets_its_event_from_its_first_transition(
+    tracking: Tracking, engine: Engine
+) -> None:
+    started, lone, quiet, late = (
+        f"{name}-job".ljust(24, "0") for name in ("started", "lone", "quiet", "late")
+    )
+    t = time.time()
+    history = numbered(
+        [
+            # The first transition ever recorded: seq 1 must still apply to the new event.
+            Transition(started, EventStatus.WORKING.value, t, "started", name="started", params=[]),
+            Transition(quiet, LOG, t, "a log line before any status"),
+            Transition(lone, EventStatus.ENQUEUE.value, t, name="lone", params=[7, "x"]),
+            Transition(lone, EventStatus.WORKING.value, t + 1, "started", name="lone", params=[7, "x"]),
+            Transition(lone, EventStatus.FINISH.value, t + 2, "finished"),
+            # Out of order after an outage: a status without the job's name comes first.
+            Transition(late, EventStatus.FAILED.value, t + 3, "no"),
+            Transition(late, EventStatus.ENQUEUE.value, t + 4, "retried by request", name="late", params=[1]),
+        ]
+    )
+    apply(engine, history[:3])
+    apply(engine, history)
+    row = event_row(engine, started)
+    assert (row.job_name, row.status, row.started_at, row.attempt) == ("started", "working", at(t), 1)
+    row = event_row(engine, lone)
+    assert (row.task_id, row.job_name, row.params, row.status, row.attempt) == (
+        None,
+        "lone",
+        [7, "x"],
+        "finish",
+        1,
+    )
+    assert (row.enqueued_at, row.started_at, row.finished_at) == (at(t), at(t + 1), at(t + 2))
+    row = event_row(engine, quiet)
+    assert (row.job_name, row.params, row.status) == (None, None, "enqueue")
+    assert row.enqueued_at == row.updated_at == at(t)
+    row = event_row(engine, late)
+    assert (row.job_name, row.params, row.status) == ("late", [1], "enqueue")
+    with engine.connect() as connection:
+        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 4
+
+
+@contextmanager
+def time_zone(name: str) -> Iterator[None]:
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def test_times_are_stored_in_utc_whatever_the_local_time_zones(
+    tracking: Tracking, registry: Registry, database_url: str
+) -> None:
+    """The process's time zone and (on PostgreSQL) the session's are nine hours off UTC."""
+    task_id, (jid,) = make_task(tracking, registry, 1)
+    url = database_url + ("%20-ctimezone%3DAsia/Tokyo" if "options=" in database_url else "")
+    local = create_database_engine(url)
+    t = time.time()
+    try:
+        with time_zone("Asia/Tokyo"):
+            apply(local, numbered([Transition(jid, EventStatus.WORKING.value, t, "started")]))
+            apply(local, numbered([Transition(jid, EventStatus.FINISH.value, t + 1, "finished")], first=2))
+    finally:
+        local.dispose()
+    view = tracking.get_task(task_id)
+    assert view.started_at == at(t)
+    assert view.finished_at is not None and abs(view.finished_at.timestamp() - time.time()) < 60

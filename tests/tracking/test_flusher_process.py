@@ -7,15 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from asynctask import Client, Settings
+from asynctask.api import ProcessSet
 from asynctask.middleware import Chain, TrackingClientMiddleware
-from tests.conftest import wait_until
+from tests.conftest import wait_for_beats, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,8 +45,11 @@ def worker(settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "asynctask", "worker", "-c", "2"], env=env, cwd=ROOT, start_new_session=True
     )
-    # A worker starts its flusher only once there is something to flush.
-    time.sleep(1.5)
+    # A worker starts its flusher only once there is something to flush: not at its start,
+    # nor at a heartbeat that finds the tracking stream empty.
+    processes = ProcessSet(settings=settings)
+    [process] = wait_until(lambda: list(processes), timeout=15)
+    wait_for_beats(lambda: getattr(processes.get(process.identity), "beat", None))
     assert not flusher_children(proc)
     tracked = Client(settings, middleware=Chain([TrackingClientMiddleware()]))
     tracked.push({"class": "Elsewhere", "args": [], "queue": "nobody-reads-this", "track": True})

@@ -3,9 +3,12 @@ running, cancel, retry, and create_task's all-or-nothing promise."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +28,9 @@ from asynctask import (
     current_job,
     job,
 )
+from asynctask.api import Queue
 from asynctask.middleware import Chain
+from asynctask.tasks import operations as tasks
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 from tests.conftest import wait_until
@@ -77,15 +82,15 @@ def test_log_and_progress_are_visible_while_the_job_runs(
 
     task = tracking.create_task(importer, [1, 2, 3], chunk_size=3)
     start_tracked_worker()
-    started = time.monotonic()
 
     def visible() -> Any:
         page = tracking.list_events(task.id)
         event = page.items[0]
         return event if event.status == "working" and event.progress_done == 40 and event.messages else None
 
+    # Seen while the job still waits for its release: the job has not finished.
     event = wait_until(visible, timeout=10)
-    assert time.monotonic() - started < 3
+    assert not release.is_set()
     assert [m.text for m in event.messages] == ["started", "imported 3 rows"]
     assert event.progress_total == 200
     view = tracking.get_task(task.id)
@@ -132,13 +137,15 @@ def test_cancel_task_stops_waiting_jobs_and_running_jobs_see_the_flag(
                 saw_cancel.set()
 
     task = tracking.create_task(step, range(30))
-    start_tracked_worker(concurrency=1)
+    worker = start_tracked_worker(concurrency=1)
     wait_until(lambda: tracking.get_task(task.id).counts["working"] == 1, timeout=10)
     view = tracking.cancel_task(task.id)
     assert view.status == "cancelled" and view.counts["cancelled"] == 29 and view.cancelled_at is not None
     assert saw_cancel.wait(10)
     final = wait_until(lambda: (v := tracking.get_task(task.id)).counts["working"] == 0 and v, timeout=10)
-    time.sleep(0.5)
+    # The worker has claimed and dropped every cancelled job: none is left to run.
+    queue = Queue("default", settings=tracking.client.settings)
+    wait_until(lambda: queue.size == 0 and not worker.fetch.held(), timeout=10)
     assert ran == [0]
     assert final.counts == {"enqueue": 0, "working": 0, "finish": 1, "failed": 0, "error": 0, "cancelled": 29}
     assert final.status == "cancelled" and final.finished_at is not None
@@ -182,7 +189,58 @@ def test_retry_task_runs_failed_and_error_jobs_again(
     assert events[2].attempt == 2
 
 
-def test_create_task_is_all_or_nothing_when_redis_refuses(
+def test_cancel_and_retry_leave_another_tenants_task_alone(
+    tracking: Tracking, registry: Registry, conn: redis.Redis, namespace: str
+) -> None:
+    @job(registry=registry)
+    def rows(items: list[int]) -> None:
+        pass
+
+    task = tracking.create_task(rows, range(3), tenant="acme")
+    with pytest.raises(TaskNotFound):
+        tracking.cancel_task(task.id, tenant="globex")
+    with pytest.raises(TaskNotFound):
+        tracking.retry_task(task.id, tenant="globex")
+    with pytest.raises(TaskNotFound):
+        tracking.retry_task(task.id, tenant="")
+    view = tracking.get_task(task.id)
+    assert view.status == "pending" and view.cancelled_at is None and view.counts["enqueue"] == 3
+    assert conn.llen(f"{namespace}:queue:default") == 3
+    assert tracking.retry_task(task.id, tenant="acme") == 0
+    assert tracking.cancel_task(task.id, tenant="acme").counts["cancelled"] == 3
+
+
+@pytest.fixture
+def full_redis(tmp_path: Path) -> Iterator[redis.Redis]:
+    """A private redis-server (the shared one must keep accepting writes) that refuses writes
+    once it uses 2 MB more than at start: Redis checks the limit before each command, so the
+    first batch of a big task is staged and a later one is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    argv += ["--dir", str(tmp_path), "--maxmemory-policy", "noeviction"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    conn = redis.Redis(port=port)
+    try:
+        wait_until(lambda: _pings(conn) or server.poll() is not None, timeout=10)
+        assert server.poll() is None, f"redis-server on port {port} did not start"
+        conn.config_set("maxmemory", conn.info("memory")["used_memory"] + 2_000_000)
+        yield conn
+    finally:
+        conn.close()
+        server.terminate()
+        server.wait(10)
+
+
+def _pings(conn: redis.Redis) -> bool:
+    try:
+        return bool(conn.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def test_create_task_is_all_or_nothing_when_redis_is_unreachable(
     engine: Engine, tracked_settings: Settings, registry: Registry
 ) -> None:
     @job(registry=registry)
@@ -193,9 +251,38 @@ def test_create_task_is_all_or_nothing_when_redis_refuses(
     broken = Tracking(Client(dead_redis, registry=registry, middleware=Chain()), engine)
     with pytest.raises(redis.ConnectionError):
         broken.create_task(never, range(100))
-    with engine.connect() as connection:
+    assert_aborted_alone(broken)
+
+
+def test_create_task_is_all_or_nothing_when_redis_refuses_a_later_batch(
+    engine: Engine, tracked_settings: Settings, registry: Registry, full_redis: redis.Redis
+) -> None:
+    @job(registry=registry)
+    def never(items: list[int]) -> None:
+        raise AssertionError("must not run")
+
+    port = full_redis.connection_pool.connection_kwargs["port"]
+    refusing = Settings(**{**tracked_settings.__dict__, "redis_url": f"redis://127.0.0.1:{port}/0"})
+    client = Client(refusing, registry=registry, middleware=Chain())
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            Tracking(client, engine).create_task(never, range(10 * tasks.BATCH))
+        assert_aborted_alone(Tracking(client, engine))
+    finally:
+        client.broker.close()
+    lpush = full_redis.info("commandstats")["cmdstat_lpush"]
+    assert lpush["calls"] >= 1 and lpush["rejected_calls"] >= 1, "no batch was staged before the refusal"
+    # Neither the staged batches nor any queue are left behind.
+    assert full_redis.dbsize() == 0, full_redis.keys()
+
+
+def assert_aborted_alone(tracking: Tracking) -> None:
+    """The task is recorded aborted, with no event: nothing of it was written or enqueued."""
+    with tracking.engine.connect() as connection:
         (task_id,) = connection.execute(select(Task.id)).one()
-    assert broken.get_task(task_id).status == "aborted"
+        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    view = tracking.get_task(task_id)
+    assert view.status == "aborted" and view.total == 0 and view.counts["enqueue"] == 0
 
 
 def test_create_task_rejects_bad_input_before_writing_anything(

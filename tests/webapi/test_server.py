@@ -136,9 +136,11 @@ def test_every_endpoint_over_http(deployed: Server) -> None:
     assert [t["id"] for t in listing["items"]] == [task_id]
     status, _, retried = deployed.request("POST", f"/api/tasks/{task_id}/retry")
     assert (status, retried["retried"]) == (202, 10)
-    # Retried jobs may all be done already (409) or not (200): both are right answers here.
-    status, _, _ = deployed.request("POST", f"/api/tasks/{task_id}/cancel")
-    assert status in (200, 409)
+    # Once the retried jobs have failed again the task is settled: nothing is left to cancel.
+    kind, settled = _stream(deployed, f"/api/tasks/{task_id}/stream")[-1]
+    assert kind == "end" and settled["counts"]["failed"] == 10
+    status, _, body = deployed.request("POST", f"/api/tasks/{task_id}/cancel")
+    assert (status, body["error"]["code"]) == (409, "task_not_cancellable")
 
     status, _, body = deployed.request("GET", "/api/tasks", Authorization="Bearer atk_wrong")
     assert (status, body["error"]["code"]) == (401, "unauthorized")

@@ -60,7 +60,14 @@ class FlusherProcess:
         }
         command = [sys.executable, "-m", "asynctask", "flusher", "--consumer", self.consumer]
         command += ["--parent", str(os.getpid())]
-        self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        # The child inherits a blocked TERM and unblocks it once its handler is set: a worker
+        # stopped just after its first tracked job must reach the handler, which applies what is
+        # left, rather than kill the child while it starts.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     def check(self, stream_has_entries: Callable[[], bool]) -> None:
         """At every heartbeat: start the child if the stream has work, restart it if it died."""
@@ -107,6 +114,8 @@ def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
         # Ctrl-C reaches the whole process group; the worker stops this child itself, after
         # writing its own last transitions, so that they are applied before it exits.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Blocked by the worker that started this child (see ``FlusherProcess._spawn``).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     # Imported here, in the child: the worker that starts it never loads SQLAlchemy for it.
     from asynctask.brokers.redis.flusher import Flusher
     from asynctask.db.engine import create_database_engine, writer

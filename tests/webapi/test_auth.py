@@ -1,0 +1,103 @@
+"""The bearer-token check: what a refusal says, tokens unknown when tried are not remembered, the
+verified-token cache (a status poll costs no token query, and a revoked token stops working
+within ``token_cache_seconds``; the other API tests turn the cache off), and auth turned off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import insert
+
+from asynctask import Registry, Tracking, job
+from asynctask.db.engine import writer
+from asynctask.tokens import create_token, hash_token, revoke_token
+from asynctask.tracking.models import ApiToken
+from tests.conftest import wait_until
+from tests.webapi.conftest import Api
+
+#: Short enough to wait out, long enough to see a revoked token still accepted from the cache.
+CACHE_SECONDS = 1.0
+
+
+def test_a_revoked_token_stops_working_within_the_cache_time(make_api: Callable[..., Api]) -> None:
+    api = make_api(token_cache_seconds=CACHE_SECONDS)
+    made = create_token(api.engine, "acme")
+    assert api.get("/api/tasks", made.token).status_code == 200
+    revoke_token(api.engine, made.id)
+    # Within the cache time, plus a margin for the requests themselves.
+    wait_until(lambda: api.get("/api/tasks", made.token).status_code == 401, timeout=CACHE_SECONDS + 0.9)
+    assert api.get("/api/tasks", made.token).get_json()["error"]["code"] == "unauthorized"
+    # Revoking one token leaves the tenant's other tokens working.
+    assert api.get("/api/tasks", api.acme).status_code == 200
+
+
+def test_a_verified_token_is_served_from_the_cache(make_api: Callable[..., Api]) -> None:
+    api = make_api(token_cache_seconds=60.0)
+    made = create_token(api.engine, "acme")
+    assert api.get("/api/tasks", made.token).status_code == 200
+    revoke_token(api.engine, made.id)
+    # Remembered: the token is not looked up again within the cache time.
+    assert api.get("/api/tasks", made.token).status_code == 200
+    # A token never verified is looked up, and refused, at once.
+    fresh = create_token(api.engine, "acme")
+    revoke_token(api.engine, fresh.id)
+    assert api.get("/api/tasks", fresh.token).status_code == 401
+
+
+MISSING = "send the header Authorization: Bearer <token>"
+UNKNOWN = "the token is unknown or revoked"
+
+
+@pytest.mark.parametrize(
+    ("authorization", "message"),
+    [
+        (None, MISSING),
+        ("Bearer", MISSING),
+        ("Bearer   ", MISSING),
+        ("Basic dXNlcjpwYXNz", MISSING),
+        ("Bearer atk_nope", UNKNOWN),
+        ("bearer atk_nope", UNKNOWN),
+        ("Bearer atk_nope with words after it", UNKNOWN),
+    ],
+)
+def test_a_refusal_says_what_is_wrong(
+    make_api: Callable[..., Api], authorization: str | None, message: str
+) -> None:
+    api = make_api(token_cache_seconds=60.0)
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = api.http.get("/api/tasks", headers=headers)
+    assert response.status_code == 401
+    error = response.get_json()["error"]
+    assert (error["code"], error["message"]) == ("unauthorized", message)
+
+
+def test_a_token_refused_once_is_not_remembered(make_api: Callable[..., Api]) -> None:
+    api = make_api(token_cache_seconds=60.0)
+    token = "atk_" + "made-up-and-tried-before-it-exists".ljust(43, "x")
+    assert api.get("/api/tasks", token).status_code == 401
+    # The same token is issued afterwards (as if the guess had been right): it works at once.
+    with writer(api.engine).begin() as connection:
+        connection.execute(
+            insert(ApiToken).values(
+                id="tried0000000", tenant="acme", token_hash=hash_token(token), created_at=datetime.now(UTC)
+            )
+        )
+    assert api.get("/api/tasks", token).status_code == 200
+
+
+def test_with_auth_off_the_api_sees_every_task(
+    make_api: Callable[..., Api], tracking: Tracking, registry: Registry
+) -> None:
+    api = make_api(auth=False)
+
+    @job(registry=registry)
+    def library_job(items: list[int]) -> None:
+        pass
+
+    # Created by the library, without a tenant, as a script would.
+    task = tracking.create_task(library_job, [1])
+    response = api.http.get(f"/api/tasks/{task.id}")
+    assert response.status_code == 200 and response.get_json()["id"] == task.id
+    assert [t["id"] for t in api.http.get("/api/tasks").get_json()["items"]] == [task.id]
