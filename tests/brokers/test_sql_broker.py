@@ -524,9 +524,7 @@ def test_idle_threads_leave_the_polling_to_the_one_watching(
     make_broker: Callable[..., SqlBroker], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ten idle threads with a 0.5 s fetch timeout: once they are all waiting, the database
-    sees fewer claims than one per thread per timeout (40 in the 2 s counted). Typically a few
-    per timeout; a loaded machine makes the threads whose waits ended together claim at once
-    when the watching thread hands over, up to 26 were seen."""
+    sees a few claims per timeout, not one per thread per timeout (40 in the 2 s counted)."""
     fetcher = make_broker(fetch_timeout=0.5).fetcher("me")
     claims: list[float] = []
     claim_now = fetcher._claim_now
@@ -550,7 +548,7 @@ def test_idle_threads_leave_the_polling_to_the_one_watching(
     for thread in threads:
         thread.join(5)
     counted_claims = [at for at in claims if counted_from <= at < stop]
-    assert 2 <= len(counted_claims) < 40, len(counted_claims)
+    assert 2 <= len(counted_claims) <= 20, len(counted_claims)
 
 
 def test_an_idle_claim_on_sqlite_does_not_wait_for_the_write_lock(broker: SqlBroker) -> None:

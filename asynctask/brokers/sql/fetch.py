@@ -115,12 +115,17 @@ class SqlFetcher(Fetcher):
             while True:
                 if self._buffer:
                     return self._buffer.popleft()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._interrupted:
+                if self._interrupted:
                     return None
+                # Taking over before looking at the clock: a thread woken by the watcher's
+                # leaving, its own wait over, would otherwise return and claim like every
+                # other such thread, a claim each at every handover.
                 if not self._watching:
                     self._watching = True
                     break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
                 self._ready.wait(remaining)
         try:
             # A full fetch timeout of watching: a watcher that took over with little of its
