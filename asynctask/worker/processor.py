@@ -93,8 +93,8 @@ class Processor:
 
         No payload can end the thread. Whatever a job's handling raises (decoding, lookup,
         middleware, retry bookkeeping, burial) buries its bytes as they were fetched; only a
-        failure of the store leaves the job claimed (by this process, until shutdown or
-        recovery returns it to its queue), logged.
+        failure of the store leaves the job claimed, logged, and the heartbeat's claim check
+        gives it back to its queue once no thread holds it.
         """
         try:
             return self._process(unit)
@@ -211,12 +211,12 @@ class Processor:
             self._store_failed(unit, failure)
         except Exception:
             logger.exception(
-                "could not bury a job; it stays claimed by this process", extra={"fields": fields}
+                "could not bury a job; the claim check gives it back to its queue", extra={"fields": fields}
             )
 
     def _store_failed(self, unit: UnitOfWork, exc: BaseException) -> None:
         logger.error(
-            "could not settle a job: %s; it stays claimed by this process",
+            "could not settle a job: %s; the claim check gives it back to its queue",
             exc,
             extra={"fields": {"queue": unit.queue, "error": type(exc).__name__}},
         )
