@@ -67,7 +67,7 @@ def due_now(broker: RedisBroker, set_name: str) -> None:
     key = broker.keys.retry if set_name == "retry" else broker.keys.schedule
     for member in broker.redis.zrange(key, 0, -1):
         broker.redis.zadd(key, {member: 1})
-    broker.enqueue_due(set_name, lambda raw: payload.loads(raw))  # type: ignore[arg-type]
+    broker.enqueue_due("retry" if set_name == "retry" else "schedule", payload.loads)
 
 
 def test_extra_jobs_of_a_key_wait_in_its_line_not_in_the_queue(broker: RedisBroker) -> None:
@@ -273,7 +273,7 @@ def test_jobs_over_the_rate_limit_are_postponed_spread_out(broker: RedisBroker, 
     assert jids([u.payload for u in claimed]) == ["j0", "j1"]
     postponed = broker.redis.zrange(broker.keys.schedule, 0, -1, withscores=True)
     assert jids([raw for raw, _ in postponed]) == ["j2", "j3", "j4"]
-    dues = [score - started for _, score in postponed]
+    dues = [float(score) - started for _, score in postponed]
     # Due when the first start leaves the window, then one every window / N.
     assert dues == pytest.approx([60, 90, 120], abs=1)
     # Unchanged: not failed, no retry count.

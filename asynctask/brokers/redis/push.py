@@ -52,7 +52,7 @@ def push_jobs(
     pipe = conn.pipeline(transaction=atomic)
     if transitions:
         scripts.record_transitions(keys, pipe, transitions)
-    commands = len(transitions) > 0
+    commands = 1 if transitions else 0
     by_queue: dict[str, list[str]] = {}
     scheduled: dict[str, float] = {}
     #: Entry index -> the index of its push script's reply.
