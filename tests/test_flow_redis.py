@@ -340,7 +340,7 @@ def test_a_task_publishes_keyed_jobs_through_their_line_and_drops_duplicates(bro
         job("u2", unique_key="once", unique_for=30),
         job("u3", unique_key="dup", unique_for=30),
     ]
-    staging.write(staging.encode(batch), None)  # type: ignore[arg-type]
+    staging.write(staging.encode(batch), None)
     # Nothing is visible before the publish.
     assert queued(broker) == ["outside"]
     assert holders(broker) == set()
@@ -354,7 +354,7 @@ def test_a_task_publishes_keyed_jobs_through_their_line_and_drops_duplicates(bro
 
 def test_a_task_publish_fails_whole_if_its_flow_list_is_not_as_written(broker: RedisBroker) -> None:
     staging = broker.staging("task-2")
-    staging.write(staging.encode([job("plain"), keyed("a")]), None)  # type: ignore[arg-type]
+    staging.write(staging.encode([job("plain"), keyed("a")]), None)
     broker.redis.delete(broker.keys.staging_flow("task-2"))
     with pytest.raises(Exception, match="staging list"):
         staging.publish()
