@@ -359,3 +359,17 @@ def test_a_task_publish_fails_whole_if_its_flow_list_is_not_as_written(broker: R
     with pytest.raises(Exception, match="staging list"):
         staging.publish()
     assert queued(broker) == []
+
+
+def test_a_due_entry_the_poller_buries_still_frees_its_slot(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() - 1)
+    [member] = broker.redis.zrange(broker.keys.retry, 0, -1)
+    # What the poller does with an entry the client middleware raised on.
+    broker.redis.zrem(broker.keys.retry, member)
+    broker.kill_unparseable(None, member, "default", "the client middleware raised")
+    assert holders(broker) == {"b"}
+    assert queued(broker) == ["b"]
