@@ -373,3 +373,16 @@ def test_a_due_entry_the_poller_buries_still_frees_its_slot(
     broker.kill_unparseable(None, member, "default", "the client middleware raised")
     assert holders(broker) == {"b"}
     assert queued(broker) == ["b"]
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_push_answers_each_entry_behind_recorded_transitions(broker: RedisBroker, atomic: bool) -> None:
+    entries = [
+        (job("plain"), None),
+        (job("u1", unique_key="u", unique_for=30), None),
+        (keyed("a"), payload.now() + 60),
+        (job("u2", unique_key="u", unique_for=30), None),
+    ]
+    stored = broker.push(entries, transitions=["t1", "t2"], atomic=atomic)
+    assert stored == ["plain", "u1", "a", "u1"]
+    assert broker.redis.xlen(broker.keys.tracking_stream) == 1
