@@ -386,3 +386,12 @@ def test_push_answers_each_entry_behind_recorded_transitions(broker: RedisBroker
     stored = broker.push(entries, transitions=["t1", "t2"], atomic=atomic)
     assert stored == ["plain", "u1", "a", "u1"]
     assert broker.redis.xlen(broker.keys.tracking_stream) == 1
+
+
+@pytest.mark.parametrize("raw_for", ["1e999", "1e300", "NaN", "-5", "0.0001"])
+def test_a_unique_for_of_any_number_never_fails_a_push(broker: RedisBroker, raw_for: str) -> None:
+    raw = f'{{"class":"X","args":[],"jid":"a","queue":"default","unique_key":"u","unique_for":{raw_for}}}'
+    assert broker.scripts.push(args=[broker.keys.prefix, raw, "", "0"]) == b"a"
+    assert queued(broker) == ["a"]
+    ttl = broker.redis.pttl(broker.keys.unique("u"))
+    assert ttl == -2 or 0 <= ttl <= 315360000000

@@ -264,7 +264,8 @@ local function flow_lib()
     if t and jid then
       local key, seconds = unique_key(t), t["unique_for"]
       if key and type(seconds) == "number" and seconds > 0 then
-        local ttl = math.max(1, math.ceil((seconds + delay) * 1000))
+        -- Bounded (ten years): SET refuses an expiry beyond its range, and "inf" is a number here.
+        local ttl = math.min(math.max(1, math.ceil((seconds + delay) * 1000)), 315360000000)
         local holder = unique_take(key, jid, ttl)
         if holder then
           return holder
