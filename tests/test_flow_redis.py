@@ -395,3 +395,16 @@ def test_a_unique_for_of_any_number_never_fails_a_push(broker: RedisBroker, raw_
     assert queued(broker) == ["a"]
     ttl = broker.redis.pttl(broker.keys.unique("u"))
     assert ttl == -2 or 0 <= ttl <= 315360000000
+
+
+def test_a_clear_where_flow_control_was_never_used_unlinks_at_once(
+    broker: RedisBroker, settings: Settings
+) -> None:
+    reader = RedisReader(broker.redis, broker.keys, settings)
+    broker.push([(job(str(n)), None) for n in range(3)])
+    assert reader.queue_clear("default") == 3
+    assert not broker.redis.exists(broker.keys.flow_used, broker.keys.queue("default"))
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    assert broker.redis.exists(broker.keys.flow_used)
+    assert reader.queue_clear("default") == 1
+    assert queued(broker) == ["b"]

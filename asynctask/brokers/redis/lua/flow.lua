@@ -10,6 +10,7 @@
 --   <p>asynctask:rate:<key>         sorted set: starts of the rate key's sliding window (score: time)
 --   <p>asynctask:rate-next:<key>    string: when the next postponed job of the key is due
 --   <p>asynctask:unique:<key>       string: the holder's jid, expiring after unique_for
+--   <p>asynctask:flow-used          string: set once a slot or unique key was ever taken here
 --
 -- Nothing here may raise on a payload: a script error would fail the whole call (every claim
 -- of a worker, say). Payloads are decoded under pcall and every field is type-checked; a
@@ -116,6 +117,7 @@ local function flow_lib()
   -- strict FIFO, whatever waited before it goes first. `limit` replaces the stored limit when
   -- `update` (a push), else only stands in for a key the registry no longer lists.
   local function lane_enter(key, limit, job, update)
+    redis.call("set", FLOW_PREFIX .. "asynctask:flow-used", "1")
     if update then
       redis.call("hset", lane_registry(), key, limit)
     else
@@ -170,6 +172,7 @@ local function flow_lib()
 
   -- Take `t`'s unique key for `ttl_ms`; return nil if taken, else the holder's jid.
   local function unique_take(key, jid, ttl_ms)
+    redis.call("set", FLOW_PREFIX .. "asynctask:flow-used", "1")
     -- The holder's key may expire between the SET and the GET: then take it again.
     for _ = 1, 3 do
       if redis.call("set", key, jid, "NX", "PX", ttl_ms) then
