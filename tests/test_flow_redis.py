@@ -408,3 +408,22 @@ def test_a_clear_where_flow_control_was_never_used_unlinks_at_once(
     assert broker.redis.exists(broker.keys.flow_used)
     assert reader.queue_clear("default") == 1
     assert queued(broker) == ["b"]
+
+
+@pytest.mark.parametrize("removal", ["delete", "clear"])
+def test_removing_a_held_retry_frees_its_slot_and_unique_key(
+    broker: RedisBroker, fetch: ReliableFetch, settings: Settings, removal: str
+) -> None:
+    reader = RedisReader(broker.redis, broker.keys, settings)
+    broker.push([(keyed("a", unique_key="u", unique_for=30), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() + 60)
+    assert holders(broker) == {"a"}
+    if removal == "delete":
+        [(raw, score)] = broker.redis.zrange(broker.keys.retry, 0, -1, withscores=True)
+        assert reader.set_delete("retry", Scored(raw, score)) is True
+    else:
+        assert reader.set_clear("retry") == 1
+    assert holders(broker) == {"b"}
+    assert queued(broker) == ["b"]
+    assert not broker.redis.exists(broker.keys.unique("u"))
