@@ -79,7 +79,8 @@ class Keys:
         return f"{self.prefix}asynctask:staging-flow:{task_id}"
 
     def lane(self, key: str) -> str:
-        """List: the jobs of concurrency key ``key`` waiting for a slot, oldest first."""
+        """List: the jobs of concurrency key ``key`` waiting for a slot, oldest first, each as
+        ``<length>:<jid><length>:<queue><payload>`` (promoting one decodes nothing)."""
         return f"{self.prefix}asynctask:lane:{key}"
 
     def lane_holders(self, key: str) -> str:

@@ -51,7 +51,18 @@ def queued(broker: RedisBroker, queue: str = "default") -> list[str]:
 
 
 def line(broker: RedisBroker, key: str = "k") -> list[str]:
-    return jids(broker.redis.lrange(broker.keys.lane(key), 0, -1))
+    """Jids waiting in a key's line, next first, read from each entry's header and checked
+    against its payload (entries are ``<length>:<jid><length>:<queue><payload>``)."""
+    found = []
+    for entry in broker.redis.lrange(broker.keys.lane(key), 0, -1):
+        size, _, rest = entry.partition(b":")
+        jid, rest = rest[: int(size)], rest[int(size) :]
+        size, _, rest = rest.partition(b":")
+        queue, raw = rest[: int(size)], rest[int(size) :]
+        job = json.loads(raw)
+        assert (job["jid"], job["queue"]) == (jid.decode(), queue.decode())
+        found.append(job["jid"])
+    return found
 
 
 def holders(broker: RedisBroker, key: str = "k") -> set[str]:

@@ -90,25 +90,50 @@ local function flow_lib()
     redis.call("lpush", FLOW_PREFIX .. "queue:" .. queue, job)
   end
 
+  -- A line entry carries its job's jid and queue ahead of the payload, as
+  -- "<length>:<jid><length>:<queue><payload>", so that promoting it decodes nothing.
+  local function line_entry(jid, queue, job)
+    return #jid .. ":" .. jid .. #queue .. ":" .. queue .. job
+  end
+
+  -- The jid, queue and payload of a line entry; nil for one that is not such an entry.
+  local function line_parse(entry)
+    local colon = string.find(entry, ":", 1, true)
+    local n = colon and tonumber(string.sub(entry, 1, colon - 1))
+    if not n then
+      return nil
+    end
+    local after = colon + n + 1
+    local second = string.find(entry, ":", after, true)
+    local m = second and tonumber(string.sub(entry, after, second - 1))
+    if not m then
+      return nil
+    end
+    return string.sub(entry, colon + 1, colon + n), string.sub(entry, second + 1, second + m),
+      string.sub(entry, second + m + 1)
+  end
+
   -- Promote waiting jobs of `key` into their queues while the key has free slots; forget the
   -- key once nothing holds or waits for it (so the registry lists only busy keys).
   local function lane_fill(key)
     local line, holders = lane_line(key), lane_holders(key)
     local limit = tonumber(redis.call("hget", lane_registry(), key)) or 1
-    while redis.call("scard", holders) < limit do
-      local job = redis.call("lpop", line)
-      if not job then
+    local held = redis.call("scard", holders)
+    while held < limit do
+      local entry = redis.call("lpop", line)
+      if not entry then
         break
       end
-      -- Only decoded jobs with a jid enter a line; an entry that is not one anyway still runs.
-      local t = flow_decode(job)
-      local jid = t and flow_jid(t)
+      local jid, queue, job = line_parse(entry)
       if jid then
-        redis.call("sadd", holders, jid)
+        held = held + redis.call("sadd", holders, jid)
+        enqueue(queue, job)
+      else
+        -- Only this script writes lines; an entry it cannot read still runs, holding nothing.
+        enqueue("default", entry)
       end
-      enqueue(t and flow_queue(t) or "default", job)
     end
-    if redis.call("scard", holders) == 0 and redis.call("llen", line) == 0 then
+    if held == 0 and redis.call("llen", line) == 0 then
       redis.call("hdel", lane_registry(), key)
     end
   end
@@ -116,14 +141,14 @@ local function flow_lib()
   -- A runnable job of `key` joins the back of the key's line, then free slots are filled:
   -- strict FIFO, whatever waited before it goes first. `limit` replaces the stored limit when
   -- `update` (a push), else only stands in for a key the registry no longer lists.
-  local function lane_enter(key, limit, job, update)
+  local function lane_enter(key, limit, t, jid, job, update)
     redis.call("set", FLOW_PREFIX .. "asynctask:flow-used", "1")
     if update then
       redis.call("hset", lane_registry(), key, limit)
     else
       redis.call("hsetnx", lane_registry(), key, limit)
     end
-    redis.call("rpush", lane_line(key), job)
+    redis.call("rpush", lane_line(key), line_entry(jid, flow_queue(t), job))
     lane_fill(key)
   end
 
@@ -141,7 +166,7 @@ local function flow_lib()
     if not key or not jid or redis.call("sismember", lane_holders(key), jid) == 1 then
       return false
     end
-    lane_enter(key, limit, job, false)
+    lane_enter(key, limit, t, jid, job, false)
     return true
   end
 
@@ -284,7 +309,7 @@ local function flow_lib()
       key, limit = flow_lane(t)
     end
     if key then
-      lane_enter(key, limit, job, true)
+      lane_enter(key, limit, t, jid, job, true)
     else
       enqueue(t and flow_queue(t) or "default", job)
     end
