@@ -95,7 +95,7 @@ class SqlBroker(Broker):
             if not any(r[7] is not None or "unique_key" in job for job, r in pairs):
                 self.store.insert_jobs(tx.connection, rows)
                 tx.announce(r[1] for r in rows if r[2] == QUEUED)
-                return [r[0] for r in rows]
+                return [str(job["jid"]) for job, _ in entries]
             now = payload.now()
             stored, kept, lanes = self.flow.admit(tx.connection, pairs, now)
             self.store.insert_jobs(tx.connection, kept)

@@ -54,7 +54,7 @@ class Flow:
         """Take the jobs' unique keys and route keyed queued jobs into their lines, before the
         rows are inserted. Returns the jid the store holds for each entry (the holder's when
         its unique key was taken), the rows to insert, and the keys to promote from after."""
-        stored = [row[0] for _, row in entries]
+        stored = [str(job.get("jid", "")) for job, _ in entries]
         dropped: set[int] = set()
         uniques = sorted(
             (u.digest, i, u)
