@@ -18,6 +18,7 @@ from redis.commands.core import Script
 
 from asynctask import payload
 from asynctask.api.backend import (
+    BusyKey,
     Move,
     ProcessRecord,
     ReadBackend,
@@ -236,6 +237,31 @@ class RedisReader(ReadBackend):
         pipe.zremrangebyscore(self.keys.dead, "-inf", now - s.dead_timeout)
         pipe.zremrangebyrank(self.keys.dead, 0, -(s.dead_max_jobs + 1))
         pipe.execute()
+
+    # Concurrency keys: ``asynctask:lanes`` lists every key with slot holders or a line.
+
+    def busy_keys(self, limit: int = 100) -> list[BusyKey]:
+        """Two round trips: the registry, then each key's holders and line length."""
+        registry = self.redis.hgetall(self.keys.lanes)
+        if not registry:
+            return []
+        names = [as_text(key) for key in registry]
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.smembers(self.keys.lane_holders(name))
+            pipe.llen(self.keys.lane(name))
+        replies = pipe.execute()
+        found = [
+            BusyKey(
+                key=name,
+                limit=_int(stored),
+                holders=sorted(as_text(jid) for jid in replies[2 * index]),
+                waiting=int(replies[2 * index + 1]),
+            )
+            for index, (name, stored) in enumerate(zip(names, registry.values(), strict=True))
+        ]
+        found.sort(key=lambda busy: (-busy.waiting, -len(busy.holders), busy.key))
+        return found[:limit]
 
     # Processes: members of ``processes`` whose ``<identity>`` hash has not expired.
 

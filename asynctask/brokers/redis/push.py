@@ -49,32 +49,45 @@ def push_jobs(
     none.
     """
     now = payload.now()
-    by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
-    #: (index of the entry, its payload, when due or None, seconds until then)
-    flow: list[tuple[int, str, float | None, float]] = []
-    for index, (job, at) in enumerate(entries):
-        due = payload.schedule(job, at, now)
-        encoded = payload.dumps_within(job, max_payload_bytes)
-        if is_flow(job):
-            flow.append((index, encoded, due, 0.0 if due is None else due - now))
-        elif due is not None:
-            scheduled[encoded] = due
-        else:
-            by_queue.setdefault(job["queue"], []).append(encoded)
     pipe = conn.pipeline(transaction=atomic)
     if transitions:
         scripts.record_transitions(keys, pipe, transitions)
-    for queue, batch in by_queue.items():
-        pipe.sadd(keys.queues, queue)
-        pipe.lpush(keys.queue(queue), *batch)
+    commands = 1 if transitions else 0
+    by_queue: dict[str, list[str]] = {}
+    scheduled: dict[str, float] = {}
+    #: Entry index -> the index of its push script's reply.
+    flow: dict[int, int] = {}
+
+    def flush() -> int:
+        for queue, batch in by_queue.items():
+            pipe.sadd(keys.queues, queue)
+            pipe.lpush(keys.queue(queue), *batch)
+        count = 2 * len(by_queue)
+        by_queue.clear()
+        return count
+
+    for index, (job, at) in enumerate(entries):
+        due = payload.schedule(job, at, now)
+        encoded = payload.dumps_within(job, max_payload_bytes)
+        if not is_flow(job):
+            if due is not None:
+                scheduled[encoded] = due
+            else:
+                by_queue.setdefault(job["queue"], []).append(encoded)
+            continue
+        # Queued jobs pushed before this one are queued before it, as the caller ordered them.
+        commands += flush()
+        when, delay = ("", 0.0) if due is None else (repr(due), due - now)
+        scripts.push(args=[keys.prefix, encoded, when, repr(delay)], client=pipe)
+        flow[index] = commands
+        commands += 1
+    flush()
     if scheduled:
         pipe.zadd(keys.schedule, scheduled)
-    for _, encoded, due, delay in flow:
-        scripts.push(args=[keys.prefix, encoded, "" if due is None else repr(due), repr(delay)], client=pipe)
     replies = pipe.execute()
     jids = [str(job["jid"]) for job, _ in entries]
-    for (index, *_), holder in zip(flow, replies[len(replies) - len(flow) :], strict=True):
+    for index, reply in flow.items():
+        holder = replies[reply]
         jids[index] = holder.decode() if isinstance(holder, bytes) else str(holder)
     return jids
 
