@@ -48,6 +48,11 @@ def assert_serial_in_push_order(runs: list[Interval], per_key: int, open_until: 
 KEYS = 50
 PER_KEY = 40
 STEP_SECONDS = 0.02
+#: The time-weighted average of distinct keys running, at least. Limit 1: 20 threads could run
+#: 20 keys. Limit 3: pushed key by key, a key's runnable jobs sit side by side in the queue
+#: and threads take them together, so 20 threads fill up with 7 keys; 5 on average is still
+#: many lanes at once, where a broker running one key at a time would show 1.
+MIN_KEYS_RUNNING = {1: 8, 3: 5}
 
 
 @pytest.mark.parametrize("limit", [1, 3])
@@ -76,7 +81,7 @@ def test_a_key_never_runs_more_than_its_limit_while_many_keys_run_side_by_side(
         # ... and never exceeded.
         assert all(found <= limit for found in overlaps), overlaps
     # 20 threads share the keys: a lane does not hold up the others.
-    assert mean_keys_running(runs) >= 8
+    assert mean_keys_running(runs) >= MIN_KEYS_RUNNING[limit]
 
 
 CRASH_KEYS = 10
