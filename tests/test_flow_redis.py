@@ -327,3 +327,35 @@ def test_read_api_removals_free_slots_and_retry_now_goes_through_the_line(
     assert line(broker) == ["e", "c"]
     busy = reader.busy_keys()
     assert [(b.key, b.limit, b.holders, b.waiting) for b in busy] == [("k", 1, ["d"], 2)]
+
+
+def test_a_task_publishes_keyed_jobs_through_their_line_and_drops_duplicates(broker: RedisBroker) -> None:
+    broker.push([(job("outside", unique_key="dup", unique_for=30), None)])
+    staging = broker.staging("task-1")
+    batch = [
+        job("plain"),
+        keyed("a"),
+        keyed("b"),
+        job("u1", unique_key="once", unique_for=30),
+        job("u2", unique_key="once", unique_for=30),
+        job("u3", unique_key="dup", unique_for=30),
+    ]
+    staging.write(staging.encode(batch), None)
+    # Nothing is visible before the publish.
+    assert queued(broker) == ["outside"]
+    assert holders(broker) == set()
+    assert staging.publish() == 4
+    assert queued(broker) == ["outside", "plain", "a", "u1"]
+    assert line(broker) == ["b"]
+    assert broker.redis.get(broker.keys.unique("once")) == b"u1"
+    assert broker.redis.get(broker.keys.unique("dup")) == b"outside"
+    assert not broker.redis.exists(broker.keys.staging_flow("task-1"))
+
+
+def test_a_task_publish_fails_whole_if_its_flow_list_is_not_as_written(broker: RedisBroker) -> None:
+    staging = broker.staging("task-2")
+    staging.write(staging.encode([job("plain"), keyed("a")]), None)
+    broker.redis.delete(broker.keys.staging_flow("task-2"))
+    with pytest.raises(Exception, match="staging list"):
+        staging.publish()
+    assert queued(broker) == []
