@@ -39,7 +39,7 @@ class FlowStatements:
         self.promote = text(
             f"UPDATE asynctask_job SET state = 'queued', holds = TRUE, run_at = :now "
             f"WHERE id IN (SELECT id FROM asynctask_job WHERE lane = :digest AND state = '{LANE}' "
-            f"ORDER BY priority, id LIMIT {greatest}(0, "
+            f"ORDER BY priority, run_at, id LIMIT {greatest}(0, "
             "COALESCE((SELECT lim FROM asynctask_lane WHERE digest = :digest), 0) - "
             "(SELECT count(*) FROM asynctask_job WHERE lane = :digest AND holds))) "
             "RETURNING queue"
