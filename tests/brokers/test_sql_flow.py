@@ -21,7 +21,8 @@ from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.flowjob import digest
 from asynctask.brokers.sql.models import Lane, QueuedJob, RateStart, UniqueHold
 from asynctask.db.migrate import current, downgrade, upgrade
-from tests.brokers.test_sql_broker import claim_all, job, rows, sql_settings
+from tests.brokers import test_sql_broker as base
+from tests.brokers.test_sql_broker import claim_all, sql_settings
 
 
 @pytest.fixture
@@ -46,6 +47,21 @@ def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
 @pytest.fixture
 def broker(make_broker: Callable[..., SqlBroker]) -> SqlBroker:
     return make_broker()
+
+
+#: Every job made by ``job``, in the order made: rows are listed in it.
+MADE: dict[str, int] = {}
+
+
+def job(klass: str = "Work", queue: str = "default", **fields: Any) -> payload.JobDict:
+    made = base.job(klass, queue, **fields)
+    MADE[made["jid"]] = len(MADE)
+    return made
+
+
+def rows(broker: SqlBroker) -> list[Any]:
+    """Every row, in the order its job was made (promotion renumbers rows)."""
+    return sorted(base.rows(broker), key=lambda r: MADE.get(r.jid, len(MADE)))
 
 
 def keyed(key: str = "k", limit: int = 1, **fields: Any) -> payload.JobDict:
