@@ -131,8 +131,7 @@ class Client:
         """Write the flow-control payload keys of ``job``, its keys resolved from its args."""
         if options.active:
             name = job["class"]
-            from asynctask.registry import default_registry as _d
-            definition = self.registry.get(name) if name in self.registry else (_d.get(name) if name in _d else None)
+            definition = self.registry.get(name) if name in self.registry else None
             signature = definition.signature if definition is not None else None
             job.update(options.payload_fields(name, job["args"], signature))
 
