@@ -19,6 +19,7 @@ from asynctask.brokers.sql.flowjob import (
     LANE_MARK,
     RATE_MARK,
     UNIQUE_MARK,
+    UNTIL_MARK,
     LaneOf,
     RateOf,
     decoded,
@@ -251,10 +252,14 @@ Claimed = tuple[int, payload.JobDict]
 
 
 def flow_claimed(rows: Iterable[tuple[int, bytes]]) -> list[Claimed]:
-    """The claimed jobs the claim must check further (rate limits, unique until start)."""
+    """The claimed jobs the claim must check further: those with a rate limit, or a unique
+    key held until start."""
     found = []
     for row_id, raw in rows:
-        job = decoded(raw, RATE_MARK, UNIQUE_MARK)
-        if job is not None:
+        job = decoded(raw, RATE_MARK, UNTIL_MARK)
+        if job is None:
+            continue
+        unique = unique_of(job)
+        if rate_of(job) is not None or (unique is not None and unique.until_start):
             found.append((row_id, job))
     return found
