@@ -32,7 +32,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_asynctask_job_lane",
         "asynctask_job",
-        ["lane", "priority", "id"],
+        ["lane", "priority", "run_at", "id"],
         sqlite_where=sa.text("state = 'lane'"),
         postgresql_where=sa.text("state = 'lane'"),
     )

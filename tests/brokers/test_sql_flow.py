@@ -14,12 +14,15 @@ import pytest
 from sqlalchemy import delete, func, select
 
 from asynctask import payload
+from asynctask.api.backend import BusyKey, Move
+from asynctask.api.backends.sql import SqlReader
 from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.flowjob import digest
 from asynctask.brokers.sql.models import Lane, QueuedJob, RateStart, UniqueHold
 from asynctask.db.migrate import current, downgrade, upgrade
-from tests.brokers.test_sql_broker import claim_all, job, rows, sql_settings
+from tests.brokers import test_sql_broker as base
+from tests.brokers.test_sql_broker import claim_all, sql_settings
 
 
 @pytest.fixture
@@ -44,6 +47,21 @@ def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
 @pytest.fixture
 def broker(make_broker: Callable[..., SqlBroker]) -> SqlBroker:
     return make_broker()
+
+
+#: Every job made by ``job``, in the order made: rows are listed in it.
+MADE: dict[str, int] = {}
+
+
+def job(klass: str = "Work", queue: str = "default", **fields: Any) -> payload.JobDict:
+    made = base.job(klass, queue, **fields)
+    MADE[made["jid"]] = len(MADE)
+    return made
+
+
+def rows(broker: SqlBroker) -> list[Any]:
+    """Every row, in the order its job was made (promotion renumbers rows)."""
+    return sorted(base.rows(broker), key=lambda r: MADE.get(r.jid, len(MADE)))
 
 
 def keyed(key: str = "k", limit: int = 1, **fields: Any) -> payload.JobDict:
@@ -323,3 +341,43 @@ def test_pushes_racing_acks_never_exceed_the_limit_nor_stall_a_line(
 
 def key_of(unit: UnitOfWork) -> str:
     return str(payload.loads(unit.payload)["concurrency_key"])
+
+
+def test_read_api_removals_free_slots_and_a_dead_job_retried_goes_through_its_line(broker: SqlBroker) -> None:
+    reader = SqlReader(broker.engine, broker.settings)
+    pushed = [keyed(unique_key=f"u{n}", unique_for=60) for n in range(4)]
+    broker.push([(j, None) for j in pushed])
+    [head] = list(reader.queue_rows("default", 10))
+    assert reader.queue_delete("default", head)
+    assert [(r.jid, r.state) for r in rows(broker)] == [
+        (j["jid"], s) for j, s in zip(pushed[1:], ["queued", "lane", "lane"], strict=True)
+    ]
+    # Its unique key went with it.
+    assert broker.push([(job(queue="other", unique_key="u0", unique_for=60), None)]) != [pushed[0]["jid"]]
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() + 60)
+    [entry] = reader.set_rows("retry", 10)
+    assert reader.set_kill("retry", [entry], payload.now()) == 1
+    assert [(r.jid, r.state, r.holds) for r in rows(broker) if r.lane] == [
+        (pushed[1]["jid"], "dead", False),
+        (pushed[2]["jid"], "queued", True),
+        (pushed[3]["jid"], "lane", False),
+    ]
+    [busy] = reader.busy_keys(10)
+    assert busy == BusyKey(key="k", limit=1, holders=[pushed[2]["jid"]], waiting=1)
+    [dead] = reader.set_rows("dead", 10)
+    move = Move(dead, dead.raw.decode(), "default")
+    assert reader.set_enqueue("dead", [move], payload.now()) == 1
+    # Retried by hand, the dead job waits behind the line it left.
+    assert [(r.jid, r.state) for r in rows(broker) if r.lane] == [
+        (pushed[1]["jid"], "lane"),
+        (pushed[2]["jid"], "queued"),
+        (pushed[3]["jid"], "lane"),
+    ]
+    assert reader.busy_keys(10)[0].waiting == 2
+    assert reader.queue_clear("default") == 1
+    assert [(r.jid, r.state) for r in rows(broker) if r.lane] == [
+        (pushed[1]["jid"], "lane"),
+        (pushed[3]["jid"], "queued"),
+    ]

@@ -19,6 +19,7 @@ from asynctask.brokers.sql.flowjob import (
     LANE_MARK,
     RATE_MARK,
     UNIQUE_MARK,
+    UNTIL_MARK,
     LaneOf,
     RateOf,
     decoded,
@@ -88,6 +89,8 @@ class Flow:
                 holders[key_digest] = row[0]
         rows: list[JobRow] = []
         lanes: dict[str, LaneOf] = {}
+        #: The positions in ``rows`` of each key's queued jobs.
+        keyed: dict[str, list[int]] = {}
         for i, (job, row) in enumerate(entries):
             if i in dropped:
                 continue
@@ -96,10 +99,21 @@ class Flow:
                 if lane is not None:
                     # The last pushed job's limit is the key's.
                     lanes[lane.digest] = lane
-                    row = (*row[:2], LANE, *row[3:])
+                    keyed.setdefault(lane.digest, []).append(len(rows))
             rows.append(row)
         self.take_lanes(connection, lanes.values())
-        return stored, rows, sorted(lanes)
+        promote: list[str] = []
+        for lane_digest, positions in keyed.items():
+            # Counted under the key's lock (see ``promote``). With nobody waiting, the first
+            # jobs take the free slots at once, in push order; the others wait in the line.
+            free, waiting = connection.execute(self._flow.free_slots, {"digest": lane_digest}).one()
+            runnable = 0 if waiting else max(0, int(free))
+            if waiting and free > 0:
+                promote.append(lane_digest)
+            for rank, position in enumerate(sorted(positions, key=lambda p: rows[p][3])):
+                state, holds = (QUEUED, True) if rank < runnable else (LANE, False)
+                rows[position] = (*rows[position][:2], state, *rows[position][3:8], holds)
+        return stored, rows, sorted(promote)
 
     def take_lanes(self, connection: Connection, lanes: Iterable[LaneOf]) -> None:
         """Lock the keys' rows (creating them), storing each one's limit."""
@@ -145,7 +159,17 @@ class Flow:
         at = payload.now() if now is None else now
         queues: list[str] = []
         for digest in sorted(set(digests)):
-            queues += connection.execute(self._flow.promote, {"digest": digest, "now": at}).scalars()
+            params = {"digest": digest, "now": at}
+            if self._flow.next_in_line is None or self._flow.take_ids is None:
+                queues += connection.execute(self._flow.promote, params).scalars()
+                continue
+            ids = list(connection.execute(self._flow.next_in_line, params).scalars())
+            if not ids:
+                continue
+            last = int(connection.execute(self._flow.take_ids, {"n": len(ids)}).scalar_one())
+            for new_id, old_id in enumerate(ids, start=last - len(ids) + 1):
+                found = connection.execute(self._flow.promote, {"id": old_id, "new_id": new_id, "now": at})
+                queues += found.scalars()
         return queues
 
     def release_uniques(
@@ -228,10 +252,14 @@ Claimed = tuple[int, payload.JobDict]
 
 
 def flow_claimed(rows: Iterable[tuple[int, bytes]]) -> list[Claimed]:
-    """The claimed jobs the claim must check further (rate limits, unique until start)."""
+    """The claimed jobs the claim must check further: those with a rate limit, or a unique
+    key held until start."""
     found = []
     for row_id, raw in rows:
-        job = decoded(raw, RATE_MARK, UNIQUE_MARK)
-        if job is not None:
+        job = decoded(raw, RATE_MARK, UNTIL_MARK)
+        if job is None:
+            continue
+        unique = unique_of(job)
+        if rate_of(job) is not None or (unique is not None and unique.until_start):
             found.append((row_id, job))
     return found

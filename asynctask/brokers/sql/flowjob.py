@@ -21,6 +21,7 @@ MAX_KEY = 1000
 LANE_MARK = b'"concurrency_key"'
 UNIQUE_MARK = b'"unique_key"'
 RATE_MARK = b'"rate_limit"'
+UNTIL_MARK = b'"unique_until"'
 #: A rate limit's window by its unit.
 WINDOWS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 

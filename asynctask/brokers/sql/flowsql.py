@@ -36,13 +36,37 @@ class FlowStatements:
         # Run after the key's lock: on PostgreSQL a statement's snapshot is taken when it
         # starts, so it sees every push committed before the lock was granted. The free slots
         # are the limit less the live rows holding one: nothing to keep in step, nothing leaks.
-        self.promote = text(
-            f"UPDATE asynctask_job SET state = 'queued', holds = TRUE, run_at = :now "
-            f"WHERE id IN (SELECT id FROM asynctask_job WHERE lane = :digest AND state = '{LANE}' "
-            f"ORDER BY priority, id LIMIT {greatest}(0, "
+        nexts = (
+            f"SELECT id FROM asynctask_job WHERE lane = :digest AND state = '{LANE}' "
+            f"ORDER BY priority, run_at, id LIMIT {greatest}(0, "
             "COALESCE((SELECT lim FROM asynctask_lane WHERE digest = :digest), 0) - "
-            "(SELECT count(*) FROM asynctask_job WHERE lane = :digest AND holds))) "
-            "RETURNING queue"
+            "(SELECT count(*) FROM asynctask_job WHERE lane = :digest AND holds))"
+        )
+        # A promoted job goes to the back of its queue, as the fetch orders by id: it gets a
+        # new one (a waiting row is never claimed, so no claim refers to its id).
+        if pg:
+            self.promote: TextClause = text(
+                "UPDATE asynctask_job AS j SET id = n.new_id, state = 'queued', holds = TRUE, run_at = :now "
+                "FROM (SELECT id, nextval(pg_get_serial_sequence('asynctask_job', 'id')) AS new_id "
+                f"FROM ({nexts}) AS w) AS n WHERE j.id = n.id RETURNING j.queue"
+            )
+            self.next_in_line: TextClause | None = None
+            self.take_ids: TextClause | None = None
+        else:
+            self.next_in_line = text(nexts)
+            # AUTOINCREMENT's counter, advanced by hand: ids set by UPDATE are not counted.
+            self.take_ids = text(
+                "UPDATE sqlite_sequence SET seq = seq + :n WHERE name = 'asynctask_job' RETURNING seq"
+            )
+            self.promote = text(
+                "UPDATE asynctask_job SET id = :new_id, state = 'queued', holds = TRUE, run_at = :now "
+                "WHERE id = :id RETURNING queue"
+            )
+        #: A key's free slots, and whether jobs wait in its line (a push, under the key's lock).
+        self.free_slots = text(
+            "SELECT lim - (SELECT count(*) FROM asynctask_job WHERE lane = :digest AND holds), "
+            f"EXISTS (SELECT 1 FROM asynctask_job WHERE lane = :digest AND state = '{LANE}') "
+            "FROM asynctask_lane WHERE digest = :digest"
         )
         #: The safety sweep: keys with waiting jobs and free slots (one probe per key row).
         self.stalled_lanes = text(

@@ -97,11 +97,12 @@ class QueuedJob(Base):
             postgresql_where=text("locked_by IS NOT NULL"),
         ),
         Index(None, "jid"),
-        # A key's line, in promotion order.
+        # A key's line, in promotion order: priority, then when the job entered the line.
         Index(
             "ix_asynctask_job_lane",
             "lane",
             "priority",
+            "run_at",
             "id",
             sqlite_where=text("state = 'lane'"),
             postgresql_where=text("state = 'lane'"),
