@@ -71,7 +71,8 @@ def test_with_unique_until_start_a_claimed_job_no_longer_holds_its_key(
     assert set(jids) == {holder}
 
     push = pusher(unique_until_start_step, make_client)
-    start_flow_workers(spawn_worker, settings, processes=1, concurrency=2)
+    # One thread: busy with the first job, it leaves the next one queued (unclaimed) meanwhile.
+    start_flow_workers(spawn_worker, settings, processes=1, concurrency=1)
     wait_until(lambda: any(e.event == "start" for e in read_events(runs_file)), timeout=15)
     # Claimed: the next push makes a new job while the first still runs...
     successor = push()
