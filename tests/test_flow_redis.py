@@ -359,3 +359,39 @@ def test_a_task_publish_fails_whole_if_its_flow_list_is_not_as_written(broker: R
     with pytest.raises(Exception, match="staging list"):
         staging.publish()
     assert queued(broker) == []
+
+
+def test_a_due_entry_the_poller_buries_still_frees_its_slot(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() - 1)
+    [member] = broker.redis.zrange(broker.keys.retry, 0, -1)
+    # What the poller does with an entry the client middleware raised on.
+    broker.redis.zrem(broker.keys.retry, member)
+    broker.kill_unparseable(None, member, "default", "the client middleware raised")
+    assert holders(broker) == {"b"}
+    assert queued(broker) == ["b"]
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_push_answers_each_entry_behind_recorded_transitions(broker: RedisBroker, atomic: bool) -> None:
+    entries = [
+        (job("plain"), None),
+        (job("u1", unique_key="u", unique_for=30), None),
+        (keyed("a"), payload.now() + 60),
+        (job("u2", unique_key="u", unique_for=30), None),
+    ]
+    stored = broker.push(entries, transitions=["t1", "t2"], atomic=atomic)
+    assert stored == ["plain", "u1", "a", "u1"]
+    assert broker.redis.xlen(broker.keys.tracking_stream) == 1
+
+
+@pytest.mark.parametrize("raw_for", ["1e999", "1e300", "NaN", "-5", "0.0001"])
+def test_a_unique_for_of_any_number_never_fails_a_push(broker: RedisBroker, raw_for: str) -> None:
+    raw = f'{{"class":"X","args":[],"jid":"a","queue":"default","unique_key":"u","unique_for":{raw_for}}}'
+    assert broker.scripts.push(args=[broker.keys.prefix, raw, "", "0"]) == b"a"
+    assert queued(broker) == ["a"]
+    ttl = broker.redis.pttl(broker.keys.unique("u"))
+    assert ttl == -2 or 0 <= ttl <= 315360000000
