@@ -381,3 +381,15 @@ def test_read_api_removals_free_slots_and_a_dead_job_retried_goes_through_its_li
         (pushed[1]["jid"], "lane"),
         (pushed[3]["jid"], "queued"),
     ]
+
+
+def test_a_retry_whose_row_was_taken_back_holds_no_slot(broker: SqlBroker) -> None:
+    first = keyed()
+    broker.push([(first, None)])
+    [unit] = claim_all(broker.fetcher("me"))
+    with broker.engine.begin() as connection:
+        connection.execute(delete(QueuedJob))
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert [(r.state, r.holds) for r in rows(broker)] == [("retry", False)]
+    broker.enqueue_due("retry", payload.loads)
+    assert [(r.state, r.holds) for r in rows(broker)] == [("queued", True)]
