@@ -393,3 +393,29 @@ def test_a_retry_whose_row_was_taken_back_holds_no_slot(broker: SqlBroker) -> No
     assert [(r.state, r.holds) for r in rows(broker)] == [("retry", False)]
     broker.enqueue_due("retry", payload.loads)
     assert [(r.state, r.holds) for r in rows(broker)] == [("queued", True)]
+
+
+def test_threads_pushing_one_unique_key_store_one_job_and_all_get_its_jid(
+    make_broker: Callable[..., SqlBroker],
+) -> None:
+    broker = make_broker(concurrency=8)
+    start = threading.Barrier(6)
+    returned: list[str] = []
+    errors: list[BaseException] = []
+
+    def push() -> None:
+        try:
+            start.wait(10)
+            for _ in range(10):
+                returned.extend(broker.push([(job(unique_key="once", unique_for=60), None)]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    [stored] = rows(broker)
+    assert set(returned) == {stored.jid}
