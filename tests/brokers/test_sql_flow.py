@@ -419,3 +419,14 @@ def test_threads_pushing_one_unique_key_store_one_job_and_all_get_its_jid(
     assert not errors
     [stored] = rows(broker)
     assert set(returned) == {stored.jid}
+
+
+def test_a_lowered_limit_promotes_nobody_until_the_holders_are_below_it(broker: SqlBroker) -> None:
+    broker.push([(keyed(limit=3), None) for _ in range(3)])
+    broker.push([(keyed(limit=1), None) for _ in range(2)])
+    fetcher = broker.fetcher("me")
+    units = claim_all(fetcher)
+    assert len(units) == 3
+    assert fetcher.claim(10, units[:1], []) == []
+    assert fetcher.claim(10, units[1:2], []) == []
+    assert len(fetcher.claim(10, units[2:], [])) == 1
