@@ -381,3 +381,52 @@ def test_read_api_removals_free_slots_and_a_dead_job_retried_goes_through_its_li
         (pushed[1]["jid"], "lane"),
         (pushed[3]["jid"], "queued"),
     ]
+
+
+def test_a_retry_whose_row_was_taken_back_holds_no_slot(broker: SqlBroker) -> None:
+    first = keyed()
+    broker.push([(first, None)])
+    [unit] = claim_all(broker.fetcher("me"))
+    with broker.engine.begin() as connection:
+        connection.execute(delete(QueuedJob))
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert [(r.state, r.holds) for r in rows(broker)] == [("retry", False)]
+    broker.enqueue_due("retry", payload.loads)
+    assert [(r.state, r.holds) for r in rows(broker)] == [("queued", True)]
+
+
+def test_threads_pushing_one_unique_key_store_one_job_and_all_get_its_jid(
+    make_broker: Callable[..., SqlBroker],
+) -> None:
+    broker = make_broker(concurrency=8)
+    start = threading.Barrier(6)
+    returned: list[str] = []
+    errors: list[BaseException] = []
+
+    def push() -> None:
+        try:
+            start.wait(10)
+            for _ in range(10):
+                returned.extend(broker.push([(job(unique_key="once", unique_for=60), None)]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    [stored] = rows(broker)
+    assert set(returned) == {stored.jid}
+
+
+def test_a_lowered_limit_promotes_nobody_until_the_holders_are_below_it(broker: SqlBroker) -> None:
+    broker.push([(keyed(limit=3), None) for _ in range(3)])
+    broker.push([(keyed(limit=1), None) for _ in range(2)])
+    fetcher = broker.fetcher("me")
+    units = claim_all(fetcher)
+    assert len(units) == 3
+    assert fetcher.claim(10, units[:1], []) == []
+    assert fetcher.claim(10, units[1:2], []) == []
+    assert len(fetcher.claim(10, units[2:], [])) == 1

@@ -224,7 +224,9 @@ class SqlBroker(Broker):
                 moved[0],
                 moved[2],
             )
-        self.store.insert_jobs(tx.connection, [moved])
+        # A new row holds no slot: the slot it had went with the row taken back (when due, a
+        # keyed job goes through its key's line).
+        self.store.insert_jobs(tx.connection, [(*moved[:8], False)])
 
     def _rewritten(
         self, due: Sequence[Any], rewrite: Callable[[bytes], payload.JobDict | None], now: float
