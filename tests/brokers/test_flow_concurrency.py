@@ -96,7 +96,17 @@ def test_order_and_every_job_survive_a_killed_worker_holding_keys(
     client = flow_client(make_client)
     doomed, _ = start_flow_workers(spawn_worker, settings, processes=2, concurrency=5)
     jids = lane_step.set(client=client).perform_bulk(key_major(CRASH_KEYS, CRASH_PER_KEY, CRASH_STEP_SECONDS))
-    wait_until(lambda: len(done_jids(runs_file)) >= 10, timeout=30)
+
+    def doomed_mid_job() -> bool:
+        """Some jobs done, and one the doomed process started less than half a job ago: the
+        kill, a moment later, finds it running."""
+        events = read_events(runs_file)
+        done = {e.jid for e in events if e.event == "done"}
+        recent = time.time() - CRASH_STEP_SECONDS / 2
+        started = [e for e in events if e.event == "start" and e.pid == doomed.pid and e.jid not in done]
+        return len(done) >= 10 and any(e.at > recent for e in started)
+
+    wait_until(doomed_mid_job, timeout=30, interval=0.01)
     # The whole process group: the supervisor and the child running the jobs.
     os.killpg(doomed.pid, signal.SIGKILL)
     doomed.wait(10)
