@@ -15,7 +15,8 @@ Order of work, so that noise hits every configuration alike (each section is a p
 6. api: ``GET /api/tasks/<id>`` under wrk load, bulk POSTs (needs wrk);
 7. sse: one task's event stream fanned out to many clients;
 8. sql: AsyncTask's SQL broker on SQLite and PostgreSQL next to Huey and procrastinate;
-9. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
+9. flow: what concurrency keys cost the queue on Redis and PostgreSQL (``bench/flow``);
+10. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
 ``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
 RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
@@ -45,6 +46,7 @@ from bench.ceiling import section as ceiling
 from bench.core import document, machine, plots, postgres, procs, sections, targets
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT
+from bench.flow import section as flow
 from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.runtime import section as runtime
@@ -53,7 +55,7 @@ from bench.sql import section as sql
 from bench.sse import section as sse
 from bench.tracking import section as tracking
 
-SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql")
+SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql", "flow")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -154,6 +156,18 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out the AsyncTask rows with a tracked task, tracking on (--quick always does)",
     )
+    flow_options = parser.add_argument_group("flow section (also uses --reps and --pg-url)")
+    flow_options.add_argument(
+        "--flow-jobs", type=int, help="jobs per drain, keyed or not (default 20000; --quick: 500)"
+    )
+    flow_options.add_argument(
+        "--flow-backlog",
+        type=int,
+        help="keyed jobs waiting in lines in the large backlog run (default 100000; --quick: 1000)",
+    )
+    flow_options.add_argument(
+        "--flow-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
+    )
     return parser
 
 
@@ -250,6 +264,21 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "tracked": not (quick or args.sql_untracked_only),
             "pg_url": pg_url,
         },
+        "flow": {
+            "quick": quick,
+            "reps": reps,
+            "jobs": pick(args.flow_jobs, 20_000, 500),
+            "keys": pick(None, 1000, 100),
+            "processes": 1,
+            "concurrency": 10,
+            "hot_jobs": pick(None, 5000, 300),
+            "backlog_jobs": pick(args.flow_jobs, 20_000, 500),
+            "backlog_processes": 4,
+            "backlogs": [pick(None, 1000, 100), pick(args.flow_backlog, 100_000, 1000)],
+            "parked_keys": pick(None, 1000, 100),
+            "backends": [b.strip() for b in args.flow_backends.split(",") if b.strip()],
+            "pg_url": pg_url,
+        },
     }
 
 
@@ -265,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     backends = settings["sql"]["backends"]
     if not backends or not set(backends) <= {"sqlite", "postgresql"}:
         raise SystemExit(f"--sql-backends takes sqlite and/or postgresql, not {args.sql_backends!r}")
+    flow_backends = settings["flow"]["backends"]
+    if not flow_backends or not set(flow_backends) <= {"redis", "postgresql"}:
+        raise SystemExit(f"--flow-backends takes redis and/or postgresql, not {args.flow_backends!r}")
     if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
     out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
@@ -328,6 +360,8 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
         run.sse = sse.run(s["sse"], pg_url, server, workdir)
     elif name == "sql":
         run.sql = sql.run(s["sql"], pg_url, workdir)
+    elif name == "flow":
+        run.flow = flow.run(s["flow"], pg_url, server, workdir)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

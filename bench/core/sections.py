@@ -15,6 +15,8 @@ from bench.api.section import ApiResults
 from bench.ceiling import section as ceiling
 from bench.core import document
 from bench.core.system import System
+from bench.flow import report as flow_report
+from bench.flow.section import FlowResults
 from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.runtime import report as runtime_report
@@ -40,6 +42,7 @@ class Run:
     api: ApiResults | None = None
     sse: SseResults | None = None
     sql: SqlResults | None = None
+    flow: FlowResults | None = None
     #: Wall time of each section that ran.
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -47,7 +50,7 @@ class Run:
         self.runtime = runtime_report.Results(self.settings["runtime"], {})
 
     def versions(self) -> list[dict[str, str]]:
-        parts = (self.tracking, self.api, self.sse, self.sql)
+        parts = (self.tracking, self.api, self.sse, self.sql, self.flow)
         return [part.versions for part in parts if part is not None]
 
     def errors(self) -> list[str]:
@@ -58,6 +61,7 @@ class Run:
         errors += self.api.errors() if self.api is not None else []
         errors += [f"sse: {self.sse.error}"] if self.sse is not None and self.sse.error else []
         errors += [f"ceiling: {e}" for e in self.ceiling.errors()] if self.ceiling is not None else []
+        errors += self.flow.errors() if self.flow is not None else []
         return errors + (self.sql.errors() if self.sql is not None else [])
 
     def tables(self) -> str:
@@ -77,6 +81,8 @@ class Run:
             parts.append(sse_report.tables(self.sse))
         if self.sql is not None:
             parts.append(sql_report.tables(self.sql))
+        if self.flow is not None:
+            parts.append(flow_report.tables(self.flow))
         return "\n".join(parts)
 
 
@@ -90,6 +96,8 @@ def write(run: Run, out_dir: Path) -> None:
         api_report.write(run.api, run.machine, out_dir)
     if run.sql is not None:
         sql_report.write(run.sql, run.machine, out_dir)
+    if run.flow is not None:
+        flow_report.write(run.flow, run.machine, out_dir)
     if run.latency is not None:
         latency.write(run.latency, run.settings["latency"], out_dir)
     if run.memory is not None:

@@ -1,0 +1,192 @@
+"""The flow section of RESULTS.md and stdout, and ``flow.json``.
+
+As in the other sections: medians of the repetitions with (min-max); ratios are taken per
+repetition between the two runs they compare, then summarised.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.core.document import write_section
+from bench.core.fmt import fixed, rate, ratio, section_tail, spread
+from bench.flow.section import BACKLOG, HOT, KEYED, PLAIN, POSTGRESQL, REDIS, FlowResults, FlowRun
+
+SECTION = "Flow control: concurrency keys"
+JSON_FILE = "flow.json"
+BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
+#: Targets: keyed drain ÷ plain drain, the hot key's serial rate, large ÷ small backlog rate.
+KEYED_SHARE = 0.70
+HOT_RATE = 1000.0
+BACKLOG_SLOWDOWN = 2.0
+
+
+def _ok(results: FlowResults, backend: str, label: str) -> list[tuple[int, FlowRun]]:
+    return [(rep, r) for rep, r in results.runs if r.backend == backend and r.label == label and not r.error]
+
+
+def _labels(results: FlowResults) -> list[tuple[str, str]]:
+    """(backend, label) in the order they ran."""
+    return list(dict.fromkeys((r.backend, r.label) for _, r in results.runs))
+
+
+def paired(
+    results: FlowResults, backend: str, ours: str, base: str, metric: Callable[[FlowRun], float]
+) -> list[float]:
+    """``ours`` ÷ ``base`` of ``metric``, one value per repetition where both ran."""
+    mine = dict(_ok(results, backend, ours))
+    theirs = dict(_ok(results, backend, base))
+    return [
+        metric(mine[rep]) / metric(theirs[rep]) for rep in mine if rep in theirs and metric(theirs[rep]) > 0
+    ]
+
+
+def _backlog_labels(results: FlowResults) -> tuple[str, str] | None:
+    sizes = sorted({r.waiting for _, r in results.runs if r.case == BACKLOG})
+    if len(sizes) < 2:
+        return None
+    return f"{BACKLOG} of {sizes[0]:,} waiting", f"{BACKLOG} of {sizes[-1]:,} waiting"
+
+
+def _per_job_us(runs: list[FlowRun], value: Callable[[FlowRun], float]) -> str:
+    return spread((value(r) / r.jobs * 1e6 for r in runs), fixed(0))
+
+
+def throughput_table(results: FlowResults) -> list[str]:
+    lines = [
+        "| backend | case | jobs | keys | worker processes x job slots | **drain jobs/s steady** "
+        "| push jobs/s | worker CPU µs/job | PostgreSQL CPU µs/job | load avg before |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for backend, label in _labels(results):
+        runs = [r for _, r in _ok(results, backend, label)]
+        head = f"| {BACKEND_NAMES[backend]} | {label}"
+        if not runs:
+            lines.append(f"{head} | | | | failed | | | | |")
+            continue
+        first = runs[0]
+        postgres = _per_job_us(runs, lambda r: r.postgres_cpu_s) if backend == POSTGRESQL else "-"
+        lines.append(
+            f"{head} | {first.jobs:,} | {first.keys:,} | {first.processes} x {first.concurrency} "
+            f"| **{spread((r.steady_rate for r in runs), rate)}** "
+            f"| {spread((r.jobs / r.push_s for r in runs if r.push_s > 0), rate)} "
+            f"| {_per_job_us(runs, lambda r: r.worker_cpu_s)} | {postgres} "
+            f"| {spread((r.load_before for r in runs), fixed(2))} |"
+        )
+    return lines
+
+
+def _verdict(met: bool) -> str:
+    return "**met**" if met else "**missed**"
+
+
+def target_rows(results: FlowResults) -> list[str]:
+    """The flow targets, judged on this run (also shown in the Targets section)."""
+    rows = []
+    keys = results.settings["keys"]
+    for backend in (REDIS, POSTGRESQL):
+        shares = paired(results, backend, KEYED, PLAIN, lambda r: r.steady_rate)
+        if shares:
+            met = statistics.median(shares) >= KEYED_SHARE
+            rows.append(
+                f"| {BACKEND_NAMES[backend]}: {keys:,} distinct keys at limit 1 ÷ no key, drain jobs/s "
+                f"| ≥ {KEYED_SHARE:.2f}x | {spread(shares, ratio)} | {_verdict(met)} |"
+            )
+    hot = [r.steady_rate for _, r in _ok(results, REDIS, HOT)]
+    if hot:
+        rows.append(
+            f"| Redis: one hot key at limit 1, serial jobs/s | ≥ {HOT_RATE:,.0f} "
+            f"| {spread(hot, rate)} | {_verdict(statistics.median(hot) >= HOT_RATE)} |"
+        )
+    backlog = _backlog_labels(results)
+    if backlog is not None:
+        small, large = backlog
+        slowdown = paired(results, POSTGRESQL, small, large, lambda r: r.steady_rate)
+        if slowdown:
+            sizes = [r.waiting for _, r in results.runs if r.case == BACKLOG]
+            rows.append(
+                f"| PostgreSQL, 4 processes: drain jobs/s with {min(sizes):,} ÷ with {max(sizes):,} "
+                f"keyed jobs waiting | ≤ {BACKLOG_SLOWDOWN:.1f}x | {spread(slowdown, ratio)} "
+                f"| {_verdict(statistics.median(slowdown) <= BACKLOG_SLOWDOWN)} |"
+            )
+    if results.settings["quick"]:
+        rows = [
+            row.replace("**met**", "not judged (--quick)").replace("**missed**", "not judged (--quick)")
+            for row in rows
+        ]
+    return rows
+
+
+def tables(results: FlowResults) -> str:
+    s = results.settings
+    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
+    parts = [
+        f"No-op drains{quick}, pushed before the workers start; {s['reps']} rep(s), the runs of each "
+        "comparison interleaved; median (min-max).",
+        "",
+        *throughput_table(results),
+    ]
+    rows = target_rows(results)
+    if rows:
+        parts += ["", "| target | wanted | measured | verdict |", "|---|---|---|---|", *rows]
+    parts += section_tail(results.databases, results.errors(), results.seconds)
+    return "\n".join(parts) + "\n"
+
+
+METHOD = """\
+- **Jobs** (`bench/flow/jobs.py`): the no-op of the other sections (one byte appended to
+  an O_APPEND marker file), as `FlowPlainJob(key)` without flow options and `FlowKeyedJob(key)`
+  with `concurrency_key="{key}"` (limit 1): the same arguments and work, only the key differs.
+- **One run**: an empty broker (Redis: FLUSHALL of the bench's private server; PostgreSQL:
+  every table of the section's private database TRUNCATEd); N jobs pushed with
+  `perform_bulk(batch_size=1000)` from the bench process (timed: *push jobs/s*); then the
+  worker processes (`python -m asynctask worker --broker URL -r bench/flow/jobs.py -c C -q
+  default`, tracking off) are spawned together and the marker's size is polled every 2 ms.
+  *steady* = first job done -> last job done; the rate is N divided by it. Afterwards: the
+  marker holds exactly N bytes, the queue is empty.
+- **Distinct keys vs no key** (Redis, PostgreSQL; 1 process x 10 slots): job i gets key
+  `k{i mod K}`, so the queue starts with K runnable jobs and each key's next job is promoted
+  when the previous one ends. The plain and keyed drains of a repetition run one after the
+  other, plain first in even repetitions; the ratio is taken per repetition.
+- **One hot key** (Redis): every job has the same key: one job runs at a time whatever the
+  slots, each ack promoting the next in the same script call.
+- **Backlog** (PostgreSQL; 4 processes x 10 slots): before the push, W `FlowParkedJob`s are
+  pushed over 1,000 keys to a queue no worker reads; each key's first job holds its slot
+  there, so the other W wait in their keys' lines for the whole run (checked after it).
+  Then the keyed drain as above. Small and large W alternate; the ratio is small ÷ large.
+  The plans below are `EXPLAIN (ANALYZE, BUFFERS, TIMING OFF)` of the broker's own claim
+  statement (10 jobs of `default`, nothing acknowledged) and of its promotion statement for a
+  parked key, with the large backlog and the N jobs queued, in a transaction rolled back.
+- **CPU**: user + system CPU of all worker process trees and of the PostgreSQL backends
+  serving the database, first -> last job done, ÷ N.
+"""
+
+
+def markdown(results: FlowResults) -> str:
+    lines = [f"## {SECTION}", "", tables(results), "### Method (flow control)", "", METHOD]
+    for name, plan in results.plans.items():
+        lines += [f"#### Plan: {name}", "", "```", plan, "```", ""]
+    versions = [f"- {name}: {value}" for name, value in results.versions.items()]
+    return "\n".join([*lines, "#### Versions (flow control)", "", *versions, ""])
+
+
+def raw(results: FlowResults, machine: dict[str, str]) -> dict[str, Any]:
+    return {
+        "settings": results.settings,
+        "machine": machine,
+        "versions": results.versions,
+        "databases": results.databases,
+        "seconds": results.seconds,
+        "plans": results.plans,
+        "runs": [{"rep": rep, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs],
+        "errors": results.errors(),
+    }
+
+
+def write(results: FlowResults, machine: dict[str, str], out_dir: Path) -> None:
+    """``flow.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
+    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))

@@ -1,0 +1,366 @@
+"""The flow section: what concurrency keys cost the queue.
+
+Three measures, each a drain of no-op jobs (bench/flow/jobs.py) timed from outside through the
+marker file, as in the sql section (first job done -> last job done):
+
+1. **Distinct keys vs none** (Redis, PostgreSQL): N jobs over K distinct keys at limit 1,
+   against the same N jobs without a key; the two drains run one after the other, in an
+   order that alternates between repetitions.
+2. **One hot key** (Redis): N jobs of a single key at limit 1, so one runs at a time and each
+   ack promotes the next: the serial rate of one line.
+3. **Claim cost with a backlog** (PostgreSQL): N keyed jobs drained by 4 worker processes while
+   W other keyed jobs wait in their keys' lines (their keys' slots held by jobs parked in a
+   queue no worker reads), for a small and a large W, alternating. The EXPLAIN ANALYZE plans
+   of the claim and of a promotion with the large backlog are kept for the report.
+
+Every run starts from an empty broker (FLUSHALL of the bench's private Redis; TRUNCATE of the
+section's private PostgreSQL database) and checks after the drain that the marker holds N
+bytes, that the queue is empty, and that the parked jobs still wait.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+import redis
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from asynctask import Client, Settings, default_registry
+from asynctask.brokers.sql.flowsql import FlowStatements
+from asynctask.brokers.sql.statements import Statements
+from asynctask.db.engine import create_database_engine
+from asynctask.job import JobDefinition
+from bench.core import procs
+from bench.core.machine import package_version
+from bench.core.postgres import postgres_unreachable, shown
+from bench.core.redis_server import RedisServer
+from bench.core.system import ROOT, clean_env
+from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
+from bench.flow.jobs import PARKED_QUEUE, flow_keyed, flow_parked, flow_plain
+from bench.sql import db as sql_db
+from bench.sql.db import PostgresDatabase
+
+REDIS = "redis"
+POSTGRESQL = "postgresql"
+#: Jobs per bulk push.
+BATCH = 1000
+JOBS_MODULE = "bench/flow/jobs.py"
+
+PLAIN = "no key"
+KEYED = "distinct keys"
+HOT = "one hot key"
+BACKLOG = "backlog"
+
+
+@dataclass
+class FlowRun(DrainRates):
+    case: str
+    backend: str
+    processes: int
+    concurrency: int
+    jobs: int
+    #: Distinct keys of the drained jobs (0: none).
+    keys: int
+    #: Keyed jobs waiting in lines (parked) during the drain.
+    waiting: int = 0
+    push_s: float = 0.0
+    startup_s: float = 0.0
+    steady_s: float = 0.0
+    total_s: float = 0.0
+    #: CPU seconds of all worker trees, and of the PostgreSQL backends serving the database,
+    #: from the first job done to the last.
+    worker_cpu_s: float = 0.0
+    postgres_cpu_s: float = 0.0
+    load_before: float = 0.0
+    checks: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.case == BACKLOG:
+            return f"{BACKLOG} of {self.waiting:,} waiting"
+        return self.case
+
+
+@dataclass
+class FlowResults:
+    settings: dict[str, Any]
+    #: (repetition, run), in the order they ran.
+    runs: list[tuple[int, FlowRun]] = field(default_factory=list)
+    #: What EXPLAIN ANALYZE printed, by statement, with the largest backlog.
+    plans: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    databases: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    def errors(self) -> list[str]:
+        failed = [f"{r.label} on {r.backend}: {r.error}" for _, r in self.runs if r.error]
+        return self.failures + failed
+
+
+@dataclass
+class _Broker:
+    """One backend's broker for the section's runs, and how to empty it."""
+
+    backend: str
+    url: str
+    redis_server: RedisServer | None = None
+    postgres: PostgresDatabase | None = None
+
+    def empty(self) -> None:
+        if self.redis_server is not None:
+            with self.redis_server.client() as conn:
+                conn.flushall()
+        if self.postgres is not None:
+            self.postgres.empty()
+
+    def queued(self, queue: str) -> int:
+        if self.redis_server is not None:
+            with self.redis_server.client() as conn:
+                return int(conn.llen(f"queue:{queue}"))
+        return int(
+            sql_db.query(self.url, f"SELECT count(*) FROM asynctask_job WHERE queue = '{queue}'")[0][0]
+        )
+
+    def waiting(self) -> int:
+        """Parked jobs waiting in their keys' lines (PostgreSQL: state 'lane')."""
+        return int(
+            sql_db.query(
+                self.url,
+                f"SELECT count(*) FROM asynctask_job WHERE queue = '{PARKED_QUEUE}' AND state = 'lane'",
+            )[0][0]
+        )
+
+
+def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> FlowResults:
+    results = FlowResults(settings)
+    started = time.monotonic()
+    results.versions.update({name: package_version(name) for name in ("redis", "SQLAlchemy", "psycopg")})
+    stack = ExitStack()
+    try:
+        brokers = _brokers(results, pg_url, server, stack)
+        for rep in range(settings["reps"]):
+            _repetition(results, brokers, rep, workdir)
+    finally:
+        try:
+            stack.close()
+        except (RuntimeError, psycopg.Error) as exc:
+            results.failures.append(f"clean-up: {exc}")
+    results.seconds["total"] = time.monotonic() - started
+    return results
+
+
+def _brokers(results: FlowResults, pg_url: str, server: RedisServer, stack: ExitStack) -> list[_Broker]:
+    brokers = []
+    wanted = results.settings["backends"]
+    if REDIS in wanted:
+        brokers.append(_Broker(REDIS, server.url, redis_server=server))
+        results.databases[REDIS] = "the bench's private redis-server, FLUSHALL before each run"
+    if POSTGRESQL in wanted:
+        unreachable = postgres_unreachable(pg_url)
+        if unreachable is not None:
+            results.databases[POSTGRESQL] = f"skipped: {unreachable}"
+            print(f"PostgreSQL not reachable ({unreachable}): no PostgreSQL rows", file=sys.stderr)
+            return brokers
+        db = stack.enter_context(PostgresDatabase(pg_url, "flow"))
+        argv = [sys.executable, "-m", "asynctask", "db", "upgrade", "--database-url", db.url]
+        out = subprocess.run(argv, env=clean_env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            results.failures.append(f"asynctask db upgrade failed: {out.stderr.strip()[-600:]}")
+            return brokers
+        brokers.append(_Broker(POSTGRESQL, db.url, postgres=db))
+        results.versions["PostgreSQL server"] = sql_db.postgres_version(pg_url)
+        results.databases[POSTGRESQL] = (
+            f"{shown(pg_url)}: a private database `{db.name}`, migrated once, TRUNCATEd before each run, "
+            "dropped after"
+        )
+    return brokers
+
+
+def _repetition(results: FlowResults, brokers: list[_Broker], rep: int, workdir: Path) -> None:
+    s = results.settings
+    keys, jobs = s["keys"], s["jobs"]
+    for broker in brokers:
+        cases = [(PLAIN, flow_plain), (KEYED, flow_keyed)]
+        for case, job in cases if rep % 2 == 0 else cases[::-1]:
+            one = FlowRun(
+                case, broker.backend, s["processes"], s["concurrency"], jobs, keys if job is flow_keyed else 0
+            )
+            _one(results, broker, one, job, [[f"k{i % keys}"] for i in range(jobs)], workdir, rep)
+        if broker.backend == REDIS:
+            one = FlowRun(HOT, REDIS, s["processes"], s["concurrency"], s["hot_jobs"], 1)
+            _one(results, broker, one, flow_keyed, [["hot"]] * s["hot_jobs"], workdir, rep)
+        if broker.backend == POSTGRESQL:
+            sizes = s["backlogs"] if rep % 2 == 0 else s["backlogs"][::-1]
+            for waiting in sizes:
+                n = s["backlog_jobs"]
+                one = FlowRun(BACKLOG, POSTGRESQL, s["backlog_processes"], s["concurrency"], n, keys, waiting)
+                _one(results, broker, one, flow_keyed, [[f"k{i % keys}"] for i in range(n)], workdir, rep)
+
+
+def _one(
+    results: FlowResults,
+    broker: _Broker,
+    one: FlowRun,
+    job: JobDefinition[Any],
+    args: list[list[Any]],
+    workdir: Path,
+    rep: int,
+) -> None:
+    label = f"flow-{broker.backend}-{one.label.replace(' ', '_').replace(',', '')}-r{rep}"
+    marker = workdir / f"{label}.marker"
+    marker.write_bytes(b"")
+    try:
+        broker.empty()
+        if one.waiting:
+            _park(broker.url, one.waiting, results.settings["parked_keys"])
+        one.push_s = _push(broker.url, job, args)
+        if one.waiting and one.waiting == max(results.settings["backlogs"]) and not results.plans:
+            results.plans = _plans(broker.url)
+        one.load_before = os.getloadavg()[0]
+        _watch(one, broker, marker, workdir / f"{label}.log")
+        one.checks = {"marker_bytes": marker.stat().st_size, "queued_left": broker.queued("default")}
+        if one.waiting:
+            one.checks["still_waiting"] = broker.waiting()
+    except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error, redis.RedisError) as exc:
+        one.error = one.error or " ".join(str(exc).split())[:1500]
+    except SQLAlchemyError as exc:
+        one.error = one.error or " ".join(str(exc).split())[:1500]
+    if not one.error:
+        one.error = _check(one)
+    results.runs.append((rep, one))
+    _say(rep, results.settings["reps"], one)
+
+
+def _check(one: FlowRun) -> str:
+    if one.checks["marker_bytes"] != one.jobs:
+        return f"{one.checks['marker_bytes']} jobs ran, expected {one.jobs}"
+    if one.checks["queued_left"]:
+        return f"{one.checks['queued_left']} jobs left in the queue"
+    if one.waiting and one.checks["still_waiting"] != one.waiting:
+        return f"{one.checks['still_waiting']} parked jobs waiting after the run, expected {one.waiting}"
+    return ""
+
+
+def _client(url: str) -> Client:
+    return Client(Settings(broker_url=url, tracking=False), registry=default_registry)
+
+
+def _push(url: str, job: JobDefinition[Any], args: list[list[Any]]) -> float:
+    client = _client(url)
+    try:
+        start = time.perf_counter()
+        job.set(client=client).perform_bulk(args, batch_size=BATCH)
+        return time.perf_counter() - start
+    finally:
+        client.close()
+
+
+def _park(url: str, waiting: int, keys: int) -> None:
+    """``waiting`` parked jobs waiting over ``keys`` keys, behind one slot holder per key."""
+    _push(url, flow_parked, [[f"p{i % keys}"] for i in range(keys + waiting)])
+
+
+def _plans(url: str) -> dict[str, str]:
+    """EXPLAIN ANALYZE of the claim and of a promotion, in a transaction rolled back (both write)."""
+    claim = Statements("postgresql").claim(1)
+    promote = FlowStatements(True).promote
+    engine = create_database_engine(url)
+    try:
+        with engine.connect() as connection:
+            now = time.time()
+            params = {"ids": [], "me": "bench-explain", "now": now, "queues": ["default"], "wanted": 10}
+            plans = {"claim (10 jobs of queue default)": _explain(connection, claim.text, params)}
+            parked = f"SELECT lane FROM asynctask_job WHERE queue = '{PARKED_QUEUE}' AND state = 'lane'"
+            digest = connection.execute(text(f"{parked} LIMIT 1")).scalar_one()
+            plans["promotion (a parked key's line)"] = _explain(
+                connection, promote.text, {"digest": digest, "now": now}
+            )
+            connection.rollback()
+            return plans
+    finally:
+        engine.dispose()
+
+
+def _explain(connection: Any, statement: str, params: dict[str, Any]) -> str:
+    rows = connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) {statement}"), params).all()
+    return "\n".join(str(row[0]) for row in rows)
+
+
+def _watch(one: FlowRun, broker: _Broker, marker: Path, log: Path) -> None:
+    """Spawn the workers, poll the marker until N bytes, fill in the timings and CPU; stop them."""
+    env = clean_env(PYTHONPATH=str(ROOT), ASYNCTASK_TRACKING="false", BENCH_MARKER=str(marker))
+    argv = [
+        sys.executable, "-m", "asynctask", "worker", "--broker", broker.url,
+        "-r", JOBS_MODULE, "-c", str(one.concurrency), "-q", "default",
+    ]  # fmt: skip
+    workers: list[subprocess.Popen[bytes]] = []
+    spawned = time.monotonic()
+    try:
+        workers = [procs.spawn(argv, env=env, cwd=ROOT, log=log) for _ in range(one.processes)]
+        timeout = max(MIN_TIMEOUT, one.jobs / 50)
+        first = 0.0
+        cpu_first, pg_first = 0.0, {}
+        while True:
+            size = os.stat(marker).st_size
+            now = time.monotonic()
+            if size and not first:
+                first = now
+                cpu_first, pg_first = _cpu(workers), _postgres_cpu(broker)
+            if size >= one.jobs:
+                one.worker_cpu_s = _cpu(workers) - cpu_first
+                pg_last = _postgres_cpu(broker)
+                one.postgres_cpu_s = sum(cpu - pg_first.get(pid, 0.0) for pid, cpu in pg_last.items())
+                one.startup_s, one.steady_s, one.total_s = first - spawned, now - first, now - spawned
+                return
+            exited = [w for w in workers if w.poll() is not None]
+            if exited:
+                raise RuntimeError(
+                    f"a worker exited with {exited[0].returncode} after {size} jobs: {procs.log_tail(log)}"
+                )
+            if now - spawned > timeout:
+                raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {one.jobs} jobs done")
+            time.sleep(POLL)
+    finally:
+        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
+            list(pool.map(lambda w: procs.stop(w, grace=STOP_GRACE), workers))
+
+
+def _cpu(workers: list[subprocess.Popen[bytes]]) -> float:
+    return sum(procs.tree_usage(w.pid, memory=False).cpu for w in workers)
+
+
+def _postgres_cpu(broker: _Broker) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend serving the broker's database, by pid."""
+    if broker.postgres is None:
+        return {}
+    found: dict[int, float] = {}
+    for proc in broker.postgres.backends():
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue  # ended between listing and reading
+        found[proc.pid] = times.user + times.system
+    return found
+
+
+def _say(rep: int, reps: int, one: FlowRun) -> None:
+    label = (
+        f"rep {rep + 1}/{reps} flow {one.label} on {one.backend}, {one.processes} proc x {one.concurrency}"
+    )
+    if one.error:
+        print(f"{label}: FAILED: {one.error[-300:]}", file=sys.stderr)
+        return
+    print(f"{label}: {one.jobs:,} jobs, steady {one.steady_rate:,.0f}/s", file=sys.stderr)
