@@ -27,9 +27,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Engine, case, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    DateTime,
+    Engine,
+    Text,
+    bindparam,
+    case,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
@@ -37,8 +49,9 @@ from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFound, TaskStateError
 from asynctask.job import JobDefinition
+from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
 from asynctask.tracking import transitions
-from asynctask.tracking.models import Event, Task
+from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import EventStatus, TaskState
 
 logger = logging.getLogger("asynctask.tracking")
@@ -75,23 +88,34 @@ def create_task(
     tenant: str | None = None,
     queue: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    concurrency_key: str | Callable[[Any], str] | None = None,
+    concurrency_limit: int = 1,
 ) -> str:
     """Split ``items`` into jobs of ``chunk_size`` items (each job gets its chunk, a list, as
     its one argument), record the task and its events, push the jobs; return the task id.
 
     ``items`` may be any iterable, read once, in batches: a generator over a file is never
     held in memory whole.
+
+    ``concurrency_key``: a template over each item's fields (``"operator:{operator_id}"``,
+    see ``itemkeys``) or a function of the item. A chunk then holds items of one key only
+    (items of a key keep their order), and its job carries the key and ``concurrency_limit``:
+    at most that many jobs of a key run at once, in the order of their items. With a
+    ``tenant`` the key is the tenant's own (``itemkeys.tenant_prefix``).
     """
     definition = job if isinstance(job, JobDefinition) else client.registry.get(job)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError("chunk_size must be a positive integer")
+    if isinstance(concurrency_limit, bool) or not isinstance(concurrency_limit, int) or concurrency_limit < 1:
+        raise ValueError("concurrency_limit must be a positive integer")
     if meta is not None:
         payload.check_args([dict(meta)])
-    batches = _batches(items, chunk_size)
+    key_of = ItemKey(concurrency_key, tenant) if concurrency_key is not None else None
+    batches = _batches(items, chunk_size, key_of)
     chunks = next(batches, None)
     if chunks is None:
         raise ValueError("a task needs at least one item")
-    definition.check_args([chunks[0]])
+    definition.check_args([chunks[0].items])
     task_id = new_task_id()
     options = definition.options.merged({"queue": queue}) if queue else definition.options
     head = {**options.payload_head(), "task": task_id}
@@ -115,7 +139,7 @@ def create_task(
         "created_at": at,
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
-    jobs = _jobs(client, head, definition.name, created, chunks)
+    jobs = _jobs(client, head, definition.name, created, chunks, concurrency_limit)
     staging = client.broker.staging(task_id)
     staging_error: BaseException | None = None
     try:
@@ -126,6 +150,8 @@ def create_task(
                 while True:
                     encoded = staging.encode(jobs)
                     write_events(jobs)
+                    if key_of is not None:
+                        _write_waiting(connection, jobs, key_of.prefix, at)
                     try:
                         staging.write(encoded, connection)
                     except client.broker.errors as exc:
@@ -135,7 +161,7 @@ def create_task(
                     chunks = next(batches, None)
                     if chunks is None:
                         break
-                    jobs = _jobs(client, head, definition.name, created, chunks)
+                    jobs = _jobs(client, head, definition.name, created, chunks, concurrency_limit)
             connection.execute(
                 update(Task).where(Task.id == task_id).values(total=total, count_enqueue=total)
             )
@@ -155,7 +181,14 @@ def create_task(
     return task_id
 
 
-def _batches(items: Iterable[Any], chunk_size: int) -> Iterator[list[list[Any]]]:
+class Chunk(NamedTuple):
+    """The items of one job, and the concurrency key they share (as stored), if any."""
+
+    items: list[Any]
+    key: str | None = None
+
+
+def _batches(items: Iterable[Any], chunk_size: int, key_of: ItemKey | None) -> Iterator[list[Chunk]]:
     """The items' chunks, ``BATCH // chunk_size`` chunks (at least one) at a time, each batch
     checked to be JSON-native (TypeError names the culprit's position in ``items``)."""
     iterator = iter(items)
@@ -167,8 +200,29 @@ def _batches(items: Iterable[Any], chunk_size: int) -> Iterator[list[list[Any]]]
         except TypeError:
             _raise_at(values, position)
             raise
+        if key_of is None:
+            yield [Chunk(values[start : start + chunk_size]) for start in range(0, len(values), chunk_size)]
+        else:
+            yield _keyed_chunks(values, chunk_size, key_of, position)
         position += len(values)
-        yield [values[start : start + chunk_size] for start in range(0, len(values), chunk_size)]
+
+
+def _keyed_chunks(values: list[Any], chunk_size: int, key_of: ItemKey, position: int) -> list[Chunk]:
+    """Chunks of one key each, in the order of their first item; a key's items keep their order
+    across its chunks, which its line runs in push order."""
+    filling: dict[str, list[Any]] = {}
+    chunks: list[Chunk] = []
+    for index, value in enumerate(values):
+        try:
+            key = key_of(value)
+        except ItemKeyError as exc:
+            raise ItemKeyError(f"items[{position + index}]: {exc}", exc.field) from None
+        current = filling.get(key)
+        if current is None or len(current) == chunk_size:
+            current = filling[key] = []
+            chunks.append(Chunk(current, key))
+        current.append(value)
+    return chunks
 
 
 def _raise_at(values: list[Any], position: int) -> None:
@@ -182,15 +236,30 @@ def _raise_at(values: list[Any], position: int) -> None:
 
 
 def _jobs(
-    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[list[Any]]
+    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[Chunk], limit: int
 ) -> list[payload.JobDict]:
     """One job per chunk, through the client middleware."""
     return [
-        _through_middleware(
-            client, {**head, "args": [chunk], "class": name, "jid": jid, "created_at": created}
-        )
+        _through_middleware(client, _job(head, chunk, limit, name, jid, created))
         for chunk, jid in zip(chunks, payload.new_jids(len(chunks)), strict=True)
     ]
+
+
+def _job(
+    head: payload.JobDict, chunk: Chunk, limit: int, name: str, jid: str, created: float
+) -> payload.JobDict:
+    if chunk.key is None:
+        return {**head, "args": [chunk.items], "class": name, "jid": jid, "created_at": created}
+    # Options go before args, where Sidekiq's client puts a job's options.
+    return {
+        **head,
+        "concurrency_key": chunk.key,
+        "concurrency_limit": limit,
+        "args": [chunk.items],
+        "class": name,
+        "jid": jid,
+        "created_at": created,
+    }
 
 
 @contextmanager
@@ -243,6 +312,31 @@ def _event_writer(
             )
 
     yield copy_rows
+
+
+def _write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: str, at: datetime) -> None:
+    """The first message of each keyed job's event: the key whose line it may wait in (as its
+    tenant wrote it). Sequence 0 comes before any transition the stream numbers (from 1)."""
+    rows = [
+        {"jid": item["jid"], "text": f"waiting for {_shown_key(item['concurrency_key'], prefix)}"}
+        for item in jobs
+        if isinstance(item.get("concurrency_key"), str)
+    ]
+    if not rows:
+        return
+    message = select(
+        Event.id,
+        literal(0, BigInteger),
+        literal(at, DateTime(timezone=True)),
+        literal(EventStatus.ENQUEUE.value),
+        bindparam("text", type_=Text),
+    ).where(Event.job_id == bindparam("jid"))
+    columns = ["event_id", "seq", "at", "status", "text"]
+    connection.execute(insert(EventMessage).from_select(columns, message), rows)
+
+
+def _shown_key(key: str, prefix: str) -> str:
+    return key[len(prefix) :] if key.startswith(prefix) else key
 
 
 def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:

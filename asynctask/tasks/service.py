@@ -7,7 +7,7 @@ the default client (``asynctask.configure``) and ``ASYNCTASK_DATABASE_URL``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Engine
@@ -38,9 +38,20 @@ class Tracking:
         tenant: str | None = None,
         queue: str | None = None,
         meta: Mapping[str, Any] | None = None,
+        concurrency_key: str | Callable[[Any], str] | None = None,
+        concurrency_limit: int = 1,
     ) -> TaskView:
         task_id = tasks.create_task(
-            self.engine, self.client, job, items, chunk_size=chunk_size, tenant=tenant, queue=queue, meta=meta
+            self.engine,
+            self.client,
+            job,
+            items,
+            chunk_size=chunk_size,
+            tenant=tenant,
+            queue=queue,
+            meta=meta,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
         )
         return self.get_task(task_id)
 
@@ -97,10 +108,19 @@ def create_task(
     tenant: str | None = None,
     queue: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    concurrency_key: str | Callable[[Any], str] | None = None,
+    concurrency_limit: int = 1,
 ) -> TaskView:
-    """Split ``items`` into jobs under one task, all or nothing; see ``Tracking.create_task``."""
+    """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``."""
     return default_tracking().create_task(
-        job, items, chunk_size=chunk_size, tenant=tenant, queue=queue, meta=meta
+        job,
+        items,
+        chunk_size=chunk_size,
+        tenant=tenant,
+        queue=queue,
+        meta=meta,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
     )
 
 
