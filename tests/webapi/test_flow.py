@@ -1,0 +1,157 @@
+"""``POST /api/tasks`` with ``concurrency_key`` and ``concurrency_limit``, in every body type: the
+chunks' payloads, the tenant's own keys, the waiting message, and bad options or items refused
+with stable codes before anything is written."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from asynctask.payload import JobDict
+from tests.webapi.conftest import Api
+from tests.webapi.test_api import assert_nothing_written, error_of
+
+ITEMS = [{"op": op, "n": n} for n, op in enumerate([7, 7, 8, 7, 8])]
+
+
+def pushed(api: Api) -> list[JobDict]:
+    """The jobs the API pushes from now on, as the client middleware sees them."""
+    seen: list[JobDict] = []
+
+    def record(job: JobDict, queue: str, call_next: Callable[[], Any]) -> Any:
+        seen.append(job)
+        return call_next()
+
+    api.client.middleware.add(record)
+    return seen
+
+
+def keyed(seen: list[JobDict]) -> list[tuple[str, int, list[Any]]]:
+    return [(j["concurrency_key"], j["concurrency_limit"], [i["n"] for i in j["args"][0]]) for j in seen]
+
+
+def test_json_body_chunks_by_key_and_the_tenant_owns_the_keys(api: Api) -> None:
+    seen = pushed(api)
+    body = {"job": "echo", "items": ITEMS, "chunk_size": 2, "concurrency_key": "operator:{op}"}
+    response = api.post_json({**body, "concurrency_limit": 2})
+    assert response.status_code == 202, response.get_json()
+    assert response.get_json()["jobs"] == 3
+    assert keyed(seen) == [
+        ('"acme"/operator:7', 2, [0, 1]),
+        ('"acme"/operator:8', 2, [2, 4]),
+        ('"acme"/operator:7', 2, [3]),
+    ]
+    seen.clear()
+    assert api.post_json(body, token=api.globex).status_code == 202
+    assert keyed(seen)[0] == ('"globex"/operator:7', 1, [0, 1])
+
+
+def test_the_events_say_which_key_a_job_waits_for(api: Api) -> None:
+    body = {"job": "echo", "items": ITEMS[:3], "chunk_size": 5, "concurrency_key": "operator:{op}"}
+    task_id = api.post_json(body).get_json()["task_id"]
+    events = api.get(f"/api/tasks/{task_id}/events").get_json()["items"]
+    assert [(e["status"], [m["text"] for m in e["messages"]]) for e in events] == [
+        ("enqueue", ["waiting for operator:7"]),
+        ("enqueue", ["waiting for operator:8"]),
+    ]
+
+
+def test_csv_and_upload_take_the_options_as_fields(api: Api) -> None:
+    seen = pushed(api)
+    csv_text = "sku,price,op\nA1,1,x\nA2,2,y\nA3,3,x\n"
+    response = api.post(
+        "/api/tasks?job=import_products&chunk_size=5&concurrency_key=op-{op}&concurrency_limit=4",
+        data=csv_text,
+        content_type="text/csv",
+    )
+    assert response.status_code == 202, response.get_json()
+    assert [(j["concurrency_key"], j["concurrency_limit"], j["args"][0]) for j in seen] == [
+        ('"acme"/op-x', 4, [{"sku": "A1", "price": "1", "op": "x"}, {"sku": "A3", "price": "3", "op": "x"}]),
+        ('"acme"/op-y', 4, [{"sku": "A2", "price": "2", "op": "y"}]),
+    ]
+    seen.clear()
+    form = {
+        "job": "echo",
+        "concurrency_key": "{op}",
+        "file": (io.BytesIO(b'{"op": 1, "n": 0}\n{"op": 1, "n": 1}\n'), "rows.ndjson"),
+    }
+    assert api.post("/api/tasks", data=form, content_type="multipart/form-data").status_code == 202
+    assert keyed(seen) == [('"acme"/1', 1, [0]), ('"acme"/1', 1, [1])]
+
+
+def test_without_auth_keys_are_not_prefixed(make_api: Any) -> None:
+    api = make_api(auth=False)
+    seen = pushed(api)
+    body = {"job": "echo", "items": ITEMS[:1], "concurrency_key": "operator:{op}"}
+    assert api.http.post("/api/tasks", json=body).status_code == 202
+    assert keyed(seen) == [("operator:7", 1, [0])]
+
+
+@pytest.mark.parametrize(
+    ("options", "code", "field"),
+    [
+        ({"concurrency_key": "operator:{op.real}"}, "invalid_concurrency_key", "concurrency_key"),
+        ({"concurrency_key": "operator:{op"}, "invalid_concurrency_key", "concurrency_key"),
+        ({"concurrency_key": ""}, "invalid_concurrency_key", "concurrency_key"),
+        ({"concurrency_key": 7}, "invalid_request", "concurrency_key"),
+        ({"concurrency_key": "k\u0000"}, "invalid_string", "concurrency_key"),
+        ({"concurrency_key": "k", "concurrency_limit": 0}, "invalid_request", "concurrency_limit"),
+        ({"concurrency_key": "k", "concurrency_limit": 1.5}, "invalid_request", "concurrency_limit"),
+        ({"concurrency_key": "k", "concurrency_limit": True}, "invalid_request", "concurrency_limit"),
+        ({"concurrency_key": "k", "concurrency_limit": "2"}, "invalid_request", "concurrency_limit"),
+        ({"concurrency_key": "k", "concurrency_limit": 2**31}, "invalid_request", "concurrency_limit"),
+        ({"concurrency_limit": 2}, "invalid_request", "concurrency_limit"),
+    ],
+)
+def test_bad_options_are_refused(api: Api, options: dict[str, Any], code: str, field: str) -> None:
+    response = api.post_json({"job": "echo", "items": ITEMS, **options})
+    assert response.status_code == 422
+    error = error_of(response)
+    assert (error["code"], error["details"]["field"]) == (code, field)
+    assert_nothing_written(api)
+
+
+@pytest.mark.parametrize(
+    ("item", "key_field", "message"),
+    [
+        ({"n": 1}, "op", "no field 'op'"),
+        ({"op": None}, "op", "null"),
+        ({"op": [1]}, "op", "an array"),
+        ({"op": "x" * 1000}, None, "longer than 1000"),
+        (5, "op", "a number, not an object"),
+    ],
+)
+def test_an_item_without_a_key_rolls_the_task_back(
+    api: Api, item: Any, key_field: str | None, message: str
+) -> None:
+    body = {"job": "echo", "items": [*ITEMS, item], "concurrency_key": "operator:{op}"}
+    response = api.post_json(body)
+    assert response.status_code == 422
+    error = error_of(response)
+    assert error["code"] == "concurrency_key_unresolved"
+    assert error["details"] == {"field": "items", "item": len(ITEMS), "key_field": key_field}
+    assert message in error["message"]
+    assert_nothing_written(api)
+
+
+def test_a_csv_row_without_a_key_names_its_line(api: Api) -> None:
+    response = api.post("/api/tasks?job=echo&concurrency_key={op}", data="n\n1\n", content_type="text/csv")
+    error = error_of(response)
+    assert error["code"] == "concurrency_key_unresolved"
+    assert error["details"] == {"field": "items", "item": 0, "key_field": "op", "line": 2}
+    response = api.post(
+        "/api/tasks?job=echo&concurrency_key={op}", data="op,n\nx,1\n,2\n", content_type="text/csv"
+    )
+    error = error_of(response)
+    assert error["code"] == "concurrency_key_unresolved" and "empty" in error["message"]
+    assert error["details"] == {"field": "items", "item": 1, "key_field": None, "line": 3}
+    response = api.post(
+        "/api/tasks?job=echo&concurrency_key={op}&concurrency_limit=x",
+        data="op\nx\n",
+        content_type="text/csv",
+    )
+    assert error_of(response)["details"] == {"field": "concurrency_limit"}
+    assert_nothing_written(api)
