@@ -11,6 +11,8 @@ import redis
 from asynctask import payload
 from asynctask.brokers import Broker, open_broker
 from asynctask.brokers.redis import RedisBroker
+from asynctask.flow.options import OPTION_NAMES as FLOW_OPTION_NAMES
+from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
 from asynctask.keys import Keys
 from asynctask.middleware import Chain, client_chain
@@ -63,22 +65,30 @@ class Client:
             raise AttributeError(f"the broker at {self.settings.broker!r} is not Redis")
         return self.broker
 
-    def push(self, item: Mapping[str, Any]) -> str | None:
-        """Enqueue one job; return its jid, or None if a client middleware dropped it."""
-        job, at = self._normalize(item, payload.check_args(item.get("args")))
+    def push(self, item: Mapping[str, Any], *, flow: FlowOptions | None = None) -> str | None:
+        """Enqueue one job; return its jid, or None if a client middleware dropped it.
+
+        A unique job whose key is taken is not pushed: the jid returned is the holder's.
+        ``flow``: the job's flow-control options, in place of its definition's (``set()``
+        passes them); flow options in ``item`` override either.
+        """
+        job, at, options = self._normalize(item, payload.check_args(item.get("args")), flow=flow)
+        self._resolve_flow(job, options)
         _check_header(job)
         with outbox.collect() as transitions:
             pushed = self._through_middleware(job)
         if pushed is None:
             return None
-        self.broker.push([(pushed, at)], transitions=transitions)
-        return str(pushed["jid"])
+        return self.broker.push([(pushed, at)], transitions=transitions)[0]
 
-    def push_bulk(self, item: Mapping[str, Any], batch_size: int = 1000) -> list[str | None]:
+    def push_bulk(
+        self, item: Mapping[str, Any], batch_size: int = 1000, *, flow: FlowOptions | None = None
+    ) -> list[str | None]:
         """Enqueue one job per entry of ``item["args"]`` (a list of arg lists).
 
         ``item["at"]`` may be one timestamp or one per job. Each ``batch_size`` jobs cost one
-        pipelined round trip. Returns the jids in order (None where middleware dropped a job).
+        pipelined round trip. Returns the jids in order (None where middleware dropped a job;
+        the holder's jid where a unique job's key was taken).
         """
         all_args = item.get("args")
         if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
@@ -93,32 +103,52 @@ class Client:
         # Every job of the call shares one normalized, checked header (and created_at), as in
         # Sidekiq; each copy gets its own args and jid, in the header's key positions.
         shared = {k: v for k, v in item.items() if k not in ("at", "jid")}
-        template, _ = self._normalize(shared, [], item.get("created_at", payload.now()))
+        template, _, options = self._normalize(shared, [], item.get("created_at", payload.now()), flow=flow)
         _check_header(template)
         jids: list[str | None] = []
         for start in range(0, len(all_args), batch_size):
             entries: list[tuple[payload.JobDict, float | None]] = []
+            positions: list[int] = []
             with outbox.collect() as transitions:
                 for index in range(start, min(start + batch_size, len(all_args))):
                     job = dict(template)
                     job["args"] = all_args[index]
                     job["jid"] = payload.new_jid()
+                    self._resolve_flow(job, options)
                     when = _run_at(at[index] if isinstance(at, list) else at)
                     pushed = self._through_middleware(job)
-                    jids.append(None if pushed is None else str(pushed["jid"]))
+                    jids.append(None)
                     if pushed is not None:
+                        positions.append(len(jids) - 1)
                         entries.append((pushed, when))
             if entries:
-                self.broker.push(entries, transitions=transitions)
+                stored = self.broker.push(entries, transitions=transitions)
+                for position, jid in zip(positions, stored, strict=True):
+                    jids[position] = jid
         return jids
+
+    def _resolve_flow(self, job: payload.JobDict, options: FlowOptions) -> None:
+        """Write the flow-control payload keys of ``job``, its keys resolved from its args."""
+        if options.active:
+            name = job["class"]
+            definition = self.registry.get(name) if name in self.registry else None
+            signature = definition.signature if definition is not None else None
+            job.update(options.payload_fields(name, job["args"], signature))
 
     def _through_middleware(self, job: payload.JobDict) -> payload.JobDict | None:
         return self.middleware.invoke(job, job["queue"], final=lambda: job)
 
     def _normalize(
-        self, item: Mapping[str, Any], args: list[Any], created_at: float | None = None
-    ) -> tuple[payload.JobDict, float | None]:
-        """Sidekiq's ``normalize_item``: defaults first, then the caller's keys, then jid and created_at."""
+        self,
+        item: Mapping[str, Any],
+        args: list[Any],
+        created_at: float | None = None,
+        *,
+        flow: FlowOptions | None = None,
+    ) -> tuple[payload.JobDict, float | None, FlowOptions]:
+        """Sidekiq's ``normalize_item``: defaults first, then the caller's keys, then jid and
+        created_at. The flow-control options (the definition's or ``flow``, overridden by the
+        item's) come out apart, unresolved: their keys depend on each job's args."""
         if not isinstance(item, Mapping):
             raise TypeError(f"a job item must be a mapping, got {type(item).__name__}")
         name = item.get("class")
@@ -126,10 +156,13 @@ class Client:
             name = name.name
         if not isinstance(name, str) or not name:
             raise TypeError("a job item needs 'class': a non-empty job name")
-        defaults = (
-            self.registry.get(name).options.payload_head() if name in self.registry else _SIDEKIQ_DEFAULTS
-        )
+        definition = self.registry.get(name) if name in self.registry else None
+        defaults = definition.options.payload_head() if definition is not None else _SIDEKIQ_DEFAULTS
         job: payload.JobDict = {**defaults, **item, "class": name, "args": args}
+        base = (
+            flow if flow is not None else definition.options.flow if definition is not None else FlowOptions()
+        )
+        options = base.merged({k: job.pop(k) for k in FLOW_OPTION_NAMES if k in job})
         at = _run_at(job.pop("at", None))
         if not isinstance(job["queue"], str) or not job["queue"]:
             raise TypeError("'queue' must be a non-empty string")
@@ -142,7 +175,7 @@ class Client:
             raise TypeError("'jid' must be a non-empty string")
         if "created_at" not in job:
             job["created_at"] = created_at if created_at is not None else payload.now()
-        return job, at
+        return job, at, options
 
 
 def _run_at(value: Any) -> float | None:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, ove
 
 from asynctask import payload
 from asynctask.errors import JobArgumentsError
+from asynctask.flow.options import OPTION_NAMES as FLOW_OPTION_NAMES
+from asynctask.flow.options import FlowOptions, KeySpec
 from asynctask.registry import Registry, default_registry
 
 if TYPE_CHECKING:
@@ -47,13 +49,16 @@ class JobOptions:
     tags: tuple[str, ...] = ()
     #: Further payload keys (JSON-native), e.g. ``track=True``.
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Concurrency keys, rate limits and uniqueness: resolved per push by the client.
+    flow: FlowOptions = field(default_factory=FlowOptions)
 
     def merged(self, overrides: Mapping[str, Any]) -> JobOptions:
         known = {k: v for k, v in overrides.items() if k in _OPTION_NAMES}
-        extra = {k: v for k, v in overrides.items() if k not in _OPTION_NAMES}
+        extra = {k: v for k, v in overrides.items() if k not in _OPTION_NAMES and k not in FLOW_OPTION_NAMES}
         if "tags" in known:
             known["tags"] = tuple(known["tags"])
-        return replace(self, **known, extra={**self.extra, **extra}).validated()
+        flow = self.flow.merged(overrides)
+        return replace(self, **known, extra={**self.extra, **extra}, flow=flow).validated()
 
     def validated(self) -> JobOptions:
         if not isinstance(self.queue, str) or not self.queue:
@@ -63,6 +68,7 @@ class JobOptions:
         if not isinstance(self.backtrace, bool | int):
             raise ValueError("backtrace must be a bool or a line count")
         payload.check_args([dict(self.extra)])
+        self.flow.validated()
         return self
 
     def payload_head(self) -> payload.JobDict:
@@ -190,6 +196,7 @@ class JobSetter:
         jids = self._client().push_bulk(
             {**self.options.payload_head(), "class": self.definition.name, "args": all_args},
             batch_size=batch_size,
+            flow=self.options.flow,
         )
         return [jid for jid in jids if jid is not None]
 
@@ -205,7 +212,7 @@ class JobSetter:
             item = {**head, "class": name, "args": args}
         if at is not None:
             item["at"] = at
-        return self._client().push(item) or ""
+        return self._client().push(item, flow=self.options.flow) or ""
 
     def _client(self) -> Client:
         if self.client is not None:
@@ -232,6 +239,14 @@ def job(
     registry: Registry | None = None,
     api: bool = False,
     item_schema: Mapping[str, Any] | None = None,
+    concurrency_key: KeySpec | None = None,
+    concurrency_limit: int | None = None,
+    concurrency_on_failure: Literal["hold", "continue"] | None = None,
+    rate_limit: str | None = None,
+    rate_key: KeySpec | None = None,
+    unique_for: float | None = None,
+    unique_key: KeySpec | None = None,
+    unique_until: Literal["start", "done"] | None = None,
     **extra: Any,
 ) -> Callable[[Callable[P, Any]], JobDefinition[P]]: ...
 
@@ -250,14 +265,43 @@ def job(
     registry: Registry | None = None,
     api: bool = False,
     item_schema: Mapping[str, Any] | None = None,
+    concurrency_key: KeySpec | None = None,
+    concurrency_limit: int | None = None,
+    concurrency_on_failure: Literal["hold", "continue"] | None = None,
+    rate_limit: str | None = None,
+    rate_key: KeySpec | None = None,
+    unique_for: float | None = None,
+    unique_key: KeySpec | None = None,
+    unique_until: Literal["start", "done"] | None = None,
     **extra: Any,
 ) -> JobDefinition[P] | Callable[[Callable[P, Any]], JobDefinition[P]]:
     """Define a job from a function: ``@job`` or ``@job(name="SleepWorker", queue="low", retry=5)``.
 
     ``api=True`` lets the HTTP API create tasks of this job; such a job takes one argument,
     its chunk of items (a list). ``item_schema`` is the JSON Schema each item must match.
+
+    Flow control (docs/guide/flow-control.md): ``concurrency_key`` (a template such as
+    ``"device:{device_id}"`` over the arguments, or a callable taking them) with
+    ``concurrency_limit`` (default 1: the key's jobs run one at a time, in push order) and
+    ``concurrency_on_failure`` (``"hold"``, the default, keeps the key's later jobs waiting
+    while a failed one awaits its retry; ``"continue"`` lets them go on); ``rate_limit``
+    (``"10/s"``, ``"600/m"``, ``"100/h"``) per ``rate_key`` (default: the job's name);
+    ``unique_for`` seconds per ``unique_key`` (default: the name and args) until the job
+    starts or is done (``unique_until``).
     """
-    options = JobOptions(queue, retry, backtrace, dead, retry_queue, tuple(tags), dict(extra)).validated()
+    flow = FlowOptions(
+        concurrency_key,
+        concurrency_limit,
+        concurrency_on_failure,
+        rate_limit,
+        rate_key,
+        unique_for,
+        unique_key,
+        unique_until,
+    )
+    options = JobOptions(
+        queue, retry, backtrace, dead, retry_queue, tuple(tags), dict(extra), flow
+    ).validated()
     target = default_registry if registry is None else registry
 
     def decorate(fn: Callable[P, Any]) -> JobDefinition[P]:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from asynctask.errors import PayloadError
+from asynctask.flow.options import check_fields
 
 #: A decoded job payload.
 JobDict = dict[str, Any]
@@ -148,8 +149,9 @@ def check_job(job: JobDict) -> None:
     """Raise PayloadError (carrying ``job``) unless every field the runtime acts on has a type
     it can act on: ``class``, ``args`` and ``jid`` present, queue names usable as such,
     ``retry`` true, false, null or a non-negative int, ``retry_count`` an int of -1 or more,
-    and the timestamps of a push numbers. (Fields only written by the runtime or only shown,
-    such as ``failed_at`` or ``tags``, are read defensively instead.)"""
+    the timestamps of a push numbers, and flow-control keys the brokers can act on. (Fields
+    only written by the runtime or only shown, such as ``failed_at`` or ``tags``, are read
+    defensively instead.)"""
     get = job.get
     name = get("class")
     if type(name) is not str or not name:
@@ -182,6 +184,9 @@ def check_job(job: JobDict) -> None:
         value = get(key)
         if value is not None and type(value) is not float and type(value) is not int:
             raise PayloadError(f"payload {key!r} must be an epoch timestamp, got {_shown(value)}", job)
+    flow = check_fields(job)
+    if flow is not None:
+        raise PayloadError(f"payload {flow}", job)
 
 
 def dumps_storable(job: Mapping[str, Any]) -> str:

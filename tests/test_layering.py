@@ -26,6 +26,8 @@ PARTS = {
     "asynctask.log": "core",
     "asynctask.supervision": "core",
     "asynctask.modules": "core",
+    # Flow-control options and the payload keys they write: checked by payload decoding.
+    "asynctask.flow": "core",
     # Engines, migrations and the declarative base, shared by tracking and the SQL broker.
     "asynctask.db": "db",
     "asynctask.tracking": "tracking",

@@ -50,6 +50,19 @@ class Move:
 
 
 @dataclass(frozen=True, slots=True)
+class BusyKey:
+    """A concurrency key with jobs holding its slots or waiting in its line."""
+
+    key: str
+    #: The most of its jobs that may hold slots at once (the latest pushed job's limit).
+    limit: int
+    #: The jids of the jobs holding its slots: queued to run, running, or awaiting a retry.
+    holders: list[str]
+    #: How many of its jobs wait in its line for a slot.
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessRecord:
     """A live process's last heartbeat, fields already converted (unreadable ones are 0/None)."""
 
@@ -173,6 +186,12 @@ class ReadBackend(ABC):
     @abstractmethod
     def dead_add(self, encoded: bytes | str, now: float) -> None:
         """Add a job to the dead set (scored ``now``) and trim it as ``set_kill`` does."""
+
+    # Concurrency keys.
+
+    def busy_keys(self, limit: int) -> list[BusyKey]:
+        """Up to ``limit`` keys with jobs holding slots or waiting, those with most waiting first."""
+        raise NotImplementedError  # INTEGRATION: abstract once both backends implement it
 
     # Processes and their busy threads.
 

@@ -339,9 +339,12 @@ class Broker(ABC):
         *,
         transitions: Sequence[str] = (),
         atomic: bool = False,
-    ) -> None:
+    ) -> list[str]:
         """Enqueue jobs (an entry's run-at time in the future schedules it) in one round trip,
-        writing the tracking ``transitions`` first. ``atomic``: all or none."""
+        writing the tracking ``transitions`` first. ``atomic``: all or none.
+
+        Returns the jid the store holds for each entry, in order: the job's own, or, for a
+        unique job whose key was taken, the holder's (and nothing was stored for it)."""
 
     @abstractmethod
     def staging(self, task_id: str) -> Staging: ...

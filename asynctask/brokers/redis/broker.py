@@ -57,12 +57,12 @@ class RedisBroker(Broker):
         *,
         transitions: Sequence[str] = (),
         atomic: bool = False,
-    ) -> None:
+    ) -> list[str]:
         """Push jobs (and record their tracking ``transitions`` first) in one round trip.
 
         ``atomic``: all jobs or none (MULTI/EXEC), for ``create_task``.
         """
-        push_jobs(
+        return push_jobs(
             self.redis,
             self.keys,
             entries,

@@ -32,13 +32,13 @@ def push_jobs(
     transitions: Sequence[str] = (),
     scripts: Scripts | None = None,
     atomic: bool = False,
-) -> None:
+) -> list[str]:
     """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one ``ZADD``.
 
     Each job is scheduled or queued by ``payload.schedule`` (every queued job gets the same
     fresh ``enqueued_at``). Tracking ``transitions`` (encoded) are recorded first, in the same
     pipeline, by the ``record`` script of ``scripts``. ``atomic`` wraps everything in
-    MULTI/EXEC: all jobs or none.
+    MULTI/EXEC: all jobs or none. Returns the jobs' jids, in order.
     """
     now = payload.now()
     by_queue: dict[str, list[str]] = {}
@@ -60,6 +60,7 @@ def push_jobs(
     if scheduled:
         pipe.zadd(keys.schedule, scheduled)
     pipe.execute()
+    return [str(job["jid"]) for job, _ in entries]
 
 
 class RedisStaging(Staging):

@@ -77,14 +77,15 @@ class SqlBroker(Broker):
         *,
         transitions: Sequence[str] = (),
         atomic: bool = False,
-    ) -> None:
+    ) -> list[str]:
         """Insert the jobs (and apply their tracking ``transitions``) in one transaction,
-        so ``atomic`` holds whatever it says."""
+        so ``atomic`` holds whatever it says. Returns the jobs' jids, in order."""
         rows = push_rows(entries, self.settings.max_payload_bytes)
         with self.store.write() as tx:
             self.store.record(tx.connection, transitions)
             self.store.insert_jobs(tx.connection, rows)
             tx.announce(r[1] for r in rows if r[2] == QUEUED)
+        return [str(job["jid"]) for job, _ in entries]
 
     def staging(self, task_id: str) -> SqlStaging:
         return SqlStaging(self.store, self.settings.max_payload_bytes)
