@@ -25,9 +25,10 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -48,6 +49,7 @@ from asynctask import payload
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFound, TaskStateError
+from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
 from asynctask.tracking import transitions
@@ -90,6 +92,7 @@ def create_task(
     meta: Mapping[str, Any] | None = None,
     concurrency_key: str | Callable[[Any], str] | None = None,
     concurrency_limit: int = 1,
+    concurrency_on_failure: Literal["hold", "continue"] = "hold",
 ) -> str:
     """Split ``items`` into jobs of ``chunk_size`` items (each job gets its chunk, a list, as
     its one argument), record the task and its events, push the jobs; return the task id.
@@ -102,12 +105,20 @@ def create_task(
     (items of a key keep their order), and its job carries the key and ``concurrency_limit``:
     at most that many jobs of a key run at once, in the order of their items. With a
     ``tenant`` the key is the tenant's own (``itemkeys.tenant_prefix``).
+    ``concurrency_on_failure="continue"`` lets a key's next job start while a failed one waits
+    for its retry.
+
+    The job's own concurrency key and rate limit (``@job(...)``) apply to each chunk job, with
+    the chunk as its argument; a ``concurrency_key`` given here replaces the job's. Its unique
+    options do not apply: a chunk left out as a duplicate would leave its task unfinished.
     """
     definition = job if isinstance(job, JobDefinition) else client.registry.get(job)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError("chunk_size must be a positive integer")
     if isinstance(concurrency_limit, bool) or not isinstance(concurrency_limit, int) or concurrency_limit < 1:
         raise ValueError("concurrency_limit must be a positive integer")
+    if concurrency_on_failure not in ("hold", "continue"):
+        raise ValueError("concurrency_on_failure must be 'hold' or 'continue'")
     if meta is not None:
         payload.check_args([dict(meta)])
     key_of = ItemKey(concurrency_key, tenant) if concurrency_key is not None else None
@@ -119,6 +130,8 @@ def create_task(
     task_id = new_task_id()
     options = definition.options.merged({"queue": queue}) if queue else definition.options
     head = {**options.payload_head(), "task": task_id}
+    keyed = concurrency_key is not None
+    flow = _chunk_flow(definition, options.flow, keyed, concurrency_limit, concurrency_on_failure)
     created = payload.now()
     at = datetime.fromtimestamp(created, UTC)
     task_row = {
@@ -139,7 +152,7 @@ def create_task(
         "created_at": at,
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
-    jobs = _jobs(client, head, definition.name, created, chunks, concurrency_limit)
+    jobs = _jobs(client, head, definition.name, created, chunks, flow)
     staging = client.broker.staging(task_id)
     staging_error: BaseException | None = None
     try:
@@ -150,8 +163,8 @@ def create_task(
                 while True:
                     encoded = staging.encode(jobs)
                     write_events(jobs)
-                    if key_of is not None:
-                        _write_waiting(connection, jobs, key_of.prefix, at)
+                    if keyed or options.flow.concurrency_key is not None:
+                        _write_waiting(connection, jobs, key_of.prefix if key_of else "", at)
                     try:
                         staging.write(encoded, connection)
                     except client.broker.errors as exc:
@@ -161,7 +174,7 @@ def create_task(
                     chunks = next(batches, None)
                     if chunks is None:
                         break
-                    jobs = _jobs(client, head, definition.name, created, chunks, concurrency_limit)
+                    jobs = _jobs(client, head, definition.name, created, chunks, flow)
             connection.execute(
                 update(Task).where(Task.id == task_id).values(total=total, count_enqueue=total)
             )
@@ -235,31 +248,52 @@ def _raise_at(values: list[Any], position: int) -> None:
             raise TypeError(str(exc).replace("args[0]", f"items[{position + index}]", 1)) from None
 
 
+class _ChunkFlow(NamedTuple):
+    """What sets the flow-control keys of a task's chunk jobs."""
+
+    definition: JobDefinition[Any]
+    #: The job's own options that apply to a chunk (inactive when none do).
+    options: FlowOptions
+    #: Written after the chunk's own key: its limit, and ``concurrency_on_failure``.
+    keyed: dict[str, Any]
+
+    def fields(self, chunk: Chunk) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.options.active:
+            definition = self.definition
+            out = self.options.payload_fields(definition.name, [chunk.items], definition.signature)
+        if chunk.key is None:
+            return out
+        # The chunk's key first, where the job's own would stand (FIELDS order).
+        return {"concurrency_key": chunk.key, **self.keyed, **out}
+
+
+def _chunk_flow(
+    definition: JobDefinition[Any], options: FlowOptions, keyed: bool, limit: int, on_failure: str
+) -> _ChunkFlow:
+    kept = replace(options, unique_for=None, unique_key=None, unique_until=None)
+    if not keyed:
+        return _ChunkFlow(definition, kept, {})
+    kept = replace(kept, concurrency_key=None, concurrency_limit=None, concurrency_on_failure=None)
+    extra: dict[str, Any] = {"concurrency_limit": limit}
+    if on_failure == "continue":
+        extra["concurrency_on_failure"] = "continue"
+    return _ChunkFlow(definition, kept, extra)
+
+
 def _jobs(
-    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[Chunk], limit: int
+    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[Chunk], flow: _ChunkFlow
 ) -> list[payload.JobDict]:
     """One job per chunk, through the client middleware."""
     return [
-        _through_middleware(client, _job(head, chunk, limit, name, jid, created))
+        _through_middleware(
+            client,
+            # Options go before args, where Sidekiq's client puts a job's options.
+            {**head, **flow.fields(chunk), "args": [chunk.items], "class": name, "jid": jid}
+            | {"created_at": created},
+        )
         for chunk, jid in zip(chunks, payload.new_jids(len(chunks)), strict=True)
     ]
-
-
-def _job(
-    head: payload.JobDict, chunk: Chunk, limit: int, name: str, jid: str, created: float
-) -> payload.JobDict:
-    if chunk.key is None:
-        return {**head, "args": [chunk.items], "class": name, "jid": jid, "created_at": created}
-    # Options go before args, where Sidekiq's client puts a job's options.
-    return {
-        **head,
-        "concurrency_key": chunk.key,
-        "concurrency_limit": limit,
-        "args": [chunk.items],
-        "class": name,
-        "jid": jid,
-        "created_at": created,
-    }
 
 
 @contextmanager

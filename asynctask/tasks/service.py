@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Engine
 
@@ -40,6 +40,7 @@ class Tracking:
         meta: Mapping[str, Any] | None = None,
         concurrency_key: str | Callable[[Any], str] | None = None,
         concurrency_limit: int = 1,
+        concurrency_on_failure: Literal["hold", "continue"] = "hold",
     ) -> TaskView:
         task_id = tasks.create_task(
             self.engine,
@@ -52,6 +53,7 @@ class Tracking:
             meta=meta,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
+            concurrency_on_failure=concurrency_on_failure,
         )
         return self.get_task(task_id)
 
@@ -110,6 +112,7 @@ def create_task(
     meta: Mapping[str, Any] | None = None,
     concurrency_key: str | Callable[[Any], str] | None = None,
     concurrency_limit: int = 1,
+    concurrency_on_failure: Literal["hold", "continue"] = "hold",
 ) -> TaskView:
     """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``."""
     return default_tracking().create_task(
@@ -121,6 +124,7 @@ def create_task(
         meta=meta,
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
+        concurrency_on_failure=concurrency_on_failure,
     )
 
 

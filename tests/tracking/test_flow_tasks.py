@@ -161,3 +161,48 @@ def test_numbers_are_spelled_as_json_would() -> None:
     assert key({"a": 7, "b": 1.5}) == "7-1.5"
     assert ItemKey("constant")({"anything": 1}) == "constant"
     assert ItemKey("{a}", tenant="t")({"a": "x"}) == '"t"/x'
+
+
+def test_the_jobs_own_key_and_rate_apply_to_each_chunk_but_not_its_uniqueness(
+    tracking: Tracking, registry: Registry
+) -> None:
+    @job(
+        registry=registry,
+        concurrency_key=lambda items: f"first:{items[0]}",
+        concurrency_limit=2,
+        rate_limit="5/s",
+        unique_for=60,
+    )
+    def limited(items: list[int]) -> None:
+        pass
+
+    seen = recorded(tracking)
+    task = tracking.create_task(limited, [1, 2, 3], chunk_size=2)
+    flow = [{k: v for k, v in j.items() if k.startswith(("concurrency", "rate", "unique"))} for j in seen]
+    assert flow == [
+        {"concurrency_key": "first:1", "concurrency_limit": 2, "rate_limit": "5/s", "rate_key": "limited"},
+        {"concurrency_key": "first:3", "concurrency_limit": 2, "rate_limit": "5/s", "rate_key": "limited"},
+    ]
+    assert [[m.text for m in e.messages] for e in tracking.list_events(task.id).items] == [
+        ["waiting for first:1"],
+        ["waiting for first:3"],
+    ]
+    seen.clear()
+    tracking.create_task(
+        limited, [{"d": 1}], concurrency_key="d{d}", concurrency_limit=4, concurrency_on_failure="continue"
+    )
+    (only,) = seen
+    assert [k for k in only if k.startswith(("concurrency", "rate"))] == [
+        "concurrency_key",
+        "concurrency_limit",
+        "concurrency_on_failure",
+        "rate_limit",
+        "rate_key",
+    ]
+    assert (only["concurrency_key"], only["concurrency_limit"], only["concurrency_on_failure"]) == (
+        "d1",
+        4,
+        "continue",
+    )
+    with pytest.raises(ValueError, match="concurrency_on_failure"):
+        tracking.create_task(limited, [{"d": 1}], concurrency_key="k", concurrency_on_failure="later")
