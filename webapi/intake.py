@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from flask import Request
 
@@ -41,6 +41,8 @@ LISTED_ERRORS = 20
 #: Raw bodies up to this size stay in memory; larger ones go to a temporary file.
 SPOOL_MEMORY = 4 * 1024 * 1024
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+#: Options given as query or form fields that are strings as they are.
+_TEXT_OPTIONS = ("job", "queue", "concurrency_key", "concurrency_on_failure")
 #: The largest ``concurrency_limit``: what every store's integer column holds.
 MAX_CONCURRENCY_LIMIT = 2**31 - 1
 #: In ``repr()``: the escapes of U+0000 and of the surrogates (maybe a literal backslash's).
@@ -68,6 +70,7 @@ class Submission:
     concurrency_key: str | None = None
     key_of: ItemKey | None = None
     concurrency_limit: int = 1
+    concurrency_on_failure: Literal["hold", "continue"] = "hold"
     items: Generator[Any] = field(default_factory=_no_items)
     #: Items read so far (all of them once ``items`` is exhausted).
     counted: list[int] = field(default_factory=lambda: [0])
@@ -224,14 +227,18 @@ def _flow_options(submission: Submission, options: Mapping[str, Any], tenant: st
             f"concurrency_limit must be an integer from 1 to {MAX_CONCURRENCY_LIMIT}",
             {"field": "concurrency_limit"},
         )
+    on_failure = options.get("concurrency_on_failure", "hold")
+    if on_failure not in ("hold", "continue"):
+        raise ApiError(
+            422,
+            "invalid_request",
+            "concurrency_on_failure must be hold or continue",
+            {"field": "concurrency_on_failure"},
+        )
     if template is None:
-        if "concurrency_limit" in options:
-            raise ApiError(
-                422,
-                "invalid_request",
-                "concurrency_limit needs a concurrency_key",
-                {"field": "concurrency_limit"},
-            )
+        for name in ("concurrency_limit", "concurrency_on_failure"):
+            if name in options:
+                raise ApiError(422, "invalid_request", f"{name} needs a concurrency_key", {"field": name})
         return
     if not isinstance(template, str):
         raise ApiError(
@@ -246,6 +253,7 @@ def _flow_options(submission: Submission, options: Mapping[str, Any], tenant: st
         raise ApiError(422, "invalid_concurrency_key", str(exc), {"field": "concurrency_key"}) from None
     submission.concurrency_key = template
     submission.concurrency_limit = limit
+    submission.concurrency_on_failure = on_failure
 
 
 def _integer(value: Any) -> int | None:
@@ -263,7 +271,7 @@ def _options(form: Mapping[str, str], config: ApiConfig) -> dict[str, Any]:
     unknown = sorted(set(form) - (formats.BODY_FIELDS - {"items"}))
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field {unknown[0]!r}", {"field": unknown[0]})
-    options: dict[str, Any] = {k: v for k, v in form.items() if k in ("job", "queue", "concurrency_key")}
+    options: dict[str, Any] = {k: v for k, v in form.items() if k in _TEXT_OPTIONS}
     for name in ("chunk_size", "concurrency_limit"):
         if name in form:
             try:

@@ -44,9 +44,11 @@ def test_json_body_chunks_by_key_and_the_tenant_owns_the_keys(api: Api) -> None:
         ('"acme"/operator:8', 2, [2, 4]),
         ('"acme"/operator:7', 2, [3]),
     ]
+    assert not any("concurrency_on_failure" in j for j in seen)
     seen.clear()
-    assert api.post_json(body, token=api.globex).status_code == 202
+    assert api.post_json({**body, "concurrency_on_failure": "continue"}, token=api.globex).status_code == 202
     assert keyed(seen)[0] == ('"globex"/operator:7', 1, [0, 1])
+    assert {j["concurrency_on_failure"] for j in seen} == {"continue"}
 
 
 def test_the_events_say_which_key_a_job_waits_for(api: Api) -> None:
@@ -63,7 +65,8 @@ def test_csv_and_upload_take_the_options_as_fields(api: Api) -> None:
     seen = pushed(api)
     csv_text = "sku,price,op\nA1,1,x\nA2,2,y\nA3,3,x\n"
     response = api.post(
-        "/api/tasks?job=import_products&chunk_size=5&concurrency_key=op-{op}&concurrency_limit=4",
+        "/api/tasks?job=import_products&chunk_size=5&concurrency_key=op-{op}&concurrency_limit=4"
+        "&concurrency_on_failure=continue",
         data=csv_text,
         content_type="text/csv",
     )
@@ -72,6 +75,7 @@ def test_csv_and_upload_take_the_options_as_fields(api: Api) -> None:
         ('"acme"/op-x', 4, [{"sku": "A1", "price": "1", "op": "x"}, {"sku": "A3", "price": "3", "op": "x"}]),
         ('"acme"/op-y', 4, [{"sku": "A2", "price": "2", "op": "y"}]),
     ]
+    assert {j["concurrency_on_failure"] for j in seen} == {"continue"}
     seen.clear()
     form = {
         "job": "echo",
@@ -104,6 +108,12 @@ def test_without_auth_keys_are_not_prefixed(make_api: Any) -> None:
         ({"concurrency_key": "k", "concurrency_limit": "2"}, "invalid_request", "concurrency_limit"),
         ({"concurrency_key": "k", "concurrency_limit": 2**31}, "invalid_request", "concurrency_limit"),
         ({"concurrency_limit": 2}, "invalid_request", "concurrency_limit"),
+        (
+            {"concurrency_key": "k", "concurrency_on_failure": "skip"},
+            "invalid_request",
+            "concurrency_on_failure",
+        ),
+        ({"concurrency_on_failure": "continue"}, "invalid_request", "concurrency_on_failure"),
     ],
 )
 def test_bad_options_are_refused(api: Api, options: dict[str, Any], code: str, field: str) -> None:

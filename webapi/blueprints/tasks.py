@@ -42,6 +42,7 @@ def create() -> Response:
             meta=submission.meta,
             concurrency_key=submission.concurrency_key,
             concurrency_limit=submission.concurrency_limit,
+            concurrency_on_failure=submission.concurrency_on_failure,
         )
     except ValueError as exc:
         if submission.item_count == 0:
