@@ -1,8 +1,11 @@
 """Every Redis key AsyncTask reads or writes, in one place, with the optional namespace.
 
 Sidekiq's keys keep Sidekiq's names so that Ruby and Python processes share them. The few
-keys that only AsyncTask uses (reliable fetch bookkeeping) start with ``asynctask:`` and are
-never read by Sidekiq.
+keys that only AsyncTask uses (reliable fetch bookkeeping, flow control) start with
+``asynctask:`` and are never read by Sidekiq.
+
+The flow control keys of a job are built from its payload inside the Lua scripts too
+(``brokers/redis/lua/flow.lua``), with the same names as the methods here.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class Keys:
         #: Hash: cancelled task id -> when; ``cancel_generation`` changes on every cancel.
         self.cancelled_tasks = f"{p}asynctask:cancelled"
         self.cancel_generation = f"{p}asynctask:cancelled:generation"
+        #: Hash: concurrency key -> its limit, for the keys that have slot holders or a line.
+        self.lanes = f"{p}asynctask:lanes"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"
@@ -64,6 +69,31 @@ class Keys:
         """Private list of a task's jobs for ``queue`` while ``create_task`` writes them; no
         worker reads it until the publish script moves it onto the queue."""
         return f"{self.prefix}asynctask:staging:{task_id}:{queue}"
+
+    def staging_flow(self, task_id: str) -> str:
+        """Private list of a task's jobs with a concurrency or unique key: published one by
+        one through their key's line and unique key rather than moved as a whole."""
+        return f"{self.prefix}asynctask:staging-flow:{task_id}"
+
+    def lane(self, key: str) -> str:
+        """List: the jobs of concurrency key ``key`` waiting for a slot, oldest first."""
+        return f"{self.prefix}asynctask:lane:{key}"
+
+    def lane_holders(self, key: str) -> str:
+        """Set: the jids holding a slot of concurrency key ``key``."""
+        return f"{self.prefix}asynctask:holders:{key}"
+
+    def rate(self, key: str) -> str:
+        """Sorted set: the starts within the sliding window of rate key ``key`` (score: time)."""
+        return f"{self.prefix}asynctask:rate:{key}"
+
+    def rate_next(self, key: str) -> str:
+        """When the next job postponed by rate key ``key`` is due (spreads out a backlog)."""
+        return f"{self.prefix}asynctask:rate-next:{key}"
+
+    def unique(self, key: str) -> str:
+        """The jid holding unique key ``key``; expires after the job's ``unique_for``."""
+        return f"{self.prefix}asynctask:unique:{key}"
 
     def inflight(self, identity: str, queue: str) -> str:
         """Private list holding the jobs this process fetched from ``queue`` and has not finished."""

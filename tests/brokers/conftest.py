@@ -151,15 +151,18 @@ def runs_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def spawn_worker(settings: Settings, runs_file: Path) -> Iterator[SpawnWorker]:
-    """Start ``python -m asynctask worker -r tests/jobs/broker_jobs.py`` subprocesses.
+    """Start ``python -m asynctask worker -r tests/jobs/broker_jobs.py`` subprocesses (or
+    another job module of tests/jobs/ given as ``jobs``).
 
     Each runs in its own session, so that killing its process group also ends any child it
     started; those still running at teardown are killed.
     """
     procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(concurrency: int = 5, timeout: float = 5.0) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "asynctask", "worker", "-r", str(BROKER_JOBS)]
+    def spawn(
+        concurrency: int = 5, timeout: float = 5.0, jobs: Path = BROKER_JOBS
+    ) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "asynctask", "worker", "-r", str(jobs)]
         command += ["-c", str(concurrency), "-t", str(timeout)]
         env = worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file))
         proc = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)

@@ -18,6 +18,7 @@ from redis.commands.core import Script
 
 from asynctask import payload
 from asynctask.api.backend import (
+    BusyKey,
     Move,
     ProcessRecord,
     ReadBackend,
@@ -27,7 +28,7 @@ from asynctask.api.backend import (
     Stored,
     WorkEntry,
 )
-from asynctask.brokers.redis.scripts import Scripts
+from asynctask.brokers.redis.scripts import Scripts, with_flow
 from asynctask.errors import PayloadError
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -46,14 +47,18 @@ _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 # ARGV[1]  now (the entries' new score)
 # ARGV[2]  entries scored at or below this are older than dead_timeout and are trimmed
 # ARGV[3]  ZREMRANGEBYRANK stop, -(dead_max_jobs + 1): keeps the newest dead_max_jobs
-# ARGV[4]… the members, byte for byte as stored
+# ARGV[4]  the namespace prefix (for flow control's keys)
+# ARGV[5]… the members, byte for byte as stored
 # An entry that is gone from KEYS[1] (moved by the poller or another caller) is skipped, so
-# it is neither added twice nor resurrected. Returns the number of entries moved.
+# it is neither added twice nor resurrected. A killed job ends: it frees its concurrency slot
+# and unique key (flow_end). Returns the number of entries moved.
 KILL = """
+FLOW_PREFIX = ARGV[4]
 local moved = 0
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   if redis.call("zrem", KEYS[1], ARGV[i]) == 1 then
     redis.call("zadd", KEYS[2], ARGV[1], ARGV[i])
+    flow_end(ARGV[i], false)
     moved = moved + 1
   end
 end
@@ -92,9 +97,9 @@ class RedisReader(ReadBackend):
         self.settings = settings
         # Registering a script costs no round trip; the poller's script moves entries to
         # queues so that "retry now" and the poller follow one rule.
-        self._kill: Script = connection.register_script(KILL)
+        self._kill: Script = connection.register_script(with_flow(KILL))
         self._page: Script = connection.register_script(PAGE)
-        self._enqueue: Script = Scripts(connection).enqueue_due
+        self._scripts = Scripts(connection)
 
     # Queues: ``queue:<name>`` lists. Producers LPUSH to the head, workers take from the tail.
 
@@ -137,15 +142,21 @@ class RedisReader(ReadBackend):
         return (row for row in self.queue_rows(name, SCAN_PAGE) if needle in row.raw)
 
     def queue_delete(self, name: str, job: Stored) -> bool:
-        # redis-py's annotation says str; bytes go to Redis unchanged, which is the point here.
-        return int(self.redis.lrem(self.keys.queue(name), 1, job.raw)) > 0  # type: ignore[arg-type]
+        return self._finish(self.keys.queue(name), "queue", job.raw)
 
     def queue_clear(self, name: str) -> int:
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.llen(self.keys.queue(name))
-        pipe.unlink(self.keys.queue(name))
-        pipe.srem(self.keys.queues, name)
-        return int(pipe.execute()[0])
+        return self._clear(self.keys.queue(name), "queue", name)
+
+    def _finish(self, key: str, kind: str, raw: bytes) -> bool:
+        """Remove one exact entry and end its job (frees its concurrency slot and unique key)."""
+        return int(self._scripts.finish(keys=[key], args=[self.keys.prefix, kind, "end", raw])) > 0
+
+    def _clear(self, key: str, kind: str, name: str) -> int:
+        # Under asynctask: so that it is no queue's or set's own name.
+        scratch = f"{self.keys.prefix}asynctask:clearing:{key}"
+        return int(
+            self._scripts.clear(keys=[key, self.keys.queues, scratch], args=[self.keys.prefix, kind, name])
+        )
 
     # Sets: the ``schedule``, ``retry`` and ``dead`` sorted sets.
 
@@ -186,13 +197,10 @@ class RedisReader(ReadBackend):
         return _scored(rows)
 
     def set_delete(self, name: SetName, entry: Scored) -> bool:
-        return int(self.redis.zrem(self.set_key(name), entry.raw)) > 0
+        return self._finish(self.set_key(name), "set", entry.raw)
 
     def set_clear(self, name: SetName) -> int:
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.zcard(self.set_key(name))
-        pipe.unlink(self.set_key(name))
-        return int(pipe.execute()[0])
+        return self._clear(self.set_key(name), "set", name)
 
     def set_enqueue(self, name: SetName, moves: Sequence[Move], now: float) -> int:
         if not moves:
@@ -201,7 +209,9 @@ class RedisReader(ReadBackend):
         pairs: list[bytes | str] = []
         for move in moves:
             pairs += (move.entry.raw, move.replacement)
-        return int(self._enqueue(keys=keys, args=[*pairs, *(m.queue for m in moves)]))
+        return int(
+            self._scripts.enqueue_due(keys=keys, args=[*pairs, *(m.queue for m in moves), self.keys.prefix])
+        )
 
     def set_kill(self, name: SetName, entries: Sequence[Scored], now: float) -> int:
         if not entries:
@@ -214,6 +224,7 @@ class RedisReader(ReadBackend):
                     repr(now),
                     repr(now - s.dead_timeout),
                     -(s.dead_max_jobs + 1),
+                    self.keys.prefix,
                     *(e.raw for e in entries),
                 ],
             )
@@ -226,6 +237,31 @@ class RedisReader(ReadBackend):
         pipe.zremrangebyscore(self.keys.dead, "-inf", now - s.dead_timeout)
         pipe.zremrangebyrank(self.keys.dead, 0, -(s.dead_max_jobs + 1))
         pipe.execute()
+
+    # Concurrency keys: ``asynctask:lanes`` lists every key with slot holders or a line.
+
+    def busy_keys(self, limit: int = 100) -> list[BusyKey]:
+        """Two round trips: the registry, then each key's holders and line length."""
+        registry = self.redis.hgetall(self.keys.lanes)
+        if not registry:
+            return []
+        names = [as_text(key) for key in registry]
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.smembers(self.keys.lane_holders(name))
+            pipe.llen(self.keys.lane(name))
+        replies = pipe.execute()
+        found = [
+            BusyKey(
+                key=name,
+                limit=_int(stored),
+                holders=sorted(as_text(jid) for jid in replies[2 * index]),
+                waiting=int(replies[2 * index + 1]),
+            )
+            for index, (name, stored) in enumerate(zip(names, registry.values(), strict=True))
+        ]
+        found.sort(key=lambda busy: (-busy.waiting, -len(busy.holders), busy.key))
+        return found[:limit]
 
     # Processes: members of ``processes`` whose ``<identity>`` hash has not expired.
 

@@ -58,17 +58,18 @@ class RedisBroker(Broker):
         transitions: Sequence[str] = (),
         atomic: bool = False,
     ) -> list[str]:
-        """Push jobs (and record their tracking ``transitions`` first) in one round trip.
+        """Push jobs (and record their tracking ``transitions`` first) in one round trip;
+        return the jid the store holds for each (the holder's for a taken unique key).
 
         ``atomic``: all jobs or none (MULTI/EXEC), for ``create_task``.
         """
         return push_jobs(
             self.redis,
             self.keys,
+            self.scripts,
             entries,
             self.settings.max_payload_bytes,
             transitions=transitions,
-            scripts=self.scripts,
             atomic=atomic,
         )
 
@@ -102,11 +103,14 @@ class RedisBroker(Broker):
             if transitions:
                 self.scripts.record_transitions(self.keys, pipe, transitions)
             pipe.zadd(self.keys.retry, {payload.dumps_storable(job): at})
-            release(pipe, unit)
+            release(pipe, self.scripts, self.keys, [unit], "retry")
             pipe.execute()
 
     def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
-        """Add a job to the dead set (trimmed by age and count, as Sidekiq does) and release it."""
+        """Add a job to the dead set (trimmed by age and count, as Sidekiq does) and release it.
+
+        A dead job ends: its concurrency slot and unique key are freed, those of the claimed
+        payload (``unit``) or, for a job buried from elsewhere, of ``encoded``."""
         now = payload.now()
         s = self.settings
         pipe = self.redis.pipeline(transaction=True)
@@ -114,12 +118,17 @@ class RedisBroker(Broker):
         pipe.zremrangebyscore(self.keys.dead, "-inf", now - s.dead_timeout)
         pipe.zremrangebyrank(self.keys.dead, 0, -(s.dead_max_jobs + 1))
         if unit is not None:
-            release(pipe, unit)
+            release(pipe, self.scripts, self.keys, [unit])
+        else:
+            self.scripts.finish(
+                keys=[self.keys.dead], args=[self.keys.prefix, "none", "end", encoded], client=pipe
+            )
         pipe.execute()
 
     def release(self, unit: UnitOfWork) -> None:
-        """Drop a job from in-flight without keeping it anywhere (done, skipped or discarded)."""
-        release(self.redis, unit)
+        """Drop a job from in-flight without keeping it anywhere (done, skipped or discarded):
+        it ends, freeing its concurrency slot and unique key."""
+        release(self.redis, self.scripts, self.keys, [unit])
 
     def enqueue_due(self, due_set: DueSet, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
         """Move every due member of ``schedule`` or ``retry`` to its queue; return how many.
@@ -151,7 +160,8 @@ class RedisBroker(Broker):
                 queue_names.append(queue)
             total += int(
                 self.scripts.enqueue_due(
-                    keys=[sorted_set, self.keys.queues, *queue_keys], args=[*pairs, *queue_names]
+                    keys=[sorted_set, self.keys.queues, *queue_keys],
+                    args=[*pairs, *queue_names, self.keys.prefix],
                 )
             )
             if len(members) < DUE_BATCH:

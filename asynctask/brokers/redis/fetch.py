@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import cast
+from typing import Literal, cast
 
 import redis
 from redis.client import Pipeline
@@ -42,10 +42,21 @@ from asynctask.tracking.outbox import Outbox, pack
 SHORT_BLOCK = 0.25
 
 
-def release(conn: redis.Redis | Pipeline, unit: UnitOfWork) -> None:
-    """Remove ``unit`` from its in-flight list (queue the command, on a pipeline)."""
-    # The exact fetched bytes, which may not be valid UTF-8; redis-py's stubs say str only.
-    conn.lrem(str(unit.ref), -1, unit.payload)  # type: ignore[arg-type]
+def release(
+    conn: redis.Redis | Pipeline,
+    scripts: Scripts,
+    keys: Keys,
+    units: Sequence[UnitOfWork],
+    action: Literal["end", "retry"] = "end",
+) -> None:
+    """Remove ``units`` from their in-flight lists (queued, on a pipeline), freeing their
+    concurrency slots and unique keys as ``action`` says (see the ``finish`` script)."""
+    if not units:
+        return
+    args: list[str | bytes] = [keys.prefix]
+    for unit in units:
+        args += ("inflight", action, unit.payload)
+    scripts.finish(keys=[str(unit.ref) for unit in units], args=args, client=conn)
 
 
 #: Seconds between two looks for threads still on their way into BLMOVE while going quiet.
@@ -113,6 +124,7 @@ class ReliableFetch(Fetcher):
             self.identity,
             len(transitions),
             pack(transitions),
+            self.keys.prefix,
             len(acks),
         ]
         for unit in acks:
@@ -161,7 +173,16 @@ class ReliableFetch(Fetcher):
         if generation:
             self.cancel_generation = cast(bytes, generation[0] or b"0")
         # The connection does not decode responses, so the payload arrives as bytes.
-        return UnitOfWork(name, cast(bytes, job), inflight)
+        raw = cast(bytes, job)
+        if (b'"rate_limit"' in raw or b'"unique_until"' in raw) and not self._admit(inflight, raw):
+            return None
+        return UnitOfWork(name, raw, inflight)
+
+    def _admit(self, inflight: str, raw: bytes) -> bool:
+        """The claim-time flow check the claim script makes, for a job BLMOVE claimed: its rate
+        limit (False: it went back to the schedule set) and a unique key held until start. One
+        more round trip, for such jobs only."""
+        return bool(self._scripts.admit(keys=[inflight], args=[self.keys.prefix, raw]))
 
     def interrupt(self) -> None:
         """Unblock this process's threads waiting in BLMOVE (``CLIENT UNBLOCK``: the call
@@ -191,8 +212,7 @@ class ReliableFetch(Fetcher):
         pipe = self.redis.pipeline(transaction=True)
         if transitions:
             self._scripts.record_transitions(self.keys, pipe, transitions)
-        for unit in acks:
-            release(pipe, unit)
+        release(pipe, self._scripts, self.keys, acks)
         pipe.execute()
 
     def requeue(self, units: Sequence[UnitOfWork]) -> int:

@@ -23,44 +23,73 @@ logger = logging.getLogger("asynctask.client")
 STAGING_TTL = 3600
 
 
+def is_flow(job: payload.JobDict) -> bool:
+    """Whether ``job`` is pushed by the flow script: it has a concurrency or unique key."""
+    return "concurrency_key" in job or "unique_key" in job
+
+
 def push_jobs(
     conn: redis.Redis,
     keys: Keys,
+    scripts: Scripts,
     entries: Sequence[tuple[payload.JobDict, float | None]],
     max_payload_bytes: int,
     *,
     transitions: Sequence[str] = (),
-    scripts: Scripts | None = None,
     atomic: bool = False,
 ) -> list[str]:
-    """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one ``ZADD``.
+    """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one
+    ``ZADD``, and one ``push`` script call per job with a concurrency or unique key (through
+    its key's line; not pushed at all if its unique key is held). Returns the jid the store
+    holds for each entry: its own, or the unique key's holder.
 
     Each job is scheduled or queued by ``payload.schedule`` (every queued job gets the same
     fresh ``enqueued_at``). Tracking ``transitions`` (encoded) are recorded first, in the same
-    pipeline, by the ``record`` script of ``scripts``. ``atomic`` wraps everything in
-    MULTI/EXEC: all jobs or none. Returns the jobs' jids, in order.
+    pipeline, by the ``record`` script. ``atomic`` wraps everything in MULTI/EXEC: all jobs or
+    none.
     """
     now = payload.now()
-    by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
-    for job, at in entries:
-        due = payload.schedule(job, at, now)
-        if due is not None:
-            scheduled[payload.dumps_within(job, max_payload_bytes)] = due
-        else:
-            by_queue.setdefault(job["queue"], []).append(payload.dumps_within(job, max_payload_bytes))
     pipe = conn.pipeline(transaction=atomic)
     if transitions:
-        if scripts is None:
-            raise ValueError("recording transitions needs the broker's scripts")
         scripts.record_transitions(keys, pipe, transitions)
-    for queue, encoded in by_queue.items():
-        pipe.sadd(keys.queues, queue)
-        pipe.lpush(keys.queue(queue), *encoded)
+    commands = 1 if transitions else 0
+    by_queue: dict[str, list[str]] = {}
+    scheduled: dict[str, float] = {}
+    #: Entry index -> the index of its push script's reply.
+    flow: dict[int, int] = {}
+
+    def flush() -> int:
+        for queue, batch in by_queue.items():
+            pipe.sadd(keys.queues, queue)
+            pipe.lpush(keys.queue(queue), *batch)
+        count = 2 * len(by_queue)
+        by_queue.clear()
+        return count
+
+    for index, (job, at) in enumerate(entries):
+        due = payload.schedule(job, at, now)
+        encoded = payload.dumps_within(job, max_payload_bytes)
+        if not is_flow(job):
+            if due is not None:
+                scheduled[encoded] = due
+            else:
+                by_queue.setdefault(job["queue"], []).append(encoded)
+            continue
+        # Queued jobs pushed before this one are queued before it, as the caller ordered them.
+        commands += flush()
+        when, delay = ("", 0.0) if due is None else (repr(due), due - now)
+        scripts.push(args=[keys.prefix, encoded, when, repr(delay)], client=pipe)
+        flow[index] = commands
+        commands += 1
+    flush()
     if scheduled:
         pipe.zadd(keys.schedule, scheduled)
-    pipe.execute()
-    return [str(job["jid"]) for job, _ in entries]
+    replies = pipe.execute()
+    jids = [str(job["jid"]) for job, _ in entries]
+    for index, reply in flow.items():
+        holder = replies[reply]
+        jids[index] = holder.decode() if isinstance(holder, bytes) else str(holder)
+    return jids
 
 
 class RedisStaging(Staging):
@@ -82,40 +111,54 @@ class RedisStaging(Staging):
         self.max_payload_bytes = max_payload_bytes
         #: Queue -> jobs its staging list holds (written and acknowledged).
         self.counts: dict[str, int] = {}
-        self._touched: set[str] = set()
+        #: Jobs the flow staging list holds (those with a concurrency or unique key).
+        self.flow_count = 0
+        self._touched: set[str | None] = set()
         self._enqueued_at: float | None = None
 
-    def encode(self, jobs: Sequence[payload.JobDict]) -> dict[str, list[str]]:
-        """The jobs' payloads by queue, in order; raise ValueError for one over the size limit."""
+    def encode(self, jobs: Sequence[payload.JobDict]) -> dict[str | None, list[str]]:
+        """The jobs' payloads by queue, in order, those with a concurrency or unique key under
+        None (they are published one by one); raise ValueError for one over the size limit."""
         if self._enqueued_at is None:
             self._enqueued_at = payload.now()
-        by_queue: dict[str, list[str]] = {}
+        by_queue: dict[str | None, list[str]] = {}
         for job in jobs:
             job["enqueued_at"] = self._enqueued_at
-            by_queue.setdefault(job["queue"], []).append(payload.dumps_within(job, self.max_payload_bytes))
+            target = None if is_flow(job) else job["queue"]
+            by_queue.setdefault(target, []).append(payload.dumps_within(job, self.max_payload_bytes))
         return by_queue
 
-    def write(self, by_queue: dict[str, list[str]], connection: Connection) -> None:
+    def _staging(self, queue: str | None) -> str:
+        if queue is None:
+            return self.keys.staging_flow(self.task_id)
+        return self.keys.staging(self.task_id, queue)
+
+    def write(self, by_queue: dict[str | None, list[str]], connection: Connection) -> None:
         """LPUSH a batch onto the staging lists (one round trip) and renew every list's expiry.
 
         The task's SQL ``connection`` plays no part: Redis publishes after the commit."""
         self._touched.update(by_queue)
         pipe = self.conn.pipeline(transaction=False)
         for queue, encoded in by_queue.items():
-            pipe.lpush(self.keys.staging(self.task_id, queue), *encoded)
+            pipe.lpush(self._staging(queue), *encoded)
         for queue in self._touched:
-            pipe.expire(self.keys.staging(self.task_id, queue), STAGING_TTL)
+            pipe.expire(self._staging(queue), STAGING_TTL)
         pipe.execute()
         for queue, encoded in by_queue.items():
-            self.counts[queue] = self.counts.get(queue, 0) + len(encoded)
+            if queue is None:
+                self.flow_count += len(encoded)
+            else:
+                self.counts[queue] = self.counts.get(queue, 0) + len(encoded)
 
     def publish(self) -> int:
         """Move every staged job onto its queue, atomically; return how many moved.
 
+        Jobs with a concurrency key go through their key's line; a job whose unique key is
+        held (by another job or an earlier one of this task) is dropped, and not counted.
         Fails, moving nothing, if a staging list does not hold exactly what was written.
         """
-        keys = [self.keys.queues]
-        args: list[str | int] = []
+        keys = [self.keys.queues, self.keys.staging_flow(self.task_id)]
+        args: list[str | int] = [self.keys.prefix, self.flow_count]
         for queue, count in self.counts.items():
             keys += [self.keys.staging(self.task_id, queue), self.keys.queue(queue)]
             args += [queue, count]
@@ -126,6 +169,6 @@ class RedisStaging(Staging):
         if not self._touched:
             return
         try:
-            self.conn.delete(*(self.keys.staging(self.task_id, queue) for queue in self._touched))
+            self.conn.delete(*(self._staging(queue) for queue in self._touched))
         except redis.RedisError as exc:
             logger.warning("task %s: could not delete its staged jobs (they expire): %s", self.task_id, exc)

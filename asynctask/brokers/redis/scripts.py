@@ -19,16 +19,29 @@ def _source(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
+def with_flow(source: str) -> str:
+    """A script that acts on flow control's keys: the ``flow`` prelude's functions, then ``source``."""
+    return _source("flow") + "\n" + source
+
+
+def _with_flow(name: str) -> str:
+    return with_flow(_source(name))
+
+
 class Scripts:
     """The scripts bound to one connection pool."""
 
     def __init__(self, conn: redis.Redis) -> None:
-        self.fetch: Script = conn.register_script(_source("fetch"))
+        self.fetch: Script = conn.register_script(_with_flow("fetch"))
         self.requeue: Script = conn.register_script(_source("requeue"))
         self.give_back: Script = conn.register_script(_source("give_back"))
-        self.enqueue_due: Script = conn.register_script(_source("enqueue_due"))
+        self.enqueue_due: Script = conn.register_script(_with_flow("enqueue_due"))
         self.record: Script = conn.register_script(_source("record"))
-        self.publish: Script = conn.register_script(_source("publish"))
+        self.publish: Script = conn.register_script(_with_flow("publish"))
+        self.push: Script = conn.register_script(_with_flow("push"))
+        self.finish: Script = conn.register_script(_with_flow("finish"))
+        self.admit: Script = conn.register_script(_with_flow("admit"))
+        self.clear: Script = conn.register_script(_with_flow("clear"))
 
     def record_transitions(
         self, keys: Keys, conn: redis.Redis | Pipeline, transitions: Sequence[str]

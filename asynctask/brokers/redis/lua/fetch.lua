@@ -11,8 +11,9 @@
 -- ARGV[2]           this process's identity
 -- ARGV[3]           how many transitions ARGV[4] holds (0: none)
 -- ARGV[4]           the transitions' JSON array
--- ARGV[5]           how many acknowledgements follow
--- ARGV[6], ARGV[7]  index in KEYS of an in-flight list, payload to remove from it, ...
+-- ARGV[5]           the namespace prefix (for flow control's keys)
+-- ARGV[6]           how many acknowledgements follow
+-- ARGV[7], ARGV[8]  index in KEYS of an in-flight list, payload to remove from it, ...
 --
 -- A finished job's acknowledgement and its "finish" transition are written together, so a
 -- crash leaves either both (done) or neither (the job runs again and records it again).
@@ -22,32 +23,47 @@
 -- recovery may have unregistered it while this one looked dead, and an unregistered list
 -- would never be recovered if this process then died.
 -- Queues are tried in the order given; a batch drains the first non-empty one before the next.
+-- Flow control: an acknowledged job ends, freeing its concurrency slot (promoting the next
+-- job of its key into its queue) and its unique key; a claimed job over its rate limit goes
+-- back to the schedule set instead of being returned (see flow.lua). Both only decode
+-- payloads that contain the fields' names.
 -- Returns {cancel generation, index in KEYS of the job's queue, payload, index, payload, ...}.
 local batch = tonumber(ARGV[1])
 local transitions = tonumber(ARGV[3])
-local acks = tonumber(ARGV[5])
+FLOW_PREFIX = ARGV[5]
+local acks = tonumber(ARGV[6])
 for i = 1, acks do
-  redis.call("lrem", KEYS[tonumber(ARGV[4 + 2 * i])], -1, ARGV[5 + 2 * i])
+  local job = ARGV[6 + 2 * i]
+  if redis.call("lrem", KEYS[tonumber(ARGV[5 + 2 * i])], -1, job) == 1 then
+    flow_end(job, false)
+  end
 end
 if transitions > 0 then
   local last = redis.call("incrby", KEYS[2], transitions)
   redis.call("xadd", KEYS[1], "*", "s", last - transitions + 1, "d", ARGV[4])
 end
 local claimed = { redis.call("get", KEYS[3]) or "0" }
+-- Postponing is bounded per call, so that a long queue of jobs over their rate limit does
+-- not keep Redis busy in one call; the rest is postponed by the next calls.
+local postpone_budget = 100
 for i = 5, #KEYS, 2 do
   local before = #claimed
-  while #claimed < 2 * batch + 1 do
+  while #claimed < 2 * batch + 1 and postpone_budget > 0 do
     local job = redis.call("lmove", KEYS[i], KEYS[i + 1], "RIGHT", "LEFT")
     if not job then
       break
     end
-    claimed[#claimed + 1] = i
-    claimed[#claimed + 1] = job
+    if flow_claim(job, KEYS[i + 1]) then
+      claimed[#claimed + 1] = i
+      claimed[#claimed + 1] = job
+    else
+      postpone_budget = postpone_budget - 1
+    end
   end
   if #claimed > before then
     redis.call("hset", KEYS[4], KEYS[i + 1], ARGV[2])
   end
-  if #claimed >= 2 * batch + 1 then
+  if #claimed >= 2 * batch + 1 or postpone_budget == 0 then
     break
   end
 end

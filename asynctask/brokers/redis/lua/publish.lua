@@ -1,10 +1,13 @@
 -- Publish a task's staged jobs: move each staging list onto its queue, all of them or none.
 --
 -- KEYS[1]           queues (set of queue names)
--- KEYS[2], KEYS[3]  asynctask:staging:<task>:<a>, queue:<a>   (first queue)
--- KEYS[4], KEYS[5]  asynctask:staging:<task>:<b>, queue:<b>   (next queue), ...
--- ARGV[1], ARGV[2]  queue name <a>, how many jobs its staging list holds
--- ARGV[3], ARGV[4]  queue name <b>, ..., in the order of the keys
+-- KEYS[2]           asynctask:staging-flow:<task>: the jobs with a concurrency or unique key
+-- KEYS[3], KEYS[4]  asynctask:staging:<task>:<a>, queue:<a>   (first queue)
+-- KEYS[5], KEYS[6]  asynctask:staging:<task>:<b>, queue:<b>   (next queue), ...
+-- ARGV[1]           the namespace prefix (for flow control's keys)
+-- ARGV[2]           how many jobs KEYS[2] holds
+-- ARGV[3], ARGV[4]  queue name <a>, how many jobs its staging list holds
+-- ARGV[5], ARGV[6]  queue name <b>, ..., in the order of the keys
 --
 -- A staging list was built by LPUSH in item order, so it reads as one LPUSH of the whole bulk
 -- would leave an empty queue: the first item at the right end, where workers pop. The effects
@@ -14,24 +17,37 @@
 -- popped from the staging list's right end (first items first) and LPUSHed in that order.
 -- Nothing is moved unless every staging list holds exactly its count (a list that expired or
 -- was already published fails the call) and every queue key is a list or absent.
--- Returns the number of jobs moved.
-local n = (#KEYS - 1) / 2
-for i = 1, n do
-  local staged = redis.call("llen", KEYS[2 * i])
-  if staged ~= tonumber(ARGV[2 * i]) then
-    return redis.error_reply(
-      "ERR staging list " .. KEYS[2 * i] .. " holds " .. staged .. " jobs, expected " .. ARGV[2 * i]
-    )
+-- The flow staging list's jobs are pushed one by one, first items first, as a push would:
+-- through their key's line, and not at all when their unique key is held (by another job, or
+-- by an earlier item of the same task).
+-- Returns the number of jobs moved (pushed jobs: duplicates by unique key are not counted).
+FLOW_PREFIX = ARGV[1]
+local n = (#KEYS - 2) / 2
+local function check(staging, expected)
+  local staged = redis.call("llen", staging)
+  if staged ~= tonumber(expected) then
+    return redis.error_reply("ERR staging list " .. staging .. " holds " .. staged .. " jobs, expected " .. expected)
   end
-  local kind = redis.call("type", KEYS[2 * i + 1])["ok"]
+  return nil
+end
+local failed = check(KEYS[2], ARGV[2])
+if failed then
+  return failed
+end
+for i = 1, n do
+  failed = check(KEYS[2 * i + 1], ARGV[2 * i + 2])
+  if failed then
+    return failed
+  end
+  local kind = redis.call("type", KEYS[2 * i + 2])["ok"]
   if kind ~= "none" and kind ~= "list" then
-    return redis.error_reply("WRONGTYPE " .. KEYS[2 * i + 1] .. " is a " .. kind .. ", not a list")
+    return redis.error_reply("WRONGTYPE " .. KEYS[2 * i + 2] .. " is a " .. kind .. ", not a list")
   end
 end
 local moved = 0
 for i = 1, n do
-  local staging, queue = KEYS[2 * i], KEYS[2 * i + 1]
-  redis.call("sadd", KEYS[1], ARGV[2 * i - 1])
+  local staging, queue = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  redis.call("sadd", KEYS[1], ARGV[2 * i + 1])
   if redis.call("exists", queue) == 0 then
     redis.call("rename", staging, queue)
     redis.call("persist", queue)
@@ -44,6 +60,17 @@ for i = 1, n do
       redis.call("lpush", queue, unpack(slice))
     end
   end
-  moved = moved + tonumber(ARGV[2 * i])
+  moved = moved + tonumber(ARGV[2 * i + 2])
+end
+while true do
+  local job = redis.call("rpop", KEYS[2])
+  if not job then
+    break
+  end
+  local decoded = flow_decode(job)
+  local jid = decoded and flow_jid(decoded)
+  if flow_push(job, nil, 0) == jid then
+    moved = moved + 1
+  end
 end
 return moved

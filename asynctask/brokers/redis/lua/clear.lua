@@ -1,0 +1,45 @@
+-- Empty a queue or a sorted set (read API "clear"), ending every job it held: each frees its
+-- concurrency slot (promoting the next job of its key) and its unique key (see flow_end).
+--
+-- KEYS[1]  the queue (list) or sorted set to clear
+-- KEYS[2]  queues (set of queue names)
+-- KEYS[3]  a scratch key the entries are renamed to while they are ended
+-- ARGV[1]  the namespace prefix
+-- ARGV[2]  "queue" or "set"
+-- ARGV[3]  the queue's name (for "queue": it leaves `queues`)
+--
+-- The entries are renamed away first, so that jobs promoted into a cleared queue are kept
+-- (they were not in it), and are then ended 1000 at a time: the memory used stays bounded;
+-- the time is linear in the entries, a string search each (payloads without a flow field
+-- are not decoded).
+-- Returns the number of entries removed.
+FLOW_PREFIX = ARGV[1]
+local queue = ARGV[2] == "queue"
+local count
+if queue then
+  count = redis.call("llen", KEYS[1])
+  redis.call("srem", KEYS[2], ARGV[3])
+else
+  count = redis.call("zcard", KEYS[1])
+end
+if count == 0 then
+  return 0
+end
+redis.call("rename", KEYS[1], KEYS[3])
+while true do
+  local slice
+  if queue then
+    slice = redis.call("rpop", KEYS[3], 1000)
+  else
+    slice = redis.call("zpopmin", KEYS[3], 1000)
+  end
+  if not slice or #slice == 0 then
+    break
+  end
+  -- ZPOPMIN replies member, score, member, score...
+  local step = queue and 1 or 2
+  for i = 1, #slice, step do
+    flow_end(slice[i], false)
+  end
+end
+return count

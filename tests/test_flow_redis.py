@@ -1,0 +1,329 @@
+"""Redis flow control mechanics: slot accounting on every end path, lines, the due poller's
+routing, rate-limit postponing, unique keys, and scripts that never fail on a bad payload.
+
+The shared suite (tests/brokers/test_flow*.py) proves the behaviour through workers; these
+look at the keys, where a leaked slot or a script error shows at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from asynctask import Settings, payload
+from asynctask.api.backend import Move, Scored, Stored
+from asynctask.api.backends.redis import RedisReader
+from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers.redis.fetch import ReliableFetch
+
+
+@pytest.fixture
+def broker(settings: Settings) -> Iterator[RedisBroker]:
+    made = RedisBroker(settings)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def fetch(broker: RedisBroker) -> ReliableFetch:
+    return broker.fetcher("proc-1")
+
+
+def job(jid: str, **flow: Any) -> payload.JobDict:
+    return {"class": "X", "args": [], "jid": jid, "queue": "default", "retry": True, **flow}
+
+
+def keyed(jid: str, key: str = "k", limit: int = 1, **more: Any) -> payload.JobDict:
+    return job(jid, concurrency_key=key, concurrency_limit=limit, **more)
+
+
+def jids(raws: list[bytes]) -> list[str]:
+    return [json.loads(raw)["jid"] for raw in raws]
+
+
+def queued(broker: RedisBroker, queue: str = "default") -> list[str]:
+    """Jids in a queue, next to run first."""
+    return jids(broker.redis.lrange(broker.keys.queue(queue), 0, -1))[::-1]
+
+
+def line(broker: RedisBroker, key: str = "k") -> list[str]:
+    return jids(broker.redis.lrange(broker.keys.lane(key), 0, -1))
+
+
+def holders(broker: RedisBroker, key: str = "k") -> set[str]:
+    return {m.decode() for m in broker.redis.smembers(broker.keys.lane_holders(key))}
+
+
+def claim(fetch: ReliableFetch, wanted: int = 1, acks: list[UnitOfWork] | None = None) -> list[UnitOfWork]:
+    return fetch.claim(wanted, acks or [], [])
+
+
+def due_now(broker: RedisBroker, set_name: str) -> None:
+    """Make every member of the retry or schedule set due, then run the poller's step."""
+    key = broker.keys.retry if set_name == "retry" else broker.keys.schedule
+    for member in broker.redis.zrange(key, 0, -1):
+        broker.redis.zadd(key, {member: 1})
+    broker.enqueue_due("retry" if set_name == "retry" else "schedule", payload.loads)
+
+
+def test_extra_jobs_of_a_key_wait_in_its_line_not_in_the_queue(broker: RedisBroker) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None), (job("free"), None), (keyed("c"), None)])
+    assert queued(broker) == ["a", "free"]
+    assert line(broker) == ["b", "c"]
+    assert holders(broker) == {"a"}
+    assert broker.redis.hget(broker.keys.lanes, "k") == b"1"
+
+
+def test_the_claim_that_acknowledges_a_job_promotes_and_claims_the_next(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None), (keyed("c"), None)])
+    [a] = claim(fetch)
+    # One round trip: the ack frees a's slot, b is promoted to the queue and claimed.
+    [b] = claim(fetch, acks=[a])
+    assert json.loads(b.payload)["jid"] == "b"
+    assert holders(broker) == {"b"}
+    assert line(broker) == ["c"]
+    [c] = claim(fetch, acks=[b])
+    claim(fetch, acks=[c])
+    assert holders(broker) == set()
+    # A key with nothing holding or waiting leaves the registry.
+    assert not broker.redis.exists(broker.keys.lanes, broker.keys.lane("k"))
+
+
+def test_a_higher_limit_pushed_later_promotes_waiting_jobs_in_order(broker: RedisBroker) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None), (keyed("c"), None)])
+    broker.push([(keyed("d", limit=3), None)])
+    assert queued(broker) == ["a", "b", "c"]
+    assert line(broker) == ["d"]
+
+
+@pytest.mark.parametrize("end", ["release", "kill", "settle"])
+def test_every_end_path_frees_the_slot(broker: RedisBroker, fetch: ReliableFetch, end: str) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    if end == "release":
+        broker.release(a)
+    elif end == "kill":
+        broker.kill(a, payload.dumps_storable(payload.loads(a.payload)))
+    else:
+        fetch.settle([a], [])
+    assert holders(broker) == {"b"}
+    assert queued(broker) == ["b"]
+    assert broker.redis.llen(str(a.ref)) == 0
+
+
+def test_an_end_for_a_job_no_longer_held_frees_nothing(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    # Recovered by another process meanwhile: back in the queue, still holding its slot.
+    fetch.requeue_all(forget=False)
+    broker.release(a)
+    assert holders(broker) == {"a"}
+    assert queued(broker) == ["a"]
+    assert line(broker) == ["b"]
+
+
+def test_retry_under_hold_keeps_the_slot_and_returns_straight_to_the_queue(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() + 60)
+    assert holders(broker) == {"a"}
+    assert line(broker) == ["b"]
+    due_now(broker, "retry")
+    assert queued(broker) == ["a"]
+    assert line(broker) == ["b"]
+
+
+def test_retry_under_continue_frees_the_slot_and_rejoins_the_line(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    more = {"concurrency_on_failure": "continue"}
+    broker.push([(keyed("a", **more), None), (keyed("b", **more), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() + 60)
+    assert holders(broker) == {"b"}
+    assert queued(broker) == ["b"]
+    due_now(broker, "retry")
+    assert line(broker) == ["a"]
+    assert queued(broker) == ["b"]
+
+
+def test_a_due_scheduled_keyed_job_enters_its_line(broker: RedisBroker) -> None:
+    broker.push([(keyed("a"), None), (keyed("later"), payload.now() + 60)])
+    assert holders(broker) == {"a"}
+    due_now(broker, "schedule")
+    assert line(broker) == ["later"]
+    assert queued(broker) == ["a"]
+
+
+def test_give_back_and_recovery_keep_the_slot(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    assert fetch.requeue([a]) == 1
+    assert holders(broker) == {"a"}
+    [a] = claim(fetch)
+    broker.redis.delete(broker.keys.process("proc-1"))
+    assert broker.recover_orphans("proc-2") == 1
+    assert holders(broker) == {"a"}
+    assert queued(broker) == ["a"]
+    assert line(broker) == ["b"]
+
+
+MALFORMED = [
+    b'not json "concurrency_key" "rate_limit" "unique_key" "unique_until"',
+    b'["concurrency_key", "rate_limit", "unique_key"]',
+    b'{"jid":"m1","concurrency_key":5,"concurrency_limit":1,"rate_limit":7,"rate_key":"r"}',
+    b'{"jid":"m2","concurrency_key":"k","concurrency_limit":"1","rate_limit":"x/s","rate_key":"r"}',
+    b'{"jid":"m3","concurrency_key":"k","concurrency_limit":-2,"rate_limit":"0/s","rate_key":"r"}',
+    b'{"jid":["x"],"concurrency_key":"k","concurrency_limit":1,"unique_key":{},"unique_until":"start"}',
+    b'{"jid":"m4","concurrency_key":"k","concurrency_limit":1,"rate_limit":"2/d","rate_key":[]}',
+    b'{"jid":"m5","concurrency_key":null,"unique_key":null,"unique_until":null,"rate_limit":null}',
+    b'{"jid":"m6","concurrency_key":"k","concurrency_limit":1e999,"unique_key":"u","unique_for":"x"}',
+    b'{"concurrency_key":' + b"[" * 2000 + b"]" * 2000 + b"}",
+]
+
+
+def test_malformed_flow_payloads_never_make_a_script_fail(
+    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+) -> None:
+    reader = RedisReader(broker.redis, broker.keys, settings)
+    queue = broker.keys.queue("default")
+    broker.redis.lpush(queue, *MALFORMED)
+    claimed = claim(fetch, wanted=len(MALFORMED))
+    # Every one is claimed as an ordinary job (the processor buries what it cannot run).
+    assert sorted(u.payload for u in claimed) == sorted(MALFORMED)
+    assert claim(fetch, acks=claimed) == []
+    for raw in MALFORMED:
+        broker.redis.lpush(queue, raw)
+        unit = fetch.wait(0)
+        assert unit is not None and unit.payload == raw
+        broker.retry_at(unit, {"class": "X", "args": [], "jid": "r"}, payload.now() - 1)
+        text = raw.decode()
+        broker.redis.zadd(broker.keys.schedule, {raw: 1})
+        assert reader.set_enqueue("schedule", [Move(Scored(raw, 1), text, "default")], payload.now()) == 1
+        assert broker.redis.lrange(queue, 0, -1) == [raw]
+        assert reader.queue_delete("default", Stored(raw)) is True
+        broker.redis.lpush(queue, raw)
+        assert reader.queue_clear("default") == 1
+        broker.kill(None, text)
+        broker.redis.zadd(broker.keys.schedule, {raw: 1})
+        assert reader.set_kill("schedule", [Scored(raw, 1)], payload.now()) == 1
+        assert reader.set_clear("dead") == 1
+    assert not broker.redis.exists(broker.keys.lanes)
+
+
+def test_a_unique_key_stores_one_job_and_answers_with_the_holder(broker: RedisBroker) -> None:
+    first = job("a", unique_key="u", unique_for=30)
+    assert broker.push([(first, None), (job("b", unique_key="u", unique_for=30), None)]) == ["a", "a"]
+    assert queued(broker) == ["a"]
+    ttl = broker.redis.pttl(broker.keys.unique("u"))
+    assert 29_000 < ttl <= 30_000
+
+
+def test_a_scheduled_unique_job_holds_its_key_for_its_delay_too(broker: RedisBroker) -> None:
+    broker.push([(job("a", unique_key="u", unique_for=30), payload.now() + 100)])
+    assert 129_000 < broker.redis.pttl(broker.keys.unique("u")) <= 130_000
+
+
+def test_unique_until_done_is_released_at_the_end_not_at_a_retry(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    broker.push([(job("a", unique_key="u", unique_for=30), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert broker.redis.get(broker.keys.unique("u")) == b"a"
+    due_now(broker, "retry")
+    [a] = claim(fetch)
+    claim(fetch, acks=[a])
+    assert not broker.redis.exists(broker.keys.unique("u"))
+
+
+def test_unique_until_start_is_released_at_the_claim_by_either_path(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    more = {"unique_key": "u", "unique_for": 30, "unique_until": "start"}
+    broker.push([(job("a", **more), None)])
+    claim(fetch)
+    assert not broker.redis.exists(broker.keys.unique("u"))
+    broker.push([(job("b", **more), None)])
+    assert fetch.wait(0) is not None
+    assert not broker.redis.exists(broker.keys.unique("u"))
+
+
+def test_an_old_job_never_releases_a_newer_holder(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    broker.push([(job("a", unique_key="u", unique_for=30), None)])
+    [a] = claim(fetch)
+    broker.redis.set(broker.keys.unique("u"), "newer")
+    claim(fetch, acks=[a])
+    assert broker.redis.get(broker.keys.unique("u")) == b"newer"
+
+
+def test_jobs_over_the_rate_limit_are_postponed_spread_out(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    rated = {"rate_limit": "2/m", "rate_key": "api"}
+    broker.push([(job(f"j{i}", **rated), None) for i in range(5)])
+    started = payload.now()
+    claimed = claim(fetch, wanted=5)
+    assert jids([u.payload for u in claimed]) == ["j0", "j1"]
+    postponed = broker.redis.zrange(broker.keys.schedule, 0, -1, withscores=True)
+    assert jids([raw for raw, _ in postponed]) == ["j2", "j3", "j4"]
+    dues = [float(score) - started for _, score in postponed]
+    # Due when the first start leaves the window, then one every window / N.
+    assert dues == pytest.approx([60, 90, 120], abs=1)
+    # Unchanged: not failed, no retry count.
+    assert all("retry_count" not in json.loads(raw) for raw, _ in postponed)
+    assert broker.redis.llen(str(claimed[0].ref)) == 2
+
+
+def test_a_rate_limited_job_claimed_by_the_blocking_path_is_postponed_too(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    rated = {"rate_limit": "1/h", "rate_key": "api"}
+    broker.push([(job("a", **rated), None), (job("b", **rated), None)])
+    assert fetch.wait(0) is not None
+    assert fetch.wait(0) is None
+    assert broker.redis.zcard(broker.keys.schedule) == 1
+    assert broker.redis.llen(broker.keys.inflight("proc-1", "default")) == 1
+
+
+def test_a_postponed_keyed_job_keeps_its_slot_and_returns_to_its_queue(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    rated = {"rate_limit": "1/h", "rate_key": "api"}
+    broker.push([(job("x", **rated), None), (keyed("a", **rated), None), (keyed("b"), None)])
+    assert jids([u.payload for u in claim(fetch, wanted=3)]) == ["x"]
+    assert holders(broker) == {"a"}
+    broker.redis.delete(broker.keys.rate("api"))
+    due_now(broker, "schedule")
+    assert queued(broker) == ["a"]
+    assert line(broker) == ["b"]
+
+
+def test_read_api_removals_free_slots_and_retry_now_goes_through_the_line(
+    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+) -> None:
+    reader = RedisReader(broker.redis, broker.keys, settings)
+    broker.push([(keyed(j), None) for j in "abcde"])
+    raw_a = broker.redis.lindex(broker.keys.queue("default"), -1)
+    assert reader.queue_delete("default", Stored(raw_a)) is True
+    assert holders(broker) == {"b"}
+    assert reader.queue_clear("default") == 1
+    # The job promoted by the clear was waiting, not in the queue: it is kept.
+    assert queued(broker) == ["c"]
+    [c] = claim(fetch)
+    broker.retry_at(c, payload.loads(c.payload) | {"retry_count": 0}, payload.now() + 60)
+    [(raw_c, score)] = broker.redis.zrange(broker.keys.retry, 0, -1, withscores=True)
+    assert reader.set_kill("retry", [Scored(raw_c, score)], payload.now()) == 1
+    assert holders(broker) == {"d"}
+    [(dead_c, dead_score)] = broker.redis.zrange(broker.keys.dead, 0, -1, withscores=True)
+    moves = [Move(Scored(dead_c, dead_score), dead_c.decode(), "default")]
+    assert reader.set_enqueue("dead", moves, payload.now()) == 1
+    assert line(broker) == ["e", "c"]
+    busy = reader.busy_keys()
+    assert [(b.key, b.limit, b.holders, b.waiting) for b in busy] == [("k", 1, ["d"], 2)]
