@@ -165,3 +165,54 @@ def test_a_csv_row_without_a_key_names_its_line(api: Api) -> None:
     )
     assert error_of(response)["details"] == {"field": "concurrency_limit"}
     assert_nothing_written(api)
+
+
+# --- GET /api/keys ----------------------------------------------------------------------
+
+
+def jids_of(api: Api, task_id: str, token: str | None = None) -> list[str]:
+    return [e["job_id"] for e in api.get(f"/api/tasks/{task_id}/events", token).get_json()["items"]]
+
+
+def test_keys_list_the_tenants_own_busy_keys(api: Api) -> None:
+    body = {"job": "echo", "items": [{"op": 7}] * 3, "concurrency_key": "operator:{op}"}
+    acme = jids_of(api, api.post_json(body).get_json()["task_id"])
+    other = {**body, "items": [{"op": 7}, {"op": 9}], "concurrency_limit": 2}
+    globex = jids_of(api, api.post_json(other, token=api.globex).get_json()["task_id"], api.globex)
+
+    response = api.get("/api/keys")
+    assert response.status_code == 200
+    assert response.get_json() == {
+        "items": [{"key": "operator:7", "limit": 1, "holding": 1, "holders": acme[:1], "waiting": 2}]
+    }
+    items = api.get("/api/keys", token=api.globex).get_json()["items"]
+    assert sorted(items, key=lambda k: k["key"]) == [
+        {"key": "operator:7", "limit": 2, "holding": 1, "holders": globex[:1], "waiting": 0},
+        {"key": "operator:9", "limit": 2, "holding": 1, "holders": globex[1:], "waiting": 0},
+    ]
+    assert len(api.get("/api/keys?limit=1", token=api.globex).get_json()["items"]) == 1
+    assert api.http.get("/api/keys").status_code == 401
+
+
+@pytest.mark.parametrize("limit", ["0", "1001", "x", "-1", ""])
+def test_keys_limit_is_bounded(api: Api, limit: str) -> None:
+    response = api.get(f"/api/keys?limit={limit}")
+    assert response.status_code == 422
+    assert error_of(response)["details"] == {"field": "limit"}
+
+
+def test_keys_list_at_most_so_many_holders(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("webapi.blueprints.keys.MAX_HOLDERS", 2)
+    body = {"job": "echo", "items": [{"op": 1}] * 3, "concurrency_key": "{op}", "concurrency_limit": 5}
+    jids = jids_of(api, api.post_json(body).get_json()["task_id"])
+    (key,) = api.get("/api/keys").get_json()["items"]
+    assert (key["holding"], key["waiting"], len(key["holders"])) == (3, 0, 2)
+    assert set(key["holders"]) < set(jids)
+
+
+def test_without_auth_every_key_is_listed_as_stored(make_api: Any, api: Api) -> None:
+    api.post_json({"job": "echo", "items": [{"op": 1}], "concurrency_key": "{op}"})
+    open_api = make_api(auth=False)
+    open_api.http.post("/api/tasks", json={"job": "echo", "items": [{"op": 2}], "concurrency_key": "{op}"})
+    keys = sorted(k["key"] for k in open_api.http.get("/api/keys").get_json()["items"])
+    assert keys == ['"acme"/1', "2"]
