@@ -9,7 +9,7 @@ settings' broker URL), or nothing for the default client's.
 
 from asynctask.api.backend import BusyKey, Snapshot
 from asynctask.api.context import Context
-from asynctask.api.keys import BusyKeys
+from asynctask.api.keys import BusyKeys, busy_keys
 from asynctask.api.processes import Process, ProcessSet
 from asynctask.api.queues import Queue
 from asynctask.api.records import JobRecord
@@ -35,4 +35,5 @@ __all__ = [
     "Stats",
     "Work",
     "WorkSet",
+    "busy_keys",
 ]

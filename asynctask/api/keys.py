@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from redis import Redis
+
 from asynctask.api.backend import BusyKey
 from asynctask.api.context import Reader
+from asynctask.keys import Keys
+from asynctask.settings import Settings
 
 #: Busy keys read from the store when only those under a prefix are wanted: the store orders
 #: keys by how busy they are, not by name, so the prefix is applied to the busiest this many.
@@ -32,3 +36,15 @@ class BusyKeys(Reader):
             if busy.key.startswith(prefix)
         ]
         return found[:limit]
+
+
+def busy_keys(
+    limit: int = 100,
+    *,
+    prefix: str = "",
+    connection: Redis | None = None,
+    keys: Keys | None = None,
+    settings: Settings | None = None,
+) -> list[BusyKey]:
+    """``BusyKeys(connection, keys, settings=settings).busiest(limit, prefix=prefix)``."""
+    return BusyKeys(connection, keys, settings=settings).busiest(limit, prefix=prefix)

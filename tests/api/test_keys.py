@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from asynctask import Client
-from asynctask.api import BusyKey, BusyKeys
+from asynctask.api import BusyKey, BusyKeys, busy_keys
 from tests.api.stores import Store
 
 
@@ -33,6 +33,7 @@ def test_busy_keys_show_holders_and_waiting(store: Store, store_client: Client) 
     assert keys.busiest(1) == busy[:1]
     assert keys.busiest(prefix='"acme"/') == [BusyKey("operator:7", 1, [mine], 0)]
     assert keys.busiest(prefix='"globex"/') == []
+    assert busy_keys(2, settings=store.settings) == busy[:2]
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, 1.5])
