@@ -359,7 +359,11 @@ def _schemas() -> dict[str, Schema]:
             "task_id": _string(),
             "job": _string(),
             "items": _integer(1, description="Items received."),
-            "jobs": _integer(1, description="Jobs enqueued (items / chunk_size, rounded up)."),
+            "jobs": _integer(
+                1,
+                description="Jobs enqueued: items / chunk_size, rounded up, or more with a "
+                "concurrency_key (a chunk holds items of one key).",
+            ),
             "chunk_size": _integer(1),
             "status": _string(enum=[s.value for s in TaskStatus]),
             "urls": _ref("Urls"),
