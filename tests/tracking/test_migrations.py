@@ -31,7 +31,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0003"
+HEAD = "0004"
 
 
 @pytest.fixture

@@ -8,12 +8,18 @@ and ``dead``, scored by ``run_at``, ordered by (run_at, id).
 Every action on an entry is one conditional statement on the row's id, state and score; its
 row count says whether the entry was still there, so a click racing the poller or another
 click moves a job once or not at all.
+
+An action that removes jobs (delete, clear, kill) ends them for flow control: their unique
+holds are released and their keys' slots go to the next jobs of the keys' lines, in the
+action's transaction. A job moved back to a queue that holds no slot of its key (dead, or
+retrying with ``concurrency_on_failure="continue"``) enters its key's line instead.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import date
 from typing import Any
 
@@ -38,6 +44,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from asynctask import payload
 from asynctask.api.backend import (
+    BusyKey,
     Move,
     ProcessRecord,
     ReadBackend,
@@ -50,15 +57,19 @@ from asynctask.api.backend import (
 from asynctask.brokers.sql.broker import SqlBroker
 from asynctask.brokers.sql.models import (
     DEAD,
+    LANE,
     QUEUED,
     RETRY,
     SCHEDULED,
+    Lane,
     ProcessSignal,
     QueuedJob,
     StatCounter,
+    UniqueHold,
     WorkerProcess,
 )
 from asynctask.brokers.sql.statements import CLAIMABLE, IN_A_SET
+from asynctask.brokers.sql.store import Tx
 from asynctask.settings import Settings
 
 J = QueuedJob
@@ -92,6 +103,7 @@ class SqlReader(ReadBackend):
         self._broker = SqlBroker(settings, engine)
         self._store = self._broker.store
         self._sql = self._store.sql
+        self._flow = self._broker.flow
 
     # Queues.
 
@@ -131,12 +143,13 @@ class SqlReader(ReadBackend):
         where = _one_row(job.ref, job.raw, J.queue == name, _WAITING)
         if where is None:
             return False
-        with self._store.write() as tx:
+        with self._store.write() as tx, self._ending(tx, *where):
             return tx.connection.execute(delete(J).where(*where)).rowcount > 0
 
     def queue_clear(self, name: str) -> int:
-        with self._store.write() as tx:
-            return int(tx.connection.execute(delete(J).where(J.queue == name, _WAITING)).rowcount)
+        where = (J.queue == name, _WAITING)
+        with self._store.write() as tx, self._ending(tx, *where):
+            return int(tx.connection.execute(delete(J).where(*where)).rowcount)
 
     # Sets.
 
@@ -208,11 +221,11 @@ class SqlReader(ReadBackend):
         where = _one_row(entry.ref, entry.raw, _in_set(name), J.run_at == entry.score)
         if where is None:
             return False
-        with self._store.write() as tx:
+        with self._store.write() as tx, self._ending(tx, *where):
             return tx.connection.execute(delete(J).where(*where)).rowcount > 0
 
     def set_clear(self, name: SetName) -> int:
-        with self._store.write() as tx:
+        with self._store.write() as tx, self._ending(tx, _in_set(name)):
             return int(tx.connection.execute(delete(J).where(_in_set(name))).rowcount)
 
     def set_enqueue(self, name: SetName, moves: Sequence[Move], now: float) -> int:
@@ -220,6 +233,7 @@ class SqlReader(ReadBackend):
         as they are for any new job."""
         moved = 0
         queues: set[str] = set()
+        lanes: set[str] = set()
         with self._store.write() as tx:
             conn = tx.connection
             for move in moves:
@@ -227,8 +241,13 @@ class SqlReader(ReadBackend):
                 where = _one_row(entry.ref, entry.raw, _in_set(name), J.run_at == entry.score)
                 if where is None:
                     continue
+                # The row first, then its key (the order the poller locks them in).
+                lane = conn.execute(select(J.lane).where(*where).with_for_update()).scalar()
+                if lane is not None:
+                    self._flow.lock_lanes(conn, [lane])
+                    lanes.add(lane)
                 values = {
-                    "state": QUEUED,
+                    "state": case((and_(J.lane.is_not(None), J.holds.is_(False)), LANE), else_=QUEUED),
                     "queue": move.queue,
                     "run_at": now,
                     "payload": move.replacement,
@@ -239,6 +258,7 @@ class SqlReader(ReadBackend):
                     moved += 1
                     queues.add(move.queue)
             tx.announce(queues)
+            tx.announce(self._flow.promote(conn, lanes, now))
         return moved
 
     def set_kill(self, name: SetName, entries: Sequence[Scored], now: float) -> int:
@@ -248,10 +268,55 @@ class SqlReader(ReadBackend):
             for entry in entries:
                 where = _one_row(entry.ref, entry.raw, _in_set(name), J.run_at == entry.score)
                 if where is not None:
-                    moved += conn.execute(update(J).where(*where).values(state=DEAD, run_at=now)).rowcount
+                    with self._ending(tx, *where):
+                        dead = update(J).where(*where).values(state=DEAD, run_at=now, holds=False)
+                        moved += conn.execute(dead).rowcount
             if moved:
                 self._trim_dead(conn, now)
         return moved
+
+    @contextmanager
+    def _ending(self, tx: Tx, *where: Condition) -> Iterator[None]:
+        """Around a statement that ends the rows ``where`` selects: release the unique keys
+        their jobs hold, lock their concurrency keys; after it, promote from those keys."""
+        conn = tx.connection
+        conn.execute(delete(UniqueHold).where(UniqueHold.jid.in_(select(J.jid).where(*where))))
+        found = conn.scalars(select(J.lane).where(*where, J.lane.is_not(None)).distinct())
+        lanes = sorted(str(lane) for lane in found)
+        self._flow.lock_lanes(conn, lanes)
+        yield
+        tx.announce(self._flow.promote(conn, lanes))
+
+    # Concurrency keys.
+
+    def busy_keys(self, limit: int) -> list[BusyKey]:
+        """Keys with slot holders or waiting jobs, most waiting first (then most holders).
+        One probe of the line and holder indexes per key."""
+        waiting = (
+            select(func.count()).where(J.lane == Lane.digest, text(f"state = '{LANE}'")).scalar_subquery()
+        )
+        holding = select(func.count()).where(J.lane == Lane.digest, J.holds).scalar_subquery()
+        busy = select(
+            Lane.digest, Lane.key, Lane.lim, waiting.label("waiting"), holding.label("holding")
+        ).subquery()
+        query = (
+            select(busy)
+            .where(or_(busy.c.waiting > 0, busy.c.holding > 0))
+            .order_by(busy.c.waiting.desc(), busy.c.holding.desc(), busy.c.key)
+            .limit(limit)
+        )
+        with self._store.read() as conn:
+            keys = conn.execute(query).all()
+            digests = [row.digest for row in keys]
+            holders: dict[str, list[str]] = {d: [] for d in digests}
+            if digests:
+                found = select(J.lane, J.jid).where(J.holds, J.lane.in_(digests)).order_by(J.id)
+                for lane, jid in conn.execute(found):
+                    holders[str(lane)].append(jid)
+        return [
+            BusyKey(key=row.key, limit=int(row.lim), holders=holders[row.digest], waiting=int(row.waiting))
+            for row in keys
+        ]
 
     def dead_add(self, encoded: bytes | str, now: float) -> None:
         # Exactly the broker's burial of a job (its row, then the trim).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from asynctask import payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.sql import processes
 from asynctask.brokers.sql.fetch import SqlFetcher
+from asynctask.brokers.sql.flow import Flow, is_flow
+from asynctask.brokers.sql.flowjob import LaneOf, lane_of
 from asynctask.brokers.sql.models import DEAD, QUEUED, RETRY, SCHEDULED
 from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
@@ -37,6 +40,8 @@ DUE_BATCH = 100
 #: Connections beyond the processor threads: heartbeat, poller, recovery, a client push, and
 #: the burial a poller's rewrite may do while its batch's transaction is open.
 SPARE_CONNECTIONS = 5
+#: Seconds between two flow-control sweeps of one process (they follow orphan recovery).
+SWEEP_INTERVAL = 30.0
 
 
 class SqlBroker(Broker):
@@ -58,6 +63,8 @@ class SqlBroker(Broker):
             )
         )
         self.store = Store(self.engine)
+        self.flow = Flow(self.store.sql)
+        self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
         self._fetchers: list[SqlFetcher] = []
 
@@ -79,23 +86,32 @@ class SqlBroker(Broker):
         atomic: bool = False,
     ) -> list[str]:
         """Insert the jobs (and apply their tracking ``transitions``) in one transaction,
-        so ``atomic`` holds whatever it says. Returns the jobs' jids, in order."""
+        so ``atomic`` holds whatever it says. A job whose unique key is held is not stored:
+        its holder's jid is returned in its place."""
         rows = push_rows(entries, self.settings.max_payload_bytes)
         with self.store.write() as tx:
             self.store.record(tx.connection, transitions)
-            self.store.insert_jobs(tx.connection, rows)
-            tx.announce(r[1] for r in rows if r[2] == QUEUED)
-        return [str(job["jid"]) for job, _ in entries]
+            pairs = [(job, r) for (job, _), r in zip(entries, rows, strict=True)]
+            if not any(r[7] is not None or "unique_key" in job for job, r in pairs):
+                self.store.insert_jobs(tx.connection, rows)
+                tx.announce(r[1] for r in rows if r[2] == QUEUED)
+                return [str(job["jid"]) for job, _ in entries]
+            now = payload.now()
+            stored, kept, lanes = self.flow.admit(tx.connection, pairs, now)
+            self.store.insert_jobs(tx.connection, kept)
+            tx.announce(r[1] for r in kept if r[2] == QUEUED)
+            tx.announce(self.flow.promote(tx.connection, lanes, now))
+        return stored
 
     def staging(self, task_id: str) -> SqlStaging:
-        return SqlStaging(self.store, self.settings.max_payload_bytes)
+        return SqlStaging(self.store, self.flow, self.settings.max_payload_bytes)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> SqlFetcher:
         queues = list(dict.fromkeys(q.name for q in self.settings.queues))
         wake: Wake = (
             PgListener(self.engine, queues) if self.store.postgres else SqlitePoll(self.store, queues)
         )
-        fetcher = SqlFetcher(self.store, identity, self.settings, wake, outbox)
+        fetcher = SqlFetcher(self.store, self.flow, identity, self.settings, wake, outbox)
         self._fetchers.append(fetcher)
         return fetcher
 
@@ -103,11 +119,21 @@ class SqlBroker(Broker):
         self, unit: UnitOfWork, job: payload.JobDict, at: float, outbox: Outbox | None = None
     ) -> None:
         """Move the claimed row to the retry set, with the outbox's transitions (the job's
-        ``error`` and "waiting for retry"), so they are stored before anyone can retry it."""
+        ``error`` and "waiting for retry"), so they are stored before anyone can retry it.
+
+        A keyed job keeps its slot (its key's later jobs wait for it), unless it frees it on
+        failure: then the next job of its key is promoted. Its unique key stays held."""
         encoded = payload.dumps_storable(job)
+        lane = lane_of(job) if "concurrency_key" in job else None
+        hold = lane is not None and not lane.free_on_failure
         with draining(outbox) as transitions, self.store.write() as tx:
             self.store.record(tx.connection, transitions)
-            self._to_set(tx, unit, row(job, RETRY, at, encoded))
+            moved = row(job, RETRY, at, encoded, holds=hold)
+            if lane is None or hold:
+                self._to_set(tx, unit, moved)
+                return
+            with self.flow.ending(tx, [int(unit.ref)], release_unique=False):
+                self._to_set(tx, unit, moved)
 
     def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
         """Move a job to the dead set (trimmed by age and count, as Sidekiq does)."""
@@ -116,13 +142,20 @@ class SqlBroker(Broker):
         if unit is not None:
             job.setdefault("queue", unit.queue)
         s = self.settings
-        with self.store.write() as tx:
+        ends = [int(unit.ref)] if unit is not None and is_flow(encoded) else []
+        with self.store.write() as tx, self.flow.ending(tx, ends, [encoded] if ends else []):
             self._to_set(tx, unit, row(job, DEAD, now, encoded))
             tx.connection.execute(self.store.sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
             tx.connection.execute(self.store.sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
 
     def release(self, unit: UnitOfWork) -> None:
-        with self.store.write(single_statement=True) as tx:
+        """Delete the claimed row; a keyed job's slot goes to its key's next job, a unique
+        key it holds until done is released."""
+        if not is_flow(unit.payload):
+            with self.store.write(single_statement=True) as tx:
+                tx.connection.execute(self.store.sql.release, {"id": unit.ref})
+            return
+        with self.store.write() as tx, self.flow.ending(tx, [int(unit.ref)], [unit.payload]):
             tx.connection.execute(self.store.sql.release, {"id": unit.ref})
 
     def enqueue_due(self, due_set: DueSet, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
@@ -148,7 +181,22 @@ class SqlBroker(Broker):
                 return total
 
     def recover_orphans(self, identity: str) -> int:
-        return processes.recover_orphans(self.store)
+        """Take back the claims of dead processes; every ``SWEEP_INTERVAL``, also run the
+        flow-control sweep (``Flow.sweep``)."""
+        recovered = processes.recover_orphans(self.store)
+        if time.monotonic() >= self._next_sweep:
+            self.sweep()
+            self._next_sweep = time.monotonic() + SWEEP_INTERVAL
+        return recovered
+
+    def sweep(self) -> int:
+        """Promote from lines whose key has free slots; forget expired unique holds and old
+        rate log entries. Returns how many jobs were promoted."""
+        with self.store.write() as tx:
+            promoted = self.flow.sweep(tx, payload.now())
+        if promoted:
+            logger.warning("the flow-control sweep promoted %d job(s) from lines with free slots", promoted)
+        return promoted
 
     def requeue_process(self, identity: str) -> int:
         return processes.requeue_process(self.store, identity)
@@ -183,19 +231,26 @@ class SqlBroker(Broker):
     ) -> list[Rewritten]:
         """Each due row's job as rewritten and encoded (``due_payload``), or None to drop it."""
         changes: list[Rewritten] = []
-        for row_id, old in due:
+        for row_id, old, lane, holds in due:
             member = old if isinstance(old, bytes) else old.encode()
             job = rewrite(member)
             encoded = None if job is None else self.due_payload(member, job, now)
-            changes.append((row_id, old, None if job is None or encoded is None else (job, encoded)))
+            rewritten = None if job is None or encoded is None else (job, encoded)
+            changes.append((row_id, old, rewritten, lane is not None and not holds))
         return changes
 
     def _apply_due(self, tx: Tx, changes: Sequence[Rewritten], state: str, now: float) -> int:
         """Queue each rewritten job (dropping those refused or buried) if its row still holds
-        what was read; return how many were queued."""
+        what was read; return how many were queued. A keyed job that holds no slot enters its
+        key's line instead (``move_due``), whose next jobs are then promoted."""
         moves: list[dict[str, Any]] = []
         drops: list[dict[str, Any]] = []
-        for row_id, old, rewritten in changes:
+        lanes: dict[str, LaneOf] = {}
+        for row_id, old, rewritten, lined in changes:
+            if lined and rewritten is not None:
+                lane = lane_of(rewritten[0])
+                if lane is not None:
+                    lanes[lane.digest] = lane
             if rewritten is None:
                 drops.append({"id": row_id, "state": state, "old": old})
                 continue
@@ -216,17 +271,19 @@ class SqlBroker(Broker):
             tx.connection.execute(self.store.sql.drop_due, drops)
         if not moves:
             return 0
+        self.flow.take_lanes(tx.connection, lanes.values())
         # One executemany (pipelined on PostgreSQL); its row count is the sum over the jobs.
         moved = int(tx.connection.execute(self.store.sql.move_due, moves).rowcount)
         if moved:
             tx.announce(move["queue"] for move in moves)
+        tx.announce(self.flow.promote(tx.connection, lanes, now))
         return moved
 
 
 #: A due row: its id, its payload as read (text on PostgreSQL, the stored bytes on SQLite:
-#: ``statements.STORED_PAYLOAD``), compared again when it is moved, and the rewritten job with
-#: its text, or None to drop the row.
-Rewritten = tuple[int, str | bytes, tuple[payload.JobDict, str] | None]
+#: ``statements.STORED_PAYLOAD``), compared again when it is moved, the rewritten job with
+#: its text, or None to drop the row, and whether it goes to its key's line (keyed, no slot).
+Rewritten = tuple[int, str | bytes, tuple[payload.JobDict, str] | None, bool]
 
 
 def _job_fields(encoded: str) -> dict[str, Any]:

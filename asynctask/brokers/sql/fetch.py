@@ -23,6 +23,7 @@ from typing import Any
 
 from asynctask import payload
 from asynctask.brokers.base import Fetcher, UnitOfWork
+from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.store import Store
 from asynctask.brokers.sql.wake import Wake
 from asynctask.settings import Settings
@@ -31,10 +32,17 @@ from asynctask.tracking.outbox import Outbox
 
 class SqlFetcher(Fetcher):
     def __init__(
-        self, store: Store, identity: str, settings: Settings, wake: Wake, outbox: Outbox | None = None
+        self,
+        store: Store,
+        flow: Flow,
+        identity: str,
+        settings: Settings,
+        wake: Wake,
+        outbox: Outbox | None = None,
     ) -> None:
         super().__init__(identity, settings.queues, outbox)
         self._store = store
+        self._flow = flow
         self._sql = store.sql
         self._claim = self._sql.claim(len(self.queue_names))
         self._idle_claim = self._sql.idle_claim(len(self.queue_names))
@@ -86,15 +94,22 @@ class SqlFetcher(Fetcher):
             if not found:
                 self.cancel_generation = str(generation).encode()
                 return []
-        with self._store.write(single_statement=not transitions) as tx:
+        # Keyed or unique jobs among the acknowledged: their ends free slots and unique keys
+        # in the claim's transaction, before it claims (so it may claim the jobs promoted).
+        flow_acks = any(is_flow(u.payload) for u in acks)
+        with self._store.write(single_statement=not (transitions or flow_acks)) as tx:
             connection = tx.connection
             self._store.record(connection, transitions)
+            if flow_acks:
+                with self._flow.ending(tx, [int(u.ref) for u in acks], [u.payload for u in acks]):
+                    connection.execute(self._sql.ack, params)
+                params["ids"] = self._sql.ids([])
             if self._sql.postgres:
                 rows = connection.execute(self._claim, params).all()
                 generation = next(row[1] for row in rows if row[0] is None)
                 claimed = [row for row in rows if row[0] is not None]
             else:
-                if acks:
+                if acks and not flow_acks:
                     connection.execute(self._sql.ack, params)
                 generation = connection.execute(self._sql.generation).scalar_one()
                 claimed = list(connection.execute(self._claim, params).all())
@@ -103,9 +118,22 @@ class SqlFetcher(Fetcher):
         position = {name: i for i, name in enumerate(order)}
         claimed.sort(key=lambda row: (position[row[1]], row[2], row[0]))
         if self._sql.postgres:
-            return [UnitOfWork(row[1], row[3].encode(), row[0]) for row in claimed]
-        # SQLite returns the stored bytes, whatever they are (``statements.STORED_PAYLOAD``).
-        return [UnitOfWork(row[1], row[3], row[0]) for row in claimed]
+            units = [UnitOfWork(row[1], row[3].encode(), row[0]) for row in claimed]
+        else:
+            # SQLite returns the stored bytes, whatever they are (``statements.STORED_PAYLOAD``).
+            units = [UnitOfWork(row[1], row[3], row[0]) for row in claimed]
+        return self._checked(units)
+
+    def _checked(self, units: list[UnitOfWork]) -> list[UnitOfWork]:
+        """The claimed jobs less those over their rate limit, which go back to the schedule;
+        unique keys held until start are released for the others. One transaction right
+        after the claim, only if a claimed job carries a rate limit or a unique key."""
+        flows = flow_claimed((int(u.ref), u.payload) for u in units)
+        if not flows:
+            return units
+        with self._store.write() as tx:
+            postponed = self._flow.after_claim(tx.connection, self.identity, flows)
+        return [u for u in units if u.ref not in postponed]
 
     def wait(self, block_on: int) -> UnitOfWork | None:
         """Wait for jobs (up to the fetch timeout, twice that for the thread that ends up
@@ -162,12 +190,17 @@ class SqlFetcher(Fetcher):
         self._wake.interrupt()
 
     def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None:
-        with self._store.write(single_statement=not transitions) as tx:
+        flow_acks = any(is_flow(u.payload) for u in acks)
+        with self._store.write(single_statement=not (transitions or flow_acks)) as tx:
             self._store.record(tx.connection, transitions)
-            if acks:
-                tx.connection.execute(
-                    self._sql.ack, {"ids": self._sql.ids([u.ref for u in acks]), "me": self.identity}
-                )
+            if not acks:
+                return
+            params = {"ids": self._sql.ids([u.ref for u in acks]), "me": self.identity}
+            if not flow_acks:
+                tx.connection.execute(self._sql.ack, params)
+                return
+            with self._flow.ending(tx, [int(u.ref) for u in acks], [u.payload for u in acks]):
+                tx.connection.execute(self._sql.ack, params)
 
     def requeue(self, units: Sequence[UnitOfWork]) -> int:
         """Unlock claimed jobs; they keep their ids, so each is fetched next among its priority."""

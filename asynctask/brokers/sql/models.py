@@ -15,6 +15,19 @@ same database and the same Alembic history (revision 0003).
 - ``CancelledTask``: tasks cancelled, read by workers before starting a task's job.
 - ``Counter``: named counters (the tracking transition number on SQLite; PostgreSQL uses
   the sequence ``asynctask_tracking_seq``, ``TRACKING_SEQUENCE``).
+
+Flow control (revision 0004, docs/internals/flow-control-sql.md): keys are stored by their
+SHA-256 ``digest`` (fixed width, whatever the key's length or characters), with the key
+itself beside it for reading.
+
+- ``QueuedJob.lane``: the digest of a keyed job's concurrency key; ``holds``: the row holds
+  one of its key's slots. A job waiting in its key's line has state ``lane``, outside the
+  fetch index.
+- ``Lane``: one row per concurrency key: its limit, and the lock every transaction that adds
+  to or promotes from the key's line takes first.
+- ``UniqueHold``: the holder of a unique key, until it ends, starts or expires.
+- ``RateKey`` and ``RateStart``: a rate key's lock and the spreading of postponed jobs; the
+  sliding log of its starts.
 """
 
 from __future__ import annotations
@@ -33,6 +46,8 @@ QUEUED = "queued"
 SCHEDULED = "scheduled"
 RETRY = "retry"
 DEAD = "dead"
+#: Waiting in its concurrency key's line (not claimable).
+LANE = "lane"
 
 
 class QueuedJob(Base):
@@ -51,6 +66,10 @@ class QueuedJob(Base):
     locked_at: Mapped[float | None] = mapped_column(Float)
     #: "Class: message" of the last failure, for inspection in SQL.
     last_error: Mapped[str | None] = mapped_column(Text)
+    #: The digest of the job's concurrency key (``Lane.digest``), if it has one.
+    lane: Mapped[str | None] = mapped_column(String(64))
+    #: Whether the row holds one of its key's slots (runnable, running, or retrying on hold).
+    holds: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     __table_args__ = (
         # The fetch: the first unclaimed job of a queue by (priority, id) is the head of this.
@@ -78,6 +97,23 @@ class QueuedJob(Base):
             postgresql_where=text("locked_by IS NOT NULL"),
         ),
         Index(None, "jid"),
+        # A key's line, in promotion order: priority, then when the job entered the line.
+        Index(
+            "ix_asynctask_job_lane",
+            "lane",
+            "priority",
+            "run_at",
+            "id",
+            sqlite_where=text("state = 'lane'"),
+            postgresql_where=text("state = 'lane'"),
+        ),
+        # A key's slot holders, counted at every promotion.
+        Index(
+            "ix_asynctask_job_holders",
+            "lane",
+            sqlite_where=text("holds"),
+            postgresql_where=text("holds"),
+        ),
         # A job is acknowledged by its row id, so SQLite must never hand a deleted job's id to
         # a new one (it reuses the highest rowid without AUTOINCREMENT).
         {"sqlite_autoincrement": True},
@@ -128,3 +164,40 @@ class Counter(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Lane(Base):
+    __tablename__ = "asynctask_lane"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(Text)
+    #: The limit carried by the key's last pushed job.
+    lim: Mapped[int] = mapped_column(Integer)
+
+
+class UniqueHold(Base):
+    __tablename__ = "asynctask_unique"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(Text)
+    jid: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class RateKey(Base):
+    __tablename__ = "asynctask_rate_key"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(Text)
+    #: When the last job postponed by this key is due (the next one is due a spacing later).
+    next_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class RateStart(Base):
+    __tablename__ = "asynctask_rate"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index(None, "digest", "at"),)

@@ -11,6 +11,8 @@ from sqlalchemy import Connection
 
 from asynctask import payload
 from asynctask.brokers.base import Staging
+from asynctask.brokers.sql.flow import Flow
+from asynctask.brokers.sql.flowjob import lane_of
 from asynctask.brokers.sql.models import QUEUED, SCHEDULED
 from asynctask.brokers.sql.store import JobRow, Store
 
@@ -33,12 +35,25 @@ def jid(job: payload.JobDict) -> str:
     return str(job.get("jid", ""))[:JID_WIDTH]
 
 
-def row(job: payload.JobDict, state: str, run_at: float, encoded: str) -> JobRow:
-    """A job's row; ``last_error`` from the failure Sidekiq's fields record, if any."""
+def row(job: payload.JobDict, state: str, run_at: float, encoded: str, *, holds: bool = False) -> JobRow:
+    """A job's row; ``last_error`` from the failure Sidekiq's fields record, if any; ``lane``
+    the digest of its concurrency key. ``holds``: whether it keeps the slot it holds (the
+    statements keep a slot only where the row held one)."""
     error = (
         _storable(f"{job.get('error_class')}: {job.get('error_message')}") if "error_class" in job else None
     )
-    return (jid(job), str(job.get("queue", "default")), state, priority(job), run_at, encoded, error)
+    lane = lane_of(job) if "concurrency_key" in job else None
+    return (
+        jid(job),
+        str(job.get("queue", "default")),
+        state,
+        priority(job),
+        run_at,
+        encoded,
+        error,
+        None if lane is None else lane.digest,
+        holds,
+    )
 
 
 def _storable(text: str) -> str:
@@ -66,31 +81,39 @@ def push_rows(
 
 class SqlStaging(Staging):
     """A task's jobs, inserted as queued rows through the task's own SQL transaction: they
-    become claimable exactly when the task commits, all of them or none."""
+    become claimable exactly when the task commits, all of them or none.
 
-    def __init__(self, store: Store, max_payload_bytes: int) -> None:
+    Keyed jobs go through their keys' lines and unique keys are taken in that transaction
+    too (a job whose key is held is not inserted); the keys' locks are held until it ends."""
+
+    def __init__(self, store: Store, flow: Flow, max_payload_bytes: int) -> None:
         self._store = store
+        self._flow = flow
         self._max_payload_bytes = max_payload_bytes
         self._count = 0
         self._queues: set[str] = set()
         self._enqueued_at: float | None = None
 
-    def encode(self, jobs: Sequence[payload.JobDict]) -> list[JobRow]:
+    def encode(self, jobs: Sequence[payload.JobDict]) -> list[tuple[payload.JobDict, JobRow]]:
         """The jobs' rows; every job of the task gets the time its first batch was encoded."""
         if self._enqueued_at is None:
             self._enqueued_at = payload.now()
         rows = []
         for job in jobs:
             job["enqueued_at"] = self._enqueued_at
-            rows.append(
-                row(job, QUEUED, self._enqueued_at, payload.dumps_within(job, self._max_payload_bytes))
-            )
+            encoded = payload.dumps_within(job, self._max_payload_bytes)
+            rows.append((job, row(job, QUEUED, self._enqueued_at, encoded)))
         return rows
 
-    def write(self, encoded: list[JobRow], connection: Connection) -> None:
-        self._store.insert_jobs(connection, encoded)
-        self._count += len(encoded)
-        self._queues.update(r[1] for r in encoded)
+    def write(self, encoded: list[tuple[payload.JobDict, JobRow]], connection: Connection) -> None:
+        rows = [r for _, r in encoded]
+        lanes: list[str] = []
+        if any(r[7] is not None or "unique_key" in job for job, r in encoded):
+            _, rows, lanes = self._flow.admit(connection, encoded, payload.now())
+        self._store.insert_jobs(connection, rows)
+        self._count += len(rows)
+        self._queues.update(r[1] for r in rows if r[2] == QUEUED)
+        self._queues.update(self._flow.promote(connection, lanes))
 
     def publish(self) -> int:
         """The jobs committed with the task: wake the workers of their queues."""

@@ -18,6 +18,9 @@ from typing import Any
 
 from sqlalchemy import TextClause, text
 
+from asynctask.brokers.sql.flowsql import FlowStatements
+from asynctask.brokers.sql.models import LANE
+
 #: The channel NOTIFY announces new jobs on; the payload is the queue's name.
 CHANNEL = "asynctask_jobs"
 
@@ -30,7 +33,7 @@ IN_A_SET = "state <> 'queued'"
 #: never removed, and a new one adds a row).
 GENERATION = "SELECT count(*) || ':' || coalesce(max(at), 0) FROM asynctask_cancelled_task"
 
-JOB_COLUMNS = ("jid", "queue", "state", "priority", "run_at", "payload", "last_error")
+JOB_COLUMNS = ("jid", "queue", "state", "priority", "run_at", "payload", "last_error", "lane", "holds")
 
 #: SQLite: a job's payload as the bytes stored. SQLite keeps whatever it is given, a BLOB or
 #: text that is not UTF-8 (which the driver cannot read as a string), if something other than
@@ -50,10 +53,11 @@ class Statements:
         live = f"SELECT identity FROM asynctask_process WHERE expires_at > {now}"
         #: "Now" as liveness is judged (for the read API's queries of processes).
         self.expiry_now = now
+        self.flow = FlowStatements(pg)
 
         if pg:
             # One statement whatever the batch: the rows travel as arrays.
-            kinds = ("TEXT", "TEXT", "TEXT", "INTEGER", "DOUBLE PRECISION", "TEXT", "TEXT")
+            kinds = ("TEXT", "TEXT", "TEXT", "INTEGER", "DOUBLE PRECISION", "TEXT", "TEXT", "TEXT", "BOOLEAN")
             arrays = ", ".join(
                 f"CAST(:{name} AS {kind}[])" for name, kind in zip(JOB_COLUMNS, kinds, strict=True)
             )
@@ -87,9 +91,12 @@ class Statements:
         # was presumed dead and its claim taken back, its outcome still wins over a rerun
         # that has not started (and if the row is gone, the caller inserts one for the set, as
         # Redis would ZADD all the same).
+        # A row keeps its slot only if it held one and ``:holds`` says it keeps it (a retry
+        # on hold); the caller promotes from the key's line when it frees one.
         self.to_set = text(
             "UPDATE asynctask_job SET state = :state, run_at = :run_at, payload = :payload, "
             "queue = :queue, jid = :jid, priority = :priority, last_error = :last_error, "
+            "lane = :lane, holds = (holds AND :holds), "
             "locked_by = NULL, locked_at = NULL WHERE id = :id AND state = 'queued'"
         )
         # ``state = 'dead'`` alone does not let SQLite use the set index: it only sees that a
@@ -109,12 +116,15 @@ class Statements:
         # the row is still what was read, as Redis's ZREM of the exact member does.
         stored = "payload" if pg else STORED_PAYLOAD
         self.due = text(
-            f"SELECT id, {stored} FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
+            f"SELECT id, {stored}, lane, holds FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
             "AND run_at <= :now ORDER BY run_at, id LIMIT :limit" + (" FOR UPDATE SKIP LOCKED" if pg else "")
         )
         unchanged = f"{stored} = :old"
+        # A keyed job that holds no slot enters its key's line; one holding its slot (a retry
+        # on hold, a job postponed by its rate) goes straight back to its queue.
         self.move_due = text(
-            "UPDATE asynctask_job SET state = 'queued', run_at = :now, payload = :payload, queue = :queue, "
+            f"UPDATE asynctask_job SET state = CASE WHEN lane IS NOT NULL AND NOT holds THEN '{LANE}' "
+            "ELSE 'queued' END, run_at = :now, payload = :payload, queue = :queue, "
             "jid = :jid, priority = :priority, locked_by = NULL, locked_at = NULL "
             f"WHERE id = :id AND state = :state AND {unchanged}"
         )

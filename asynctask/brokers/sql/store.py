@@ -30,7 +30,7 @@ from asynctask.tracking.outbox import pack
 from asynctask.tracking.transitions import Transition, decode_entry
 
 #: A job row, in ``statements.JOB_COLUMNS`` order.
-JobRow = tuple[str, str, str, int, float, str, str | None]
+JobRow = tuple[str, str, str, int, float, str, str | None, str | None, bool]
 
 
 class MissingTables(SQLAlchemyError):

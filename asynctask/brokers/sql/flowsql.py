@@ -1,0 +1,83 @@
+"""The flow-control statements of the SQL broker (docs/internals/flow-control-sql.md).
+
+Lock order, the same in every transaction, so that none waits in a cycle: unique keys, then
+concurrency keys, then rate keys; within each kind, by digest.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import TextClause, text
+
+from asynctask.brokers.sql.models import LANE
+
+
+class FlowStatements:
+    def __init__(self, postgres: bool) -> None:
+        pg = postgres
+        greatest = "GREATEST" if pg else "max"
+        in_ids = "id = ANY(CAST(:ids AS BIGINT[]))" if pg else "id IN (SELECT value FROM json_each(:ids))"
+
+        # Lanes. The upsert takes the key's row lock (PostgreSQL) and stores the limit the
+        # pushed job carries.
+        self.lock_lane = text(
+            "INSERT INTO asynctask_lane (digest, key, lim) VALUES (:digest, :key, :lim) "
+            "ON CONFLICT (digest) DO UPDATE SET lim = excluded.lim"
+        )
+        #: Locks existing lane rows in digest order (ends of jobs: the limit stays as pushed).
+        self.lock_lanes: TextClause | None = (
+            text(
+                "SELECT digest FROM asynctask_lane WHERE digest = ANY(CAST(:digests AS TEXT[])) "
+                "ORDER BY digest FOR UPDATE"
+            )
+            if pg
+            else None  # SQLite's write lock serialises every writer already.
+        )
+        self.lanes_of = text(f"SELECT DISTINCT lane FROM asynctask_job WHERE {in_ids} AND lane IS NOT NULL")
+        # Run after the key's lock: on PostgreSQL a statement's snapshot is taken when it
+        # starts, so it sees every push committed before the lock was granted. The free slots
+        # are the limit less the live rows holding one: nothing to keep in step, nothing leaks.
+        self.promote = text(
+            f"UPDATE asynctask_job SET state = 'queued', holds = TRUE, run_at = :now "
+            f"WHERE id IN (SELECT id FROM asynctask_job WHERE lane = :digest AND state = '{LANE}' "
+            f"ORDER BY priority, run_at, id LIMIT {greatest}(0, "
+            "COALESCE((SELECT lim FROM asynctask_lane WHERE digest = :digest), 0) - "
+            "(SELECT count(*) FROM asynctask_job WHERE lane = :digest AND holds))) "
+            "RETURNING queue"
+        )
+        #: The safety sweep: keys with waiting jobs and free slots (one probe per key row).
+        self.stalled_lanes = text(
+            "SELECT l.digest FROM asynctask_lane AS l WHERE EXISTS (SELECT 1 FROM asynctask_job "
+            f"WHERE lane = l.digest AND state = '{LANE}') AND l.lim > (SELECT count(*) "
+            "FROM asynctask_job WHERE lane = l.digest AND holds)"
+        )
+
+        # Unique keys. The conditional upsert takes an expired hold over, and leaves (and
+        # locks) a live one, whose holder the next statement reads.
+        self.take_unique = text(
+            "INSERT INTO asynctask_unique (digest, key, jid, expires_at) "
+            "VALUES (:digest, :key, :jid, :expires_at) ON CONFLICT (digest) DO UPDATE SET "
+            "key = excluded.key, jid = excluded.jid, expires_at = excluded.expires_at "
+            "WHERE asynctask_unique.expires_at <= :now RETURNING jid"
+        )
+        self.unique_holder = text("SELECT jid FROM asynctask_unique WHERE digest = :digest")
+        self.release_unique = text("DELETE FROM asynctask_unique WHERE digest = :digest AND jid = :jid")
+        self.expire_uniques = text("DELETE FROM asynctask_unique WHERE expires_at <= :now")
+
+        # Rate keys: the key's row is its lock; the log holds the starts of the last window.
+        self.lock_rate = text(
+            "INSERT INTO asynctask_rate_key (digest, key, next_at) VALUES (:digest, :key, 0) "
+            "ON CONFLICT (digest) DO UPDATE SET key = excluded.key RETURNING next_at"
+        )
+        self.prune_rate = text("DELETE FROM asynctask_rate WHERE digest = :digest AND at <= :cutoff")
+        self.rate_window = text(
+            "SELECT count(*), min(at) FROM asynctask_rate WHERE digest = :digest AND at > :cutoff"
+        )
+        self.rate_start = text("INSERT INTO asynctask_rate (digest, at) VALUES (:digest, :now)")
+        self.rate_next = text("UPDATE asynctask_rate_key SET next_at = :at WHERE digest = :digest")
+        self.expire_rates = text("DELETE FROM asynctask_rate WHERE at <= :cutoff")
+        # A claimed job over its rate goes back to the schedule, unclaimed (and not counted as
+        # an attempt); a keyed one keeps its slot, so its key's order holds.
+        self.postpone = text(
+            "UPDATE asynctask_job SET state = 'scheduled', run_at = :at, locked_by = NULL, "
+            "locked_at = NULL, attempts = attempts - 1 WHERE id = :id AND locked_by = :me"
+        )

@@ -1,0 +1,367 @@
+"""Flow control in the SQL broker, on SQLite and PostgreSQL: lines and slots on every path a
+job ends by, unique holds, rate limits, the sweep, the migration, and pushes racing acks. The
+shared suite (test_flow_*.py) checks the behaviour through workers; these check the rows."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, func, select
+
+from asynctask import payload
+from asynctask.api.backend import BusyKey, Move
+from asynctask.api.backends.sql import SqlReader
+from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.sql import SqlBroker
+from asynctask.brokers.sql.flowjob import digest
+from asynctask.brokers.sql.models import Lane, QueuedJob, RateStart, UniqueHold
+from asynctask.db.migrate import current, downgrade, upgrade
+from tests.brokers.test_sql_broker import claim_all, job, rows, sql_settings
+
+
+@pytest.fixture
+def sql_url(database_url: str) -> str:
+    upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture
+def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
+    opened: list[SqlBroker] = []
+
+    def make(**fields: Any) -> SqlBroker:
+        opened.append(SqlBroker(sql_settings(sql_url, **fields)))
+        return opened[-1]
+
+    yield make
+    for made in opened:
+        made.close()
+
+
+@pytest.fixture
+def broker(make_broker: Callable[..., SqlBroker]) -> SqlBroker:
+    return make_broker()
+
+
+def keyed(key: str = "k", limit: int = 1, **fields: Any) -> payload.JobDict:
+    return job(concurrency_key=key, concurrency_limit=limit, **fields)
+
+
+def jids(units: list[UnitOfWork]) -> list[str]:
+    return [payload.loads(u.payload)["jid"] for u in units]
+
+
+def test_a_key_runs_its_jobs_one_at_a_time_in_push_order(broker: SqlBroker) -> None:
+    pushed = [keyed() for _ in range(3)]
+    plain = job("Plain")
+    assert broker.push([(j, None) for j in pushed] + [(plain, None)]) == [j["jid"] for j in [*pushed, plain]]
+    assert [(r.state, r.holds) for r in rows(broker)] == [
+        ("queued", True),
+        ("lane", False),
+        ("lane", False),
+        ("queued", False),
+    ]
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    first = claim_all(fetcher)
+    # The waiting keyed jobs block nothing: the unkeyed job behind them is claimed.
+    assert jids(first) == [pushed[0]["jid"], plain["jid"]]
+    assert claim_all(fetcher) == []
+    # The ack frees the slot and, in the same claim, the next job is promoted and claimed.
+    second = fetcher.claim(10, first, [])
+    assert jids(second) == [pushed[1]["jid"]]
+    third = fetcher.claim(10, second, [])
+    assert jids(third) == [pushed[2]["jid"]]
+    fetcher.settle(third, [])
+    assert rows(broker) == []
+
+
+def test_a_limit_of_two_keeps_two_holders_and_the_latest_push_sets_the_limit(broker: SqlBroker) -> None:
+    broker.push([(keyed(limit=2), None) for _ in range(4)])
+    assert [r.state for r in rows(broker)] == ["queued", "queued", "lane", "lane"]
+    broker.push([(keyed(limit=3), None)])
+    with broker.engine.connect() as connection:
+        assert connection.scalar(select(Lane.lim).where(Lane.digest == digest("k"))) == 3
+    # The new limit frees one more slot for the line's head, not the job just pushed.
+    assert [r.state for r in rows(broker)] == ["queued", "queued", "queued", "lane", "lane"]
+
+
+def test_a_failed_job_on_hold_keeps_its_slot_and_comes_back_straight_to_its_queue(broker: SqlBroker) -> None:
+    first, second = keyed(), keyed()
+    broker.push([(first, None), (second, None)])
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert [(r.state, r.holds) for r in rows(broker)] == [("retry", True), ("lane", False)]
+    assert broker.enqueue_due("retry", payload.loads) == 1
+    assert [(r.state, r.holds) for r in rows(broker)] == [("queued", True), ("lane", False)]
+    [again] = claim_all(fetcher)
+    assert jids([again]) == [first["jid"]]
+    assert jids(fetcher.claim(10, [again], [])) == [second["jid"]]
+
+
+def test_a_failed_job_that_continues_frees_its_slot_and_reenters_the_line(broker: SqlBroker) -> None:
+    first, second = keyed(concurrency_on_failure="continue"), keyed()
+    broker.push([(first, None), (second, None)])
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert [(r.state, r.holds) for r in rows(broker)] == [("retry", False), ("queued", True)]
+    assert broker.enqueue_due("retry", payload.loads) == 1
+    assert [(r.state, r.holds) for r in rows(broker)] == [("lane", False), ("queued", True)]
+    [running] = claim_all(fetcher)
+    assert jids([running]) == [second["jid"]]
+    assert jids(fetcher.claim(10, [running], [])) == [first["jid"]]
+
+
+def test_kill_and_release_free_the_slot(broker: SqlBroker) -> None:
+    pushed = [keyed() for _ in range(3)]
+    broker.push([(j, None) for j in pushed])
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    broker.kill(unit, unit.payload.decode())
+    assert [(r.state, r.holds) for r in rows(broker)] == [("dead", False), ("queued", True), ("lane", False)]
+    [unit] = claim_all(fetcher)
+    broker.release(unit)
+    assert [(r.state, r.holds) for r in rows(broker)] == [("dead", False), ("queued", True)]
+
+
+def test_a_scheduled_keyed_job_enters_its_line_when_due(broker: SqlBroker) -> None:
+    running, later = keyed(), keyed()
+    broker.push([(running, None), (later, payload.now() + 0.05)])
+    assert [(r.state, r.holds) for r in rows(broker)] == [("queued", True), ("scheduled", False)]
+    while broker.enqueue_due("schedule", payload.loads) == 0:
+        pass
+    assert [(r.state, r.holds) for r in rows(broker)] == [("queued", True), ("lane", False)]
+
+
+def test_given_back_and_recovered_jobs_keep_their_slots(make_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_broker()
+    broker.push([(keyed(), None), (keyed(), None)])
+    fetcher = broker.fetcher("gone")
+    claim_all(fetcher)
+    assert fetcher.requeue_all(forget=False) == 1
+    assert [(r.state, r.holds, r.locked_by) for r in rows(broker)] == [
+        ("queued", True, None),
+        ("lane", False, None),
+    ]
+    claim_all(fetcher)
+    # "gone" never registered: recovery takes its claim back, still holding the slot.
+    assert broker.recover_orphans("me") == 1
+    assert [(r.state, r.holds, r.locked_by) for r in rows(broker)] == [
+        ("queued", True, None),
+        ("lane", False, None),
+    ]
+
+
+def test_the_sweep_promotes_from_a_line_whose_holder_was_deleted_by_hand(broker: SqlBroker) -> None:
+    broker.push([(keyed(), None), (keyed(), None)])
+    with broker.engine.begin() as connection:
+        connection.execute(delete(QueuedJob).where(QueuedJob.holds))
+    assert [(r.state, r.holds) for r in rows(broker)] == [("lane", False)]
+    assert broker.sweep() == 1
+    assert [(r.state, r.holds) for r in rows(broker)] == [("queued", True)]
+    assert broker.sweep() == 0
+
+
+def test_a_unique_job_is_pushed_once_until_it_ends(broker: SqlBroker) -> None:
+    first = job(unique_key="u", unique_for=60)
+    second = job(unique_key="u", unique_for=60)
+    other = job(unique_key="v", unique_for=60)
+    assert broker.push([(first, None), (second, None), (other, None)]) == [
+        first["jid"],
+        first["jid"],
+        other["jid"],
+    ]
+    assert broker.push([(job(unique_key="u", unique_for=60), None)]) == [first["jid"]]
+    assert [r.jid for r in rows(broker)] == [first["jid"], other["jid"]]
+    fetcher = broker.fetcher("me")
+    units = claim_all(fetcher)
+    # Held while running ("done" is the default), and through a retry.
+    assert broker.push([(job(unique_key="u", unique_for=60), None)]) == [first["jid"]]
+    broker.retry_at(units[0], payload.loads(units[0].payload) | {"retry_count": 0}, payload.now() - 1)
+    assert broker.push([(job(unique_key="u", unique_for=60), None)]) == [first["jid"]]
+    broker.enqueue_due("retry", payload.loads)
+    [unit] = claim_all(fetcher)
+    fetcher.settle([unit, units[1]], [])
+    third = job(unique_key="u", unique_for=60)
+    assert broker.push([(third, None)]) == [third["jid"]]
+
+
+def test_a_unique_job_until_start_is_released_by_its_claim(broker: SqlBroker) -> None:
+    first = job(unique_key="u", unique_for=60, unique_until="start")
+    broker.push([(first, None)])
+    assert broker.push([(job(unique_key="u", unique_for=60), None)]) == [first["jid"]]
+    claim_all(broker.fetcher("me"))
+    second = job(unique_key="u", unique_for=60)
+    assert broker.push([(second, None)]) == [second["jid"]]
+
+
+def test_a_unique_hold_expires_and_an_old_holder_never_releases_a_new_one(broker: SqlBroker) -> None:
+    first = job(unique_key="u", unique_for=0.05)
+    broker.push([(first, None)])
+    [unit] = claim_all(broker.fetcher("me"))
+    deadline = payload.now() + 5
+    second = job(unique_key="u", unique_for=60)
+    while broker.push([(second, None)]) != [second["jid"]]:
+        assert payload.now() < deadline
+    broker.release(unit)
+    with broker.engine.connect() as connection:
+        assert connection.scalar(select(UniqueHold.jid)) == second["jid"]
+
+
+def test_jobs_over_their_rate_go_back_to_the_schedule_spread_out(broker: SqlBroker) -> None:
+    pushed = [job(rate_limit="2/s", rate_key="api") for _ in range(5)]
+    broker.push([(j, None) for j in pushed])
+    before = payload.now()
+    units = claim_all(broker.fetcher("me"))
+    assert jids(units) == [j["jid"] for j in pushed[:2]]
+    postponed = [r for r in rows(broker) if r.state == "scheduled"]
+    assert [(r.jid, r.attempts, r.locked_by) for r in postponed] == [(j["jid"], 0, None) for j in pushed[2:]]
+    dues = [r.run_at - before for r in postponed]
+    # The window frees a start about 1 s after the first ones; the next are 0.5 s apart.
+    assert 0.9 < dues[0] < 1.1
+    assert [round(b - a, 3) for a, b in itertools.pairwise(dues)] == [0.5, 0.5]
+    with broker.engine.connect() as connection:
+        assert connection.scalar(select(func.count()).select_from(RateStart)) == 2
+
+
+def test_staged_jobs_go_through_lines_and_unique_keys(broker: SqlBroker) -> None:
+    staging = broker.staging("task")
+    jobs = [keyed(), keyed(), job(unique_key="u", unique_for=60), job(unique_key="u", unique_for=60)]
+    with broker.engine.begin() as connection:
+        staging.write(staging.encode(jobs), connection)
+    assert staging.publish() == 3
+    assert [(r.state, r.holds) for r in rows(broker)] == [
+        ("queued", True),
+        ("lane", False),
+        ("queued", False),
+    ]
+
+
+def test_the_migration_goes_down_and_up_again(sql_url: str, broker: SqlBroker) -> None:
+    broker.push([(job(), None)])
+    downgrade(sql_url, "0003")
+    assert current(sql_url) == "0003"
+    upgrade(sql_url)
+    assert current(sql_url) == "0004"
+    assert [(r.state, r.lane, r.holds) for r in rows(broker)] == [("queued", None, False)]
+
+
+def test_pushes_racing_acks_never_exceed_the_limit_nor_stall_a_line(
+    make_broker: Callable[..., SqlBroker],
+) -> None:
+    """Threads push keyed jobs while others claim and acknowledge them: every job runs, a key
+    never has more running than its limit, and no line is left waiting."""
+    pushers, per_pusher, keys = 3, 40, ["a", "b", "c"]
+    broker = make_broker(concurrency=8)
+    running: Counter[str] = Counter()
+    peak: Counter[str] = Counter()
+    seen: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def push(n: int) -> None:
+        try:
+            for i in range(per_pusher):
+                broker.push([(keyed(keys[(n + i) % 3], limit=2), None)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    def work(name: str) -> None:
+        fetcher = broker.fetcher(name)
+        fetcher.register()
+        acks: list[UnitOfWork] = []
+        try:
+            while True:
+                with lock:
+                    # Ended before the claim acknowledges them: the count never runs behind.
+                    running.subtract(key_of(u) for u in acks)
+                units = fetcher.claim(2, acks, [])
+                with lock:
+                    for u in units:
+                        running[key_of(u)] += 1
+                        peak[key_of(u)] = max(peak[key_of(u)], running[key_of(u)])
+                        seen.append(jids([u])[0])
+                if not units and not acks and done.is_set():
+                    return
+                acks = units
+        except BaseException as exc:
+            errors.append(exc)
+
+    def watch() -> None:
+        # The stored invariant itself: never more slot holders than the limit.
+        query = select(QueuedJob.lane, func.count()).where(QueuedJob.holds).group_by(QueuedJob.lane)
+        try:
+            while not done.is_set():
+                with broker.engine.connect() as connection:
+                    holders.extend(n for _, n in connection.execute(query))
+        except BaseException as exc:
+            errors.append(exc)
+
+    holders: list[int] = []
+    threads = [threading.Thread(target=push, args=(n,)) for n in range(pushers)]
+    workers = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(3)]
+    workers.append(threading.Thread(target=watch))
+    for t in threads + workers:
+        t.start()
+    for t in threads:
+        t.join(60)
+    done.set()
+    for t in workers:
+        t.join(60)
+    assert not errors
+    assert len(seen) == len(set(seen)) == pushers * per_pusher
+    assert max(peak.values()) <= 2
+    assert holders and max(holders) <= 2
+    assert rows(broker) == []
+
+
+def key_of(unit: UnitOfWork) -> str:
+    return str(payload.loads(unit.payload)["concurrency_key"])
+
+
+def test_read_api_removals_free_slots_and_a_dead_job_retried_goes_through_its_line(broker: SqlBroker) -> None:
+    reader = SqlReader(broker.engine, broker.settings)
+    pushed = [keyed(unique_key=f"u{n}", unique_for=60) for n in range(4)]
+    broker.push([(j, None) for j in pushed])
+    [head] = list(reader.queue_rows("default", 10))
+    assert reader.queue_delete("default", head)
+    assert [(r.jid, r.state) for r in rows(broker)] == [
+        (j["jid"], s) for j, s in zip(pushed[1:], ["queued", "lane", "lane"], strict=True)
+    ]
+    # Its unique key went with it.
+    assert broker.push([(job(queue="other", unique_key="u0", unique_for=60), None)]) != [pushed[0]["jid"]]
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() + 60)
+    [entry] = reader.set_rows("retry", 10)
+    assert reader.set_kill("retry", [entry], payload.now()) == 1
+    assert [(r.jid, r.state, r.holds) for r in rows(broker) if r.lane] == [
+        (pushed[1]["jid"], "dead", False),
+        (pushed[2]["jid"], "queued", True),
+        (pushed[3]["jid"], "lane", False),
+    ]
+    [busy] = reader.busy_keys(10)
+    assert busy == BusyKey(key="k", limit=1, holders=[pushed[2]["jid"]], waiting=1)
+    [dead] = reader.set_rows("dead", 10)
+    move = Move(dead, dead.raw.decode(), "default")
+    assert reader.set_enqueue("dead", [move], payload.now()) == 1
+    # Retried by hand, the dead job waits behind the line it left.
+    assert [(r.jid, r.state) for r in rows(broker) if r.lane] == [
+        (pushed[1]["jid"], "lane"),
+        (pushed[2]["jid"], "queued"),
+        (pushed[3]["jid"], "lane"),
+    ]
+    assert reader.busy_keys(10)[0].waiting == 2
+    assert reader.queue_clear("default") == 1
+    assert [(r.jid, r.state) for r in rows(broker) if r.lane] == [
+        (pushed[1]["jid"], "lane"),
+        (pushed[3]["jid"], "queued"),
+    ]
