@@ -49,6 +49,7 @@ from asynctask import payload
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFound, TaskStateError
+from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
@@ -67,6 +68,7 @@ EVENT_COLUMNS = (
     "job_name",
     "status",
     "params",
+    "flow",
     "attempt",
     "seq",
     "progress_seq",
@@ -315,6 +317,7 @@ def _event_writer(
                     "job_name": name,
                     "status": EventStatus.ENQUEUE.value,
                     "params": item["args"],
+                    "flow": _flow_of(item),
                     "attempt": 0,
                     "seq": 0,
                     "progress_seq": 0,
@@ -340,12 +343,28 @@ def _event_writer(
         with cursor.copy(statement) as copy:
             copy.write(
                 "".join(
-                    item["jid"] + head + _copy_text(json.dumps(item["args"], ensure_ascii=False)) + tail
+                    item["jid"]
+                    + head
+                    + _copy_text(json.dumps(item["args"], ensure_ascii=False))
+                    + _copy_flow(item)
+                    + tail
                     for item in jobs
                 )
             )
 
     yield copy_rows
+
+
+def _flow_of(item: payload.JobDict) -> dict[str, Any] | None:
+    """The job's flow-control payload keys, or None (most jobs: one lookup per key)."""
+    flow = {name: item[name] for name in FLOW_FIELDS if name in item}
+    return flow or None
+
+
+def _copy_flow(item: payload.JobDict) -> str:
+    """The ``flow`` field of a COPY row, with its leading tab: ``\\N`` (NULL) or the JSON."""
+    flow = _flow_of(item)
+    return "\t\\N" if flow is None else "\t" + _copy_text(json.dumps(flow, ensure_ascii=False))
 
 
 def _write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: str, at: datetime) -> None:
@@ -469,7 +488,7 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     position = client.broker.tracking.position()
     with engine.connect() as connection:
         rows = connection.execute(
-            select(Event.job_id, Event.params)
+            select(Event.job_id, Event.params, Event.flow)
             .where(
                 Event.task_id == task_id,
                 Event.status.in_([EventStatus.FAILED.value, EventStatus.ERROR.value]),
@@ -485,6 +504,8 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     jobs = [
         {
             **head,
+            # The key, limit and rate it was created with (the job's options as they were then).
+            **(row.flow or {}),
             "args": list(row.params or []),
             "class": task.job_name,
             "jid": row.job_id,

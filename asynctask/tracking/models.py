@@ -65,6 +65,9 @@ class Event(Base):
     status: Mapped[str] = mapped_column(String(16))
     #: The job's args.
     params: Mapped[list[Any] | None]
+    #: A task's job: its flow-control payload keys (``concurrency_key``, ``rate_limit``...),
+    #: pushed again with it by ``retry_task``; None without any.
+    flow: Mapped[dict[str, Any] | None]
     #: How many times the job has started (a rerun after an interruption counts too).
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     error_class: Mapped[str | None] = mapped_column(String(255))

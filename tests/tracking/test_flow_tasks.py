@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, update
 
 from asynctask import Registry, Tracking, job
 from asynctask.payload import JobDict
@@ -206,3 +206,37 @@ def test_the_jobs_own_key_and_rate_apply_to_each_chunk_but_not_its_uniqueness(
     )
     with pytest.raises(ValueError, match="concurrency_on_failure"):
         tracking.create_task(limited, [{"d": 1}], concurrency_key="k", concurrency_on_failure="later")
+
+
+def test_retry_task_pushes_each_job_again_with_its_key_limit_and_rate(
+    tracking: Tracking, registry: Registry, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @job(registry=registry, rate_limit="3/m")
+    def metered(items: list[dict[str, int]]) -> None:
+        pass
+
+    task = tracking.create_task(
+        metered, [{"d": 1}, {"d": 2}], concurrency_key="d{d}", concurrency_limit=2, tenant="acme"
+    )
+    plain = tracking.create_task(metered, [{"d": 3}])
+    with engine.begin() as connection:
+        connection.execute(update(Event).values(status="failed"))
+    pushed: list[JobDict] = []
+    push = tracking.client.broker.push
+
+    def record(entries: Any, **kwargs: Any) -> Any:
+        pushed.extend(job for job, _ in entries)
+        return push(entries, **kwargs)
+
+    monkeypatch.setattr(tracking.client.broker, "push", record)
+    assert tracking.retry_task(task.id) == 2
+    assert tracking.retry_task(plain.id) == 1
+    flow = [{k: v for k, v in j.items() if k.startswith(("concurrency", "rate"))} for j in pushed]
+    rate = {"rate_limit": "3/m", "rate_key": "metered"}
+    assert flow == [
+        {"concurrency_key": '"acme"/d1', "concurrency_limit": 2, **rate},
+        {"concurrency_key": '"acme"/d2', "concurrency_limit": 2, **rate},
+        rate,
+    ]
+    # Where the client writes them: before args.
+    assert list(pushed[0]).index("rate_key") < list(pushed[0]).index("args")
