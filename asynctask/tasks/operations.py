@@ -31,15 +31,10 @@ from itertools import islice
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
-    BigInteger,
     Connection,
-    DateTime,
     Engine,
-    Text,
-    bindparam,
     case,
     insert,
-    literal,
     select,
     update,
 )
@@ -53,7 +48,7 @@ from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
-from asynctask.tracking import transitions
+from asynctask.tracking import apply_sqlite, transitions
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import EventStatus, TaskState
 
@@ -161,11 +156,12 @@ def create_task(
         with writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
             total = 0
-            with _event_writer(connection, task_id, definition.name, at) as write_events:
+            writer_of = _event_writer(connection, task_id, definition.name, at, flow.active)
+            with writer_of as write_events:
                 while True:
                     encoded = staging.encode(jobs)
                     write_events(jobs)
-                    if keyed or options.flow.concurrency_key is not None:
+                    if flow.keyed or flow.options.concurrency_key is not None:
                         _write_waiting(connection, jobs, key_of.prefix if key_of else "", at)
                     try:
                         staging.write(encoded, connection)
@@ -259,6 +255,11 @@ class _ChunkFlow(NamedTuple):
     #: Written after the chunk's own key: its limit, and ``concurrency_on_failure``.
     keyed: dict[str, Any]
 
+    @property
+    def active(self) -> bool:
+        """Whether any chunk job gets flow-control keys (most tasks: none, at no cost per job)."""
+        return bool(self.keyed) or self.options.active
+
     def fields(self, chunk: Chunk) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.options.active:
@@ -287,6 +288,13 @@ def _jobs(
     client: Client, head: payload.JobDict, name: str, created: float, chunks: list[Chunk], flow: _ChunkFlow
 ) -> list[payload.JobDict]:
     """One job per chunk, through the client middleware."""
+    if not flow.active:
+        return [
+            _through_middleware(
+                client, {**head, "args": [chunk.items], "class": name, "jid": jid, "created_at": created}
+            )
+            for chunk, jid in zip(chunks, payload.new_jids(len(chunks)), strict=True)
+        ]
     return [
         _through_middleware(
             client,
@@ -300,7 +308,7 @@ def _jobs(
 
 @contextmanager
 def _event_writer(
-    connection: Connection, task_id: str, name: str, at: datetime
+    connection: Connection, task_id: str, name: str, at: datetime, flowing: bool
 ) -> Iterator[Callable[[list[payload.JobDict]], None]]:
     """A function writing the ``enqueue`` events of a batch of jobs, valid inside the block.
 
@@ -317,7 +325,6 @@ def _event_writer(
                     "job_name": name,
                     "status": EventStatus.ENQUEUE.value,
                     "params": item["args"],
-                    "flow": _flow_of(item),
                     "attempt": 0,
                     "seq": 0,
                     "progress_seq": 0,
@@ -326,6 +333,10 @@ def _event_writer(
                 }
                 for item in jobs
             ]
+            if flowing:
+                # Left out otherwise: the column's NULL costs nothing per row, a JSON null does.
+                for row, item in zip(rows, jobs, strict=True):
+                    row["flow"] = _flow_of(item)
             connection.execute(insert(Event), rows)
 
         yield insert_rows
@@ -346,7 +357,7 @@ def _event_writer(
                     item["jid"]
                     + head
                     + _copy_text(json.dumps(item["args"], ensure_ascii=False))
-                    + _copy_flow(item)
+                    + (_copy_flow(item) if flowing else "\t\\N")
                     + tail
                     for item in jobs
                 )
@@ -369,23 +380,32 @@ def _copy_flow(item: payload.JobDict) -> str:
 
 def _write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: str, at: datetime) -> None:
     """The first message of each keyed job's event: the key whose line it may wait in (as its
-    tenant wrote it). Sequence 0 comes before any transition the stream numbers (from 1)."""
-    rows = [
-        {"jid": item["jid"], "text": f"waiting for {_shown_key(item['concurrency_key'], prefix)}"}
+    tenant wrote it). Sequence 0 comes before any transition the stream numbers (from 1).
+
+    Per batch: one SELECT of the events' ids, then one COPY (PostgreSQL) or one executemany of
+    plain tuples (SQLite): these rows cost as much as the events themselves otherwise."""
+    texts = {
+        item["jid"]: f"waiting for {_shown_key(item['concurrency_key'], prefix)}"
         for item in jobs
         if isinstance(item.get("concurrency_key"), str)
-    ]
-    if not rows:
+    }
+    if not texts:
         return
-    message = select(
-        Event.id,
-        literal(0, BigInteger),
-        literal(at, DateTime(timezone=True)),
-        literal(EventStatus.ENQUEUE.value),
-        bindparam("text", type_=Text),
-    ).where(Event.job_id == bindparam("jid"))
-    columns = ["event_id", "seq", "at", "status", "text"]
-    connection.execute(insert(EventMessage).from_select(columns, message), rows)
+    ids = connection.execute(select(Event.job_id, Event.id).where(Event.job_id.in_(list(texts)))).all()
+    status = EventStatus.ENQUEUE.value
+    columns = "event_id, seq, at, status, text"
+    if connection.dialect.name == "postgresql":
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        stamp = at.isoformat()
+        with cursor.copy(f"COPY {EventMessage.__tablename__} ({columns}) FROM STDIN") as copy:
+            head = f"\t0\t{stamp}\t{status}\t"
+            copy.write("".join(f"{id_}{head}{_copy_text(texts[jid])}\n" for jid, id_ in ids))
+        return
+    stored_at = apply_sqlite.to_text(at)
+    connection.exec_driver_sql(
+        f"INSERT INTO {EventMessage.__tablename__} ({columns}) VALUES (?, 0, ?, ?, ?)",
+        [(id_, stored_at, status, texts[jid]) for jid, id_ in ids],
+    )
 
 
 def _shown_key(key: str, prefix: str) -> str:
