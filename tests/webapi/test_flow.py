@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from asynctask import Client, Registry, Settings
+from asynctask.api.context import close_shared
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
+from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.payload import JobDict
-from tests.webapi.conftest import Api
+from asynctask.tokens import create_token
+from tests.webapi.conftest import LIMITS, Api, define_jobs
 from tests.webapi.test_api import assert_nothing_written, error_of
+from webapi import create_app
 
 ITEMS = [{"op": op, "n": n} for n, op in enumerate([7, 7, 8, 7, 8])]
 
@@ -216,3 +224,25 @@ def test_without_auth_every_key_is_listed_as_stored(make_api: Any, api: Api) -> 
     open_api.http.post("/api/tasks", json={"job": "echo", "items": [{"op": 2}], "concurrency_key": "{op}"})
     keys = sorted(k["key"] for k in open_api.http.get("/api/keys").get_json()["items"])
     assert keys == ['"acme"/1', "2"]
+
+
+def test_keys_on_a_sql_broker(registry: Registry, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'broker.db'}"
+    upgrade(url)
+    define_jobs(registry)
+    settings = Settings(broker_url=url, database_url=url)
+    client = Client(settings, registry=registry, middleware=Chain([TrackingClientMiddleware()]))
+    engine = create_database_engine(url)
+    try:
+        token = create_token(engine, "acme").token
+        app = create_app({"settings": settings, **LIMITS}, client=client, engine=engine)
+        http = app.test_client()
+        headers = {"Authorization": f"Bearer {token}"}
+        body = {"job": "echo", "items": [{"op": 1}, {"op": 1}], "concurrency_key": "{op}"}
+        assert http.post("/api/tasks", json=body, headers=headers).status_code == 202
+        (key,) = http.get("/api/keys", headers=headers).get_json()["items"]
+        assert (key["key"], key["limit"], key["holding"], key["waiting"]) == ("1", 1, 1, 1)
+    finally:
+        client.close()
+        engine.dispose()
+        close_shared()
