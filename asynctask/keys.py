@@ -44,6 +44,9 @@ class Keys:
         self.cancel_generation = f"{p}asynctask:cancelled:generation"
         #: Hash: concurrency key -> its limit, for the keys that have slot holders or a line.
         self.lanes = f"{p}asynctask:lanes"
+        #: Set once any job took a concurrency slot or a unique key under this namespace:
+        #: until then a read API clear unlinks a queue or set without looking at its jobs.
+        self.flow_used = f"{p}asynctask:flow-used"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"
@@ -76,7 +79,8 @@ class Keys:
         return f"{self.prefix}asynctask:staging-flow:{task_id}"
 
     def lane(self, key: str) -> str:
-        """List: the jobs of concurrency key ``key`` waiting for a slot, oldest first."""
+        """List: the jobs of concurrency key ``key`` waiting for a slot, oldest first, each as
+        ``<length>:<jid><length>:<queue><payload>`` (promoting one decodes nothing)."""
         return f"{self.prefix}asynctask:lane:{key}"
 
     def lane_holders(self, key: str) -> str:

@@ -51,7 +51,18 @@ def queued(broker: RedisBroker, queue: str = "default") -> list[str]:
 
 
 def line(broker: RedisBroker, key: str = "k") -> list[str]:
-    return jids(broker.redis.lrange(broker.keys.lane(key), 0, -1))
+    """Jids waiting in a key's line, next first, read from each entry's header and checked
+    against its payload (entries are ``<length>:<jid><length>:<queue><payload>``)."""
+    found = []
+    for entry in broker.redis.lrange(broker.keys.lane(key), 0, -1):
+        size, _, rest = entry.partition(b":")
+        jid, rest = rest[: int(size)], rest[int(size) :]
+        size, _, rest = rest.partition(b":")
+        queue, raw = rest[: int(size)], rest[int(size) :]
+        job = json.loads(raw)
+        assert (job["jid"], job["queue"]) == (jid.decode(), queue.decode())
+        found.append(job["jid"])
+    return found
 
 
 def holders(broker: RedisBroker, key: str = "k") -> set[str]:
@@ -327,3 +338,103 @@ def test_read_api_removals_free_slots_and_retry_now_goes_through_the_line(
     assert line(broker) == ["e", "c"]
     busy = reader.busy_keys()
     assert [(b.key, b.limit, b.holders, b.waiting) for b in busy] == [("k", 1, ["d"], 2)]
+
+
+def test_a_task_publishes_keyed_jobs_through_their_line_and_drops_duplicates(broker: RedisBroker) -> None:
+    broker.push([(job("outside", unique_key="dup", unique_for=30), None)])
+    staging = broker.staging("task-1")
+    batch = [
+        job("plain"),
+        keyed("a"),
+        keyed("b"),
+        job("u1", unique_key="once", unique_for=30),
+        job("u2", unique_key="once", unique_for=30),
+        job("u3", unique_key="dup", unique_for=30),
+    ]
+    staging.write(staging.encode(batch), None)
+    # Nothing is visible before the publish.
+    assert queued(broker) == ["outside"]
+    assert holders(broker) == set()
+    assert staging.publish() == 4
+    assert queued(broker) == ["outside", "plain", "a", "u1"]
+    assert line(broker) == ["b"]
+    assert broker.redis.get(broker.keys.unique("once")) == b"u1"
+    assert broker.redis.get(broker.keys.unique("dup")) == b"outside"
+    assert not broker.redis.exists(broker.keys.staging_flow("task-1"))
+
+
+def test_a_task_publish_fails_whole_if_its_flow_list_is_not_as_written(broker: RedisBroker) -> None:
+    staging = broker.staging("task-2")
+    staging.write(staging.encode([job("plain"), keyed("a")]), None)
+    broker.redis.delete(broker.keys.staging_flow("task-2"))
+    with pytest.raises(Exception, match="staging list"):
+        staging.publish()
+    assert queued(broker) == []
+
+
+def test_a_due_entry_the_poller_buries_still_frees_its_slot(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() - 1)
+    [member] = broker.redis.zrange(broker.keys.retry, 0, -1)
+    # What the poller does with an entry the client middleware raised on.
+    broker.redis.zrem(broker.keys.retry, member)
+    broker.kill_unparseable(None, member, "default", "the client middleware raised")
+    assert holders(broker) == {"b"}
+    assert queued(broker) == ["b"]
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_push_answers_each_entry_behind_recorded_transitions(broker: RedisBroker, atomic: bool) -> None:
+    entries = [
+        (job("plain"), None),
+        (job("u1", unique_key="u", unique_for=30), None),
+        (keyed("a"), payload.now() + 60),
+        (job("u2", unique_key="u", unique_for=30), None),
+    ]
+    stored = broker.push(entries, transitions=["t1", "t2"], atomic=atomic)
+    assert stored == ["plain", "u1", "a", "u1"]
+    assert broker.redis.xlen(broker.keys.tracking_stream) == 1
+
+
+@pytest.mark.parametrize("raw_for", ["1e999", "1e300", "NaN", "-5", "0.0001"])
+def test_a_unique_for_of_any_number_never_fails_a_push(broker: RedisBroker, raw_for: str) -> None:
+    raw = f'{{"class":"X","args":[],"jid":"a","queue":"default","unique_key":"u","unique_for":{raw_for}}}'
+    assert broker.scripts.push(args=[broker.keys.prefix, raw, "", "0"]) == b"a"
+    assert queued(broker) == ["a"]
+    ttl = broker.redis.pttl(broker.keys.unique("u"))
+    assert ttl == -2 or 0 <= ttl <= 315360000000
+
+
+def test_a_clear_where_flow_control_was_never_used_unlinks_at_once(
+    broker: RedisBroker, settings: Settings
+) -> None:
+    reader = RedisReader(broker.redis, broker.keys, settings)
+    broker.push([(job(str(n)), None) for n in range(3)])
+    assert reader.queue_clear("default") == 3
+    assert not broker.redis.exists(broker.keys.flow_used, broker.keys.queue("default"))
+    broker.push([(keyed("a"), None), (keyed("b"), None)])
+    assert broker.redis.exists(broker.keys.flow_used)
+    assert reader.queue_clear("default") == 1
+    assert queued(broker) == ["b"]
+
+
+@pytest.mark.parametrize("removal", ["delete", "clear"])
+def test_removing_a_held_retry_frees_its_slot_and_unique_key(
+    broker: RedisBroker, fetch: ReliableFetch, settings: Settings, removal: str
+) -> None:
+    reader = RedisReader(broker.redis, broker.keys, settings)
+    broker.push([(keyed("a", unique_key="u", unique_for=30), None), (keyed("b"), None)])
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() + 60)
+    assert holders(broker) == {"a"}
+    if removal == "delete":
+        [(raw, score)] = broker.redis.zrange(broker.keys.retry, 0, -1, withscores=True)
+        assert reader.set_delete("retry", Scored(raw, score)) is True
+    else:
+        assert reader.set_clear("retry") == 1
+    assert holders(broker) == {"b"}
+    assert queued(broker) == ["b"]
+    assert not broker.redis.exists(broker.keys.unique("u"))

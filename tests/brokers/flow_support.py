@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from asynctask import Settings
+from asynctask import Client, Settings, default_registry
 from asynctask.api import ProcessSet
-from tests.brokers.conftest import ROOT, SpawnWorker
+from tests.brokers.conftest import ROOT, MakeClient, SpawnWorker
 from tests.conftest import wait_until
 
 FLOW_JOBS = ROOT / "tests" / "jobs" / "flow_jobs.py"
@@ -123,6 +123,13 @@ def most_in_window(times: Iterable[float], window: float) -> int:
             first += 1
         most = max(most, last - first + 1)
     return most
+
+
+def flow_client(make_client: MakeClient) -> Client:
+    """A client knowing tests/jobs/flow_jobs.py's definitions (the default registry, where
+    importing it put them): a key template names the job's arguments, which the client binds
+    with the signature of the definition it knows by the job's name."""
+    return make_client(registry=default_registry)
 
 
 def start_flow_workers(

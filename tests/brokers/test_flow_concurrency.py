@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from asynctask import Client, Settings
-from tests.brokers.conftest import SpawnWorker
+from tests.brokers.conftest import MakeClient, SpawnWorker
 from tests.brokers.flow_support import (
     Interval,
     by_key,
     done_jids,
+    flow_client,
     intervals,
     max_overlap,
     mean_keys_running,
@@ -47,12 +48,18 @@ def assert_serial_in_push_order(runs: list[Interval], per_key: int, open_until: 
 KEYS = 50
 PER_KEY = 40
 STEP_SECONDS = 0.02
+#: The time-weighted average of distinct keys running, at least. Limit 1: 20 threads could run
+#: 20 keys. Limit 3: pushed key by key, a key's runnable jobs sit side by side in the queue
+#: and threads take them together, so 20 threads fill up with 7 keys; 5 on average is still
+#: many lanes at once, where a broker running one key at a time would show 1.
+MIN_KEYS_RUNNING = {1: 8, 3: 5}
 
 
 @pytest.mark.parametrize("limit", [1, 3])
 def test_a_key_never_runs_more_than_its_limit_while_many_keys_run_side_by_side(
-    limit: int, client: Client, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
+    limit: int, make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
+    client = flow_client(make_client)
     start_flow_workers(spawn_worker, settings, processes=2, concurrency=10)
     jids = lane_step.set(client=client, concurrency_limit=limit).perform_bulk(
         key_major(KEYS, PER_KEY, STEP_SECONDS)
@@ -74,7 +81,7 @@ def test_a_key_never_runs_more_than_its_limit_while_many_keys_run_side_by_side(
         # ... and never exceeded.
         assert all(found <= limit for found in overlaps), overlaps
     # 20 threads share the keys: a lane does not hold up the others.
-    assert mean_keys_running(runs) >= 8
+    assert mean_keys_running(runs) >= MIN_KEYS_RUNNING[limit]
 
 
 CRASH_KEYS = 10
@@ -84,8 +91,9 @@ CRASH_STEP_SECONDS = 0.2
 
 
 def test_order_and_every_job_survive_a_killed_worker_holding_keys(
-    client: Client, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
+    make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
+    client = flow_client(make_client)
     doomed, _ = start_flow_workers(spawn_worker, settings, processes=2, concurrency=5)
     jids = lane_step.set(client=client).perform_bulk(key_major(CRASH_KEYS, CRASH_PER_KEY, CRASH_STEP_SECONDS))
     wait_until(lambda: len(done_jids(runs_file)) >= 10, timeout=30)
@@ -130,8 +138,9 @@ def runs_of_a_key_with_a_failing_job(
 
 
 def test_a_failing_job_holds_its_key_until_it_succeeds(
-    client: Client, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
+    make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
+    client = flow_client(make_client)
     runs, failing = runs_of_a_key_with_a_failing_job(None, client, settings, spawn_worker, runs_file)
     succeeded = failing[-1]
     assert succeeded.end is not None
@@ -141,8 +150,9 @@ def test_a_failing_job_holds_its_key_until_it_succeeds(
 
 
 def test_with_on_failure_continue_later_jobs_go_on_while_a_failed_one_waits(
-    client: Client, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
+    make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
+    client = flow_client(make_client)
     runs, failing = runs_of_a_key_with_a_failing_job("continue", client, settings, spawn_worker, runs_file)
     [next_job] = [run for run in runs if run.seq == FAILING_SEQ + 1]
     assert failing[0].end is not None and next_job.start >= failing[0].end
@@ -155,8 +165,9 @@ HOT_SECONDS = 1.5
 
 
 def test_jobs_without_a_key_are_not_held_up_by_a_busy_key(
-    client: Client, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
+    make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
+    client = flow_client(make_client)
     start_flow_workers(spawn_worker, settings, processes=1, concurrency=2)
     hot = lane_step.set(client=client).perform_bulk([["hot", seq, HOT_SECONDS] for seq in range(3)])
     plain = plain_step.set(client=client).perform_bulk([["plain", seq, 0.01] for seq in range(20)])

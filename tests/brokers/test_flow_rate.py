@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from asynctask import Client, Settings
-from tests.brokers.conftest import SpawnWorker
-from tests.brokers.flow_support import done_jids, most_in_window, read_events, start_flow_workers
+from asynctask import Settings
+from tests.brokers.conftest import MakeClient, SpawnWorker
+from tests.brokers.flow_support import done_jids, flow_client, most_in_window, read_events, start_flow_workers
 from tests.conftest import wait_until
 from tests.jobs.flow_jobs import RATE_PER_SECOND, rate_step
 
@@ -19,8 +19,9 @@ RECORDING_SLACK = 0.05
 
 
 def test_no_window_of_a_second_holds_more_starts_than_the_limit(
-    client: Client, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
+    make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
+    client = flow_client(make_client)
     start_flow_workers(spawn_worker, settings, processes=2, concurrency=10)
     jids = rate_step.set(client=client).perform_bulk([["rate", seq, 0.0] for seq in range(JOBS)])
     # The limit makes the run last JOBS / RATE_PER_SECOND seconds at least.

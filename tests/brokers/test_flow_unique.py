@@ -12,7 +12,7 @@ from asynctask import Settings
 from asynctask.api import Queue
 from asynctask.job import JobDefinition
 from tests.brokers.conftest import MakeClient, SpawnWorker
-from tests.brokers.flow_support import done_jids, read_events, start_flow_workers
+from tests.brokers.flow_support import done_jids, flow_client, read_events, start_flow_workers
 from tests.conftest import wait_until
 from tests.jobs.flow_jobs import unique_step, unique_until_start_step
 
@@ -24,7 +24,7 @@ RUN_SECONDS = 1.0
 
 def push_concurrently(job: JobDefinition[...], make_client: MakeClient) -> list[str]:
     """PUSHES pushes of one job (same arguments) from THREADS threads, each with its own client."""
-    clients = [make_client() for _ in range(THREADS)]
+    clients = [flow_client(make_client) for _ in range(THREADS)]
 
     def push(index: int) -> str:
         return job.set(client=clients[index % THREADS]).perform_async("same", 0, RUN_SECONDS)
@@ -34,7 +34,7 @@ def push_concurrently(job: JobDefinition[...], make_client: MakeClient) -> list[
 
 
 def pusher(job: JobDefinition[...], make_client: MakeClient) -> Callable[[], str]:
-    client = make_client()
+    client = flow_client(make_client)
     return lambda: job.set(client=client).perform_async("same", 0, RUN_SECONDS)
 
 
@@ -71,7 +71,8 @@ def test_with_unique_until_start_a_claimed_job_no_longer_holds_its_key(
     assert set(jids) == {holder}
 
     push = pusher(unique_until_start_step, make_client)
-    start_flow_workers(spawn_worker, settings, processes=1, concurrency=2)
+    # One thread: busy with the first job, it leaves the next one queued (unclaimed) meanwhile.
+    start_flow_workers(spawn_worker, settings, processes=1, concurrency=1)
     wait_until(lambda: any(e.event == "start" for e in read_events(runs_file)), timeout=15)
     # Claimed: the next push makes a new job while the first still runs...
     successor = push()

@@ -111,6 +111,16 @@ class RedisBroker(Broker):
 
         A dead job ends: its concurrency slot and unique key are freed, those of the claimed
         payload (``unit``) or, for a job buried from elsewhere, of ``encoded``."""
+        self._bury(unit, encoded, encoded)
+
+    def kill_unparseable(
+        self, unit: UnitOfWork | None, raw: bytes, queue: str, reason: str, jid: str | None = None
+    ) -> None:
+        """As the base class, and the buried bytes end: a schedule or retry entry the poller
+        buries (say, because the client middleware raised on it) may hold a slot or a unique key."""
+        self._bury(unit, payload.dumps_storable(payload.unparseable(raw, queue, reason, jid)), raw)
+
+    def _bury(self, unit: UnitOfWork | None, encoded: str, ended: str | bytes) -> None:
         now = payload.now()
         s = self.settings
         pipe = self.redis.pipeline(transaction=True)
@@ -121,7 +131,7 @@ class RedisBroker(Broker):
             release(pipe, self.scripts, self.keys, [unit])
         else:
             self.scripts.finish(
-                keys=[self.keys.dead], args=[self.keys.prefix, "none", "end", encoded], client=pipe
+                keys=[self.keys.dead], args=[self.keys.prefix, "none", "end", ended], client=pipe
             )
         pipe.execute()
 

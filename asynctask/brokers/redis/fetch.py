@@ -59,6 +59,17 @@ def release(
     scripts.finish(keys=[str(unit.ref) for unit in units], args=args, client=conn)
 
 
+def ends_flow(raw: bytes) -> bool:
+    """Whether acknowledging ``raw`` may free a concurrency slot or a unique key: a cheap byte
+    search here, so that the claim script searches no other payload."""
+    return b'concurrency_key"' in raw or b'unique_key"' in raw
+
+
+def starts_flow(raw: bytes) -> bool:
+    """Whether claiming ``raw`` needs the claim-time flow check (rate limit, unique until start)."""
+    return b'rate_limit"' in raw or b'unique_until"' in raw
+
+
 #: Seconds between two looks for threads still on their way into BLMOVE while going quiet.
 UNBLOCK_RECHECK = 0.01
 
@@ -128,7 +139,8 @@ class ReliableFetch(Fetcher):
             len(acks),
         ]
         for unit in acks:
-            args += (position[str(unit.ref)], unit.payload)
+            index = position[str(unit.ref)]
+            args += (-index if ends_flow(unit.payload) else index, unit.payload)
         found = self._scripts.fetch(keys=keys, args=args)
         self.cancel_generation = found[0]
         # Lua index i (1-based) is a queue key; its in-flight list is KEYS[i + 1], keys[i] here.
@@ -174,7 +186,7 @@ class ReliableFetch(Fetcher):
             self.cancel_generation = cast(bytes, generation[0] or b"0")
         # The connection does not decode responses, so the payload arrives as bytes.
         raw = cast(bytes, job)
-        if (b'"rate_limit"' in raw or b'"unique_until"' in raw) and not self._admit(inflight, raw):
+        if starts_flow(raw) and not self._admit(inflight, raw):
             return None
         return UnitOfWork(name, raw, inflight)
 

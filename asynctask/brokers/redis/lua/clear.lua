@@ -8,10 +8,11 @@
 -- ARGV[2]  "queue" or "set"
 -- ARGV[3]  the queue's name (for "queue": it leaves `queues`)
 --
--- The entries are renamed away first, so that jobs promoted into a cleared queue are kept
--- (they were not in it), and are then ended 1000 at a time: the memory used stays bounded;
--- the time is linear in the entries, a string search each (payloads without a flow field
--- are not decoded).
+-- Where flow control was never used (no `asynctask:flow-used`), no entry holds anything: the
+-- key is unlinked at once, as before flow control. Otherwise the entries are renamed away
+-- first, so that jobs promoted into a cleared queue are kept (they were not in it), and are
+-- then ended 1000 at a time: the memory used stays bounded; the time is linear in the entries,
+-- a string search each (payloads without a flow field are not decoded), about 1 µs per entry.
 -- Returns the number of entries removed.
 FLOW_PREFIX = ARGV[1]
 local queue = ARGV[2] == "queue"
@@ -24,6 +25,10 @@ else
 end
 if count == 0 then
   return 0
+end
+if redis.call("exists", FLOW_PREFIX .. "asynctask:flow-used") == 0 then
+  redis.call("unlink", KEYS[1])
+  return count
 end
 redis.call("rename", KEYS[1], KEYS[3])
 while true do

@@ -13,7 +13,9 @@
 -- ARGV[4]           the transitions' JSON array
 -- ARGV[5]           the namespace prefix (for flow control's keys)
 -- ARGV[6]           how many acknowledgements follow
--- ARGV[7], ARGV[8]  index in KEYS of an in-flight list, payload to remove from it, ...
+-- ARGV[7], ARGV[8]  index in KEYS of an in-flight list, payload to remove from it, ...; the
+--                   index is negative for a job with a concurrency or unique key (the caller
+--                   looked, so that the other acknowledgements cost no search here)
 --
 -- A finished job's acknowledgement and its "finish" transition are written together, so a
 -- crash leaves either both (done) or neither (the job runs again and records it again).
@@ -25,16 +27,18 @@
 -- Queues are tried in the order given; a batch drains the first non-empty one before the next.
 -- Flow control: an acknowledged job ends, freeing its concurrency slot (promoting the next
 -- job of its key into its queue) and its unique key; a claimed job over its rate limit goes
--- back to the schedule set instead of being returned (see flow.lua). Both only decode
--- payloads that contain the fields' names.
+-- back to the schedule set instead of being returned (see flow.lua). Only payloads that
+-- contain the fields' names are decoded.
 -- Returns {cancel generation, index in KEYS of the job's queue, payload, index, payload, ...}.
 local batch = tonumber(ARGV[1])
 local transitions = tonumber(ARGV[3])
 FLOW_PREFIX = ARGV[5]
 local acks = tonumber(ARGV[6])
 for i = 1, acks do
-  local job = ARGV[6 + 2 * i]
-  if redis.call("lrem", KEYS[tonumber(ARGV[5 + 2 * i])], -1, job) == 1 then
+  local index, job = tonumber(ARGV[5 + 2 * i]), ARGV[6 + 2 * i]
+  if index > 0 then
+    redis.call("lrem", KEYS[index], -1, job)
+  elseif redis.call("lrem", KEYS[-index], -1, job) == 1 then
     flow_end(job, false)
   end
 end

@@ -10,279 +10,351 @@
 --   <p>asynctask:rate:<key>         sorted set: starts of the rate key's sliding window (score: time)
 --   <p>asynctask:rate-next:<key>    string: when the next postponed job of the key is due
 --   <p>asynctask:unique:<key>       string: the holder's jid, expiring after unique_for
+--   <p>asynctask:flow-used          string: set once a slot or unique key was ever taken here
 --
 -- Nothing here may raise on a payload: a script error would fail the whole call (every claim
 -- of a worker, say). Payloads are decoded under pcall and every field is type-checked; a
 -- payload whose flow fields are unusable is treated as an ordinary job.
 local FLOW_PREFIX = ""
 
-local function flow_decode(job)
-  local ok, t = pcall(cjson.decode, job)
-  if ok and type(t) == "table" then
-    return t
-  end
-  return nil
-end
+-- The library proper, built on first use: defining its functions costs microseconds, which a
+-- call that meets no flow-control job (the common case) must not pay.
+local FLOW_LIB = nil
 
-local function flow_jid(t)
-  local jid = t["jid"]
-  if type(jid) == "string" and #jid > 0 then
-    return jid
+local function flow_lib()
+  if FLOW_LIB then
+    return FLOW_LIB
   end
-  return nil
-end
 
--- The job's concurrency key and limit, or nil if it has none (or an unusable one).
-local function flow_lane(t)
-  local key = t["concurrency_key"]
-  if type(key) ~= "string" or #key == 0 or #key > 1000 then
+  local function flow_decode(job)
+    local ok, t = pcall(cjson.decode, job)
+    if ok and type(t) == "table" then
+      return t
+    end
     return nil
   end
-  local limit = t["concurrency_limit"]
-  if type(limit) ~= "number" or limit < 1 or limit ~= math.floor(limit) or limit > 1e9 then
+
+  local function flow_jid(t)
+    local jid = t["jid"]
+    if type(jid) == "string" and #jid > 0 then
+      return jid
+    end
     return nil
   end
-  return key, limit
-end
 
-local function flow_queue(t)
-  local queue = t["queue"]
-  if type(queue) == "string" and #queue > 0 then
-    return queue
-  end
-  return "default"
-end
-
-local function flow_now()
-  local time = redis.call("time")
-  return tonumber(time[1]) + tonumber(time[2]) / 1000000
-end
-
--- Times as text with microseconds: Lua would write a number with 14 significant digits only.
-local function flow_time(seconds)
-  return string.format("%.6f", seconds)
-end
-
-local function lane_line(key)
-  return FLOW_PREFIX .. "asynctask:lane:" .. key
-end
-
-local function lane_holders(key)
-  return FLOW_PREFIX .. "asynctask:holders:" .. key
-end
-
-local function lane_registry()
-  return FLOW_PREFIX .. "asynctask:lanes"
-end
-
-local function enqueue(queue, job)
-  redis.call("sadd", FLOW_PREFIX .. "queues", queue)
-  redis.call("lpush", FLOW_PREFIX .. "queue:" .. queue, job)
-end
-
--- Promote waiting jobs of `key` into their queues while the key has free slots; forget the
--- key once nothing holds or waits for it (so the registry lists only busy keys).
-local function lane_fill(key)
-  local line, holders = lane_line(key), lane_holders(key)
-  local limit = tonumber(redis.call("hget", lane_registry(), key)) or 1
-  while redis.call("scard", holders) < limit do
-    local job = redis.call("lpop", line)
-    if not job then
-      break
-    end
-    -- Only decoded jobs with a jid enter a line; an entry that is not one anyway still runs.
-    local t = flow_decode(job)
-    local jid = t and flow_jid(t)
-    if jid then
-      redis.call("sadd", holders, jid)
-    end
-    enqueue(t and flow_queue(t) or "default", job)
-  end
-  if redis.call("scard", holders) == 0 and redis.call("llen", line) == 0 then
-    redis.call("hdel", lane_registry(), key)
-  end
-end
-
--- A runnable job of `key` joins the back of the key's line, then free slots are filled:
--- strict FIFO, whatever waited before it goes first. `limit` replaces the stored limit when
--- `update` (a push), else only stands in for a key the registry no longer lists.
-local function lane_enter(key, limit, job, update)
-  if update then
-    redis.call("hset", lane_registry(), key, limit)
-  else
-    redis.call("hsetnx", lane_registry(), key, limit)
-  end
-  redis.call("rpush", lane_line(key), job)
-  lane_fill(key)
-end
-
--- A due keyed job from the schedule or retry set goes through its key's line unless it still
--- holds a slot (a retry under "hold", a job postponed by its rate limit): that one goes
--- straight to its queue. Returns false for a job this does not handle (not keyed, or keyed
--- and holding a slot): the caller pushes it to its queue.
-local function lane_route(job)
-  if not string.find(job, '"concurrency_key"', 1, true) then
-    return false
-  end
-  local t = flow_decode(job)
-  if not t then
-    return false
-  end
-  local key, limit = flow_lane(t)
-  local jid = flow_jid(t)
-  if not key or not jid or redis.call("sismember", lane_holders(key), jid) == 1 then
-    return false
-  end
-  lane_enter(key, limit, job, false)
-  return true
-end
-
--- Give up the slot `t` holds, if any, and promote the next waiting job.
-local function lane_free(t)
-  local key = flow_lane(t)
-  local jid = flow_jid(t)
-  if key and jid and redis.call("srem", lane_holders(key), jid) == 1 then
-    lane_fill(key)
-  end
-end
-
-local function unique_key(t)
-  local key = t["unique_key"]
-  if type(key) == "string" and #key > 0 then
-    return FLOW_PREFIX .. "asynctask:unique:" .. key
-  end
-  return nil
-end
-
--- Release `t`'s unique key only if `t` still holds it (a newer holder is left alone).
-local function unique_release(t)
-  local key, jid = unique_key(t), flow_jid(t)
-  if key and jid and redis.call("get", key) == jid then
-    redis.call("del", key)
-  end
-end
-
--- Take `t`'s unique key for `ttl_ms`; return nil if taken, else the holder's jid.
-local function unique_take(key, jid, ttl_ms)
-  -- The holder's key may expire between the SET and the GET: then take it again.
-  for _ = 1, 3 do
-    if redis.call("set", key, jid, "NX", "PX", ttl_ms) then
+  -- The job's concurrency key and limit, or nil if it has none (or an unusable one).
+  local function flow_lane(t)
+    local key = t["concurrency_key"]
+    if type(key) ~= "string" or #key == 0 or #key > 1000 then
       return nil
     end
-    local holder = redis.call("get", key)
-    if holder then
-      return holder
+    local limit = t["concurrency_limit"]
+    if type(limit) ~= "number" or limit < 1 or limit ~= math.floor(limit) or limit > 1e9 then
+      return nil
+    end
+    return key, limit
+  end
+
+  local function flow_queue(t)
+    local queue = t["queue"]
+    if type(queue) == "string" and #queue > 0 then
+      return queue
+    end
+    return "default"
+  end
+
+  local function flow_now()
+    local time = redis.call("time")
+    return tonumber(time[1]) + tonumber(time[2]) / 1000000
+  end
+
+  -- Times as text with microseconds: Lua would write a number with 14 significant digits only.
+  local function flow_time(seconds)
+    return string.format("%.6f", seconds)
+  end
+
+  local function lane_line(key)
+    return FLOW_PREFIX .. "asynctask:lane:" .. key
+  end
+
+  local function lane_holders(key)
+    return FLOW_PREFIX .. "asynctask:holders:" .. key
+  end
+
+  local function lane_registry()
+    return FLOW_PREFIX .. "asynctask:lanes"
+  end
+
+  local function enqueue(queue, job)
+    redis.call("sadd", FLOW_PREFIX .. "queues", queue)
+    redis.call("lpush", FLOW_PREFIX .. "queue:" .. queue, job)
+  end
+
+  -- A line entry carries its job's jid and queue ahead of the payload, as
+  -- "<length>:<jid><length>:<queue><payload>", so that promoting it decodes nothing.
+  local function line_entry(jid, queue, job)
+    return #jid .. ":" .. jid .. #queue .. ":" .. queue .. job
+  end
+
+  -- The jid, queue and payload of a line entry; nil for one that is not such an entry.
+  local function line_parse(entry)
+    local colon = string.find(entry, ":", 1, true)
+    local n = colon and tonumber(string.sub(entry, 1, colon - 1))
+    if not n then
+      return nil
+    end
+    local after = colon + n + 1
+    local second = string.find(entry, ":", after, true)
+    local m = second and tonumber(string.sub(entry, after, second - 1))
+    if not m then
+      return nil
+    end
+    return string.sub(entry, colon + 1, colon + n), string.sub(entry, second + 1, second + m),
+      string.sub(entry, second + m + 1)
+  end
+
+  -- Promote waiting jobs of `key` into their queues while the key has free slots; forget the
+  -- key once nothing holds or waits for it (so the registry lists only busy keys).
+  local function lane_fill(key)
+    local line, holders = lane_line(key), lane_holders(key)
+    local limit = tonumber(redis.call("hget", lane_registry(), key)) or 1
+    local held = redis.call("scard", holders)
+    while held < limit do
+      local entry = redis.call("lpop", line)
+      if not entry then
+        break
+      end
+      local jid, queue, job = line_parse(entry)
+      if jid then
+        held = held + redis.call("sadd", holders, jid)
+        enqueue(queue, job)
+      else
+        -- Only this script writes lines; an entry it cannot read still runs, holding nothing.
+        enqueue("default", entry)
+      end
+    end
+    if held == 0 and redis.call("llen", line) == 0 then
+      redis.call("hdel", lane_registry(), key)
     end
   end
-  return nil
-end
 
--- `job` ended (acknowledged, dead, discarded, deleted): free its slot and release its unique
--- key. With `retrying`, it went to the retry set instead: it frees its slot only under
--- concurrency_on_failure "continue", and keeps its unique key.
-local function flow_end(job, retrying)
-  local keyed = string.find(job, '"concurrency_key"', 1, true)
-  local unique = not retrying and string.find(job, '"unique_key"', 1, true)
-  if not keyed and not unique then
-    return
+  -- A runnable job of `key` joins the back of the key's line, then free slots are filled:
+  -- strict FIFO, whatever waited before it goes first. `limit` replaces the stored limit when
+  -- `update` (a push), else only stands in for a key the registry no longer lists.
+  local function lane_enter(key, limit, t, jid, job, update)
+    redis.call("set", FLOW_PREFIX .. "asynctask:flow-used", "1")
+    if update then
+      redis.call("hset", lane_registry(), key, limit)
+    else
+      redis.call("hsetnx", lane_registry(), key, limit)
+    end
+    redis.call("rpush", lane_line(key), line_entry(jid, flow_queue(t), job))
+    lane_fill(key)
   end
-  local t = flow_decode(job)
-  if not t then
-    return
-  end
-  if keyed and (not retrying or t["concurrency_on_failure"] == "continue") then
-    lane_free(t)
-  end
-  if unique then
-    unique_release(t)
-  end
-end
 
-local RATE_WINDOWS = { s = 1, m = 60, h = 3600 }
+  -- A due keyed job from the schedule or retry set goes through its key's line unless it still
+  -- holds a slot (a retry under "hold", a job postponed by its rate limit): that one goes
+  -- straight to its queue. Returns false for a job this does not handle (not keyed, or keyed
+  -- and holding a slot): the caller pushes it to its queue.
+  local function lane_route(job)
+    local t = flow_decode(job)
+    if not t then
+      return false
+    end
+    local key, limit = flow_lane(t)
+    local jid = flow_jid(t)
+    if not key or not jid or redis.call("sismember", lane_holders(key), jid) == 1 then
+      return false
+    end
+    lane_enter(key, limit, t, jid, job, false)
+    return true
+  end
 
--- Postpone-or-start decision for a claimed job that carries a rate limit or unique_until.
--- Returns the time the job is due again if its rate key is over the limit (nothing recorded),
--- else nil after recording the start (and releasing a unique key held until start).
-local function flow_admit(job)
-  local t = flow_decode(job)
-  if not t then
+  -- Give up the slot `t` holds, if any, and promote the next waiting job.
+  local function lane_free(t)
+    local key = flow_lane(t)
+    local jid = flow_jid(t)
+    if key and jid and redis.call("srem", lane_holders(key), jid) == 1 then
+      lane_fill(key)
+    end
+  end
+
+  local function unique_key(t)
+    local key = t["unique_key"]
+    if type(key) == "string" and #key > 0 then
+      return FLOW_PREFIX .. "asynctask:unique:" .. key
+    end
     return nil
   end
-  local limit, rate_key = t["rate_limit"], t["rate_key"]
-  if type(limit) == "string" and type(rate_key) == "string" and #rate_key > 0 then
-    local n, unit = string.match(limit, "^(%d+)/([smh])$")
-    n = tonumber(n)
-    if n and n >= 1 then
-      local window = RATE_WINDOWS[unit]
-      local log = FLOW_PREFIX .. "asynctask:rate:" .. rate_key
-      local now = flow_now()
-      redis.call("zremrangebyscore", log, "-inf", flow_time(now - window))
-      if redis.call("zcard", log) >= n then
-        -- Due when the oldest start leaves the window, and each further postponed job of the
-        -- key window/n after the previous one, so that a backlog comes back spread out.
-        local oldest = tonumber(redis.call("zrange", log, 0, 0, "WITHSCORES")[2])
-        local next_key = FLOW_PREFIX .. "asynctask:rate-next:" .. rate_key
-        local due = math.max(oldest + window, tonumber(redis.call("get", next_key)) or 0)
-        local after = due + window / n
-        redis.call("set", next_key, flow_time(after), "PX", math.ceil((after - now) * 1000) + 1000)
-        return due
-      end
-      redis.call("zadd", log, flow_time(now), flow_time(now) .. ":" .. (flow_jid(t) or ""))
-      redis.call("pexpire", log, window * 1000 + 1000)
+
+  -- Release `t`'s unique key only if `t` still holds it (a newer holder is left alone).
+  local function unique_release(t)
+    local key, jid = unique_key(t), flow_jid(t)
+    if key and jid and redis.call("get", key) == jid then
+      redis.call("del", key)
     end
   end
-  if t["unique_until"] == "start" then
-    unique_release(t)
-  end
-  return nil
-end
 
--- Claim-time check of a job just moved into `inflight`: true to run it now; false once it
--- went back to the schedule set, due when its rate key allows (it keeps its slot, so it goes
--- straight back to its queue then).
-local function flow_claim(job, inflight)
-  if not string.find(job, '"rate_limit"', 1, true) and not string.find(job, '"unique_until"', 1, true) then
-    return true
-  end
-  local due = flow_admit(job)
-  if not due then
-    return true
-  end
-  -- A job another process took back meanwhile (recovery) is not this call's to move.
-  if redis.call("lrem", inflight, 1, job) == 1 then
-    redis.call("zadd", FLOW_PREFIX .. "schedule", flow_time(due), job)
-  end
-  return false
-end
-
--- Push one job that has a concurrency key or a unique key: due now (`due` nil) or at `due`
--- (`delay` seconds from now, which the unique key's expiry adds to unique_for). Returns the
--- jid of the unique key's holder if it is taken (nothing is pushed), else the job's own jid.
-local function flow_push(job, due, delay)
-  local t = flow_decode(job)
-  local jid = t and flow_jid(t)
-  if t and jid then
-    local key, seconds = unique_key(t), t["unique_for"]
-    if key and type(seconds) == "number" and seconds > 0 then
-      local ttl = math.max(1, math.ceil((seconds + delay) * 1000))
-      local holder = unique_take(key, jid, ttl)
+  -- Take `t`'s unique key for `ttl_ms`; return nil if taken, else the holder's jid.
+  local function unique_take(key, jid, ttl_ms)
+    redis.call("set", FLOW_PREFIX .. "asynctask:flow-used", "1")
+    -- The holder's key may expire between the SET and the GET: then take it again.
+    for _ = 1, 3 do
+      if redis.call("set", key, jid, "NX", "PX", ttl_ms) then
+        return nil
+      end
+      local holder = redis.call("get", key)
       if holder then
         return holder
       end
     end
+    return nil
   end
-  if due then
-    redis.call("zadd", FLOW_PREFIX .. "schedule", flow_time(due), job)
+
+  -- `job` ended (acknowledged, dead, discarded, deleted): free its slot and release its unique
+  -- key. With `retrying`, it went to the retry set instead: it frees its slot only under
+  -- concurrency_on_failure "continue", and keeps its unique key.
+  local function flow_end(job, retrying)
+    local keyed = string.find(job, '"concurrency_key"', 1, true)
+    local unique = not retrying and string.find(job, '"unique_key"', 1, true)
+    local t = flow_decode(job)
+    if not t then
+      return
+    end
+    if keyed and (not retrying or t["concurrency_on_failure"] == "continue") then
+      lane_free(t)
+    end
+    if unique then
+      unique_release(t)
+    end
+  end
+
+  local RATE_WINDOWS = { s = 1, m = 60, h = 3600 }
+
+  -- Postpone-or-start decision for a claimed job that carries a rate limit or unique_until.
+  -- Returns the time the job is due again if its rate key is over the limit (nothing recorded),
+  -- else nil after recording the start (and releasing a unique key held until start).
+  local function flow_admit(job)
+    local t = flow_decode(job)
+    if not t then
+      return nil
+    end
+    local limit, rate_key = t["rate_limit"], t["rate_key"]
+    if type(limit) == "string" and type(rate_key) == "string" and #rate_key > 0 then
+      local n, unit = string.match(limit, "^(%d+)/([smh])$")
+      n = tonumber(n)
+      if n and n >= 1 then
+        local window = RATE_WINDOWS[unit]
+        local log = FLOW_PREFIX .. "asynctask:rate:" .. rate_key
+        local now = flow_now()
+        redis.call("zremrangebyscore", log, "-inf", flow_time(now - window))
+        if redis.call("zcard", log) >= n then
+          -- Due when the oldest start leaves the window, and each further postponed job of the
+          -- key window/n after the previous one, so that a backlog comes back spread out.
+          local oldest = tonumber(redis.call("zrange", log, 0, 0, "WITHSCORES")[2])
+          local next_key = FLOW_PREFIX .. "asynctask:rate-next:" .. rate_key
+          local due = math.max(oldest + window, tonumber(redis.call("get", next_key)) or 0)
+          local after = due + window / n
+          redis.call("set", next_key, flow_time(after), "PX", math.ceil((after - now) * 1000) + 1000)
+          return due
+        end
+        redis.call("zadd", log, flow_time(now), flow_time(now) .. ":" .. (flow_jid(t) or ""))
+        redis.call("pexpire", log, window * 1000 + 1000)
+      end
+    end
+    if t["unique_until"] == "start" then
+      unique_release(t)
+    end
+    return nil
+  end
+
+  -- Claim-time check of a job just moved into `inflight`: true to run it now; false once it
+  -- went back to the schedule set, due when its rate key allows (it keeps its slot, so it goes
+  -- straight back to its queue then).
+  local function flow_claim(job, inflight)
+    local due = flow_admit(job)
+    if not due then
+      return true
+    end
+    -- A job another process took back meanwhile (recovery) is not this call's to move.
+    if redis.call("lrem", inflight, 1, job) == 1 then
+      redis.call("zadd", FLOW_PREFIX .. "schedule", flow_time(due), job)
+    end
+    return false
+  end
+
+  -- Push one job that has a concurrency key or a unique key: due now (`due` nil) or at `due`
+  -- (`delay` seconds from now, which the unique key's expiry adds to unique_for). Returns the
+  -- jid of the unique key's holder if it is taken (nothing is pushed), else the job's own jid.
+  local function flow_push(job, due, delay)
+    local t = flow_decode(job)
+    local jid = t and flow_jid(t)
+    if t and jid then
+      local key, seconds = unique_key(t), t["unique_for"]
+      if key and type(seconds) == "number" and seconds > 0 then
+        -- Bounded (ten years): SET refuses an expiry beyond its range, and "inf" is a number here.
+        local ttl = math.min(math.max(1, math.ceil((seconds + delay) * 1000)), 315360000000)
+        local holder = unique_take(key, jid, ttl)
+        if holder then
+          return holder
+        end
+      end
+    end
+    if due then
+      redis.call("zadd", FLOW_PREFIX .. "schedule", flow_time(due), job)
+      return jid
+    end
+    local key, limit = nil, nil
+    if t and jid then
+      key, limit = flow_lane(t)
+    end
+    if key then
+      lane_enter(key, limit, t, jid, job, true)
+    else
+      enqueue(t and flow_queue(t) or "default", job)
+    end
     return jid
   end
-  local key, limit = nil, nil
-  if t and jid then
-    key, limit = flow_lane(t)
+
+  FLOW_LIB = {
+    decode = flow_decode,
+    jid = flow_jid,
+    route = lane_route,
+    finish = flow_end,
+    claim = flow_claim,
+    push = flow_push,
+  }
+  return FLOW_LIB
+end
+
+-- The entry points. Each looks for the payload field names with a plain substring search
+-- first and builds the library only for a payload that has them. The needles leave out the
+-- opening quote: JSON is full of quotes, each a false start for the search, which made it
+-- twice as slow. A false match (a string ending in one of the names) only costs a decode.
+local flow_find = string.find
+
+-- A due job from the schedule or retry set: true if it went through its key's line, false
+-- if the caller is to push it to its queue (see lane_route).
+local function lane_route(job)
+  return flow_find(job, 'concurrency_key"', 1, true) ~= nil and flow_lib().route(job)
+end
+
+-- `job` ended, or went to the retry set when `retrying` (see flow_end).
+local function flow_end(job, retrying)
+  if flow_find(job, 'concurrency_key"', 1, true) or (not retrying and flow_find(job, 'unique_key"', 1, true)) then
+    flow_lib().finish(job, retrying)
   end
-  if key then
-    lane_enter(key, limit, job, true)
-  else
-    enqueue(t and flow_queue(t) or "default", job)
+end
+
+-- A job just moved into `inflight` by a claim: true to run it (see flow_claim).
+local function flow_claim(job, inflight)
+  if flow_find(job, 'rate_limit"', 1, true) or flow_find(job, 'unique_until"', 1, true) then
+    return flow_lib().claim(job, inflight)
   end
-  return jid
+  return true
+end
+
+-- Push a job with a concurrency or unique key (see flow_push); returns the stored jid.
+local function flow_push(job, due, delay)
+  return flow_lib().push(job, due, delay)
 end

@@ -67,8 +67,8 @@ while true do
   if not job then
     break
   end
-  local decoded = flow_decode(job)
-  local jid = decoded and flow_jid(decoded)
+  local decoded = flow_lib().decode(job)
+  local jid = decoded and flow_lib().jid(decoded)
   if flow_push(job, nil, 0) == jid then
     moved = moved + 1
   end
