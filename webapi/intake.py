@@ -235,7 +235,7 @@ def _flow_options(submission: Submission, options: Mapping[str, Any], tenant: st
             "concurrency_on_failure must be hold or continue",
             {"field": "concurrency_on_failure"},
         )
-    if template is None:
+    if "concurrency_key" not in options:
         for name in ("concurrency_limit", "concurrency_on_failure"):
             if name in options:
                 raise ApiError(422, "invalid_request", f"{name} needs a concurrency_key", {"field": name})

@@ -109,6 +109,8 @@ def test_without_auth_keys_are_not_prefixed(make_api: Any) -> None:
         ({"concurrency_key": "operator:{op"}, "invalid_concurrency_key", "concurrency_key"),
         ({"concurrency_key": ""}, "invalid_concurrency_key", "concurrency_key"),
         ({"concurrency_key": 7}, "invalid_request", "concurrency_key"),
+        ({"concurrency_key": None}, "invalid_request", "concurrency_key"),
+        ({"concurrency_key": "k", "concurrency_limit": None}, "invalid_request", "concurrency_limit"),
         ({"concurrency_key": "k\u0000"}, "invalid_string", "concurrency_key"),
         ({"concurrency_key": "k", "concurrency_limit": 0}, "invalid_request", "concurrency_limit"),
         ({"concurrency_key": "k", "concurrency_limit": 1.5}, "invalid_request", "concurrency_limit"),
