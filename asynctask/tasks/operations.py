@@ -47,7 +47,7 @@ from asynctask.errors import TaskNotFound, TaskStateError
 from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
-from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
+from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
 from asynctask.tracking import apply_sqlite, transitions
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import EventStatus, TaskState
@@ -534,11 +534,20 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
         for row in rows
     ]
     recorded = [
-        transitions.status(item["jid"], EventStatus.ENQUEUE, "retried by request").encode() for item in jobs
+        transitions.status(item["jid"], EventStatus.ENQUEUE, _retried(item, task.tenant)).encode()
+        for item in jobs
     ]
     client.broker.push([(item, None) for item in jobs], transitions=recorded, atomic=True)
     _show_retried(engine, task_id, position)
     return len(jobs)
+
+
+def _retried(item: payload.JobDict, tenant: str | None) -> str:
+    """The message of a retried job's ``enqueue``: a keyed job may wait for its key again."""
+    key = item.get("concurrency_key")
+    if not isinstance(key, str):
+        return "retried by request"
+    return f"retried by request; waiting for {_shown_key(key, tenant_prefix(tenant))}"
 
 
 def _show_retried(engine: Engine, task_id: str, position: int) -> None:
@@ -568,7 +577,7 @@ def _show_retried(engine: Engine, task_id: str, position: int) -> None:
 def _require(engine: Engine, task_id: str, tenant: str | None) -> Any:
     if "\x00" in task_id:
         raise TaskNotFound(task_id)
-    query = select(Task.id, Task.state, Task.job_name, Task.queue).where(Task.id == task_id)
+    query = select(Task.id, Task.state, Task.job_name, Task.queue, Task.tenant).where(Task.id == task_id)
     if tenant is not None:
         query = query.where(Task.tenant == tenant)
     with engine.connect() as connection:

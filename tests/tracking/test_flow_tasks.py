@@ -16,6 +16,8 @@ from asynctask.payload import JobDict
 from asynctask.tasks import operations
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError, tenant_prefix
 from asynctask.tracking.models import Event, EventMessage, Task
+from asynctask.tracking.outbox import pack
+from asynctask.tracking.transitions import decode_entry
 
 
 def recorded(tracking: Tracking) -> list[JobDict]:
@@ -222,10 +224,12 @@ def test_retry_task_pushes_each_job_again_with_its_key_limit_and_rate(
     with engine.begin() as connection:
         connection.execute(update(Event).values(status="failed"))
     pushed: list[JobDict] = []
+    recorded: list[str] = []
     push = tracking.client.broker.push
 
     def record(entries: Any, **kwargs: Any) -> Any:
         pushed.extend(job for job, _ in entries)
+        recorded.extend(kwargs["transitions"])
         return push(entries, **kwargs)
 
     monkeypatch.setattr(tracking.client.broker, "push", record)
@@ -240,3 +244,9 @@ def test_retry_task_pushes_each_job_again_with_its_key_limit_and_rate(
     ]
     # Where the client writes them: before args.
     assert list(pushed[0]).index("rate_key") < list(pushed[0]).index("args")
+    # The enqueue recorded with the push says which key the job may wait for again.
+    assert [t.text for t in decode_entry(1, pack(recorded))] == [
+        "retried by request; waiting for d1",
+        "retried by request; waiting for d2",
+        "retried by request",
+    ]
