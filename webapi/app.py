@@ -22,6 +22,7 @@ from webapi.auth import TokenVerifier, authenticate
 from webapi.blueprints.docs import docs
 from webapi.blueprints.health import health
 from webapi.blueprints.jobs import jobs
+from webapi.blueprints.keys import busy_keys_reader, keys
 from webapi.blueprints.page import page
 from webapi.blueprints.stream import stream
 from webapi.blueprints.tasks import tasks
@@ -34,7 +35,7 @@ from webapi.watch import TaskWatcher
 logger = logging.getLogger("asynctask.api")
 
 #: Blueprints whose routes need a token (the page, health checks and the document do not).
-_PROTECTED = {tasks.name, stream.name, jobs.name}
+_PROTECTED = {tasks.name, stream.name, jobs.name, keys.name}
 
 
 def create_app(
@@ -75,11 +76,12 @@ def create_app(
         errors=FirstErrorsCache(config.errors_cache_seconds),
         watcher=TaskWatcher(engine, config.stream_interval),
         streams=StreamSlots(config.max_streams, config.max_tenant_streams),
+        busy_keys=busy_keys_reader(client),
     )
 
     errors.register(app)
     app.before_request(_authenticate)
-    for blueprint in (health, docs, page, tasks, stream, jobs):
+    for blueprint in (health, docs, page, tasks, stream, jobs, keys):
         app.register_blueprint(blueprint)
     app.teardown_appcontext(_close_db)
     add_security_headers(app)

@@ -17,12 +17,13 @@ import shutil
 import tempfile
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from flask import Request
 
 from asynctask.job import JobDefinition
 from asynctask.registry import Registry
+from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError
 from webapi import formats
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
@@ -40,6 +41,10 @@ LISTED_ERRORS = 20
 #: Raw bodies up to this size stay in memory; larger ones go to a temporary file.
 SPOOL_MEMORY = 4 * 1024 * 1024
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+#: Options given as query or form fields that are strings as they are.
+_TEXT_OPTIONS = ("job", "queue", "concurrency_key", "concurrency_on_failure")
+#: The largest ``concurrency_limit``: what every store's integer column holds.
+MAX_CONCURRENCY_LIMIT = 2**31 - 1
 #: In ``repr()``: the escapes of U+0000 and of the surrogates (maybe a literal backslash's).
 _SUSPECT = re.compile(r"\\x00|\\ud[89a-f]")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -61,6 +66,11 @@ class Submission:
     chunk_size: int
     queue: str | None
     meta: dict[str, Any] | None
+    #: The ``concurrency_key`` template as given, and the key it gives each item (the tenant's).
+    concurrency_key: str | None = None
+    key_of: ItemKey | None = None
+    concurrency_limit: int = 1
+    concurrency_on_failure: Literal["hold", "continue"] = "hold"
     items: Generator[Any] = field(default_factory=_no_items)
     #: Items read so far (all of them once ``items`` is exhausted).
     counted: list[int] = field(default_factory=lambda: [0])
@@ -72,7 +82,7 @@ class Submission:
     ) -> None:
         """Take the items (checked as they are read), the spooled body they come from and where
         in it the reader is."""
-        self.items = _checked(items, self.job, config, self.counted, position)
+        self.items = _checked(items, self.job, config, self.counted, position, self.key_of)
         self.source = source
 
     def close(self) -> None:
@@ -86,7 +96,10 @@ class Submission:
         return self.counted[0]
 
 
-def read_submission(request: Request, config: ApiConfig, registry: Registry) -> Submission:
+def read_submission(
+    request: Request, config: ApiConfig, registry: Registry, tenant: str | None
+) -> Submission:
+    """The request's task, for ``tenant`` (whose concurrency keys are its own)."""
     mimetype = request.mimetype
     is_json = mimetype in JSON_TYPES or mimetype.endswith("+json")
     if is_json or mimetype == "multipart/form-data":
@@ -95,7 +108,7 @@ def read_submission(request: Request, config: ApiConfig, registry: Registry) -> 
         spool = _spooled(request.stream)
         try:
             options, _ = formats.body_options(spool, config)
-            submission = _submission(options, registry, config)
+            submission = _submission(options, registry, config, tenant)
             spool.seek(0)
             submission.read(formats.body_items(spool, config), config, spool, formats.Position())
         except BaseException:
@@ -109,10 +122,11 @@ def read_submission(request: Request, config: ApiConfig, registry: Registry) -> 
                 422, "invalid_request", "the form needs a file field named file", {"field": "file"}
             )
         kind = _file_kind(upload.mimetype, upload.filename or "")
-        return _from_file(kind, upload.stream, _options(request.form, config), registry, config)
+        options = _options(request.form, config)
+        return _from_file(kind, upload.stream, options, registry, config, tenant)
     if mimetype in CSV_TYPES or mimetype in NDJSON_TYPES:
         kind = "csv" if mimetype in CSV_TYPES else "ndjson"
-        return _from_file(kind, request.stream, _options(request.args, config), registry, config)
+        return _from_file(kind, request.stream, _options(request.args, config), registry, config, tenant)
     raise ApiError(
         415,
         "unsupported_media_type",
@@ -122,11 +136,16 @@ def read_submission(request: Request, config: ApiConfig, registry: Registry) -> 
 
 
 def _from_file(
-    kind: str, stream: IO[bytes], options: Mapping[str, Any], registry: Registry, config: ApiConfig
+    kind: str,
+    stream: IO[bytes],
+    options: Mapping[str, Any],
+    registry: Registry,
+    config: ApiConfig,
+    tenant: str | None,
 ) -> Submission:
     """Items of a CSV, NDJSON or JSON-array file: counted and parsed in a first read, so a file
     over a limit or with a syntax error is refused before anything is written."""
-    submission = _submission(options, registry, config)
+    submission = _submission(options, registry, config, tenant)
     items_of = _READERS[kind]
     spool = _spooled(stream)
     try:
@@ -155,7 +174,9 @@ def _spooled(stream: IO[bytes]) -> IO[bytes]:
     return spool
 
 
-def _submission(options: Mapping[str, Any], registry: Registry, config: ApiConfig) -> Submission:
+def _submission(
+    options: Mapping[str, Any], registry: Registry, config: ApiConfig, tenant: str | None
+) -> Submission:
     """The submission's options, checked (its items are read later)."""
     name = options.get("job")
     if not isinstance(name, str) or not name:
@@ -163,11 +184,8 @@ def _submission(options: Mapping[str, Any], registry: Registry, config: ApiConfi
     if name not in registry or not registry.get(name).api:
         raise ApiError(422, "unknown_job", f"no job {name!r} can be submitted here", {"job": name})
     definition = registry.get(name)
-    chunk_size = options.get("chunk_size", 1)
-    if isinstance(chunk_size, float) and chunk_size.is_integer():
-        # JSON does not tell 2 from 2.0, and JSON Schema counts both as integers.
-        chunk_size = int(chunk_size)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    chunk_size = _integer(options.get("chunk_size", 1))
+    if chunk_size is None or chunk_size < 1:
         raise ApiError(
             422, "invalid_request", "chunk_size must be an integer of at least 1", {"field": "chunk_size"}
         )
@@ -194,7 +212,58 @@ def _submission(options: Mapping[str, Any], registry: Registry, config: ApiConfi
         bad = _bad_character(meta)
         if bad is not None:
             raise _unstorable(bad, "meta")
-    return Submission(definition, chunk_size, queue, meta)
+    submission = Submission(definition, chunk_size, queue, meta)
+    _flow_options(submission, options, tenant)
+    return submission
+
+
+def _flow_options(submission: Submission, options: Mapping[str, Any], tenant: str | None) -> None:
+    template = options.get("concurrency_key")
+    limit = _integer(options.get("concurrency_limit", 1))
+    if limit is None or not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"concurrency_limit must be an integer from 1 to {MAX_CONCURRENCY_LIMIT}",
+            {"field": "concurrency_limit"},
+        )
+    on_failure = options.get("concurrency_on_failure", "hold")
+    if on_failure not in ("hold", "continue"):
+        raise ApiError(
+            422,
+            "invalid_request",
+            "concurrency_on_failure must be hold or continue",
+            {"field": "concurrency_on_failure"},
+        )
+    if "concurrency_key" not in options:
+        for name in ("concurrency_limit", "concurrency_on_failure"):
+            if name in options:
+                raise ApiError(422, "invalid_request", f"{name} needs a concurrency_key", {"field": name})
+        return
+    if not isinstance(template, str):
+        raise ApiError(
+            422, "invalid_request", "concurrency_key must be a string", {"field": "concurrency_key"}
+        )
+    bad = _bad_character(template)
+    if bad is not None:
+        raise _unstorable(bad, "concurrency_key")
+    try:
+        submission.key_of = ItemKey(template, tenant)
+    except TemplateError as exc:
+        raise ApiError(422, "invalid_concurrency_key", str(exc), {"field": "concurrency_key"}) from None
+    submission.concurrency_key = template
+    submission.concurrency_limit = limit
+    submission.concurrency_on_failure = on_failure
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an integer, or None if it is not one. JSON does not tell 2 from 2.0, and JSON
+    Schema counts both as integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
 
 
 def _options(form: Mapping[str, str], config: ApiConfig) -> dict[str, Any]:
@@ -202,14 +271,15 @@ def _options(form: Mapping[str, str], config: ApiConfig) -> dict[str, Any]:
     unknown = sorted(set(form) - (formats.BODY_FIELDS - {"items"}))
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field {unknown[0]!r}", {"field": unknown[0]})
-    options: dict[str, Any] = {k: v for k, v in form.items() if k in ("job", "queue")}
-    if "chunk_size" in form:
-        try:
-            options["chunk_size"] = int(form["chunk_size"])
-        except ValueError:
-            raise ApiError(
-                422, "invalid_request", "chunk_size must be an integer", {"field": "chunk_size"}
-            ) from None
+    options: dict[str, Any] = {k: v for k, v in form.items() if k in _TEXT_OPTIONS}
+    for name in ("chunk_size", "concurrency_limit"):
+        if name in form:
+            try:
+                options[name] = int(form[name])
+            except ValueError:
+                raise ApiError(
+                    422, "invalid_request", f"{name} must be an integer", {"field": name}
+                ) from None
     if form.get("meta"):
         # As deep, as long and with the same numbers as meta in a JSON body.
         text = form["meta"].encode("utf-8", "surrogatepass")
@@ -249,8 +319,10 @@ def _checked(
     config: ApiConfig,
     counted: list[int],
     position: formats.Position,
+    key_of: ItemKey | None,
 ) -> Generator[Any]:
-    """Count the items against the limit and match each to the job's schema.
+    """Count the items against the limit, match each to the job's schema and, with a
+    concurrency key, resolve its key.
 
     At the first item that does not match, the rest are still read (not enqueued) so that the
     422 can list the first errors and say how many items are wrong.
@@ -265,7 +337,24 @@ def _checked(
             raise _unstorable(bad, "items", index, position.line)
         if validator is not None and not validator.is_valid(item):
             _fail_validation(index, item, items, validator, config, position)
+        if key_of is not None:
+            _check_key(key_of, item, index, position)
         yield item
+
+
+def _check_key(key_of: ItemKey, item: Any, index: int, position: formats.Position) -> None:
+    """An item without a key is refused here, where its line is known (create_task resolves the
+    keys again, cheaply, when it splits the items into chunks)."""
+    try:
+        key_of(item)
+    except ItemKeyError as exc:
+        where = f"item {index}" if position.line is None else f"line {position.line} (item {index})"
+        details: dict[str, Any] = {"field": "items", "item": index, "key_field": exc.field}
+        if position.line is not None:
+            details["line"] = position.line
+        raise ApiError(
+            422, "concurrency_key_unresolved", f"{where}: {exc}; nothing was enqueued", details
+        ) from None
 
 
 def _fail_validation(

@@ -13,8 +13,9 @@ from typing import Any
 import asynctask
 from asynctask.tracking.queries import MAX_PAGE
 from asynctask.tracking.status import EventStatus, TaskStatus
+from webapi.blueprints.keys import DEFAULT_KEYS, MAX_HOLDERS, MAX_KEYS
 from webapi.blueprints.tasks import DEFAULT_ERRORS, MAX_ERRORS
-from webapi.intake import QUEUE_NAME
+from webapi.intake import MAX_CONCURRENCY_LIMIT, QUEUE_NAME
 from webapi.serialize import SUMMARY_ERROR_CHARS
 
 Schema = dict[str, Any]
@@ -54,6 +55,7 @@ def document() -> dict[str, Any]:
         "tags": [
             {"name": "tasks", "description": "Bulk tasks: create, read, follow, cancel, retry."},
             {"name": "jobs", "description": "The jobs a caller may submit."},
+            {"name": "keys", "description": "Concurrency keys whose jobs run or wait."},
             {"name": "service", "description": "Health checks, this document and the example page."},
         ],
         "paths": _paths(),
@@ -357,7 +359,11 @@ def _schemas() -> dict[str, Schema]:
             "task_id": _string(),
             "job": _string(),
             "items": _integer(1, description="Items received."),
-            "jobs": _integer(1, description="Jobs enqueued (items / chunk_size, rounded up)."),
+            "jobs": _integer(
+                1,
+                description="Jobs enqueued: items / chunk_size, rounded up, or more with a "
+                "concurrency_key (a chunk holds items of one key).",
+            ),
             "chunk_size": _integer(1),
             "status": _string(enum=[s.value for s in TaskStatus]),
             "urls": _ref("Urls"),
@@ -387,8 +393,9 @@ def _schemas() -> dict[str, Schema]:
             ),
             "queue": _nullable(_queue()),
             "meta": _nullable({"type": "object", "description": "Kept with the task, returned as is."}),
+            **_flow_fields(),
         },
-        optional=("chunk_size", "queue", "meta"),
+        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS),
         description="A task as JSON (nesting at most ASYNCTASK_API_MAX_JSON_DEPTH (32) levels).",
     )
     upload = _obj(
@@ -397,13 +404,14 @@ def _schemas() -> dict[str, Schema]:
             "chunk_size": _integer(1, default=1),
             "queue": _queue(),
             "meta": _json_text("A JSON object kept with the task, as text."),
+            **_flow_fields(),
             "file": _string(
                 contentMediaType="application/octet-stream",
                 description="CSV (text/csv or a .csv name), NDJSON (application/x-ndjson, .ndjson, "
                 ".jsonl) or a JSON array of items (application/json, .json).",
             ),
         },
-        optional=("chunk_size", "queue", "meta"),
+        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS),
         description="A task as a file upload; the options are form fields.",
     )
     return {
@@ -474,6 +482,51 @@ def _schemas() -> dict[str, Schema]:
         ),
         "TaskSubmission": submission,
         "TaskUpload": upload,
+        "BusyKey": _obj(
+            {
+                "key": _string(minLength=1, description="The key, as the task's `concurrency_key` gave it."),
+                "limit": _integer(1, description="How many of its jobs may hold slots at once."),
+                "holding": _integer(0, description="How many of its jobs hold slots."),
+                "holders": _array(
+                    _string(),
+                    maxItems=MAX_HOLDERS,
+                    description=f"The jids holding slots (queued to run, running, or awaiting a retry), "
+                    f"the first {MAX_HOLDERS}.",
+                ),
+                "waiting": _integer(0, description="How many of its jobs wait for a slot."),
+            },
+            description="A concurrency key with jobs holding or waiting for its slots.",
+        ),
+        "BusyKeys": _obj(
+            {"items": _array(_ref("BusyKey"), maxItems=MAX_KEYS)},
+            description="Busy keys, those with most jobs waiting first.",
+        ),
+    }
+
+
+#: The flow-control options of a task.
+FLOW_FIELDS = ("concurrency_key", "concurrency_limit", "concurrency_on_failure")
+
+
+def _flow_fields() -> dict[str, Schema]:
+    return {
+        "concurrency_key": _string(
+            minLength=1,
+            description="A template over each item's fields, such as `operator:{operator_id}`: at most "
+            "`concurrency_limit` jobs of one key run at once, in the order of their items. A chunk holds "
+            "items of one key only. Only `{field}` names may stand in braces; each must be a string or "
+            "number of every item (422 `invalid_concurrency_key`, `concurrency_key_unresolved`). Keys are "
+            "the tenant's own.",
+        ),
+        "concurrency_limit": _integer(
+            1, MAX_CONCURRENCY_LIMIT, default=1, description="Jobs of one key running at once (with a key)."
+        ),
+        "concurrency_on_failure": _string(
+            enum=["hold", "continue"],
+            default="hold",
+            description="`hold`: a failed job awaiting its retry keeps its slot, so the key's later jobs "
+            "wait; `continue`: they go on (with a key).",
+        ),
     }
 
 
@@ -550,6 +603,10 @@ def _paths() -> dict[str, Any]:
                         _json_text("A JSON object, as text."),
                         f"A JSON object kept with the task{CSV_ONLY}",
                     ),
+                    *(
+                        _query(name, schema, f"See `TaskSubmission`{CSV_ONLY}")
+                        for name, schema in _flow_fields().items()
+                    ),
                 ],
                 request_body={
                     "required": True,
@@ -588,7 +645,9 @@ def _paths() -> dict[str, Any]:
                 description=(
                     "422 codes: `invalid_request` (`details.field`), `unknown_job`, "
                     "`chunk_size_too_large`, `json_too_deep`, `invalid_number`, `invalid_string`, "
-                    "`no_items`, `validation_failed`."
+                    "`no_items`, `validation_failed`, `invalid_concurrency_key` (a template naming "
+                    "anything but item fields), `concurrency_key_unresolved` (an item gives no key: "
+                    "`details.item`, `details.key_field`, and `details.line` in CSV and NDJSON)."
                 ),
             ),
         },
@@ -686,6 +745,17 @@ def _paths() -> dict[str, Any]:
                 "The jobs a caller may submit",
                 "jobs",
                 {"200": _response("The jobs.", _ref("Jobs"))},
+            ),
+        },
+        "/api/keys": {
+            "get": _operation(
+                "listBusyKeys",
+                "The caller's concurrency keys whose jobs run or wait",
+                "keys",
+                {"200": _response("The busy keys.", _ref("BusyKeys")), **_errors(422)},
+                parameters=[_query("limit", _integer(1, MAX_KEYS, default=DEFAULT_KEYS), "Keys at most.")],
+                description="A tenant sees its own keys only, as its tasks named them. A bad `limit` is 422 "
+                "`invalid_request`.",
             ),
         },
         "/healthz": {

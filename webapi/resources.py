@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from flask import current_app, g
 from sqlalchemy import Connection, Engine
 
+from asynctask.api import BusyKeys
 from asynctask.client import Client
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
@@ -31,6 +32,7 @@ class Resources:
     errors: FirstErrorsCache
     watcher: TaskWatcher
     streams: StreamSlots
+    busy_keys: BusyKeys
 
 
 def resources() -> Resources:

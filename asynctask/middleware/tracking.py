@@ -11,8 +11,10 @@ Server (``TrackingServerMiddleware``), for a tracked job (``track=True``, or par
 - a shutdown interrupts it -> ``error`` "interrupted", then ``enqueue``: it runs again.
 
 Client (``TrackingClientMiddleware``): a job pushed with ``track=True`` outside a task is
-recorded as ``enqueue`` in the same Redis round trip as the push. (Events of a task's jobs
-are written by ``create_task`` itself, in bulk.)
+recorded as ``enqueue`` in the same Redis round trip as the push; a job with a concurrency
+key with the message "waiting for <key>", written once, with the push: the broker may keep
+it in the key's line for a while, and nothing polls that. (Events of a task's jobs are
+written by ``create_task`` itself, in bulk, with the same message.)
 
 Both are in the default chains (``asynctask.client_chain`` / ``server_chain``); add them
 to a chain of your own to track jobs pushed or run through it.
@@ -43,10 +45,12 @@ class TrackingClientMiddleware:
         pushed = call_next()
         if pushed is not None and pushed.get("track") is True and "task" not in pushed:
             args = pushed.get("args")
+            key = pushed.get("concurrency_key")
             outbox.record_on_push(
                 transitions.status(
                     pushed["jid"],
                     EventStatus.ENQUEUE,
+                    f"waiting for {key}" if isinstance(key, str) else None,
                     name=str(pushed.get("class")),
                     params=args if isinstance(args, list) else None,
                 )

@@ -25,20 +25,31 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import Connection, Engine, case, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    case,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFound, TaskStateError
+from asynctask.flow.options import FIELDS as FLOW_FIELDS
+from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
-from asynctask.tracking import transitions
-from asynctask.tracking.models import Event, Task
+from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
+from asynctask.tracking import apply_sqlite, transitions
+from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import EventStatus, TaskState
 
 logger = logging.getLogger("asynctask.tracking")
@@ -52,6 +63,7 @@ EVENT_COLUMNS = (
     "job_name",
     "status",
     "params",
+    "flow",
     "attempt",
     "seq",
     "progress_seq",
@@ -75,26 +87,48 @@ def create_task(
     tenant: str | None = None,
     queue: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    concurrency_key: str | Callable[[Any], str] | None = None,
+    concurrency_limit: int = 1,
+    concurrency_on_failure: Literal["hold", "continue"] = "hold",
 ) -> str:
     """Split ``items`` into jobs of ``chunk_size`` items (each job gets its chunk, a list, as
     its one argument), record the task and its events, push the jobs; return the task id.
 
     ``items`` may be any iterable, read once, in batches: a generator over a file is never
     held in memory whole.
+
+    ``concurrency_key``: a template over each item's fields (``"operator:{operator_id}"``,
+    see ``itemkeys``) or a function of the item. A chunk then holds items of one key only
+    (items of a key keep their order), and its job carries the key and ``concurrency_limit``:
+    at most that many jobs of a key run at once, in the order of their items. With a
+    ``tenant`` the key is the tenant's own (``itemkeys.tenant_prefix``).
+    ``concurrency_on_failure="continue"`` lets a key's next job start while a failed one waits
+    for its retry.
+
+    The job's own concurrency key and rate limit (``@job(...)``) apply to each chunk job, with
+    the chunk as its argument; a ``concurrency_key`` given here replaces the job's. Its unique
+    options do not apply: a chunk left out as a duplicate would leave its task unfinished.
     """
     definition = job if isinstance(job, JobDefinition) else client.registry.get(job)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError("chunk_size must be a positive integer")
+    if isinstance(concurrency_limit, bool) or not isinstance(concurrency_limit, int) or concurrency_limit < 1:
+        raise ValueError("concurrency_limit must be a positive integer")
+    if concurrency_on_failure not in ("hold", "continue"):
+        raise ValueError("concurrency_on_failure must be 'hold' or 'continue'")
     if meta is not None:
         payload.check_args([dict(meta)])
-    batches = _batches(items, chunk_size)
+    key_of = ItemKey(concurrency_key, tenant) if concurrency_key is not None else None
+    batches = _batches(items, chunk_size, key_of)
     chunks = next(batches, None)
     if chunks is None:
         raise ValueError("a task needs at least one item")
-    definition.check_args([chunks[0]])
+    definition.check_args([chunks[0].items])
     task_id = new_task_id()
     options = definition.options.merged({"queue": queue}) if queue else definition.options
     head = {**options.payload_head(), "task": task_id}
+    keyed = concurrency_key is not None
+    flow = _chunk_flow(definition, options.flow, keyed, concurrency_limit, concurrency_on_failure)
     created = payload.now()
     at = datetime.fromtimestamp(created, UTC)
     task_row = {
@@ -115,17 +149,20 @@ def create_task(
         "created_at": at,
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
-    jobs = _jobs(client, head, definition.name, created, chunks)
+    jobs = _jobs(client, head, definition.name, created, chunks, flow)
     staging = client.broker.staging(task_id)
     staging_error: BaseException | None = None
     try:
         with writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
             total = 0
-            with _event_writer(connection, task_id, definition.name, at) as write_events:
+            writer_of = _event_writer(connection, task_id, definition.name, at, flow.active)
+            with writer_of as write_events:
                 while True:
                     encoded = staging.encode(jobs)
                     write_events(jobs)
+                    if flow.keyed or flow.options.concurrency_key is not None:
+                        _write_waiting(connection, jobs, key_of.prefix if key_of else "", at)
                     try:
                         staging.write(encoded, connection)
                     except client.broker.errors as exc:
@@ -135,7 +172,7 @@ def create_task(
                     chunks = next(batches, None)
                     if chunks is None:
                         break
-                    jobs = _jobs(client, head, definition.name, created, chunks)
+                    jobs = _jobs(client, head, definition.name, created, chunks, flow)
             connection.execute(
                 update(Task).where(Task.id == task_id).values(total=total, count_enqueue=total)
             )
@@ -155,7 +192,14 @@ def create_task(
     return task_id
 
 
-def _batches(items: Iterable[Any], chunk_size: int) -> Iterator[list[list[Any]]]:
+class Chunk(NamedTuple):
+    """The items of one job, and the concurrency key they share (as stored), if any."""
+
+    items: list[Any]
+    key: str | None = None
+
+
+def _batches(items: Iterable[Any], chunk_size: int, key_of: ItemKey | None) -> Iterator[list[Chunk]]:
     """The items' chunks, ``BATCH // chunk_size`` chunks (at least one) at a time, each batch
     checked to be JSON-native (TypeError names the culprit's position in ``items``)."""
     iterator = iter(items)
@@ -167,8 +211,29 @@ def _batches(items: Iterable[Any], chunk_size: int) -> Iterator[list[list[Any]]]
         except TypeError:
             _raise_at(values, position)
             raise
+        if key_of is None:
+            yield [Chunk(values[start : start + chunk_size]) for start in range(0, len(values), chunk_size)]
+        else:
+            yield _keyed_chunks(values, chunk_size, key_of, position)
         position += len(values)
-        yield [values[start : start + chunk_size] for start in range(0, len(values), chunk_size)]
+
+
+def _keyed_chunks(values: list[Any], chunk_size: int, key_of: ItemKey, position: int) -> list[Chunk]:
+    """Chunks of one key each, in the order of their first item; a key's items keep their order
+    across its chunks, which its line runs in push order."""
+    filling: dict[str, list[Any]] = {}
+    chunks: list[Chunk] = []
+    for index, value in enumerate(values):
+        try:
+            key = key_of(value)
+        except ItemKeyError as exc:
+            raise ItemKeyError(f"items[{position + index}]: {exc}", exc.field) from None
+        current = filling.get(key)
+        if current is None or len(current) == chunk_size:
+            current = filling[key] = []
+            chunks.append(Chunk(current, key))
+        current.append(value)
+    return chunks
 
 
 def _raise_at(values: list[Any], position: int) -> None:
@@ -181,13 +246,61 @@ def _raise_at(values: list[Any], position: int) -> None:
             raise TypeError(str(exc).replace("args[0]", f"items[{position + index}]", 1)) from None
 
 
+class _ChunkFlow(NamedTuple):
+    """What sets the flow-control keys of a task's chunk jobs."""
+
+    definition: JobDefinition[Any]
+    #: The job's own options that apply to a chunk (inactive when none do).
+    options: FlowOptions
+    #: Written after the chunk's own key: its limit, and ``concurrency_on_failure``.
+    keyed: dict[str, Any]
+
+    @property
+    def active(self) -> bool:
+        """Whether any chunk job gets flow-control keys (most tasks: none, at no cost per job)."""
+        return bool(self.keyed) or self.options.active
+
+    def fields(self, chunk: Chunk) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.options.active:
+            definition = self.definition
+            out = self.options.payload_fields(definition.name, [chunk.items], definition.signature)
+        if chunk.key is None:
+            return out
+        # The chunk's key first, where the job's own would stand (FIELDS order).
+        return {"concurrency_key": chunk.key, **self.keyed, **out}
+
+
+def _chunk_flow(
+    definition: JobDefinition[Any], options: FlowOptions, keyed: bool, limit: int, on_failure: str
+) -> _ChunkFlow:
+    kept = replace(options, unique_for=None, unique_key=None, unique_until=None)
+    if not keyed:
+        return _ChunkFlow(definition, kept, {})
+    kept = replace(kept, concurrency_key=None, concurrency_limit=None, concurrency_on_failure=None)
+    extra: dict[str, Any] = {"concurrency_limit": limit}
+    if on_failure == "continue":
+        extra["concurrency_on_failure"] = "continue"
+    return _ChunkFlow(definition, kept, extra)
+
+
 def _jobs(
-    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[list[Any]]
+    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[Chunk], flow: _ChunkFlow
 ) -> list[payload.JobDict]:
     """One job per chunk, through the client middleware."""
+    if not flow.active:
+        return [
+            _through_middleware(
+                client, {**head, "args": [chunk.items], "class": name, "jid": jid, "created_at": created}
+            )
+            for chunk, jid in zip(chunks, payload.new_jids(len(chunks)), strict=True)
+        ]
     return [
         _through_middleware(
-            client, {**head, "args": [chunk], "class": name, "jid": jid, "created_at": created}
+            client,
+            # Options go before args, where Sidekiq's client puts a job's options.
+            {**head, **flow.fields(chunk), "args": [chunk.items], "class": name, "jid": jid}
+            | {"created_at": created},
         )
         for chunk, jid in zip(chunks, payload.new_jids(len(chunks)), strict=True)
     ]
@@ -195,7 +308,7 @@ def _jobs(
 
 @contextmanager
 def _event_writer(
-    connection: Connection, task_id: str, name: str, at: datetime
+    connection: Connection, task_id: str, name: str, at: datetime, flowing: bool
 ) -> Iterator[Callable[[list[payload.JobDict]], None]]:
     """A function writing the ``enqueue`` events of a batch of jobs, valid inside the block.
 
@@ -220,6 +333,10 @@ def _event_writer(
                 }
                 for item in jobs
             ]
+            if flowing:
+                # Left out otherwise: the column's NULL costs nothing per row, a JSON null does.
+                for row, item in zip(rows, jobs, strict=True):
+                    row["flow"] = _flow_of(item)
             connection.execute(insert(Event), rows)
 
         yield insert_rows
@@ -237,12 +354,62 @@ def _event_writer(
         with cursor.copy(statement) as copy:
             copy.write(
                 "".join(
-                    item["jid"] + head + _copy_text(json.dumps(item["args"], ensure_ascii=False)) + tail
+                    item["jid"]
+                    + head
+                    + _copy_text(json.dumps(item["args"], ensure_ascii=False))
+                    + (_copy_flow(item) if flowing else "\t\\N")
+                    + tail
                     for item in jobs
                 )
             )
 
     yield copy_rows
+
+
+def _flow_of(item: payload.JobDict) -> dict[str, Any] | None:
+    """The job's flow-control payload keys, or None (most jobs: one lookup per key)."""
+    flow = {name: item[name] for name in FLOW_FIELDS if name in item}
+    return flow or None
+
+
+def _copy_flow(item: payload.JobDict) -> str:
+    """The ``flow`` field of a COPY row, with its leading tab: ``\\N`` (NULL) or the JSON."""
+    flow = _flow_of(item)
+    return "\t\\N" if flow is None else "\t" + _copy_text(json.dumps(flow, ensure_ascii=False))
+
+
+def _write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: str, at: datetime) -> None:
+    """The first message of each keyed job's event: the key whose line it may wait in (as its
+    tenant wrote it). Sequence 0 comes before any transition the stream numbers (from 1).
+
+    Per batch: one SELECT of the events' ids, then one COPY (PostgreSQL) or one executemany of
+    plain tuples (SQLite): these rows cost as much as the events themselves otherwise."""
+    texts = {
+        item["jid"]: f"waiting for {_shown_key(item['concurrency_key'], prefix)}"
+        for item in jobs
+        if isinstance(item.get("concurrency_key"), str)
+    }
+    if not texts:
+        return
+    ids = connection.execute(select(Event.job_id, Event.id).where(Event.job_id.in_(list(texts)))).all()
+    status = EventStatus.ENQUEUE.value
+    columns = "event_id, seq, at, status, text"
+    if connection.dialect.name == "postgresql":
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        stamp = at.isoformat()
+        with cursor.copy(f"COPY {EventMessage.__tablename__} ({columns}) FROM STDIN") as copy:
+            head = f"\t0\t{stamp}\t{status}\t"
+            copy.write("".join(f"{id_}{head}{_copy_text(texts[jid])}\n" for jid, id_ in ids))
+        return
+    stored_at = apply_sqlite.to_text(at)
+    connection.exec_driver_sql(
+        f"INSERT INTO {EventMessage.__tablename__} ({columns}) VALUES (?, 0, ?, ?, ?)",
+        [(id_, stored_at, status, texts[jid]) for jid, id_ in ids],
+    )
+
+
+def _shown_key(key: str, prefix: str) -> str:
+    return key[len(prefix) :] if key.startswith(prefix) else key
 
 
 def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:
@@ -341,7 +508,7 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     position = client.broker.tracking.position()
     with engine.connect() as connection:
         rows = connection.execute(
-            select(Event.job_id, Event.params)
+            select(Event.job_id, Event.params, Event.flow)
             .where(
                 Event.task_id == task_id,
                 Event.status.in_([EventStatus.FAILED.value, EventStatus.ERROR.value]),
@@ -357,6 +524,8 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     jobs = [
         {
             **head,
+            # The key, limit and rate it was created with (the job's options as they were then).
+            **(row.flow or {}),
             "args": list(row.params or []),
             "class": task.job_name,
             "jid": row.job_id,
@@ -365,11 +534,20 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
         for row in rows
     ]
     recorded = [
-        transitions.status(item["jid"], EventStatus.ENQUEUE, "retried by request").encode() for item in jobs
+        transitions.status(item["jid"], EventStatus.ENQUEUE, _retried(item, task.tenant)).encode()
+        for item in jobs
     ]
     client.broker.push([(item, None) for item in jobs], transitions=recorded, atomic=True)
     _show_retried(engine, task_id, position)
     return len(jobs)
+
+
+def _retried(item: payload.JobDict, tenant: str | None) -> str:
+    """The message of a retried job's ``enqueue``: a keyed job may wait for its key again."""
+    key = item.get("concurrency_key")
+    if not isinstance(key, str):
+        return "retried by request"
+    return f"retried by request; waiting for {_shown_key(key, tenant_prefix(tenant))}"
 
 
 def _show_retried(engine: Engine, task_id: str, position: int) -> None:
@@ -399,7 +577,7 @@ def _show_retried(engine: Engine, task_id: str, position: int) -> None:
 def _require(engine: Engine, task_id: str, tenant: str | None) -> Any:
     if "\x00" in task_id:
         raise TaskNotFound(task_id)
-    query = select(Task.id, Task.state, Task.job_name, Task.queue).where(Task.id == task_id)
+    query = select(Task.id, Task.state, Task.job_name, Task.queue, Task.tenant).where(Task.id == task_id)
     if tenant is not None:
         query = query.where(Task.tenant == tenant)
     with engine.connect() as connection:

@@ -7,8 +7,8 @@ the default client (``asynctask.configure``) and ``ASYNCTASK_DATABASE_URL``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
 
 from sqlalchemy import Engine
 
@@ -38,9 +38,22 @@ class Tracking:
         tenant: str | None = None,
         queue: str | None = None,
         meta: Mapping[str, Any] | None = None,
+        concurrency_key: str | Callable[[Any], str] | None = None,
+        concurrency_limit: int = 1,
+        concurrency_on_failure: Literal["hold", "continue"] = "hold",
     ) -> TaskView:
         task_id = tasks.create_task(
-            self.engine, self.client, job, items, chunk_size=chunk_size, tenant=tenant, queue=queue, meta=meta
+            self.engine,
+            self.client,
+            job,
+            items,
+            chunk_size=chunk_size,
+            tenant=tenant,
+            queue=queue,
+            meta=meta,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            concurrency_on_failure=concurrency_on_failure,
         )
         return self.get_task(task_id)
 
@@ -97,10 +110,21 @@ def create_task(
     tenant: str | None = None,
     queue: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    concurrency_key: str | Callable[[Any], str] | None = None,
+    concurrency_limit: int = 1,
+    concurrency_on_failure: Literal["hold", "continue"] = "hold",
 ) -> TaskView:
-    """Split ``items`` into jobs under one task, all or nothing; see ``Tracking.create_task``."""
+    """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``."""
     return default_tracking().create_task(
-        job, items, chunk_size=chunk_size, tenant=tenant, queue=queue, meta=meta
+        job,
+        items,
+        chunk_size=chunk_size,
+        tenant=tenant,
+        queue=queue,
+        meta=meta,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
+        concurrency_on_failure=concurrency_on_failure,
     )
 
 

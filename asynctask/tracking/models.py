@@ -15,7 +15,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from asynctask.db.base import Base, BigId
@@ -65,6 +76,11 @@ class Event(Base):
     status: Mapped[str] = mapped_column(String(16))
     #: The job's args.
     params: Mapped[list[Any] | None]
+    #: A task's job: its flow-control payload keys (``concurrency_key``, ``rate_limit``...),
+    #: pushed again with it by ``retry_task``; None without any.
+    flow: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+    )
     #: How many times the job has started (a rerun after an interruption counts too).
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     error_class: Mapped[str | None] = mapped_column(String(255))

@@ -194,11 +194,35 @@ def _steer(existing: Existing) -> Callable[[Any, Any], Any]:
                 changed["chunk_size"] = min(options["chunk_size"], LIMITS.max_chunk_size)
             if "before" in options:
                 changed["before"] = existing.tasks_cursor
+            changed = _steer_flow(changed, container, case.media_type)
             if changed != options:
                 setattr(case, container, changed)
         return case
 
     return map_case
+
+
+#: The task options of flow control (``POST /api/tasks``).
+FLOW_FIELDS = ("concurrency_key", "concurrency_limit", "concurrency_on_failure")
+
+
+def _steer_flow(options: dict[str, Any], container: str, media_type: str | None) -> dict[str, Any]:
+    """What the document states of the flow options only in prose: a JSON body's query carries
+    none of them; a ``concurrency_key`` names only fields every item has (here: none, its braces
+    escaped, so the key is the text itself), storable and within 1,000 characters; the other
+    two need a key."""
+    changed = dict(options)
+    if container == "query" and media_type == "application/json":
+        for name in FLOW_FIELDS:
+            changed.pop(name, None)
+    key = changed.get("concurrency_key")
+    if isinstance(key, str):
+        text = "".join(c for c in key[:400] if c != "\x00" and not "\ud800" <= c <= "\udfff") or "k"
+        changed["concurrency_key"] = text.replace("{", "{{").replace("}", "}}")
+    elif key is None:
+        changed.pop("concurrency_limit", None)
+        changed.pop("concurrency_on_failure", None)
+    return changed
 
 
 def _options(case: Any) -> list[tuple[str, dict[str, Any]]]:

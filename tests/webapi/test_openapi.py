@@ -17,7 +17,10 @@ import asynctask
 from asynctask import Client, Settings
 from asynctask.tracking.queries import MAX_PAGE
 from webapi import create_app
+from webapi.blueprints.keys import MAX_KEYS
 from webapi.blueprints.tasks import MAX_ERRORS
+from webapi.formats import BODY_FIELDS
+from webapi.intake import MAX_CONCURRENCY_LIMIT
 from webapi.openapi import document
 
 #: Methods Flask adds to every route by itself.
@@ -123,7 +126,10 @@ def test_limits_match_the_code() -> None:
     submission = doc["components"]["schemas"]["TaskSubmission"]
     # The code rejects unknown fields, so the document does too.
     assert submission["additionalProperties"] is False
-    assert set(submission["properties"]) == {"job", "items", "chunk_size", "queue", "meta"}
+    assert set(submission["properties"]) == BODY_FIELDS
+    assert submission["properties"]["concurrency_limit"]["maximum"] == MAX_CONCURRENCY_LIMIT
+    keys_limit = {"type": "integer", "minimum": 1, "maximum": MAX_KEYS, "default": 100}
+    assert query("/api/keys", "limit") == keys_limit
     assert set(doc["paths"]["/api/tasks"]["post"]["requestBody"]["content"]) == {
         "application/json",
         "text/csv",

@@ -31,7 +31,7 @@ _NOT_CANCELLABLE = {TaskStatus.FINISHED, TaskStatus.FINISHED_WITH_ERRORS, TaskSt
 @tasks.post("")
 def create() -> Response:
     found = resources()
-    submission = read_submission(request, found.config, found.client.registry)
+    submission = read_submission(request, found.config, found.client.registry, g.tenant)
     try:
         view = found.tracking.create_task(
             submission.job,
@@ -40,6 +40,9 @@ def create() -> Response:
             tenant=g.tenant,
             queue=submission.queue,
             meta=submission.meta,
+            concurrency_key=submission.concurrency_key,
+            concurrency_limit=submission.concurrency_limit,
+            concurrency_on_failure=submission.concurrency_on_failure,
         )
     except ValueError as exc:
         if submission.item_count == 0:
