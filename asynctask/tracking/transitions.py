@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from asynctask.tracking.status import EventStatus
@@ -72,6 +73,28 @@ def status(
     return Transition(
         jid, kind.value, time.time(), text, error_class=error_class, name=name, params=params, task=task
     )
+
+
+_first_item = json.JSONDecoder()
+
+
+def split_by_job(encoded: Sequence[str], jids: Collection[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Encoded transitions apart: those of jobs ``jids`` by jid, and the rest in order.
+
+    A unique job's push may store nothing (its key is taken): its transitions are written only
+    if it is stored, by the step that stores it, or its event would wait for ever."""
+    if not jids:
+        return list(encoded), {}
+    rest: list[str] = []
+    by_job: dict[str, list[str]] = {}
+    for entry in encoded:
+        # Every encoded transition is a JSON array whose first item is its jid.
+        jid = _first_item.raw_decode(entry, 1)[0]
+        if jid in jids:
+            by_job.setdefault(jid, []).append(entry)
+        else:
+            rest.append(entry)
+    return rest, by_job
 
 
 def decode_entry(first_seq: int, data: bytes | str) -> list[Transition]:

@@ -103,3 +103,22 @@ def test_a_cancelled_task_never_runs_its_waiting_jobs(
     wait_until(lambda: queue.size == 0, 10)
     view = tracking.get_task(task.id)
     assert view.counts["cancelled"] == 10 and view.counts["finish"] == 0
+
+
+def test_a_tracked_unique_job_pushed_twice_has_one_event(
+    make_client: MakeClient, registry: Registry, engine: Engine, start_worker: Callable[..., Worker]
+) -> None:
+    @job(registry=registry, track=True, unique_for=60)
+    def sync(account: int) -> None: ...
+
+    client = make_client(middleware=Chain([TrackingClientMiddleware()]))
+    first = sync.set(client=client).perform_async(1)
+    assert sync.set(client=client).perform_async(1) == first
+    start_tracked(start_worker)
+
+    def statuses() -> list[str]:
+        with engine.connect() as connection:
+            return list(connection.execute(select(Event.status).where(Event.job_name == "sync")).scalars())
+
+    # The duplicate's push stored nothing, so it must not leave an event waiting for ever.
+    wait_until(lambda: statuses() == ["finish"], 10)

@@ -12,6 +12,8 @@ from asynctask import payload
 from asynctask.brokers.base import Staging
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
+from asynctask.tracking.outbox import pack
+from asynctask.tracking.transitions import split_by_job
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -45,11 +47,14 @@ def push_jobs(
 
     Each job is scheduled or queued by ``payload.schedule`` (every queued job gets the same
     fresh ``enqueued_at``). Tracking ``transitions`` (encoded) are recorded first, in the same
-    pipeline, by the ``record`` script. ``atomic`` wraps everything in MULTI/EXEC: all jobs or
+    pipeline, by the ``record`` script; those of a unique job by its push script, only if it
+    is stored. ``atomic`` wraps everything in MULTI/EXEC: all jobs or
     none.
     """
     now = payload.now()
     pipe = conn.pipeline(transaction=atomic)
+    unique = {str(job["jid"]) for job, _ in entries if "unique_key" in job}
+    transitions, own = split_by_job(transitions, unique)
     if transitions:
         scripts.record_transitions(keys, pipe, transitions)
     commands = 1 if transitions else 0
@@ -78,7 +83,10 @@ def push_jobs(
         # Queued jobs pushed before this one are queued before it, as the caller ordered them.
         commands += flush()
         when, delay = ("", 0.0) if due is None else (repr(due), due - now)
-        scripts.push(args=[keys.prefix, encoded, when, repr(delay)], client=pipe)
+        mine = own.get(str(job["jid"]), [])
+        scripts.push(
+            args=[keys.prefix, encoded, when, repr(delay), str(job["jid"]), len(mine), pack(mine)], client=pipe
+        )
         flow[index] = commands
         commands += 1
     flush()
