@@ -138,11 +138,11 @@ class Flow:
         if release_unique:
             self.release_uniques(connection, [decoded(raw, UNIQUE_MARK) for raw in raws], at_start=False)
         digests = self.lanes_of(connection, ids)
-        self.lock_lanes(connection, digests)
         yield
         tx.announce(self.promote(connection, digests))
 
     def lanes_of(self, connection: Connection, ids: Sequence[int]) -> list[str]:
+        """The keys of rows ``ids``, locked."""
         if not ids:
             return []
         found = connection.execute(self._flow.lanes_of, {"ids": self._sql.ids(ids)}).scalars()

@@ -32,7 +32,12 @@ class FlowStatements:
             if pg
             else None  # SQLite's write lock serialises every writer already.
         )
-        self.lanes_of = text(f"SELECT DISTINCT lane FROM asynctask_job WHERE {in_ids} AND lane IS NOT NULL")
+        #: The keys of rows ``:ids``; on PostgreSQL also locked (in digest order), in the same
+        #: round trip: the rows' keys never change while their owner ends them.
+        self.lanes_of = text(
+            "SELECT digest FROM asynctask_lane WHERE digest IN (SELECT lane FROM asynctask_job "
+            f"WHERE {in_ids} AND lane IS NOT NULL) ORDER BY digest" + (" FOR UPDATE" if pg else "")
+        )
         # Run after the key's lock: on PostgreSQL a statement's snapshot is taken when it
         # starts, so it sees every push committed before the lock was granted. The free slots
         # are the limit less the live rows holding one: nothing to keep in step, nothing leaks.
