@@ -459,3 +459,24 @@ def test_an_ack_waits_for_a_push_into_its_line_and_then_promotes_it(broker: SqlB
     ack.join(10)
     assert acked.is_set()
     assert [(r.jid, r.state, r.holds) for r in rows(broker)] == [(late["jid"], "queued", True)]
+
+
+def lane_keys(broker: SqlBroker) -> list[str]:
+    with broker.engine.connect() as connection:
+        return sorted(connection.scalars(select(Lane.key)))
+
+
+def test_the_sweep_forgets_idle_keys_and_a_job_coming_back_recreates_its_key(broker: SqlBroker) -> None:
+    reader = SqlReader(broker.engine, broker.settings)
+    broker.push([(keyed("busy"), None), (keyed("idle"), None), (keyed("dies"), None)])
+    fetcher = broker.fetcher("me")
+    units = {key_of(u): u for u in claim_all(fetcher)}
+    fetcher.settle([units["idle"]], [])
+    broker.kill(units["dies"], units["dies"].payload.decode())
+    broker.sweep()
+    assert lane_keys(broker) == ["busy"]
+    # The dead job retried by hand recreates its key, takes its slot and runs.
+    [dead] = reader.set_rows("dead", 10)
+    assert reader.set_enqueue("dead", [Move(dead, dead.raw.decode(), "default")], payload.now()) == 1
+    assert lane_keys(broker) == ["busy", "dies"]
+    assert [key_of(u) for u in claim_all(fetcher)] == ["dies"]

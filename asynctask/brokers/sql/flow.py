@@ -9,6 +9,7 @@ in a cycle: rate keys, unique keys, then concurrency keys, each kind by digest.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -231,20 +232,30 @@ class Flow:
 
     # The safety sweep.
 
-    def sweep(self, tx: Tx, now: float) -> int:
-        """Promote from every key whose line waits while it has free slots (a holder deleted
-        by hand, or any path that missed a promotion), and drop expired unique holds and old
-        rate log entries. Returns how many jobs were promoted."""
-        connection = tx.connection
-        stalled = sorted(str(d) for d in connection.execute(self._flow.stalled_lanes).scalars())
-        promoted: list[str] = []
-        if stalled:
-            self.lock_lanes(connection, stalled)
-            promoted = self.promote(connection, stalled, now)
-            tx.announce(promoted)
+    def expire(self, connection: Connection, now: float) -> None:
+        """Drop expired unique holds and rate log entries older than any window."""
         connection.execute(self._flow.expire_uniques, {"now": now})
         connection.execute(self._flow.expire_rates, {"cutoff": now - LONGEST_WINDOW})
+
+    def unstall(self, tx: Tx, now: float) -> int:
+        """Promote from every key whose line waits while it has free slots (a holder deleted
+        by hand, or any path that missed a promotion); return how many jobs were promoted."""
+        connection = tx.connection
+        stalled = sorted(str(d) for d in connection.execute(self._flow.stalled_lanes).scalars())
+        if not stalled:
+            return 0
+        self.lock_lanes(connection, stalled)
+        promoted = self.promote(connection, stalled, now)
+        tx.announce(promoted)
         return len(promoted)
+
+    def forget_idle(self, connection: Connection, limit: int) -> int:
+        """Delete up to ``limit`` keys with no job waiting or holding a slot; return how many."""
+        idle = [str(d) for d in connection.execute(self._flow.idle_lanes, {"limit": limit}).scalars()]
+        if not idle:
+            return 0
+        params = {"digests": idle if self._sql.postgres else json.dumps(idle)}
+        return int(connection.execute(self._flow.drop_lanes, params).rowcount)
 
 
 #: A claimed job that carries a rate limit or a unique key: its row id and decoded payload.

@@ -79,6 +79,25 @@ class FlowStatements:
             f"WHERE lane = l.digest AND state = '{LANE}') AND l.lim > (SELECT count(*) "
             "FROM asynctask_job WHERE lane = l.digest AND holds)"
         )
+        # Keys with no job waiting or holding a slot are forgotten, as Redis forgets them: their
+        # rows are locked first, skipping those a push holds, then deleted by a statement whose
+        # snapshot, taken after the locks, sees every push committed before. A job still naming
+        # a forgotten key (scheduled, retrying without a slot, dead) recreates it on its way back
+        # to the line, with its own limit.
+        idle = (
+            f"NOT EXISTS (SELECT 1 FROM asynctask_job WHERE lane = digest AND state = '{LANE}') "
+            "AND NOT EXISTS (SELECT 1 FROM asynctask_job WHERE lane = digest AND holds)"
+        )
+        self.idle_lanes = text(
+            f"SELECT digest FROM asynctask_lane WHERE {idle} ORDER BY digest LIMIT :limit"
+            + (" FOR UPDATE SKIP LOCKED" if pg else "")
+        )
+        digests = (
+            "digest = ANY(CAST(:digests AS TEXT[]))"
+            if pg
+            else "digest IN (SELECT value FROM json_each(:digests))"
+        )
+        self.drop_lanes = text(f"DELETE FROM asynctask_lane WHERE {digests} AND {idle}")
 
         # Unique keys. The conditional upsert takes an expired hold over, and leaves (and
         # locks) a live one, whose holder the next statement reads.
