@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from inspect import Signature
 from typing import Any
 
 import redis
@@ -65,15 +66,19 @@ class Client:
             raise AttributeError(f"the broker at {self.settings.broker!r} is not Redis")
         return self.broker
 
-    def push(self, item: Mapping[str, Any], *, flow: FlowOptions | None = None) -> str | None:
+    def push(
+        self, item: Mapping[str, Any], *, flow: FlowOptions | None = None, signature: Signature | None = None
+    ) -> str | None:
         """Enqueue one job; return its jid, or None if a client middleware dropped it.
 
         A unique job whose key is taken is not pushed: the jid returned is the holder's.
         ``flow``: the job's flow-control options, in place of its definition's (``set()``
-        passes them); flow options in ``item`` override either.
+        passes them); flow options in ``item`` override either. ``signature``: the job
+        function's, to bind key templates by name, in place of that of the definition this
+        client's registry holds (a job may be defined in another registry).
         """
         job, at, options = self._normalize(item, payload.check_args(item.get("args")), flow=flow)
-        self._resolve_flow(job, options)
+        self._resolve_flow(job, options, signature)
         _check_header(job)
         with outbox.collect() as transitions:
             pushed = self._through_middleware(job)
@@ -82,13 +87,19 @@ class Client:
         return self.broker.push([(pushed, at)], transitions=transitions)[0]
 
     def push_bulk(
-        self, item: Mapping[str, Any], batch_size: int = 1000, *, flow: FlowOptions | None = None
+        self,
+        item: Mapping[str, Any],
+        batch_size: int = 1000,
+        *,
+        flow: FlowOptions | None = None,
+        signature: Signature | None = None,
     ) -> list[str | None]:
         """Enqueue one job per entry of ``item["args"]`` (a list of arg lists).
 
         ``item["at"]`` may be one timestamp or one per job. Each ``batch_size`` jobs cost one
         pipelined round trip. Returns the jids in order (None where middleware dropped a job;
-        the holder's jid where a unique job's key was taken).
+        the holder's jid where a unique job's key was taken). ``flow`` and ``signature`` as
+        for ``push``.
         """
         all_args = item.get("args")
         if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
@@ -114,7 +125,7 @@ class Client:
                     job = dict(template)
                     job["args"] = all_args[index]
                     job["jid"] = payload.new_jid()
-                    self._resolve_flow(job, options)
+                    self._resolve_flow(job, options, signature)
                     when = _run_at(at[index] if isinstance(at, list) else at)
                     pushed = self._through_middleware(job)
                     jids.append(None)
@@ -127,12 +138,12 @@ class Client:
                     jids[position] = jid
         return jids
 
-    def _resolve_flow(self, job: payload.JobDict, options: FlowOptions) -> None:
+    def _resolve_flow(self, job: payload.JobDict, options: FlowOptions, signature: Signature | None) -> None:
         """Write the flow-control payload keys of ``job``, its keys resolved from its args."""
         if options.active:
             name = job["class"]
-            definition = self.registry.get(name) if name in self.registry else None
-            signature = definition.signature if definition is not None else None
+            if signature is None and name in self.registry:
+                signature = self.registry.get(name).signature
             job.update(options.payload_fields(name, job["args"], signature))
 
     def _through_middleware(self, job: payload.JobDict) -> payload.JobDict | None:

@@ -197,6 +197,7 @@ class JobSetter:
             {**self.options.payload_head(), "class": self.definition.name, "args": all_args},
             batch_size=batch_size,
             flow=self.options.flow,
+            signature=self.definition.signature,
         )
         return [jid for jid in jids if jid is not None]
 
@@ -212,7 +213,7 @@ class JobSetter:
             item = {**head, "class": name, "args": args}
         if at is not None:
             item["at"] = at
-        return self._client().push(item, flow=self.options.flow) or ""
+        return self._client().push(item, flow=self.options.flow, signature=self.definition.signature) or ""
 
     def _client(self) -> Client:
         if self.client is not None:

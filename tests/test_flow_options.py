@@ -169,3 +169,20 @@ def test_a_payload_with_flow_keys_no_broker_can_act_on_is_not_a_job(fields: dict
     raw = json.dumps({"class": "X", "args": [], "jid": "j", **fields})
     with pytest.raises(PayloadError):
         loads(raw)
+
+
+def test_templates_bind_by_the_jobs_own_signature_whatever_the_clients_registry(
+    settings: Settings, conn: Any, captured: list[dict[str, Any]]
+) -> None:
+    def capture(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        captured.append(dict(job))
+        return None
+
+    elsewhere = Client(settings, connection=conn, registry=Registry(), middleware=Chain([capture]))
+
+    @asynctask.job(registry=Registry(), concurrency_key="device:{device_id}")
+    def install(device_id: int) -> None: ...
+
+    install.set(client=elsewhere).perform_async(3)
+    install.set(client=elsewhere).perform_bulk([[4]])
+    assert [j["concurrency_key"] for j in captured] == ["device:3", "device:4"]
