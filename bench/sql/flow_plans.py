@@ -107,7 +107,7 @@ def scenario(url: str, waiting_per_key: int) -> list[str]:
             ]
             claim = sql.claim(1)
             params = {"ids": [], "me": "bench", "now": payload.now(), "wanted": 10, "queues": ["default"]}
-            key = {"digest": digest("key:7"), "now": 0.0}
+            key = {"digest": digest("key:7"), "digests": [digest("key:7")], "now": 0.0}
             # The key's holder ends first, so that the promotion has a slot to fill.
             ended = text("DELETE FROM asynctask_job WHERE lane = :digest AND holds")
             statements: list[tuple[str, TextClause, dict[str, Any], TextClause | None]] = [

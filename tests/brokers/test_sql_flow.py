@@ -20,6 +20,7 @@ from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.flowjob import digest
 from asynctask.brokers.sql.models import Lane, QueuedJob, RateStart, UniqueHold
+from asynctask.brokers.sql.push import push_rows
 from asynctask.db.migrate import current, downgrade, upgrade
 from tests.brokers import test_sql_broker as base
 from tests.brokers.test_sql_broker import claim_all, sql_settings
@@ -430,3 +431,52 @@ def test_a_lowered_limit_promotes_nobody_until_the_holders_are_below_it(broker: 
     assert fetcher.claim(10, units[:1], []) == []
     assert fetcher.claim(10, units[1:2], []) == []
     assert len(fetcher.claim(10, units[2:], [])) == 1
+
+
+def test_an_ack_waits_for_a_push_into_its_line_and_then_promotes_it(broker: SqlBroker) -> None:
+    """The race a key's lock closes: a push that found the slot taken, not yet committed, and
+    the holder's ack. Without the ack taking the key's lock first, the ack's promotion would
+    not see the pushed row and the line would wait for ever."""
+    broker.push([(keyed(), None)])
+    fetcher = broker.fetcher("me")
+    [holder] = claim_all(fetcher)
+    late = keyed()
+    acked = threading.Event()
+
+    def settle() -> None:
+        fetcher.settle([holder], [])
+        acked.set()
+
+    with broker.store.write() as tx:
+        [row] = push_rows([(late, None)], 10_000)
+        _, kept, _ = broker.flow.admit(tx.connection, [(late, row)], payload.now())
+        broker.store.insert_jobs(tx.connection, kept)
+        assert kept[0][2] == "lane"
+        ack = threading.Thread(target=settle)
+        ack.start()
+        # The ack waits for the push's lock (PostgreSQL) or write lock (SQLite).
+        assert not acked.wait(0.5)
+    ack.join(10)
+    assert acked.is_set()
+    assert [(r.jid, r.state, r.holds) for r in rows(broker)] == [(late["jid"], "queued", True)]
+
+
+def lane_keys(broker: SqlBroker) -> list[str]:
+    with broker.engine.connect() as connection:
+        return sorted(connection.scalars(select(Lane.key)))
+
+
+def test_the_sweep_forgets_idle_keys_and_a_job_coming_back_recreates_its_key(broker: SqlBroker) -> None:
+    reader = SqlReader(broker.engine, broker.settings)
+    broker.push([(keyed("busy"), None), (keyed("idle"), None), (keyed("dies"), None)])
+    fetcher = broker.fetcher("me")
+    units = {key_of(u): u for u in claim_all(fetcher)}
+    fetcher.settle([units["idle"]], [])
+    broker.kill(units["dies"], units["dies"].payload.decode())
+    broker.sweep()
+    assert lane_keys(broker) == ["busy"]
+    # The dead job retried by hand recreates its key, takes its slot and runs.
+    [dead] = reader.set_rows("dead", 10)
+    assert reader.set_enqueue("dead", [Move(dead, dead.raw.decode(), "default")], payload.now()) == 1
+    assert lane_keys(broker) == ["busy", "dies"]
+    assert [key_of(u) for u in claim_all(fetcher)] == ["dies"]

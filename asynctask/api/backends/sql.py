@@ -55,6 +55,7 @@ from asynctask.api.backend import (
     WorkEntry,
 )
 from asynctask.brokers.sql.broker import SqlBroker
+from asynctask.brokers.sql.flowjob import LANE_MARK, decoded, lane_of
 from asynctask.brokers.sql.models import (
     DEAD,
     LANE,
@@ -244,7 +245,7 @@ class SqlReader(ReadBackend):
                 # The row first, then its key (the order the poller locks them in).
                 lane = conn.execute(select(J.lane).where(*where).with_for_update()).scalar()
                 if lane is not None:
-                    self._flow.lock_lanes(conn, [lane])
+                    self._lock_lane(conn, lane, move.replacement)
                     lanes.add(lane)
                 values = {
                     "state": case((and_(J.lane.is_not(None), J.holds.is_(False)), LANE), else_=QUEUED),
@@ -274,6 +275,16 @@ class SqlReader(ReadBackend):
             if moved:
                 self._trim_dead(conn, now)
         return moved
+
+    def _lock_lane(self, conn: Connection, lane: str, replacement: str) -> None:
+        """Lock the key of a job moving back to its queue, recreating it from the job (with
+        the job's limit) if the sweep forgot it while the job was in a set."""
+        job = decoded(replacement, LANE_MARK)
+        found = None if job is None else lane_of(job)
+        if found is not None and found.digest == lane:
+            self._flow.take_lanes(conn, [found])
+        else:
+            self._flow.lock_lanes(conn, [lane])
 
     @contextmanager
     def _ending(self, tx: Tx, *where: Condition) -> Iterator[None]:

@@ -42,6 +42,8 @@ DUE_BATCH = 100
 SPARE_CONNECTIONS = 5
 #: Seconds between two flow-control sweeps of one process (they follow orphan recovery).
 SWEEP_INTERVAL = 30.0
+#: Idle concurrency keys forgotten per sweep at most (one short transaction).
+IDLE_KEYS_PER_SWEEP = 1000
 
 
 class SqlBroker(Broker):
@@ -190,10 +192,16 @@ class SqlBroker(Broker):
         return recovered
 
     def sweep(self) -> int:
-        """Promote from lines whose key has free slots; forget expired unique holds and old
-        rate log entries. Returns how many jobs were promoted."""
+        """Forget expired unique holds and old rate log entries, promote from lines whose key
+        has free slots, forget idle keys; return how many jobs were promoted. Three
+        transactions: each takes one kind of lock, so none waits for another in a cycle."""
+        now = payload.now()
         with self.store.write() as tx:
-            promoted = self.flow.sweep(tx, payload.now())
+            self.flow.expire(tx.connection, now)
+        with self.store.write() as tx:
+            promoted = self.flow.unstall(tx, now)
+        with self.store.write() as tx:
+            self.flow.forget_idle(tx.connection, IDLE_KEYS_PER_SWEEP)
         if promoted:
             logger.warning("the flow-control sweep promoted %d job(s) from lines with free slots", promoted)
         return promoted

@@ -9,8 +9,10 @@ in a cycle: rate keys, unique keys, then concurrency keys, each kind by digest.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -103,11 +105,17 @@ class Flow:
             rows.append(row)
         self.take_lanes(connection, lanes.values())
         promote: list[str] = []
+        # Counted under the keys' locks (see ``promote``). With nobody waiting, a key's first
+        # jobs take its free slots at once, in push order; the others wait in the line.
+        slots = {
+            str(digest): (int(free), bool(waiting))
+            for digest, free, waiting in connection.execute(
+                self._flow.free_slots, {"digests": self._digests(list(keyed))}
+            )
+        }
         for lane_digest, positions in keyed.items():
-            # Counted under the key's lock (see ``promote``). With nobody waiting, the first
-            # jobs take the free slots at once, in push order; the others wait in the line.
-            free, waiting = connection.execute(self._flow.free_slots, {"digest": lane_digest}).one()
-            runnable = 0 if waiting else max(0, int(free))
+            free, waiting = slots[lane_digest]
+            runnable = 0 if waiting else max(0, free)
             if waiting and free > 0:
                 promote.append(lane_digest)
             for rank, position in enumerate(sorted(positions, key=lambda p: rows[p][3])):
@@ -117,13 +125,25 @@ class Flow:
 
     def take_lanes(self, connection: Connection, lanes: Iterable[LaneOf]) -> None:
         """Lock the keys' rows (creating them), storing each one's limit."""
-        params = [
-            {"digest": lane.digest, "key": storable(lane.key), "lim": lane.limit}
-            for lane in sorted(lanes, key=lambda lane: lane.digest)
-        ]
-        # One statement per key, in digest order: the locks are taken in that order.
-        for one in params:
-            connection.execute(self._flow.lock_lane, one)
+        ordered = sorted(lanes, key=lambda lane: lane.digest)
+        if not ordered:
+            return
+        if self._sql.postgres:
+            params = {
+                "digests": [lane.digest for lane in ordered],
+                "keys": [storable(lane.key) for lane in ordered],
+                "lims": [lane.limit for lane in ordered],
+            }
+            connection.execute(self._flow.lock_lane, params)
+            return
+        connection.execute(
+            self._flow.lock_lane,
+            [{"digest": lane.digest, "key": storable(lane.key), "lim": lane.limit} for lane in ordered],
+        )
+
+    def _digests(self, digests: list[str]) -> Any:
+        """A ``:digests`` parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
+        return digests if self._sql.postgres else json.dumps(digests)
 
     # Ends of jobs.
 
@@ -138,11 +158,11 @@ class Flow:
         if release_unique:
             self.release_uniques(connection, [decoded(raw, UNIQUE_MARK) for raw in raws], at_start=False)
         digests = self.lanes_of(connection, ids)
-        self.lock_lanes(connection, digests)
         yield
         tx.announce(self.promote(connection, digests))
 
     def lanes_of(self, connection: Connection, ids: Sequence[int]) -> list[str]:
+        """The keys of rows ``ids``, locked."""
         if not ids:
             return []
         found = connection.execute(self._flow.lanes_of, {"ids": self._sql.ids(ids)}).scalars()
@@ -157,12 +177,14 @@ class Flow:
         """Move the next waiting jobs of each key into their queues, as many as it has free
         slots (hold the keys' locks); return their queues."""
         at = payload.now() if now is None else now
+        keys = sorted(set(digests))
+        if not keys:
+            return []
+        if self._flow.next_in_line is None or self._flow.take_ids is None:
+            return list(connection.execute(self._flow.promote, {"digests": keys, "now": at}).scalars())
         queues: list[str] = []
-        for digest in sorted(set(digests)):
+        for digest in keys:
             params = {"digest": digest, "now": at}
-            if self._flow.next_in_line is None or self._flow.take_ids is None:
-                queues += connection.execute(self._flow.promote, params).scalars()
-                continue
             ids = list(connection.execute(self._flow.next_in_line, params).scalars())
             if not ids:
                 continue
@@ -231,20 +253,29 @@ class Flow:
 
     # The safety sweep.
 
-    def sweep(self, tx: Tx, now: float) -> int:
-        """Promote from every key whose line waits while it has free slots (a holder deleted
-        by hand, or any path that missed a promotion), and drop expired unique holds and old
-        rate log entries. Returns how many jobs were promoted."""
-        connection = tx.connection
-        stalled = sorted(str(d) for d in connection.execute(self._flow.stalled_lanes).scalars())
-        promoted: list[str] = []
-        if stalled:
-            self.lock_lanes(connection, stalled)
-            promoted = self.promote(connection, stalled, now)
-            tx.announce(promoted)
+    def expire(self, connection: Connection, now: float) -> None:
+        """Drop expired unique holds and rate log entries older than any window."""
         connection.execute(self._flow.expire_uniques, {"now": now})
         connection.execute(self._flow.expire_rates, {"cutoff": now - LONGEST_WINDOW})
+
+    def unstall(self, tx: Tx, now: float) -> int:
+        """Promote from every key whose line waits while it has free slots (a holder deleted
+        by hand, or any path that missed a promotion); return how many jobs were promoted."""
+        connection = tx.connection
+        stalled = sorted(str(d) for d in connection.execute(self._flow.stalled_lanes).scalars())
+        if not stalled:
+            return 0
+        self.lock_lanes(connection, stalled)
+        promoted = self.promote(connection, stalled, now)
+        tx.announce(promoted)
         return len(promoted)
+
+    def forget_idle(self, connection: Connection, limit: int) -> int:
+        """Delete up to ``limit`` keys with no job waiting or holding a slot; return how many."""
+        idle = [str(d) for d in connection.execute(self._flow.idle_lanes, {"limit": limit}).scalars()]
+        if not idle:
+            return 0
+        return int(connection.execute(self._flow.drop_lanes, {"digests": self._digests(idle)}).rowcount)
 
 
 #: A claimed job that carries a rate limit or a unique key: its row id and decoded payload.

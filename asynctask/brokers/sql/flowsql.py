@@ -19,9 +19,22 @@ class FlowStatements:
 
         # Lanes. The upsert takes the key's row lock (PostgreSQL) and stores the limit the
         # pushed job carries.
+        # PostgreSQL: every key of a push in one statement, the rows inserted (and so locked)
+        # in digest order; SQLite: one execution per key.
+        rows = (
+            "SELECT * FROM unnest(CAST(:digests AS TEXT[]), CAST(:keys AS TEXT[]), "
+            "CAST(:lims AS INTEGER[])) ORDER BY 1"
+            if pg
+            else "VALUES (:digest, :key, :lim)"
+        )
         self.lock_lane = text(
-            "INSERT INTO asynctask_lane (digest, key, lim) VALUES (:digest, :key, :lim) "
+            f"INSERT INTO asynctask_lane (digest, key, lim) {rows} "
             "ON CONFLICT (digest) DO UPDATE SET lim = excluded.lim"
+        )
+        digests = (
+            "digest = ANY(CAST(:digests AS TEXT[]))"
+            if pg
+            else "digest IN (SELECT value FROM json_each(:digests))"
         )
         #: Locks existing lane rows in digest order (ends of jobs: the limit stays as pushed).
         self.lock_lanes: TextClause | None = (
@@ -32,28 +45,38 @@ class FlowStatements:
             if pg
             else None  # SQLite's write lock serialises every writer already.
         )
-        self.lanes_of = text(f"SELECT DISTINCT lane FROM asynctask_job WHERE {in_ids} AND lane IS NOT NULL")
+        #: The keys of rows ``:ids``; on PostgreSQL also locked (in digest order), in the same
+        #: round trip: the rows' keys never change while their owner ends them.
+        self.lanes_of = text(
+            "SELECT digest FROM asynctask_lane WHERE digest IN (SELECT lane FROM asynctask_job "
+            f"WHERE {in_ids} AND lane IS NOT NULL) ORDER BY digest" + (" FOR UPDATE" if pg else "")
+        )
+
         # Run after the key's lock: on PostgreSQL a statement's snapshot is taken when it
         # starts, so it sees every push committed before the lock was granted. The free slots
         # are the limit less the live rows holding one: nothing to keep in step, nothing leaks.
-        nexts = (
-            f"SELECT id FROM asynctask_job WHERE lane = :digest AND state = '{LANE}' "
-            f"ORDER BY priority, run_at, id LIMIT {greatest}(0, "
-            "COALESCE((SELECT lim FROM asynctask_lane WHERE digest = :digest), 0) - "
-            "(SELECT count(*) FROM asynctask_job WHERE lane = :digest AND holds))"
-        )
+        def nexts(key: str) -> str:
+            return (
+                f"SELECT id FROM asynctask_job WHERE lane = {key} AND state = '{LANE}' "
+                f"ORDER BY priority, run_at, id LIMIT {greatest}(0, "
+                f"COALESCE((SELECT lim FROM asynctask_lane WHERE digest = {key}), 0) - "
+                f"(SELECT count(*) FROM asynctask_job WHERE lane = {key} AND holds))"
+            )
+
         # A promoted job goes to the back of its queue, as the fetch orders by id: it gets a
         # new one (a waiting row is never claimed, so no claim refers to its id).
         if pg:
+            # Every key of ``:digests`` in one statement, a key's line read by index each.
             self.promote: TextClause = text(
                 "UPDATE asynctask_job AS j SET id = n.new_id, state = 'queued', holds = TRUE, run_at = :now "
-                "FROM (SELECT id, nextval(pg_get_serial_sequence('asynctask_job', 'id')) AS new_id "
-                f"FROM ({nexts}) AS w) AS n WHERE j.id = n.id RETURNING j.queue"
+                "FROM (SELECT w.id, nextval(pg_get_serial_sequence('asynctask_job', 'id')) AS new_id "
+                "FROM unnest(CAST(:digests AS TEXT[])) AS d(digest) "
+                f"CROSS JOIN LATERAL ({nexts('d.digest')}) AS w) AS n WHERE j.id = n.id RETURNING j.queue"
             )
             self.next_in_line: TextClause | None = None
             self.take_ids: TextClause | None = None
         else:
-            self.next_in_line = text(nexts)
+            self.next_in_line = text(nexts(":digest"))
             # AUTOINCREMENT's counter, advanced by hand: ids set by UPDATE are not counted.
             self.take_ids = text(
                 "UPDATE sqlite_sequence SET seq = seq + :n WHERE name = 'asynctask_job' RETURNING seq"
@@ -64,9 +87,9 @@ class FlowStatements:
             )
         #: A key's free slots, and whether jobs wait in its line (a push, under the key's lock).
         self.free_slots = text(
-            "SELECT lim - (SELECT count(*) FROM asynctask_job WHERE lane = :digest AND holds), "
-            f"EXISTS (SELECT 1 FROM asynctask_job WHERE lane = :digest AND state = '{LANE}') "
-            "FROM asynctask_lane WHERE digest = :digest"
+            "SELECT digest, lim - (SELECT count(*) FROM asynctask_job WHERE lane = digest AND holds), "
+            f"EXISTS (SELECT 1 FROM asynctask_job WHERE lane = digest AND state = '{LANE}') "
+            f"FROM asynctask_lane WHERE {digests}"
         )
         #: The safety sweep: keys with waiting jobs and free slots (one probe per key row).
         self.stalled_lanes = text(
@@ -74,6 +97,20 @@ class FlowStatements:
             f"WHERE lane = l.digest AND state = '{LANE}') AND l.lim > (SELECT count(*) "
             "FROM asynctask_job WHERE lane = l.digest AND holds)"
         )
+        # Keys with no job waiting or holding a slot are forgotten, as Redis forgets them: their
+        # rows are locked first, skipping those a push holds, then deleted by a statement whose
+        # snapshot, taken after the locks, sees every push committed before. A job still naming
+        # a forgotten key (scheduled, retrying without a slot, dead) recreates it on its way back
+        # to the line, with its own limit.
+        idle = (
+            f"NOT EXISTS (SELECT 1 FROM asynctask_job WHERE lane = digest AND state = '{LANE}') "
+            "AND NOT EXISTS (SELECT 1 FROM asynctask_job WHERE lane = digest AND holds)"
+        )
+        self.idle_lanes = text(
+            f"SELECT digest FROM asynctask_lane WHERE {idle} ORDER BY digest LIMIT :limit"
+            + (" FOR UPDATE SKIP LOCKED" if pg else "")
+        )
+        self.drop_lanes = text(f"DELETE FROM asynctask_lane WHERE {digests} AND {idle}")
 
         # Unique keys. The conditional upsert takes an expired hold over, and leaves (and
         # locks) a live one, whose holder the next statement reads.
