@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from asynctask.tracking.status import EventStatus

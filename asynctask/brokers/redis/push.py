@@ -85,7 +85,8 @@ def push_jobs(
         when, delay = ("", 0.0) if due is None else (repr(due), due - now)
         mine = own.get(str(job["jid"]), [])
         scripts.push(
-            args=[keys.prefix, encoded, when, repr(delay), str(job["jid"]), len(mine), pack(mine)], client=pipe
+            args=[keys.prefix, encoded, when, repr(delay), str(job["jid"]), len(mine), pack(mine)],
+            client=pipe,
         )
         flow[index] = commands
         commands += 1
