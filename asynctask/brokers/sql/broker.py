@@ -32,6 +32,7 @@ from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
 from asynctask.db.engine import create_database_engine
 from asynctask.settings import Settings
 from asynctask.tracking.outbox import Outbox, draining
+from asynctask.tracking.transitions import split_by_job
 
 logger = logging.getLogger("asynctask.broker")
 
@@ -92,14 +93,20 @@ class SqlBroker(Broker):
         its holder's jid is returned in its place."""
         rows = push_rows(entries, self.settings.max_payload_bytes)
         with self.store.write() as tx:
-            self.store.record(tx.connection, transitions)
             pairs = [(job, r) for (job, _), r in zip(entries, rows, strict=True)]
             if not any(r[7] is not None or "unique_key" in job for job, r in pairs):
+                self.store.record(tx.connection, transitions)
                 self.store.insert_jobs(tx.connection, rows)
                 tx.announce(r[1] for r in rows if r[2] == QUEUED)
                 return [str(job["jid"]) for job, _ in entries]
             now = payload.now()
             stored, kept, lanes = self.flow.admit(tx.connection, pairs, now)
+            # A duplicate's transitions are left out: its "enqueue" would wait for a job that
+            # never runs. The rest are applied before the jobs become claimable, as always.
+            skipped = {
+                str(job["jid"]) for (job, _), jid in zip(entries, stored, strict=True) if jid != job["jid"]
+            }
+            self.store.record(tx.connection, split_by_job(transitions, skipped)[0])
             self.store.insert_jobs(tx.connection, kept)
             tx.announce(r[1] for r in kept if r[2] == QUEUED)
             tx.announce(self.flow.promote(tx.connection, lanes, now))
