@@ -336,7 +336,7 @@ def test_read_api_removals_free_slots_and_retry_now_goes_through_the_line(
     moves = [Move(Scored(dead_c, dead_score), dead_c.decode(), "default")]
     assert reader.set_enqueue("dead", moves, payload.now()) == 1
     assert line(broker) == ["e", "c"]
-    busy = reader.busy_keys()
+    busy = reader.busy_keys(100)
     assert [(b.key, b.limit, b.holders, b.waiting) for b in busy] == [("k", 1, ["d"], 2)]
 
 

@@ -189,9 +189,9 @@ class ReadBackend(ABC):
 
     # Concurrency keys.
 
+    @abstractmethod
     def busy_keys(self, limit: int) -> list[BusyKey]:
         """Up to ``limit`` keys with jobs holding slots or waiting, those with most waiting first."""
-        raise NotImplementedError  # INTEGRATION: abstract once both backends implement it
 
     # Processes and their busy threads.
 

@@ -240,7 +240,7 @@ class RedisReader(ReadBackend):
 
     # Concurrency keys: ``asynctask:lanes`` lists every key with slot holders or a line.
 
-    def busy_keys(self, limit: int = 100) -> list[BusyKey]:
+    def busy_keys(self, limit: int) -> list[BusyKey]:
         """Two round trips: the registry, then each key's holders and line length."""
         registry = self.redis.hgetall(self.keys.lanes)
         if not registry:
