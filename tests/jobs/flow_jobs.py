@@ -19,6 +19,7 @@ from typing import Any
 
 import asynctask
 from asynctask.worker import retry
+from asynctask.worker.contract import IDENTITY_ENV
 
 _lock = threading.Lock()
 _runs: int | None = None
@@ -32,7 +33,10 @@ class _NoJitter(random.Random):
         return 0
 
 
-retry.random = _NoJitter()  # type: ignore[attr-defined,assignment]
+# Only in the worker processes (their supervisor names them): the tests import this module too,
+# and the test process's own retries must keep Sidekiq's jitter, which other tests check.
+if os.environ.get(IDENTITY_ENV):
+    retry.random = _NoJitter()  # type: ignore[attr-defined,assignment]
 
 
 def _note(event: str, key: str, seq: int) -> None:
