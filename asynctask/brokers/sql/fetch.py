@@ -46,6 +46,7 @@ class SqlFetcher(Fetcher):
         self._sql = store.sql
         self._claim = self._sql.claim(len(self.queue_names))
         self._idle_claim = self._sql.idle_claim(len(self.queue_names))
+        self._keyed_claim = self._sql.keyed_claim()
         self._ttl = settings.process_ttl
         self._timeout = settings.fetch_timeout
         self._wake = wake
@@ -95,21 +96,34 @@ class SqlFetcher(Fetcher):
                 self.cancel_generation = str(generation).encode()
                 return []
         # Keyed or unique jobs among the acknowledged: their ends free slots and unique keys
-        # in the claim's transaction, before it claims (so it may claim the jobs promoted).
+        # in the claim's transaction.
         flow_acks = any(is_flow(u.payload) for u in acks)
         with self._store.write(single_statement=not (transitions or flow_acks)) as tx:
             connection = tx.connection
             self._store.record(connection, transitions)
-            if flow_acks:
-                with self._flow.ending(tx, [int(u.ref) for u in acks], [u.payload for u in acks]):
-                    connection.execute(self._sql.ack, params)
-                params["ids"] = self._sql.ids([])
             if self._sql.postgres:
-                rows = connection.execute(self._claim, params).all()
-                generation = next(row[1] for row in rows if row[0] is None)
+                claim = self._claim
+                if flow_acks and self._keyed_claim is not None:
+                    # The keys are locked by a statement of their own, before the one that
+                    # counts their slots (flow-control-sql.md, Races and locks), which then
+                    # acknowledges, promotes and claims.
+                    self._flow.lock_ending(connection, [int(u.ref) for u in acks], [u.payload for u in acks])
+                    claim = self._keyed_claim
+                rows = connection.execute(claim, params).all()
+                generation, promoted = next((row[1], row[2]) for row in rows if row[0] is None)
                 claimed = [row for row in rows if row[0] is not None]
+                if promoted and len(claimed) < wanted:
+                    # The jobs promoted were not claimable in that statement's snapshot.
+                    params.update(ids=[], wanted=wanted - len(claimed))
+                    rows = connection.execute(self._claim, params).all()
+                    generation = next(row[1] for row in rows if row[0] is None)
+                    claimed += [row for row in rows if row[0] is not None]
             else:
-                if acks and not flow_acks:
+                if flow_acks:
+                    # Before the claim, which may then claim the jobs promoted.
+                    with self._flow.ending(tx, [int(u.ref) for u in acks], [u.payload for u in acks]):
+                        connection.execute(self._sql.ack, params)
+                elif acks:
                     connection.execute(self._sql.ack, params)
                 generation = connection.execute(self._sql.generation).scalar_one()
                 claimed = list(connection.execute(self._claim, params).all())
