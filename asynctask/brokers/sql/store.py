@@ -116,6 +116,10 @@ class Store:
             try:
                 with raw.pipeline():
                     raw.execute("BEGIN")
+                    # Prepared statements (psycopg prepares those it runs often) run their
+                    # generic plan: with an array parameter PostgreSQL's own choice can stay on
+                    # planning each run anew, which costs more than running the statement.
+                    raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     cursors = [raw.execute(self._compiled(statement), params) for statement, params in steps]
                     raw.execute("COMMIT")
                 return [tuple(row) for row in cursors[-1].fetchall()]
