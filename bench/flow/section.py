@@ -286,7 +286,7 @@ def _plans(url: str) -> dict[str, str]:
             parked = f"SELECT lane FROM asynctask_job WHERE queue = '{PARKED_QUEUE}' AND state = 'lane'"
             digest = connection.execute(text(f"{parked} LIMIT 1")).scalar_one()
             plans["promotion (a parked key's line)"] = _explain(
-                connection, promote.text, {"digest": digest, "now": now}
+                connection, promote.text, {"digests": [digest], "now": now}
             )
             connection.rollback()
             return plans

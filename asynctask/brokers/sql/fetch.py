@@ -24,6 +24,7 @@ from typing import Any
 from asynctask import payload
 from asynctask.brokers.base import Fetcher, UnitOfWork
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
+from asynctask.brokers.sql.flowjob import UNIQUE_MARK
 from asynctask.brokers.sql.store import Store
 from asynctask.brokers.sql.wake import Wake
 from asynctask.settings import Settings
@@ -46,6 +47,7 @@ class SqlFetcher(Fetcher):
         self._sql = store.sql
         self._claim = self._sql.claim(len(self.queue_names))
         self._idle_claim = self._sql.idle_claim(len(self.queue_names))
+        self._keyed_claim = self._sql.keyed_claim()
         self._ttl = settings.process_ttl
         self._timeout = settings.fetch_timeout
         self._wake = wake
@@ -95,24 +97,57 @@ class SqlFetcher(Fetcher):
                 self.cancel_generation = str(generation).encode()
                 return []
         # Keyed or unique jobs among the acknowledged: their ends free slots and unique keys
-        # in the claim's transaction, before it claims (so it may claim the jobs promoted).
+        # in the claim's transaction.
         flow_acks = any(is_flow(u.payload) for u in acks)
+        if self._keyed_claim is not None and flow_acks and not transitions and not self._unique(acks):
+            # BEGIN, the keys' lock, the statement that counts their slots (after the lock:
+            # flow-control-sql.md, Races and locks) and COMMIT, in one round trip.
+            ids = {"ids": params["ids"]}
+            piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (self._keyed_claim, params)])
+            generation, promoted = next((row[1], row[2]) for row in piped if row[0] is None)
+            rows = [row for row in piped if row[0] is not None]
+            units = self._units(order, rows, generation)
+            if promoted and len(rows) < wanted:
+                # The jobs promoted were not claimable in that statement's snapshot.
+                units += self._claim_now(wanted - len(rows), [], [])
+            return units
         with self._store.write(single_statement=not (transitions or flow_acks)) as tx:
             connection = tx.connection
             self._store.record(connection, transitions)
-            if flow_acks:
-                with self._flow.ending(tx, [int(u.ref) for u in acks], [u.payload for u in acks]):
-                    connection.execute(self._sql.ack, params)
-                params["ids"] = self._sql.ids([])
             if self._sql.postgres:
-                rows = connection.execute(self._claim, params).all()
-                generation = next(row[1] for row in rows if row[0] is None)
-                claimed = [row for row in rows if row[0] is not None]
+                claim = self._claim
+                if flow_acks and self._keyed_claim is not None:
+                    # The keys are locked by a statement of their own, before the one that
+                    # counts their slots (flow-control-sql.md, Races and locks), which then
+                    # acknowledges, promotes and claims.
+                    self._flow.lock_ending(connection, [int(u.ref) for u in acks], [u.payload for u in acks])
+                    claim = self._keyed_claim
+                found = connection.execute(claim, params).all()
+                generation, promoted = next((row[1], row[2]) for row in found if row[0] is None)
+                claimed = [row for row in found if row[0] is not None]
+                if promoted and len(claimed) < wanted:
+                    # The jobs promoted were not claimable in that statement's snapshot.
+                    params.update(ids=[], wanted=wanted - len(claimed))
+                    found = connection.execute(self._claim, params).all()
+                    generation = next(row[1] for row in found if row[0] is None)
+                    claimed += [row for row in found if row[0] is not None]
             else:
-                if acks and not flow_acks:
+                if flow_acks:
+                    # Before the claim, which may then claim the jobs promoted.
+                    with self._flow.ending(tx, [int(u.ref) for u in acks], [u.payload for u in acks]):
+                        connection.execute(self._sql.ack, params)
+                elif acks:
                     connection.execute(self._sql.ack, params)
                 generation = connection.execute(self._sql.generation).scalar_one()
                 claimed = list(connection.execute(self._claim, params).all())
+        return self._units(order, claimed, generation)
+
+    @staticmethod
+    def _unique(acks: list[UnitOfWork]) -> bool:
+        return any(UNIQUE_MARK in u.payload for u in acks)
+
+    def _units(self, order: list[str], claimed: list[Any], generation: object) -> list[UnitOfWork]:
+        """The claimed rows as units of work, in queue order, less those over their rate."""
         self.cancel_generation = str(generation).encode()
         self._wake.drain()
         position = {name: i for i, name in enumerate(order)}

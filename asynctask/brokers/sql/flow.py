@@ -155,11 +155,18 @@ class Flow:
         without their slot): release the unique keys their jobs hold until done (``raws``: their
         payloads), lock their keys, then promote the next jobs of those keys."""
         connection = tx.connection
-        if release_unique:
-            self.release_uniques(connection, [decoded(raw, UNIQUE_MARK) for raw in raws], at_start=False)
-        digests = self.lanes_of(connection, ids)
+        digests = self.lock_ending(connection, ids, raws if release_unique else ())
         yield
         tx.announce(self.promote(connection, digests))
+
+    def lock_ending(
+        self, connection: Connection, ids: Sequence[int], raws: Sequence[bytes | str]
+    ) -> list[str]:
+        """Before rows ``ids`` end: release the unique keys their jobs (``raws``) hold until
+        done, and lock the rows' keys; return the keys."""
+        if raws:
+            self.release_uniques(connection, [decoded(raw, UNIQUE_MARK) for raw in raws], at_start=False)
+        return self.lanes_of(connection, ids)
 
     def lanes_of(self, connection: Connection, ids: Sequence[int]) -> list[str]:
         """The keys of rows ``ids``, locked."""
@@ -180,18 +187,11 @@ class Flow:
         keys = sorted(set(digests))
         if not keys:
             return []
-        if self._flow.next_in_line is None or self._flow.take_ids is None:
+        if self._sql.postgres:
             return list(connection.execute(self._flow.promote, {"digests": keys, "now": at}).scalars())
         queues: list[str] = []
         for digest in keys:
-            params = {"digest": digest, "now": at}
-            ids = list(connection.execute(self._flow.next_in_line, params).scalars())
-            if not ids:
-                continue
-            last = int(connection.execute(self._flow.take_ids, {"n": len(ids)}).scalar_one())
-            for new_id, old_id in enumerate(ids, start=last - len(ids) + 1):
-                found = connection.execute(self._flow.promote, {"id": old_id, "new_id": new_id, "now": at})
-                queues += found.scalars()
+            queues += connection.execute(self._flow.promote, {"digest": digest, "now": at}).scalars()
         return queues
 
     def release_uniques(

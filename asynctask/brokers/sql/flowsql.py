@@ -63,28 +63,19 @@ class FlowStatements:
                 f"(SELECT count(*) FROM asynctask_job WHERE lane = {key} AND holds))"
             )
 
-        # A promoted job goes to the back of its queue, as the fetch orders by id: it gets a
-        # new one (a waiting row is never claimed, so no claim refers to its id).
+        # A promoted job keeps its id, so it keeps its push-order place: the fetch orders by
+        # (priority, id), and the job runs before the jobs pushed after it. Changing the key
+        # would rewrite every index entry of the row.
+        promoted = "UPDATE asynctask_job SET state = 'queued', holds = TRUE, run_at = :now WHERE id IN"
         if pg:
             # Every key of ``:digests`` in one statement, a key's line read by index each.
-            self.promote: TextClause = text(
-                "UPDATE asynctask_job AS j SET id = n.new_id, state = 'queued', holds = TRUE, run_at = :now "
-                "FROM (SELECT w.id, nextval(pg_get_serial_sequence('asynctask_job', 'id')) AS new_id "
-                "FROM unnest(CAST(:digests AS TEXT[])) AS d(digest) "
-                f"CROSS JOIN LATERAL ({nexts('d.digest')}) AS w) AS n WHERE j.id = n.id RETURNING j.queue"
-            )
-            self.next_in_line: TextClause | None = None
-            self.take_ids: TextClause | None = None
-        else:
-            self.next_in_line = text(nexts(":digest"))
-            # AUTOINCREMENT's counter, advanced by hand: ids set by UPDATE are not counted.
-            self.take_ids = text(
-                "UPDATE sqlite_sequence SET seq = seq + :n WHERE name = 'asynctask_job' RETURNING seq"
-            )
             self.promote = text(
-                "UPDATE asynctask_job SET id = :new_id, state = 'queued', holds = TRUE, run_at = :now "
-                "WHERE id = :id RETURNING queue"
+                f"{promoted} (SELECT w.id FROM unnest(CAST(:digests AS TEXT[])) AS d(digest) "
+                f"CROSS JOIN LATERAL ({nexts('d.digest')}) AS w) RETURNING queue"
             )
+        else:
+            # One key per execution.
+            self.promote = text(f"{promoted} ({nexts(':digest')}) RETURNING queue")
         #: A key's free slots, and whether jobs wait in its line (a push, under the key's lock).
         self.free_slots = text(
             "SELECT digest, lim - (SELECT count(*) FROM asynctask_job WHERE lane = digest AND holds), "

@@ -221,18 +221,9 @@ class Statements:
         whose id is NULL, carries the cancellation generation.
         """
         if self.postgres:
-            # SKIP LOCKED: concurrent claimers each take different rows instead of queueing
-            # behind one another's locks.
             return text(
                 "WITH acked AS (DELETE FROM asynctask_job WHERE id = ANY(CAST(:ids AS BIGINT[])) "
-                "AND locked_by = :me), "
-                "picked AS (SELECT j.id FROM unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS q(name, pos) "
-                "CROSS JOIN LATERAL (SELECT id, priority FROM asynctask_job "
-                f"WHERE queue = q.name AND {CLAIMABLE} ORDER BY priority, id LIMIT :wanted "
-                "FOR UPDATE SKIP LOCKED) AS j ORDER BY q.pos, j.priority, j.id LIMIT :wanted), "
-                "claimed AS (UPDATE asynctask_job AS t SET locked_by = :me, locked_at = :now, "
-                "attempts = t.attempts + 1 FROM picked WHERE t.id = picked.id "
-                "RETURNING t.id, t.queue, t.priority, t.payload) "
+                f"AND locked_by = :me), {_picked_and_claimed()} "
                 f"SELECT NULL, ({GENERATION}), NULL, NULL "
                 "UNION ALL SELECT id, queue, priority, payload FROM claimed"
             )
@@ -248,6 +239,34 @@ class Statements:
             f"LIMIT :wanted) RETURNING id, queue, priority, {STORED_PAYLOAD}"
         )
 
+    def keyed_claim(self) -> TextClause | None:
+        """PostgreSQL's ``claim`` when acknowledged jobs hold slots of concurrency keys: it
+        also promotes the next waiting jobs of their keys and NOTIFYs their queues (the third
+        column of the generation row). Run after the statement that locks those keys
+        (``flow.lanes_of``), so that its snapshot sees every push committed before.
+
+        Every part of one statement sees the same snapshot, where the rows it deletes still
+        hold their slots: a key's free slots are its limit less its holders less the rows of
+        the key this statement deletes. The jobs promoted are not claimable in that snapshot:
+        the next claim takes them. None on SQLite, which runs its statements one by one.
+        """
+        if not self.postgres:
+            return None
+        lines = f"""SELECT w.id FROM (SELECT lane, count(*) FILTER (WHERE holds) AS ended FROM acked
+            WHERE lane IS NOT NULL GROUP BY lane) AS e CROSS JOIN LATERAL (SELECT id FROM asynctask_job
+            WHERE lane = e.lane AND state = '{LANE}' ORDER BY priority, run_at, id
+            LIMIT GREATEST(0, COALESCE((SELECT lim FROM asynctask_lane WHERE digest = e.lane), 0)
+            - (SELECT count(*) FROM asynctask_job WHERE lane = e.lane AND holds) + e.ended)) AS w"""
+        return text(
+            "WITH acked AS (DELETE FROM asynctask_job WHERE id = ANY(CAST(:ids AS BIGINT[])) "
+            "AND locked_by = :me RETURNING lane, holds), "
+            "promoted AS (UPDATE asynctask_job SET state = 'queued', holds = TRUE, run_at = :now "
+            f"WHERE id IN ({lines}) RETURNING queue), {_picked_and_claimed()} "
+            f"SELECT NULL, ({GENERATION}), (SELECT count(pg_notify('{CHANNEL}', q)) "
+            "FROM (SELECT DISTINCT queue AS q FROM promoted) AS n), NULL "
+            "UNION ALL SELECT id, queue, priority, payload FROM claimed"
+        )
+
     def has_work(self, queues: int) -> TextClause:
         """Whether any of ``:q0``, ``:q1``... has a claimable job (SQLite's idle poll: a read,
         which never waits for the write lock)."""
@@ -257,6 +276,21 @@ class Statements:
         """The cancellation generation, and whether any of ``:q0``, ``:q1``... has a
         claimable job: what an idle SQLite claim reads before it takes the write lock."""
         return text(f"SELECT ({GENERATION}), EXISTS({_has_work(queues)})")
+
+
+def _picked_and_claimed() -> str:
+    """PostgreSQL's claim, as the CTEs ``picked`` and ``claimed`` (``RETURNING`` id, queue,
+    priority, payload). SKIP LOCKED: concurrent claimers each take different rows instead of
+    queueing behind one another's locks."""
+    return (
+        "picked AS (SELECT j.id FROM unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS q(name, pos) "
+        "CROSS JOIN LATERAL (SELECT id, priority FROM asynctask_job "
+        f"WHERE queue = q.name AND {CLAIMABLE} ORDER BY priority, id LIMIT :wanted "
+        "FOR UPDATE SKIP LOCKED) AS j ORDER BY q.pos, j.priority, j.id LIMIT :wanted), "
+        "claimed AS (UPDATE asynctask_job AS t SET locked_by = :me, locked_at = :now, "
+        "attempts = t.attempts + 1 FROM picked WHERE t.id = picked.id "
+        "RETURNING t.id, t.queue, t.priority, t.payload)"
+    )
 
 
 def _has_work(queues: int) -> str:

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from asynctask.brokers.sql.statements import JOB_COLUMNS, Statements
@@ -74,6 +74,8 @@ class Store:
         self.postgres = self.sql.postgres
         self._writer = writer(engine)
         self._autocommit = autocommit(engine)
+        #: Statements as the driver takes them, for ``pipelined``.
+        self._compiled_text: dict[TextClause, str] = {}
         if self.postgres:
             self._serial: threading.Lock | None = None
             self.bell: Bell | None = None
@@ -104,6 +106,33 @@ class Store:
                     self._serial.release()
         if tx.queues and self.bell is not None:
             self.bell.ring()
+
+    def pipelined(self, steps: Sequence[tuple[TextClause, dict[str, Any]]]) -> list[tuple[Any, ...]]:
+        """PostgreSQL: run ``steps`` in one transaction, in one round trip (pipeline mode:
+        BEGIN, the statements in order, COMMIT); return the last statement's rows. The server
+        runs each statement after the one before ends, each with its own snapshot."""
+        with self._missing_tables(), self._autocommit.connect() as connection:
+            raw: Any = connection.connection.driver_connection  # psycopg's connection
+            try:
+                with raw.pipeline():
+                    raw.execute("BEGIN")
+                    # Prepared statements (psycopg prepares those it runs often) run their
+                    # generic plan: with an array parameter PostgreSQL's own choice can stay on
+                    # planning each run anew, which costs more than running the statement.
+                    raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                    cursors = [raw.execute(self._compiled(statement), params) for statement, params in steps]
+                    raw.execute("COMMIT")
+                return [tuple(row) for row in cursors[-1].fetchall()]
+            except BaseException:
+                # A failed statement leaves the transaction open and aborted on the server.
+                raw.rollback()
+                raise
+
+    def _compiled(self, statement: TextClause) -> str:
+        found = self._compiled_text.get(statement)
+        if found is None:
+            found = self._compiled_text[statement] = str(statement.compile(dialect=self.engine.dialect))
+        return found
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
