@@ -104,13 +104,8 @@ class SqlFetcher(Fetcher):
             # flow-control-sql.md, Races and locks) and COMMIT, in one round trip.
             ids = {"ids": params["ids"]}
             piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (self._keyed_claim, params)])
-            generation, promoted = next((row[1], row[2]) for row in piped if row[0] is None)
-            rows = [row for row in piped if row[0] is not None]
-            units = self._units(order, rows, generation)
-            if promoted and len(rows) < wanted:
-                # The jobs promoted were not claimable in that statement's snapshot.
-                units += self._claim_now(wanted - len(rows), [], [])
-            return units
+            generation = next(row[1] for row in piped if row[0] is None)
+            return self._units(order, [row for row in piped if row[0] is not None], generation)
         with self._store.write(single_statement=not (transitions or flow_acks)) as tx:
             connection = tx.connection
             self._store.record(connection, transitions)
@@ -123,14 +118,8 @@ class SqlFetcher(Fetcher):
                     self._flow.lock_ending(connection, [int(u.ref) for u in acks], [u.payload for u in acks])
                     claim = self._keyed_claim
                 found = connection.execute(claim, params).all()
-                generation, promoted = next((row[1], row[2]) for row in found if row[0] is None)
+                generation = next(row[1] for row in found if row[0] is None)
                 claimed = [row for row in found if row[0] is not None]
-                if promoted and len(claimed) < wanted:
-                    # The jobs promoted were not claimable in that statement's snapshot.
-                    params.update(ids=[], wanted=wanted - len(claimed))
-                    found = connection.execute(self._claim, params).all()
-                    generation = next(row[1] for row in found if row[0] is None)
-                    claimed += [row for row in found if row[0] is not None]
             else:
                 if flow_acks:
                     # Before the claim, which may then claim the jobs promoted.
