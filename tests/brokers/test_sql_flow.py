@@ -98,6 +98,22 @@ def test_a_key_runs_its_jobs_one_at_a_time_in_push_order(broker: SqlBroker) -> N
     assert rows(broker) == []
 
 
+def test_a_promoted_job_is_claimed_at_once_unless_a_more_urgent_job_waits(broker: SqlBroker) -> None:
+    first, second, third = (keyed(priority=5) for _ in range(3))
+    broker.push([(first, None), (second, None), (third, None)])
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    [unit] = claim_all(fetcher)
+    # Nothing else waits: the ack promotes the key's next job and the same claim takes it.
+    [unit] = fetcher.claim(1, [unit], [])
+    assert jids([unit]) == [second["jid"]]
+    urgent = job("Urgent", priority=0)
+    broker.push([(urgent, None)])
+    # A more urgent job waits in the queue: it is claimed, and the promoted job waits its turn.
+    assert jids(fetcher.claim(1, [unit], [])) == [urgent["jid"]]
+    assert jids(claim_all(fetcher)) == [third["jid"]]
+
+
 def test_a_limit_of_two_keeps_two_holders_and_the_latest_push_sets_the_limit(broker: SqlBroker) -> None:
     broker.push([(keyed(limit=2), None) for _ in range(4)])
     assert [r.state for r in rows(broker)] == ["queued", "queued", "lane", "lane"]

@@ -248,27 +248,36 @@ class Statements:
         hold their slots: a key's free slots are its limit less its holders less the rows of
         the key this statement deletes. A promoted job of a queue this process fetches is
         claimed by it at once, as the first of the ``:wanted`` jobs (the rest come from the
-        queues as usual): a promotion is then one row change, as a plain job's claim is,
-        instead of two. A promoted job of another queue is left queued and its queue NOTIFYed
-        (the third column of the generation row counts those queues). None on SQLite, which
-        runs its statements one by one.
+        queues as usual), unless a claimable job of its queue has a higher priority: a
+        promotion is then one row change, as a plain job's claim is, instead of two. A
+        promoted job of another queue is left queued and its queue NOTIFYed (the third column
+        of the generation row counts those queues). None on SQLite, which runs its statements
+        one by one.
         """
         if not self.postgres:
             return None
-        lines = f"""SELECT w.id FROM (SELECT lane, count(*) FILTER (WHERE holds) AS ended FROM acked
-            WHERE lane IS NOT NULL GROUP BY lane) AS e CROSS JOIN LATERAL (SELECT id FROM asynctask_job
-            WHERE lane = e.lane AND state = '{LANE}' ORDER BY priority, run_at, id
+        lines = f"""SELECT w.id, w.queue, w.priority FROM (SELECT lane, count(*) FILTER (WHERE holds)
+            AS ended FROM acked WHERE lane IS NOT NULL GROUP BY lane) AS e CROSS JOIN LATERAL (SELECT id,
+            queue, priority FROM asynctask_job WHERE lane = e.lane AND state = '{LANE}'
+            ORDER BY priority, run_at, id
             LIMIT GREATEST(0, COALESCE((SELECT lim FROM asynctask_lane WHERE digest = e.lane), 0)
             - (SELECT count(*) FROM asynctask_job WHERE lane = e.lane AND holds) + e.ended)) AS w"""
-        mine = "queue = ANY(CAST(:queues AS TEXT[]))"
+        # Taken here only if no claimable job of its queue comes before it by priority: a
+        # promotion must not jump a more urgent job.
+        head = (
+            "(SELECT h.priority FROM asynctask_job AS h WHERE h.queue = w.queue AND "
+            f"h.{CLAIMABLE.replace(' AND locked_by', ' AND h.locked_by')} ORDER BY h.priority LIMIT 1)"
+        )
+        take = f"w.queue = ANY(CAST(:queues AS TEXT[])) AND w.priority <= COALESCE({head}, w.priority)"
         taken = "(SELECT count(*) FROM promoted WHERE locked_by IS NOT NULL)"
         return text(
             "WITH acked AS (DELETE FROM asynctask_job WHERE id = ANY(CAST(:ids AS BIGINT[])) "
             "AND locked_by = :me RETURNING lane, holds), "
-            "promoted AS (UPDATE asynctask_job SET state = 'queued', holds = TRUE, run_at = :now, "
-            f"locked_by = CASE WHEN {mine} THEN :me END, locked_at = CASE WHEN {mine} THEN :now END, "
-            f"attempts = attempts + CASE WHEN {mine} THEN 1 ELSE 0 END "
-            f"WHERE id IN ({lines}) RETURNING id, queue, priority, payload, locked_by), "
+            "promoted AS (UPDATE asynctask_job AS p SET state = 'queued', holds = TRUE, run_at = :now, "
+            "locked_by = CASE WHEN c.take THEN :me END, locked_at = CASE WHEN c.take THEN :now END, "
+            "attempts = p.attempts + CASE WHEN c.take THEN 1 ELSE 0 END "
+            f"FROM (SELECT w.id, {take} AS take FROM ({lines}) AS w) AS c WHERE p.id = c.id "
+            "RETURNING p.id, p.queue, p.priority, p.payload, p.locked_by), "
             f"{_picked_and_claimed(f'GREATEST(0, :wanted - {taken})')} "
             f"SELECT NULL, ({GENERATION}), (SELECT count(pg_notify('{CHANNEL}', q)) "
             "FROM (SELECT DISTINCT queue AS q FROM promoted WHERE locked_by IS NULL) AS n), NULL "
