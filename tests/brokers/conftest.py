@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine
 
-from asynctask import Client, Registry, Settings
+from asynctask import Client, Registry, Settings, Tracking
 from asynctask.api.context import close_shared
+from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
-from asynctask.middleware import Chain
+from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.conftest import REDIS_URL, fresh_postgres_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +176,19 @@ def spawn_worker(settings: Settings, runs_file: Path) -> Iterator[SpawnWorker]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    """The tracking database of this test's broker (on Redis, a SQLite file it migrates)."""
+    if settings.uses_redis:
+        upgrade(settings.database_url)
+    created = create_database_engine(settings.database_url)
+    yield created
+    created.dispose()
+
+
+@pytest.fixture
+def tracking(make_client: MakeClient, engine: Engine) -> Tracking:
+    """Task tracking through this test's broker, recording pushes of tracked jobs."""
+    return Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)

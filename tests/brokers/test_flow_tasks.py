@@ -6,35 +6,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
 
 from asynctask import Registry, Settings, Tracking, job
 from asynctask.api import BusyKeys
-from asynctask.db.engine import create_database_engine
-from asynctask.db.migrate import upgrade
-from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
+from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.worker import Worker
-from tests.brokers.conftest import MakeClient
 from tests.conftest import wait_until
 from tests.tracking_fixtures import wait_for_task
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    if settings.uses_redis:
-        upgrade(settings.database_url)
-    created = create_database_engine(settings.database_url)
-    yield created
-    created.dispose()
-
-
-@pytest.fixture
-def tracking(make_client: MakeClient, engine: Engine) -> Tracking:
-    return Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
 
 
 class Runs:

@@ -4,7 +4,7 @@ same way whether they live in Redis (transitions through the stream and a flushe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,8 +12,6 @@ from sqlalchemy import Engine, func, select
 
 from asynctask import JobFailed, Registry, Settings, Tracking, current_job, job
 from asynctask.api import Queue
-from asynctask.db.engine import create_database_engine
-from asynctask.db.migrate import upgrade
 from asynctask.job import JobDefinition
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
 from asynctask.tracking.models import Event, Task
@@ -21,20 +19,6 @@ from asynctask.worker import Worker
 from tests.brokers.conftest import MakeClient
 from tests.conftest import wait_until
 from tests.tracking_fixtures import wait_for_task
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    if settings.uses_redis:
-        upgrade(settings.database_url)
-    created = create_database_engine(settings.database_url)
-    yield created
-    created.dispose()
-
-
-@pytest.fixture
-def tracking(make_client: MakeClient, engine: Engine) -> Tracking:
-    return Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
 
 
 @pytest.fixture
