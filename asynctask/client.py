@@ -78,7 +78,8 @@ class Client:
         client's registry holds (a job may be defined in another registry).
         """
         job, at, options = self._normalize(item, payload.check_args(item.get("args")), flow=flow)
-        self._resolve_flow(job, options, signature)
+        if options.active:
+            job.update(options.payload_fields(job["class"], job["args"], self._signature(job, signature)))
         _check_header(job)
         with outbox.collect() as transitions:
             pushed = self._through_middleware(job)
@@ -115,6 +116,8 @@ class Client:
         # Sidekiq; each copy gets its own args and jid, in the header's key positions.
         shared = {k: v for k, v in item.items() if k not in ("at", "jid")}
         template, _, options = self._normalize(shared, [], item.get("created_at", payload.now()), flow=flow)
+        if options.active:
+            signature = self._signature(template, signature)
         _check_header(template)
         jids: list[str | None] = []
         for start in range(0, len(all_args), batch_size):
@@ -125,7 +128,8 @@ class Client:
                     job = dict(template)
                     job["args"] = all_args[index]
                     job["jid"] = payload.new_jid()
-                    self._resolve_flow(job, options, signature)
+                    if options.active:
+                        job.update(options.payload_fields(job["class"], job["args"], signature))
                     when = _run_at(at[index] if isinstance(at, list) else at)
                     pushed = self._through_middleware(job)
                     jids.append(None)
@@ -138,13 +142,13 @@ class Client:
                     jids[position] = jid
         return jids
 
-    def _resolve_flow(self, job: payload.JobDict, options: FlowOptions, signature: Signature | None) -> None:
-        """Write the flow-control payload keys of ``job``, its keys resolved from its args."""
-        if options.active:
-            name = job["class"]
-            if signature is None and name in self.registry:
-                signature = self.registry.get(name).signature
-            job.update(options.payload_fields(name, job["args"], signature))
+    def _signature(self, job: payload.JobDict, given: Signature | None) -> Signature | None:
+        """The job function's signature to bind key templates by name: ``given``, else that of
+        the definition this client's registry holds, if any."""
+        name = job["class"]
+        if given is None and name in self.registry:
+            return self.registry.get(name).signature
+        return given
 
     def _through_middleware(self, job: payload.JobDict) -> payload.JobDict | None:
         return self.middleware.invoke(job, job["queue"], final=lambda: job)
