@@ -13,6 +13,7 @@ from asynctask.errors import (
     JobNotRegistered,
     PayloadError,
     Shutdown,
+    TaskNotFed,
     TaskNotFound,
     TaskStateError,
 )
@@ -39,7 +40,10 @@ _LAZY = {
             "get_task",
             "list_events",
             "list_tasks",
+            "pause_task",
+            "resume_task",
             "retry_task",
+            "update_task",
         )
     },
 }
@@ -54,7 +58,10 @@ if TYPE_CHECKING:
         get_task,
         list_events,
         list_tasks,
+        pause_task,
+        resume_task,
         retry_task,
+        update_task,
     )
 else:
     # Out of type checkers' sight: they would give any misspelt name of this package the type
@@ -90,6 +97,7 @@ __all__ = [
     "Registry",
     "Settings",
     "Shutdown",
+    "TaskNotFed",
     "TaskNotFound",
     "TaskStateError",
     "TaskStatus",
@@ -108,6 +116,9 @@ __all__ = [
     "job",
     "list_events",
     "list_tasks",
+    "pause_task",
+    "resume_task",
     "retry_task",
     "server_chain",
+    "update_task",
 ]

@@ -84,3 +84,7 @@ class TaskNotFound(AsyncTaskError, LookupError):
 
 class TaskStateError(AsyncTaskError):
     """The task cannot do what was asked in its current state (retrying a cancelled task)."""
+
+
+class TaskNotFed(TaskStateError):
+    """The task has no feed to change: it was created without ``parallel``."""

@@ -44,9 +44,11 @@ class Keys:
         self.cancel_generation = f"{p}asynctask:cancelled:generation"
         #: Hash: concurrency key -> its limit, for the keys that have slot holders or a line.
         self.lanes = f"{p}asynctask:lanes"
-        #: Set once any job took a concurrency slot or a unique key under this namespace:
+        #: Set once any job took a concurrency slot, a unique key or a feed slot under this namespace:
         #: until then a read API clear unlinks a queue or set without looking at its jobs.
         self.flow_used = f"{p}asynctask:flow-used"
+        #: Sorted set: fed task id -> when a tick is to release its feed.
+        self.feeds = f"{p}asynctask:feeds"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"
@@ -77,6 +79,23 @@ class Keys:
         """Private list of a task's jobs with a concurrency or unique key: published one by
         one through their key's line and unique key rather than moved as a whole."""
         return f"{self.prefix}asynctask:staging-flow:{task_id}"
+
+    def staging_feed(self, task_id: str) -> str:
+        """Private list of a fed task's jobs, as held entries in item order: it becomes the
+        feed's held list when published."""
+        return f"{self.prefix}asynctask:staging-feed:{task_id}"
+
+    def feed(self, task_id: str) -> str:
+        """Hash: a fed task's feed (parallel, interval, priority, paused, last release)."""
+        return f"{self.prefix}asynctask:feed:{task_id}"
+
+    def feed_held(self, task_id: str) -> str:
+        """List: a feed's held jobs, next first, each as a line entry (see ``lane``)."""
+        return f"{self.prefix}asynctask:feed-held:{task_id}"
+
+    def feed_out(self, task_id: str) -> str:
+        """Hash: jid -> queue of a feed's released jobs that have not ended."""
+        return f"{self.prefix}asynctask:feed-out:{task_id}"
 
     def lane(self, key: str) -> str:
         """List: the jobs of concurrency key ``key`` waiting for a slot, oldest first, each as

@@ -240,11 +240,12 @@ def test_help_lists_every_command_in_plain_text(run: Run) -> None:
         result = run(*argv)
         assert result.code == 0 and result.err == ""
         commands = re.findall(r"^    (\w+) ", result.out, re.MULTILINE)
-        assert commands == ["worker", "enqueue", "db", "tokens", "api", "demo", "flusher"]
+        assert commands == ["worker", "enqueue", "db", "tokens", "tasks", "api", "demo", "flusher"]
         assert "``" not in result.out and ":class:" not in result.out
     for group, commands in (
         ("db", ["upgrade", "downgrade", "current"]),
         ("tokens", ["create", "list", "revoke"]),
+        ("tasks", ["update", "pause", "resume"]),
     ):
         result = run(group)
         assert (result.code, result.err) == (0, "")
@@ -423,6 +424,17 @@ def test_the_api_will_not_start_on_a_port_in_use(run: Run, tmp_path: Path, busy_
     assert line.startswith(f"asynctask: cannot listen on 127.0.0.1:{busy_port}: Address already in use; ")
 
 
+def _stderr_after_exit(proc: subprocess.Popen[bytes]) -> bytes:
+    """The stderr of a worker told to stop, once it has exited. One still running after a
+    minute (a loaded machine takes seconds, not that) is killed and its log shown."""
+    try:
+        return proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        err = proc.communicate()[1]
+        raise AssertionError("the worker did not stop within 60 s; its log:\n" + err.decode()) from None
+
+
 def test_worker_command_runs_jobs_with_weighted_queues_and_logs_them(
     settings: Settings, conn: redis.Redis
 ) -> None:
@@ -442,7 +454,7 @@ def test_worker_command_runs_jobs_with_weighted_queues_and_logs_them(
         time.sleep(0.2)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
+        err = _stderr_after_exit(proc)
     assert proc.returncode == 0
     lines = [json.loads(line) for line in err.decode().splitlines()]
     done = [line for line in lines if line["msg"] == "done"]

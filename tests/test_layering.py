@@ -28,6 +28,7 @@ PARTS = {
     "asynctask.modules": "core",
     # Flow-control options and the payload keys they write: checked by payload decoding.
     "asynctask.flow": "core",
+    "asynctask.feeds": "core",
     # Engines, migrations and the declarative base, shared by tracking and the SQL broker.
     "asynctask.db": "db",
     "asynctask.tracking": "tracking",

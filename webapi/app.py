@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from asynctask.client import Client
 from asynctask.db.engine import autocommit, create_database_engine
 from asynctask.modules import load_module
+from asynctask.tasks.feedview import with_held
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
 from webapi import errors
@@ -74,7 +75,7 @@ def create_app(
         tracking=Tracking(client, engine),
         tokens=TokenVerifier(config.token_cache_seconds),
         errors=FirstErrorsCache(config.errors_cache_seconds),
-        watcher=TaskWatcher(engine, config.stream_interval),
+        watcher=TaskWatcher(engine, config.stream_interval, lambda view: with_held(view, client)),
         streams=StreamSlots(config.max_streams, config.max_tenant_streams),
         busy_keys=busy_keys_reader(client),
     )

@@ -11,7 +11,7 @@ import csv
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
@@ -26,6 +26,9 @@ BODY_FIELDS = {
     "concurrency_key",
     "concurrency_limit",
     "concurrency_on_failure",
+    "parallel",
+    "interval",
+    "priority",
 }
 #: Levels in the JSON body: the body is level 1, its fields' values level 2, each item level 3.
 FIELD_LEVEL = 2
@@ -53,7 +56,7 @@ def body_options(stream: IO[bytes], config: ApiConfig) -> tuple[dict[str, Any], 
     """
     reader = json_reader(stream, config)
     if not reader.begin_object():
-        _not_an_object(reader)
+        not_an_object(reader)
     options: dict[str, Any] = {}
     count: int | None = None
     first = True
@@ -191,7 +194,7 @@ def too_many_items(config: ApiConfig) -> ApiError:
     )
 
 
-def _not_an_object(reader: JsonReader) -> None:
+def not_an_object(reader: JsonReader) -> NoReturn:
     # An array is refused at its first character, however long it is; anything else is read
     # (within the item limit) to tell bad JSON (400) from a wrong shape.
     if reader.peek() != "[":

@@ -24,9 +24,10 @@ from flask import Request
 from asynctask.job import JobDefinition
 from asynctask.registry import Registry
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError
-from webapi import formats
+from webapi import feeds, formats
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
+from webapi.feeds import FeedOptions, creation_options
 from webapi.jsonreader import parse_document
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class Submission:
     key_of: ItemKey | None = None
     concurrency_limit: int = 1
     concurrency_on_failure: Literal["hold", "continue"] = "hold"
+    feed: FeedOptions = field(default_factory=FeedOptions)
     items: Generator[Any] = field(default_factory=_no_items)
     #: Items read so far (all of them once ``items`` is exhausted).
     counted: list[int] = field(default_factory=lambda: [0])
@@ -212,7 +214,7 @@ def _submission(
         bad = _bad_character(meta)
         if bad is not None:
             raise _unstorable(bad, "meta")
-    submission = Submission(definition, chunk_size, queue, meta)
+    submission = Submission(definition, chunk_size, queue, meta, feed=creation_options(options))
     _flow_options(submission, options, tenant)
     return submission
 
@@ -272,6 +274,7 @@ def _options(form: Mapping[str, str], config: ApiConfig) -> dict[str, Any]:
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field {unknown[0]!r}", {"field": unknown[0]})
     options: dict[str, Any] = {k: v for k, v in form.items() if k in _TEXT_OPTIONS}
+    options.update(feeds.from_text(form))
     for name in ("chunk_size", "concurrency_limit"):
         if name in form:
             try:

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import asynctask
+from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIORITY_MIN
 from asynctask.tracking.queries import MAX_PAGE
 from asynctask.tracking.status import EventStatus, TaskStatus
 from webapi.blueprints.keys import DEFAULT_KEYS, MAX_HOLDERS, MAX_KEYS
@@ -53,7 +54,11 @@ def document() -> dict[str, Any]:
         },
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
         "tags": [
-            {"name": "tasks", "description": "Bulk tasks: create, read, follow, cancel, retry."},
+            {
+                "name": "tasks",
+                "description": "Bulk tasks: create, read, follow, cancel, retry; tune, pause and resume a "
+                "fed task.",
+            },
             {"name": "jobs", "description": "The jobs a caller may submit."},
             {"name": "keys", "description": "Concurrency keys whose jobs run or wait."},
             {"name": "service", "description": "Health checks, this document and the example page."},
@@ -199,8 +204,9 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
     404: ("TaskNotFound", "`task_not_found`: no such task for this token's tenant."),
     409: (
         "Conflict",
-        "`task_not_cancellable` (the task is finished or aborted) or `task_not_retryable` "
-        "(the task is cancelled).",
+        "`task_not_cancellable` (the task is finished or aborted), `task_not_retryable` "
+        "(the task is cancelled), `task_not_fed` (changing the feed of a task created without "
+        "`parallel`) or `task_ended` (changing the feed of a task that is finished, cancelled or aborted).",
     ),
     413: (
         "TooLarge",
@@ -323,8 +329,15 @@ def _schemas() -> dict[str, Schema]:
         "done": _integer(0, description="Jobs that will not run again."),
         "progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "done / total"},
         "eta_seconds": _nullable(
-            {"type": "number", "minimum": 0, "description": "Seconds left at the rate seen so far."}
+            {
+                "type": "number",
+                "minimum": 0,
+                "description": "Seconds left at the rate the task's jobs have been ending at (since its "
+                "first start, or since its feed last changed once `parallel` jobs have ended since); null "
+                "before any job has ended, while the task is paused, and once it is not running.",
+            }
         ),
+        "feed": _nullable(_ref("Feed")),
         "created_at": _time("When the task was created.", nullable=False),
         "started_at": _time("When its first job started."),
         "finished_at": _time("When its last job ended."),
@@ -366,6 +379,7 @@ def _schemas() -> dict[str, Schema]:
             ),
             "chunk_size": _integer(1),
             "status": _string(enum=[s.value for s in TaskStatus]),
+            "feed": _nullable(_ref("Feed")),
             "urls": _ref("Urls"),
         },
         description="The task just created.",
@@ -394,9 +408,11 @@ def _schemas() -> dict[str, Schema]:
             "queue": _nullable(_queue()),
             "meta": _nullable({"type": "object", "description": "Kept with the task, returned as is."}),
             **_flow_fields(),
+            **_feed_fields(),
         },
-        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS),
+        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS, *FEED_FIELDS),
         description="A task as JSON (nesting at most ASYNCTASK_API_MAX_JSON_DEPTH (32) levels).",
+        dependentRequired=FEED_NEEDS,
     )
     upload = _obj(
         {
@@ -405,14 +421,16 @@ def _schemas() -> dict[str, Schema]:
             "queue": _queue(),
             "meta": _json_text("A JSON object kept with the task, as text."),
             **_flow_fields(),
+            **_feed_fields(),
             "file": _string(
                 contentMediaType="application/octet-stream",
                 description="CSV (text/csv or a .csv name), NDJSON (application/x-ndjson, .ndjson, "
                 ".jsonl) or a JSON array of items (application/json, .json).",
             ),
         },
-        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS),
+        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS, *FEED_FIELDS),
         description="A task as a file upload; the options are form fields.",
+        dependentRequired=FEED_NEEDS,
     )
     return {
         "Error": _obj(
@@ -471,6 +489,27 @@ def _schemas() -> dict[str, Schema]:
             optional=("id", "retry"),
             description="One Server-Sent Event of `GET /api/tasks/{task_id}/stream` (fields as parsed).",
         ),
+        "Feed": _obj(
+            {
+                **_feed_fields(),
+                "paused": {"type": "boolean", "description": "No job is released until the task is resumed."},
+                "held": _nullable(
+                    _integer(
+                        0,
+                        description="Jobs not released yet, as the broker counts them; 0 once the task has "
+                        "ended; null in task lists (the broker is not asked) or when the broker did not "
+                        "answer.",
+                    )
+                ),
+            },
+            description="A fed task's feed: at most `parallel` of its jobs are queued or running at once.",
+        ),
+        "FeedChange": _obj(
+            _feed_fields(),
+            optional=FEED_FIELDS,
+            minProperties=1,
+            description="The settings to change (at least one); the others stay as they are.",
+        ),
         "Job": job,
         "Jobs": _obj({"jobs": _array(_ref("Job"))}, description="Submittable jobs, by name."),
         "Health": _obj({"status": _string(const="ok")}),
@@ -526,6 +565,36 @@ def _flow_fields() -> dict[str, Schema]:
             default="hold",
             description="`hold`: a failed job awaiting its retry keeps its slot, so the key's later jobs "
             "wait; `continue`: they go on (with a key).",
+        ),
+    }
+
+
+#: The feed settings of a task (``create_task(parallel=...)``), and what each needs.
+FEED_FIELDS = ("parallel", "interval", "priority")
+FEED_NEEDS = {"interval": ["parallel"], "priority": ["parallel"]}
+
+
+def _feed_fields() -> Schema:
+    return {
+        "parallel": _integer(
+            1,
+            MAX_PARALLEL,
+            description="The task is fed: its jobs are held back and released so that at most this many "
+            "are queued or running at once.",
+        ),
+        "interval": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_INTERVAL,
+            "default": 0,
+            "description": "Seconds between two releases of jobs (each tops up to `parallel`); 0: "
+            "release whenever a job ends. Needs `parallel`.",
+        },
+        "priority": _integer(
+            PRIORITY_MIN,
+            PRIORITY_MAX,
+            default=0,
+            description="Lower runs first; 0 is every other job's. Needs `parallel`.",
         ),
     }
 
@@ -605,7 +674,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     *(
                         _query(name, schema, f"See `TaskSubmission`{CSV_ONLY}")
-                        for name, schema in _flow_fields().items()
+                        for name, schema in {**_flow_fields(), **_feed_fields()}.items()
                     ),
                 ],
                 request_body={
@@ -647,7 +716,8 @@ def _paths() -> dict[str, Any]:
                     "`chunk_size_too_large`, `json_too_deep`, `invalid_number`, `invalid_string`, "
                     "`no_items`, `validation_failed`, `invalid_concurrency_key` (a template naming "
                     "anything but item fields), `concurrency_key_unresolved` (an item gives no key: "
-                    "`details.item`, `details.key_field`, and `details.line` in CSV and NDJSON)."
+                    "`details.item`, `details.key_field`, and `details.line` in CSV and NDJSON). "
+                    "`interval` or `priority` without `parallel` is `invalid_request`."
                 ),
             ),
         },
@@ -665,6 +735,49 @@ def _paths() -> dict[str, Any]:
                         "How many of the first failed/error events to include.",
                     )
                 ],
+            ),
+            "patch": _operation(
+                "updateTask",
+                "Change a fed task's parallel, interval or priority while it runs",
+                "tasks",
+                {
+                    "200": _response("The task with its feed as changed.", _ref("Task")),
+                    **_errors(400, 404, 409, 413, 415, 422),
+                },
+                request_body={
+                    "required": True,
+                    "content": {JSON: {"schema": _ref("FeedChange"), "example": {"parallel": 10}}},
+                },
+                description=(
+                    "A change takes effect within a second (or one interval): a higher `parallel` releases "
+                    "jobs at once, a lower one as running jobs end (released jobs are not pulled back). "
+                    "422 `invalid_request` names the field (`details.field`) of a value out of range or of "
+                    "the wrong type, or of an unknown field; 409 `task_not_fed` or `task_ended`."
+                ),
+            ),
+        },
+        "/api/tasks/{task_id}/pause": {
+            "parameters": [task_id],
+            "post": _operation(
+                "pauseTask",
+                "Release no more of a fed task's jobs (those released go on)",
+                "tasks",
+                {
+                    "200": _response("The task, paused (again 200 if it was).", _ref("Task")),
+                    **_errors(404, 409),
+                },
+            ),
+        },
+        "/api/tasks/{task_id}/resume": {
+            "parameters": [task_id],
+            "post": _operation(
+                "resumeTask",
+                "Release a paused fed task's jobs again",
+                "tasks",
+                {
+                    "200": _response("The task, resumed (again 200 if it was not paused).", _ref("Task")),
+                    **_errors(404, 409),
+                },
             ),
         },
         "/api/tasks/{task_id}/events": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from asynctask.tracking.views import EventView, MessageView, TaskView
+from asynctask.tracking.views import EventView, FeedView, MessageView, TaskView
 
 
 def task_urls(task_id: str) -> dict[str, str]:
@@ -33,12 +33,25 @@ def task_fields(view: TaskView) -> dict[str, Any]:
         "done": view.done,
         "progress": view.progress,
         "eta_seconds": view.eta_seconds,
+        "feed": feed_json(view.feed),
         "created_at": _time(view.created_at),
         "started_at": _time(view.started_at),
         "finished_at": _time(view.finished_at),
         "cancelled_at": _time(view.cancelled_at),
         "meta": view.meta,
         "urls": task_urls(view.id),
+    }
+
+
+def feed_json(view: FeedView | None) -> dict[str, Any] | None:
+    if view is None:
+        return None
+    return {
+        "parallel": view.parallel,
+        "interval": view.interval,
+        "priority": view.priority,
+        "paused": view.paused,
+        "held": view.held,
     }
 
 

@@ -57,9 +57,14 @@ _Key = tuple[str, int]
 
 
 class TaskWatcher:
-    def __init__(self, engine: Engine, interval: float) -> None:
+    def __init__(
+        self, engine: Engine, interval: float, shown: Callable[[TaskView], TaskView] = lambda view: view
+    ) -> None:
+        """``shown``: what a view read from SQL becomes before streams see it (the app adds a
+        fed task's held jobs, which its broker counts)."""
         self.engine = engine
         self.interval = interval
+        self.shown = shown
         self._changed = threading.Condition()
         self._watches: dict[_Key, _Watch] = {}
         self._thread: threading.Thread | None = None
@@ -139,4 +144,4 @@ class TaskWatcher:
                     views[task_id, errors] = queries.get_task(connection, task_id, errors=errors)
                 except TaskNotFound:
                     continue
-        return views
+        return {key: self.shown(view) for key, view in views.items()}

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from asynctask import payload
+from asynctask.brokers.feeds import Feeds
+from asynctask.feeds import Feed
 from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.outbox import Outbox
 from asynctask.tracking.store import TrackingStore
@@ -140,6 +142,9 @@ class Fetcher(ABC):
         #: Opaque token from the last claim that changes whenever a task is cancelled.
         self.cancel_generation: bytes = b"0"
         self._lock = threading.Lock()
+        #: Notified when the buffer receives jobs: threads of a fetcher whose waiting happens in
+        #: this process (the SQL broker's) sleep on it and take them.
+        self._ready = threading.Condition(self._lock)
         self._buffer: deque[UnitOfWork] = deque()
         self._acks: list[UnitOfWork] = []
         #: Threads inside ``fetch`` without a job yet: how many jobs one claim should take.
@@ -215,7 +220,11 @@ class Fetcher(ABC):
                 units = self.claim(wanted, acks, transitions)
             found = units[0] if units else self.wait(block_on)
             with self._lock:
-                self._buffer.extend(units[1:])
+                if len(units) > 1:
+                    # Claimed for every thread inside fetch(), waiting ones included: wake them,
+                    # or the jobs would wait for this thread to come back.
+                    self._buffer.extend(units[1:])
+                    self._ready.notify_all()
                 if found is not None:
                     self._handed[thread] = found
             return found
@@ -320,6 +329,8 @@ class Broker(ABC):
     settings: Settings
     #: Where this broker writes tracking transitions and marks tasks cancelled.
     tracking: TrackingStore
+    #: The feeds of fed tasks (``create_task(..., parallel=...)``).
+    feeds: Feeds
     #: Errors that mean this broker's store is unreachable or refused a command: the worker
     #: logs them and tries again, it never dies of them.
     errors: ClassVar[tuple[type[BaseException], ...]]
@@ -347,7 +358,9 @@ class Broker(ABC):
         unique job whose key was taken, the holder's (and nothing was stored for it)."""
 
     @abstractmethod
-    def staging(self, task_id: str) -> Staging: ...
+    def staging(self, task_id: str, feed: Feed | None = None) -> Staging:
+        """Where ``create_task`` stages a task's jobs. With a ``feed``, publishing holds them
+        in the task's feed and releases the first of them (see ``brokers.feeds``)."""
 
     @abstractmethod
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> Fetcher: ...

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from asynctask import __version__
 from asynctask.cli import commands
+from asynctask.cli import tasks as feeds
 from asynctask.cli.failures import CONFIG, CommandError
 
 DESCRIPTION = (
@@ -53,6 +54,7 @@ def build_parser() -> Parser:
     _enqueue(group)
     _db(group)
     _tokens(group)
+    _tasks(group)
     _api(group)
     _demo(group)
     _flusher(group)
@@ -146,6 +148,31 @@ def _tokens(group: Commands) -> None:
         _database_option(tokens_command)
         _verbose_option(tokens_command)
         tokens_command.set_defaults(run=commands.run_tokens)
+
+
+def _tasks(group: Commands) -> None:
+    tasks = group.add_parser("tasks", help="tune a fed task while it runs (update, pause, resume)")
+    tasks.set_defaults(run=_help(tasks))
+    tasks_commands = tasks.add_subparsers(title="commands", metavar="COMMAND", dest="tasks_command")
+    update = tasks_commands.add_parser(
+        "update", help="change a fed task's parallel, interval or priority (the others stay)"
+    )
+    update.add_argument("--parallel", type=feeds.parallel, metavar="N", help="jobs queued or running at once")
+    update.add_argument(
+        "--interval", type=feeds.interval, metavar="SECONDS", help="seconds between two releases (0: none)"
+    )
+    update.add_argument(
+        "--priority", type=feeds.priority, metavar="P", help="lower runs first; 0 is every other job's"
+    )
+    pause = tasks_commands.add_parser(
+        "pause", help="release no more of a fed task's jobs (running ones finish)"
+    )
+    resume = tasks_commands.add_parser("resume", help="release a paused fed task's jobs again")
+    for tasks_command in (update, pause, resume):
+        tasks_command.add_argument("id", help="the task's id")
+        _connection_options(tasks_command)
+        _verbose_option(tasks_command)
+        tasks_command.set_defaults(run=feeds.run_tasks)
 
 
 def _api(group: Commands) -> None:

@@ -43,12 +43,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from asynctask import payload
 from asynctask.client import Client
 from asynctask.db.engine import writer
-from asynctask.errors import TaskNotFound, TaskStateError
+from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
 from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
 from asynctask.tracking import apply_sqlite, transitions
+from asynctask.tracking.eta import RATE_MARK, RateMark
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import EventStatus, TaskState
 
@@ -90,6 +92,9 @@ def create_task(
     concurrency_key: str | Callable[[Any], str] | None = None,
     concurrency_limit: int = 1,
     concurrency_on_failure: Literal["hold", "continue"] = "hold",
+    parallel: int | None = None,
+    interval: float = 0,
+    priority: int | None = None,
 ) -> str:
     """Split ``items`` into jobs of ``chunk_size`` items (each job gets its chunk, a list, as
     its one argument), record the task and its events, push the jobs; return the task id.
@@ -108,7 +113,14 @@ def create_task(
     The job's own concurrency key and rate limit (``@job(...)``) apply to each chunk job, with
     the chunk as its argument; a ``concurrency_key`` given here replaces the job's. Its unique
     options do not apply: a chunk left out as a duplicate would leave its task unfinished.
+
+    ``parallel``: the task is fed. Its jobs are held by the broker and released so that at
+    most ``parallel`` of them are queued or running at once, at most once per ``interval``
+    seconds, at ``priority`` (lower runs first); ``update_task`` changes all three while the
+    task runs (see ``asynctask.feeds``).
     """
+    fed = parallel is not None or priority is not None or bool(interval)
+    feed = _feed(parallel, interval, priority) if fed else None
     definition = job if isinstance(job, JobDefinition) else client.registry.get(job)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError("chunk_size must be a positive integer")
@@ -127,6 +139,8 @@ def create_task(
     task_id = new_task_id()
     options = definition.options.merged({"queue": queue}) if queue else definition.options
     head = {**options.payload_head(), "task": task_id}
+    if feed is not None:
+        head[FEED_FIELD] = task_id
     keyed = concurrency_key is not None
     flow = _chunk_flow(definition, options.flow, keyed, concurrency_limit, concurrency_on_failure)
     created = payload.now()
@@ -147,10 +161,11 @@ def create_task(
         "count_error": 0,
         "count_cancelled": 0,
         "created_at": at,
+        "feed": feed.as_dict() if feed is not None else None,
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
     jobs = _jobs(client, head, definition.name, created, chunks, flow)
-    staging = client.broker.staging(task_id)
+    staging = client.broker.staging(task_id, feed)
     staging_error: BaseException | None = None
     try:
         with writer(engine).begin() as connection:
@@ -190,6 +205,12 @@ def create_task(
         raise
     _set_state(engine, task_id, TaskState.READY)
     return task_id
+
+
+def _feed(parallel: int | None, interval: float, priority: int | None) -> Feed:
+    if parallel is None:
+        raise ValueError("interval and priority need parallel: they tune a fed task")
+    return Feed(parallel=parallel, interval=float(interval), priority=0 if priority is None else priority)
 
 
 class Chunk(NamedTuple):
@@ -457,8 +478,11 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
     ``current_job().cancelled``. Then SQL: waiting events become ``cancelled``, marked with
     the current stream position so that older transitions still in flight cannot undo it.
     """
-    _require(engine, task_id, tenant)
+    task = _require(engine, task_id, tenant)
     position = client.broker.tracking.cancel_task(task_id)
+    if task.feed is not None:
+        # After the mark: a job released meanwhile is skipped by the worker that claims it.
+        client.broker.feeds.cancel(task_id)
     now = datetime.now(UTC)
     with writer(engine).begin() as connection:
         cancelled = connection.execute(
@@ -520,6 +544,8 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     definition = client.registry.get(task.job_name) if task.job_name in client.registry else None
     head = definition.options.payload_head() if definition else {"retry": True}
     head = {**head, "queue": task.queue, "task": task_id}
+    if task.feed is not None:
+        head = {**head, FEED_FIELD: task_id}
     created = payload.now()
     jobs = [
         {
@@ -577,7 +603,18 @@ def _show_retried(engine: Engine, task_id: str, position: int) -> None:
 def _require(engine: Engine, task_id: str, tenant: str | None) -> Any:
     if "\x00" in task_id:
         raise TaskNotFound(task_id)
-    query = select(Task.id, Task.state, Task.job_name, Task.queue, Task.tenant).where(Task.id == task_id)
+    query = select(
+        Task.id,
+        Task.state,
+        Task.job_name,
+        Task.queue,
+        Task.tenant,
+        Task.feed,
+        Task.finished_at,
+        Task.count_finish,
+        Task.count_failed,
+        Task.count_error,
+    ).where(Task.id == task_id)
     if tenant is not None:
         query = query.where(Task.tenant == tenant)
     with engine.connect() as connection:
@@ -585,3 +622,39 @@ def _require(engine: Engine, task_id: str, tenant: str | None) -> Any:
     if row is None:
         raise TaskNotFound(task_id)
     return row
+
+
+def update_task(
+    engine: Engine, client: Client, task_id: str, change: FeedChange, *, tenant: str | None = None
+) -> FeedState | None:
+    """Change a fed task's feed while it runs (see ``asynctask.feeds``); return the feed now,
+    or None if its jobs are all released and ended (the broker has forgotten it).
+
+    The task row keeps the settings and a rate mark (when, and how many jobs had ended then):
+    the ETA measures the rate since the change once enough jobs have ended (``tracking.eta``).
+
+    Raises TaskNotFed for a task that has no feed, TaskStateError for one that is cancelled,
+    aborted or finished."""
+    task = _require(engine, task_id, tenant)
+    if task.feed is None:
+        raise TaskNotFed(f"task {task_id} is not fed: it was created without parallel")
+    if task.state in (TaskState.CANCELLED, TaskState.ABORTED) or task.finished_at is not None:
+        raise TaskStateError(f"task {task_id} has ended; its feed cannot change")
+    mark = RateMark(datetime.now(UTC), task.count_finish + task.count_failed + task.count_error)
+    state = client.broker.feeds.update(task_id, change)
+    # The broker holds the feed that acts; the task row keeps what the read model shows.
+    shown = state.feed if state is not None else _stored_feed(task.feed).changed(change)
+    stored = {**shown.as_dict(), RATE_MARK: mark.as_json()}
+    with writer(engine).begin() as connection:
+        connection.execute(update(Task).where(Task.id == task_id).values(feed=stored))
+    return state
+
+
+def _stored_feed(stored: Mapping[str, Any]) -> Feed:
+    """The settings of a task row's ``feed`` column (which also holds the ETA's rate mark)."""
+    return Feed(
+        parallel=stored["parallel"],
+        interval=stored["interval"],
+        priority=stored["priority"],
+        paused=stored["paused"],
+    )

@@ -14,9 +14,11 @@ from sqlalchemy import Engine
 
 from asynctask.client import Client, default_client
 from asynctask.db.engine import create_database_engine
+from asynctask.feeds import FeedChange, FeedState
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
 from asynctask.tasks import operations as tasks
+from asynctask.tasks.feedview import with_held
 from asynctask.tracking import queries
 from asynctask.tracking.views import EventView, Page, TaskView
 
@@ -41,6 +43,9 @@ class Tracking:
         concurrency_key: str | Callable[[Any], str] | None = None,
         concurrency_limit: int = 1,
         concurrency_on_failure: Literal["hold", "continue"] = "hold",
+        parallel: int | None = None,
+        interval: float = 0,
+        priority: int | None = None,
     ) -> TaskView:
         task_id = tasks.create_task(
             self.engine,
@@ -54,12 +59,16 @@ class Tracking:
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
             concurrency_on_failure=concurrency_on_failure,
+            parallel=parallel,
+            interval=interval,
+            priority=priority,
         )
         return self.get_task(task_id)
 
     def get_task(self, task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:
         with self.engine.connect() as connection:
-            return queries.get_task(connection, task_id, tenant=tenant, errors=errors)
+            view = queries.get_task(connection, task_id, tenant=tenant, errors=errors)
+        return with_held(view, self.client)
 
     def list_events(
         self,
@@ -88,6 +97,26 @@ class Tracking:
         """Re-enqueue the task's failed and error jobs; return how many (counts follow within a flush)."""
         return tasks.retry_task(self.engine, self.client, task_id, tenant=tenant)
 
+    def update_task(
+        self,
+        task_id: str,
+        *,
+        parallel: int | None = None,
+        interval: float | None = None,
+        priority: int | None = None,
+        tenant: str | None = None,
+    ) -> FeedState | None:
+        """Tune a fed task while it runs: None leaves a setting as it is."""
+        change = FeedChange(parallel=parallel, interval=interval, priority=priority)
+        return tasks.update_task(self.engine, self.client, task_id, change, tenant=tenant)
+
+    def pause_task(self, task_id: str, *, tenant: str | None = None) -> FeedState | None:
+        """Release no more of a fed task's jobs (running ones finish) until ``resume_task``."""
+        return tasks.update_task(self.engine, self.client, task_id, FeedChange(paused=True), tenant=tenant)
+
+    def resume_task(self, task_id: str, *, tenant: str | None = None) -> FeedState | None:
+        return tasks.update_task(self.engine, self.client, task_id, FeedChange(paused=False), tenant=tenant)
+
 
 _lock = threading.Lock()
 _default: Tracking | None = None
@@ -113,6 +142,9 @@ def create_task(
     concurrency_key: str | Callable[[Any], str] | None = None,
     concurrency_limit: int = 1,
     concurrency_on_failure: Literal["hold", "continue"] = "hold",
+    parallel: int | None = None,
+    interval: float = 0,
+    priority: int | None = None,
 ) -> TaskView:
     """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``."""
     return default_tracking().create_task(
@@ -125,6 +157,9 @@ def create_task(
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
         concurrency_on_failure=concurrency_on_failure,
+        parallel=parallel,
+        interval=interval,
+        priority=priority,
     )
 
 
@@ -153,3 +188,24 @@ def cancel_task(task_id: str, *, tenant: str | None = None) -> TaskView:
 
 def retry_task(task_id: str, *, tenant: str | None = None) -> int:
     return default_tracking().retry_task(task_id, tenant=tenant)
+
+
+def update_task(
+    task_id: str,
+    *,
+    parallel: int | None = None,
+    interval: float | None = None,
+    priority: int | None = None,
+    tenant: str | None = None,
+) -> FeedState | None:
+    return default_tracking().update_task(
+        task_id, parallel=parallel, interval=interval, priority=priority, tenant=tenant
+    )
+
+
+def pause_task(task_id: str, *, tenant: str | None = None) -> FeedState | None:
+    return default_tracking().pause_task(task_id, tenant=tenant)
+
+
+def resume_task(task_id: str, *, tenant: str | None = None) -> FeedState | None:
+    return default_tracking().resume_task(task_id, tenant=tenant)

@@ -57,6 +57,9 @@ class Task(Base):
     #: When the last job reached a final state (cleared if a job runs again).
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: A fed task's feed settings as last set (``asynctask.feeds.Feed.as_dict``); None when
+    #: the task is not fed. The broker's copy is the one that acts.
+    feed: Mapped[dict[str, Any] | None]
 
     __table_args__ = (
         # A tenant's tasks, newest first, paged by (created_at, id).

@@ -19,9 +19,10 @@ from sqlalchemy import Connection, Row, Select, and_, bindparam, or_, select, un
 from asynctask.db.engine import as_utc
 from asynctask.errors import TaskNotFound
 from asynctask.tracking.cache import FirstErrorsCache
+from asynctask.tracking.eta import eta_seconds, read_mark
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import TERMINAL, EventStatus, TaskState, TaskStatus
-from asynctask.tracking.views import EventView, MessageView, Page, TaskView
+from asynctask.tracking.views import EventView, FeedView, MessageView, Page, TaskView
 
 # Core tables, not ORM entities: the read model returns plain rows turned into views.
 _EVENTS = Event.__table__
@@ -141,11 +142,17 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
     total = int(r["total"])
     status = _status(r["state"], counts, done, total, r["started_at"])
     started = as_utc(r["started_at"])
+    feed = _feed_view(r["feed"], status)
     eta = None
-    if status == TaskStatus.RUNNING and started is not None and 0 < done < total:
-        elapsed = (datetime.now(UTC) - started).total_seconds()
-        if elapsed > 0:
-            eta = round((total - done) * elapsed / done, 3)
+    if status == TaskStatus.RUNNING and not (feed is not None and feed.paused):
+        eta = eta_seconds(
+            remaining=total - done,
+            ended=sum(counts[s.value] for s in _ENDED),
+            started_at=started,
+            now=datetime.now(UTC),
+            mark=read_mark(r["feed"]),
+            fresh=feed.parallel if feed is not None else 1,
+        )
     return TaskView(
         id=r["id"],
         job_name=r["job_name"],
@@ -162,7 +169,28 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
         finished_at=as_utc(r["finished_at"]),
         cancelled_at=as_utc(r["cancelled_at"]),
         eta_seconds=eta,
+        feed=feed,
         errors=tuple(errors),
+    )
+
+
+#: Jobs that ran to their end: the rate of these is the task's pace (cancelled ones never ran).
+_ENDED = (EventStatus.FINISH, EventStatus.FAILED, EventStatus.ERROR)
+#: A task in one of these holds no job back: its feed released them all or dropped them.
+_OVER = {TaskStatus.FINISHED, TaskStatus.FINISHED_WITH_ERRORS, TaskStatus.CANCELLED, TaskStatus.ABORTED}
+
+
+def _feed_view(stored: Any, status: TaskStatus) -> FeedView | None:
+    """The feed settings stored on the task row. ``held`` is the broker's to say (the service
+    asks it, ``tasks.feedview``); this module knows only that an ended task holds nothing."""
+    if not isinstance(stored, dict):
+        return None
+    return FeedView(
+        parallel=int(stored["parallel"]),
+        interval=float(stored["interval"]),
+        priority=int(stored["priority"]),
+        paused=bool(stored["paused"]),
+        held=0 if status in _OVER else None,
     )
 
 

@@ -36,6 +36,19 @@ class EventView:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedView:
+    """A fed task's feed: its settings as last set, and how many of its jobs are held back."""
+
+    parallel: int
+    interval: float
+    priority: int
+    paused: bool
+    #: Jobs not released yet, as the broker counts them; 0 once the task has ended; None when
+    #: the broker was not asked (``list_tasks``, the SQL-only ``queries``) or could not answer.
+    held: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class TaskView:
     id: str
     job_name: str
@@ -58,9 +71,12 @@ class TaskView:
     started_at: datetime | None
     finished_at: datetime | None
     cancelled_at: datetime | None
-    #: Seconds until every job is done at the rate seen since the first started; None
-    #: before any job is done or after all are.
+    #: Seconds until every job is done at the rate its jobs have been ending at (see
+    #: ``tracking.eta``); None before any job has ended, while the task is paused, and once it
+    #: is no longer running.
     eta_seconds: float | None
+    #: The task's feed (``create_task(parallel=...)``), or None for a task that is not fed.
+    feed: FeedView | None
     #: The first failed or error events (by creation order), with their messages.
     errors: tuple[EventView, ...]
 

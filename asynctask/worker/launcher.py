@@ -33,6 +33,7 @@ from asynctask.settings import Settings, shown_url
 from asynctask.supervision import Activity
 from asynctask.tracking.store import TrackingApplier
 from asynctask.tracking.tracker import Tracker
+from asynctask.worker.feeds import FeedTicker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
 from asynctask.worker.scheduled import Poller
@@ -83,6 +84,7 @@ class Worker:
             middleware.client_chain if client_middleware is None else client_middleware,
             self.settings.scheduled_poll_interval,
         )
+        self.feed_ticker = FeedTicker(self.broker.feeds)
         self.heartbeat = Heartbeat(
             self.broker, self.settings, self.info, self.stats, lambda: self.manager.busy, self.handle_signal
         )
@@ -132,11 +134,13 @@ class Worker:
             self.applier.start()
         self.manager.start()
         self.poller.start()
+        self.feed_ticker.start()
         self._beat_thread.start()
 
     def quiet(self) -> None:
         self.heartbeat.quiet = True
         self.poller.stop()
+        self.feed_ticker.stop()
         self.manager.quiet()
 
     def stop(self) -> None:

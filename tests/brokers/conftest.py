@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 
 from asynctask import Client, Registry, Settings, Tracking
 from asynctask.api.context import close_shared
+from asynctask.brokers.sql import SqlBroker
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
@@ -192,3 +193,43 @@ def engine(settings: Settings) -> Iterator[Engine]:
 def tracking(make_client: MakeClient, engine: Engine) -> Tracking:
     """Task tracking through this test's broker, recording pushes of tracked jobs."""
     return Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
+
+
+# The SQL broker's own tests (tests/brokers/test_sql_*.py) drive a broker directly, on
+# ``database_url`` (tests/conftest.py: SQLite, PostgreSQL, or both).
+
+
+def sql_settings(url: str, **fields: Any) -> Settings:
+    defaults: dict[str, Any] = {
+        "concurrency": 4,
+        "heartbeat_interval": 0.5,
+        "process_ttl": 3,
+        "fetch_timeout": 0.5,
+    }
+    return Settings(broker_url=url, **{**defaults, **fields})
+
+
+@pytest.fixture
+def sql_url(database_url: str) -> str:
+    upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture
+def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
+    """Brokers on the test database (closed afterwards), with settings overridden by keyword."""
+    opened: list[SqlBroker] = []
+
+    def make(**fields: Any) -> SqlBroker:
+        broker = SqlBroker(sql_settings(sql_url, **fields))
+        opened.append(broker)
+        return broker
+
+    yield make
+    for broker in opened:
+        broker.close()
+
+
+@pytest.fixture
+def broker(make_broker: Callable[..., SqlBroker]) -> SqlBroker:
+    return make_broker()

@@ -8,7 +8,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,47 +28,11 @@ from asynctask.brokers.sql.models import (
 )
 from asynctask.brokers.sql.store import MissingTables
 from asynctask.db.engine import writer
-from asynctask.db.migrate import upgrade
-from asynctask.settings import QueueSpec, Settings
+from asynctask.settings import QueueSpec
 from asynctask.tracking.models import Event
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import status
-
-
-def sql_settings(url: str, **fields: Any) -> Settings:
-    defaults: dict[str, Any] = {
-        "concurrency": 4,
-        "heartbeat_interval": 0.5,
-        "process_ttl": 3,
-        "fetch_timeout": 0.5,
-    }
-    return Settings(broker_url=url, **{**defaults, **fields})
-
-
-@pytest.fixture
-def sql_url(database_url: str) -> str:
-    upgrade(database_url)
-    return database_url
-
-
-@pytest.fixture
-def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
-    """Brokers on the test database (closed afterwards), with settings overridden by keyword."""
-    opened: list[SqlBroker] = []
-
-    def make(**fields: Any) -> SqlBroker:
-        broker = SqlBroker(sql_settings(sql_url, **fields))
-        opened.append(broker)
-        return broker
-
-    yield make
-    for broker in opened:
-        broker.close()
-
-
-@pytest.fixture
-def broker(make_broker: Callable[..., SqlBroker]) -> SqlBroker:
-    return make_broker()
+from tests.brokers.conftest import sql_settings
 
 
 def job(klass: str = "Work", queue: str = "default", **fields: Any) -> payload.JobDict:

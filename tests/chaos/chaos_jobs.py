@@ -46,3 +46,11 @@ def chaos_flaky() -> None:
 def _soon(count: int, exc: BaseException, job: dict[str, Any]) -> float:
     # The runtime adds Sidekiq's jitter (up to 9 s on the first retry) to this.
     return 0.1
+
+
+@asynctask.job
+def chaos_fed(chunk: list[int]) -> None:
+    """A fed task's job: its chunk's one item is ``pause_ms``, as for ``chaos_drain``."""
+    if chunk[0]:
+        time.sleep(random.random() * chunk[0] / 1000)
+    _note("done")

@@ -17,9 +17,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+
+from tests.chaos.workers import Runs
 
 #: Seconds a start (including loading the append-only file) may take.
 START_TIMEOUT = 30.0
@@ -166,3 +169,32 @@ def private_redis() -> Iterator[PrivateRedis]:
     finally:
         server.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Outages:
+    """Jobs done when each outage ended, and whether the drain went on after it."""
+
+    after_pause: int
+    progressed_after_pause: bool
+    after_restart: int
+    progressed_after_restart: bool
+
+
+def pause_then_kill(
+    server: PrivateRedis, runs: Runs, paused: float, stopped: float, runs_between: int
+) -> Outages:
+    """Pause the server ``paused`` seconds, then kill it and restart it ``stopped`` seconds
+    later (from its append-only file), waiting after each for ``runs_between`` more runs (60 s
+    at most)."""
+    server.pause()
+    time.sleep(paused)
+    server.resume()
+    after_pause = runs.count_done()
+    progressed_after_pause = runs.wait_done(after_pause + runs_between, 60)
+    server.kill()
+    time.sleep(stopped)
+    server.start()
+    after_restart = runs.count_done()
+    progressed_after_restart = runs.wait_done(after_restart + runs_between, 60)
+    return Outages(after_pause, progressed_after_pause, after_restart, progressed_after_restart)

@@ -85,7 +85,9 @@ class RedisState:
         return {m for m in members if self.conn.exists(self.keys.process(m))}
 
     def queued(self) -> int:
-        return sum(int(self.conn.llen(key)) for key in self._scan("queue:*"))
+        """Jobs waiting to run: in their queues, or held back by their task's feed."""
+        waiting = self._scan("queue:*") + self._scan("asynctask:feed-held:*")
+        return sum(int(self.conn.llen(key)) for key in waiting)
 
     def identity_of(self, pid: int) -> str | None:
         """The live process record of the worker with ``pid`` (identities are host:pid:nonce)."""
@@ -121,6 +123,12 @@ class RedisState:
         for name in (self.keys.schedule, self.keys.retry, self.keys.dead):
             if n := int(self.conn.zcard(name)):
                 found.append(f"{name}: {n} entr(y/ies)")
+        for key in self._scan("asynctask:feed-held:*"):
+            if n := int(self.conn.llen(key)):
+                found.append(f"{key}: {n} job(s) still held by their feed")
+        for key in self._scan("asynctask:feed-out:*"):
+            if n := int(self.conn.hlen(key)):
+                found.append(f"{key}: {n} released job(s) that never ended")
         return found
 
     def locate(self, jids: Iterable[str]) -> dict[str, str]:

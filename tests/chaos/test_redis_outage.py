@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.chaos.drain import check, scheduled_job_runs, settle
-from tests.chaos.redis_server import PrivateRedis
+from tests.chaos.redis_server import PrivateRedis, pause_then_kill
 from tests.chaos.state import RedisState, make_client, push_drain
 from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.conftest import wait_until
@@ -46,17 +46,7 @@ def test_a_drain_survives_redis_paused_then_killed_then_a_worker_killed(
         client.close()
 
     assert runs.wait_done(RUNS_BETWEEN, 60), f"the drain did not start\n{pool.logs()}"
-    redis_server.pause()
-    time.sleep(PAUSED_SECONDS)
-    redis_server.resume()
-    after_pause = runs.count_done()
-    progressed_after_pause = runs.wait_done(after_pause + RUNS_BETWEEN, 60)
-
-    redis_server.kill()
-    time.sleep(STOPPED_SECONDS)
-    redis_server.start()
-    after_restart = runs.count_done()
-    progressed_after_restart = runs.wait_done(after_restart + RUNS_BETWEEN, 60)
+    outages = pause_then_kill(redis_server, runs, PAUSED_SECONDS, STOPPED_SECONDS, RUNS_BETWEEN)
 
     victim = pool.peer_recovered(workers)
     victim.kill9()
@@ -70,13 +60,13 @@ def test_a_drain_survives_redis_paused_then_killed_then_a_worker_killed(
     print(
         f"\nredis outage drain: {outcome.jobs} jobs, {outcome.duplicates} run twice, "
         f"{outcome.settled_after:.1f} s from the last fault to settled; done at the end of the pause "
-        f"{after_pause}, at the restart {after_restart}, at the kill {killed_at}; peer recoveries "
-        f"(pid, jobs): {[w.recovered_from() for w in workers]}"
+        f"{outages.after_pause}, at the restart {outages.after_restart}, at the kill {killed_at}; "
+        f"peer recoveries (pid, jobs): {[w.recovered_from() for w in workers]}"
     )
     check(
         [
-            None if progressed_after_pause else "no progress within 60 s after the pause",
-            None if progressed_after_restart else "no progress within 60 s after the restart",
+            None if outages.progressed_after_pause else "no progress within 60 s after the pause",
+            None if outages.progressed_after_restart else "no progress within 60 s after the restart",
             outcome.failure,
             scheduled_job_runs(redis_state, runs, pool),
         ],

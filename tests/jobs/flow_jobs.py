@@ -97,3 +97,11 @@ def unique_step(key: str, seq: int, seconds: float) -> None:
 def unique_until_start_step(key: str, seq: int, seconds: float) -> None:
     """Unique by its arguments until a worker claims it (or 60 s)."""
     _step(key, seq, seconds)
+
+
+@asynctask.job(retry=5)
+def feed_step(chunk: list[dict[str, Any]]) -> None:
+    """A fed task's chunk job: the chunk's first item says which task (``key``), its place
+    (``seq``) and how long it works (``seconds``)."""
+    first = chunk[0]
+    _step(str(first["key"]), int(first["seq"]), float(first["seconds"]))

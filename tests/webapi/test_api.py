@@ -62,6 +62,7 @@ def test_post_json_creates_a_task_and_its_jobs(api: Api) -> None:
         "jobs": 3,
         "chunk_size": 3,
         "status": "pending",
+        "feed": None,
         "urls": {
             "self": f"/api/tasks/{task_id}",
             "events": f"/api/tasks/{task_id}/events",

@@ -505,3 +505,45 @@ def test_a_csv_without_a_column_names_its_lines_and_the_column(shared_stack: Sta
         [f'line {line}, column "name": "name" is a required property' for line in (2, 3)]
     )
     expect(page.locator("#task")).to_be_hidden()
+
+
+def test_a_fed_task_is_paused_tuned_and_resumed_from_the_page(shared_stack: Stack, page: Page) -> None:
+    connect(page, shared_stack)
+    page.fill("#parallel", "1")
+    upload(page, [(f"P{i:03d}", f"Part {i}", "1.00") for i in range(300)], chunk_size=1)
+    expect(page.locator("#feed-summary")).to_be_visible()
+    expect(page.locator("#feed-state")).to_have_text("releasing")
+    expect(page.locator("#feed-parallel-now")).to_have_text("1")
+    expect(page.locator("#feed-parallel")).to_have_value("1")
+    page.click("#pause")
+    expect(page.locator("#feed-state")).to_have_text("paused")
+    expect(page.locator("#eta")).to_have_text("paused")
+    expect(page.locator("#pause")).to_be_disabled()
+    # Paused: what is held stays held.
+    held = int(page.locator("#held").inner_text())
+    assert held > 0
+    page.wait_for_timeout(1000)
+    expect(page.locator("#held")).to_have_text(str(held))
+    page.fill("#feed-parallel", "6")
+    page.fill("#feed-priority", "-1")
+    page.click("#feed-apply")
+    expect(page.locator("#feed-parallel-now")).to_have_text("6")
+    expect(page.locator("#feed-priority-now")).to_have_text("-1")
+    page.click("#resume")
+    expect(page.locator("#feed-state")).to_have_text("releasing")
+    wait_end(page)
+    expect(page.locator("#feed-state")).to_have_text("ended")
+    expect(page.locator("#held")).to_have_text("0")
+    expect(page.locator("#resume")).to_be_disabled()
+    expect(page.locator("#feed-apply")).to_be_disabled()
+    task = shared_stack.get(f"/api/tasks/{page.locator('#task-id').inner_text()}")
+    assert task["feed"] == {"parallel": 6, "interval": 0.0, "priority": -1, "paused": False, "held": 0}
+    assert task["counts"]["finish"] == 300
+
+
+def test_an_unfed_task_shows_no_feed_controls(shared_stack: Stack, page: Page) -> None:
+    connect(page, shared_stack)
+    upload(page, [("U1", "One", "1.00")], chunk_size=1)
+    wait_end(page)
+    for hidden in ("#feed-summary", "#feed-form", "#pause", "#resume"):
+        expect(page.locator(hidden)).to_be_hidden()

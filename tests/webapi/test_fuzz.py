@@ -134,25 +134,29 @@ schemathesis.openapi.media_type("application/x-ndjson", _ndjson_bodies(), aliase
 class Existing:
     #: The caller's tasks and another tenant's (which the caller must see as absent).
     task_ids: tuple[str, ...]
+    #: The caller's fed task, which generated cancels leave alone: cancelled, every change to
+    #: its feed would be refused (409), and the run would never reach one that succeeds.
+    fed: str
     #: A real ``next`` of ``GET /api/tasks``.
     tasks_cursor: str
 
 
 def _create_tasks(api: Api) -> Existing:
-    """Real tasks: three of the caller's, one of another tenant."""
+    """Real tasks: four of the caller's (one fed), one of another tenant."""
     ids = []
-    for token, items in (
-        (api.acme, [{"sku": "A", "price": "1"}, {"sku": "B", "price": "2"}]),
-        (api.acme, [{"sku": "C", "price": "-1"}]),
-        (api.acme, [{"sku": "D", "price": "4"}]),
-        (api.globex, [{"sku": "E", "price": "5"}]),
+    for token, items, options in (
+        (api.acme, [{"sku": "A", "price": "1"}, {"sku": "B", "price": "2"}], {}),
+        (api.acme, [{"sku": "C", "price": "-1"}], {}),
+        (api.acme, [{"sku": "D", "price": "4"}], {}),
+        (api.acme, [{"sku": "F", "price": "6"}, {"sku": "G", "price": "7"}], {"parallel": 1}),
+        (api.globex, [{"sku": "E", "price": "5"}], {}),
     ):
-        response = api.post_json({"job": "import_products", "items": items}, token)
+        response = api.post_json({"job": "import_products", "items": items, **options}, token)
         assert response.status_code == 202, response.get_json()
         ids.append(response.get_json()["task_id"])
     page = api.get("/api/tasks?limit=1").get_json()
     assert page["next"]
-    return Existing(tuple(ids), page["next"])
+    return Existing(tuple(ids), ids[3], page["next"])
 
 
 def _pick(value: object, choices: Sequence[Any]) -> Any:
@@ -175,7 +179,9 @@ def _steer(existing: Existing) -> Callable[[Any, Any], Any]:
             return case
         linked = meta.phase.name == TestPhase.STATEFUL or bool(meta.pool_draws)
         if "task_id" in case.path_parameters and not linked:
-            real = _pick(case.path_parameters["task_id"], existing.task_ids)
+            cancels = case.path.endswith("/cancel")
+            choices = [i for i in existing.task_ids if not (cancels and i == existing.fed)]
+            real = _pick(case.path_parameters["task_id"], choices)
             if real is not None:
                 case.path_parameters = {**case.path_parameters, "task_id": real}
         for container, options in _options(case):
@@ -202,19 +208,24 @@ def _steer(existing: Existing) -> Callable[[Any, Any], Any]:
     return map_case
 
 
-#: The task options of flow control (``POST /api/tasks``).
+#: The task options of flow control and feeds (``POST /api/tasks``).
 FLOW_FIELDS = ("concurrency_key", "concurrency_limit", "concurrency_on_failure")
+FEED_FIELDS = ("parallel", "interval", "priority")
 
 
 def _steer_flow(options: dict[str, Any], container: str, media_type: str | None) -> dict[str, Any]:
-    """What the document states of the flow options only in prose: a JSON body's query carries
-    none of them; a ``concurrency_key`` names only fields every item has (here: none, its braces
-    escaped, so the key is the text itself), storable and within 1,000 characters; the other
-    two need a key."""
+    """What the document states of the flow and feed options only in prose: a JSON body's query
+    carries none of them; a ``concurrency_key`` names only fields every item has (here: none, its
+    braces escaped, so the key is the text itself), storable and within 1,000 characters; the
+    other two need a key; ``interval`` and ``priority`` need ``parallel`` (a body's schema says
+    so, a query's cannot)."""
     changed = dict(options)
     if container == "query" and media_type == "application/json":
-        for name in FLOW_FIELDS:
+        for name in (*FLOW_FIELDS, *FEED_FIELDS):
             changed.pop(name, None)
+    if "parallel" not in changed:
+        changed.pop("interval", None)
+        changed.pop("priority", None)
     key = changed.get("concurrency_key")
     if isinstance(key, str):
         text = "".join(c for c in key[:400] if c != "\x00" and not "\ud800" <= c <= "\udfff") or "k"
@@ -402,6 +413,9 @@ def test_generated_requests(fuzz_api: Api) -> None:
     assert statuses["GET /api/tasks/{task_id}/events"][200] > 0
     assert statuses["POST /api/tasks/{task_id}/cancel"][200] > 0
     assert statuses["POST /api/tasks/{task_id}/retry"][202] > 0
+    assert statuses["PATCH /api/tasks/{task_id}"][200] > 0
+    assert statuses["POST /api/tasks/{task_id}/pause"][200] > 0
+    assert statuses["POST /api/tasks/{task_id}/resume"][200] > 0
 
 
 @pytest.mark.parametrize("credentials", ["missing", "revoked"])
@@ -502,6 +516,11 @@ HOSTILE = {
     "events-id-nul": Hostile("/api/tasks/{task_id}/events", "GET", frozenset({404}), {"task_id": "a\x00b"}),
     "cancel-id-nul": Hostile("/api/tasks/{task_id}/cancel", "POST", frozenset({404}), {"task_id": "a\x00b"}),
     "retry-id-nul": Hostile("/api/tasks/{task_id}/retry", "POST", frozenset({404}), {"task_id": "a\x00b"}),
+    "pause-id-nul": Hostile("/api/tasks/{task_id}/pause", "POST", frozenset({404}), {"task_id": "a\x00b"}),
+    "resume-id-nul": Hostile("/api/tasks/{task_id}/resume", "POST", frozenset({404}), {"task_id": "a\x00b"}),
+    "patch-id-nul": Hostile(
+        "/api/tasks/{task_id}", "PATCH", frozenset({404}), {"task_id": "a\x00b"}, body={"parallel": 2}
+    ),
     "stream-id-nul": Hostile("/api/tasks/{task_id}/stream", "GET", frozenset({404}), {"task_id": "a\x00b"}),
     "tasks-cursor-nul": Hostile(
         "/api/tasks",
@@ -627,6 +646,51 @@ HOSTILE = {
         },
         body=b"1\n",
         media_type="application/x-ndjson",
+    ),
+    # Feed settings at and over their edges, and numbers no setting can be.
+    "parallel-max": Hostile(
+        "/api/tasks", "POST", frozenset({202}), body={"job": "echo", "items": [1], "parallel": 1_000_000}
+    ),
+    "parallel-integral-float": Hostile(
+        "/api/tasks", "POST", frozenset({202}), body={"job": "echo", "items": [1], "parallel": 2.0}
+    ),
+    "parallel-huge": Hostile(
+        "/api/tasks", "POST", frozenset({422}), body={"job": "echo", "items": [1], "parallel": 10**40}
+    ),
+    "interval-overflow": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        body='{"job": "echo", "items": [1], "parallel": 1, "interval": 1e999}',
+    ),
+    "query-interval-infinity": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        query={"job": "echo", "parallel": "1", "interval": "Infinity"},
+        body=b"1\n",
+        media_type="application/x-ndjson",
+    ),
+    "query-parallel-other-digits": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        query={"job": "echo", "parallel": "\u0663"},
+        body=b"1\n",
+        media_type="application/x-ndjson",
+    ),
+    "patch-priority-huge": Hostile(
+        "/api/tasks/{task_id}", "PATCH", frozenset({422}), {"task_id": OWN}, body={"priority": 2**63}
+    ),
+    "patch-interval-nan": Hostile(
+        "/api/tasks/{task_id}", "PATCH", frozenset({422}), {"task_id": OWN}, body='{"interval": NaN}'
+    ),
+    "patch-deep": Hostile(
+        "/api/tasks/{task_id}",
+        "PATCH",
+        frozenset({422}),
+        {"task_id": OWN},
+        body='{"parallel": ' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "}",
     ),
     "cursor-not-base64": Hostile("/api/tasks", "GET", frozenset({422}), query={"before": "%%%"}),
     "cursor-base64-garbage": Hostile("/api/tasks", "GET", frozenset({422}), query={"before": _b64("\xff|x")}),

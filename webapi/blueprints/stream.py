@@ -18,6 +18,7 @@ from typing import Any
 
 from flask import Blueprint, Response, g
 
+from asynctask.tasks.feedview import with_held
 from asynctask.tracking.views import TaskView
 from webapi.blueprints.tasks import errors_arg, task_or_404
 from webapi.resources import release_db, resources
@@ -38,7 +39,7 @@ def task_stream(task_id: str) -> Response:
     found = resources()
     release = found.streams.acquire(g.tenant)
     try:
-        first = task_or_404(task_id, errors)
+        first = with_held(task_or_404(task_id, errors), found.client)
     except BaseException:
         release()
         raise

@@ -1,4 +1,5 @@
-"""``/api/tasks``: submit a bulk task, read its progress and events, cancel or retry it."""
+"""``/api/tasks``: submit a bulk task, read its progress and events, cancel or retry it, tune
+a fed task's feed (parallel, interval, priority; pause, resume)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ from typing import TypeVar
 
 from flask import Blueprint, Response, g, request
 
-from asynctask.errors import TaskNotFound, TaskStateError
+from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.tasks.feedview import with_held
+from asynctask.tasks.service import Tracking
 from asynctask.tracking import queries
 from asynctask.tracking.status import EventStatus, TaskStatus
 from asynctask.tracking.views import Page, TaskView
 from webapi.errors import ApiError
-from webapi.intake import read_submission
+from webapi.feeds import read_change
+from webapi.intake import JSON_TYPES, read_submission
 from webapi.resources import db, resources
 from webapi.responses import json_response
-from webapi.serialize import event_json, task_json, task_urls
+from webapi.serialize import event_json, feed_json, task_json, task_urls
 
 T = TypeVar("T")
 
@@ -43,6 +47,9 @@ def create() -> Response:
             concurrency_key=submission.concurrency_key,
             concurrency_limit=submission.concurrency_limit,
             concurrency_on_failure=submission.concurrency_on_failure,
+            parallel=submission.feed.parallel,
+            interval=submission.feed.interval,
+            priority=submission.feed.priority,
         )
     except ValueError as exc:
         if submission.item_count == 0:
@@ -57,6 +64,7 @@ def create() -> Response:
         "jobs": view.total,
         "chunk_size": submission.chunk_size,
         "status": view.status,
+        "feed": feed_json(view.feed),
         "urls": task_urls(view.id),
     }
     response = json_response(body, 202)
@@ -77,7 +85,48 @@ def index() -> Response:
 
 @tasks.get("/<task_id>")
 def show(task_id: str) -> Response:
-    return json_response(task_json(task_or_404(task_id, errors_arg())))
+    return json_response(task_json(with_held(task_or_404(task_id, errors_arg()), resources().client)))
+
+
+@tasks.patch("/<task_id>")
+def tune(task_id: str) -> Response:
+    """Change a fed task's parallel, interval or priority while it runs."""
+    if request.mimetype not in JSON_TYPES and not request.mimetype.endswith("+json"):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "send the changes as application/json",
+            {"content_type": request.mimetype or None},
+        )
+    change = read_change(request.stream, resources().config)
+    return _feed_changed(task_id, lambda tracking: tracking.update_task(task_id, **change, tenant=g.tenant))
+
+
+@tasks.post("/<task_id>/pause")
+def pause(task_id: str) -> Response:
+    """Release no more of a fed task's jobs; those released go on."""
+    return _feed_changed(task_id, lambda tracking: tracking.pause_task(task_id, tenant=g.tenant))
+
+
+@tasks.post("/<task_id>/resume")
+def resume(task_id: str) -> Response:
+    return _feed_changed(task_id, lambda tracking: tracking.resume_task(task_id, tenant=g.tenant))
+
+
+def _feed_changed(task_id: str, change: Callable[[Tracking], object]) -> Response:
+    """Apply ``change`` to the caller's fed task; the task as it is then."""
+    found = resources()
+    try:
+        change(found.tracking)
+    except TaskNotFound:
+        raise ApiError(404, "task_not_found", f"no task {task_id!r}") from None
+    except TaskNotFed:
+        raise ApiError(
+            409, "task_not_fed", "the task was created without parallel: it has no feed to change"
+        ) from None
+    except TaskStateError as exc:
+        raise ApiError(409, "task_ended", str(exc)) from None
+    return json_response(task_json(found.tracking.get_task(task_id, tenant=g.tenant)))
 
 
 @tasks.get("/<task_id>/events")

@@ -6,6 +6,8 @@
 //   GET  /api/tasks/<id>           one snapshot (the polling fallback)
 //   GET  /api/tasks/<id>/events    a failed job's details, and the errors past the first ten
 //   POST /api/tasks/<id>/cancel    and  /retry
+//   PATCH /api/tasks/<id>          a fed task's parallel and priority
+//   POST /api/tasks/<id>/pause     and  /resume (a fed task)
 //   GET  /api/tasks                your recent tasks
 "use strict";
 
@@ -22,7 +24,8 @@ const ERRORS = 10;
 const ITEMS_SHOWN = 50;
 
 let jobs = []; // from GET /api/jobs
-// The task being watched: { id, abort: AbortController, timer, task: its last snapshot }.
+// The task being watched: { id, abort: AbortController, timer, task: its last snapshot,
+// feedShown: its feed's inputs hold the values set (they are not overwritten while edited) }.
 let current = null;
 // "Your recent tasks": GET /api/tasks, with the watched task as its panel shows it, so the two
 // never disagree (the panel's snapshot is the newer one while the task runs).
@@ -136,11 +139,14 @@ async function submit(event) {
   showError(null);
   const job = $("job").value;
   const chunkSize = Number($("chunk-size").value || 1);
+  // Empty: the task is not fed, every job is queued at once.
+  const parallel = $("parallel").value.trim();
+  const options = parallel ? { parallel: Number(parallel) } : {};
   $("submit").disabled = true;
   try {
     const request = $("source-file").checked
-      ? await fileRequest(job, chunkSize)
-      : jsonRequest(job, chunkSize, $("items-json").value);
+      ? await fileRequest(job, chunkSize, options)
+      : jsonRequest(job, chunkSize, $("items-json").value, options);
     const created = await api(request.path, { method: "POST", body: request.body, type: request.type });
     watch(created.task_id);
     loadTasks();
@@ -153,24 +159,24 @@ async function submit(event) {
 
 // A CSV or NDJSON file is sent as the raw request body, options in the query string: the
 // server parses it as a stream, so a big file never has to become one huge JSON document.
-async function fileRequest(job, chunkSize) {
+async function fileRequest(job, chunkSize, options) {
   const file = $("file").files[0];
   if (!file) throw new Error("Choose a file first.");
   const name = file.name.toLowerCase();
-  if (name.endsWith(".json")) return jsonRequest(job, chunkSize, await file.text());
+  if (name.endsWith(".json")) return jsonRequest(job, chunkSize, await file.text(), options);
   const type = name.endsWith(".ndjson") || name.endsWith(".jsonl") ? "application/x-ndjson" : "text/csv";
-  const query = new URLSearchParams({ job, chunk_size: String(chunkSize) });
+  const query = new URLSearchParams({ job, chunk_size: String(chunkSize), ...options });
   return { path: `/api/tasks?${query}`, body: file, type };
 }
 
-function jsonRequest(job, chunkSize, text) {
+function jsonRequest(job, chunkSize, text, options) {
   let items;
   try {
     items = JSON.parse(text);
   } catch (error) {
     throw new Error(`The items are not valid JSON: ${error.message}`);
   }
-  const body = JSON.stringify({ job, items, chunk_size: chunkSize });
+  const body = JSON.stringify({ job, items, chunk_size: chunkSize, ...options });
   return { path: "/api/tasks", body, type: "application/json" };
 }
 
@@ -178,7 +184,7 @@ function jsonRequest(job, chunkSize, text) {
 
 function watch(id) {
   stopWatching();
-  current = { id, abort: new AbortController(), timer: null, task: null };
+  current = { id, abort: new AbortController(), timer: null, task: null, feedShown: false };
   $("task").hidden = false;
   $("task-id").textContent = id;
   failures = { first: [], more: [], loading: false };
@@ -294,11 +300,13 @@ function render(task) {
   $("status").textContent = task.status;
   $("status").dataset.status = task.status;
   $("done").textContent = `${task.done} of ${task.total} jobs done`;
-  $("eta").textContent = formatEta(task.eta_seconds);
+  // A paused task has no ETA: nothing is released until it is resumed.
+  $("eta").textContent = task.feed?.paused && task.status === "running" ? "paused" : formatEta(task.eta_seconds);
   for (const name of COUNTS) $(`count-${name}`).textContent = String(task.counts[name] ?? 0);
 
   const bad = task.counts.failed + task.counts.error;
   $("cancel").disabled = isOver(task) || task.status === "cancelled";
+  renderFeed(task);
   // Retry re-enqueues the failed and error jobs; a cancelled task cannot be retried.
   $("retry").disabled = bad === 0 || task.status === "cancelled";
 
@@ -307,6 +315,52 @@ function render(task) {
   if (task.errors) showFailures(task.errors);
   showFailureCount(bad);
   rememberTask(task);
+}
+
+// A fed task's feed: its state and held jobs, its settings in inputs to change, pause/resume.
+function renderFeed(task) {
+  const feed = task.feed;
+  const ended = isOver(task) || task.status === "cancelled";
+  for (const id of ["feed-summary", "feed-form", "priority-help", "pause", "resume"]) $(id).hidden = !feed;
+  $("pause").disabled = !feed || ended || feed.paused;
+  $("resume").disabled = !feed || ended || !feed.paused;
+  $("feed-apply").disabled = !feed || ended;
+  if (!feed) return;
+  $("feed-state").textContent = ended ? "ended" : feed.paused ? "paused" : "releasing";
+  $("feed-state").dataset.state = $("feed-state").textContent;
+  // held is null when the server could not ask the broker.
+  $("held").textContent = feed.held === null ? "?" : String(feed.held);
+  $("feed-parallel-now").textContent = String(feed.parallel);
+  $("feed-priority-now").textContent = String(feed.priority);
+  if (!current.feedShown) {
+    $("feed-parallel").value = String(feed.parallel);
+    $("feed-priority").value = String(feed.priority);
+    current.feedShown = true;
+  }
+}
+
+// PATCH only what changed; the answer is the task with its feed as it is now.
+async function applyFeed(event) {
+  event.preventDefault();
+  const task = current?.task;
+  if (!task?.feed) return;
+  showError(null);
+  const change = {};
+  for (const [name, input] of [["parallel", "feed-parallel"], ["priority", "feed-priority"]]) {
+    const text = $(input).value.trim();
+    if (text !== "" && Number(text) !== task.feed[name]) change[name] = Number(text);
+  }
+  if (Object.keys(change).length === 0) return;
+  try {
+    const changed = await api(`/api/tasks/${encodeURIComponent(task.id)}`, {
+      method: "PATCH", body: JSON.stringify(change), type: "application/json",
+    });
+    if (current?.id !== changed.id) return;
+    current.feedShown = false;
+    render(changed);
+  } catch (error) {
+    showError(error); // 422 names the field; 409 task_ended once the task is over
+  }
 }
 
 // ---------------------------------------------------------------------------- failed jobs
@@ -488,14 +542,14 @@ async function act(action) {
   const id = current.id;
   try {
     const result = await api(`/api/tasks/${encodeURIComponent(id)}/${action}`, { method: "POST" });
-    // cancel answers with the Task; retry with {"retried": n, "task": Task}.
+    // cancel, pause and resume answer with the Task; retry with {"retried": n, "task": Task}.
     const task = action === "retry" ? result.task : result;
     // Watch again: the previous stream may have ended, and after a retry the task runs again
     // (the answer already counts the retried jobs as waiting).
     watch(id);
     render(task);
   } catch (error) {
-    showError(error); // e.g. 409 task_not_cancellable
+    showError(error); // e.g. 409 task_not_cancellable, task_ended
   }
 }
 
@@ -568,6 +622,9 @@ $("items-json").addEventListener("input", () => { $("source-json").checked = tru
 $("task-form").addEventListener("submit", submit);
 $("cancel").addEventListener("click", () => act("cancel"));
 $("retry").addEventListener("click", () => act("retry"));
+$("pause").addEventListener("click", () => act("pause"));
+$("resume").addEventListener("click", () => act("resume"));
+$("feed-form").addEventListener("submit", applyFeed);
 $("refresh-tasks").addEventListener("click", loadTasks);
 $("more-errors").addEventListener("click", showMoreFailures);
 loadJobs();

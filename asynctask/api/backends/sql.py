@@ -10,8 +10,9 @@ row count says whether the entry was still there, so a click racing the poller o
 click moves a job once or not at all.
 
 An action that removes jobs (delete, clear, kill) ends them for flow control: their unique
-holds are released and their keys' slots go to the next jobs of the keys' lines, in the
-action's transaction. A job moved back to a queue that holds no slot of its key (dead, or
+holds are released and their keys' slots go to the next jobs of the keys' lines, and their
+feeds release (a fed task's held jobs are not in any queue or set, so no action reaches
+them), in the action's transaction. A job moved back to a queue that holds no slot of its key (dead, or
 retrying with ``concurrency_on_failure="continue"``) enters its key's line instead.
 """
 
@@ -58,6 +59,7 @@ from asynctask.brokers.sql.broker import SqlBroker
 from asynctask.brokers.sql.flowjob import LANE_MARK, decoded, lane_of
 from asynctask.brokers.sql.models import (
     DEAD,
+    HELD,
     LANE,
     QUEUED,
     RETRY,
@@ -105,6 +107,7 @@ class SqlReader(ReadBackend):
         self._store = self._broker.store
         self._sql = self._store.sql
         self._flow = self._broker.flow
+        self._feeds = self._broker.feeds
 
     # Queues.
 
@@ -231,10 +234,12 @@ class SqlReader(ReadBackend):
 
     def set_enqueue(self, name: SetName, moves: Sequence[Move], now: float) -> int:
         """Each row moves if it is still the entry read; idle workers on PostgreSQL are woken
-        as they are for any new job."""
+        as they are for any new job. A fed task's job whose feed exists rejoins the front of
+        its feed's held jobs instead, and the feed releases."""
         moved = 0
         queues: set[str] = set()
         lanes: set[str] = set()
+        fronts: dict[str, int] = {}
         with self._store.write() as tx:
             conn = tx.connection
             for move in moves:
@@ -242,8 +247,15 @@ class SqlReader(ReadBackend):
                 where = _one_row(entry.ref, entry.raw, _in_set(name), J.run_at == entry.score)
                 if where is None:
                     continue
-                # The row first, then its key (the order the poller locks them in).
-                lane = conn.execute(select(J.lane).where(*where).with_for_update()).scalar()
+                # The row first, then its feed or its key (the order the poller locks them in).
+                found = conn.execute(select(J.lane, J.feed).where(*where).with_for_update()).first()
+                lane, feed = (None, None) if found is None else found
+                if feed is not None and self._feeds.lock(conn, [feed]):
+                    held = {"state": HELD, "queue": move.queue, "run_at": 0.0, "payload": move.replacement}
+                    if conn.execute(update(J).where(*where).values(held)).rowcount:
+                        moved += 1
+                        fronts[feed] = fronts.get(feed, 0) + 1
+                    continue
                 if lane is not None:
                     self._lock_lane(conn, lane, move.replacement)
                     lanes.add(lane)
@@ -260,6 +272,9 @@ class SqlReader(ReadBackend):
                     queues.add(move.queue)
             tx.announce(queues)
             tx.announce(self._flow.promote(conn, lanes, now))
+            for feed, count in fronts.items():
+                self._feeds.add_held(conn, feed, count)
+            self._feeds.release(tx, self._feeds.lock(conn, fronts), now, lanes_held=bool(lanes))
         return moved
 
     def set_kill(self, name: SetName, entries: Sequence[Scored], now: float) -> int:
@@ -288,15 +303,19 @@ class SqlReader(ReadBackend):
 
     @contextmanager
     def _ending(self, tx: Tx, *where: Condition) -> Iterator[None]:
-        """Around a statement that ends the rows ``where`` selects: release the unique keys
-        their jobs hold, lock their concurrency keys; after it, promote from those keys."""
+        """Around a statement that ends the rows ``where`` selects: lock their feeds, release
+        the unique keys their jobs hold, lock their concurrency keys; after it, promote from
+        those keys and release from those feeds."""
         conn = tx.connection
+        fed = conn.scalars(select(J.feed).where(*where, J.feed.is_not(None)).distinct())
+        feeds = self._feeds.lock(conn, [str(feed) for feed in fed])
         conn.execute(delete(UniqueHold).where(UniqueHold.jid.in_(select(J.jid).where(*where))))
         found = conn.scalars(select(J.lane).where(*where, J.lane.is_not(None)).distinct())
         lanes = sorted(str(lane) for lane in found)
         self._flow.lock_lanes(conn, lanes)
         yield
         tx.announce(self._flow.promote(conn, lanes))
+        self._feeds.release(tx, feeds, payload.now(), lanes_held=bool(lanes))
 
     # Concurrency keys.
 

@@ -11,11 +11,13 @@ from asynctask import payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.connection import connect
+from asynctask.brokers.redis.feeds import RedisFeeds
 from asynctask.brokers.redis.fetch import ReliableFetch, release
-from asynctask.brokers.redis.push import RedisStaging, push_jobs
+from asynctask.brokers.redis.push import RedisFeedStaging, RedisStaging, push_jobs
 from asynctask.brokers.redis.recovery import recover_orphans, requeue_process
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.brokers.redis.tracking import RedisTrackingStore
+from asynctask.feeds import Feed
 from asynctask.keys import Keys
 from asynctask.settings import Settings
 from asynctask.tracking.outbox import Outbox, draining
@@ -42,6 +44,7 @@ class RedisBroker(Broker):
         )
         self.scripts = Scripts(self.redis)
         self.tracking = RedisTrackingStore(self.redis, self.keys, self.scripts, settings)
+        self.feeds = RedisFeeds(self.redis, self.keys, self.scripts)
 
     def close(self) -> None:
         """Close the connection pool, if this broker opened it."""
@@ -73,9 +76,13 @@ class RedisBroker(Broker):
             atomic=atomic,
         )
 
-    def staging(self, task_id: str) -> RedisStaging:
-        """Where ``create_task`` writes a task's jobs, invisible to workers, before publishing them."""
-        return RedisStaging(self.redis, self.keys, self.scripts, task_id, self.settings.max_payload_bytes)
+    def staging(self, task_id: str, feed: Feed | None = None) -> RedisStaging | RedisFeedStaging:
+        """Where ``create_task`` writes a task's jobs, invisible to workers, before publishing
+        them: onto their queues, or, with a ``feed``, into the feed that releases them."""
+        limit = self.settings.max_payload_bytes
+        if feed is not None:
+            return RedisFeedStaging(self.redis, self.keys, self.scripts, task_id, feed, limit)
+        return RedisStaging(self.redis, self.keys, self.scripts, task_id, limit)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> ReliableFetch:
         s = self.settings

@@ -60,9 +60,9 @@ def release(
 
 
 def ends_flow(raw: bytes) -> bool:
-    """Whether acknowledging ``raw`` may free a concurrency slot or a unique key: a cheap byte
-    search here, so that the claim script searches no other payload."""
-    return b'concurrency_key"' in raw or b'unique_key"' in raw
+    """Whether acknowledging ``raw`` may free a concurrency slot, a unique key or a feed slot:
+    a cheap byte search here, so that the claim script searches no other payload."""
+    return b'concurrency_key"' in raw or b'unique_key"' in raw or b'feed"' in raw
 
 
 def starts_flow(raw: bytes) -> bool:

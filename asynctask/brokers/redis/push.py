@@ -11,6 +11,7 @@ import redis
 from asynctask import payload
 from asynctask.brokers.base import Staging
 from asynctask.brokers.redis.scripts import Scripts
+from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.keys import Keys
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.transitions import split_by_job
@@ -26,8 +27,16 @@ STAGING_TTL = 3600
 
 
 def is_flow(job: payload.JobDict) -> bool:
-    """Whether ``job`` is pushed by the flow script: it has a concurrency or unique key."""
-    return "concurrency_key" in job or "unique_key" in job
+    """Whether ``job`` is pushed by the flow script: it has a concurrency or unique key, or
+    belongs to a feed (which it rejoins if the feed still exists)."""
+    return "concurrency_key" in job or "unique_key" in job or FEED_FIELD in job
+
+
+def held_entry(job: payload.JobDict, encoded: str) -> str:
+    """A job as a feed holds it: ``<length>:<jid><length>:<queue><payload>``, lengths in
+    bytes, as a concurrency key's line holds it (releasing it decodes nothing)."""
+    jid, queue = str(job["jid"]), str(job["queue"])
+    return f"{len(jid.encode())}:{jid}{len(queue.encode())}:{queue}{encoded}"
 
 
 def push_jobs(
@@ -179,5 +188,84 @@ class RedisStaging(Staging):
             return
         try:
             self.conn.delete(*(self._staging(queue) for queue in self._touched))
+        except redis.RedisError as exc:
+            logger.warning("task %s: could not delete its staged jobs (they expire): %s", self.task_id, exc)
+
+
+class RedisFeedStaging(Staging):
+    """A fed task's jobs, written batch by batch to one private list in item order
+    (``Keys.staging_feed``), which the publish script turns into the feed's held jobs while it
+    creates the feed and releases the first of them: all in one step."""
+
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: Keys,
+        scripts: Scripts,
+        task_id: str,
+        feed: Feed,
+        max_payload_bytes: int,
+    ) -> None:
+        self.conn = conn
+        self.keys = keys
+        self.scripts = scripts
+        self.task_id = task_id
+        self.feed = feed
+        self.max_payload_bytes = max_payload_bytes
+        #: Jobs the staging list holds (written and acknowledged).
+        self.count = 0
+        self._touched = False
+        self._enqueued_at: float | None = None
+
+    def encode(self, jobs: Sequence[payload.JobDict]) -> list[str]:
+        """The jobs as held entries, in order; raise ValueError for one over the size limit."""
+        if self._enqueued_at is None:
+            self._enqueued_at = payload.now()
+        entries = []
+        for job in jobs:
+            job["enqueued_at"] = self._enqueued_at
+            entries.append(held_entry(job, payload.dumps_within(job, self.max_payload_bytes)))
+        return entries
+
+    def write(self, encoded: list[str], connection: Connection) -> None:
+        """RPUSH a batch onto the staging list and renew its expiry (one round trip)."""
+        key = self.keys.staging_feed(self.task_id)
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.rpush(key, *encoded)
+        pipe.expire(key, STAGING_TTL)
+        self._touched = True
+        pipe.execute()
+        self.count += len(encoded)
+
+    def publish(self) -> int:
+        """Hold every staged job in the new feed and release the first ones, atomically;
+        return how many were published. Fails, changing nothing, if the staging list does
+        not hold exactly what was written or the task already has a feed."""
+        feed = self.feed
+        return int(
+            self.scripts.feed_publish(
+                keys=[
+                    self.keys.staging_feed(self.task_id),
+                    self.keys.feed(self.task_id),
+                    self.keys.feed_held(self.task_id),
+                ],
+                args=[
+                    self.keys.prefix,
+                    self.task_id,
+                    self.count,
+                    feed.parallel,
+                    repr(float(feed.interval)),
+                    feed.priority,
+                    "1" if feed.paused else "0",
+                ],
+            )
+        )
+
+    def discard(self) -> None:
+        """Delete the staging list, best effort (it expires by itself otherwise)."""
+        if not self._touched:
+            return
+        try:
+            self.conn.delete(self.keys.staging_feed(self.task_id))
         except redis.RedisError as exc:
             logger.warning("task %s: could not delete its staged jobs (they expire): %s", self.task_id, exc)

@@ -42,6 +42,11 @@ class Scripts:
         self.finish: Script = conn.register_script(_with_flow("finish"))
         self.admit: Script = conn.register_script(_with_flow("admit"))
         self.clear: Script = conn.register_script(_with_flow("clear"))
+        self.feed_publish: Script = conn.register_script(_with_flow("feed_publish"))
+        self.feed_update: Script = conn.register_script(_with_flow("feed_update"))
+        self.feed_state: Script = conn.register_script(_with_flow("feed_state"))
+        self.feed_cancel: Script = conn.register_script(_with_flow("feed_cancel"))
+        self.feed_tick: Script = conn.register_script(_with_flow("feed_tick"))
 
     def record_transitions(
         self, keys: Keys, conn: redis.Redis | Pipeline, transitions: Sequence[str]

@@ -20,16 +20,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from asynctask import payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.sql import processes
+from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.flow import Flow, is_flow
 from asynctask.brokers.sql.flowjob import LaneOf, lane_of
-from asynctask.brokers.sql.models import DEAD, QUEUED, RETRY, SCHEDULED
+from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED
 from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
 from asynctask.brokers.sql.store import JobRow, Store, Tx
 from asynctask.brokers.sql.tracking import SqlTrackingStore
 from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
 from asynctask.db.engine import create_database_engine
+from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.settings import Settings
 from asynctask.tracking.outbox import Outbox, draining
 from asynctask.tracking.transitions import split_by_job
@@ -49,6 +51,7 @@ IDLE_KEYS_PER_SWEEP = 1000
 
 class SqlBroker(Broker):
     errors = (SQLAlchemyError, OSError)
+    feeds: SqlFeeds
 
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
@@ -67,6 +70,7 @@ class SqlBroker(Broker):
         )
         self.store = Store(self.engine)
         self.flow = Flow(self.store.sql)
+        self.feeds = SqlFeeds(self.store, self.flow)
         self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
         self._fetchers: list[SqlFetcher] = []
@@ -90,37 +94,89 @@ class SqlBroker(Broker):
     ) -> list[str]:
         """Insert the jobs (and apply their tracking ``transitions``) in one transaction,
         so ``atomic`` holds whatever it says. A job whose unique key is held is not stored:
-        its holder's jid is returned in its place."""
+        its holder's jid is returned in its place. A job of a fed task whose feed exists (a
+        task's retry) joins the front of its feed's held jobs, and the feed releases."""
         rows = push_rows(entries, self.settings.max_payload_bytes)
+        fed = {
+            i: feed
+            for i, (job, _) in enumerate(entries)
+            if FEED_FIELD in job and rows[i][2] == QUEUED and (feed := feed_of(job)) is not None
+        }
         with self.store.write() as tx:
-            pairs = [(job, r) for (job, _), r in zip(entries, rows, strict=True)]
-            if not any(r[7] is not None or "unique_key" in job for job, r in pairs):
-                self.store.record(tx.connection, transitions)
-                self.store.insert_jobs(tx.connection, rows)
-                tx.announce(r[1] for r in rows if r[2] == QUEUED)
-                return [str(job["jid"]) for job, _ in entries]
-            now = payload.now()
-            stored, kept, lanes = self.flow.admit(tx.connection, pairs, now)
-            # A duplicate's transitions are left out: its "enqueue" would wait for a job that
-            # never runs. The rest are applied before the jobs become claimable, as always.
-            skipped = {
-                str(job["jid"]) for (job, _), jid in zip(entries, stored, strict=True) if jid != job["jid"]
-            }
-            self.store.record(tx.connection, split_by_job(transitions, skipped)[0])
-            self.store.insert_jobs(tx.connection, kept)
-            tx.announce(r[1] for r in kept if r[2] == QUEUED)
-            tx.announce(self.flow.promote(tx.connection, lanes, now))
+            if fed:
+                return self._push_fed(tx, entries, rows, transitions, fed)
+            return self._push(tx, entries, rows, transitions)
+
+    def _push(
+        self,
+        tx: Tx,
+        entries: Sequence[tuple[payload.JobDict, float | None]],
+        rows: list[JobRow],
+        transitions: Sequence[str],
+    ) -> list[str]:
+        pairs = [(job, r) for (job, _), r in zip(entries, rows, strict=True)]
+        if not any(r[7] is not None or "unique_key" in job for job, r in pairs):
+            self.store.record(tx.connection, transitions)
+            self.store.insert_jobs(tx.connection, rows)
+            tx.announce(r[1] for r in rows if r[2] == QUEUED)
+            return [str(job["jid"]) for job, _ in entries]
+        now = payload.now()
+        stored, kept, lanes = self.flow.admit(tx.connection, pairs, now)
+        # A duplicate's transitions are left out: its "enqueue" would wait for a job that
+        # never runs. The rest are applied before the jobs become claimable, as always.
+        skipped = {
+            str(job["jid"]) for (job, _), jid in zip(entries, stored, strict=True) if jid != job["jid"]
+        }
+        self.store.record(tx.connection, split_by_job(transitions, skipped)[0])
+        self.store.insert_jobs(tx.connection, kept)
+        tx.announce(r[1] for r in kept if r[2] == QUEUED)
+        tx.announce(self.flow.promote(tx.connection, lanes, now))
         return stored
 
-    def staging(self, task_id: str) -> SqlStaging:
-        return SqlStaging(self.store, self.flow, self.settings.max_payload_bytes)
+    def _push_fed(
+        self,
+        tx: Tx,
+        entries: Sequence[tuple[payload.JobDict, float | None]],
+        rows: list[JobRow],
+        transitions: Sequence[str],
+        fed: dict[int, str],
+    ) -> list[str]:
+        """``_push`` where the jobs ``fed`` (by position) name a feed: those whose feed exists
+        are held at its front (``run_at`` 0 comes before every staged row; their unique keys
+        are not taken, as a task's chunk jobs carry none), the others are pushed as usual."""
+        connection = tx.connection
+        # The fed jobs' transitions first, then the feeds, then unique and concurrency keys:
+        # the order of every path. (A job held at its feed's front takes no unique key, so it
+        # is never left out as a duplicate; the others' transitions go with ``_push``.)
+        others, named = split_by_job(transitions, {str(entries[i][0]["jid"]) for i in fed})
+        self.store.record(connection, [entry for entries_of in named.values() for entry in entries_of])
+        live = {str(found.task_id) for found in self.feeds.lock(connection, fed.values())}
+        fronts: dict[str, list[JobRow]] = {}
+        for i, feed in fed.items():
+            if feed in live:
+                fronts.setdefault(feed, []).append((*rows[i][:2], HELD, rows[i][3], 0.0, *rows[i][5:]))
+        rest = [i for i in range(len(entries)) if fed.get(i) not in live]
+        stored = [str(job["jid"]) for job, _ in entries]
+        pushed = self._push(tx, [entries[i] for i in rest], [rows[i] for i in rest], others)
+        for i, jid_ in zip(rest, pushed, strict=True):
+            stored[i] = jid_
+        for feed, held in fronts.items():
+            self.store.insert_jobs(connection, held, feed=feed)
+            self.feeds.add_held(connection, feed, len(held))
+        keyed = any(rows[i][7] is not None for i in rest)
+        self.feeds.release(tx, self.feeds.lock(connection, fronts), payload.now(), lanes_held=keyed)
+        return stored
+
+    def staging(self, task_id: str, feed: Feed | None = None) -> SqlStaging:
+        fed = None if feed is None else (self.feeds, task_id, feed)
+        return SqlStaging(self.store, self.flow, self.settings.max_payload_bytes, fed)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> SqlFetcher:
         queues = list(dict.fromkeys(q.name for q in self.settings.queues))
         wake: Wake = (
             PgListener(self.engine, queues) if self.store.postgres else SqlitePoll(self.store, queues)
         )
-        fetcher = SqlFetcher(self.store, self.flow, identity, self.settings, wake, outbox)
+        fetcher = SqlFetcher(self.store, self.flow, self.feeds, identity, self.settings, wake, outbox)
         self._fetchers.append(fetcher)
         return fetcher
 
@@ -131,18 +187,23 @@ class SqlBroker(Broker):
         ``error`` and "waiting for retry"), so they are stored before anyone can retry it.
 
         A keyed job keeps its slot (its key's later jobs wait for it), unless it frees it on
-        failure: then the next job of its key is promoted. Its unique key stays held."""
+        failure: then the next job of its key is promoted. Its unique key stays held. A fed
+        job frees its feed's slot: the feed releases."""
         encoded = payload.dumps_storable(job)
         lane = lane_of(job) if "concurrency_key" in job else None
         hold = lane is not None and not lane.free_on_failure
         with draining(outbox) as transitions, self.store.write() as tx:
             self.store.record(tx.connection, transitions)
+            # After the tracking rows, before the keys: the order of every path.
+            feeds = self.feeds.lock_of_rows(tx.connection, [int(unit.ref)]) if is_fed(encoded) else []
             moved = row(job, RETRY, at, encoded, holds=hold)
             if lane is None or hold:
                 self._to_set(tx, unit, moved)
-                return
-            with self.flow.ending(tx, [int(unit.ref)], release_unique=False):
-                self._to_set(tx, unit, moved)
+            else:
+                with self.flow.ending(tx, [int(unit.ref)], release_unique=False):
+                    self._to_set(tx, unit, moved)
+            if feeds:
+                self.feeds.release(tx, feeds, payload.now(), lanes_held=lane is not None)
 
     def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
         """Move a job to the dead set (trimmed by age and count, as Sidekiq does)."""
@@ -152,20 +213,33 @@ class SqlBroker(Broker):
             job.setdefault("queue", unit.queue)
         s = self.settings
         ends = [int(unit.ref)] if unit is not None and is_flow(encoded) else []
-        with self.store.write() as tx, self.flow.ending(tx, ends, [encoded] if ends else []):
-            self._to_set(tx, unit, row(job, DEAD, now, encoded))
+        fed = unit is not None and is_fed(encoded)
+        with self.store.write() as tx:
+            feeds = (
+                self.feeds.lock_of_rows(tx.connection, [int(unit.ref)]) if unit is not None and fed else []
+            )
+            with self.flow.ending(tx, ends, [encoded] if ends else []):
+                self._to_set(tx, unit, row(job, DEAD, now, encoded))
             tx.connection.execute(self.store.sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
             tx.connection.execute(self.store.sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
+            if feeds:
+                self.feeds.release(tx, feeds, now, lanes_held=bool(ends))
 
     def release(self, unit: UnitOfWork) -> None:
         """Delete the claimed row; a keyed job's slot goes to its key's next job, a unique
-        key it holds until done is released."""
-        if not is_flow(unit.payload):
+        key it holds until done is released, a fed job's feed releases."""
+        flow, fed = is_flow(unit.payload), is_fed(unit.payload)
+        if not (flow or fed):
             with self.store.write(single_statement=True) as tx:
                 tx.connection.execute(self.store.sql.release, {"id": unit.ref})
             return
-        with self.store.write() as tx, self.flow.ending(tx, [int(unit.ref)], [unit.payload]):
-            tx.connection.execute(self.store.sql.release, {"id": unit.ref})
+        ends = [int(unit.ref)] if flow else []
+        with self.store.write() as tx:
+            feeds = self.feeds.lock_of_rows(tx.connection, [int(unit.ref)]) if fed else []
+            with self.flow.ending(tx, ends, [unit.payload] if flow else []):
+                tx.connection.execute(self.store.sql.release, {"id": unit.ref})
+            if feeds:
+                self.feeds.release(tx, feeds, payload.now(), lanes_held=flow)
 
     def enqueue_due(self, due_set: DueSet, rewrite: Callable[[bytes], payload.JobDict | None]) -> int:
         """Move every due job of the set to its queue, ``DUE_BATCH`` per transaction."""
@@ -248,22 +322,34 @@ class SqlBroker(Broker):
     ) -> list[Rewritten]:
         """Each due row's job as rewritten and encoded (``due_payload``), or None to drop it."""
         changes: list[Rewritten] = []
-        for row_id, old, lane, holds in due:
+        for row_id, old, lane, holds, feed in due:
             member = old if isinstance(old, bytes) else old.encode()
             job = rewrite(member)
             encoded = None if job is None else self.due_payload(member, job, now)
             rewritten = None if job is None or encoded is None else (job, encoded)
-            changes.append((row_id, old, rewritten, lane is not None and not holds))
+            changes.append((row_id, old, rewritten, lane is not None and not holds, feed))
         return changes
 
     def _apply_due(self, tx: Tx, changes: Sequence[Rewritten], state: str, now: float) -> int:
         """Queue each rewritten job (dropping those refused or buried) if its row still holds
         what was read; return how many were queued. A keyed job that holds no slot enters its
-        key's line instead (``move_due``), whose next jobs are then promoted."""
+        key's line instead (``move_due``), whose next jobs are then promoted. A fed job due
+        again from the retry set rejoins the front of its feed's held jobs, if the feed still
+        exists, and the feed releases."""
         moves: list[dict[str, Any]] = []
         drops: list[dict[str, Any]] = []
         lanes: dict[str, LaneOf] = {}
-        for row_id, old, rewritten, lined in changes:
+        fed = {str(c[4]) for c in changes if c[4] is not None and c[2] is not None and state == RETRY}
+        # Feeds first: they are locked before any concurrency key.
+        live = {str(f.task_id) for f in self.feeds.lock(tx.connection, fed)} if fed else set()
+        fronts: dict[str, int] = {}
+        for row_id, old, rewritten, lined, feed in changes:
+            if rewritten is not None and feed in live:
+                job, encoded = rewritten
+                front = {"id": row_id, "state": state, "old": old, "payload": encoded, "queue": job["queue"]}
+                held = tx.connection.execute(self.store.sql.feeds.to_front, {**front, "jid": jid(job)})
+                fronts[str(feed)] = fronts.get(str(feed), 0) + int(held.rowcount)
+                continue
             if lined and rewritten is not None:
                 lane = lane_of(rewritten[0])
                 if lane is not None:
@@ -286,21 +372,27 @@ class SqlBroker(Broker):
             )
         if drops:
             tx.connection.execute(self.store.sql.drop_due, drops)
-        if not moves:
-            return 0
-        self.flow.take_lanes(tx.connection, lanes.values())
-        # One executemany (pipelined on PostgreSQL); its row count is the sum over the jobs.
-        moved = int(tx.connection.execute(self.store.sql.move_due, moves).rowcount)
-        if moved:
-            tx.announce(move["queue"] for move in moves)
-        tx.announce(self.flow.promote(tx.connection, lanes, now))
+        moved = 0
+        if moves:
+            self.flow.take_lanes(tx.connection, lanes.values())
+            # One executemany (pipelined on PostgreSQL); its row count is the sum over the jobs.
+            moved = int(tx.connection.execute(self.store.sql.move_due, moves).rowcount)
+            if moved:
+                tx.announce(move["queue"] for move in moves)
+            tx.announce(self.flow.promote(tx.connection, lanes, now))
+        if fronts:
+            for feed, count in fronts.items():
+                self.feeds.add_held(tx.connection, feed, count)
+            self.feeds.release(tx, self.feeds.lock(tx.connection, fronts), now, lanes_held=bool(lanes))
+            moved += sum(fronts.values())
         return moved
 
 
 #: A due row: its id, its payload as read (text on PostgreSQL, the stored bytes on SQLite:
 #: ``statements.STORED_PAYLOAD``), compared again when it is moved, the rewritten job with
-#: its text, or None to drop the row, and whether it goes to its key's line (keyed, no slot).
-Rewritten = tuple[int, str | bytes, tuple[payload.JobDict, str] | None, bool]
+#: its text, or None to drop the row, whether it goes to its key's line (keyed, no slot), and
+#: its feed.
+Rewritten = tuple[int, str | bytes, tuple[payload.JobDict, str] | None, bool, str | None]
 
 
 def _job_fields(encoded: str) -> dict[str, Any]:

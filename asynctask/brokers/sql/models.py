@@ -28,6 +28,15 @@ itself beside it for reading.
 - ``UniqueHold``: the holder of a unique key, until it ends, starts or expires.
 - ``RateKey`` and ``RateStart``: a rate key's lock and the spreading of postponed jobs; the
   sliding log of its starts.
+
+Task feeds (revision 0007, docs/internals/feeds-sql.md):
+
+- ``QueuedJob.feed``: the task id of a fed task's job. A job held by its feed (not released
+  yet) has state ``held``, outside the fetch index; the held jobs are released in
+  (``run_at``, ``id``) order. A fed row in state ``queued``, ``lane`` or ``scheduled`` (a rate
+  limit postponed it) is *out*: it takes one of its feed's ``parallel`` slots.
+- ``FeedRow``: one row per fed task: its settings, the lock every release of it takes first,
+  the number of its held rows, and when the ticker must look at it next.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ RETRY = "retry"
 DEAD = "dead"
 #: Waiting in its concurrency key's line (not claimable).
 LANE = "lane"
+#: Held by its task's feed, not released yet (not claimable).
+HELD = "held"
 
 
 class QueuedJob(Base):
@@ -70,6 +81,8 @@ class QueuedJob(Base):
     lane: Mapped[str | None] = mapped_column(String(64))
     #: Whether the row holds one of its key's slots (runnable, running, or retrying on hold).
     holds: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    #: The task id of a fed task's job (``FeedRow.task_id``); NULL for any other job.
+    feed: Mapped[str | None] = mapped_column(String(32))
 
     __table_args__ = (
         # The fetch: the first unclaimed job of a queue by (priority, id) is the head of this.
@@ -113,6 +126,22 @@ class QueuedJob(Base):
             "lane",
             sqlite_where=text("holds"),
             postgresql_where=text("holds"),
+        ),
+        # A feed's held jobs, in release order.
+        Index(
+            "ix_asynctask_job_held",
+            "feed",
+            "run_at",
+            "id",
+            sqlite_where=text("state = 'held'"),
+            postgresql_where=text("state = 'held'"),
+        ),
+        # A feed's jobs out (released, not ended), counted at every release.
+        Index(
+            "ix_asynctask_job_out",
+            "feed",
+            sqlite_where=text("feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')"),
+            postgresql_where=text("feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')"),
         ),
         # A job is acknowledged by its row id, so SQLite must never hand a deleted job's id to
         # a new one (it reuses the highest rowid without AUTOINCREMENT).
@@ -201,3 +230,29 @@ class RateStart(Base):
     at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (Index(None, "digest", "at"),)
+
+
+class FeedRow(Base):
+    __tablename__ = "asynctask_feed"
+
+    task_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    parallel: Mapped[int] = mapped_column(Integer)
+    #: The feed's interval, seconds (0: release whenever a job ends).
+    spacing: Mapped[float] = mapped_column(Float)
+    priority: Mapped[int] = mapped_column(Integer)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    last_release_at: Mapped[float | None] = mapped_column(Float)
+    #: How many of the feed's rows are in state ``held``: changed with them, under this row's lock.
+    held: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: When the ticker must release from this feed (an interval's end, a deferred release, or
+    #: the safety net's next look); NULL when only an end of one of its jobs can make room.
+    next_at: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (
+        Index(
+            "ix_asynctask_feed_next_at",
+            "next_at",
+            sqlite_where=text("next_at IS NOT NULL"),
+            postgresql_where=text("next_at IS NOT NULL"),
+        ),
+    )

@@ -6,6 +6,7 @@ Payloads are the JSON Redis would hold (``payload.dumps``), under the same size 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
@@ -13,8 +14,12 @@ from asynctask import payload
 from asynctask.brokers.base import Staging
 from asynctask.brokers.sql.flow import Flow
 from asynctask.brokers.sql.flowjob import lane_of
-from asynctask.brokers.sql.models import QUEUED, SCHEDULED
-from asynctask.brokers.sql.store import JobRow, Store
+from asynctask.brokers.sql.models import HELD, QUEUED, SCHEDULED
+from asynctask.brokers.sql.store import JobRow, Store, Tx
+from asynctask.feeds import Feed
+
+if TYPE_CHECKING:
+    from asynctask.brokers.sql.feeds import SqlFeeds
 
 #: The ``priority`` column's range (a 32-bit integer); a payload's priority is clamped to it.
 PRIORITY_MIN = -(2**31)
@@ -84,12 +89,20 @@ class SqlStaging(Staging):
     become claimable exactly when the task commits, all of them or none.
 
     Keyed jobs go through their keys' lines and unique keys are taken in that transaction
-    too (a job whose key is held is not inserted); the keys' locks are held until it ends."""
+    too (a job whose key is held is not inserted); the keys' locks are held until it ends.
 
-    def __init__(self, store: Store, flow: Flow, max_payload_bytes: int) -> None:
+    A fed task's jobs (``fed``: its feeds and the feed's settings) are inserted held by its
+    feed, whose row the first batch creates; each batch releases what the feed has room for,
+    in the same transaction, so the first jobs become claimable when the task commits."""
+
+    def __init__(
+        self, store: Store, flow: Flow, max_payload_bytes: int, fed: tuple[SqlFeeds, str, Feed] | None = None
+    ) -> None:
         self._store = store
         self._flow = flow
         self._max_payload_bytes = max_payload_bytes
+        self._fed = fed
+        self._created = False
         self._count = 0
         self._queues: set[str] = set()
         self._enqueued_at: float | None = None
@@ -102,10 +115,13 @@ class SqlStaging(Staging):
         for job in jobs:
             job["enqueued_at"] = self._enqueued_at
             encoded = payload.dumps_within(job, self._max_payload_bytes)
-            rows.append((job, row(job, QUEUED, self._enqueued_at, encoded)))
+            rows.append((job, row(job, QUEUED if self._fed is None else HELD, self._enqueued_at, encoded)))
         return rows
 
     def write(self, encoded: list[tuple[payload.JobDict, JobRow]], connection: Connection) -> None:
+        if self._fed is not None:
+            self._write_held(*self._fed, [r for _, r in encoded], connection)
+            return
         rows = [r for _, r in encoded]
         lanes: list[str] = []
         if any(r[7] is not None or "unique_key" in job for job, r in encoded):
@@ -114,6 +130,21 @@ class SqlStaging(Staging):
         self._count += len(rows)
         self._queues.update(r[1] for r in rows if r[2] == QUEUED)
         self._queues.update(self._flow.promote(connection, lanes))
+
+    def _write_held(
+        self, feeds: SqlFeeds, task_id: str, feed: Feed, rows: list[JobRow], connection: Connection
+    ) -> None:
+        """Held rows (their unique keys are not taken: a task's chunk jobs carry none), then
+        the release they allow; keyed jobs enter their keys' lines when released."""
+        if not self._created:
+            feeds.create(connection, task_id, feed)
+            self._created = True
+        self._store.insert_jobs(connection, rows, feed=task_id)
+        feeds.add_held(connection, task_id, len(rows))
+        self._count += len(rows)
+        tx = Tx(connection)
+        feeds.release(tx, feeds.lock(connection, [task_id]), payload.now(), first=True)
+        self._queues.update(tx.queues)
 
     def publish(self) -> int:
         """The jobs committed with the task: wake the workers of their queues."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import TextClause, text
 
+from asynctask.brokers.sql.feedsql import FeedStatements
 from asynctask.brokers.sql.flowsql import FlowStatements
 from asynctask.brokers.sql.models import LANE
 
@@ -54,6 +55,7 @@ class Statements:
         #: "Now" as liveness is judged (for the read API's queries of processes).
         self.expiry_now = now
         self.flow = FlowStatements(pg)
+        self.feeds = FeedStatements(pg, "payload" if pg else STORED_PAYLOAD, CHANNEL)
 
         if pg:
             # One statement whatever the batch: the rows travel as arrays.
@@ -65,11 +67,21 @@ class Statements:
                 f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
                 f"SELECT *, 0 FROM unnest({arrays})"
             )
+            # Fed jobs, with their feed: a statement of their own, so that every other insert
+            # carries no column more.
+            self.insert_fed_jobs = text(
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, attempts) "
+                f"SELECT *, 0 FROM unnest({arrays}, CAST(:feed AS TEXT[]))"
+            )
         else:
             # Run as executemany: SQLite has no round trips to save.
             self.insert_jobs = text(
                 f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
                 f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, 0)"
+            )
+            self.insert_fed_jobs = text(
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, attempts) "
+                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, :feed, 0)"
             )
 
         self.ack = text(f"DELETE FROM asynctask_job WHERE {ids} AND locked_by = :me")
@@ -116,7 +128,7 @@ class Statements:
         # the row is still what was read, as Redis's ZREM of the exact member does.
         stored = "payload" if pg else STORED_PAYLOAD
         self.due = text(
-            f"SELECT id, {stored}, lane, holds FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
+            f"SELECT id, {stored}, lane, holds, feed FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
             "AND run_at <= :now ORDER BY run_at, id LIMIT :limit" + (" FOR UPDATE SKIP LOCKED" if pg else "")
         )
         unchanged = f"{stored} = :old"

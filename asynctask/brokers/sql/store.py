@@ -11,10 +11,11 @@ at commit), SQLite rings a bell in this process after the commit (other processe
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,6 +30,8 @@ from asynctask.tracking.apply import apply_transitions
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.transitions import Transition, decode_entry
 
+logger = logging.getLogger("asynctask.broker")
+
 #: A job row, in ``statements.JOB_COLUMNS`` order.
 JobRow = tuple[str, str, str, int, float, str, str | None, str | None, bool]
 
@@ -39,10 +42,13 @@ class MissingTables(SQLAlchemyError):
 
 @dataclass
 class Tx:
-    """One write transaction, and the queues it makes jobs claimable in."""
+    """One write transaction, the queues it makes jobs claimable in, and what to do once it
+    committed."""
 
     connection: Connection
     queues: set[str] = field(default_factory=set)
+    #: Steps run after the commit, each in transactions of its own; best effort (``Store.write``).
+    after_commit: list[Callable[[], object]] = field(default_factory=list)
 
     def announce(self, queues: Iterable[str]) -> None:
         self.queues.update(queues)
@@ -106,11 +112,24 @@ class Store:
                     self._serial.release()
         if tx.queues and self.bell is not None:
             self.bell.ring()
+        for step in tx.after_commit:
+            # The transaction's own work is committed and its result is the caller's: a step
+            # that fails is left to whatever the step was told to leave it to (logged here).
+            try:
+                step()
+            except (SQLAlchemyError, OSError) as exc:
+                logger.warning("a step after a commit failed (it is left for later): %s", exc)
 
     def pipelined(self, steps: Sequence[tuple[TextClause, dict[str, Any]]]) -> list[tuple[Any, ...]]:
         """PostgreSQL: run ``steps`` in one transaction, in one round trip (pipeline mode:
         BEGIN, the statements in order, COMMIT); return the last statement's rows. The server
         runs each statement after the one before ends, each with its own snapshot."""
+        return self.pipelined_rows(steps, [len(steps) - 1])[0]
+
+    def pipelined_rows(
+        self, steps: Sequence[tuple[TextClause, dict[str, Any]]], wanted: Sequence[int]
+    ) -> list[list[tuple[Any, ...]]]:
+        """``pipelined``, returning the rows of each statement of ``wanted`` (positions)."""
         with self._missing_tables(), self._autocommit.connect() as connection:
             raw: Any = connection.connection.driver_connection  # psycopg's connection
             try:
@@ -122,7 +141,7 @@ class Store:
                     raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     cursors = [raw.execute(self._compiled(statement), params) for statement, params in steps]
                     raw.execute("COMMIT")
-                return [tuple(row) for row in cursors[-1].fetchall()]
+                return [[tuple(row) for row in cursors[i].fetchall()] for i in wanted]
             except BaseException:
                 # A failed statement leaves the transaction open and aborted on the server.
                 raw.rollback()
@@ -151,14 +170,19 @@ class Store:
         with self.read() as connection:
             self._notify(connection, wanted)
 
-    def insert_jobs(self, connection: Connection, rows: Sequence[JobRow]) -> None:
+    def insert_jobs(self, connection: Connection, rows: Sequence[JobRow], feed: str | None = None) -> None:
+        """Insert job rows; with ``feed``, as that feed's jobs."""
         if not rows:
             return
+        statement = self.sql.insert_jobs if feed is None else self.sql.insert_fed_jobs
+        extra: dict[str, Any] = {} if feed is None else {"feed": feed}
         if self.postgres:
             columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)]
-            connection.execute(self.sql.insert_jobs, dict(zip(JOB_COLUMNS, columns, strict=True)))
+            if feed is not None:
+                extra["feed"] = [feed] * len(rows)
+            connection.execute(statement, {**dict(zip(JOB_COLUMNS, columns, strict=True)), **extra})
         else:
-            connection.execute(self.sql.insert_jobs, [dict(zip(JOB_COLUMNS, r, strict=True)) for r in rows])
+            connection.execute(statement, [{**dict(zip(JOB_COLUMNS, r, strict=True)), **extra} for r in rows])
 
     def record(self, connection: Connection, encoded: Sequence[str]) -> None:
         """Number ``encoded`` transitions and apply them to the tracking tables, in the

@@ -12,6 +12,8 @@
 -- removal and the push happen together, so none is lost between them.
 -- A job with a concurrency key that holds no slot of it (scheduled, retried under
 -- "continue", or from the dead set) joins its key's line instead (see lane_route in flow.lua).
+-- A job of a feed that holds no slot of it (retried, scheduled) rejoins the front of the
+-- feed's held jobs and the feed releases, in this same step (see feed_rejoin in flow.lua).
 -- Returns the number of jobs moved.
 local count = #KEYS - 2
 FLOW_PREFIX = ARGV[3 * count + 1]
@@ -20,7 +22,7 @@ for i = 1, count do
   local member = ARGV[2 * i - 1]
   local replacement = ARGV[2 * i]
   if redis.call("zrem", KEYS[1], member) == 1 and replacement ~= "" then
-    if not lane_route(replacement) then
+    if not feed_route(replacement) and not lane_route(replacement) then
       redis.call("sadd", KEYS[2], ARGV[2 * count + i])
       redis.call("lpush", KEYS[2 + i], replacement)
     end

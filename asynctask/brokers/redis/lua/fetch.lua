@@ -14,8 +14,9 @@
 -- ARGV[5]           the namespace prefix (for flow control's keys)
 -- ARGV[6]           how many acknowledgements follow
 -- ARGV[7], ARGV[8]  index in KEYS of an in-flight list, payload to remove from it, ...; the
---                   index is negative for a job with a concurrency or unique key (the caller
---                   looked, so that the other acknowledgements cost no search here)
+--                   index is negative for a job with a concurrency key, a unique key or a
+--                   feed field (the caller looked, so that the other acknowledgements cost no
+--                   search here)
 --
 -- A finished job's acknowledgement and its "finish" transition are written together, so a
 -- crash leaves either both (done) or neither (the job runs again and records it again).
@@ -26,7 +27,8 @@
 -- would never be recovered if this process then died.
 -- Queues are tried in the order given; a batch drains the first non-empty one before the next.
 -- Flow control: an acknowledged job ends, freeing its concurrency slot (promoting the next
--- job of its key into its queue) and its unique key; a claimed job over its rate limit goes
+-- job of its key into its queue), its unique key and its feed slot (releasing its feed's next
+-- jobs); a claimed job over its rate limit goes
 -- back to the schedule set instead of being returned (see flow.lua). Only payloads that
 -- contain the fields' names are decoded.
 -- Returns {cancel generation, index in KEYS of the job's queue, payload, index, payload, ...}.

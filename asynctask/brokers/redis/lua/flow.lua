@@ -10,7 +10,13 @@
 --   <p>asynctask:rate:<key>         sorted set: starts of the rate key's sliding window (score: time)
 --   <p>asynctask:rate-next:<key>    string: when the next postponed job of the key is due
 --   <p>asynctask:unique:<key>       string: the holder's jid, expiring after unique_for
---   <p>asynctask:flow-used          string: set once a slot or unique key was ever taken here
+--   <p>asynctask:flow-used          string: set once a slot (of a key or a feed) or unique key
+--                                   was ever taken here
+--   <p>asynctask:feed:<task>        hash: a fed task's feed (parallel, interval, priority, paused,
+--                                   last: when it last released)
+--   <p>asynctask:feed-held:<task>   list: its held jobs as line entries, next first (LPOP)
+--   <p>asynctask:feed-out:<task>    hash: jid -> queue of its released jobs not ended
+--   <p>asynctask:feeds              sorted set: task -> when a tick is to release it
 --
 -- Nothing here may raise on a payload: a script error would fail the whole call (every claim
 -- of a worker, say). Payloads are decoded under pcall and every field is type-checked; a
@@ -85,9 +91,10 @@ local function flow_lib()
     return FLOW_PREFIX .. "asynctask:lanes"
   end
 
-  local function enqueue(queue, job)
+  -- Push `job` onto its queue as a push does (the tail), or at its head (fetched next).
+  local function enqueue(queue, job, at_head)
     redis.call("sadd", FLOW_PREFIX .. "queues", queue)
-    redis.call("lpush", FLOW_PREFIX .. "queue:" .. queue, job)
+    redis.call(at_head and "rpush" or "lpush", FLOW_PREFIX .. "queue:" .. queue, job)
   end
 
   -- A line entry carries its job's jid and queue ahead of the payload, as
@@ -211,12 +218,152 @@ local function flow_lib()
     return nil
   end
 
+  -- Task feeds (see docs/internals/feeds-redis.md): a fed task's jobs wait in its held list
+  -- and are released, at most `parallel` out at once, by the step that ends one of them.
+
+  -- Seconds a feed with nothing held and nothing out is kept, then forgotten.
+  local FEED_FORGET = 604800
+  -- Seconds between two looks of a tick at a feed that holds jobs: a safety net only, every
+  -- end of its jobs releases.
+  local FEED_SAFETY = 30
+
+  local function feed_key(task)
+    return FLOW_PREFIX .. "asynctask:feed:" .. task
+  end
+
+  local function feed_held(task)
+    return FLOW_PREFIX .. "asynctask:feed-held:" .. task
+  end
+
+  local function feed_out(task)
+    return FLOW_PREFIX .. "asynctask:feed-out:" .. task
+  end
+
+  local function feed_index()
+    return FLOW_PREFIX .. "asynctask:feeds"
+  end
+
+  -- The task id in `t`'s feed field, or nil.
+  local function feed_of(t)
+    local task = t["feed"]
+    if type(task) == "string" and #task > 0 and #task <= 1000 then
+      return task
+    end
+    return nil
+  end
+
+  -- A released job goes out: a keyed one through its key's line as a push does (or straight
+  -- to its queue when it still holds a slot of its key: a retry under "hold"), any other to
+  -- its queue, at the head for a negative priority.
+  local function feed_send(entry, priority, out)
+    local jid, queue, job = line_parse(entry)
+    if not jid then
+      -- Only feed steps write held lists; an entry they cannot read still runs, holding nothing.
+      enqueue("default", entry)
+      return
+    end
+    redis.call("hset", out, jid, queue)
+    if string.find(job, 'concurrency_key"', 1, true) then
+      local t = flow_decode(job)
+      local key, limit = nil, nil
+      if t then
+        key, limit = flow_lane(t)
+      end
+      if key and redis.call("sismember", lane_holders(key), jid) == 0 then
+        lane_enter(key, limit, t, jid, job, true)
+        return
+      end
+    end
+    enqueue(queue, job, priority < 0)
+  end
+
+  -- Release(feed, now): top the feed's out jobs up to `parallel` from the front of its held
+  -- list, unless it is paused or its interval has not passed since its last release. Then
+  -- keep the tick index and the forgetting expiry right. Returns how many were released.
+  local function feed_release(task, now)
+    local record = feed_key(task)
+    local f = redis.call("hmget", record, "parallel", "interval", "priority", "paused", "last")
+    local parallel = tonumber(f[1])
+    if not parallel then
+      return 0
+    end
+    local held, out = feed_held(task), feed_out(task)
+    local waiting = redis.call("llen", held)
+    local running = redis.call("hlen", out)
+    local paused = f[4] == "1"
+    local interval = tonumber(f[2]) or 0
+    local moved = 0
+    local next_look = nil
+    if not paused and waiting > 0 and running < parallel then
+      now = now or flow_now()
+      local last = tonumber(f[5]) or 0
+      if interval > 0 and now < last + interval then
+        next_look = last + interval
+      else
+        local priority = tonumber(f[3]) or 0
+        for _ = 1, math.min(parallel - running, waiting) do
+          local entry = redis.call("lpop", held)
+          if not entry then
+            break
+          end
+          feed_send(entry, priority, out)
+          moved = moved + 1
+        end
+        redis.call("hset", record, "last", flow_time(now))
+        waiting = waiting - moved
+        running = running + moved
+      end
+    end
+    if not next_look and waiting > 0 and not paused then
+      next_look = (now or flow_now()) + FEED_SAFETY
+    end
+    if next_look then
+      redis.call("zadd", feed_index(), flow_time(next_look), task)
+    else
+      redis.call("zrem", feed_index(), task)
+    end
+    if waiting == 0 and running == 0 then
+      redis.call("expire", record, FEED_FORGET)
+    else
+      redis.call("persist", record)
+    end
+    return moved
+  end
+
+  -- A fed job ended or went to the retry set: it frees its feed slot, and the feed releases in
+  -- this same step. Only an end of a jid that is out frees anything, so a slot never leaks
+  -- and is never freed twice.
+  local function feed_end(t)
+    local task, jid = feed_of(t), flow_jid(t)
+    if task and jid and redis.call("hdel", feed_out(task), jid) == 1 then
+      feed_release(task, nil)
+    end
+  end
+
+  -- A fed job pushed (retried by request) or due again (from the retry or schedule set) that
+  -- holds no slot of its feed joins the front of the held jobs, then the feed releases.
+  -- Returns false for a job this does not handle: no feed field, its feed is gone, or it
+  -- holds its slot (postponed by its rate limit); the caller pushes it as usual.
+  local function feed_rejoin(job)
+    local t = flow_decode(job)
+    local task = t and feed_of(t)
+    local jid = task and flow_jid(t)
+    if not jid or redis.call("exists", feed_key(task)) == 0 or redis.call("hexists", feed_out(task), jid) == 1 then
+      return false
+    end
+    redis.call("lpush", feed_held(task), line_entry(jid, flow_queue(t), job))
+    feed_release(task, nil)
+    return true
+  end
+
   -- `job` ended (acknowledged, dead, discarded, deleted): free its slot and release its unique
   -- key. With `retrying`, it went to the retry set instead: it frees its slot only under
-  -- concurrency_on_failure "continue", and keeps its unique key.
+  -- concurrency_on_failure "continue", and keeps its unique key. Either way it frees its
+  -- feed slot: the retry comes back through the feed's held jobs.
   local function flow_end(job, retrying)
     local keyed = string.find(job, '"concurrency_key"', 1, true)
     local unique = not retrying and string.find(job, '"unique_key"', 1, true)
+    local fed = string.find(job, 'feed"', 1, true)
     local t = flow_decode(job)
     if not t then
       return
@@ -226,6 +373,9 @@ local function flow_lib()
     end
     if unique then
       unique_release(t)
+    end
+    if fed then
+      feed_end(t)
     end
   end
 
@@ -304,6 +454,9 @@ local function flow_lib()
       redis.call("zadd", FLOW_PREFIX .. "schedule", flow_time(due), job)
       return jid
     end
+    if string.find(job, 'feed"', 1, true) and feed_rejoin(job) then
+      return jid
+    end
     local key, limit = nil, nil
     if t and jid then
       key, limit = flow_lane(t)
@@ -323,6 +476,12 @@ local function flow_lib()
     finish = flow_end,
     claim = flow_claim,
     push = flow_push,
+    feed_release = feed_release,
+    feed_rejoin = feed_rejoin,
+    feed_key = feed_key,
+    feed_held = feed_held,
+    feed_out = feed_out,
+    feed_index = feed_index,
   }
   return FLOW_LIB
 end
@@ -339,9 +498,19 @@ local function lane_route(job)
   return flow_find(job, 'concurrency_key"', 1, true) ~= nil and flow_lib().route(job)
 end
 
+-- A due job from the schedule or retry set: true if it rejoined its feed's held jobs, false
+-- if the caller is to route it as usual (see feed_rejoin).
+local function feed_route(job)
+  return flow_find(job, 'feed"', 1, true) ~= nil and flow_lib().feed_rejoin(job)
+end
+
 -- `job` ended, or went to the retry set when `retrying` (see flow_end).
 local function flow_end(job, retrying)
-  if flow_find(job, 'concurrency_key"', 1, true) or (not retrying and flow_find(job, 'unique_key"', 1, true)) then
+  if
+    flow_find(job, 'concurrency_key"', 1, true)
+    or (not retrying and flow_find(job, 'unique_key"', 1, true))
+    or flow_find(job, 'feed"', 1, true)
+  then
     flow_lib().finish(job, retrying)
   end
 end

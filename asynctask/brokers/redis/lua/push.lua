@@ -1,4 +1,4 @@
--- Push one job with a concurrency key or a unique key (see flow_push in flow.lua).
+-- Push one job with a concurrency key, a unique key or a feed field (see flow_push in flow.lua).
 --
 -- ARGV[1]  the namespace prefix
 -- ARGV[2]  the payload

@@ -1,0 +1,78 @@
+-- Change a feed's settings and release at once what they allow (see feed_release in flow.lua).
+--
+-- ARGV[1]  the namespace prefix
+-- ARGV[2]  the task id
+-- ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+--          the new parallel, interval, priority and paused ("1" or "0"); "" leaves one as it is
+-- ARGV[7]  how many entries to search from each end of a queue for the feed's released jobs
+--          when the priority moves them to the other end
+--
+-- A new priority on the other side of zero moves the feed's released jobs still waiting in
+-- their queues to the matching end: the head (the right end, where workers pop) for a
+-- negative one, the tail for the others. Only the ARGV[7] entries nearest each end of each
+-- queue are searched, so the step stays bounded on a long queue; a job deeper in it stays
+-- where it is. A job is recognised by its feed field and confirmed by its jid being out.
+-- Returns nil if the task has no feed, else {parallel, interval, priority, paused, held, out}.
+FLOW_PREFIX = ARGV[1]
+local task = ARGV[2]
+local lib = flow_lib()
+local record = lib.feed_key(task)
+if redis.call("exists", record) == 0 then
+  return nil
+end
+local old_priority = tonumber(redis.call("hget", record, "priority")) or 0
+local fields = { "parallel", "interval", "priority", "paused" }
+for i, field in ipairs(fields) do
+  if ARGV[2 + i] ~= "" then
+    redis.call("hset", record, field, ARGV[2 + i])
+  end
+end
+local priority = tonumber(redis.call("hget", record, "priority")) or 0
+local out = lib.feed_out(task)
+if (priority < 0) ~= (old_priority < 0) and redis.call("hlen", out) > 0 then
+  local reach = tonumber(ARGV[7])
+  local needle = '"feed":"' .. task .. '"'
+  local queues = {}
+  for _, queue in ipairs(redis.call("hvals", out)) do
+    queues[queue] = true
+  end
+  for queue in pairs(queues) do
+    local key = FLOW_PREFIX .. "queue:" .. queue
+    local length = redis.call("llen", key)
+    -- The feed's jobs in queue order (tail first), each with the end LREM searches from.
+    local moving = {}
+    local function look(first, last, from)
+      for _, job in ipairs(redis.call("lrange", key, first, last)) do
+        if string.find(job, needle, 1, true) then
+          local t = lib.decode(job)
+          local jid = t and lib.jid(t)
+          if jid and redis.call("hexists", out, jid) == 1 then
+            moving[#moving + 1] = { job, from }
+          end
+        end
+      end
+    end
+    if length <= 2 * reach then
+      look(0, -1, 1)
+    else
+      look(0, reach - 1, 1)
+      look(-reach, -1, -1)
+    end
+    for _, entry in ipairs(moving) do
+      redis.call("lrem", key, entry[2], entry[1])
+    end
+    -- Pushed so that they keep their order: the one nearest the head still runs first.
+    if priority < 0 then
+      for i = 1, #moving do
+        redis.call("rpush", key, moving[i][1])
+      end
+    else
+      for i = #moving, 1, -1 do
+        redis.call("lpush", key, moving[i][1])
+      end
+    end
+  end
+end
+lib.feed_release(task, nil)
+local f = redis.call("hmget", record, "parallel", "interval", "priority", "paused")
+return { f[1], f[2], f[3], f[4], redis.call("llen", lib.feed_held(task)), redis.call("hlen", out) }

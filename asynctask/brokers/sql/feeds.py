@@ -1,0 +1,271 @@
+"""Task feeds in the SQL broker (docs/internals/feeds-sql.md): a fed task's jobs are rows in
+state ``held``; a release moves the next of them out, as many as the feed has free slots.
+
+Every function here runs inside the caller's write transaction, next to the job change it
+goes with: a job's end and the release it makes room for commit together or not at all.
+A feed's slots are never counted by a counter: its rows out are counted at each release, so
+a row ended in any way frees its slot at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from functools import partial
+from typing import Any
+
+from sqlalchemy import Connection, TextClause
+from sqlalchemy.exc import SQLAlchemyError
+
+from asynctask import payload
+from asynctask.brokers.feeds import Feeds
+from asynctask.brokers.sql.flow import Flow
+from asynctask.brokers.sql.flowjob import LANE_MARK, LaneOf, decoded, lane_of
+from asynctask.brokers.sql.models import LANE, QUEUED
+from asynctask.brokers.sql.store import Store, Tx
+from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
+
+#: How a fed job's payload names its feed (``FEED_FIELD``), searched as bytes.
+FEED_MARK = b'"feed"'
+#: Seconds after which the ticker looks again at a feed that still holds jobs, whatever woke
+#: it last: the safety net for a slot freed by something that released nothing: a process
+#: that died between an acknowledgement's commit and its release (PostgreSQL releases right
+#: after), or a row deleted by hand.
+SAFETY_LOOK = 1.0
+#: Feeds released per ``tick`` at most (one transaction).
+TICK_FEEDS = 50
+
+
+def is_fed(raw: bytes | str) -> bool:
+    """Whether this job may be a fed task's (a substring test only)."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    return FEED_MARK in data
+
+
+def fed_by(raw: bytes | str) -> str | None:
+    """The feed a stored job names, if its payload is a job naming one."""
+    job = decoded(raw, FEED_MARK)
+    return None if job is None else feed_of(job)
+
+
+def feed_of(job: payload.JobDict) -> str | None:
+    """The feed a pushed job names, if it can be one (a task id)."""
+    value = job.get(FEED_FIELD)
+    if type(value) is not str or not 0 < len(value) <= 32 or "\x00" in value:
+        return None
+    return value
+
+
+class SqlFeeds(Feeds):
+    errors = (SQLAlchemyError, OSError)
+
+    def __init__(self, store: Store, flow: Flow) -> None:
+        self._store = store
+        self._sql = store.sql.feeds
+        self._flow = flow
+
+    # Locks, taken before any unique or concurrency key of the transaction.
+
+    def lock(self, connection: Connection, task_ids: Iterable[str]) -> list[Any]:
+        """Lock the feeds (those that exist) and return their rows, in task id order."""
+        wanted = sorted(set(task_ids))
+        if not wanted:
+            return []
+        return list(connection.execute(self._sql.lock, {"feeds": self._list(wanted)}).all())
+
+    def lock_of_rows(self, connection: Connection, ids: Sequence[int]) -> list[Any]:
+        """Lock the feeds of job rows ``ids`` and return their rows."""
+        if not ids:
+            return []
+        return list(connection.execute(self._sql.lock_of_rows, {"ids": self._store.sql.ids(ids)}).all())
+
+    # Releases.
+
+    def release(
+        self, tx: Tx, feeds: Sequence[Any], now: float, *, lanes_held: bool = False, first: bool = False
+    ) -> int:
+        """Release from each locked feed (rows of ``lock``) what it allows now; return how many
+        jobs went out. ``lanes_held``: the transaction holds concurrency keys' locks already
+        (an end of keyed jobs); the release then stops before a held keyed job, which is
+        released right after the commit, in a transaction that takes the feed's lock and then
+        the keys' (taking more keys' locks after some are held could deadlock with another
+        feed's release); the feed is due now, so the ticker releases it if that fails.
+        ``first``: the publish of the task, which no interval delays."""
+        return sum(self._release(tx, feed, now, lanes_held and self._store.postgres, first) for feed in feeds)
+
+    def _release(self, tx: Tx, feed: Any, now: float, lanes_held: bool, first: bool) -> int:
+        connection = tx.connection
+        held = int(feed.held)
+        if feed.paused or held <= 0:
+            self._after(connection, feed.task_id, 0, None, now)
+            return 0
+        last = feed.last_release_at
+        if not first and feed.spacing > 0 and last is not None and now < last + feed.spacing:
+            self._after(connection, feed.task_id, 0, last + feed.spacing, now)
+            return 0
+        params = {"task_id": feed.task_id, "parallel": int(feed.parallel)}
+        queued: list[int] = []
+        lined: list[int] = []
+        lanes: dict[str, LaneOf] = {}
+        deferred = False
+        for row_id, lane, holds, raw in connection.execute(self._sql.candidates, params):
+            job = None if lane is None or holds else decoded(raw, LANE_MARK)
+            found = None if job is None else lane_of(job)
+            if found is None or found.digest != lane:
+                # Unkeyed, holding its key's slot already (a retry on hold), or a key that
+                # cannot be read from its payload (it runs without it, as a push would).
+                queued.append(int(row_id))
+                continue
+            if lanes_held:
+                deferred = True
+                break
+            lanes[found.digest] = found
+            lined.append(int(row_id))
+        released = 0
+        values = {"priority": int(feed.priority), "now": now}
+        if lanes:
+            self._flow.take_lanes(connection, lanes.values())
+        if queued:
+            ids = self._store.sql.ids(queued)
+            found_queues = list(
+                connection.execute(self._sql.release, {**values, "ids": ids, "state": QUEUED}).scalars()
+            )
+            released += len(found_queues)
+            tx.announce(str(q) for q in found_queues)
+        if lined:
+            ids = self._store.sql.ids(lined)
+            released += len(
+                connection.execute(self._sql.release, {**values, "ids": ids, "state": LANE}).all()
+            )
+            # Through the keys' lines, as a push: the first jobs take the free slots.
+            tx.announce(self._flow.promote(connection, lanes, now))
+        remaining = held - released
+        if remaining <= 0:
+            next_at: float | None = None
+        elif deferred:
+            next_at = now
+            tx.after_commit.append(partial(self.release_now, [str(feed.task_id)]))
+        else:
+            next_at = now + SAFETY_LOOK
+        self._after(connection, feed.task_id, released, next_at, now)
+        return released
+
+    def release_now(self, task_ids: Sequence[str]) -> int:
+        """Release from these feeds in a transaction of their own.
+
+        On PostgreSQL it is one round trip (pipeline mode): the feeds' lock, the release in one
+        statement and a commit that does not wait for the write-ahead log to reach the disk.
+        The lock is what every other end of the feeds' jobs waits for, so it is held for no
+        client round trip and no disk write; a release that a crash of the server loses only
+        leaves its jobs held, to be released again (it acknowledges, claims and records
+        nothing). A feed whose next held job needs a concurrency key goes on through its key's
+        line in a transaction after it."""
+        statement = self._sql.release_unkeyed
+        if statement is None:
+            with self._store.write() as tx:
+                return self.release(tx, self.lock(tx.connection, task_ids), payload.now())
+        now, feeds = payload.now(), sorted(set(task_ids))
+        steps: list[tuple[TextClause, dict[str, Any]]] = [
+            (self._sql.relaxed_commit, {}),
+            (self._sql.lock, {"feeds": feeds}),
+            (statement, {"feeds": feeds, "now": now, "safety": SAFETY_LOOK}),
+        ]
+        [found] = self._store.pipelined_rows(steps, [2])
+        keyed = [str(row[0]) for row in found if row[0] is not None]
+        if not keyed:
+            return 0
+        with self._store.write() as tx:
+            return self.release(tx, self.lock(tx.connection, keyed), now)
+
+    def _after(
+        self, connection: Connection, task_id: str, released: int, next_at: float | None, now: float
+    ) -> None:
+        connection.execute(
+            self._sql.after_release,
+            {"task_id": task_id, "released": released, "next_at": next_at, "now": now},
+        )
+
+    def add_held(self, connection: Connection, task_id: str, count: int) -> None:
+        if count:
+            connection.execute(self._sql.add_held, {"task_id": task_id, "count": count})
+
+    def create(self, connection: Connection, task_id: str, feed: Feed) -> None:
+        connection.execute(
+            self._sql.create,
+            {
+                "task_id": task_id,
+                "parallel": feed.parallel,
+                "spacing": feed.interval,
+                "priority": feed.priority,
+                "paused": feed.paused,
+            },
+        )
+
+    # The Feeds interface.
+
+    def update(self, task_id: str, change: FeedChange) -> FeedState | None:
+        now = payload.now()
+        with self._store.write() as tx:
+            connection = tx.connection
+            [found] = self.lock(connection, [task_id]) or [None]
+            if found is None:
+                return None
+            current = _feed(found)
+            changed = current.changed(change)
+            connection.execute(
+                self._sql.change,
+                {
+                    "task_id": task_id,
+                    "parallel": changed.parallel,
+                    "spacing": changed.interval,
+                    "priority": changed.priority,
+                    "paused": changed.paused,
+                },
+            )
+            if changed.priority != current.priority:
+                connection.execute(self._sql.reprioritise, {"task_id": task_id, "priority": changed.priority})
+            [locked] = self.lock(connection, [task_id])
+            self.release(tx, [locked], now)
+            return self._state(connection, task_id)
+
+    def state(self, task_id: str) -> FeedState | None:
+        with self._store.read() as connection:
+            return self._state(connection, task_id)
+
+    def _state(self, connection: Connection, task_id: str) -> FeedState | None:
+        row = connection.execute(self._sql.state, {"task_id": task_id}).first()
+        if row is None:
+            return None
+        return FeedState(feed=_feed(row), held=int(row.held), out=int(row[-1]))
+
+    def cancel(self, task_id: str) -> int:
+        with self._store.write() as tx:
+            connection = tx.connection
+            if not self.lock(connection, [task_id]):
+                return 0
+            dropped = int(connection.execute(self._sql.drop_held, {"task_id": task_id}).rowcount)
+            connection.execute(self._sql.forget, {"task_id": task_id})
+            return dropped
+
+    def tick(self) -> int:
+        now = payload.now()
+        params = {"now": now, "limit": TICK_FEEDS}
+        # A read first: nothing due (the usual case) costs one indexed SELECT, no transaction.
+        with self._store.read() as connection:
+            if connection.execute(self._sql.any_due, params).first() is None:
+                return 0
+        with self._store.write() as tx:
+            due = [str(t) for t in tx.connection.execute(self._sql.due, params).scalars()]
+            return self.release(tx, self.lock(tx.connection, due), now)
+
+    def _list(self, values: list[str]) -> Any:
+        return values if self._store.postgres else json.dumps(values)
+
+
+def _feed(row: Any) -> Feed:
+    return Feed(
+        parallel=int(row.parallel),
+        interval=float(row.spacing),
+        priority=int(row.priority),
+        paused=bool(row.paused),
+    )

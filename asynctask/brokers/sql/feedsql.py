@@ -1,0 +1,145 @@
+"""The task-feed statements of the SQL broker (docs/internals/feeds-sql.md).
+
+A feed's row (``asynctask_feed``) is its lock: every statement that changes which of its jobs
+are held or out runs after the row is locked by ``lock`` or ``lock_of_rows``, in a statement of
+its own, so that on PostgreSQL (READ COMMITTED) its snapshot sees every change committed by the
+transaction that held the lock before. Lock order: feeds (by task id) before unique keys and
+concurrency keys.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import TextClause, text
+
+from asynctask.brokers.sql.models import HELD
+
+#: A feed's held rows: the predicate of the index ``ix_asynctask_job_held``.
+IS_HELD = f"state = '{HELD}'"
+#: A feed's rows out (released, not ended): the predicate of the index ``ix_asynctask_job_out``.
+IS_OUT = "feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')"
+
+#: The columns of a feed row as ``lock`` and ``state`` return them.
+FEED_COLUMNS = "task_id, parallel, spacing, priority, paused, last_release_at, held"
+
+
+class FeedStatements:
+    def __init__(self, postgres: bool, stored_payload: str, channel: str) -> None:
+        pg = postgres
+        greatest = "GREATEST" if pg else "max"
+        in_feeds = (
+            "task_id = ANY(CAST(:feeds AS TEXT[]))"
+            if pg
+            else "task_id IN (SELECT value FROM json_each(:feeds))"
+        )
+        in_ids = "id = ANY(CAST(:ids AS BIGINT[]))" if pg else "id IN (SELECT value FROM json_each(:ids))"
+        # SQLite's writers are serialised by the file's write lock: no row locks there.
+        for_update = " FOR UPDATE" if pg else ""
+
+        self.lock = text(
+            f"SELECT {FEED_COLUMNS} FROM asynctask_feed WHERE {in_feeds} ORDER BY task_id{for_update}"
+        )
+        #: The feeds of rows ``:ids``, locked: the rows' feeds never change while their owner ends them.
+        self.lock_of_rows = text(
+            f"SELECT {FEED_COLUMNS} FROM asynctask_feed WHERE task_id IN (SELECT feed FROM asynctask_job "
+            f"WHERE {in_ids} AND feed IS NOT NULL) ORDER BY task_id{for_update}"
+        )
+        self.relaxed_commit = text("SET LOCAL synchronous_commit = off")
+        self.create = text(
+            "INSERT INTO asynctask_feed (task_id, parallel, spacing, priority, paused, last_release_at, "
+            "held, next_at) VALUES (:task_id, :parallel, :spacing, :priority, :paused, NULL, 0, NULL)"
+        )
+        self.state = text(
+            f"SELECT {FEED_COLUMNS}, (SELECT count(*) FROM asynctask_job WHERE feed = :task_id AND {IS_OUT}) "
+            "FROM asynctask_feed WHERE task_id = :task_id"
+        )
+        # The next held rows, as many as the feed has free slots: its parallel less its rows out,
+        # counted now (after the feed's lock), so that nothing kept beside the rows can drift.
+        # A keyed row that holds no slot of its key carries its payload: it enters the key's line.
+        self.candidates = text(
+            f"SELECT id, lane, holds, CASE WHEN lane IS NOT NULL AND NOT holds THEN {stored_payload} END "
+            f"FROM asynctask_job WHERE feed = :task_id AND {IS_HELD} ORDER BY run_at, id "
+            f"LIMIT {greatest}(0, :parallel - (SELECT count(*) FROM asynctask_job "
+            f"WHERE feed = :task_id AND {IS_OUT}))"
+        )
+        released = (
+            "UPDATE asynctask_job SET state = :state, priority = :priority, run_at = :now "
+            f"WHERE {in_ids} AND {IS_HELD}"
+        )
+        self.release = text(f"{released} RETURNING queue")
+        self.after_release = text(
+            "UPDATE asynctask_feed SET held = held - :released, next_at = :next_at, "
+            "last_release_at = CASE WHEN :released > 0 THEN :now ELSE last_release_at END "
+            "WHERE task_id = :task_id"
+        )
+        self.add_held = text("UPDATE asynctask_feed SET held = held + :count WHERE task_id = :task_id")
+        self.change = text(
+            "UPDATE asynctask_feed SET parallel = :parallel, spacing = :spacing, priority = :priority, "
+            "paused = :paused WHERE task_id = :task_id"
+        )
+        # Released jobs not started yet take a new priority at once; held ones take the feed's
+        # priority when they are released, so they need no write.
+        self.reprioritise = text(
+            "UPDATE asynctask_job SET priority = :priority WHERE feed = :task_id AND "
+            f"{IS_OUT} AND state IN ('queued', 'lane') AND locked_by IS NULL"
+        )
+        self.drop_held = text(f"DELETE FROM asynctask_job WHERE feed = :task_id AND {IS_HELD}")
+        self.forget = text("DELETE FROM asynctask_feed WHERE task_id = :task_id")
+        # The ticker: feeds due, the most overdue first. PostgreSQL skips those another
+        # process is releasing (it would only wait to find nothing to do).
+        self.due = text(
+            "SELECT task_id FROM asynctask_feed WHERE next_at IS NOT NULL AND next_at <= :now "
+            "ORDER BY next_at LIMIT :limit" + (" FOR UPDATE SKIP LOCKED" if pg else "")
+        )
+        self.any_due = text(
+            "SELECT 1 FROM asynctask_feed WHERE next_at IS NOT NULL AND next_at <= :now LIMIT 1"
+        )
+        #: PostgreSQL: the release of the feeds ``:feeds`` (locked before, by this transaction)
+        #: in one statement: the held rows that need no concurrency key, up to the first that
+        #: does; such a feed is returned (its ``next_at`` is now), for ``release`` to go on with.
+        #: The queues of the jobs released are NOTIFYed (the second column of the row whose
+        #: first is NULL counts them).
+        self.release_unkeyed: TextClause | None = text(_release_unkeyed(channel)) if pg else None
+        #: A row due again (the retry set) rejoins the front of its feed's held rows.
+        self.to_front = text(
+            f"UPDATE asynctask_job SET state = '{HELD}', run_at = 0, payload = :payload, queue = :queue, "
+            "jid = :jid, locked_by = NULL, locked_at = NULL "
+            f"WHERE id = :id AND state = :state AND {stored_payload} = :old"
+        )
+
+
+def _release_unkeyed(channel: str) -> str:
+    # Every part sees the snapshot taken when the statement starts, after the feeds' locks
+    # were granted: the rows out are counted as committed before, plus this transaction's
+    # own acknowledgements; a queue is claimable as it was before this release.
+    # Only a queue that had no claimable job is NOTIFYed: a NOTIFY serialises the commits of
+    # every notifying transaction of the server (PostgreSQL's notification queue lock), which
+    # would make every acknowledgement of a fed job wait for the others'; a queue that has
+    # claimable jobs has no idle worker to wake (they claim until it is empty, and the job
+    # that made it non-empty was announced), and an idle worker claims again at the end of
+    # its fetch timeout whatever it heard. (The probe repeats the fetch index's predicate.)
+    blocked = "f0.spacing > 0 AND f0.last_release_at IS NOT NULL AND :now < f0.last_release_at + f0.spacing"
+    return f"""WITH f AS (SELECT f0.task_id, f0.priority, f0.held, f0.paused,
+        ({blocked}) AS waiting, f0.last_release_at + f0.spacing AS due,
+        CASE WHEN f0.paused OR f0.held <= 0 OR ({blocked}) THEN 0 ELSE GREATEST(0, f0.parallel -
+        (SELECT count(*) FROM asynctask_job WHERE feed = f0.task_id AND {IS_OUT})) END AS room
+        FROM asynctask_feed AS f0 WHERE f0.task_id = ANY(CAST(:feeds AS TEXT[]))),
+    c AS (SELECT f.task_id, j.id, count(*) FILTER (WHERE j.keyed) OVER (PARTITION BY f.task_id
+        ORDER BY j.run_at, j.id) AS keyed_so_far FROM f CROSS JOIN LATERAL (SELECT id, run_at,
+        lane IS NOT NULL AND NOT holds AS keyed FROM asynctask_job WHERE feed = f.task_id AND
+        {IS_HELD} ORDER BY run_at, id LIMIT f.room) AS j),
+    moved AS (UPDATE asynctask_job AS t SET state = 'queued', priority = f.priority, run_at = :now
+        FROM c JOIN f ON f.task_id = c.task_id WHERE t.id = c.id AND c.keyed_so_far = 0 AND t.{IS_HELD}
+        RETURNING t.feed, t.queue),
+    n AS (SELECT f.task_id, f.held - (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS left,
+        (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS released,
+        EXISTS (SELECT 1 FROM c WHERE c.task_id = f.task_id AND c.keyed_so_far > 0) AS cut,
+        f.paused, f.waiting, f.due FROM f),
+    changed AS (UPDATE asynctask_feed AS g SET held = n.left,
+        last_release_at = CASE WHEN n.released > 0 THEN :now ELSE g.last_release_at END,
+        next_at = CASE WHEN n.paused OR n.left <= 0 THEN NULL WHEN n.cut THEN :now
+        WHEN n.waiting THEN n.due ELSE :now + :safety END
+        FROM n WHERE g.task_id = n.task_id)
+    SELECT NULL, (SELECT count(pg_notify('{channel}', q)) FROM (SELECT DISTINCT queue AS q FROM moved) AS d
+        WHERE NOT EXISTS (SELECT 1 FROM asynctask_job AS w WHERE w.queue = d.q
+        AND w.state = 'queued' AND w.locked_by IS NULL))
+    UNION ALL SELECT task_id, NULL FROM n WHERE cut"""

@@ -1,0 +1,593 @@
+"""Task feeds in the SQL broker, on SQLite and PostgreSQL: the rows of a fed task through
+publish, every end path, retries, pushes, tuning, cancel and the ticker (the numbered points
+of the feeds contract). The shared suite (test_feeds.py) checks the behaviour through
+workers; these check the rows."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, func, select, text, update
+
+from asynctask import payload
+from asynctask.api.backend import Move
+from asynctask.api.backends.sql import SqlReader
+from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.sql import SqlBroker
+from asynctask.brokers.sql.models import FeedRow, QueuedJob
+from asynctask.feeds import Feed, FeedChange, FeedState
+from asynctask.tracking.status import EventStatus
+from asynctask.tracking.transitions import status
+from tests.brokers import test_sql_broker as base
+from tests.brokers.test_sql_broker import claim_all
+from tests.conftest import wait_until
+
+
+def job(n: int, task: str = "T", **fields: Any) -> payload.JobDict:
+    return base.job("Work", args=[n], task=task, feed=task, **fields)
+
+
+def stage(
+    broker: SqlBroker, feed: Feed, count: int, *, task: str = "T", batches: int = 1, **fields: Any
+) -> list[payload.JobDict]:
+    """Publish a fed task of ``count`` jobs (their args: their item numbers), as create_task
+    does: written in ``batches`` through one transaction, then published."""
+    jobs = [job(n, task, **fields) for n in range(count)]
+    staging = broker.staging(task, feed)
+    size = -(-count // batches)
+    with broker.engine.begin() as connection:
+        for start in range(0, count, size):
+            staging.write(staging.encode(jobs[start : start + size]), connection)
+    assert staging.publish() == count
+    return jobs
+
+
+def rows(broker: SqlBroker) -> list[Any]:
+    return base.rows(broker)
+
+
+def states(broker: SqlBroker) -> list[tuple[int, str]]:
+    """(item number, state) of every row, by id."""
+    return [(payload.loads(r.payload)["args"][0], r.state) for r in rows(broker)]
+
+
+def acked_and_claimed(fetcher: Any, units: list[UnitOfWork]) -> list[UnitOfWork]:
+    """Acknowledge ``units`` and claim what is released: in the same claim on SQLite, where
+    the release comes before the claim; PostgreSQL's claim statement acknowledges, and the
+    release after it, so its jobs are the next claim's."""
+    return fetcher.claim(10, units, []) or claim_all(fetcher)
+
+
+def items(units: list[UnitOfWork]) -> list[int]:
+    return [json.loads(u.payload)["args"][0] for u in units]
+
+
+def checked(broker: SqlBroker, task: str = "T") -> FeedState | None:
+    """The feed's state, after checking its counts against the rows."""
+    state = broker.feeds.state(task)
+    if state is not None:
+        fed = [r for r in rows(broker) if r.feed == task]
+        assert state.held == sum(r.state == "held" for r in fed)
+        assert state.out == sum(r.state in ("queued", "lane", "scheduled") for r in fed)
+    return state
+
+
+def feed_row(broker: SqlBroker, task: str = "T") -> Any:
+    with broker.engine.connect() as connection:
+        return connection.execute(select(FeedRow).where(FeedRow.task_id == task)).first()
+
+
+def test_publish_holds_the_jobs_in_item_order_and_releases_up_to_parallel(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=2, priority=-1), 7, batches=3)
+    assert states(broker) == [(0, "queued"), (1, "queued")] + [(n, "held") for n in range(2, 7)]
+    assert {r.feed for r in rows(broker)} == {"T"}
+    # Released rows take the feed's priority; the held ones get it when they are released.
+    assert [r.priority for r in rows(broker) if r.state == "queued"] == [-1, -1]
+    assert checked(broker) == FeedState(Feed(parallel=2, priority=-1), held=5, out=2)
+    found = feed_row(broker)
+    assert found.last_release_at is not None and found.next_at is not None
+
+
+def test_every_acknowledgement_releases_the_next_held_job_and_never_more_than_parallel(
+    broker: SqlBroker,
+) -> None:
+    stage(broker, Feed(parallel=2), 6)
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    ran: list[int] = []
+    units = claim_all(fetcher)
+    assert items(units) == [0, 1]
+    while units:
+        ran += items(units[:1])
+        # The ack of one job, inside the next claim: its slot goes to the next held job.
+        units = units[1:] + fetcher.claim(10, units[:1], [])
+        state = checked(broker)
+        assert state is not None and state.out <= 2
+        if not units:
+            units = claim_all(fetcher)
+    assert ran == list(range(6))
+    assert rows(broker) == []
+    assert checked(broker) == FeedState(Feed(parallel=2), held=0, out=0)
+    assert feed_row(broker).next_at is None
+
+
+def test_settle_releases_in_its_transaction(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 3)
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    fetcher.settle([unit], [])
+    assert states(broker) == [(1, "queued"), (2, "held")]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+
+
+def test_kill_and_release_free_the_slot(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 3)
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    broker.kill(unit, unit.payload.decode())
+    assert states(broker) == [(0, "dead"), (1, "queued"), (2, "held")]
+    [unit] = claim_all(fetcher)
+    broker.release(unit)
+    assert states(broker) == [(0, "dead"), (2, "queued")]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=1)
+
+
+def test_read_api_removals_release(broker: SqlBroker) -> None:
+    reader = SqlReader(broker.engine, broker.settings)
+    stage(broker, Feed(parallel=2), 6)
+    head = next(
+        entry for entry in reader.queue_rows("default", 10) if payload.loads(entry.raw)["args"] == [0]
+    )
+    assert reader.queue_delete("default", head)
+    assert states(broker) == [(1, "queued"), (2, "queued")] + [(n, "held") for n in range(3, 6)]
+    # Held jobs are in no queue: a clear ends the released ones only, and the feed refills.
+    assert reader.queue_clear("default") == 2
+    assert states(broker) == [(3, "queued"), (4, "queued"), (5, "held")]
+    [unit, _] = claim_all(broker.fetcher("me"))
+    broker.kill(unit, unit.payload.decode())
+    [dead] = reader.set_rows("dead", 10)
+    assert reader.set_delete("dead", dead)
+    assert checked(broker) == FeedState(Feed(parallel=2), held=0, out=2)
+
+
+def test_a_retry_frees_its_slot_and_rejoins_the_front_of_the_held_jobs_when_due(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 3)
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert states(broker) == [(0, "retry"), (1, "queued"), (2, "held")]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+    # Due again: held at the front, not queued (the feed has no room).
+    assert broker.enqueue_due("retry", payload.loads) == 1
+    assert states(broker) == [(0, "held"), (1, "queued"), (2, "held")]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=2, out=1)
+    [unit] = claim_all(fetcher)
+    assert items([unit]) == [1]
+    assert items(acked_and_claimed(fetcher, [unit])) == [0]
+    assert states(broker) == [(0, "queued"), (2, "held")]
+
+
+def test_a_retry_due_with_room_is_released_at_once(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 1)
+    [unit] = claim_all(broker.fetcher("me"))
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=0)
+    broker.enqueue_due("retry", payload.loads)
+    assert states(broker) == [(0, "queued")]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=1)
+
+
+def test_a_retry_of_a_cancelled_feed_is_enqueued_as_usual(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 3)
+    [unit] = claim_all(broker.fetcher("me"))
+    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert broker.feeds.cancel("T") == 1
+    assert states(broker) == [(0, "retry"), (1, "queued")]
+    broker.enqueue_due("retry", payload.loads)
+    assert states(broker) == [(0, "queued"), (1, "queued")]
+    assert broker.feeds.state("T") is None
+
+
+def test_a_dead_job_retried_by_hand_rejoins_the_front(broker: SqlBroker) -> None:
+    reader = SqlReader(broker.engine, broker.settings)
+    stage(broker, Feed(parallel=1), 3)
+    [unit] = claim_all(broker.fetcher("me"))
+    broker.kill(unit, unit.payload.decode())
+    [dead] = reader.set_rows("dead", 10)
+    assert reader.set_enqueue("dead", [Move(dead, dead.raw.decode(), "default")], payload.now()) == 1
+    assert states(broker) == [(0, "held"), (1, "queued"), (2, "held")]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=2, out=1)
+
+
+def test_a_push_of_a_fed_job_joins_the_front_or_is_an_ordinary_push_once_the_feed_is_gone(
+    broker: SqlBroker,
+) -> None:
+    stage(broker, Feed(parallel=1), 2)
+    again = job(9)
+    assert broker.push([(again, None)]) == [again["jid"]]
+    assert states(broker) == [(0, "queued"), (1, "held"), (9, "held")]
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    # The pushed job is released before the job held since the publish.
+    assert items(acked_and_claimed(fetcher, [unit])) == [9]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+    broker.feeds.cancel("T")
+    late = job(10)
+    broker.push([(late, None)])
+    assert [(r.jid, r.state, r.feed) for r in rows(broker) if r.jid == late["jid"]] == [
+        (late["jid"], "queued", None)
+    ]
+
+
+def test_a_push_with_room_is_released_at_once(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=2), 1)
+    broker.push([(job(5), None)])
+    assert states(broker) == [(0, "queued"), (5, "queued")]
+    assert checked(broker) == FeedState(Feed(parallel=2), held=0, out=2)
+
+
+def test_a_job_given_back_or_recovered_keeps_its_slot(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 2)
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    claim_all(fetcher)
+    assert fetcher.requeue_all(forget=False) == 1
+    assert states(broker) == [(0, "queued"), (1, "held")]
+    claim_all(broker.fetcher("dead-process"))
+    assert broker.recover_orphans("me") == 1
+    assert states(broker) == [(0, "queued"), (1, "held")]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+
+
+def test_priority_orders_released_jobs_and_a_change_applies_to_those_not_started(broker: SqlBroker) -> None:
+    plain = base.job("Plain")
+    broker.push([(plain, None)])
+    stage(broker, Feed(parallel=3, priority=-5), 5)
+    fetcher = broker.fetcher("me")
+    # Lower runs first: the fed jobs before the plain job pushed earlier.
+    [first] = fetcher.claim(1, [], [])
+    assert items([first]) == [0]
+    state = broker.feeds.update("T", FeedChange(priority=7))
+    assert state == FeedState(Feed(parallel=3, priority=7), held=2, out=3)
+    by_item = {payload.loads(r.payload)["args"][0]: r.priority for r in rows(broker) if r.feed}
+    # The claimed job keeps its priority; the released ones not claimed take the new one.
+    assert by_item[0] == -5 and by_item[1] == by_item[2] == 7
+    classes = [payload.loads(u.payload)["class"] for u in fetcher.claim(1, [first], [])]
+    assert classes == ["Plain"]
+    assert {r.priority for r in rows(broker) if r.feed and r.state == "queued"} == {7}
+
+
+def test_update_tops_up_at_once_and_a_lower_parallel_waits_for_jobs_to_end(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 6)
+    assert broker.feeds.update("T", FeedChange(parallel=3)) == FeedState(Feed(parallel=3), held=3, out=3)
+    fetcher = broker.fetcher("me")
+    units = claim_all(fetcher)
+    assert broker.feeds.update("T", FeedChange(parallel=1)) == FeedState(Feed(parallel=1), held=3, out=3)
+    # Released jobs are not pulled back; ends release nothing until fewer than one is out.
+    fetcher.settle(units[:2], [])
+    assert checked(broker) == FeedState(Feed(parallel=1), held=3, out=1)
+    fetcher.settle(units[2:], [])
+    assert checked(broker) == FeedState(Feed(parallel=1), held=2, out=1)
+
+
+def test_pause_stops_releases_and_resume_tops_up(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=2), 5)
+    paused = broker.feeds.update("T", FeedChange(paused=True))
+    assert paused == FeedState(Feed(parallel=2, paused=True), held=3, out=2)
+    fetcher = broker.fetcher("me")
+    fetcher.settle(claim_all(fetcher), [])
+    assert checked(broker) == FeedState(Feed(parallel=2, paused=True), held=3, out=0)
+    assert broker.feeds.tick() == 0
+    assert broker.feeds.update("T", FeedChange(paused=False)) == FeedState(Feed(parallel=2), held=1, out=2)
+
+
+def test_an_interval_spaces_releases_and_the_ticker_releases_when_it_passes(broker: SqlBroker) -> None:
+    interval = 0.5
+    stage(broker, Feed(parallel=2, interval=interval), 5)
+    released_at = feed_row(broker).last_release_at
+    assert checked(broker) == FeedState(Feed(parallel=2, interval=interval), held=3, out=2)
+    fetcher = broker.fetcher("me")
+    fetcher.settle(claim_all(fetcher), [])
+    now = payload.now()
+    if now < released_at + interval:
+        # Within the interval the ends release nothing; the ticker is told when to.
+        assert checked(broker) == FeedState(Feed(parallel=2, interval=interval), held=3, out=0)
+        assert feed_row(broker).next_at == pytest.approx(released_at + interval)
+        assert broker.feeds.tick() == 0
+    time.sleep(max(0.0, released_at + interval - payload.now()) + 0.05)
+    assert broker.feeds.tick() == 2
+    assert checked(broker) == FeedState(Feed(parallel=2, interval=interval), held=1, out=2)
+    assert feed_row(broker).last_release_at >= released_at + interval
+    # Nothing due: nothing done.
+    assert broker.feeds.tick() == 0
+
+
+def test_the_ticker_releases_a_feed_whose_slot_was_freed_behind_its_back(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 2)
+    with broker.engine.begin() as connection:
+        connection.execute(delete(QueuedJob).where(QueuedJob.state == "queued"))
+    assert broker.feeds.tick() == 0
+    # The safety look comes later; brought forward here.
+    with broker.engine.begin() as connection:
+        connection.execute(update(FeedRow).values(next_at=payload.now() - 1))
+    assert broker.feeds.tick() == 1
+    assert states(broker) == [(1, "queued")]
+
+
+def test_cancel_drops_the_held_jobs_and_nothing_is_released_again(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=2), 6)
+    assert broker.feeds.cancel("T") == 4
+    assert broker.feeds.state("T") is None
+    assert broker.feeds.cancel("T") == 0
+    assert broker.feeds.update("T", FeedChange(parallel=5)) is None
+    fetcher = broker.fetcher("me")
+    fetcher.settle(claim_all(fetcher), [])
+    assert rows(broker) == []
+
+
+def test_state_is_none_for_a_task_without_a_feed(broker: SqlBroker) -> None:
+    assert broker.feeds.state("nothing") is None
+
+
+def test_keyed_jobs_of_a_fed_task_go_through_their_keys_lines(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=3), 5, concurrency_key="k", concurrency_limit=1)
+    assert [(item, state) for item, state in states(broker)] == [
+        (0, "queued"),
+        (1, "lane"),
+        (2, "lane"),
+        (3, "held"),
+        (4, "held"),
+    ]
+    assert checked(broker) == FeedState(Feed(parallel=3), held=2, out=3)
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    done: list[int] = []
+    units = claim_all(fetcher)
+    while units:
+        assert len(units) == 1
+        done += items(units)
+        state = checked(broker)
+        assert state is not None and state.out <= 3
+        # On PostgreSQL a keyed acknowledgement releases the next keyed job right after its
+        # commit (it holds keys' locks already): the next claim takes it.
+        units = acked_and_claimed(fetcher, units)
+    assert done == list(range(5))
+    assert rows(broker) == []
+
+
+def test_an_unkeyed_acknowledgement_releases_a_keyed_job_through_its_line(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 2)
+    broker.push([(job(7, concurrency_key="k"), None)])
+    assert states(broker) == [(0, "queued"), (1, "held"), (7, "held")]
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    [unit] = claim_all(fetcher)
+    assert items(acked_and_claimed(fetcher, [unit])) == [7]
+    assert [(r.state, r.holds) for r in rows(broker) if r.lane] == [("queued", True)]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+
+
+def test_acknowledgements_with_transitions_release_unkeyed_and_keyed_jobs(broker: SqlBroker) -> None:
+    """The worker's usual claim: transitions to record with the acknowledgement (the feeds'
+    lock comes after them); the next held job keyed, then unkeyed."""
+    jobs = stage(broker, Feed(parallel=1), 2)
+    broker.push([(job(7, concurrency_key="k"), None)])
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    done: list[int] = []
+    units = claim_all(fetcher)
+    while units:
+        done += items(units)
+        finished = [status(payload.loads(u.payload)["jid"], EventStatus.FINISH).encode() for u in units]
+        state = checked(broker)
+        assert state is not None and state.out <= 1
+        units = fetcher.claim(10, units, finished) or claim_all(fetcher)
+    assert done == [0, 7, 1]
+    assert rows(broker) == []
+    assert len(jobs) == 2
+
+
+def test_malformed_payloads_never_fail_a_statement(broker: SqlBroker) -> None:
+    stage(broker, Feed(parallel=1), 3, concurrency_key="k")
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    # A held keyed row whose payload is no longer a job; another whose key is not a string.
+    held = [r.id for r in rows(broker) if r.state == "held"]
+    with broker.engine.begin() as connection:
+        connection.execute(
+            update(QueuedJob).where(QueuedJob.id == held[0]).values(payload='{"feed": "T", [}')
+        )
+        bad_key = json.dumps(job(2, concurrency_key=7))
+        connection.execute(update(QueuedJob).where(QueuedJob.id == held[1]).values(payload=bad_key))
+    [unit] = claim_all(fetcher)
+    # Released without its key (runs as a push of an unreadable job would), then buried by the worker.
+    [broken] = acked_and_claimed(fetcher, [unit])
+    assert broken.payload == b'{"feed": "T", [}'
+    broker.kill(broken, broken.payload.decode())
+    [last] = claim_all(fetcher)
+    assert items([last]) == [2]
+    fetcher.settle([last], [])
+    # Pushes naming no usable feed are ordinary pushes.
+    odd = [base.job("Odd", feed=123), base.job("Odd", feed="x" * 100), base.job("Odd", feed="T\x00")]
+    broker.push([(j, None) for j in odd])
+    assert {(r.state, r.feed) for r in rows(broker) if r.state != "dead"} == {("queued", None)}
+    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=3 - 3)
+
+
+def test_an_unfed_acknowledgement_takes_no_feed_statement(
+    broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate: a job without the field never reaches the feeds (its ack is the plain claim);
+    a fed one does: right after the claim's commit on PostgreSQL, by the feeds' lock in the
+    claim's transaction elsewhere."""
+    stage(broker, Feed(parallel=1), 2)
+    broker.push([(base.job("Plain"), None)])
+    fetcher = broker.fetcher("me")
+    units = claim_all(fetcher)
+    plain = [u for u in units if b'"feed"' not in u.payload]
+    calls: list[str] = []
+    lock_of_rows, release_now = broker.feeds.lock_of_rows, broker.feeds.release_now
+
+    def locked(*args: Any) -> Any:
+        calls.append("lock_of_rows")
+        return lock_of_rows(*args)
+
+    def released(*args: Any) -> Any:
+        calls.append("release_now")
+        return release_now(*args)
+
+    monkeypatch.setattr(broker.feeds, "lock_of_rows", locked)
+    monkeypatch.setattr(broker.feeds, "release_now", released)
+    fetcher.claim(10, plain, [])
+    assert calls == []
+    fetcher.claim(10, [u for u in units if u not in plain], [])
+    assert calls == ["release_now" if broker.store.postgres else "lock_of_rows"]
+    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=1)
+
+
+ACKS: dict[str, Callable[[Any, UnitOfWork], object]] = {
+    "settle": lambda fetcher, unit: fetcher.settle([unit], []),
+    # The claim, whose feeds are released after its commit.
+    "claim": lambda fetcher, unit: fetcher.claim(1, [unit], []),
+    # The claim's transaction with transitions to record.
+    "claim with transitions": lambda fetcher, unit: fetcher.claim(
+        1, [unit], [status(payload.loads(unit.payload)["jid"], EventStatus.FINISH).encode()]
+    ),
+}
+
+
+def _hold_the_feed_lock_and_release_two(other: Any, broker: SqlBroker) -> None:
+    """What an update raising parallel to 3 does, in ``other``'s transaction, which holds the
+    feed's lock (taken before) until it commits."""
+    other.execute(update(FeedRow).where(FeedRow.task_id == "T").values(parallel=3))
+    other.execute(
+        text(
+            "UPDATE asynctask_job SET state = 'queued' WHERE id IN (SELECT id FROM asynctask_job "
+            "WHERE state = 'held' ORDER BY id LIMIT 2)"
+        )
+    )
+    other.execute(update(FeedRow).where(FeedRow.task_id == "T").values(held=FeedRow.held - 2))
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_settle_racing_an_update_counts_what_the_update_released(broker: SqlBroker) -> None:
+    """READ COMMITTED: an update holds the feed's lock and raises parallel while a settle of
+    one of its jobs waits for that lock. The settle's release must count the job the update
+    released (its statement runs after the lock is granted), or the feed would go over parallel."""
+    stage(broker, Feed(parallel=1), 5)
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    with broker.engine.connect() as other:
+        with other.begin():
+            other.execute(text("SELECT task_id FROM asynctask_feed WHERE task_id = 'T' FOR UPDATE"))
+            acked = threading.Thread(target=ACKS["settle"], args=(fetcher, unit))
+            acked.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not _waiting_for_a_lock(broker):
+                time.sleep(0.01)
+            assert _waiting_for_a_lock(broker)
+            _hold_the_feed_lock_and_release_two(other, broker)
+        acked.join(30)
+    assert not acked.is_alive()
+    # Three out (two by the update, one by the settle), not four.
+    assert checked(broker) == FeedState(Feed(parallel=3), held=1, out=3)
+
+
+@pytest.mark.parametrize("ack", ["claim", "claim with transitions"])
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_claim_never_waits_for_its_feeds_lock_and_its_slot_is_counted_after_it(
+    broker: SqlBroker, ack: str
+) -> None:
+    """An acknowledgement in a claim finds its feed locked by an update raising parallel: it
+    commits without waiting (every end of a feed would commit one after the other), then
+    releases once the lock is free, so the slot it freed is counted even though the update's
+    release could not see it: the feed ends at parallel, never over it."""
+    stage(broker, Feed(parallel=1), 5)
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    with broker.engine.connect() as other:
+        with other.begin():
+            other.execute(text("SELECT task_id FROM asynctask_feed WHERE task_id = 'T' FOR UPDATE"))
+            acked = threading.Thread(target=ACKS[ack], args=(fetcher, unit))
+            acked.start()
+            wait_until(lambda: not _row_exists(broker, int(unit.ref)), 10)
+            _hold_the_feed_lock_and_release_two(other, broker)
+        acked.join(30)
+    assert not acked.is_alive()
+    # Two by the update, one by the release after the acknowledgement's commit.
+    assert checked(broker) == FeedState(Feed(parallel=3), held=1, out=3)
+
+
+def _row_exists(broker: SqlBroker, row_id: int) -> bool:
+    with broker.engine.connect() as connection:
+        query = text("SELECT 1 FROM asynctask_job WHERE id = :id")
+        return connection.execute(query, {"id": row_id}).first() is not None
+
+
+def _waiting_for_a_lock(broker: SqlBroker) -> bool:
+    with broker.engine.connect() as connection:
+        query = text(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database() AND query LIKE '%asynctask_feed%'"
+        )
+        return bool(connection.execute(query).scalar())
+
+
+def test_workers_racing_never_run_a_job_twice_nor_lose_one_nor_exceed_parallel(
+    make_broker: Callable[..., SqlBroker],
+) -> None:
+    """Threads of three processes claim and acknowledge a fed task's jobs while the ticker
+    runs and a watcher reads the rows: every job runs once, and the feed never has more
+    than parallel jobs out."""
+    broker = make_broker(concurrency=8)
+    count, parallel = 60, 3
+    stage(broker, Feed(parallel=parallel), count)
+    seen: list[int] = []
+    outs: list[int] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def work(identity: str) -> None:
+        try:
+            fetcher = make_broker().fetcher(identity)
+            fetcher.register()
+            units: list[UnitOfWork] = []
+            while not done.is_set():
+                units = fetcher.claim(2, units, [])
+                with lock:
+                    seen.extend(items(units))
+                    if len(seen) >= count:
+                        done.set()
+                if not units:
+                    time.sleep(0.005)
+            fetcher.settle(units, [])
+        except BaseException as exc:
+            errors.append(exc)
+            done.set()
+
+    def watch() -> None:
+        out = select(func.count()).where(QueuedJob.feed == "T", QueuedJob.state.in_(["queued", "lane"]))
+        try:
+            while not done.is_set():
+                with broker.engine.connect() as connection:
+                    outs.append(int(connection.execute(out).scalar_one()))
+                broker.feeds.tick()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(3)]
+    threads.append(threading.Thread(target=watch))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert sorted(seen) == list(range(count))
+    assert outs and max(outs) <= parallel
+    assert checked(broker) == FeedState(Feed(parallel=parallel), held=0, out=0)

@@ -1,0 +1,634 @@
+"""Redis task feeds at the keys: held jobs, releases in the step that ends a job, interval
+ticks, live tuning, cancel, retries and every end path (docs/internals/feeds-redis.md).
+
+The shared suite (tests/brokers/test_feeds.py) proves the behaviour through workers; these
+look at the held list, the out hash and the queues, where a leaked or doubled slot shows at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+
+from asynctask import Settings, payload
+from asynctask.api.backend import Stored
+from asynctask.api.backends.redis import RedisReader
+from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers.redis.fetch import ReliableFetch, ends_flow
+from asynctask.feeds import Feed, FeedChange
+
+TASK = "t1"
+
+
+@pytest.fixture
+def broker(settings: Settings) -> Iterator[RedisBroker]:
+    made = RedisBroker(settings)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def fetch(broker: RedisBroker) -> ReliableFetch:
+    return broker.fetcher("proc-1")
+
+
+def job(jid: str, task: str = TASK, **more: Any) -> payload.JobDict:
+    return {
+        "class": "X",
+        "args": [],
+        "jid": jid,
+        "queue": "default",
+        "retry": True,
+        "task": task,
+        "feed": task,
+        **more,
+    }
+
+
+def publish(broker: RedisBroker, jids: list[str], feed: Feed, task: str = TASK, **more: Any) -> int:
+    """Stage a fed task's jobs in two batches and publish them, as create_task does."""
+    staging = broker.staging(task, feed)
+    half = len(jids) // 2
+    for batch in (jids[:half], jids[half:]):
+        if batch:
+            staging.write(staging.encode([job(j, task, **more) for j in batch]), cast(Any, None))
+    return staging.publish()
+
+
+def jids(raws: list[bytes]) -> list[str]:
+    return [json.loads(raw)["jid"] for raw in raws]
+
+
+def queued(broker: RedisBroker, queue: str = "default") -> list[str]:
+    """Jids in a queue, next to run first."""
+    return jids(broker.redis.lrange(broker.keys.queue(queue), 0, -1))[::-1]
+
+
+def held(broker: RedisBroker, task: str = TASK) -> list[str]:
+    """Jids a feed holds, next first, each entry's header checked against its payload."""
+    found = []
+    for entry in broker.redis.lrange(broker.keys.feed_held(task), 0, -1):
+        size, _, rest = entry.partition(b":")
+        jid, rest = rest[: int(size)], rest[int(size) :]
+        size, _, rest = rest.partition(b":")
+        queue, raw = rest[: int(size)], rest[int(size) :]
+        decoded = json.loads(raw)
+        assert (decoded["jid"], decoded["queue"]) == (jid.decode(), queue.decode())
+        found.append(decoded["jid"])
+    return found
+
+
+def out(broker: RedisBroker, task: str = TASK) -> set[str]:
+    return {jid.decode() for jid in broker.redis.hkeys(broker.keys.feed_out(task))}
+
+
+def claim(fetch: ReliableFetch, wanted: int = 1, acks: list[UnitOfWork] | None = None) -> list[UnitOfWork]:
+    return fetch.claim(wanted, acks or [], [])
+
+
+def due_now(broker: RedisBroker, set_name: str = "retry") -> None:
+    key = broker.keys.retry if set_name == "retry" else broker.keys.schedule
+    for member in broker.redis.zrange(key, 0, -1):
+        broker.redis.zadd(key, {member: 1})
+    broker.enqueue_due("retry" if set_name == "retry" else "schedule", payload.loads)
+
+
+def allow_release(broker: RedisBroker, task: str = TASK) -> None:
+    """Pretend the feed's interval has passed since its last release."""
+    broker.redis.hset(broker.keys.feed(task), "last", "0")
+
+
+# 1. Publish
+
+
+def test_publish_holds_the_jobs_in_order_and_releases_parallel_of_them(broker: RedisBroker) -> None:
+    assert publish(broker, ["a", "b", "c", "d", "e"], Feed(parallel=2)) == 5
+    assert queued(broker) == ["a", "b"]
+    assert held(broker) == ["c", "d", "e"]
+    assert out(broker) == {"a", "b"}
+    assert not broker.redis.exists(broker.keys.staging_feed(TASK))
+    assert broker.redis.ttl(broker.keys.feed_held(TASK)) == -1
+    state = broker.feeds.state(TASK)
+    assert state is not None
+    assert (state.feed, state.held, state.out) == (Feed(parallel=2), 3, 2)
+
+
+def test_a_staging_list_that_lost_jobs_publishes_nothing(broker: RedisBroker) -> None:
+    staging = broker.staging(TASK, Feed(parallel=1))
+    staging.write(staging.encode([job("a"), job("b")]), cast(Any, None))
+    broker.redis.lpop(broker.keys.staging_feed(TASK))
+    with pytest.raises(broker.errors):
+        staging.publish()
+    assert broker.feeds.state(TASK) is None
+    assert queued(broker) == []
+
+
+def test_a_task_already_published_cannot_publish_again(broker: RedisBroker) -> None:
+    publish(broker, ["a"], Feed(parallel=1))
+    with pytest.raises(broker.errors):
+        publish(broker, ["b"], Feed(parallel=1))
+    assert queued(broker) == ["a"]
+
+
+def test_discard_deletes_the_staging_list(broker: RedisBroker) -> None:
+    staging = broker.staging(TASK, Feed(parallel=1))
+    staging.write(staging.encode([job("a")]), cast(Any, None))
+    assert broker.redis.ttl(broker.keys.staging_feed(TASK)) > 0
+    staging.discard()
+    assert not broker.redis.exists(broker.keys.staging_feed(TASK))
+
+
+# 2 and 3. Release on every end, in the same script
+
+
+def test_the_claim_that_acknowledges_a_fed_job_releases_and_claims_the_next(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a", "b", "c"], Feed(parallel=1))
+    [a] = claim(fetch)
+    # One round trip: the ack frees a's slot, b is released to the queue and claimed.
+    [b] = claim(fetch, acks=[a])
+    assert json.loads(b.payload)["jid"] == "b"
+    assert out(broker) == {"b"}
+    assert held(broker) == ["c"]
+    [c] = claim(fetch, acks=[b])
+    claim(fetch, acks=[c])
+    assert out(broker) == set()
+    assert broker.feeds.state(TASK) is not None
+    # Nothing held, nothing out: the feed is forgotten after a week.
+    assert 600_000 < broker.redis.ttl(broker.keys.feed(TASK)) <= 604_800
+
+
+def test_a_fed_job_is_acknowledged_through_the_flow_end(broker: RedisBroker) -> None:
+    fed = payload.dumps(job("a")).encode()
+    plain = payload.dumps({"class": "X", "args": [], "jid": "p", "queue": "default"}).encode()
+    assert ends_flow(fed)
+    assert not ends_flow(plain)
+
+
+@pytest.mark.parametrize("end", ["release", "kill", "settle", "retry", "delete", "clear"])
+def test_every_end_path_frees_the_slot_and_releases(
+    broker: RedisBroker, fetch: ReliableFetch, settings: Settings, end: str
+) -> None:
+    publish(broker, ["a", "b", "c"], Feed(parallel=1))
+    if end in ("delete", "clear"):
+        reader = RedisReader(broker.redis, broker.keys, settings)
+        if end == "delete":
+            [raw] = broker.redis.lrange(broker.keys.queue("default"), 0, -1)
+            assert reader.queue_delete("default", Stored(raw))
+        else:
+            assert reader.queue_clear("default") == 1
+        assert queued(broker) == ["b"]
+    else:
+        [a] = claim(fetch)
+        if end == "release":
+            broker.release(a)
+        elif end == "kill":
+            broker.kill(a, payload.dumps_storable(payload.loads(a.payload)))
+        elif end == "settle":
+            fetch.settle([a], [])
+        else:
+            broker.retry_at(a, payload.loads(a.payload), payload.now() + 60)
+        assert broker.redis.llen(str(a.ref)) == 0
+        assert queued(broker) == ["b"]
+    assert out(broker) == {"b"}
+    assert held(broker) == ["c"]
+
+
+def test_an_end_for_a_job_not_out_frees_nothing(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b", "c"], Feed(parallel=1))
+    [a] = claim(fetch)
+    broker.release(a)
+    # The same end again (a duplicate ack): a is no longer out, nothing more is released.
+    broker.kill(None, payload.dumps_storable(payload.loads(a.payload)))
+    assert out(broker) == {"b"}
+    assert held(broker) == ["c"]
+
+
+def test_an_unparseable_job_buried_by_the_poller_frees_its_slot(broker: RedisBroker) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    [raw] = broker.redis.lrange(broker.keys.queue("default"), 0, -1)
+    broker.redis.lrem(broker.keys.queue("default"), 1, raw)
+    broker.redis.zadd(broker.keys.schedule, {raw: 1})
+    broker.redis.zrem(broker.keys.schedule, raw)
+    broker.kill_unparseable(None, raw, "default", "cannot decode")
+    assert out(broker) == {"b"}
+
+
+# 4. Retries, give-back and recovery
+
+
+def test_a_retry_frees_its_slot_and_rejoins_the_front_when_due(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a", "b", "c"], Feed(parallel=1))
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload), payload.now() + 60)
+    assert out(broker) == {"b"}
+    assert held(broker) == ["c"]
+    due_now(broker)
+    # The feed is full (b is out): a waits at the front of the held jobs, not in the queue.
+    assert broker.redis.zcard(broker.keys.retry) == 0
+    assert held(broker) == ["a", "c"]
+    assert queued(broker) == ["b"]
+    [b] = claim(fetch)
+    claim(fetch, acks=[b], wanted=0)
+    assert queued(broker) == ["a"]
+    assert out(broker) == {"a"}
+
+
+def test_a_due_retry_with_room_is_released_in_the_same_step(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a"], Feed(parallel=1))
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload), payload.now() + 60)
+    assert out(broker) == set()
+    due_now(broker)
+    assert queued(broker) == ["a"]
+    assert out(broker) == {"a"}
+    assert held(broker) == []
+
+
+def test_a_due_retry_whose_feed_is_gone_is_enqueued_as_usual(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload), payload.now() + 60)
+    assert broker.feeds.cancel(TASK) == 0
+    broker.redis.delete(broker.keys.queue("default"))
+    due_now(broker)
+    assert queued(broker) == ["a"]
+    assert not broker.redis.exists(broker.keys.feed(TASK), broker.keys.feed_held(TASK))
+
+
+@pytest.mark.parametrize("how", ["give_back", "recovery"])
+def test_a_job_given_back_or_recovered_keeps_its_slot(
+    broker: RedisBroker, fetch: ReliableFetch, how: str
+) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    [a] = claim(fetch)
+    if how == "give_back":
+        assert fetch.requeue([a]) == 1
+    else:
+        assert fetch.requeue_all(forget=True) == 1
+    assert queued(broker) == ["a"]
+    assert out(broker) == {"a"}
+    assert held(broker) == ["b"]
+    [again] = claim(fetch)
+    claim(fetch, acks=[again], wanted=0)
+    assert queued(broker) == ["b"]
+
+
+def test_a_job_postponed_by_its_rate_limit_keeps_its_slot(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b", "c"], Feed(parallel=2), rate_limit="1/h", rate_key="r")
+    [a] = claim(fetch, wanted=2)
+    assert jids([a.payload]) == ["a"]
+    # b was over its rate limit: back in the schedule set, still out.
+    assert broker.redis.zcard(broker.keys.schedule) == 1
+    assert out(broker) == {"a", "b"}
+    broker.redis.delete(broker.keys.rate("r"))
+    due_now(broker, "schedule")
+    assert queued(broker) == ["b"]
+    assert held(broker) == ["c"]
+
+
+# 5. Push into a feed
+
+
+def test_a_pushed_job_of_a_live_feed_joins_the_front_of_its_held_jobs(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    broker.push([(job("r1"), None), (job("r2"), None)], atomic=True)
+    assert held(broker) == ["r2", "r1", "b"]
+    assert queued(broker) == ["a"]
+    [a] = claim(fetch)
+    claim(fetch, acks=[a], wanted=0)
+    assert queued(broker) == ["r2"]
+
+
+def test_a_pushed_job_of_a_feed_with_room_is_released_at_once(broker: RedisBroker) -> None:
+    publish(broker, ["a"], Feed(parallel=2))
+    broker.push([(job("r"), None)])
+    assert queued(broker) == ["a", "r"]
+    assert out(broker) == {"a", "r"}
+
+
+def test_a_pushed_job_whose_feed_is_gone_is_an_ordinary_push(broker: RedisBroker) -> None:
+    assert broker.push([(job("r"), None)]) == ["r"]
+    assert queued(broker) == ["r"]
+    assert not broker.redis.exists(
+        broker.keys.feed(TASK), broker.keys.feed_held(TASK), broker.keys.feed_out(TASK)
+    )
+
+
+# 2 and 9. Interval and tick
+
+
+def test_an_interval_holds_releases_back_until_a_tick(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b", "c", "d"], Feed(parallel=2, interval=3600))
+    [a, b] = claim(fetch, wanted=2)
+    claim(fetch, acks=[a, b], wanted=0)
+    assert queued(broker) == []
+    assert out(broker) == set()
+    last = float(broker.redis.hget(broker.keys.feed(TASK), "last") or 0)
+    # A tick is due when the interval has passed.
+    assert broker.redis.zscore(broker.keys.feeds, TASK) == pytest.approx(last + 3600)
+    assert broker.feeds.tick() == 0
+    assert held(broker) == ["c", "d"]
+    allow_release(broker)
+    broker.redis.zadd(broker.keys.feeds, {TASK: 1})
+    # One release tops up to parallel.
+    assert broker.feeds.tick() == 2
+    assert queued(broker) == ["c", "d"]
+    assert broker.redis.zscore(broker.keys.feeds, TASK) is None
+
+
+def test_an_end_after_the_interval_releases_at_once(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1, interval=3600))
+    [a] = claim(fetch)
+    allow_release(broker)
+    claim(fetch, acks=[a], wanted=0)
+    assert queued(broker) == ["b"]
+
+
+def test_a_tick_is_a_safety_net_for_a_feed_with_room(broker: RedisBroker) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    # The feed holds jobs: a tick looks at it within the safety delay.
+    score = broker.redis.zscore(broker.keys.feeds, TASK)
+    assert score is not None and score > payload.now() + 20
+    broker.redis.hdel(broker.keys.feed_out(TASK), "a")
+    assert broker.feeds.tick() == 0
+    broker.redis.zadd(broker.keys.feeds, {TASK: 1})
+    assert broker.feeds.tick() == 1
+    assert queued(broker) == ["a", "b"]
+    assert broker.redis.zscore(broker.keys.feeds, TASK) is None
+
+
+def test_a_tick_forgets_a_feed_that_is_gone(broker: RedisBroker) -> None:
+    broker.redis.zadd(broker.keys.feeds, {"gone": 1})
+    assert broker.feeds.tick() == 0
+    assert broker.redis.zcard(broker.keys.feeds) == 0
+
+
+def test_a_tick_releases_a_bounded_number_of_feeds(broker: RedisBroker) -> None:
+    for n in range(60):
+        publish(broker, [f"{n}-a", f"{n}-b"], Feed(parallel=1, interval=3600), task=f"t{n}")
+        broker.redis.hdel(broker.keys.feed_out(f"t{n}"), f"{n}-a")
+        allow_release(broker, f"t{n}")
+        broker.redis.zadd(broker.keys.feeds, {f"t{n}": 1})
+    assert broker.feeds.tick() == 50
+    assert broker.feeds.tick() == 10
+
+
+# 7. Live tuning
+
+
+def test_pause_stops_releases_and_resume_tops_up(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b", "c", "d"], Feed(parallel=2))
+    state = broker.feeds.update(TASK, FeedChange(paused=True))
+    assert state is not None and state.feed.paused
+    [a, b] = claim(fetch, wanted=2)
+    claim(fetch, acks=[a, b], wanted=0)
+    assert queued(broker) == []
+    assert broker.redis.zscore(broker.keys.feeds, TASK) is None
+    state = broker.feeds.update(TASK, FeedChange(paused=False))
+    assert state is not None
+    assert (state.feed.paused, state.held, state.out) == (False, 0, 2)
+    assert queued(broker) == ["c", "d"]
+
+
+def test_a_higher_parallel_releases_at_once(broker: RedisBroker) -> None:
+    publish(broker, ["a", "b", "c", "d"], Feed(parallel=1))
+    state = broker.feeds.update(TASK, FeedChange(parallel=3))
+    assert state is not None and (state.feed.parallel, state.held, state.out) == (3, 1, 3)
+    assert queued(broker) == ["a", "b", "c"]
+
+
+def test_a_lower_parallel_takes_effect_as_jobs_end(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b", "c", "d"], Feed(parallel=3))
+    state = broker.feeds.update(TASK, FeedChange(parallel=1))
+    assert state is not None and (state.held, state.out) == (1, 3)
+    assert queued(broker) == ["a", "b", "c"]
+    [a, b] = claim(fetch, wanted=2)
+    claim(fetch, acks=[a, b], wanted=0)
+    # c still out: no room under parallel 1.
+    assert held(broker) == ["d"]
+    [c] = claim(fetch)
+    claim(fetch, acks=[c], wanted=0)
+    assert queued(broker) == ["d"]
+
+
+def test_an_interval_change_applies_to_the_next_release(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1, interval=3600))
+    [a] = claim(fetch)
+    claim(fetch, acks=[a], wanted=0)
+    assert queued(broker) == []
+    state = broker.feeds.update(TASK, FeedChange(interval=0))
+    assert state is not None and state.feed.interval == 0
+    assert queued(broker) == ["b"]
+
+
+def test_update_and_state_of_a_task_without_feed_are_none(broker: RedisBroker) -> None:
+    assert broker.feeds.update("none", FeedChange(parallel=2)) is None
+    assert broker.feeds.state("none") is None
+    assert broker.feeds.cancel("none") == 0
+
+
+# 6. Priority
+
+
+def plain(jid: str) -> payload.JobDict:
+    return {"class": "X", "args": [], "jid": jid, "queue": "default"}
+
+
+def test_a_negative_priority_releases_to_the_head_of_the_queue(broker: RedisBroker) -> None:
+    broker.push([(plain("x"), None), (plain("y"), None)])
+    publish(broker, ["a", "b", "c"], Feed(parallel=2, priority=-1))
+    assert queued(broker) == ["b", "a", "x", "y"]
+
+
+def test_a_priority_of_zero_or_more_releases_to_the_tail(broker: RedisBroker) -> None:
+    broker.push([(plain("x"), None)])
+    publish(broker, ["a", "b"], Feed(parallel=2, priority=5))
+    assert queued(broker) == ["x", "a", "b"]
+
+
+def test_a_priority_change_moves_the_waiting_released_jobs(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    broker.push([(plain("x"), None), (plain("y"), None)])
+    publish(broker, ["a", "b", "c", "d"], Feed(parallel=3))
+    publish(broker, ["o"], Feed(parallel=1), task="other")
+    assert queued(broker) == ["x", "y", "a", "b", "c", "o"]
+    [x] = claim(fetch)
+    assert jids([x.payload]) == ["x"]
+    state = broker.feeds.update(TASK, FeedChange(priority=-3))
+    assert state is not None and state.feed.priority == -3
+    # Released jobs keep their order at the head; another feed's job stays where it was.
+    assert queued(broker) == ["a", "b", "c", "y", "o"]
+    state = broker.feeds.update(TASK, FeedChange(priority=1))
+    assert queued(broker) == ["y", "o", "a", "b", "c"]
+    assert out(broker) == {"a", "b", "c"}
+
+
+def test_a_priority_move_reaches_only_the_ends_of_a_long_queue(broker: RedisBroker, monkeypatch: Any) -> None:
+    from asynctask.brokers.redis import feeds
+
+    monkeypatch.setattr(feeds, "MOVE_REACH", 2)
+    publish(broker, ["a", "b"], Feed(parallel=3))
+    broker.push([(plain(f"p{n}"), None) for n in range(3)])
+    publish(broker, ["c"], Feed(parallel=1), task="other")
+    broker.push([(plain(f"q{n}"), None) for n in range(3)])
+    broker.push([(job("r"), None)])
+    # Queue, next first: a b p0 p1 p2 c q0 q1 q2 r: a and b are within 2 of the head, r of the tail.
+    broker.feeds.update(TASK, FeedChange(priority=-1))
+    assert queued(broker) == ["a", "b", "r", "p0", "p1", "p2", "c", "q0", "q1", "q2"]
+    broker.push([(plain(f"s{n}"), None) for n in range(3)])
+    broker.feeds.update(TASK, FeedChange(priority=0))
+    # r is now third from the head, beyond the reach: it stays.
+    assert queued(broker) == ["r", "p0", "p1", "p2", "c", "q0", "q1", "q2", "s0", "s1", "s2", "a", "b"]
+
+
+def test_a_priority_move_leaves_a_job_of_the_feed_that_is_not_out(broker: RedisBroker) -> None:
+    publish(broker, ["a"], Feed(parallel=1))
+    # Written by another client straight to the queue: it names the feed but holds no slot.
+    broker.redis.lpush(broker.keys.queue("default"), payload.dumps(job("stray")))
+    broker.push([(plain("x"), None)])
+    broker.feeds.update(TASK, FeedChange(priority=-1))
+    assert queued(broker) == ["a", "stray", "x"]
+    broker.feeds.update(TASK, FeedChange(priority=0))
+    assert queued(broker) == ["stray", "x", "a"]
+
+
+def test_a_priority_on_the_same_side_moves_nothing(broker: RedisBroker) -> None:
+    publish(broker, ["a"], Feed(parallel=1))
+    broker.push([(plain("x"), None)])
+    broker.feeds.update(TASK, FeedChange(priority=7))
+    assert queued(broker) == ["a", "x"]
+
+
+# 8. Cancel
+
+
+def test_cancel_drops_the_held_jobs_and_stops_releasing(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b", "c", "d"], Feed(parallel=2))
+    assert broker.feeds.cancel(TASK) == 2
+    assert broker.feeds.state(TASK) is None
+    assert not broker.redis.exists(broker.keys.feed_held(TASK), broker.keys.feed_out(TASK))
+    assert broker.redis.zscore(broker.keys.feeds, TASK) is None
+    [a, b] = claim(fetch, wanted=2)
+    claim(fetch, acks=[a, b], wanted=0)
+    assert queued(broker) == []
+    assert broker.feeds.state(TASK) is None
+
+
+# Keyed jobs of a fed task
+
+
+def test_released_keyed_jobs_go_through_their_line(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b", "c"], Feed(parallel=2), concurrency_key="k", concurrency_limit=1)
+    assert queued(broker) == ["a"]
+    assert broker.redis.llen(broker.keys.lane("k")) == 1
+    assert out(broker) == {"a", "b"}
+    [a] = claim(fetch)
+    # One end: a's key slot promotes b from the line, a's feed slot releases c into the line.
+    claim(fetch, acks=[a], wanted=0)
+    assert queued(broker) == ["b"]
+    assert broker.redis.llen(broker.keys.lane("k")) == 1
+    assert out(broker) == {"b", "c"}
+    assert {m.decode() for m in broker.redis.smembers(broker.keys.lane_holders("k"))} == {"b"}
+
+
+def test_a_keyed_retry_holding_its_key_slot_goes_straight_to_its_queue(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1), concurrency_key="k", concurrency_limit=1)
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload), payload.now() + 60)
+    # a keeps its key slot ("hold"), frees its feed slot: b is released into the key's line.
+    assert out(broker) == {"b"}
+    assert broker.redis.llen(broker.keys.lane("k")) == 1
+    assert queued(broker) == []
+    broker.feeds.update(TASK, FeedChange(parallel=2))
+    due_now(broker)
+    assert queued(broker) == ["a"]
+    assert out(broker) == {"a", "b"}
+
+
+# 12. Malformed payloads and records
+
+
+def test_malformed_feed_fields_are_ordinary_jobs(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    odd = [
+        {**plain("n1"), "feed": 123},
+        {**plain("n2"), "feed": ""},
+        {**plain("n3"), "feed": TASK, "jid": 5},
+        {**plain("n4"), "feed": ["x"]},
+    ]
+    broker.push([(j, None) for j in odd])
+    assert held(broker) == ["b"]
+    broker.redis.lpush(broker.keys.queue("default"), b'{"feed":"t1","jid":', b'\xff\xfefeed"')
+    for unit in claim(fetch, wanted=10):
+        broker.release(unit)
+    assert out(broker) == {"b"}
+
+
+def test_a_broken_held_entry_still_runs_and_a_broken_record_fails_nothing(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    broker.redis.lpush(broker.keys.feed_held(TASK), b"garbage")
+    [a] = claim(fetch)
+    claim(fetch, acks=[a], wanted=0)
+    assert broker.redis.lrange(broker.keys.queue("default"), 0, -1) == [b"garbage"]
+    broker.redis.hset(broker.keys.feed(TASK), mapping={"parallel": "x", "interval": "y", "priority": "z"})
+    broker.redis.delete(broker.keys.queue("default"))
+    broker.redis.hset(broker.keys.feed_out(TASK), "a", "default")
+    claim(fetch, acks=[a], wanted=0)
+    broker.redis.zadd(broker.keys.feeds, {TASK: 1})
+    assert broker.feeds.tick() == 0
+    assert held(broker) == ["b"]
+
+
+# 10 and 13. State and forgetting
+
+
+def test_state_counts_held_and_out(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, [str(n) for n in range(10)], Feed(parallel=3, interval=0.5, priority=-2))
+    state = broker.feeds.state(TASK)
+    assert state is not None
+    assert state.feed == Feed(parallel=3, interval=0.5, priority=-2)
+    assert (state.held, state.out) == (7, 3)
+    units = claim(fetch, wanted=3)
+    broker.feeds.update(TASK, FeedChange(interval=0))
+    claim(fetch, acks=units, wanted=0)
+    state = broker.feeds.state(TASK)
+    assert state is not None and (state.held, state.out) == (4, 3)
+
+
+def test_a_forgotten_feed_has_no_state(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a"], Feed(parallel=1))
+    [a] = claim(fetch)
+    claim(fetch, acks=[a], wanted=0)
+    assert broker.redis.ttl(broker.keys.feed(TASK)) > 0
+    broker.redis.delete(broker.keys.feed(TASK))
+    assert broker.feeds.state(TASK) is None
+    # A push of the task's job now is an ordinary one.
+    broker.push([(job("r"), None)])
+    assert queued(broker) == ["r"]
+
+
+def test_a_job_rejoining_an_idle_feed_keeps_it(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a"], Feed(parallel=1))
+    [a] = claim(fetch)
+    broker.retry_at(a, payload.loads(a.payload), payload.now() + 60)
+    assert broker.redis.ttl(broker.keys.feed(TASK)) > 0
+    due_now(broker)
+    assert broker.redis.ttl(broker.keys.feed(TASK)) == -1
+    assert out(broker) == {"a"}
