@@ -16,7 +16,8 @@ Order of work, so that noise hits every configuration alike (each section is a p
 7. sse: one task's event stream fanned out to many clients;
 8. sql: AsyncTask's SQL broker on SQLite and PostgreSQL next to Huey and procrastinate;
 9. flow: what concurrency keys cost the queue on Redis and PostgreSQL (``bench/flow``);
-10. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
+10. feeds: what feeding a task costs its drain, on Redis and PostgreSQL (``bench/feeds``);
+11. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
 ``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
 RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
@@ -46,6 +47,7 @@ from bench.ceiling import section as ceiling
 from bench.core import document, machine, plots, postgres, procs, sections, targets
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT
+from bench.feeds import section as feeds
 from bench.flow import section as flow
 from bench.latency import section as latency
 from bench.memory import section as memory
@@ -55,7 +57,7 @@ from bench.sql import section as sql
 from bench.sse import section as sse
 from bench.tracking import section as tracking
 
-SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql", "flow")
+SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql", "flow", "feeds")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -168,6 +170,14 @@ def _parser() -> argparse.ArgumentParser:
     flow_options.add_argument(
         "--flow-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
     )
+    feeds_options = parser.add_argument_group("feeds section (also uses --reps and --pg-url)")
+    feeds_options.add_argument(
+        "--feeds-items", type=int, help="items of the drained task (default 1000000; --quick: 2000)"
+    )
+    feeds_options.add_argument("--feeds-parallel", type=int, default=100, help="the fed task's parallel")
+    feeds_options.add_argument(
+        "--feeds-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
+    )
     return parser
 
 
@@ -279,6 +289,16 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "backends": [b.strip() for b in args.flow_backends.split(",") if b.strip()],
             "pg_url": pg_url,
         },
+        "feeds": {
+            "quick": quick,
+            "reps": reps,
+            "items": pick(args.feeds_items, 1_000_000, 2000),
+            "parallel": args.feeds_parallel,
+            "processes": 2,
+            "concurrency": 10,
+            "backends": [b.strip() for b in args.feeds_backends.split(",") if b.strip()],
+            "pg_url": pg_url,
+        },
     }
 
 
@@ -297,6 +317,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     flow_backends = settings["flow"]["backends"]
     if not flow_backends or not set(flow_backends) <= {"redis", "postgresql"}:
         raise SystemExit(f"--flow-backends takes redis and/or postgresql, not {args.flow_backends!r}")
+    feeds_backends = settings["feeds"]["backends"]
+    if not feeds_backends or not set(feeds_backends) <= {"redis", "postgresql"}:
+        raise SystemExit(f"--feeds-backends takes redis and/or postgresql, not {args.feeds_backends!r}")
     if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
     out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
@@ -362,6 +385,8 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
         run.sql = sql.run(s["sql"], pg_url, workdir)
     elif name == "flow":
         run.flow = flow.run(s["flow"], pg_url, server, workdir)
+    elif name == "feeds":
+        run.feeds = feeds.run(s["feeds"], pg_url, server, workdir)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

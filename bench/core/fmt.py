@@ -47,3 +47,26 @@ def section_tail(databases: dict[str, str], errors: list[str], seconds: dict[str
         lines += ["", "Errors:", "", *(f"- {e}" for e in errors)]
     timing = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
     return [*lines, "", f"Section run time: {timing}."]
+
+
+def verdict(met: bool) -> str:
+    return "**met**" if met else "**missed**"
+
+
+def judged(rows: list[str], quick: bool) -> list[str]:
+    """Target rows as shown: on ``--quick`` sizes a verdict would mean nothing."""
+    if not quick:
+        return rows
+    return [
+        row.replace(verdict(True), "not judged (--quick)").replace(verdict(False), "not judged (--quick)")
+        for row in rows
+    ]
+
+
+def drain_tables(intro: str, table: list[str], targets: list[str], tail: list[str]) -> str:
+    """A drain section's text: its introduction, its table of runs, its target rows and its
+    closing lines."""
+    parts = [intro, "", *table]
+    if targets:
+        parts += ["", "| target | wanted | measured | verdict |", "|---|---|---|---|", *targets]
+    return "\n".join([*parts, *tail]) + "\n"

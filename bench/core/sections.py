@@ -15,6 +15,8 @@ from bench.api.section import ApiResults
 from bench.ceiling import section as ceiling
 from bench.core import document
 from bench.core.system import System
+from bench.feeds import report as feeds_report
+from bench.feeds.section import FeedResults
 from bench.flow import report as flow_report
 from bench.flow.section import FlowResults
 from bench.latency import section as latency
@@ -43,6 +45,7 @@ class Run:
     sse: SseResults | None = None
     sql: SqlResults | None = None
     flow: FlowResults | None = None
+    feeds: FeedResults | None = None
     #: Wall time of each section that ran.
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -50,7 +53,7 @@ class Run:
         self.runtime = runtime_report.Results(self.settings["runtime"], {})
 
     def versions(self) -> list[dict[str, str]]:
-        parts = (self.tracking, self.api, self.sse, self.sql, self.flow)
+        parts = (self.tracking, self.api, self.sse, self.sql, self.flow, self.feeds)
         return [part.versions for part in parts if part is not None]
 
     def errors(self) -> list[str]:
@@ -62,6 +65,7 @@ class Run:
         errors += [f"sse: {self.sse.error}"] if self.sse is not None and self.sse.error else []
         errors += [f"ceiling: {e}" for e in self.ceiling.errors()] if self.ceiling is not None else []
         errors += self.flow.errors() if self.flow is not None else []
+        errors += self.feeds.errors() if self.feeds is not None else []
         return errors + (self.sql.errors() if self.sql is not None else [])
 
     def tables(self) -> str:
@@ -83,6 +87,8 @@ class Run:
             parts.append(sql_report.tables(self.sql))
         if self.flow is not None:
             parts.append(flow_report.tables(self.flow))
+        if self.feeds is not None:
+            parts.append(feeds_report.tables(self.feeds))
         return "\n".join(parts)
 
 
@@ -98,6 +104,8 @@ def write(run: Run, out_dir: Path) -> None:
         sql_report.write(run.sql, run.machine, out_dir)
     if run.flow is not None:
         flow_report.write(run.flow, run.machine, out_dir)
+    if run.feeds is not None:
+        feeds_report.write(run.feeds, run.machine, out_dir)
     if run.latency is not None:
         latency.write(run.latency, run.settings["latency"], out_dir)
     if run.memory is not None:

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.document import write_section
-from bench.core.fmt import fixed, rate, ratio, section_tail, spread
-from bench.flow.section import BACKLOG, HOT, KEYED, PLAIN, POSTGRESQL, REDIS, FlowResults, FlowRun
+from bench.core.drain import POSTGRESQL, REDIS
+from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
+from bench.flow.section import BACKLOG, HOT, KEYED, PLAIN, FlowResults, FlowRun
 
 SECTION = "Flow control: concurrency keys"
 JSON_FILE = "flow.json"
@@ -80,10 +81,6 @@ def throughput_table(results: FlowResults) -> list[str]:
     return lines
 
 
-def _verdict(met: bool) -> str:
-    return "**met**" if met else "**missed**"
-
-
 def target_rows(results: FlowResults) -> list[str]:
     """The flow targets, judged on this run (also shown in the Targets section)."""
     rows = []
@@ -94,13 +91,13 @@ def target_rows(results: FlowResults) -> list[str]:
             met = statistics.median(shares) >= KEYED_SHARE
             rows.append(
                 f"| {BACKEND_NAMES[backend]}: {keys:,} distinct keys at limit 1 ÷ no key, drain jobs/s "
-                f"| ≥ {KEYED_SHARE:.2f}x | {spread(shares, ratio)} | {_verdict(met)} |"
+                f"| ≥ {KEYED_SHARE:.2f}x | {spread(shares, ratio)} | {verdict(met)} |"
             )
     hot = [r.steady_rate for _, r in _ok(results, REDIS, HOT)]
     if hot:
         rows.append(
             f"| Redis: one hot key at limit 1, serial jobs/s | ≥ {HOT_RATE:,.0f} "
-            f"| {spread(hot, rate)} | {_verdict(statistics.median(hot) >= HOT_RATE)} |"
+            f"| {spread(hot, rate)} | {verdict(statistics.median(hot) >= HOT_RATE)} |"
         )
     backlog = _backlog_labels(results)
     if backlog is not None:
@@ -111,30 +108,20 @@ def target_rows(results: FlowResults) -> list[str]:
             rows.append(
                 f"| PostgreSQL, 4 processes: drain jobs/s with {min(sizes):,} ÷ with {max(sizes):,} "
                 f"keyed jobs waiting | ≤ {BACKLOG_SLOWDOWN:.1f}x | {spread(slowdown, ratio)} "
-                f"| {_verdict(statistics.median(slowdown) <= BACKLOG_SLOWDOWN)} |"
+                f"| {verdict(statistics.median(slowdown) <= BACKLOG_SLOWDOWN)} |"
             )
-    if results.settings["quick"]:
-        rows = [
-            row.replace("**met**", "not judged (--quick)").replace("**missed**", "not judged (--quick)")
-            for row in rows
-        ]
-    return rows
+    return judged(rows, results.settings["quick"])
 
 
 def tables(results: FlowResults) -> str:
     s = results.settings
     quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
-    parts = [
+    intro = (
         f"No-op drains{quick}, pushed before the workers start; {s['reps']} rep(s), the runs of each "
-        "comparison interleaved; median (min-max).",
-        "",
-        *throughput_table(results),
-    ]
-    rows = target_rows(results)
-    if rows:
-        parts += ["", "| target | wanted | measured | verdict |", "|---|---|---|---|", *rows]
-    parts += section_tail(results.databases, results.errors(), results.seconds)
-    return "\n".join(parts) + "\n"
+        "comparison interleaved; median (min-max)."
+    )
+    tail = section_tail(results.databases, results.errors(), results.seconds)
+    return drain_tables(intro, throughput_table(results), target_rows(results), tail)
 
 
 METHOD = """\

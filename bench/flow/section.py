@@ -24,13 +24,11 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 import redis
 from sqlalchemy import text
@@ -41,18 +39,13 @@ from asynctask.brokers.sql.flowsql import FlowStatements
 from asynctask.brokers.sql.statements import Statements
 from asynctask.db.engine import create_database_engine
 from asynctask.job import JobDefinition
-from bench.core import procs
+from bench.core.drain import POSTGRESQL, REDIS, BenchBroker, open_brokers, watch
 from bench.core.machine import package_version
-from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, clean_env
-from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
+from bench.core.timing import DrainRates
 from bench.flow.jobs import PARKED_QUEUE, flow_keyed, flow_parked, flow_plain
 from bench.sql import db as sql_db
-from bench.sql.db import PostgresDatabase
 
-REDIS = "redis"
-POSTGRESQL = "postgresql"
 #: Jobs per bulk push.
 BATCH = 1000
 JOBS_MODULE = "bench/flow/jobs.py"
@@ -82,6 +75,7 @@ class FlowRun(DrainRates):
     #: from the first job done to the last.
     worker_cpu_s: float = 0.0
     postgres_cpu_s: float = 0.0
+    progress: list[tuple[float, int]] = field(default_factory=list)
     load_before: float = 0.0
     checks: dict[str, int] = field(default_factory=dict)
     error: str = ""
@@ -110,38 +104,14 @@ class FlowResults:
         return self.failures + failed
 
 
-@dataclass
-class _Broker:
-    """One backend's broker for the section's runs, and how to empty it."""
-
-    backend: str
-    url: str
-    redis_server: RedisServer | None = None
-    postgres: PostgresDatabase | None = None
-
-    def empty(self) -> None:
-        if self.redis_server is not None:
-            with self.redis_server.client() as conn:
-                conn.flushall()
-        if self.postgres is not None:
-            self.postgres.empty()
-
-    def queued(self, queue: str) -> int:
-        if self.redis_server is not None:
-            with self.redis_server.client() as conn:
-                return int(conn.llen(f"queue:{queue}"))
-        return int(
-            sql_db.query(self.url, f"SELECT count(*) FROM asynctask_job WHERE queue = '{queue}'")[0][0]
-        )
-
-    def waiting(self) -> int:
-        """Parked jobs waiting in their keys' lines (PostgreSQL: state 'lane')."""
-        return int(
-            sql_db.query(
-                self.url,
-                f"SELECT count(*) FROM asynctask_job WHERE queue = '{PARKED_QUEUE}' AND state = 'lane'",
-            )[0][0]
-        )
+def _still_waiting(broker: BenchBroker) -> int:
+    """Parked jobs waiting in their keys' lines (PostgreSQL: state 'lane')."""
+    return int(
+        sql_db.query(
+            broker.url,
+            f"SELECT count(*) FROM asynctask_job WHERE queue = '{PARKED_QUEUE}' AND state = 'lane'",
+        )[0][0]
+    )
 
 
 def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> FlowResults:
@@ -150,7 +120,7 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
     results.versions.update({name: package_version(name) for name in ("redis", "SQLAlchemy", "psycopg")})
     stack = ExitStack()
     try:
-        brokers = _brokers(results, pg_url, server, stack)
+        brokers = open_brokers(results, pg_url, server, stack, "flow", results.settings["backends"])
         for rep in range(settings["reps"]):
             _repetition(results, brokers, rep, workdir)
     finally:
@@ -162,34 +132,7 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
     return results
 
 
-def _brokers(results: FlowResults, pg_url: str, server: RedisServer, stack: ExitStack) -> list[_Broker]:
-    brokers = []
-    wanted = results.settings["backends"]
-    if REDIS in wanted:
-        brokers.append(_Broker(REDIS, server.url, redis_server=server))
-        results.databases[REDIS] = "the bench's private redis-server, FLUSHALL before each run"
-    if POSTGRESQL in wanted:
-        unreachable = postgres_unreachable(pg_url)
-        if unreachable is not None:
-            results.databases[POSTGRESQL] = f"skipped: {unreachable}"
-            print(f"PostgreSQL not reachable ({unreachable}): no PostgreSQL rows", file=sys.stderr)
-            return brokers
-        db = stack.enter_context(PostgresDatabase(pg_url, "flow"))
-        argv = [sys.executable, "-m", "asynctask", "db", "upgrade", "--database-url", db.url]
-        out = subprocess.run(argv, env=clean_env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
-        if out.returncode != 0:
-            results.failures.append(f"asynctask db upgrade failed: {out.stderr.strip()[-600:]}")
-            return brokers
-        brokers.append(_Broker(POSTGRESQL, db.url, postgres=db))
-        results.versions["PostgreSQL server"] = sql_db.postgres_version(pg_url)
-        results.databases[POSTGRESQL] = (
-            f"{shown(pg_url)}: a private database `{db.name}`, migrated once, TRUNCATEd before each run, "
-            "dropped after"
-        )
-    return brokers
-
-
-def _repetition(results: FlowResults, brokers: list[_Broker], rep: int, workdir: Path) -> None:
+def _repetition(results: FlowResults, brokers: list[BenchBroker], rep: int, workdir: Path) -> None:
     s = results.settings
     keys, jobs = s["keys"], s["jobs"]
     for broker in brokers:
@@ -212,7 +155,7 @@ def _repetition(results: FlowResults, brokers: list[_Broker], rep: int, workdir:
 
 def _one(
     results: FlowResults,
-    broker: _Broker,
+    broker: BenchBroker,
     one: FlowRun,
     job: JobDefinition[Any],
     args: list[list[Any]],
@@ -230,10 +173,10 @@ def _one(
         if one.waiting and one.waiting == max(results.settings["backlogs"]) and not results.plans:
             results.plans = _plans(broker.url)
         one.load_before = os.getloadavg()[0]
-        _watch(one, broker, marker, workdir / f"{label}.log")
+        watch(one, broker, JOBS_MODULE, marker, workdir / f"{label}.log")
         one.checks = {"marker_bytes": marker.stat().st_size, "queued_left": broker.queued("default")}
         if one.waiting:
-            one.checks["still_waiting"] = broker.waiting()
+            one.checks["still_waiting"] = _still_waiting(broker)
     except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error, redis.RedisError) as exc:
         one.error = one.error or " ".join(str(exc).split())[:1500]
     except SQLAlchemyError as exc:
@@ -297,63 +240,6 @@ def _plans(url: str) -> dict[str, str]:
 def _explain(connection: Any, statement: str, params: dict[str, Any]) -> str:
     rows = connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) {statement}"), params).all()
     return "\n".join(str(row[0]) for row in rows)
-
-
-def _watch(one: FlowRun, broker: _Broker, marker: Path, log: Path) -> None:
-    """Spawn the workers, poll the marker until N bytes, fill in the timings and CPU; stop them."""
-    env = clean_env(PYTHONPATH=str(ROOT), ASYNCTASK_TRACKING="false", BENCH_MARKER=str(marker))
-    argv = [
-        sys.executable, "-m", "asynctask", "worker", "--broker", broker.url,
-        "-r", JOBS_MODULE, "-c", str(one.concurrency), "-q", "default",
-    ]  # fmt: skip
-    workers: list[subprocess.Popen[bytes]] = []
-    spawned = time.monotonic()
-    try:
-        workers = [procs.spawn(argv, env=env, cwd=ROOT, log=log) for _ in range(one.processes)]
-        timeout = max(MIN_TIMEOUT, one.jobs / 50)
-        first = 0.0
-        cpu_first, pg_first = 0.0, {}
-        while True:
-            size = os.stat(marker).st_size
-            now = time.monotonic()
-            if size and not first:
-                first = now
-                cpu_first, pg_first = _cpu(workers), _postgres_cpu(broker)
-            if size >= one.jobs:
-                one.worker_cpu_s = _cpu(workers) - cpu_first
-                pg_last = _postgres_cpu(broker)
-                one.postgres_cpu_s = sum(cpu - pg_first.get(pid, 0.0) for pid, cpu in pg_last.items())
-                one.startup_s, one.steady_s, one.total_s = first - spawned, now - first, now - spawned
-                return
-            exited = [w for w in workers if w.poll() is not None]
-            if exited:
-                raise RuntimeError(
-                    f"a worker exited with {exited[0].returncode} after {size} jobs: {procs.log_tail(log)}"
-                )
-            if now - spawned > timeout:
-                raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {one.jobs} jobs done")
-            time.sleep(POLL)
-    finally:
-        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
-            list(pool.map(lambda w: procs.stop(w, grace=STOP_GRACE), workers))
-
-
-def _cpu(workers: list[subprocess.Popen[bytes]]) -> float:
-    return sum(procs.tree_usage(w.pid, memory=False).cpu for w in workers)
-
-
-def _postgres_cpu(broker: _Broker) -> dict[int, float]:
-    """CPU seconds so far of each PostgreSQL backend serving the broker's database, by pid."""
-    if broker.postgres is None:
-        return {}
-    found: dict[int, float] = {}
-    for proc in broker.postgres.backends():
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue  # ended between listing and reading
-        found[proc.pid] = times.user + times.system
-    return found
 
 
 def _say(rep: int, reps: int, one: FlowRun) -> None:

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 
 from bench.core import peers_venv, procs
+from bench.core.drain import postgres_cpu
 from bench.core.machine import package_version
 from bench.core.postgres import postgres_unreachable, shown
 from bench.core.system import ROOT
@@ -316,10 +316,10 @@ def _watch(
             if size and not first:
                 first = now
                 worker_first = _usage(workers, memory=False)
-                pg_first = _backend_cpu(pg)
+                pg_first = postgres_cpu(pg)
             if size >= result.jobs:
                 last = _usage(workers, memory=True)
-                pg_last = _backend_cpu(pg)
+                pg_last = postgres_cpu(pg)
                 result.worker_steady = last - worker_first
                 result.postgres_steady_cpu_s = sum(
                     cpu - pg_first.get(pid, 0.0) for pid, cpu in pg_last.items()
@@ -367,20 +367,6 @@ def _usage(workers: list[subprocess.Popen[bytes]], *, memory: bool) -> procs.Tre
         )
         total.rss, total.pss = total.rss + one.rss, total.pss + one.pss
     return total
-
-
-def _backend_cpu(pg: PostgresDatabase | None) -> dict[int, float]:
-    """CPU seconds so far of each PostgreSQL backend of the run's database, by pid."""
-    if pg is None:
-        return {}
-    found: dict[int, float] = {}
-    for proc in pg.backends():
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue  # ended between listing and reading
-        found[proc.pid] = times.user + times.system
-    return found
 
 
 def _say(rep: int, reps: int, one: SqlRun) -> None:

@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from asynctask import Client, Settings, Tracking
 from asynctask.brokers.base import Staging
 from asynctask.db.engine import create_database_engine
+from asynctask.feeds import Feed
 from bench.core.redis_server import RedisServer
 from bench.core.tracked_jobs import tracked_noop_job
 
@@ -91,9 +92,11 @@ def create(database: str, url: str, server: RedisServer, items: int) -> CreateRu
     return run
 
 
-def _timed(staging: Callable[[str], Staging], marks: dict[str, float]) -> Callable[[str], Staging]:
-    def timed_staging(task_id: str) -> Staging:
-        area = staging(task_id)
+def _timed(
+    staging: Callable[[str, Feed | None], Staging], marks: dict[str, float]
+) -> Callable[[str, Feed | None], Staging]:
+    def timed_staging(task_id: str, feed: Feed | None = None) -> Staging:
+        area = staging(task_id, feed)
         publish = area.publish
 
         def timed_publish() -> int:

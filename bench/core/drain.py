@@ -1,0 +1,173 @@
+"""Draining a broker with worker processes, timed from outside: the brokers a section runs on
+(the bench's private Redis, a private PostgreSQL database) and the watch of one drain through
+the marker file the no-op jobs append to (first job done -> last job done)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from bench.core import procs
+from bench.core.postgres import postgres_unreachable, shown
+from bench.core.redis_server import RedisServer
+from bench.core.system import ROOT, clean_env
+from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE
+from bench.sql import db as sql_db
+from bench.sql.db import PostgresDatabase
+
+REDIS = "redis"
+POSTGRESQL = "postgresql"
+#: Seconds between two progress samples of a drain (when the run keeps them).
+PROGRESS_EVERY = 0.1
+
+
+@dataclass
+class BenchBroker:
+    """One backend's broker for a section's runs, and how to empty it."""
+
+    backend: str
+    url: str
+    redis_server: RedisServer | None = None
+    postgres: PostgresDatabase | None = None
+
+    def empty(self) -> None:
+        if self.redis_server is not None:
+            with self.redis_server.client() as conn:
+                conn.flushall()
+        if self.postgres is not None:
+            self.postgres.empty()
+
+    def queued(self, queue: str) -> int:
+        if self.redis_server is not None:
+            with self.redis_server.client() as conn:
+                return int(conn.llen(f"queue:{queue}"))
+        return int(
+            sql_db.query(self.url, f"SELECT count(*) FROM asynctask_job WHERE queue = '{queue}'")[0][0]
+        )
+
+
+class SectionResults(Protocol):
+    versions: dict[str, str]
+    databases: dict[str, str]
+    failures: list[str]
+
+
+def open_brokers(
+    results: SectionResults,
+    pg_url: str,
+    server: RedisServer,
+    stack: ExitStack,
+    label: str,
+    wanted: list[str],
+) -> list[BenchBroker]:
+    """The brokers of ``wanted``: the private Redis, and a private PostgreSQL database named
+    after ``label``, migrated, dropped when ``stack`` closes."""
+    brokers = []
+    if REDIS in wanted:
+        brokers.append(BenchBroker(REDIS, server.url, redis_server=server))
+        results.databases[REDIS] = "the bench's private redis-server, FLUSHALL before each run"
+    if POSTGRESQL in wanted:
+        unreachable = postgres_unreachable(pg_url)
+        if unreachable is not None:
+            results.databases[POSTGRESQL] = f"skipped: {unreachable}"
+            print(f"PostgreSQL not reachable ({unreachable}): no PostgreSQL rows", file=sys.stderr)
+            return brokers
+        db = stack.enter_context(PostgresDatabase(pg_url, label))
+        argv = [sys.executable, "-m", "asynctask", "db", "upgrade", "--database-url", db.url]
+        out = subprocess.run(argv, env=clean_env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            results.failures.append(f"asynctask db upgrade failed: {out.stderr.strip()[-600:]}")
+            return brokers
+        brokers.append(BenchBroker(POSTGRESQL, db.url, postgres=db))
+        results.versions["PostgreSQL server"] = sql_db.postgres_version(pg_url)
+        results.databases[POSTGRESQL] = (
+            f"{shown(pg_url)}: a private database `{db.name}`, migrated once, TRUNCATEd before each run, "
+            "dropped after"
+        )
+    return brokers
+
+
+class Drain(Protocol):
+    """What a section's run gives one drain (its size and workers), and where the watch
+    writes what it measures: the phases, the CPU of the workers and of PostgreSQL (first job
+    done -> last), and (seconds since the first job done, jobs done) every ``PROGRESS_EVERY``."""
+
+    jobs: int
+    processes: int
+    concurrency: int
+    startup_s: float
+    steady_s: float
+    total_s: float
+    worker_cpu_s: float
+    postgres_cpu_s: float
+    progress: list[tuple[float, int]]
+
+
+def watch(drain: Drain, broker: BenchBroker, jobs_module: str, marker: Path, log: Path) -> None:
+    """Spawn the workers, poll the marker until N bytes, fill in the timings and CPU; stop them."""
+    env = clean_env(PYTHONPATH=str(ROOT), ASYNCTASK_TRACKING="false", BENCH_MARKER=str(marker))
+    argv = [
+        sys.executable, "-m", "asynctask", "worker", "--broker", broker.url,
+        "-r", jobs_module, "-c", str(drain.concurrency), "-q", "default",
+    ]  # fmt: skip
+    workers: list[subprocess.Popen[bytes]] = []
+    spawned = time.monotonic()
+    try:
+        workers = [procs.spawn(argv, env=env, cwd=ROOT, log=log) for _ in range(drain.processes)]
+        timeout = max(MIN_TIMEOUT, drain.jobs / 50)
+        first = sampled = 0.0
+        cpu_first, pg_first = 0.0, {}
+        while True:
+            size = os.stat(marker).st_size
+            now = time.monotonic()
+            if size and not first:
+                first = sampled = now
+                cpu_first, pg_first = _cpu(workers), postgres_cpu(broker.postgres)
+            if first and now - sampled >= PROGRESS_EVERY:
+                drain.progress.append((now - first, size))
+                sampled = now
+            if size >= drain.jobs:
+                drain.worker_cpu_s = _cpu(workers) - cpu_first
+                pg_last = postgres_cpu(broker.postgres)
+                drain.postgres_cpu_s = sum(cpu - pg_first.get(pid, 0.0) for pid, cpu in pg_last.items())
+                drain.startup_s, drain.steady_s, drain.total_s = first - spawned, now - first, now - spawned
+                drain.progress.append((now - first, size))
+                return
+            exited = [w for w in workers if w.poll() is not None]
+            if exited:
+                raise RuntimeError(
+                    f"a worker exited with {exited[0].returncode} after {size} jobs: {procs.log_tail(log)}"
+                )
+            if now - spawned > timeout:
+                raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {drain.jobs} jobs done")
+            time.sleep(POLL)
+    finally:
+        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
+            list(pool.map(lambda w: procs.stop(w, grace=STOP_GRACE), workers))
+
+
+def _cpu(workers: list[subprocess.Popen[bytes]]) -> float:
+    return sum(procs.tree_usage(w.pid, memory=False).cpu for w in workers)
+
+
+def postgres_cpu(db: PostgresDatabase | None) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend serving ``db``, by pid (none for no database)."""
+    if db is None:
+        return {}
+    found: dict[int, float] = {}
+    for proc in db.backends():
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue  # ended between listing and reading
+        found[proc.pid] = times.user + times.system
+    return found
