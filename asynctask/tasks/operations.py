@@ -75,8 +75,8 @@ EVENT_COLUMNS = (
 
 
 def new_task_id() -> str:
-    """128 random bits, URL-safe: a task id is safe to show to a browser."""
-    return secrets.token_urlsafe(16)
+    """128 random bits in hex: safe in a URL, and never read as an option by a command line."""
+    return secrets.token_hex(16)
 
 
 def create_task(

@@ -35,7 +35,7 @@ from asynctask.db.base import Base, BigId
 class Task(Base):
     __tablename__ = "asynctask_task"
 
-    #: Unguessable (128 random bits, URL-safe): a task id can be handed to a browser.
+    #: Unguessable (128 random bits, hex): a task id can be handed to a browser.
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     #: The registered name of the job every event of the task runs.
     job_name: Mapped[str] = mapped_column(String(255))
