@@ -42,5 +42,6 @@ class Feeds(ABC):
     @abstractmethod
     def tick(self) -> int:
         """Release for every feed whose interval has passed since its last release and that
-        has room; return how many jobs were released. Called by every worker every ``TICK``
-        seconds: cheap when nothing is due."""
+        has room, and for every feed whose ends this process counted without releasing yet
+        (a broker that releases in steps); return how many jobs were released. Called by
+        every worker every ``TICK`` seconds: cheap when nothing is due."""

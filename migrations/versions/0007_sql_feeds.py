@@ -45,6 +45,8 @@ def upgrade() -> None:
         sa.Column("last_release_at", sa.Float(), nullable=True),
         sa.Column("held", sa.BigInteger(), nullable=False),
         sa.Column("next_at", sa.Float(), nullable=True),
+        sa.Column("released_run_at", sa.Float(), server_default=sa.text("0"), nullable=False),
+        sa.Column("released_id", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.PrimaryKeyConstraint("task_id", name=op.f("pk_asynctask_feed")),
     )
     op.create_index(

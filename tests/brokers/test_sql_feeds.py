@@ -116,6 +116,64 @@ def test_every_acknowledgement_releases_the_next_held_job_and_never_more_than_pa
     assert feed_row(broker).next_at is None
 
 
+def test_postgresql_releases_every_tenth_of_parallel_ends_and_the_tick_releases_the_rest(
+    broker: SqlBroker,
+) -> None:
+    if not broker.store.postgres:
+        pytest.skip("SQLite releases in the acknowledgement's own transaction, at every end")
+    stage(broker, Feed(parallel=20), 40)
+    fetcher = broker.fetcher("me")
+    fetcher.register()
+    units = claim_all(fetcher)
+    assert len(units) == 20
+
+    def ack(count: int) -> FeedState | None:
+        nonlocal units
+        fetcher.claim(0, units[:count], [])
+        units = units[count:]
+        return checked(broker)
+
+    # The first end teaches the process the feed's step (parallel 20: 2 ends).
+    assert ack(1) == FeedState(Feed(parallel=20), held=19, out=20)
+    assert ack(1) == FeedState(Feed(parallel=20), held=19, out=19)
+    assert ack(1) == FeedState(Feed(parallel=20), held=17, out=20)
+    assert ack(1) == FeedState(Feed(parallel=20), held=17, out=19)
+    assert broker.feeds.tick() == 1
+    assert checked(broker) == FeedState(Feed(parallel=20), held=16, out=20)
+    # Releases after an acknowledgement move the cursor too (``held_in_order``).
+    assert feed_row(broker).released_id == max(r.id for r in rows(broker) if r.state != "held")
+
+
+def test_a_release_reads_the_held_rows_after_the_last_it_released(broker: SqlBroker) -> None:
+    if not broker.store.postgres:
+        pytest.skip("SQLite removes an index entry with its row; PostgreSQL keeps it until a vacuum")
+    stage(broker, Feed(parallel=2_000), 4_000)
+    # Staged rows share the task's enqueue time as run_at (a release sets it to now).
+    staged_at = {r.run_at for r in rows(broker) if r.state == "held"}.pop()
+    last = max(r.id for r in rows(broker) if r.state == "queued")
+    assert (feed_row(broker).released_run_at, feed_row(broker).released_id) == (staged_at, last)
+    with broker.engine.begin() as connection:
+        connection.execute(delete(QueuedJob).where(QueuedJob.state == "queued"))
+
+    def pages_read(cursor: tuple[float, int]) -> int:
+        """Index and table pages the next release's read of held rows touches."""
+        statement = broker.store.sql.feeds.candidates.compile(dialect=broker.engine.dialect)
+        params = {"task_id": "T", "parallel": 10, "released_run_at": cursor[0], "released_id": cursor[1]}
+        with broker.engine.connect() as connection:
+            plan = connection.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", params)
+            return int(plan.scalar_one()[0]["Plan"]["Shared Hit Blocks"])
+
+    # The 2,000 rows released, then acknowledged, are still in the held index until a vacuum.
+    assert pages_read((0.0, 0)) > 10 * pages_read((staged_at, last))
+    assert pages_read((staged_at, last)) < 20
+    # A row that rejoins the front is read first whatever the cursor.
+    held = [r for r in rows(broker) if r.state == "held"]
+    with broker.engine.begin() as connection:
+        connection.execute(update(QueuedJob).where(QueuedJob.id == held[-1].id).values(run_at=0))
+    assert broker.feeds.update("T", FeedChange(parallel=1)) == FeedState(Feed(parallel=1), held=1_999, out=1)
+    assert [r.id for r in rows(broker) if r.state == "queued"] == [held[-1].id]
+
+
 def test_settle_releases_in_its_transaction(broker: SqlBroker) -> None:
     stage(broker, Feed(parallel=1), 3)
     fetcher = broker.fetcher("me")

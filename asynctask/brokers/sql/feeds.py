@@ -10,9 +10,11 @@ a row ended in any way frees its slot at once.
 from __future__ import annotations
 
 import json
+import threading
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, TextClause
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,6 +36,24 @@ FEED_MARK = b'"feed"'
 SAFETY_LOOK = 1.0
 #: Feeds released per ``tick`` at most (one transaction).
 TICK_FEEDS = 50
+#: Feeds whose step a process remembers; past this it forgets them all and learns again.
+KNOWN_STEPS = 4096
+
+
+class Cursor(NamedTuple):
+    """The last staged row a feed released, in release order (see ``held_in_order``)."""
+
+    run_at: float
+    id: int
+
+
+def release_step(parallel: int) -> int:
+    """How many ends of a feed's jobs one process counts before it releases from the feed
+    (PostgreSQL): a tenth of ``parallel``, at least one. A release is a transaction that every
+    other release of the feed waits for; one per end made a feed's releases, not its jobs, the
+    limit of its drain. The feed then runs between ``parallel`` less a step per process and
+    ``parallel`` jobs out, never more."""
+    return max(1, parallel // 10)
 
 
 def is_fed(raw: bytes | str) -> bool:
@@ -63,6 +83,29 @@ class SqlFeeds(Feeds):
         self._store = store
         self._sql = store.sql.feeds
         self._flow = flow
+        # Ends acknowledged by this process and not released for yet, by feed; and each
+        # feed's step, learnt from its releases (unknown: release at once).
+        self._ended: Counter[str] = Counter()
+        self._steps: dict[str, int] = {}
+        self._counting = threading.Lock()
+
+    def ended(self, feeds: Counter[str]) -> None:
+        """Count ends of fed jobs that this process acknowledged (PostgreSQL, after the commit)
+        and release from the feeds whose count reached their step; ``tick`` releases the rest."""
+        with self._counting:
+            self._ended.update(feeds)
+            due = [feed for feed, count in self._ended.items() if count >= self._steps.get(feed, 1)]
+            for feed in due:
+                del self._ended[feed]
+        if due:
+            self.release_now(due)
+
+    def _flush_ended(self) -> int:
+        """Release from every feed with ends counted and not released for yet."""
+        with self._counting:
+            feeds = list(self._ended)
+            self._ended.clear()
+        return self.release_now(feeds) if feeds else 0
 
     # Locks, taken before any unique or concurrency key of the transaction.
 
@@ -103,24 +146,32 @@ class SqlFeeds(Feeds):
         if not first and feed.spacing > 0 and last is not None and now < last + feed.spacing:
             self._after(connection, feed.task_id, 0, last + feed.spacing, now)
             return 0
-        params = {"task_id": feed.task_id, "parallel": int(feed.parallel)}
+        cursor = Cursor(float(feed.released_run_at), int(feed.released_id))
+        params = {
+            "task_id": feed.task_id,
+            "parallel": int(feed.parallel),
+            "released_run_at": cursor.run_at,
+            "released_id": cursor.id,
+        }
         queued: list[int] = []
         lined: list[int] = []
         lanes: dict[str, LaneOf] = {}
         deferred = False
-        for row_id, lane, holds, raw in connection.execute(self._sql.candidates, params):
+        for lane, holds, raw, run_at, row_id in connection.execute(self._sql.candidates, params):
             job = None if lane is None or holds else decoded(raw, LANE_MARK)
             found = None if job is None else lane_of(job)
-            if found is None or found.digest != lane:
+            if found is not None and found.digest == lane:
+                if lanes_held:
+                    deferred = True
+                    break
+                lanes[found.digest] = found
+                lined.append(int(row_id))
+            else:
                 # Unkeyed, holding its key's slot already (a retry on hold), or a key that
                 # cannot be read from its payload (it runs without it, as a push would).
                 queued.append(int(row_id))
-                continue
-            if lanes_held:
-                deferred = True
-                break
-            lanes[found.digest] = found
-            lined.append(int(row_id))
+            if run_at > 0:
+                cursor = Cursor(float(run_at), int(row_id))
         released = 0
         values = {"priority": int(feed.priority), "now": now}
         if lanes:
@@ -147,7 +198,7 @@ class SqlFeeds(Feeds):
             tx.after_commit.append(partial(self.release_now, [str(feed.task_id)]))
         else:
             next_at = now + SAFETY_LOOK
-        self._after(connection, feed.task_id, released, next_at, now)
+        self._after(connection, feed.task_id, released, next_at, now, cursor)
         return released
 
     def release_now(self, task_ids: Sequence[str]) -> int:
@@ -171,18 +222,37 @@ class SqlFeeds(Feeds):
             (statement, {"feeds": feeds, "now": now, "safety": SAFETY_LOOK}),
         ]
         [found] = self._store.pipelined_rows(steps, [2])
-        keyed = [str(row[0]) for row in found if row[0] is not None]
+        feeds_found = [row for row in found if row[0] is not None]
+        with self._counting:
+            if len(self._steps) > KNOWN_STEPS:
+                self._steps.clear()
+            self._steps.update((str(row[0]), release_step(int(row[1]))) for row in feeds_found)
+        released = sum(int(row[3]) for row in feeds_found)
+        keyed = [str(row[0]) for row in feeds_found if row[2]]
         if not keyed:
-            return 0
+            return released
         with self._store.write() as tx:
-            return self.release(tx, self.lock(tx.connection, keyed), now)
+            return released + self.release(tx, self.lock(tx.connection, keyed), now)
 
     def _after(
-        self, connection: Connection, task_id: str, released: int, next_at: float | None, now: float
+        self,
+        connection: Connection,
+        task_id: str,
+        released: int,
+        next_at: float | None,
+        now: float,
+        cursor: Cursor | None = None,
     ) -> None:
         connection.execute(
             self._sql.after_release,
-            {"task_id": task_id, "released": released, "next_at": next_at, "now": now},
+            {
+                "task_id": task_id,
+                "released": released,
+                "next_at": next_at,
+                "now": now,
+                "released_run_at": None if cursor is None else cursor.run_at,
+                "released_id": None if cursor is None else cursor.id,
+            },
         )
 
     def add_held(self, connection: Connection, task_id: str, count: int) -> None:
@@ -248,15 +318,16 @@ class SqlFeeds(Feeds):
             return dropped
 
     def tick(self) -> int:
+        released = self._flush_ended()
         now = payload.now()
         params = {"now": now, "limit": TICK_FEEDS}
         # A read first: nothing due (the usual case) costs one indexed SELECT, no transaction.
         with self._store.read() as connection:
             if connection.execute(self._sql.any_due, params).first() is None:
-                return 0
+                return released
         with self._store.write() as tx:
             due = [str(t) for t in tx.connection.execute(self._sql.due, params).scalars()]
-            return self.release(tx, self.lock(tx.connection, due), now)
+            return released + self.release(tx, self.lock(tx.connection, due), now)
 
     def _list(self, values: list[str]) -> Any:
         return values if self._store.postgres else json.dumps(values)

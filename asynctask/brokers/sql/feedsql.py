@@ -19,7 +19,30 @@ IS_HELD = f"state = '{HELD}'"
 IS_OUT = "feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')"
 
 #: The columns of a feed row as ``lock`` and ``state`` return them.
-FEED_COLUMNS = "task_id, parallel, spacing, priority, paused, last_release_at, held"
+FEED_COLUMNS = (
+    "task_id, parallel, spacing, priority, paused, last_release_at, held, released_run_at, released_id"
+)
+
+
+def held_in_order(columns: str, feed: str, limit: str, cursor: str) -> str:
+    """A query of the first ``limit`` held rows of ``feed`` in release order (``run_at``,
+    ``id``), with ``columns`` and ``run_at`` and ``id``. Rows that rejoined the front have
+    ``run_at`` 0 and are read first; the staged rows are read after ``cursor`` (the feed row's
+    ``released_run_at, released_id`` as seen by the query), the last of them released: the
+    index entries of those released before stay until a vacuum, and walking them made each
+    release of a long feed slower than the one before."""
+    front = (
+        f"SELECT {columns}, run_at, id FROM asynctask_job WHERE feed = {feed} AND {IS_HELD} AND run_at = 0"
+    )
+    staged = (
+        f"SELECT {columns}, run_at, id FROM asynctask_job WHERE feed = {feed} AND {IS_HELD} "
+        f"AND run_at > 0 AND (run_at, id) > ({cursor})"
+    )
+    order = f"ORDER BY run_at, id LIMIT {limit}"
+    return (
+        f"SELECT * FROM (SELECT * FROM ({front} {order}) AS front_rows "
+        f"UNION ALL SELECT * FROM ({staged} {order}) AS staged_rows) AS held_rows {order}"
+    )
 
 
 class FeedStatements:
@@ -55,11 +78,15 @@ class FeedStatements:
         # The next held rows, as many as the feed has free slots: its parallel less its rows out,
         # counted now (after the feed's lock), so that nothing kept beside the rows can drift.
         # A keyed row that holds no slot of its key carries its payload: it enters the key's line.
+        out = f"SELECT count(*) FROM asynctask_job WHERE feed = :task_id AND {IS_OUT}"
+        room = f"{greatest}(0, :parallel - ({out}))"
         self.candidates = text(
-            f"SELECT id, lane, holds, CASE WHEN lane IS NOT NULL AND NOT holds THEN {stored_payload} END "
-            f"FROM asynctask_job WHERE feed = :task_id AND {IS_HELD} ORDER BY run_at, id "
-            f"LIMIT {greatest}(0, :parallel - (SELECT count(*) FROM asynctask_job "
-            f"WHERE feed = :task_id AND {IS_OUT}))"
+            held_in_order(
+                f"lane, holds, CASE WHEN lane IS NOT NULL AND NOT holds THEN {stored_payload} END AS lined",
+                ":task_id",
+                room,
+                ":released_run_at, :released_id",
+            )
         )
         released = (
             "UPDATE asynctask_job SET state = :state, priority = :priority, run_at = :now "
@@ -68,6 +95,8 @@ class FeedStatements:
         self.release = text(f"{released} RETURNING queue")
         self.after_release = text(
             "UPDATE asynctask_feed SET held = held - :released, next_at = :next_at, "
+            "released_run_at = COALESCE(:released_run_at, released_run_at), "
+            "released_id = COALESCE(:released_id, released_id), "
             "last_release_at = CASE WHEN :released > 0 THEN :now ELSE last_release_at END "
             "WHERE task_id = :task_id"
         )
@@ -95,9 +124,11 @@ class FeedStatements:
         )
         #: PostgreSQL: the release of the feeds ``:feeds`` (locked before, by this transaction)
         #: in one statement: the held rows that need no concurrency key, up to the first that
-        #: does; such a feed is returned (its ``next_at`` is now), for ``release`` to go on with.
-        #: The queues of the jobs released are NOTIFYed (the second column of the row whose
-        #: first is NULL counts them).
+        #: does. One row per feed: its task id, its parallel, whether it stopped at a keyed row
+        #: (its ``next_at`` is then now, for ``release`` to go on with) and how many of its jobs
+        #: went out. The queues of the
+        #: jobs released are NOTIFYed (the second column of the row whose first is NULL counts
+        #: them).
         self.release_unkeyed: TextClause | None = text(_release_unkeyed(channel)) if pg else None
         #: A row due again (the retry set) rejoins the front of its feed's held rows.
         self.to_front = text(
@@ -118,28 +149,35 @@ def _release_unkeyed(channel: str) -> str:
     # that made it non-empty was announced), and an idle worker claims again at the end of
     # its fetch timeout whatever it heard. (The probe repeats the fetch index's predicate.)
     blocked = "f0.spacing > 0 AND f0.last_release_at IS NOT NULL AND :now < f0.last_release_at + f0.spacing"
-    return f"""WITH f AS (SELECT f0.task_id, f0.priority, f0.held, f0.paused,
+    held = held_in_order(
+        "lane IS NOT NULL AND NOT holds AS keyed", "f.task_id", "f.room", "f.released_run_at, f.released_id"
+    )
+    return f"""WITH f AS (SELECT f0.task_id, f0.parallel, f0.priority, f0.held, f0.paused,
+        f0.released_run_at, f0.released_id,
         ({blocked}) AS waiting, f0.last_release_at + f0.spacing AS due,
         CASE WHEN f0.paused OR f0.held <= 0 OR ({blocked}) THEN 0 ELSE GREATEST(0, f0.parallel -
         (SELECT count(*) FROM asynctask_job WHERE feed = f0.task_id AND {IS_OUT})) END AS room
         FROM asynctask_feed AS f0 WHERE f0.task_id = ANY(CAST(:feeds AS TEXT[]))),
     c AS (SELECT f.task_id, j.id, count(*) FILTER (WHERE j.keyed) OVER (PARTITION BY f.task_id
-        ORDER BY j.run_at, j.id) AS keyed_so_far FROM f CROSS JOIN LATERAL (SELECT id, run_at,
-        lane IS NOT NULL AND NOT holds AS keyed FROM asynctask_job WHERE feed = f.task_id AND
-        {IS_HELD} ORDER BY run_at, id LIMIT f.room) AS j),
+        ORDER BY j.run_at, j.id) AS keyed_so_far, j.run_at FROM f CROSS JOIN LATERAL ({held}) AS j),
     moved AS (UPDATE asynctask_job AS t SET state = 'queued', priority = f.priority, run_at = :now
         FROM c JOIN f ON f.task_id = c.task_id WHERE t.id = c.id AND c.keyed_so_far = 0 AND t.{IS_HELD}
         RETURNING t.feed, t.queue),
-    n AS (SELECT f.task_id, f.held - (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS left,
+    n AS (SELECT f.task_id, f.parallel,
+        f.held - (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS left,
         (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS released,
         EXISTS (SELECT 1 FROM c WHERE c.task_id = f.task_id AND c.keyed_so_far > 0) AS cut,
-        f.paused, f.waiting, f.due FROM f),
+        f.paused, f.waiting, f.due, last.run_at AS last_run_at, last.id AS last_id
+        FROM f LEFT JOIN LATERAL (SELECT c.run_at, c.id FROM c WHERE c.task_id = f.task_id
+        AND c.keyed_so_far = 0 AND c.run_at > 0 ORDER BY c.run_at DESC, c.id DESC LIMIT 1) AS last ON true),
     changed AS (UPDATE asynctask_feed AS g SET held = n.left,
         last_release_at = CASE WHEN n.released > 0 THEN :now ELSE g.last_release_at END,
         next_at = CASE WHEN n.paused OR n.left <= 0 THEN NULL WHEN n.cut THEN :now
-        WHEN n.waiting THEN n.due ELSE :now + :safety END
+        WHEN n.waiting THEN n.due ELSE :now + :safety END,
+        released_run_at = COALESCE(n.last_run_at, g.released_run_at),
+        released_id = COALESCE(n.last_id, g.released_id)
         FROM n WHERE g.task_id = n.task_id)
     SELECT NULL, (SELECT count(pg_notify('{channel}', q)) FROM (SELECT DISTINCT queue AS q FROM moved) AS d
         WHERE NOT EXISTS (SELECT 1 FROM asynctask_job AS w WHERE w.queue = d.q
-        AND w.state = 'queued' AND w.locked_by IS NULL))
-    UNION ALL SELECT task_id, NULL FROM n WHERE cut"""
+        AND w.state = 'queued' AND w.locked_by IS NULL)), NULL, NULL
+    UNION ALL SELECT task_id, parallel, cut, released FROM n"""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -155,23 +156,24 @@ class SqlFetcher(Fetcher):
         return self._units(order, claimed, generation)
 
     @staticmethod
-    def _late_feeds(acks: list[UnitOfWork]) -> list[str] | None:
-        """The feeds the acknowledged jobs name, read from their payloads; None if one of
-        them names none that can be read (its row's feed is then locked before the ack)."""
+    def _late_feeds(acks: list[UnitOfWork]) -> Counter[str] | None:
+        """How many acknowledged jobs name each feed, read from their payloads; None if one
+        of them names none that can be read (its row's feed is then locked before the ack)."""
         fed = [fed_by(u.payload) for u in acks if is_fed(u.payload)]
         if any(feed is None for feed in fed):
             return None
-        return sorted({str(feed) for feed in fed})
+        return Counter(str(feed) for feed in fed)
 
-    def _release_after(self, feeds: list[str]) -> None:
-        """Release from the feeds of the jobs a claim just acknowledged, in a transaction of
-        its own, once the claim is committed: the feed's lock is then held only by releases
-        (short, and committed without waiting for the disk), never across an acknowledgement's
-        commit, which made a feed's ends commit one after the other (a drain of one feed by 20
-        threads ran 335 to 680 jobs/s). A process that dies in between leaves the slots to the
-        ticker, which looks at a feed holding jobs a second after its last release."""
+    def _release_after(self, feeds: Counter[str]) -> None:
+        """Count the ends of the fed jobs a claim just acknowledged; the feeds release in a
+        transaction of their own, once the claim is committed, every ``release_step`` ends
+        (``SqlFeeds.ended``): the feed's lock is then held only by releases (short, and
+        committed without waiting for the disk), never across an acknowledgement's commit,
+        which made a feed's ends commit one after the other (a drain of one feed by 20 threads
+        ran 335 to 680 jobs/s). A process that dies in between leaves the slots to the ticker,
+        which looks at a feed holding jobs a second after its last release."""
         try:
-            self._feeds.release_now(feeds)
+            self._feeds.ended(feeds)
         except self._feeds.errors as exc:
             # The claim is committed: its jobs are this process's.
             logger.warning("a feed's release failed (the ticker releases it): %s", exc)

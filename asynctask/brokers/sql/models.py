@@ -247,6 +247,11 @@ class FeedRow(Base):
     #: When the ticker must release from this feed (an interval's end, a deferred release, or
     #: the safety net's next look); NULL when only an end of one of its jobs can make room.
     next_at: Mapped[float | None] = mapped_column(Float)
+    #: The last staged row released, (run_at, id): a release looks for staged rows after it,
+    #: so that it never walks the index entries of the rows released before it, which stay in
+    #: the held index until a vacuum and made each release slower than the one before.
+    released_run_at: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    released_id: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
     __table_args__ = (
         Index(
