@@ -34,7 +34,9 @@ def upgrade() -> None:
         sqlite_where=HELD,
         postgresql_where=HELD,
     )
-    op.create_index("ix_asynctask_job_out", "asynctask_job", ["feed"], sqlite_where=OUT, postgresql_where=OUT)
+    op.create_index(
+        "ix_asynctask_job_out", "asynctask_job", ["feed", "id"], sqlite_where=OUT, postgresql_where=OUT
+    )
     op.create_table(
         "asynctask_feed",
         sa.Column("task_id", sa.String(length=32), nullable=False),
@@ -47,6 +49,7 @@ def upgrade() -> None:
         sa.Column("next_at", sa.Float(), nullable=True),
         sa.Column("released_run_at", sa.Float(), server_default=sa.text("0"), nullable=False),
         sa.Column("released_id", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.Column("out_from", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.PrimaryKeyConstraint("task_id", name=op.f("pk_asynctask_feed")),
     )
     op.create_index(

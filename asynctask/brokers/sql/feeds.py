@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, TextClause
+from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
@@ -36,6 +36,8 @@ FEED_MARK = b'"feed"'
 SAFETY_LOOK = 1.0
 #: Feeds released per ``tick`` at most (one transaction).
 TICK_FEEDS = 50
+#: Runs of a release statement for a feed that a concurrent release keeps changing.
+STALE_TRIES = 3
 #: Feeds whose step a process remembers; past this it forgets them all and learns again.
 KNOWN_STEPS = 4096
 
@@ -152,6 +154,7 @@ class SqlFeeds(Feeds):
             "parallel": int(feed.parallel),
             "released_run_at": cursor.run_at,
             "released_id": cursor.id,
+            "out_from": int(feed.out_from),
         }
         queued: list[int] = []
         lined: list[int] = []
@@ -198,16 +201,18 @@ class SqlFeeds(Feeds):
             tx.after_commit.append(partial(self.release_now, [str(feed.task_id)]))
         else:
             next_at = now + SAFETY_LOOK
-        self._after(connection, feed.task_id, released, next_at, now, cursor)
+        self._after(
+            connection, feed.task_id, released, next_at, now, cursor, min(queued + lined, default=None)
+        )
         return released
 
     def release_now(self, task_ids: Sequence[str]) -> int:
-        """Release from these feeds in a transaction of their own.
+        """Release from these feeds in a transaction of their own; return how many jobs went out.
 
-        On PostgreSQL it is one round trip (pipeline mode): the feeds' lock, the release in one
-        statement and a commit that does not wait for the write-ahead log to reach the disk.
-        The lock is what every other end of the feeds' jobs waits for, so it is held for no
-        client round trip and no disk write; a release that a crash of the server loses only
+        On PostgreSQL it is one statement in one round trip (``release_unkeyed``), which locks
+        the feeds, releases and commits without waiting for the write-ahead log to reach the
+        disk: the lock is what every other release of the feeds waits for, so it is held for
+        no client round trip and no disk write; a release that a crash of the server loses only
         leaves its jobs held, to be released again (it acknowledges, claims and records
         nothing). A feed whose next held job needs a concurrency key goes on through its key's
         line in a transaction after it."""
@@ -215,20 +220,30 @@ class SqlFeeds(Feeds):
         if statement is None:
             with self._store.write() as tx:
                 return self.release(tx, self.lock(tx.connection, task_ids), payload.now())
-        now, feeds = payload.now(), sorted(set(task_ids))
-        steps: list[tuple[TextClause, dict[str, Any]]] = [
-            (self._sql.relaxed_commit, {}),
-            (self._sql.lock, {"feeds": feeds}),
-            (statement, {"feeds": feeds, "now": now, "safety": SAFETY_LOOK}),
-        ]
-        [found] = self._store.pipelined_rows(steps, [2])
-        feeds_found = [row for row in found if row[0] is not None]
-        with self._counting:
-            if len(self._steps) > KNOWN_STEPS:
-                self._steps.clear()
-            self._steps.update((str(row[0]), release_step(int(row[1]))) for row in feeds_found)
-        released = sum(int(row[3]) for row in feeds_found)
-        keyed = [str(row[0]) for row in feeds_found if row[2]]
+        released, keyed, now = 0, [], payload.now()
+        # One feed per statement: a scalar parameter lets PostgreSQL keep one generic plan
+        # for it instead of planning each run. A feed that changed between the statement's
+        # snapshot and its lock (``release_unkeyed``) is released again with a fresh snapshot;
+        # one changed at every try is left to whatever changed it, which released, and to the
+        # ticker's safety look.
+        for feed in sorted(set(task_ids)):
+            for _ in range(STALE_TRIES):
+                with self._store.write(single_statement=True) as tx:
+                    params = {"feed": feed, "now": now, "safety": SAFETY_LOOK}
+                    found = [row for row in tx.connection.execute(statement, params) if row[0] is not None]
+                if not found:
+                    break
+                [(_, parallel, cut, count, stale)] = found
+                with self._counting:
+                    if len(self._steps) > KNOWN_STEPS:
+                        self._steps.clear()
+                    self._steps[feed] = release_step(int(parallel))
+                released += int(count)
+                if cut:
+                    keyed.append(feed)
+                if not stale:
+                    break
+                now = payload.now()
         if not keyed:
             return released
         with self._store.write() as tx:
@@ -242,7 +257,10 @@ class SqlFeeds(Feeds):
         next_at: float | None,
         now: float,
         cursor: Cursor | None = None,
+        lowest: int | None = None,
     ) -> None:
+        """The feed row after a release: ``lowest``, the smallest id released, lowers its
+        ``out_from`` (a row that rejoined the front keeps its id, maybe below it)."""
         connection.execute(
             self._sql.after_release,
             {
@@ -252,6 +270,7 @@ class SqlFeeds(Feeds):
                 "now": now,
                 "released_run_at": None if cursor is None else cursor.run_at,
                 "released_id": None if cursor is None else cursor.id,
+                "lowest": lowest,
             },
         )
 

@@ -20,7 +20,8 @@ IS_OUT = "feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')"
 
 #: The columns of a feed row as ``lock`` and ``state`` return them.
 FEED_COLUMNS = (
-    "task_id, parallel, spacing, priority, paused, last_release_at, held, released_run_at, released_id"
+    "task_id, parallel, spacing, priority, paused, last_release_at, held, released_run_at, released_id, "
+    "out_from"
 )
 
 
@@ -66,19 +67,18 @@ class FeedStatements:
             f"SELECT {FEED_COLUMNS} FROM asynctask_feed WHERE task_id IN (SELECT feed FROM asynctask_job "
             f"WHERE {in_ids} AND feed IS NOT NULL) ORDER BY task_id{for_update}"
         )
-        self.relaxed_commit = text("SET LOCAL synchronous_commit = off")
         self.create = text(
             "INSERT INTO asynctask_feed (task_id, parallel, spacing, priority, paused, last_release_at, "
             "held, next_at) VALUES (:task_id, :parallel, :spacing, :priority, :paused, NULL, 0, NULL)"
         )
         self.state = text(
-            f"SELECT {FEED_COLUMNS}, (SELECT count(*) FROM asynctask_job WHERE feed = :task_id AND {IS_OUT}) "
-            "FROM asynctask_feed WHERE task_id = :task_id"
+            f"SELECT {FEED_COLUMNS}, (SELECT count(*) FROM asynctask_job WHERE feed = :task_id AND {IS_OUT} "
+            "AND id >= asynctask_feed.out_from) FROM asynctask_feed WHERE task_id = :task_id"
         )
         # The next held rows, as many as the feed has free slots: its parallel less its rows out,
         # counted now (after the feed's lock), so that nothing kept beside the rows can drift.
         # A keyed row that holds no slot of its key carries its payload: it enters the key's line.
-        out = f"SELECT count(*) FROM asynctask_job WHERE feed = :task_id AND {IS_OUT}"
+        out = f"SELECT count(*) FROM asynctask_job WHERE feed = :task_id AND {IS_OUT} AND id >= :out_from"
         room = f"{greatest}(0, :parallel - ({out}))"
         self.candidates = text(
             held_in_order(
@@ -97,7 +97,8 @@ class FeedStatements:
             "UPDATE asynctask_feed SET held = held - :released, next_at = :next_at, "
             "released_run_at = COALESCE(:released_run_at, released_run_at), "
             "released_id = COALESCE(:released_id, released_id), "
-            "last_release_at = CASE WHEN :released > 0 THEN :now ELSE last_release_at END "
+            "last_release_at = CASE WHEN :released > 0 THEN :now ELSE last_release_at END, "
+            "out_from = CASE WHEN :lowest < out_from THEN :lowest ELSE out_from END "
             "WHERE task_id = :task_id"
         )
         self.add_held = text("UPDATE asynctask_feed SET held = held + :count WHERE task_id = :task_id")
@@ -122,13 +123,13 @@ class FeedStatements:
         self.any_due = text(
             "SELECT 1 FROM asynctask_feed WHERE next_at IS NOT NULL AND next_at <= :now LIMIT 1"
         )
-        #: PostgreSQL: the release of the feeds ``:feeds`` (locked before, by this transaction)
-        #: in one statement: the held rows that need no concurrency key, up to the first that
-        #: does. One row per feed: its task id, its parallel, whether it stopped at a keyed row
-        #: (its ``next_at`` is then now, for ``release`` to go on with) and how many of its jobs
-        #: went out. The queues of the
-        #: jobs released are NOTIFYed (the second column of the row whose first is NULL counts
-        #: them).
+        #: PostgreSQL: the release of the feed ``:feed``, which it locks, in one statement:
+        #: the held rows that need no concurrency key, up to the first that does. A row for the
+        #: feed if it exists: its task id, its parallel, whether it stopped at a keyed row (its
+        #: ``next_at`` is then now, for ``release`` to go on with), how many of its jobs went
+        #: out, and whether it was stale (changed after the statement's snapshot: nothing
+        #: done). The queues of the jobs released are NOTIFYed (the second column of the row
+        #: whose first is NULL counts them).
         self.release_unkeyed: TextClause | None = text(_release_unkeyed(channel)) if pg else None
         #: A row due again (the retry set) rejoins the front of its feed's held rows.
         self.to_front = text(
@@ -139,9 +140,17 @@ class FeedStatements:
 
 
 def _release_unkeyed(channel: str) -> str:
-    # Every part sees the snapshot taken when the statement starts, after the feeds' locks
-    # were granted: the rows out are counted as committed before, plus this transaction's
-    # own acknowledgements; a queue is claimable as it was before this release.
+    # One statement, its own transaction (no BEGIN, no COMMIT: one message, one round trip),
+    # committed without waiting for the disk (`relaxed`): the feeds' locks it takes (`f`) are
+    # what every other release of them waits for. Its snapshot is taken when it starts, maybe
+    # before a lock it waited for was granted: then the rows out and held it would read are
+    # not those of the feed it locked (a release committed meanwhile, or a job rejoined the
+    # front), and it could release too many. Every change of a feed's held or out rows under
+    # its lock also writes its row, so the feed row's version tells: when the version locked
+    # is not the version in the snapshot (`seen`), the feed is stale and nothing is done for
+    # it; the caller runs the statement again for it, with a fresh snapshot. Acknowledgements
+    # committed meanwhile (they take no feed lock) only make the count of rows out too high:
+    # they release less, and their own process releases for them after.
     # Only a queue that had no claimable job is NOTIFYed: a NOTIFY serialises the commits of
     # every notifying transaction of the server (PostgreSQL's notification queue lock), which
     # would make every acknowledgement of a fed job wait for the others'; a queue that has
@@ -152,32 +161,40 @@ def _release_unkeyed(channel: str) -> str:
     held = held_in_order(
         "lane IS NOT NULL AND NOT holds AS keyed", "f.task_id", "f.room", "f.released_run_at, f.released_id"
     )
-    return f"""WITH f AS (SELECT f0.task_id, f0.parallel, f0.priority, f0.held, f0.paused,
-        f0.released_run_at, f0.released_id,
+    return f"""WITH seen AS (SELECT task_id, xmin AS version FROM asynctask_feed
+        WHERE task_id = :feed),
+    f AS (SELECT f0.task_id, f0.parallel, f0.priority, f0.held, f0.paused,
+        f0.released_run_at, f0.released_id, f0.xmin = seen.version AS fresh,
+        (SELECT min(id) FROM asynctask_job WHERE feed = f0.task_id AND {IS_OUT}
+        AND id >= f0.out_from) AS out_low,
         ({blocked}) AS waiting, f0.last_release_at + f0.spacing AS due,
-        CASE WHEN f0.paused OR f0.held <= 0 OR ({blocked}) THEN 0 ELSE GREATEST(0, f0.parallel -
-        (SELECT count(*) FROM asynctask_job WHERE feed = f0.task_id AND {IS_OUT})) END AS room
-        FROM asynctask_feed AS f0 WHERE f0.task_id = ANY(CAST(:feeds AS TEXT[]))),
+        CASE WHEN f0.xmin <> seen.version OR f0.paused OR f0.held <= 0 OR ({blocked}) THEN 0
+        ELSE GREATEST(0, f0.parallel - (SELECT count(*) FROM asynctask_job
+        WHERE feed = f0.task_id AND {IS_OUT} AND id >= f0.out_from)) END AS room
+        FROM asynctask_feed AS f0 JOIN seen ON seen.task_id = f0.task_id
+        ORDER BY f0.task_id FOR UPDATE OF f0),
     c AS (SELECT f.task_id, j.id, count(*) FILTER (WHERE j.keyed) OVER (PARTITION BY f.task_id
         ORDER BY j.run_at, j.id) AS keyed_so_far, j.run_at FROM f CROSS JOIN LATERAL ({held}) AS j),
     moved AS (UPDATE asynctask_job AS t SET state = 'queued', priority = f.priority, run_at = :now
         FROM c JOIN f ON f.task_id = c.task_id WHERE t.id = c.id AND c.keyed_so_far = 0 AND t.{IS_HELD}
-        RETURNING t.feed, t.queue),
-    n AS (SELECT f.task_id, f.parallel,
-        f.held - (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS left,
-        (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS released,
+        RETURNING t.feed, t.queue, t.id),
+    n AS (SELECT f.task_id, f.parallel, f.fresh, f.held - released.count AS left,
+        released.count AS released,
         EXISTS (SELECT 1 FROM c WHERE c.task_id = f.task_id AND c.keyed_so_far > 0) AS cut,
-        f.paused, f.waiting, f.due, last.run_at AS last_run_at, last.id AS last_id
-        FROM f LEFT JOIN LATERAL (SELECT c.run_at, c.id FROM c WHERE c.task_id = f.task_id
+        f.paused, f.waiting, f.due, last.run_at AS last_run_at, last.id AS last_id,
+        LEAST(f.out_low, (SELECT min(moved.id) FROM moved WHERE moved.feed = f.task_id)) AS out_from
+        FROM f CROSS JOIN LATERAL (SELECT count(*) FROM moved WHERE moved.feed = f.task_id) AS released
+        LEFT JOIN LATERAL (SELECT c.run_at, c.id FROM c WHERE c.task_id = f.task_id
         AND c.keyed_so_far = 0 AND c.run_at > 0 ORDER BY c.run_at DESC, c.id DESC LIMIT 1) AS last ON true),
     changed AS (UPDATE asynctask_feed AS g SET held = n.left,
         last_release_at = CASE WHEN n.released > 0 THEN :now ELSE g.last_release_at END,
         next_at = CASE WHEN n.paused OR n.left <= 0 THEN NULL WHEN n.cut THEN :now
         WHEN n.waiting THEN n.due ELSE :now + :safety END,
         released_run_at = COALESCE(n.last_run_at, g.released_run_at),
-        released_id = COALESCE(n.last_id, g.released_id)
-        FROM n WHERE g.task_id = n.task_id)
+        released_id = COALESCE(n.last_id, g.released_id), out_from = COALESCE(n.out_from, g.out_from)
+        FROM n WHERE g.task_id = n.task_id AND n.fresh),
+    relaxed AS (SELECT set_config('synchronous_commit', 'off', true))
     SELECT NULL, (SELECT count(pg_notify('{channel}', q)) FROM (SELECT DISTINCT queue AS q FROM moved) AS d
         WHERE NOT EXISTS (SELECT 1 FROM asynctask_job AS w WHERE w.queue = d.q
-        AND w.state = 'queued' AND w.locked_by IS NULL)), NULL, NULL
-    UNION ALL SELECT task_id, parallel, cut, released FROM n"""
+        AND w.state = 'queued' AND w.locked_by IS NULL)), NULL, NULL, NULL FROM relaxed
+    UNION ALL SELECT task_id, parallel, cut, released, NOT fresh FROM n"""

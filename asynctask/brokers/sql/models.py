@@ -136,10 +136,11 @@ class QueuedJob(Base):
             sqlite_where=text("state = 'held'"),
             postgresql_where=text("state = 'held'"),
         ),
-        # A feed's jobs out (released, not ended), counted at every release.
+        # A feed's jobs out (released, not ended), counted at every release from its out_from.
         Index(
             "ix_asynctask_job_out",
             "feed",
+            "id",
             sqlite_where=text("feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')"),
             postgresql_where=text("feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')"),
         ),
@@ -252,6 +253,9 @@ class FeedRow(Base):
     #: the held index until a vacuum and made each release slower than the one before.
     released_run_at: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     released_id: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    #: No row of the feed out has a smaller id: a release counts the rows out from it, so that
+    #: it does not walk the out index's entries of the jobs ended before (dead until a vacuum).
+    out_from: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
     __table_args__ = (
         Index(

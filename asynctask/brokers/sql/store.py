@@ -124,12 +124,6 @@ class Store:
         """PostgreSQL: run ``steps`` in one transaction, in one round trip (pipeline mode:
         BEGIN, the statements in order, COMMIT); return the last statement's rows. The server
         runs each statement after the one before ends, each with its own snapshot."""
-        return self.pipelined_rows(steps, [len(steps) - 1])[0]
-
-    def pipelined_rows(
-        self, steps: Sequence[tuple[TextClause, dict[str, Any]]], wanted: Sequence[int]
-    ) -> list[list[tuple[Any, ...]]]:
-        """``pipelined``, returning the rows of each statement of ``wanted`` (positions)."""
         with self._missing_tables(), self._autocommit.connect() as connection:
             raw: Any = connection.connection.driver_connection  # psycopg's connection
             try:
@@ -141,7 +135,7 @@ class Store:
                     raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     cursors = [raw.execute(self._compiled(statement), params) for statement, params in steps]
                     raw.execute("COMMIT")
-                return [[tuple(row) for row in cursors[i].fetchall()] for i in wanted]
+                return [tuple(row) for row in cursors[-1].fetchall()]
             except BaseException:
                 # A failed statement leaves the transaction open and aborted on the server.
                 raw.rollback()
