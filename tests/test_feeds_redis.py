@@ -163,6 +163,43 @@ def test_the_claim_that_acknowledges_a_fed_job_releases_and_claims_the_next(
     assert 600_000 < broker.redis.ttl(broker.keys.feed(TASK)) <= 604_800
 
 
+def test_ends_refill_a_feed_in_steps_of_a_tenth_of_parallel(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, [f"j{n:02}" for n in range(40)], Feed(parallel=20))
+    assert len(out(broker)) == 20
+    first = claim(fetch, wanted=3)
+    # One end frees one slot: under the step (2), nothing is released...
+    claim(fetch, acks=[first[0]], wanted=0)
+    assert (len(out(broker)), len(held(broker))) == (19, 20)
+    # ...but the next tick is to look at the feed at once.
+    assert broker.redis.zscore(broker.keys.feeds, TASK) == 0
+    # The second end reaches the step: both free slots are refilled.
+    claim(fetch, acks=[first[1]], wanted=0)
+    assert (len(out(broker)), len(held(broker))) == (20, 18)
+    assert (broker.redis.zscore(broker.keys.feeds, TASK) or 0) > payload.now() + 20
+    # Two ends in one call refill both at once.
+    claim(fetch, acks=[first[2], *claim(fetch)], wanted=0)
+    assert (len(out(broker)), len(held(broker))) == (20, 16)
+
+
+def test_a_tick_tops_up_the_slots_short_of_a_step(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, [f"j{n:02}" for n in range(40)], Feed(parallel=20))
+    [a] = claim(fetch)
+    claim(fetch, acks=[a], wanted=0)
+    assert len(out(broker)) == 19
+    assert broker.feeds.tick() == 1
+    assert (len(out(broker)), len(held(broker))) == (20, 19)
+
+
+def test_the_last_held_jobs_are_released_below_the_step(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, [f"j{n:02}" for n in range(21)], Feed(parallel=20))
+    [a] = claim(fetch)
+    # One job held: the step is min(2, 1), one free slot releases it.
+    claim(fetch, acks=[a], wanted=0)
+    assert (len(out(broker)), held(broker)) == (20, [])
+
+
 def test_a_fed_job_is_acknowledged_through_the_flow_end(broker: RedisBroker) -> None:
     fed = payload.dumps(job("a")).encode()
     plain = payload.dumps({"class": "X", "args": [], "jid": "p", "queue": "default"}).encode()

@@ -27,8 +27,8 @@
 -- would never be recovered if this process then died.
 -- Queues are tried in the order given; a batch drains the first non-empty one before the next.
 -- Flow control: an acknowledged job ends, freeing its concurrency slot (promoting the next
--- job of its key into its queue), its unique key and its feed slot (releasing its feed's next
--- jobs); a claimed job over its rate limit goes
+-- job of its key into its queue), its unique key and its feed slot (each feed with freed
+-- slots releases once, after the acknowledgements); a claimed job over its rate limit goes
 -- back to the schedule set instead of being returned (see flow.lua). Only payloads that
 -- contain the fields' names are decoded.
 -- Returns {cancel generation, index in KEYS of the job's queue, payload, index, payload, ...}.
@@ -44,6 +44,7 @@ for i = 1, acks do
     flow_end(job, false)
   end
 end
+feed_release_ended()
 if transitions > 0 then
   local last = redis.call("incrby", KEYS[2], transitions)
   redis.call("xadd", KEYS[1], "*", "s", last - transitions + 1, "d", ARGV[4])
