@@ -17,6 +17,10 @@
 --                   index is negative for a job with a concurrency key, a unique key or a
 --                   feed field (the caller looked, so that the other acknowledgements cost no
 --                   search here)
+-- ARGV[n]           after them, how many acknowledgements of fed jobs follow, each as four:
+--                   index, payload, the job's feed (task id) and jid: jobs with no
+--                   concurrency or unique key, whose payload the caller decoded, so that
+--                   their end frees the feed slot without decoding it here
 --
 -- A finished job's acknowledgement and its "finish" transition are written together, so a
 -- crash leaves either both (done) or neither (the job runs again and records it again).
@@ -30,7 +34,7 @@
 -- job of its key into its queue), its unique key and its feed slot (each feed with freed
 -- slots releases once, after the acknowledgements); a claimed job over its rate limit goes
 -- back to the schedule set instead of being returned (see flow.lua). Only payloads that
--- contain the fields' names are decoded.
+-- contain the fields' names are decoded, and not those of plain fed jobs.
 -- Returns {cancel generation, index in KEYS of the job's queue, payload, index, payload, ...}.
 local batch = tonumber(ARGV[1])
 local transitions = tonumber(ARGV[3])
@@ -42,6 +46,12 @@ for i = 1, acks do
     redis.call("lrem", KEYS[index], -1, job)
   elseif redis.call("lrem", KEYS[-index], -1, job) == 1 then
     flow_end(job, false)
+  end
+end
+local fed = 7 + 2 * acks
+for i = fed + 1, fed + 4 * tonumber(ARGV[fed]), 4 do
+  if redis.call("lrem", KEYS[tonumber(ARGV[i])], -1, ARGV[i + 1]) == 1 then
+    feed_end(ARGV[i + 2], ARGV[i + 3])
   end
 end
 feed_release_ended()
