@@ -178,6 +178,7 @@ def test_the_worker_names_the_feed_and_jid_of_a_plain_fed_job_only() -> None:
     assert unit().fed == (TASK, "a")
     assert unit(concurrency_key="k", concurrency_limit=1).fed is None
     assert unit(unique_key="u").fed is None
+    assert unit(feed="\ud800").fed is None
     assert UnitOfWork("default", b"{}", "inflight").decoded({"class": "X", "jid": "a"}).fed is None
     # Not part of the unit's identity: the claim check matches units with and without it.
     assert unit() == UnitOfWork("default", b"{}", "inflight")

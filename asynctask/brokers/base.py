@@ -54,7 +54,9 @@ class UnitOfWork:
     def decoded(self, job: JobDict) -> UnitOfWork:
         """This unit, knowing ``job`` (its payload decoded): ``fed`` set for such a fed job."""
         feed = job.get(FEED_FIELD)
-        if not isinstance(feed, str) or "concurrency_key" in job or "unique_key" in job:
+        # Task ids are ASCII; any other text (a lone surrogate would not even encode, failing
+        # every claim that carries it) leaves the broker to decode the payload as before.
+        if not isinstance(feed, str) or not feed.isascii() or "concurrency_key" in job or "unique_key" in job:
             return self
         return UnitOfWork(self.queue, self.payload, self.ref, (feed, job["jid"]))
 
