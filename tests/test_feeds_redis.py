@@ -8,18 +8,21 @@ look at the held list, the out hash and the queues, where a leaked or doubled sl
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
 
-from asynctask import Settings, payload
+import asynctask
+from asynctask import Registry, Settings, payload
 from asynctask.api.backend import Stored
 from asynctask.api.backends.redis import RedisReader
 from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch, ends_flow
 from asynctask.feeds import Feed, FeedChange
+from asynctask.worker import Worker
+from tests.conftest import wait_until
 
 TASK = "t1"
 
@@ -161,6 +164,108 @@ def test_the_claim_that_acknowledges_a_fed_job_releases_and_claims_the_next(
     assert broker.feeds.state(TASK) is not None
     # Nothing held, nothing out: the feed is forgotten after a week.
     assert 600_000 < broker.redis.ttl(broker.keys.feed(TASK)) <= 604_800
+
+
+def decoded(unit: UnitOfWork) -> UnitOfWork:
+    """``unit`` as the worker acknowledges it once it decoded the payload."""
+    return unit.decoded(payload.loads(unit.payload))
+
+
+def test_the_worker_names_the_feed_and_jid_of_a_plain_fed_job_only() -> None:
+    def unit(**fields: Any) -> UnitOfWork:
+        return UnitOfWork("default", b"{}", "inflight").decoded(job("a", **fields))
+
+    assert unit().fed == (TASK, "a")
+    assert unit(concurrency_key="k", concurrency_limit=1).fed is None
+    assert unit(unique_key="u").fed is None
+    assert unit(feed="\ud800").fed is None
+    assert UnitOfWork("default", b"{}", "inflight").decoded({"class": "X", "jid": "a"}).fed is None
+    # Not part of the unit's identity: the claim check matches units with and without it.
+    assert unit() == UnitOfWork("default", b"{}", "inflight")
+
+
+def test_a_worker_acknowledges_a_plain_fed_job_with_its_feed_and_jid(
+    broker: RedisBroker,
+    registry: Registry,
+    start_worker: Callable[..., Worker],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[str] = []
+    acknowledged: list[tuple[str, str] | None] = []
+
+    @asynctask.job(registry=registry, name="X")
+    def x() -> None:
+        ran.append(asynctask.current_job().jid)
+
+    claim_as_is = ReliableFetch.claim
+
+    def spy(
+        self: ReliableFetch, wanted: int, acks: list[UnitOfWork], transitions: list[str]
+    ) -> list[UnitOfWork]:
+        acknowledged.extend(unit.fed for unit in acks)
+        return claim_as_is(self, wanted, acks, transitions)
+
+    monkeypatch.setattr(ReliableFetch, "claim", spy)
+    publish(broker, ["a", "b", "c"], Feed(parallel=1))
+    start_worker(concurrency=1)
+    # Each job is released by the end of the one before it: the last starts only after two acks.
+    wait_until(lambda: len(ran) == 3)
+    assert acknowledged[:2] == [(TASK, "a"), (TASK, "b")]
+
+
+def test_a_plain_fed_acknowledgement_frees_the_slot_the_worker_names(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, ["a", "b", "c"], Feed(parallel=1))
+    [a] = claim(fetch)
+    assert a.fed is None
+    [b] = claim(fetch, acks=[decoded(a)])
+    assert jids([b.payload]) == ["b"]
+    assert (out(broker), held(broker)) == ({"b"}, ["c"])
+    # A duplicate acknowledgement (the job is no longer in flight) frees nothing.
+    claim(fetch, acks=[decoded(a)], wanted=0)
+    assert (out(broker), held(broker)) == ({"b"}, ["c"])
+    # The script takes the feed and jid from the worker, not from the payload.
+    other = UnitOfWork(b.queue, b.payload, b.ref, ("other", "b"))
+    claim(fetch, acks=[other], wanted=0)
+    assert (out(broker), held(broker)) == ({"b"}, ["c"])
+
+
+def test_ends_refill_a_feed_in_steps_of_a_tenth_of_parallel(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, [f"j{n:02}" for n in range(40)], Feed(parallel=20))
+    assert len(out(broker)) == 20
+    first = claim(fetch, wanted=3)
+    # One end frees one slot: under the step (2), nothing is released...
+    claim(fetch, acks=[decoded(first[0])], wanted=0)
+    assert (len(out(broker)), len(held(broker))) == (19, 20)
+    # ...but the next tick is to look at the feed at once.
+    assert broker.redis.zscore(broker.keys.feeds, TASK) == 0
+    # The second end reaches the step: both free slots are refilled.
+    claim(fetch, acks=[first[1]], wanted=0)
+    assert (len(out(broker)), len(held(broker))) == (20, 18)
+    assert (broker.redis.zscore(broker.keys.feeds, TASK) or 0) > payload.now() + 20
+    # Two ends in one call refill both at once.
+    claim(fetch, acks=[decoded(first[2]), *map(decoded, claim(fetch))], wanted=0)
+    assert (len(out(broker)), len(held(broker))) == (20, 16)
+
+
+def test_a_tick_tops_up_the_slots_short_of_a_step(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, [f"j{n:02}" for n in range(40)], Feed(parallel=20))
+    [a] = claim(fetch)
+    claim(fetch, acks=[decoded(a)], wanted=0)
+    assert len(out(broker)) == 19
+    assert broker.feeds.tick() == 1
+    assert (len(out(broker)), len(held(broker))) == (20, 19)
+
+
+def test_the_last_held_jobs_are_released_below_the_step(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, [f"j{n:02}" for n in range(21)], Feed(parallel=20))
+    [a] = claim(fetch)
+    # One job held: the step is min(2, 1), one free slot releases it.
+    claim(fetch, acks=[decoded(a)], wanted=0)
+    assert (len(out(broker)), held(broker)) == (20, [])
 
 
 def test_a_fed_job_is_acknowledged_through_the_flow_end(broker: RedisBroker) -> None:

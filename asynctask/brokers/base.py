@@ -17,12 +17,13 @@ from abc import ABC, abstractmethod
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from asynctask import payload
 from asynctask.brokers.feeds import Feeds
-from asynctask.feeds import Feed
+from asynctask.feeds import FEED_FIELD, Feed
+from asynctask.payload import JobDict
 from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.outbox import Outbox
 from asynctask.tracking.store import TrackingStore
@@ -45,6 +46,19 @@ class UnitOfWork:
     queue: str
     payload: bytes
     ref: str | int
+    #: The feed (task id) and jid of a fed job whose end frees nothing else (no concurrency or
+    #: unique key), read by the worker that decoded the payload, so that the broker can free
+    #: the feed slot without decoding it again. Not part of the unit's identity.
+    fed: tuple[str, str] | None = field(default=None, compare=False)
+
+    def decoded(self, job: JobDict) -> UnitOfWork:
+        """This unit, knowing ``job`` (its payload decoded): ``fed`` set for such a fed job."""
+        feed = job.get(FEED_FIELD)
+        # Task ids are ASCII; any other text (a lone surrogate would not even encode, failing
+        # every claim that carries it) leaves the broker to decode the payload as before.
+        if not isinstance(feed, str) or not feed.isascii() or "concurrency_key" in job or "unique_key" in job:
+            return self
+        return UnitOfWork(self.queue, self.payload, self.ref, (feed, job["jid"]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,6 +116,8 @@ class Processor:
             self._bury_undecodable(unit, exc)
             return None
         self.job = job
+        # Read before the middleware could change the dict: the broker trusts it to match the bytes.
+        unit = unit.decoded(job)
         tid = self.tid
         manager.stats.started(tid, Work(unit.queue, unit.payload, int(time.time())))
         self.unit = unit

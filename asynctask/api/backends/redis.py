@@ -62,6 +62,7 @@ for i = 5, #ARGV do
     moved = moved + 1
   end
 end
+feed_release_ended()
 if moved > 0 then
   redis.call("zremrangebyscore", KEYS[2], "-inf", ARGV[2])
   redis.call("zremrangebyrank", KEYS[2], 0, tonumber(ARGV[3]))

@@ -136,11 +136,16 @@ class ReliableFetch(Fetcher):
             len(transitions),
             pack(transitions),
             self.keys.prefix,
-            len(acks),
         ]
+        plain: list[str | bytes | int] = []
+        fed: list[str | bytes | int] = []
         for unit in acks:
             index = position[str(unit.ref)]
-            args += (-index if ends_flow(unit.payload) else index, unit.payload)
+            if unit.fed is not None:
+                fed += (index, unit.payload, *unit.fed)
+            else:
+                plain += (-index if ends_flow(unit.payload) else index, unit.payload)
+        args += (len(plain) // 2, *plain, len(fed) // 4, *fed)
         found = self._scripts.fetch(keys=keys, args=args)
         self.cancel_generation = found[0]
         # Lua index i (1-based) is a queue key; its in-flight list is KEYS[i + 1], keys[i] here.

@@ -47,4 +47,5 @@ while true do
     flow_end(slice[i], false)
   end
 end
+feed_release_ended()
 return count

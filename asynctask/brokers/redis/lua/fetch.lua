@@ -17,6 +17,10 @@
 --                   index is negative for a job with a concurrency key, a unique key or a
 --                   feed field (the caller looked, so that the other acknowledgements cost no
 --                   search here)
+-- ARGV[n]           after them, how many acknowledgements of fed jobs follow, each as four:
+--                   index, payload, the job's feed (task id) and jid: jobs with no
+--                   concurrency or unique key, whose payload the caller decoded, so that
+--                   their end frees the feed slot without decoding it here
 --
 -- A finished job's acknowledgement and its "finish" transition are written together, so a
 -- crash leaves either both (done) or neither (the job runs again and records it again).
@@ -27,10 +31,10 @@
 -- would never be recovered if this process then died.
 -- Queues are tried in the order given; a batch drains the first non-empty one before the next.
 -- Flow control: an acknowledged job ends, freeing its concurrency slot (promoting the next
--- job of its key into its queue), its unique key and its feed slot (releasing its feed's next
--- jobs); a claimed job over its rate limit goes
+-- job of its key into its queue), its unique key and its feed slot (each feed with freed
+-- slots releases once, after the acknowledgements); a claimed job over its rate limit goes
 -- back to the schedule set instead of being returned (see flow.lua). Only payloads that
--- contain the fields' names are decoded.
+-- contain the fields' names are decoded, and not those of plain fed jobs.
 -- Returns {cancel generation, index in KEYS of the job's queue, payload, index, payload, ...}.
 local batch = tonumber(ARGV[1])
 local transitions = tonumber(ARGV[3])
@@ -44,6 +48,13 @@ for i = 1, acks do
     flow_end(job, false)
   end
 end
+local fed = 7 + 2 * acks
+for i = fed + 1, fed + 4 * tonumber(ARGV[fed]), 4 do
+  if redis.call("lrem", KEYS[tonumber(ARGV[i])], -1, ARGV[i + 1]) == 1 then
+    feed_end(ARGV[i + 2], ARGV[i + 3])
+  end
+end
+feed_release_ended()
 if transitions > 0 then
   local last = redis.call("incrby", KEYS[2], transitions)
   redis.call("xadd", KEYS[1], "*", "s", last - transitions + 1, "d", ARGV[4])

@@ -1,8 +1,8 @@
 -- Take jobs out of where they are and apply flow control's end of each: a finished, dead,
 -- discarded or deleted job frees its concurrency slot (promoting the next job of its key)
 -- and its unique key; a job going to the retry set frees its slot only under
--- concurrency_on_failure "continue" and keeps its unique key; both free a fed job's feed slot
--- and release its feed's next jobs (see flow_end in flow.lua).
+-- concurrency_on_failure "continue" and keeps its unique key; both free a fed job's feed slot,
+-- and each feed with freed slots releases once, after the last job (see flow_end in flow.lua).
 --
 -- KEYS[i]                         where the i-th job is: an in-flight list, a queue, a sorted set
 -- ARGV[1]                         the namespace prefix
@@ -34,4 +34,5 @@ for i = 1, #KEYS do
     flow_end(job, action == "retry")
   end
 end
+feed_release_ended()
 return taken

@@ -23,14 +23,248 @@
 -- payload whose flow fields are unusable is treated as an ordinary job.
 local FLOW_PREFIX = ""
 
--- The library proper, built on first use: defining its functions costs microseconds, which a
--- call that meets no flow-control job (the common case) must not pay.
+-- The library proper and its feed part, each built on first use: defining their functions
+-- costs microseconds, which a call that meets no flow-control job (the common case) must not pay.
 local FLOW_LIB = nil
+local FEED_LIB = nil
 
-local function flow_lib()
+-- Feeds whose slots this script call freed and which have not released since: their task ids
+-- in the order of their first end, and task -> slots freed. Every script that ends jobs calls
+-- feed_release_ended once, at its end, so that a feed releases once per call however many of
+-- its jobs ended in it.
+local FEED_ENDED = nil
+local FEED_FREED = nil
+
+-- A fed job ended or went to the retry set: it frees its feed slot, and its feed releases
+-- once this call's ends are done (feed_release_ended). Only an end of a jid that is out frees
+-- anything, so a slot never leaks and is never freed twice. `task` and `jid` are the job's
+-- feed field and jid, decoded here or, for a plain fed job, by the worker that ran it.
+local function feed_end(task, jid)
+  if
+    task
+    and jid
+    and #task > 0
+    and #task <= 1000
+    and #jid > 0
+    and redis.call("hdel", FLOW_PREFIX .. "asynctask:feed-out:" .. task, jid) == 1
+  then
+    if not FEED_ENDED then
+      FEED_ENDED, FEED_FREED = {}, {}
+    end
+    local freed = FEED_FREED[task]
+    if not freed then
+      FEED_ENDED[#FEED_ENDED + 1] = task
+      freed = 0
+    end
+    FEED_FREED[task] = freed + 1
+  end
+end
+
+-- Filled in below: the keyed jobs of a release go through their key's line.
+local flow_lib
+
+-- The feed release and what it needs, built on first use apart from the rest of the library:
+-- the acknowledgements of plain fed jobs need nothing else, and building the whole library
+-- costs about 10 µs of server time per call.
+local function feed_lib()
+  if FEED_LIB then
+    return FEED_LIB
+  end
+
+  local function flow_now()
+    local time = redis.call("time")
+    return tonumber(time[1]) + tonumber(time[2]) / 1000000
+  end
+
+  -- Times as text with microseconds: Lua would write a number with 14 significant digits only.
+  local function flow_time(seconds)
+    return string.format("%.6f", seconds)
+  end
+
+  -- Push `job` onto its queue as a push does (the tail), or at its head (fetched next).
+  local function enqueue(queue, job, at_head)
+    redis.call("sadd", FLOW_PREFIX .. "queues", queue)
+    redis.call(at_head and "rpush" or "lpush", FLOW_PREFIX .. "queue:" .. queue, job)
+  end
+
+  -- A line entry carries its job's jid and queue ahead of the payload, as
+  -- "<length>:<jid><length>:<queue><payload>", so that promoting it decodes nothing.
+  local function line_entry(jid, queue, job)
+    return #jid .. ":" .. jid .. #queue .. ":" .. queue .. job
+  end
+
+  -- The jid, queue and payload of a line entry; nil for one that is not such an entry.
+  local function line_parse(entry)
+    local colon = string.find(entry, ":", 1, true)
+    local n = colon and tonumber(string.sub(entry, 1, colon - 1))
+    if not n then
+      return nil
+    end
+    local after = colon + n + 1
+    local second = string.find(entry, ":", after, true)
+    local m = second and tonumber(string.sub(entry, after, second - 1))
+    if not m then
+      return nil
+    end
+    return string.sub(entry, colon + 1, colon + n), string.sub(entry, second + 1, second + m),
+      string.sub(entry, second + m + 1)
+  end
+
+  -- Task feeds (see docs/internals/feeds-redis.md): a fed task's jobs wait in its held list
+  -- and are released, at most `parallel` out at once, by the step that ends some of them.
+
+  -- Seconds a feed with nothing held and nothing out is kept, then forgotten.
+  local FEED_FORGET = 604800
+  -- Seconds between two looks of a tick at a feed that holds jobs: a safety net only, the
+  -- ends of its jobs release.
+  local FEED_SAFETY = 30
+  -- Entries one LPUSH, RPUSH or HSET of a release carries at most: Lua's unpack has a limit.
+  local FEED_BATCH = 1000
+
+  local function feed_key(task)
+    return FLOW_PREFIX .. "asynctask:feed:" .. task
+  end
+
+  local function feed_held(task)
+    return FLOW_PREFIX .. "asynctask:feed-held:" .. task
+  end
+
+  local function feed_out(task)
+    return FLOW_PREFIX .. "asynctask:feed-out:" .. task
+  end
+
+  local function feed_index()
+    return FLOW_PREFIX .. "asynctask:feeds"
+  end
+
+  -- Push `jobs[first..last]` onto `queue` in one command, in order, as that many enqueues.
+  local function enqueue_all(queue, jobs, at_head)
+    local key = FLOW_PREFIX .. "queue:" .. queue
+    local push = at_head and "rpush" or "lpush"
+    for from = 1, #jobs, FEED_BATCH do
+      redis.call(push, key, unpack(jobs, from, math.min(from + FEED_BATCH - 1, #jobs)))
+    end
+  end
+
+  -- Released entries go out, in order: each jid into `out`; a keyed job through its key's
+  -- line as a push does (or straight to its queue when it still holds a slot of its key: a
+  -- retry under "hold"), any other to its queue, at the head for a negative priority. The
+  -- jobs bound for one queue are pushed together; those waiting are pushed before a keyed
+  -- job enters its line, which may push too, so that the queue keeps the release order.
+  local function feed_send(entries, priority, out)
+    local at_head = priority < 0
+    local slots = {}
+    local queues, waiting = {}, {}
+    local function push_waiting()
+      for _, queue in ipairs(queues) do
+        redis.call("sadd", FLOW_PREFIX .. "queues", queue)
+        enqueue_all(queue, waiting[queue], at_head)
+      end
+      queues, waiting = {}, {}
+    end
+    for _, entry in ipairs(entries) do
+      local jid, queue, job = line_parse(entry)
+      if not jid then
+        -- Only feed steps write held lists; an entry they cannot read still runs, holding nothing.
+        push_waiting()
+        enqueue("default", entry)
+      else
+        slots[#slots + 1] = jid
+        slots[#slots + 1] = queue
+        local keyed = string.find(job, 'concurrency_key"', 1, true)
+        if keyed then
+          push_waiting()
+        end
+        if not (keyed and flow_lib().feed_lane(jid, job)) then
+          local jobs = waiting[queue]
+          if not jobs then
+            jobs = {}
+            waiting[queue] = jobs
+            queues[#queues + 1] = queue
+          end
+          jobs[#jobs + 1] = job
+        end
+      end
+    end
+    push_waiting()
+    for from = 1, #slots, 2 * FEED_BATCH do
+      redis.call("hset", out, unpack(slots, from, math.min(from + 2 * FEED_BATCH - 1, #slots)))
+    end
+  end
+
+  -- Release(feed, now): top the feed's out jobs up to `parallel` from the front of its held
+  -- list, unless it is paused or its interval has not passed since its last release. Then
+  -- keep the tick index and the forgetting expiry right. Returns how many were released.
+  local function feed_release(task, now)
+    local record = feed_key(task)
+    local f = redis.call("hmget", record, "parallel", "interval", "priority", "paused", "last")
+    local parallel = tonumber(f[1])
+    if not parallel then
+      return 0
+    end
+    local held, out = feed_held(task), feed_out(task)
+    local waiting = redis.call("llen", held)
+    local running = redis.call("hlen", out)
+    local paused = f[4] == "1"
+    local free = parallel - running
+    local interval = tonumber(f[2]) or 0
+    local moved = 0
+    local next_look = nil
+    if not paused and waiting > 0 and free > 0 then
+      now = now or flow_now()
+      local last = tonumber(f[5]) or 0
+      if interval > 0 and now < last + interval then
+        next_look = last + interval
+      else
+        local entries = redis.call("lpop", held, math.min(free, waiting))
+        if entries then
+          feed_send(entries, tonumber(f[3]) or 0, out)
+          moved = #entries
+        end
+        redis.call("hset", record, "last", flow_time(now))
+        waiting = waiting - moved
+        running = running + moved
+      end
+    end
+    if not next_look and waiting > 0 and not paused then
+      next_look = (now or flow_now()) + FEED_SAFETY
+    end
+    if next_look then
+      redis.call("zadd", feed_index(), flow_time(next_look), task)
+    else
+      redis.call("zrem", feed_index(), task)
+    end
+    if waiting == 0 and running == 0 then
+      redis.call("expire", record, FEED_FORGET)
+    else
+      redis.call("persist", record)
+    end
+    return moved
+  end
+
+  FEED_LIB = {
+    now = flow_now,
+    time = flow_time,
+    enqueue = enqueue,
+    line_entry = line_entry,
+    line_parse = line_parse,
+    key = feed_key,
+    held = feed_held,
+    out = feed_out,
+    index = feed_index,
+    release = feed_release,
+  }
+  return FEED_LIB
+end
+
+flow_lib = function()
   if FLOW_LIB then
     return FLOW_LIB
   end
+  local feed = feed_lib()
+  local flow_now, flow_time, enqueue, line_entry, line_parse =
+    feed.now, feed.time, feed.enqueue, feed.line_entry, feed.line_parse
+  local feed_key, feed_held, feed_out, feed_release = feed.key, feed.held, feed.out, feed.release
 
   local function flow_decode(job)
     local ok, t = pcall(cjson.decode, job)
@@ -69,16 +303,6 @@ local function flow_lib()
     return "default"
   end
 
-  local function flow_now()
-    local time = redis.call("time")
-    return tonumber(time[1]) + tonumber(time[2]) / 1000000
-  end
-
-  -- Times as text with microseconds: Lua would write a number with 14 significant digits only.
-  local function flow_time(seconds)
-    return string.format("%.6f", seconds)
-  end
-
   local function lane_line(key)
     return FLOW_PREFIX .. "asynctask:lane:" .. key
   end
@@ -89,35 +313,6 @@ local function flow_lib()
 
   local function lane_registry()
     return FLOW_PREFIX .. "asynctask:lanes"
-  end
-
-  -- Push `job` onto its queue as a push does (the tail), or at its head (fetched next).
-  local function enqueue(queue, job, at_head)
-    redis.call("sadd", FLOW_PREFIX .. "queues", queue)
-    redis.call(at_head and "rpush" or "lpush", FLOW_PREFIX .. "queue:" .. queue, job)
-  end
-
-  -- A line entry carries its job's jid and queue ahead of the payload, as
-  -- "<length>:<jid><length>:<queue><payload>", so that promoting it decodes nothing.
-  local function line_entry(jid, queue, job)
-    return #jid .. ":" .. jid .. #queue .. ":" .. queue .. job
-  end
-
-  -- The jid, queue and payload of a line entry; nil for one that is not such an entry.
-  local function line_parse(entry)
-    local colon = string.find(entry, ":", 1, true)
-    local n = colon and tonumber(string.sub(entry, 1, colon - 1))
-    if not n then
-      return nil
-    end
-    local after = colon + n + 1
-    local second = string.find(entry, ":", after, true)
-    local m = second and tonumber(string.sub(entry, after, second - 1))
-    if not m then
-      return nil
-    end
-    return string.sub(entry, colon + 1, colon + n), string.sub(entry, second + 1, second + m),
-      string.sub(entry, second + m + 1)
   end
 
   -- Promote waiting jobs of `key` into their queues while the key has free slots; forget the
@@ -186,6 +381,21 @@ local function flow_lib()
     end
   end
 
+  -- A released keyed job enters its key's line as a push does, unless it still holds a slot
+  -- of its key (a retry under "hold"). Returns whether it did; else the caller queues it.
+  local function feed_lane(jid, job)
+    local t = flow_decode(job)
+    local key, limit = nil, nil
+    if t then
+      key, limit = flow_lane(t)
+    end
+    if key and redis.call("sismember", lane_holders(key), jid) == 0 then
+      lane_enter(key, limit, t, jid, job, true)
+      return true
+    end
+    return false
+  end
+
   local function unique_key(t)
     local key = t["unique_key"]
     if type(key) == "string" and #key > 0 then
@@ -218,31 +428,6 @@ local function flow_lib()
     return nil
   end
 
-  -- Task feeds (see docs/internals/feeds-redis.md): a fed task's jobs wait in its held list
-  -- and are released, at most `parallel` out at once, by the step that ends one of them.
-
-  -- Seconds a feed with nothing held and nothing out is kept, then forgotten.
-  local FEED_FORGET = 604800
-  -- Seconds between two looks of a tick at a feed that holds jobs: a safety net only, every
-  -- end of its jobs releases.
-  local FEED_SAFETY = 30
-
-  local function feed_key(task)
-    return FLOW_PREFIX .. "asynctask:feed:" .. task
-  end
-
-  local function feed_held(task)
-    return FLOW_PREFIX .. "asynctask:feed-held:" .. task
-  end
-
-  local function feed_out(task)
-    return FLOW_PREFIX .. "asynctask:feed-out:" .. task
-  end
-
-  local function feed_index()
-    return FLOW_PREFIX .. "asynctask:feeds"
-  end
-
   -- The task id in `t`'s feed field, or nil.
   local function feed_of(t)
     local task = t["feed"]
@@ -250,94 +435,6 @@ local function flow_lib()
       return task
     end
     return nil
-  end
-
-  -- A released job goes out: a keyed one through its key's line as a push does (or straight
-  -- to its queue when it still holds a slot of its key: a retry under "hold"), any other to
-  -- its queue, at the head for a negative priority.
-  local function feed_send(entry, priority, out)
-    local jid, queue, job = line_parse(entry)
-    if not jid then
-      -- Only feed steps write held lists; an entry they cannot read still runs, holding nothing.
-      enqueue("default", entry)
-      return
-    end
-    redis.call("hset", out, jid, queue)
-    if string.find(job, 'concurrency_key"', 1, true) then
-      local t = flow_decode(job)
-      local key, limit = nil, nil
-      if t then
-        key, limit = flow_lane(t)
-      end
-      if key and redis.call("sismember", lane_holders(key), jid) == 0 then
-        lane_enter(key, limit, t, jid, job, true)
-        return
-      end
-    end
-    enqueue(queue, job, priority < 0)
-  end
-
-  -- Release(feed, now): top the feed's out jobs up to `parallel` from the front of its held
-  -- list, unless it is paused or its interval has not passed since its last release. Then
-  -- keep the tick index and the forgetting expiry right. Returns how many were released.
-  local function feed_release(task, now)
-    local record = feed_key(task)
-    local f = redis.call("hmget", record, "parallel", "interval", "priority", "paused", "last")
-    local parallel = tonumber(f[1])
-    if not parallel then
-      return 0
-    end
-    local held, out = feed_held(task), feed_out(task)
-    local waiting = redis.call("llen", held)
-    local running = redis.call("hlen", out)
-    local paused = f[4] == "1"
-    local interval = tonumber(f[2]) or 0
-    local moved = 0
-    local next_look = nil
-    if not paused and waiting > 0 and running < parallel then
-      now = now or flow_now()
-      local last = tonumber(f[5]) or 0
-      if interval > 0 and now < last + interval then
-        next_look = last + interval
-      else
-        local priority = tonumber(f[3]) or 0
-        for _ = 1, math.min(parallel - running, waiting) do
-          local entry = redis.call("lpop", held)
-          if not entry then
-            break
-          end
-          feed_send(entry, priority, out)
-          moved = moved + 1
-        end
-        redis.call("hset", record, "last", flow_time(now))
-        waiting = waiting - moved
-        running = running + moved
-      end
-    end
-    if not next_look and waiting > 0 and not paused then
-      next_look = (now or flow_now()) + FEED_SAFETY
-    end
-    if next_look then
-      redis.call("zadd", feed_index(), flow_time(next_look), task)
-    else
-      redis.call("zrem", feed_index(), task)
-    end
-    if waiting == 0 and running == 0 then
-      redis.call("expire", record, FEED_FORGET)
-    else
-      redis.call("persist", record)
-    end
-    return moved
-  end
-
-  -- A fed job ended or went to the retry set: it frees its feed slot, and the feed releases in
-  -- this same step. Only an end of a jid that is out frees anything, so a slot never leaks
-  -- and is never freed twice.
-  local function feed_end(t)
-    local task, jid = feed_of(t), flow_jid(t)
-    if task and jid and redis.call("hdel", feed_out(task), jid) == 1 then
-      feed_release(task, nil)
-    end
   end
 
   -- A fed job pushed (retried by request) or due again (from the retry or schedule set) that
@@ -375,7 +472,7 @@ local function flow_lib()
       unique_release(t)
     end
     if fed then
-      feed_end(t)
+      feed_end(feed_of(t), flow_jid(t))
     end
   end
 
@@ -476,12 +573,13 @@ local function flow_lib()
     finish = flow_end,
     claim = flow_claim,
     push = flow_push,
+    feed_lane = feed_lane,
     feed_release = feed_release,
     feed_rejoin = feed_rejoin,
     feed_key = feed_key,
     feed_held = feed_held,
     feed_out = feed_out,
-    feed_index = feed_index,
+    feed_index = feed.index,
   }
   return FLOW_LIB
 end
@@ -502,6 +600,35 @@ end
 -- if the caller is to route it as usual (see feed_rejoin).
 local function feed_route(job)
   return flow_find(job, 'feed"', 1, true) ~= nil and flow_lib().feed_rejoin(job)
+end
+
+-- Release the feeds whose slots this call's ends freed (see feed_end): every script that ends
+-- jobs calls this once, after its last end. Ends refill a feed's free slots in steps of a
+-- tenth of parallel, at least one (the SQL broker's step too): a feed releases only once its
+-- free slots reach min(step, held), so that a busy feed releases once per `step` ends instead
+-- of at every end. Fewer wait for the next ends, or for the next tick, which looks at once at
+-- a feed whose first unreleased slots these are and tops it up. A paused feed, or one that
+-- holds nothing, goes through the release for its bookkeeping (tick index, expiry).
+local function feed_release_ended()
+  if not FEED_ENDED then
+    return
+  end
+  local ended, freed = FEED_ENDED, FEED_FREED
+  FEED_ENDED, FEED_FREED = nil, nil
+  local feed = FLOW_PREFIX .. "asynctask:feed"
+  for _, task in ipairs(ended) do
+    local f = redis.call("hmget", feed .. ":" .. task, "parallel", "paused")
+    local parallel = tonumber(f[1])
+    if parallel then
+      local waiting = redis.call("llen", feed .. "-held:" .. task)
+      local free = parallel - redis.call("hlen", feed .. "-out:" .. task)
+      if f[2] == "1" or waiting == 0 or free >= math.min(math.max(1, math.floor(parallel / 10)), waiting) then
+        feed_lib().release(task, nil)
+      elseif free > 0 and free <= freed[task] then
+        redis.call("zadd", FLOW_PREFIX .. "asynctask:feeds", 0, task)
+      end
+    end
+  end
 end
 
 -- `job` ended, or went to the retry set when `retrying` (see flow_end).
