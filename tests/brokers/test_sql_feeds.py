@@ -19,6 +19,7 @@ from asynctask.api.backend import Move
 from asynctask.api.backends.sql import SqlReader
 from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
+from asynctask.brokers.sql.feeds import acknowledged_feed
 from asynctask.brokers.sql.models import FeedRow, QueuedJob
 from asynctask.feeds import Feed, FeedChange, FeedState
 from asynctask.tracking.status import EventStatus
@@ -663,3 +664,12 @@ def test_workers_racing_never_run_a_job_twice_nor_lose_one_nor_exceed_parallel(
     assert sorted(seen) == list(range(count))
     assert outs and max(outs) <= parallel
     assert checked(broker) == FeedState(Feed(parallel=parallel), held=0, out=0)
+
+
+def test_an_acknowledgement_names_its_feed_as_the_worker_read_it() -> None:
+    # The worker decoded the payload to run it: the fetcher does not decode it again.
+    unit = UnitOfWork("default", b'{"feed" cut short', 1, ("T", "jid"))
+    assert acknowledged_feed(unit) == "T"
+    assert acknowledged_feed(UnitOfWork("default", b'{"feed" cut short', 1)) is None
+    assert acknowledged_feed(UnitOfWork("default", json.dumps({"feed": "U"}).encode(), 1)) == "U"
+    assert acknowledged_feed(UnitOfWork("default", b"{}", 1, ("x" * 33, "jid"))) is None

@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
+from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.feeds import Feeds
 from asynctask.brokers.sql.flow import Flow
 from asynctask.brokers.sql.flowjob import LANE_MARK, LaneOf, decoded, lane_of
@@ -72,10 +73,20 @@ def fed_by(raw: bytes | str) -> str | None:
 
 def feed_of(job: payload.JobDict) -> str | None:
     """The feed a pushed job names, if it can be one (a task id)."""
-    value = job.get(FEED_FIELD)
+    return a_feed(job.get(FEED_FIELD))
+
+
+def a_feed(value: object) -> str | None:
+    """``value`` if it can be a feed (a task id)."""
     if type(value) is not str or not 0 < len(value) <= 32 or "\x00" in value:
         return None
     return value
+
+
+def acknowledged_feed(unit: UnitOfWork) -> str | None:
+    """The feed an acknowledged fed job names: as the worker that ran it read it, or else
+    from its payload."""
+    return a_feed(unit.fed[0]) if unit.fed is not None else fed_by(unit.payload)
 
 
 class SqlFeeds(Feeds):

@@ -24,7 +24,7 @@ from typing import Any
 
 from asynctask import payload
 from asynctask.brokers.base import Fetcher, UnitOfWork
-from asynctask.brokers.sql.feeds import SqlFeeds, fed_by, is_fed
+from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.flowjob import UNIQUE_MARK
 from asynctask.brokers.sql.store import Store
@@ -159,7 +159,7 @@ class SqlFetcher(Fetcher):
     def _late_feeds(acks: list[UnitOfWork]) -> Counter[str] | None:
         """How many acknowledged jobs name each feed, read from their payloads; None if one
         of them names none that can be read (its row's feed is then locked before the ack)."""
-        fed = [fed_by(u.payload) for u in acks if is_fed(u.payload)]
+        fed = [acknowledged_feed(u) for u in acks if is_fed(u.payload)]
         if any(feed is None for feed in fed):
             return None
         return Counter(str(feed) for feed in fed)
