@@ -1,10 +1,12 @@
 """Task feeds in the SQL broker (docs/internals/feeds-sql.md): a fed task's jobs are rows in
 state ``held``; a release moves the next of them out, as many as the feed has free slots.
 
-Every function here runs inside the caller's write transaction, next to the job change it
-goes with: a job's end and the release it makes room for commit together or not at all.
-A feed's slots are never counted by a counter: its rows out are counted at each release, so
-a row ended in any way frees its slot at once.
+A release runs inside the caller's write transaction, next to the job change it goes with:
+a job's end and the release it makes room for commit together or not at all. The exception
+is PostgreSQL's acknowledgement of fed jobs: its release follows its commit, once the process
+has counted a step of ends (``ended``, ``release_now``), and the ticker covers a process that
+dies in between. A feed's slots are never counted by a counter: its rows out are counted at
+each release (from the feed's ``out_from``), so a row ended in any way frees its slot at once.
 """
 
 from __future__ import annotations
