@@ -3,8 +3,9 @@
 A feed's row (``asynctask_feed``) is its lock: every statement that changes which of its jobs
 are held or out runs after the row is locked by ``lock`` or ``lock_of_rows``, in a statement of
 its own, so that on PostgreSQL (READ COMMITTED) its snapshot sees every change committed by the
-transaction that held the lock before. Lock order: feeds (by task id) before unique keys and
-concurrency keys.
+transaction that held the lock before. The one exception, ``release_unkeyed``, locks the feed
+itself and checks the row's version instead (see there). Lock order: feeds (by task id) before
+unique keys and concurrency keys.
 """
 
 from __future__ import annotations
