@@ -49,6 +49,9 @@ class Keys:
         self.flow_used = f"{p}asynctask:flow-used"
         #: Sorted set: fed task id -> when a tick is to release its feed.
         self.feeds = f"{p}asynctask:feeds"
+        #: Set: names of the queues served in push order (no shares); pushes read it, worker
+        #: starts write it (see docs/internals/fair-share-redis.md).
+        self.fifo = f"{p}asynctask:fifo"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"
@@ -117,6 +120,26 @@ class Keys:
     def unique(self, key: str) -> str:
         """The jid holding unique key ``key``; expires after the job's ``unique_for``."""
         return f"{self.prefix}asynctask:unique:{key}"
+
+    def share(self, queue: str, share: str) -> str:
+        """List: the jobs of one share of a fair queue, waiting as in ``queue:<queue>`` (LPUSH
+        at the tail, taken from the right end)."""
+        return f"{self.prefix}asynctask:share|{queue}|{share}"
+
+    def shares(self, queue: str) -> str:
+        """List: the ring of a fair queue's shares with jobs waiting, plus ``""`` for
+        ``queue:<queue>`` itself; it exists only while a share, or the urgent list, holds jobs."""
+        return f"{self.prefix}asynctask:shares|{queue}"
+
+    def urgent(self, queue: str) -> str:
+        """List: jobs of a fair queue served ahead of every share (a fed task released at a
+        negative priority)."""
+        return f"{self.prefix}asynctask:urgent|{queue}"
+
+    def bell(self, queue: str) -> str:
+        """List: tokens pushed with every job that lands outside ``queue:<queue>``, for the
+        idle threads that block on it (BLMOVE on the queue would not see those jobs)."""
+        return f"{self.prefix}asynctask:bell|{queue}"
 
     def inflight(self, identity: str, queue: str) -> str:
         """Private list holding the jobs this process fetched from ``queue`` and has not finished."""

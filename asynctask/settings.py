@@ -17,24 +17,31 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 @dataclass(frozen=True)
 class QueueSpec:
-    """One ``-q name[,weight]`` entry. Weight 0 means "no weight given"."""
+    """One ``-q name[,weight][,fifo]`` entry. Weight 0 means "no weight given". ``fair``: the
+    queue's waiting jobs are served in turn by tenant (see ``asynctask.fairness``); ``fifo``
+    keeps them strictly in push order."""
 
     name: str
     weight: int = 0
+    fair: bool = True
 
     @classmethod
     def parse(cls, text: str) -> QueueSpec:
-        name, _, weight = text.partition(",")
-        name = name.strip()
+        name, *options = (part.strip() for part in text.split(","))
         if not name:
             raise ValueError(f"empty queue name in {text!r}")
-        try:
-            value = int(weight) if weight.strip() else 0
-        except ValueError:
-            raise ValueError(f"queue weight must be an integer in {text!r}") from None
-        if value < 0:
-            raise ValueError(f"queue weight must not be negative in {text!r}")
-        return cls(name, value)
+        weight, fair = 0, True
+        for option in options:
+            if option.lower() == "fifo":
+                fair = False
+                continue
+            try:
+                weight = int(option) if option else 0
+            except ValueError:
+                raise ValueError(f"queue weight must be an integer in {text!r}") from None
+            if weight < 0:
+                raise ValueError(f"queue weight must not be negative in {text!r}")
+        return cls(name, weight, fair)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,10 @@ class Settings:
     #: Key prefix as redis-namespace writes it ("myapp" gives "myapp:queue:default"); empty for none.
     namespace: str = ""
     queues: tuple[QueueSpec, ...] = (QueueSpec("default"),)
+    #: Queues served in strict push order instead of in turn by tenant, whichever worker
+    #: serves them (ASYNCTASK_FIFO_QUEUES, comma-separated); ``name,fifo`` in ``queues``
+    #: says the same for one worker's queue.
+    fifo_queues: tuple[str, ...] = ()
     #: Processor threads per worker process.
     concurrency: int = 10
     #: Seconds a TERM waits for busy jobs before they are pushed back to their queues.
@@ -108,6 +119,9 @@ class Settings:
             values["require"] = tuple(m.strip() for m in env["ASYNCTASK_REQUIRE"].split(",") if m.strip())
         if env.get("ASYNCTASK_QUEUES"):
             values["queues"] = tuple(QueueSpec.parse(q) for q in env["ASYNCTASK_QUEUES"].split(";"))
+        if env.get("ASYNCTASK_FIFO_QUEUES"):
+            names = env["ASYNCTASK_FIFO_QUEUES"].split(",")
+            values["fifo_queues"] = tuple(q.strip() for q in names if q.strip())
         values.update(
             env_values(
                 env,
@@ -168,6 +182,15 @@ class Settings:
         if self.log_format not in ("logfmt", "json"):
             raise ValueError("log_format must be 'logfmt' or 'json'")
         return self
+
+    @property
+    def served_queues(self) -> tuple[QueueSpec, ...]:
+        """``queues`` with the queues of ``fifo_queues`` served in push order."""
+        return tuple(replace(q, fair=False) if q.name in self.fifo_queues else q for q in self.queues)
+
+    def is_fair(self, queue: str) -> bool:
+        """Whether ``queue`` is served in turn by share, as these settings say."""
+        return queue not in self.fifo_queues and all(q.fair for q in self.queues if q.name == queue)
 
     @property
     def strict_queues(self) -> bool:

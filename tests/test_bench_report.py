@@ -1,8 +1,13 @@
-"""The bench's report arithmetic: ratios per repetition, the fastest Python peer, section order."""
+"""The bench's report arithmetic: ratios per repetition, the fastest Python peer, section order,
+the fair share section's pairs and order of drains."""
 
 from __future__ import annotations
 
 from bench.core import document
+from bench.core.drain import REDIS
+from bench.fair import report as fair_report
+from bench.fair.create import sizes
+from bench.fair.section import FairResults, FairRun, case_name, order
 from bench.runtime import report
 from bench.runtime.runner import EnqueueRun, ProcessRun
 
@@ -63,3 +68,41 @@ def test_a_first_section_goes_right_after_the_machine_list() -> None:
     assert "Raw data: `a.json` beside this file." in updated
     again = document.with_section(updated, "Targets", "## Targets\n\nmissed\n", first=True)
     assert again.count("## Targets") == 1 and "missed" in again
+
+
+def fair_drain(mode: str, tasks: int, rate: float) -> FairRun:
+    run = FairRun(mode, REDIS, tasks, 2, 10, 1000)
+    run.steady_s = 1000 / rate
+    return run
+
+
+def fair_results(*reps: list[FairRun], quick: bool = False) -> FairResults:
+    found = FairResults({"jobs": 1000, "tasks": 100, "reps": len(reps), "quick": quick})
+    found.runs = [(rep, run) for rep, runs in enumerate(reps) for run in runs]
+    return found
+
+
+def test_fair_share_ratios_pair_the_drains_of_a_repetition_and_judge_the_median() -> None:
+    reps = (
+        [fair_drain("fifo", 1, 10_000), fair_drain("fair", 1, 9_500), fair_drain("fifo", 100, 8_000)],
+        [fair_drain("fifo", 1, 5_000), fair_drain("fair", 1, 4_000), fair_drain("fair", 100, 8_000)],
+    )
+    found = fair_results(*reps)
+    # Per repetition 0.95 and 0.80, not the ratio of the medians (6750 / 7500 = 0.90): the
+    # median 0.875 misses the 0.90 floor. No repetition has both 100-task drains: no row.
+    assert fair_report.paired(found, REDIS, 1) == [0.95, 0.8]
+    assert fair_report.paired(found, REDIS, 100) == []
+    rows = fair_report.target_rows(found)
+    assert len(rows) == 1
+    assert "Redis: drain jobs/s, fair ÷ fifo queue, one task" in rows[0] and "**missed**" in rows[0]
+    assert "not judged (--quick)" in fair_report.target_rows(fair_results(*reps, quick=True))[0]
+    table = "\n".join(fair_report.throughput_table(found))
+    assert "| Redis | fair-100 | 100, a tenant each | 1,000 | 2 x 10 |" in table
+
+
+def test_fair_share_tasks_split_the_jobs_and_the_order_reverses_every_other_repetition() -> None:
+    assert sizes(1000, 100) == [10] * 100
+    assert sizes(1003, 100)[:4] == [11, 11, 11, 10] and sum(sizes(1003, 100)) == 1003
+    first = [case_name(mode, tasks) for mode, tasks in order(100, 0)]
+    assert first == ["fifo-1", "fair-1", "fifo-100", "fair-100"]
+    assert order(100, 1) == order(100, 0)[::-1] and order(100, 2) == order(100, 0)

@@ -24,6 +24,9 @@ from asynctask.brokers.redis.fetch import ReliableFetch
 @pytest.fixture
 def broker(settings: Settings) -> Iterator[RedisBroker]:
     made = RedisBroker(settings)
+    # These look at queue:<queue>, where a fifo queue keeps a task's jobs; a fair queue's
+    # shares are tried in tests/test_fair_redis.py.
+    made.redis.sadd(made.keys.fifo, "default")
     yield made
     made.close()
 

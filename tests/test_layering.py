@@ -29,6 +29,8 @@ PARTS = {
     # Flow-control options and the payload keys they write: checked by payload decoding.
     "asynctask.flow": "core",
     "asynctask.feeds": "core",
+    # Which share of a fair queue a task's jobs wait in: named by tasks, honoured by brokers.
+    "asynctask.fairness": "core",
     # Engines, migrations and the declarative base, shared by tracking and the SQL broker.
     "asynctask.db": "db",
     "asynctask.tracking": "tracking",

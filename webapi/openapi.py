@@ -337,6 +337,15 @@ def _schemas() -> dict[str, Schema]:
                 "before any job has ended, while the task is paused, and once it is not running.",
             }
         ),
+        "ahead": _nullable(
+            {
+                "type": "integer",
+                "minimum": 0,
+                "description": "About how many jobs of its queue start before the task's next one (fair "
+                "share: a round of the tenants waiting, and its tenant's earlier jobs); null when none of "
+                "its jobs waits in the queue, in task lists and in streams.",
+            }
+        ),
         "feed": _nullable(_ref("Feed")),
         "created_at": _time("When the task was created.", nullable=False),
         "started_at": _time("When its first job started."),

@@ -33,6 +33,7 @@ def task_fields(view: TaskView) -> dict[str, Any]:
         "done": view.done,
         "progress": view.progress,
         "eta_seconds": view.eta_seconds,
+        "ahead": view.ahead,
         "feed": feed_json(view.feed),
         "created_at": _time(view.created_at),
         "started_at": _time(view.started_at),

@@ -150,6 +150,8 @@ class Fetcher(ABC):
         self.identity = identity
         self.queue_names = list(dict.fromkeys(q.name for q in queues))
         self.strict = all(q.weight == 0 for q in queues)
+        #: Whether each queue serves its waiting jobs in turn by share (``asynctask.fairness``).
+        self.fair = {name: all(q.fair for q in queues if q.name == name) for name in self.queue_names}
         # Sidekiq's weighting: a queue appears max(weight, 1) times; shuffle, then keep first sightings.
         self._weighted = [q.name for q in queues for _ in range(max(q.weight, 1))]
         self.outbox = outbox if outbox is not None else Outbox()
@@ -372,12 +374,20 @@ class Broker(ABC):
         unique job whose key was taken, the holder's (and nothing was stored for it)."""
 
     @abstractmethod
-    def staging(self, task_id: str, feed: Feed | None = None) -> Staging:
+    def staging(self, task_id: str, feed: Feed | None = None, share: str | None = None) -> Staging:
         """Where ``create_task`` stages a task's jobs. With a ``feed``, publishing holds them
-        in the task's feed and releases the first of them (see ``brokers.feeds``)."""
+        in the task's feed and releases the first of them (see ``brokers.feeds``). ``share``:
+        the share of a fair queue the jobs wait in (``fairness.share_of``); None, the task's own."""
 
     @abstractmethod
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> Fetcher: ...
+
+    @abstractmethod
+    def jobs_ahead(self, queue: str, share: str, waiting: int, earlier: int) -> int | None:
+        """About how many jobs of ``queue`` start before the next of a task with ``waiting`` jobs
+        not started, in ``share`` (``fairness.share_of``), behind ``earlier`` jobs of its share's
+        earlier tasks; None if none of the queue's jobs is ready to run. An estimate, read at a
+        cost that does not grow with a fair queue; a FIFO queue counts its jobs up to a bound."""
 
     @abstractmethod
     def retry_at(

@@ -70,8 +70,9 @@ def _worker(group: Commands) -> None:
         "--queue",
         action="append",
         default=[],
-        metavar="NAME[,WEIGHT]",
-        help="queue to process, with an optional weight; repeatable (default: default)",
+        metavar="NAME[,WEIGHT][,fifo]",
+        help="queue to process, with an optional weight; fifo: in push order, not in turn by tenant;"
+        " repeatable (default: default)",
     )
     worker.add_argument("-c", "--concurrency", type=int, help="processor threads (default 10)")
     worker.add_argument(

@@ -44,6 +44,7 @@ from asynctask import payload
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.fairness import share_of
 from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
 from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
@@ -165,7 +166,7 @@ def create_task(
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
     jobs = _jobs(client, head, definition.name, created, chunks, flow)
-    staging = client.broker.staging(task_id, feed)
+    staging = client.broker.staging(task_id, feed, share_of(task_id, tenant))
     staging_error: BaseException | None = None
     try:
         with writer(engine).begin() as connection:

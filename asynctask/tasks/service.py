@@ -19,6 +19,7 @@ from asynctask.job import JobDefinition
 from asynctask.settings import Settings
 from asynctask.tasks import operations as tasks
 from asynctask.tasks.feedview import with_held
+from asynctask.tasks.placeview import with_ahead
 from asynctask.tracking import queries
 from asynctask.tracking.views import EventView, Page, TaskView
 
@@ -68,7 +69,7 @@ class Tracking:
     def get_task(self, task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:
         with self.engine.connect() as connection:
             view = queries.get_task(connection, task_id, tenant=tenant, errors=errors)
-        return with_held(view, self.client)
+            return with_ahead(with_held(view, self.client), self.client, connection)
 
     def list_events(
         self,

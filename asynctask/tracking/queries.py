@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, and_, bindparam, or_, select, union_all
+from sqlalchemy import Connection, Row, Select, and_, bindparam, func, or_, select, union_all
 
 from asynctask.db.engine import as_utc
 from asynctask.errors import TaskNotFound
@@ -51,6 +51,35 @@ def get_task(
 
         first_errors = cache.get(row, errors, load) if cache is not None else load()
     return _task_view(row, first_errors)
+
+
+#: A tenant's earlier tasks a place reads at most: a poll must not read a tenant's whole history.
+EARLIER_TASKS = 1000
+
+
+def earlier_waiting(connection: Connection, view: TaskView) -> int:
+    """Jobs of the tenant's tasks created before ``view``'s in its queue that have not started:
+    in a fair queue they run before the task's, in the tenant's turns (0 without a tenant). The
+    tenant's last ``EARLIER_TASKS`` tasks are read, newest first, by the tenant's index."""
+    if view.tenant is None:
+        return 0
+    earlier = (
+        select(Task.count_enqueue, Task.queue)
+        .where(
+            Task.tenant == view.tenant,
+            or_(
+                Task.created_at < view.created_at,
+                and_(Task.created_at == view.created_at, Task.id < view.id),
+            ),
+        )
+        .order_by(Task.created_at.desc(), Task.id.desc())
+        .limit(EARLIER_TASKS)
+        .subquery()
+    )
+    # The queue is filtered after the limit: the index orders a tenant's tasks, not its queues'.
+    waiting = select(func.coalesce(func.sum(earlier.c.count_enqueue), 0)).where(earlier.c.queue == view.queue)
+    total = connection.execute(waiting).scalar_one()
+    return int(total)
 
 
 @functools.lru_cache(maxsize=128)

@@ -79,6 +79,10 @@ class TaskView:
     feed: FeedView | None
     #: The first failed or error events (by creation order), with their messages.
     errors: tuple[EventView, ...]
+    #: About how many jobs of its queue start before the task's next one, as its broker
+    #: estimates them (``Broker.jobs_ahead``); None when no job of it waits in the queue, or
+    #: where only the database was read (task lists, streams).
+    ahead: int | None = None
 
 
 T = TypeVar("T")

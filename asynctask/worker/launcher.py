@@ -113,7 +113,10 @@ class Worker:
         if not self._reach_broker():
             return
         self._started = True
-        queues = " ".join(f"{q.name}" + (f",{q.weight}" if q.weight else "") for q in self.settings.queues)
+        queues = " ".join(
+            f"{q.name}" + (f",{q.weight}" if q.weight else "") + ("" if q.fair else ",fifo")
+            for q in self.settings.served_queues
+        )
         tracked = self.settings.tracking or not self.settings.uses_redis
         lifecycle.info(
             "worker started",

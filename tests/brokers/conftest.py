@@ -155,7 +155,7 @@ def runs_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def spawn_worker(settings: Settings, runs_file: Path) -> Iterator[SpawnWorker]:
     """Start ``python -m asynctask worker -r tests/jobs/broker_jobs.py`` subprocesses (or
-    another job module of tests/jobs/ given as ``jobs``).
+    another job module of tests/jobs/ given as ``jobs``), with ``extra`` environment variables.
 
     Each runs in its own session, so that killing its process group also ends any child it
     started; those still running at teardown are killed.
@@ -163,11 +163,11 @@ def spawn_worker(settings: Settings, runs_file: Path) -> Iterator[SpawnWorker]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(
-        concurrency: int = 5, timeout: float = 5.0, jobs: Path = BROKER_JOBS
+        concurrency: int = 5, timeout: float = 5.0, jobs: Path = BROKER_JOBS, **extra: str
     ) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "asynctask", "worker", "-r", str(jobs)]
         command += ["-c", str(concurrency), "-t", str(timeout)]
-        env = worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file))
+        env = worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file), **extra)
         proc = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
         procs.append(proc)
         return proc

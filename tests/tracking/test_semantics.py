@@ -205,7 +205,7 @@ def test_cancel_and_retry_leave_another_tenants_task_alone(
         tracking.retry_task(task.id, tenant="")
     view = tracking.get_task(task.id)
     assert view.status == "pending" and view.cancelled_at is None and view.counts["enqueue"] == 3
-    assert conn.llen(f"{namespace}:queue:default") == 3
+    assert Queue("default", settings=tracking.client.settings).size == 3
     assert tracking.retry_task(task.id, tenant="acme") == 0
     assert tracking.cancel_task(task.id, tenant="acme").counts["cancelled"] == 3
 

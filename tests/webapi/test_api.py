@@ -12,6 +12,7 @@ import redis
 from sqlalchemy import func, select, update
 
 from asynctask import Client, Settings
+from asynctask.api import Queue
 from asynctask.middleware import Chain
 from asynctask.tokens import revoke_token
 from asynctask.tracking.models import Event, Task
@@ -31,8 +32,10 @@ def error_of(response: Any) -> dict[str, Any]:
 
 
 def queued(api: Api, queue: str = "default") -> list[dict[str, Any]]:
-    raw = api.client.redis.lrange(api.client.keys.queue(queue), 0, -1)
-    return [json.loads(item) for item in reversed(raw)]
+    """The queue's waiting jobs, its shares' included (a task's jobs wait in its share of a
+    fair queue), each list's next to run first."""
+    rows = list(Queue(queue, settings=api.client.settings))
+    return [json.loads(row.raw) for row in reversed(rows)]
 
 
 def task_rows(api: Api) -> int:

@@ -11,6 +11,7 @@ from flask import Blueprint, Response, g, request
 
 from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.tasks.feedview import with_held
+from asynctask.tasks.placeview import with_ahead
 from asynctask.tasks.service import Tracking
 from asynctask.tracking import queries
 from asynctask.tracking.status import EventStatus, TaskStatus
@@ -85,7 +86,10 @@ def index() -> Response:
 
 @tasks.get("/<task_id>")
 def show(task_id: str) -> Response:
-    return json_response(task_json(with_held(task_or_404(task_id, errors_arg()), resources().client)))
+    client = resources().client
+    return json_response(
+        task_json(with_ahead(with_held(task_or_404(task_id, errors_arg()), client), client, db()))
+    )
 
 
 @tasks.patch("/<task_id>")

@@ -90,6 +90,85 @@ end
 return redis.call("zrange", KEYS[1], ARGV[2], "-inf", "BYSCORE", "REV", "LIMIT", 0, n, "WITHSCORES")
 """
 
+# A queue's jobs wait in queue:<name> and, on a fair queue, in its urgent list and its shares'
+# lists (see fair_route in flow.lua); the ring names the shares with jobs waiting.
+# ARGV[1]  the namespace prefix
+# ARGV[2]… queue names
+# Returns, for each queue in turn, how many lists follow, then those lists' keys: queue:<name>
+# first, its urgent list and its shares' lists only when its ring exists.
+LISTS = """
+FLOW_PREFIX = ARGV[1]
+local found = {}
+for i = 2, #ARGV do
+  local name = ARGV[i]
+  local ring = fair_key("shares", name)
+  local members = redis.call("lrange", ring, 0, -1)
+  local lists = { FLOW_PREFIX .. "queue:" .. name }
+  if #members > 0 then
+    lists[#lists + 1] = fair_key("urgent", name)
+    for _, member in ipairs(members) do
+      if member ~= "" then
+        lists[#lists + 1] = share_key(name, member)
+      end
+    end
+  end
+  found[#found + 1] = #lists
+  for _, list in ipairs(lists) do
+    found[#found + 1] = list
+  end
+end
+return found
+"""
+
+# Each queue's size: its lists' lengths added up (see LISTS).
+# ARGV[1]  the namespace prefix
+# ARGV[2]… queue names
+SIZES = (
+    LISTS.removesuffix("return found\n")
+    + """
+local sizes = {}
+local i = 1
+while i <= #found do
+  local size = 0
+  for j = i + 1, i + found[i] do
+    size = size + redis.call("llen", found[j])
+  end
+  sizes[#sizes + 1] = size
+  i = i + found[i] + 1
+end
+return sizes
+"""
+)
+
+# Remove one job from wherever its queue keeps it (see LISTS) and end it, as finish.lua does.
+# A share whose list this empties leaves the ring, which lists only shares with jobs waiting.
+# ARGV[1]  the namespace prefix
+# ARGV[2]  the queue's name
+# ARGV[3]  the payload, byte for byte
+# Returns 1 if it was removed, else 0.
+DELETE = """
+FLOW_PREFIX = ARGV[1]
+local name, job = ARGV[2], ARGV[3]
+local ring = fair_key("shares", name)
+local sources = { { FLOW_PREFIX .. "queue:" .. name }, { fair_key("urgent", name) } }
+for _, member in ipairs(redis.call("lrange", ring, 0, -1)) do
+  if member ~= "" then
+    sources[#sources + 1] = { share_key(name, member), member }
+  end
+end
+for _, source in ipairs(sources) do
+  if redis.call("lrem", source[1], 1, job) == 1 then
+    if source[2] and redis.call("exists", source[1]) == 0 then
+      redis.call("lrem", ring, 0, source[2])
+    end
+    flow_end(job, false)
+    feed_release_ended()
+    return 1
+  end
+end
+return 0
+"""
+
 
 class RedisReader(ReadBackend):
     def __init__(self, connection: redis.Redis, keys: Keys, settings: Settings) -> None:
@@ -101,8 +180,12 @@ class RedisReader(ReadBackend):
         self._kill: Script = connection.register_script(with_flow(KILL))
         self._page: Script = connection.register_script(PAGE)
         self._scripts = Scripts(connection)
+        self._lists: Script = connection.register_script(with_flow(LISTS))
+        self._sizes: Script = connection.register_script(with_flow(SIZES))
+        self._delete: Script = connection.register_script(with_flow(DELETE))
 
-    # Queues: ``queue:<name>`` lists. Producers LPUSH to the head, workers take from the tail.
+    # Queues: ``queue:<name>`` lists, plus a fair queue's shares (docs/internals/fair-share-redis.md).
+    # Producers LPUSH to the head, workers take from the tail.
 
     def queue_key(self, name: str) -> str:
         return self.keys.queue(name)
@@ -111,18 +194,35 @@ class RedisReader(ReadBackend):
         return sorted(as_text(m) for m in self.redis.smembers(self.keys.queues))
 
     def queue_size(self, name: str) -> int:
-        return int(self.redis.llen(self.keys.queue(name)))
+        return int(self._sizes(args=[self.keys.prefix, name])[0])
+
+    def _queue_lists(self, name: str) -> list[str]:
+        """The lists ``name``'s jobs wait in: ``queue:<name>``, then on a fair queue with
+        shares its urgent list and its shares' lists (see ``LISTS``)."""
+        found = self._lists(args=[self.keys.prefix, name])
+        return [as_text(key) for key in found[1:]]
 
     def queue_latency(self, name: str) -> float:
-        return payload_latency(self.redis.lindex(self.keys.queue(name), -1))
+        lists = self._queue_lists(name)
+        if len(lists) == 1:
+            return payload_latency(self.redis.lindex(lists[0], -1))
+        pipe = self.redis.pipeline(transaction=False)
+        for key in lists:
+            pipe.lindex(key, -1)
+        return max(payload_latency(raw) for raw in pipe.execute())
 
     def queue_rows(self, name: str, page_size: int) -> Iterator[Stored]:
+        # A fair queue's lists one after the other: queue:<name> (all Sidekiq sees), then the
+        # jobs of its shares.
+        for key in self._queue_lists(name):
+            yield from self._list_rows(key, page_size)
+
+    def _list_rows(self, key: str, page_size: int) -> Iterator[Stored]:
         # The list changes under the cursor while jobs are deleted, pushed or fetched. As in
         # Sidekiq, each page's start is corrected by how much the list shrank or grew; on top
         # of that a job yielded by the previous page is skipped, so that fetches from the tail
         # while iterating (which shift nothing at the head) do not yield a job twice.
-        key = self.keys.queue(name)
-        initial = self.queue_size(name)
+        initial = int(self.redis.llen(key))
         page = 0
         shift = 0
         previous: set[bytes] = set()
@@ -134,7 +234,7 @@ class RedisReader(ReadBackend):
             page += 1
             yield from (Stored(raw) for raw in rows if raw not in previous)
             previous = set(rows)
-            shift = initial - self.queue_size(name)
+            shift = initial - int(self.redis.llen(key))
 
     def queue_candidates(self, name: str, jid: str) -> Iterator[Stored]:
         # A scan of the whole list (O(n), as in Sidekiq); matching the bytes first avoids
@@ -143,7 +243,7 @@ class RedisReader(ReadBackend):
         return (row for row in self.queue_rows(name, SCAN_PAGE) if needle in row.raw)
 
     def queue_delete(self, name: str, job: Stored) -> bool:
-        return self._finish(self.keys.queue(name), "queue", job.raw)
+        return int(self._delete(args=[self.keys.prefix, name, job.raw])) > 0
 
     def queue_clear(self, name: str) -> int:
         return self._clear(self.keys.queue(name), "queue", name)
@@ -351,7 +451,7 @@ class RedisReader(ReadBackend):
     def stats(self, default_queue: str) -> Snapshot:
         """Two pipelined round trips whatever the number of queues and processes: first the
         counters, set sizes and the members of ``queues`` and ``processes``, then every
-        queue's length and every process's ``busy``."""
+        queue's size (its shares' lists counted, see ``SIZES``) and every process's ``busy``."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(k.stat_processed)
@@ -367,13 +467,7 @@ class RedisReader(ReadBackend):
         names = sorted(as_text(m) for m in queue_members)
         replies: list[Any] = []
         if names or identities:
-            pipe = self.redis.pipeline(transaction=False)
-            for name in names:
-                pipe.llen(k.queue(name))
-            for identity in identities:
-                # The process hash expires 60 s after its last beat: no hash, no process.
-                pipe.hget(k.process(identity), "busy")
-            replies = pipe.execute()
+            replies = self._sizes_and_busy(names, identities)
         sizes = [int(size) for size in replies[: len(names)]]
         busy = [_int(b) for b in replies[len(names) :] if b is not None]
         return Snapshot(
@@ -387,6 +481,28 @@ class RedisReader(ReadBackend):
             default_queue_latency=payload_latency(oldest),
             queues=dict(sorted(zip(names, sizes, strict=True), key=lambda item: (-item[1], item[0]))),
         )
+
+    def _sizes_and_busy(self, names: list[str], identities: list[str]) -> list[Any]:
+        """Each queue's size, then each process's ``busy``, in one round trip: a script in a
+        pipeline costs redis-py one more (SCRIPT EXISTS), so EVALSHA is sent as is and the
+        script loaded only when Redis does not know it."""
+        k = self.keys
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            if names:
+                pipe.evalsha(self._sizes.sha, 0, k.prefix, *names)
+            for identity in identities:
+                # The process hash expires 60 s after its last beat: no hash, no process.
+                pipe.hget(k.process(identity), "busy")
+            try:
+                replies = pipe.execute()
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                self.redis.script_load(self._sizes.script)
+                continue
+            return [*replies[0], *replies[1:]] if names else list(replies)
+        raise AssertionError("unreachable")
 
     def reset_stats(self, names: Sequence[str]) -> None:
         k = self.keys

@@ -7,7 +7,7 @@ from typing import cast
 
 import redis
 
-from asynctask import payload
+from asynctask import fairness, payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.connection import connect
@@ -17,6 +17,7 @@ from asynctask.brokers.redis.push import RedisFeedStaging, RedisStaging, push_jo
 from asynctask.brokers.redis.recovery import recover_orphans, requeue_process
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.brokers.redis.tracking import RedisTrackingStore
+from asynctask.fairness import share_of
 from asynctask.feeds import Feed
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -76,13 +77,38 @@ class RedisBroker(Broker):
             atomic=atomic,
         )
 
-    def staging(self, task_id: str, feed: Feed | None = None) -> RedisStaging | RedisFeedStaging:
+    def staging(
+        self, task_id: str, feed: Feed | None = None, share: str | None = None
+    ) -> RedisStaging | RedisFeedStaging:
         """Where ``create_task`` writes a task's jobs, invisible to workers, before publishing
-        them: onto their queues, or, with a ``feed``, into the feed that releases them."""
+        them: onto their queues (on a fair queue, into ``share``'s list), or, with a ``feed``,
+        into the feed that releases them."""
         limit = self.settings.max_payload_bytes
+        if share is None:
+            share = share_of(task_id, None)
         if feed is not None:
-            return RedisFeedStaging(self.redis, self.keys, self.scripts, task_id, feed, limit)
-        return RedisStaging(self.redis, self.keys, self.scripts, task_id, limit)
+            return RedisFeedStaging(self.redis, self.keys, self.scripts, task_id, feed, limit, share)
+        return RedisStaging(self.redis, self.keys, self.scripts, task_id, limit, share)
+
+    def jobs_ahead(self, queue: str, share: str, waiting: int, earlier: int) -> int | None:
+        keys = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(keys.queue(queue))
+        pipe.llen(keys.urgent(queue))
+        pipe.llen(keys.shares(queue))
+        pipe.lpos(keys.shares(queue), share)
+        pipe.lpos(keys.shares(queue), "")
+        plain, urgent, ring, position, plain_position = pipe.execute()
+        if position is None:
+            # Not taking turns: its jobs wait in the queue itself (a FIFO queue), in push order.
+            return max(0, int(urgent) + int(plain) - waiting) if plain > 0 else None
+        # The claim rotates the ring from its right end: the members right of the share come
+        # first. The member "" stands for the queue's plain jobs, a share only while some wait.
+        before = ring - 1 - position
+        if plain == 0:
+            ring -= 1
+            before -= 1 if plain_position is not None and plain_position > position else 0
+        return int(urgent) + fairness.jobs_ahead(earlier=earlier, shares=ring, before_in_round=before)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> ReliableFetch:
         s = self.settings
@@ -90,7 +116,7 @@ class RedisBroker(Broker):
             self.redis,
             self.keys,
             identity,
-            s.queues,
+            s.served_queues,
             self.scripts,
             concurrency=s.concurrency,
             timeout=s.fetch_timeout,

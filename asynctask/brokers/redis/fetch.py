@@ -14,7 +14,8 @@ finished since the last call and claims as many jobs as threads are waiting for 
 a buffer the threads take from. Claimed jobs are in the in-flight list all along, so a
 crash loses none. When every queue is empty a thread blocks with BLMOVE on one queue
 (threads spread over the queues, rotating), so a new job starts at once instead of
-waiting for a poll.
+waiting for a poll; on a fair queue some threads block on its bell instead, rung by the
+jobs that land in its shares (docs/internals/fair-share-redis.md).
 
 The same call writes the tracking outbox (transitions of tracked jobs, see
 ``asynctask.tracking.outbox``) and reads the cancellation generation, so that tracking adds
@@ -37,7 +38,8 @@ from asynctask.keys import Keys
 from asynctask.settings import QueueSpec
 from asynctask.tracking.outbox import Outbox, pack
 
-#: Seconds a thread blocks on one queue when there are more queues than threads, so that
+#: Seconds a thread blocks on one queue (or bell) when there are more of them than threads,
+#: so that
 #: a queue without a blocked thread is still checked this often.
 SHORT_BLOCK = 0.25
 
@@ -70,6 +72,9 @@ def starts_flow(raw: bytes) -> bool:
     return b'rate_limit"' in raw or b'unique_until"' in raw
 
 
+#: Tokens a bell keeps at most (FAIR_BELL in lua/flow.lua).
+BELL_TOKENS = 64
+
 #: Seconds between two looks for threads still on their way into BLMOVE while going quiet.
 UNBLOCK_RECHECK = 0.01
 
@@ -94,7 +99,18 @@ class ReliableFetch(Fetcher):
         self.keys = keys
         self._queue_keys = {name: keys.queue(name) for name in self.queue_names}
         self._inflight_keys = {name: keys.inflight(identity, name) for name in self.queue_names}
-        self._block_timeout = timeout if len(self.queue_names) <= concurrency else min(timeout, SHORT_BLOCK)
+        #: What idle threads block on, spread over in turn: each queue, then the bell of each
+        #: fair queue (True), which a job landing in one of its shares rings.
+        self._targets = [(name, False) for name in self.queue_names] + [
+            (name, True) for name in self.queue_names if self.fair[name]
+        ]
+        self._block_timeout = timeout if len(self._targets) <= concurrency else min(timeout, SHORT_BLOCK)
+        #: Threads blocked on each target now (this one's own count until its wait returns).
+        self._blocked_on = [0] * len(self._targets)
+        self._bell_targets = {name: index for index, (name, bell) in enumerate(self._targets) if bell}
+        self._queue_targets = {name: index for index, (name, bell) in enumerate(self._targets) if not bell}
+        #: Whether this start wrote its queues' fair settings to ``asynctask:fifo`` yet.
+        self._announced = False
         self._scripts = scripts
         self._script_keys = [
             keys.tracking_stream,
@@ -113,16 +129,36 @@ class ReliableFetch(Fetcher):
         self._registry_lock = threading.Lock()
 
     def register(self) -> None:
-        """Record this process's in-flight lists so that others can recover them if it dies."""
+        """Record this process's in-flight lists so that others can recover them if it dies.
+
+        The first call of a start also writes its queues' fair settings where pushes read
+        them (``asynctask:fifo``), in the same round trip: the settings of the worker started
+        last win. Jobs already waiting in shares are served whatever the setting says."""
         with self._registry_lock:
             if self._left:
                 return
-            self.redis.hset(
+            pipe = self.redis.pipeline(transaction=False)
+            if not self._announced:
+                fifo = [name for name in self.queue_names if not self.fair[name]]
+                fair = [name for name in self.queue_names if self.fair[name]]
+                if fifo:
+                    pipe.sadd(self.keys.fifo, *fifo)
+                if fair:
+                    pipe.srem(self.keys.fifo, *fair)
+            pipe.hset(
                 self.keys.inflight_registry,
                 mapping={key: self.identity for key in self._inflight_keys.values()},
             )
+            pipe.execute()
+            self._announced = True
 
     def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
+        # Threads blocked in Redis cannot take from the buffer until their own wait returns:
+        # jobs claimed for them would sit there while they block, out of reach of every
+        # other thread. Left waiting, those jobs wake idle threads (a bell, BLMOVE) or go to
+        # the next claim.
+        with self._blocking_lock:
+            wanted = max(min(wanted, 1), wanted - self._blocking)
         order = self.queue_order()
         keys = self._script_keys[:]
         first_queue = len(keys) + 1
@@ -167,18 +203,38 @@ class ReliableFetch(Fetcher):
             if self._interrupted:
                 return None
             self._blocking += 1
+            # The target fewest threads block on, from ``block_on`` round: a thread woken by a
+            # job comes back to the same target, so a plain rotation would let every idle
+            # thread gather on one target and leave a bell (or a queue) unwatched.
+            count = len(self._targets)
+            first = block_on % count
+            target = min(
+                ((first + step) % count for step in range(count)),
+                key=lambda index: self._blocked_on[index],
+            )
+            self._blocked_on[target] += 1
+            # The whole fetch timeout only while every target has a thread on it; otherwise
+            # the threads go round the targets every SHORT_BLOCK (a lone idle thread of a
+            # fair queue alternates between the queue and its bell).
+            timeout = (
+                self._block_timeout if min(self._blocked_on) > 0 else min(self._block_timeout, SHORT_BLOCK)
+            )
         try:
-            return self._block(block_on)
+            return self._block(target, timeout)
         finally:
             with self._blocking_lock:
                 self._blocking -= 1
+                self._blocked_on[target] -= 1
 
-    def _block(self, block_on: int) -> UnitOfWork | None:
-        name = self.queue_names[block_on % len(self.queue_names)]
+    def _block(self, target: int, timeout: float) -> UnitOfWork | None:
+        name, bell = self._targets[target]
+        if bell:
+            self._ring(name, timeout)
+            return None
         source, inflight = self._queue_keys[name], self._inflight_keys[name]
         pipe = self.redis.pipeline(transaction=False)
         # Redis takes fractional seconds; redis-py's stubs say int.
-        pipe.blmove(source, inflight, self._block_timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        pipe.blmove(source, inflight, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
         # Redis runs the commands pipelined behind BLMOVE as soon as it returns, so the list
         # is registered before anything else can happen to it (see the claim script).
         pipe.hset(self.keys.inflight_registry, inflight, self.identity)
@@ -187,6 +243,7 @@ class ReliableFetch(Fetcher):
         job, _, *generation = pipe.execute()
         if job is None:
             return None
+        self._hand_over(name)
         if generation:
             self.cancel_generation = cast(bytes, generation[0] or b"0")
         # The connection does not decode responses, so the payload arrives as bytes.
@@ -195,6 +252,29 @@ class ReliableFetch(Fetcher):
             return None
         return UnitOfWork(name, raw, inflight)
 
+    def _ring(self, name: str, timeout: float) -> None:
+        """Wait for a token of ``name``'s bell: a task's job landed in one of its shares, which
+        BLMOVE on ``queue:<name>`` would not see. The job is not taken here (the shares take
+        turns): returning None sends the thread straight back to a claim."""
+        self.redis.blpop([self.keys.bell(name)], timeout)
+
+    def _hand_over(self, name: str) -> None:
+        """This thread leaves ``queue:<name>`` with a job: if none of this process's other
+        threads blocks on it while some block on its bell, wake one of those (one token), so
+        that it comes back to watch the queue; else a push there (Ruby's) would wait for a
+        bell thread's timeout. One command more, only then."""
+        bell = self._bell_targets.get(name)
+        if bell is None:
+            return
+        with self._blocking_lock:
+            unwatched = self._blocked_on[self._queue_targets[name]] == 1
+            waiting = self._blocked_on[bell] > 0
+        if unwatched and waiting:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.lpush(self.keys.bell(name), "1")
+            pipe.ltrim(self.keys.bell(name), 0, BELL_TOKENS - 1)
+            pipe.execute()
+
     def _admit(self, inflight: str, raw: bytes) -> bool:
         """The claim-time flow check the claim script makes, for a job BLMOVE claimed: its rate
         limit (False: it went back to the schedule set) and a unique key held until start. One
@@ -202,7 +282,7 @@ class ReliableFetch(Fetcher):
         return bool(self._scripts.admit(keys=[inflight], args=[self.keys.prefix, raw]))
 
     def interrupt(self) -> None:
-        """Unblock this process's threads waiting in BLMOVE (``CLIENT UNBLOCK``: the call
+        """Unblock this process's threads waiting in BLMOVE or on a bell (``CLIENT UNBLOCK``: the call
         returns as if timed out, moving nothing), so that a worker told to stop does not wait
         out ``fetch_timeout``. A thread that decided to block just before is unblocked once
         its BLMOVE reaches Redis; none blocks after this. Connections not opened by
@@ -216,7 +296,7 @@ class ReliableFetch(Fetcher):
             blocked = [
                 int(client["id"])
                 for client in self.redis.client_list()
-                if client.get("name") == name and client.get("cmd") == "blmove"
+                if client.get("name") == name and client.get("cmd") in ("blmove", "blpop")
             ]
             if blocked:
                 pipe = self.redis.pipeline(transaction=False)

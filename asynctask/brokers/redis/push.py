@@ -113,6 +113,7 @@ def push_jobs(
 class RedisStaging(Staging):
     """One task's jobs, written batch by batch to private lists that no worker reads (one per
     queue, ``Keys.staging``), then moved onto their queues by one script: all of them or none.
+    On a fair queue they go to the task's share instead (``Keys.share``).
 
     ``encode`` (no I/O; it refuses a job over the size limit as ``push_jobs`` does), then
     ``write``, per batch; ``publish`` once at the end, or ``discard``. Every job gets the same
@@ -120,13 +121,21 @@ class RedisStaging(Staging):
     """
 
     def __init__(
-        self, conn: redis.Redis, keys: Keys, scripts: Scripts, task_id: str, max_payload_bytes: int
+        self,
+        conn: redis.Redis,
+        keys: Keys,
+        scripts: Scripts,
+        task_id: str,
+        max_payload_bytes: int,
+        share: str = "",
     ) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts
         self.task_id = task_id
         self.max_payload_bytes = max_payload_bytes
+        #: The share the jobs wait in on a fair queue ("" for none: queue:<queue> itself).
+        self.share = share
         #: Queue -> jobs its staging list holds (written and acknowledged).
         self.counts: dict[str, int] = {}
         #: Jobs the flow staging list holds (those with a concurrency or unique key).
@@ -180,6 +189,7 @@ class RedisStaging(Staging):
         for queue, count in self.counts.items():
             keys += [self.keys.staging(self.task_id, queue), self.keys.queue(queue)]
             args += [queue, count]
+        args.append(self.share)
         return int(self.scripts.publish(keys=keys, args=args))
 
     def discard(self) -> None:
@@ -205,6 +215,7 @@ class RedisFeedStaging(Staging):
         task_id: str,
         feed: Feed,
         max_payload_bytes: int,
+        share: str = "",
     ) -> None:
         self.conn = conn
         self.keys = keys
@@ -212,6 +223,8 @@ class RedisFeedStaging(Staging):
         self.task_id = task_id
         self.feed = feed
         self.max_payload_bytes = max_payload_bytes
+        #: The share its released jobs wait in on a fair queue ("" for none).
+        self.share = share
         #: Jobs the staging list holds (written and acknowledged).
         self.count = 0
         self._touched = False
@@ -257,6 +270,7 @@ class RedisFeedStaging(Staging):
                     repr(float(feed.interval)),
                     feed.priority,
                     "1" if feed.paused else "0",
+                    self.share,
                 ],
             )
         )

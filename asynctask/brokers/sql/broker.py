@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from asynctask import payload
+from asynctask import fairness, payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.sql import processes
 from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed
@@ -47,6 +47,9 @@ SPARE_CONNECTIONS = 5
 SWEEP_INTERVAL = 30.0
 #: Idle concurrency keys forgotten per sweep at most (one short transaction).
 IDLE_KEYS_PER_SWEEP = 1000
+#: Jobs a FIFO queue's place counts at most: a poll of a task's place must not read a
+#: queue of millions of jobs.
+AHEAD_BOUND = 100_000
 
 
 class SqlBroker(Broker):
@@ -167,9 +170,9 @@ class SqlBroker(Broker):
         self.feeds.release(tx, self.feeds.lock(connection, fronts), payload.now(), lanes_held=keyed)
         return stored
 
-    def staging(self, task_id: str, feed: Feed | None = None) -> SqlStaging:
+    def staging(self, task_id: str, feed: Feed | None = None, share: str | None = None) -> SqlStaging:
         fed = None if feed is None else (self.feeds, task_id, feed)
-        return SqlStaging(self.store, self.flow, self.settings.max_payload_bytes, fed)
+        return SqlStaging(self.store, self.flow, self.settings.max_payload_bytes, fed, share)
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> SqlFetcher:
         queues = list(dict.fromkeys(q.name for q in self.settings.queues))
@@ -179,6 +182,20 @@ class SqlBroker(Broker):
         fetcher = SqlFetcher(self.store, self.flow, self.feeds, identity, self.settings, wake, outbox)
         self._fetchers.append(fetcher)
         return fetcher
+
+    def jobs_ahead(self, queue: str, share: str, waiting: int, earlier: int) -> int | None:
+        sql = self.store.sql
+        with self.store.read() as connection:
+            if not self.settings.is_fair(queue):
+                bounds = {"queue": queue, "bound": AHEAD_BOUND}
+                queued = connection.execute(sql.ahead_in_order, bounds).scalar_one()
+                return max(0, int(queued) - waiting) if queued else None
+            head, width, plain = connection.execute(sql.ahead_in_turns, {"queue": queue}).one()
+        if head is None:
+            return None
+        shares = int(width) + (1 if plain else 0)
+        # Where the share stands in the round is not kept: taken as the worst, last.
+        return fairness.jobs_ahead(earlier=earlier, shares=shares, before_in_round=shares - 1)
 
     def retry_at(
         self, unit: UnitOfWork, job: payload.JobDict, at: float, outbox: Outbox | None = None

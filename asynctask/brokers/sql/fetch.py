@@ -12,6 +12,9 @@ transitions that is a single statement, outside BEGIN/COMMIT.
 
 When every queue is empty, one thread at a time watches for new jobs (``wake``), claims for
 every waiting thread when some come, and hands the others theirs through the buffer.
+
+Queues served fairly (``Fetcher.fair``) are claimed in turns (docs/internals/fair-share-sql.md):
+the claim statement depends on which of the queues, in the order tried, are.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from itertools import groupby
 from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
 from asynctask.brokers.base import Fetcher, UnitOfWork
@@ -46,14 +52,13 @@ class SqlFetcher(Fetcher):
         wake: Wake,
         outbox: Outbox | None = None,
     ) -> None:
-        super().__init__(identity, settings.queues, outbox)
+        super().__init__(identity, settings.served_queues, outbox)
         self._store = store
         self._flow = flow
         self._feeds = feeds
         self._sql = store.sql
-        self._claim = self._sql.claim(len(self.queue_names))
         self._idle_claim = self._sql.idle_claim(len(self.queue_names))
-        self._keyed_claim = self._sql.keyed_claim()
+        self._store_errors = (SQLAlchemyError, OSError)
         self._ttl = settings.process_ttl
         self._timeout = settings.fetch_timeout
         self._wake = wake
@@ -84,6 +89,8 @@ class SqlFetcher(Fetcher):
 
     def _claim_now(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
         order = self.queue_order()
+        fair = tuple(self.fair[name] for name in order)
+        keyed_claim = self._sql.keyed_claim(fair, wanted)
         me = self.identity
         params: dict[str, Any] = {"ids": self._sql.ids([u.ref for u in acks]), "me": me}
         params.update(wanted=wanted, now=payload.now())
@@ -104,15 +111,11 @@ class SqlFetcher(Fetcher):
         # in the claim's transaction. Jobs of fed tasks: their ends release from their feeds.
         flow_acks = any(is_flow(u.payload) for u in acks)
         fed_acks = any(is_fed(u.payload) for u in acks)
-        if (
-            self._keyed_claim is not None
-            and flow_acks
-            and not (transitions or fed_acks or self._unique(acks))
-        ):
+        if keyed_claim is not None and flow_acks and not (transitions or fed_acks or self._unique(acks)):
             # BEGIN, the keys' lock, the statement that counts their slots (after the lock:
             # flow-control-sql.md, Races and locks) and COMMIT, in one round trip.
             ids = {"ids": params["ids"]}
-            piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (self._keyed_claim, params)])
+            piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (keyed_claim, params)])
             generation = next(row[1] for row in piped if row[0] is None)
             return self._units(order, [row for row in piped if row[0] is not None], generation)
         # PostgreSQL, unkeyed jobs of fed tasks: acknowledged as any job, then released from
@@ -126,13 +129,13 @@ class SqlFetcher(Fetcher):
             acked = [int(u.ref) for u in acks]
             feeds = self._feeds.lock_of_rows(connection, acked) if release_here else []
             if self._sql.postgres:
-                claim = self._claim
-                if flow_acks and self._keyed_claim is not None:
+                claim = self._sql.claim(fair, wanted)
+                if flow_acks and keyed_claim is not None:
                     # The keys are locked by a statement of their own, before the one that
                     # counts their slots (flow-control-sql.md, Races and locks), which then
                     # acknowledges, promotes and claims.
                     self._flow.lock_ending(connection, acked, [u.payload for u in acks])
-                    claim = self._keyed_claim
+                    claim = keyed_claim
                 found = connection.execute(claim, params).all()
                 generation = next(row[1] for row in found if row[0] is None)
                 claimed = [row for row in found if row[0] is not None]
@@ -150,10 +153,23 @@ class SqlFetcher(Fetcher):
                 if feeds:
                     self._feeds.release(tx, feeds, params["now"])
                 generation = connection.execute(self._sql.generation).scalar_one()
-                claimed = list(connection.execute(self._claim, params).all())
+                claimed = list(connection.execute(self._sql.claim(fair, wanted), params).all())
         if late is not None:
             self._release_after(late)
         return self._units(order, claimed, generation)
+
+    def _plain_served(self, rounds: dict[str, int]) -> None:
+        """Store the plain share's round in the queues a claim served it in, in a transaction
+        of its own, once a round at most per queue (the next claims then serve the round's
+        other shares first): a lost write only gives the plain share one more job."""
+        if not rounds:
+            return
+        try:
+            with self._store.write(single_statement=len(rounds) == 1) as tx:
+                for queue, next_round in sorted(rounds.items()):
+                    tx.connection.execute(self._sql.plain_served, {"queue": queue, "next": next_round})
+        except self._store_errors as exc:
+            logger.warning("could not store the plain share's round (it may run a job more): %s", exc)
 
     @staticmethod
     def _late_feeds(acks: list[UnitOfWork]) -> Counter[str] | None:
@@ -188,6 +204,9 @@ class SqlFetcher(Fetcher):
         self._wake.drain()
         position = {name: i for i, name in enumerate(order)}
         claimed.sort(key=lambda row: (position[row[1]], row[2], row[0]))
+        if any(self.fair[name] for name in order):
+            claimed = in_turns(claimed, self.fair)
+            self._plain_served(plain_rounds(claimed, self.fair))
         if self._sql.postgres:
             units = [UnitOfWork(row[1], row[3].encode(), row[0]) for row in claimed]
         else:
@@ -305,3 +324,32 @@ class SqlFetcher(Fetcher):
 
     def close(self) -> None:
         self._wake.close()
+
+
+def in_turns(claimed: list[Any], fair: dict[str, bool]) -> list[Any]:
+    """Claimed rows (id, queue, priority, payload, turn, key, headed), sorted by queue then by
+    (priority, id), with each fair queue's rows put in the order its claim took them
+    (RETURNING has none): by (priority, key, plain first, id)."""
+    result: list[Any] = []
+    for _, group in groupby(claimed, key=lambda row: row[1]):
+        rows = list(group)
+        if fair.get(rows[0][1], False):
+            rows.sort(key=lambda r: (r[2], _key(r), r[4] is not None, r[0]))
+        result += rows
+    return result
+
+
+def _key(row: Any) -> int:
+    """The key a row was claimed by; a row promoted by the claim has none: its turn, if any."""
+    key = row[5] if row[5] is not None else row[4]
+    return 0 if key is None else int(key)
+
+
+def plain_rounds(claimed: list[Any], fair: dict[str, bool]) -> dict[str, int]:
+    """The fair queues whose plain share a claim served while tagged jobs waited, and the
+    round after the last it was served in."""
+    rounds: dict[str, int] = {}
+    for row in claimed:
+        if fair.get(row[1], False) and row[4] is None and row[6] and row[5] is not None:
+            rounds[row[1]] = max(rounds.get(row[1], 0), int(row[5]) + 1)
+    return rounds

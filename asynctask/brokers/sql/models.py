@@ -37,6 +37,13 @@ Task feeds (revision 0007, docs/internals/feeds-sql.md):
   limit postponed it) is *out*: it takes one of its feed's ``parallel`` slots.
 - ``FeedRow``: one row per fed task: its settings, the lock every release of it takes first,
   the number of its held rows, and when the ticker must look at it next.
+
+Fair share (revision 0008, docs/internals/fair-share-sql.md):
+
+- ``QueuedJob.turn``: the round a task's job is served in, in a queue served fairly; NULL for
+  the jobs outside any task (the plain share), which take one turn in every round.
+- ``Share``: one row per tenant and queue: the turn after its last tagged job, the lock that
+  orders its concurrent pushes, and the queue's high-water mark once its jobs all ran.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ DEAD = "dead"
 LANE = "lane"
 #: Held by its task's feed, not released yet (not claimable).
 HELD = "held"
+#: ``Share.share`` of the jobs outside any task: its ``last_turn`` is the round after the
+#: one a plain job was last claimed in (no tenant's share is empty: ``fairness.share_of``).
+PLAIN_SHARE = ""
 
 
 class QueuedJob(Base):
@@ -83,6 +93,8 @@ class QueuedJob(Base):
     holds: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     #: The task id of a fed task's job (``FeedRow.task_id``); NULL for any other job.
     feed: Mapped[str | None] = mapped_column(String(32))
+    #: The job's round in a fair queue (``Share``); NULL: the plain share, ordered by id.
+    turn: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         # The fetch: the first unclaimed job of a queue by (priority, id) is the head of this.
@@ -93,6 +105,26 @@ class QueuedJob(Base):
             "id",
             sqlite_where=text("state = 'queued' AND locked_by IS NULL"),
             postgresql_where=text("state = 'queued' AND locked_by IS NULL"),
+        ),
+        # A fair queue's claim: its tagged rows in turn order, and its plain rows in push order
+        # (the fetch index above holds both kinds mixed, which a fair claim would have to
+        # walk past). Separate indexes make each kind's head a LIMIT read.
+        Index(
+            "ix_asynctask_job_turn",
+            "queue",
+            "priority",
+            "turn",
+            "id",
+            sqlite_where=text("state = 'queued' AND locked_by IS NULL AND turn IS NOT NULL"),
+            postgresql_where=text("state = 'queued' AND locked_by IS NULL AND turn IS NOT NULL"),
+        ),
+        Index(
+            "ix_asynctask_job_plain",
+            "queue",
+            "priority",
+            "id",
+            sqlite_where=text("state = 'queued' AND locked_by IS NULL AND turn IS NULL"),
+            postgresql_where=text("state = 'queued' AND locked_by IS NULL AND turn IS NULL"),
         ),
         # The schedule, retry and dead sets, ordered by score (the poller reads the due head).
         Index(
@@ -265,3 +297,14 @@ class FeedRow(Base):
             postgresql_where=text("next_at IS NOT NULL"),
         ),
     )
+
+
+class Share(Base):
+    __tablename__ = "asynctask_share"
+
+    queue: Mapped[str] = mapped_column(String(255), primary_key=True)
+    #: ``tenant:<name>`` (``fairness.share_of``); a task without a tenant has no row.
+    share: Mapped[str] = mapped_column(Text, primary_key=True)
+    #: The turn after the share's last tagged job: its next task starts there, or at the
+    #: queue's head turn if that is later (the share's jobs all ran).
+    last_turn: Mapped[int] = mapped_column(BigInteger)

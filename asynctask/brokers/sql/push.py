@@ -5,6 +5,7 @@ Payloads are the JSON Redis would hold (``payload.dumps``), under the same size 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,9 @@ PRIORITY_MIN = -(2**31)
 PRIORITY_MAX = 2**31 - 1
 #: The ``jid`` column's width; longer jids (foreign clients) stay whole in the payload.
 JID_WIDTH = 64
+#: The shares that keep a row of their turns (``fairness.share_of``): a tenant's tasks follow
+#: one another; a task without a tenant is a share of its own and needs none.
+REMEMBERED_SHARE = "tenant:"
 
 
 def priority(job: payload.JobDict) -> int:
@@ -93,15 +97,28 @@ class SqlStaging(Staging):
 
     A fed task's jobs (``fed``: its feeds and the feed's settings) are inserted held by its
     feed, whose row the first batch creates; each batch releases what the feed has room for,
-    in the same transaction, so the first jobs become claimable when the task commits."""
+    in the same transaction, so the first jobs become claimable when the task commits.
+
+    Every row the task inserts (queued, in a key's line or held) carries its turn in its
+    queue's rotation, in item order from the share's start (docs/internals/fair-share-sql.md):
+    the rows are tagged whether or not the workers serve the queue fairly, so that the claim
+    alone decides."""
 
     def __init__(
-        self, store: Store, flow: Flow, max_payload_bytes: int, fed: tuple[SqlFeeds, str, Feed] | None = None
+        self,
+        store: Store,
+        flow: Flow,
+        max_payload_bytes: int,
+        fed: tuple[SqlFeeds, str, Feed] | None = None,
+        share: str | None = None,
     ) -> None:
         self._store = store
         self._flow = flow
         self._max_payload_bytes = max_payload_bytes
         self._fed = fed
+        self._share = share
+        #: The next turn of each queue the task has rows in (its batches follow one another).
+        self._next: dict[str, int] = {}
         self._created = False
         self._count = 0
         self._queues: set[str] = set()
@@ -124,9 +141,12 @@ class SqlStaging(Staging):
             return
         rows = [r for _, r in encoded]
         lanes: list[str] = []
+        # The share's row first: a tenant's tasks then queue for it before taking any key.
+        starts = self._reserve(connection, [r[1] for r in rows])
         if any(r[7] is not None or "unique_key" in job for job, r in encoded):
+            # A job whose unique key is held is not inserted: the last turns stay unused.
             _, rows, lanes = self._flow.admit(connection, encoded, payload.now())
-        self._store.insert_jobs(connection, rows)
+        self._store.insert_jobs(connection, rows, turns=_turns(starts, rows))
         self._count += len(rows)
         self._queues.update(r[1] for r in rows if r[2] == QUEUED)
         self._queues.update(self._flow.promote(connection, lanes))
@@ -136,15 +156,38 @@ class SqlStaging(Staging):
     ) -> None:
         """Held rows (their unique keys are not taken: a task's chunk jobs carry none), then
         the release they allow; keyed jobs enter their keys' lines when released."""
+        starts = self._reserve(connection, [r[1] for r in rows])
         if not self._created:
             feeds.create(connection, task_id, feed)
             self._created = True
-        self._store.insert_jobs(connection, rows, feed=task_id)
+        self._store.insert_jobs(connection, rows, feed=task_id, turns=_turns(starts, rows))
         feeds.add_held(connection, task_id, len(rows))
         self._count += len(rows)
         tx = Tx(connection)
         feeds.release(tx, feeds.lock(connection, [task_id]), payload.now(), first=True)
         self._queues.update(tx.queues)
+
+    def _reserve(self, connection: Connection, queues: Sequence[str]) -> dict[str, int]:
+        """Reserve turns for a batch's rows (their queues): the first turn of each queue, for
+        as many rows as it has here; a statement or two per queue and batch.
+
+        A queue's first batch starts at the queue's head turn (``start_turn``), or, for a
+        tenant, after the tenant's last turn if that is later; the next batches go on from
+        where the one before stopped (the tenant's row stays locked by this transaction)."""
+        sql = self._store.sql
+        starts: dict[str, int] = {}
+        remembered = self._share is not None and self._share.startswith(REMEMBERED_SHARE)
+        # Queues in name order: the order a transaction takes its share rows' locks in.
+        for queue, count in sorted(Counter(queues).items()):
+            start = self._next.get(queue)
+            if start is None:
+                start = int(connection.execute(sql.start_turn, {"queue": queue}).scalar_one())
+            if remembered:
+                values = {"queue": queue, "share": self._share, "start": start, "n": count}
+                start = int(connection.execute(sql.take_turns, values).scalar_one()) - count
+            starts[queue] = start
+            self._next[queue] = start + count
+        return starts
 
     def publish(self) -> int:
         """The jobs committed with the task: wake the workers of their queues."""
@@ -153,3 +196,13 @@ class SqlStaging(Staging):
 
     def discard(self) -> None:
         """Nothing to undo: the rows roll back with the task's transaction."""
+
+
+def _turns(starts: dict[str, int], rows: Sequence[JobRow]) -> list[int]:
+    """The rows' turns, in order from each queue's start (``SqlStaging._reserve``)."""
+    following = dict(starts)
+    turns = []
+    for r in rows:
+        turns.append(following[r[1]])
+        following[r[1]] += 1
+    return turns

@@ -8,25 +8,33 @@ that a query implies its predicate, which a bound parameter hides.
 Times a process's liveness is judged by (``expires_at``) come from PostgreSQL's clock there,
 so that hosts with skewed clocks agree on who is dead, as Redis's TTLs make them agree;
 SQLite is one file on one host, whose clock the ``:now`` parameter carries.
+
+The claims depend on which of the queues, in the order tried, are served fairly
+(docs/internals/fair-share-sql.md); each combination's statement is built once, when first
+used. A claim that serves no queue fairly is the push-order claim, whatever the combination.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import TextClause, text
 
 from asynctask.brokers.sql.feedsql import FeedStatements
 from asynctask.brokers.sql.flowsql import FlowStatements
-from asynctask.brokers.sql.models import LANE
+from asynctask.brokers.sql.models import LANE, PLAIN_SHARE
 
 #: The channel NOTIFY announces new jobs on; the payload is the queue's name.
 CHANNEL = "asynctask_jobs"
 
 #: Claimable rows: the predicate of the index ``ix_asynctask_job_fetch``.
 CLAIMABLE = "state = 'queued' AND locked_by IS NULL"
+#: A fair queue's claimable rows of tasks, and those outside any task: the predicates of the
+#: indexes ``ix_asynctask_job_turn`` and ``ix_asynctask_job_plain``.
+TAGGED = f"{CLAIMABLE} AND turn IS NOT NULL"
+PLAIN = f"{CLAIMABLE} AND turn IS NULL"
 #: The job sets (scheduled, retry, dead): the predicate of the index ``ix_asynctask_job_set``.
 IN_A_SET = "state <> 'queued'"
 
@@ -35,6 +43,9 @@ IN_A_SET = "state <> 'queued'"
 GENERATION = "SELECT count(*) || ':' || coalesce(max(at), 0) FROM asynctask_cancelled_task"
 
 JOB_COLUMNS = ("jid", "queue", "state", "priority", "run_at", "payload", "last_error", "lane", "holds")
+
+#: Whether each queue of a claim, in the order tried, is served fairly.
+Fairness: TypeAlias = tuple[bool, ...]
 
 #: SQLite: a job's payload as the bytes stored. SQLite keeps whatever it is given, a BLOB or
 #: text that is not UTF-8 (which the driver cannot read as a string), if something other than
@@ -67,11 +78,16 @@ class Statements:
                 f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
                 f"SELECT *, 0 FROM unnest({arrays})"
             )
-            # Fed jobs, with their feed: a statement of their own, so that every other insert
-            # carries no column more.
+            # A task's jobs, with their turns, and fed jobs, with their feed (and turns, NULL
+            # for a task's retry pushed to its feed): statements of their own, so that every
+            # other insert carries no column more.
+            self.insert_task_jobs = text(
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, turn, attempts) "
+                f"SELECT *, 0 FROM unnest({arrays}, CAST(:turn AS BIGINT[]))"
+            )
             self.insert_fed_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, attempts) "
-                f"SELECT *, 0 FROM unnest({arrays}, CAST(:feed AS TEXT[]))"
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, turn, attempts) "
+                f"SELECT *, 0 FROM unnest({arrays}, CAST(:feed AS TEXT[]), CAST(:turn AS BIGINT[]))"
             )
         else:
             # Run as executemany: SQLite has no round trips to save.
@@ -79,10 +95,50 @@ class Statements:
                 f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
                 f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, 0)"
             )
-            self.insert_fed_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, attempts) "
-                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, :feed, 0)"
+            self.insert_task_jobs = text(
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, turn, attempts) "
+                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, :turn, 0)"
             )
+            self.insert_fed_jobs = text(
+                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, turn, attempts) "
+                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, :feed, :turn, 0)"
+            )
+
+        # A task's turns (fair-share-sql.md, Tags). The head turn, or once no tagged job
+        # waits, the largest turn a tenant reached: a tenant whose jobs all ran must not find
+        # its next task behind a newcomer's, as it would if turns started again from 0.
+        self.start_turn = text(
+            f"SELECT COALESCE((SELECT turn FROM asynctask_job WHERE queue = :queue AND {TAGGED} "
+            "ORDER BY priority, turn, id LIMIT 1), "
+            "(SELECT max(last_turn) FROM asynctask_share WHERE queue = :queue), 0)"
+        )
+        # The row's lock orders a tenant's concurrent tasks: the later one starts after the
+        # earlier one's last turn, which it reads once the earlier one committed.
+        # The parameters are cast: psycopg sends a small integer as a smallint, whose sum with
+        # another would overflow at 32,767 instead of being the BIGINT of the column.
+        start, n = ("CAST(:start AS BIGINT)", "CAST(:n AS BIGINT)") if pg else (":start", ":n")
+        self.take_turns = text(
+            f"INSERT INTO asynctask_share (queue, share, last_turn) VALUES (:queue, :share, {start} + {n}) "
+            f"ON CONFLICT (queue, share) DO UPDATE SET last_turn = {'GREATEST' if pg else 'max'}("
+            f"asynctask_share.last_turn, {start}) + {n} RETURNING last_turn"
+        )
+
+        # A task's place (``SqlBroker.jobs_ahead``), each part one index probe: the head's turn,
+        # how many shares have a job in the head's round, and whether plain jobs wait.
+        head = (
+            f"SELECT priority, turn FROM asynctask_job WHERE queue = :queue AND {TAGGED} "
+            "ORDER BY priority, turn, id LIMIT 1"
+        )
+        self.ahead_in_turns = text(
+            f"WITH h AS ({head}) SELECT (SELECT turn FROM h), "
+            f"(SELECT count(*) FROM asynctask_job WHERE queue = :queue AND {TAGGED} "
+            "AND priority = (SELECT priority FROM h) AND turn = (SELECT turn FROM h)), "
+            f"EXISTS (SELECT 1 FROM asynctask_job WHERE queue = :queue AND {PLAIN})"
+        )
+        self.ahead_in_order = text(
+            "SELECT count(*) FROM (SELECT 1 FROM asynctask_job "
+            f"WHERE queue = :queue AND {CLAIMABLE} LIMIT :bound) AS w"
+        )
 
         self.ack = text(f"DELETE FROM asynctask_job WHERE {ids} AND locked_by = :me")
         self.unlock = text(
@@ -217,41 +273,89 @@ class Statements:
             self.position = text("SELECT value FROM asynctask_counter WHERE name = 'tracking_seq'")
             self.notify = None
 
+        # The round the plain share was last served in, plus one (``_fair_candidates``).
+        self.plain_served = text(
+            f"INSERT INTO asynctask_share (queue, share, last_turn) VALUES (:queue, '{PLAIN_SHARE}', :next) "
+            "ON CONFLICT (queue, share) DO UPDATE SET last_turn = excluded.last_turn"
+        )
         self.ping = text("SELECT 1")
+        self._claims: dict[tuple[Fairness, int], TextClause] = {}
+        self._keyed_claims: dict[tuple[Fairness, int], TextClause | None] = {}
 
     def ids(self, values: Sequence[int | str]) -> Any:
         """The ``:ids`` parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
         numbers = [int(v) for v in values]
         return numbers if self.postgres else json.dumps(numbers)
 
-    def claim(self, queues: int) -> TextClause:
+    def claim(self, fair: Fairness, wanted: int) -> TextClause:
         """Acknowledge and claim in one statement on PostgreSQL; claim on SQLite.
 
         Up to ``:wanted`` claimable jobs, the queues tried in the order given (``:queues`` on
-        PostgreSQL, ``:q0``, ``:q1``... on SQLite), each queue by (priority, id). Returns the
-        rows claimed in no particular order (RETURNING has none); on PostgreSQL one more row,
-        whose id is NULL, carries the cancellation generation.
+        PostgreSQL, ``:q0``, ``:q1``... on SQLite), ``fair`` telling for each whether it is
+        served fairly: a queue served in push order by (priority, id), a fair one in turns
+        (``_fair_candidates``). Returns the rows claimed in no particular order (RETURNING has
+        none), with their turns when a queue is fair; on PostgreSQL one more row, whose id is
+        NULL, carries the cancellation generation.
         """
+        key = (fair, wanted if self.postgres else 0)
+        found = self._claims.get(key)
+        if found is None:
+            found = self._claims[key] = (
+                _limited(self._claim(fair), wanted) if self.postgres else self._claim(fair)
+            )
+        return found
+
+    def _claim(self, fair: Fairness) -> TextClause:
+        turns = any(fair)
         if self.postgres:
             return text(
                 "WITH acked AS (DELETE FROM asynctask_job WHERE id = ANY(CAST(:ids AS BIGINT[])) "
-                f"AND locked_by = :me), {_picked_and_claimed()} "
-                f"SELECT NULL, ({GENERATION}), NULL, NULL "
-                "UNION ALL SELECT id, queue, priority, payload FROM claimed"
+                f"AND locked_by = :me), {_picked_and_claimed(fair=fair)} "
+                f"SELECT NULL, ({GENERATION}), NULL, NULL{', NULL, NULL, NULL' if turns else ''} "
+                f"UNION ALL SELECT id, queue, priority, payload{', turn, key, headed' if turns else ''} "
+                "FROM claimed"
             )
         # No SKIP LOCKED needed: the write lock serialises claimers.
+        if not turns:
+            heads = [
+                f"SELECT id, priority, {i} AS pos FROM (SELECT id, priority FROM asynctask_job "
+                f"WHERE queue = :q{i} AND {CLAIMABLE} ORDER BY priority, id LIMIT :wanted)"
+                for i in range(len(fair))
+            ]
+            return text(
+                "UPDATE asynctask_job SET locked_by = :me, locked_at = :now, attempts = attempts + 1 "
+                f"WHERE id IN (SELECT id FROM ({' UNION ALL '.join(heads)}) ORDER BY pos, priority, id "
+                f"LIMIT :wanted) RETURNING id, queue, priority, {STORED_PAYLOAD}"
+            )
         heads = [
-            f"SELECT id, priority, {i} AS pos FROM (SELECT id, priority FROM asynctask_job "
-            f"WHERE queue = :q{i} AND {CLAIMABLE} ORDER BY priority, id LIMIT :wanted)"
-            for i in range(queues)
+            f"SELECT id, priority, key, tagged, headed, {i} AS pos "
+            f"FROM ({_fair_candidates(f':q{i}', ':wanted')})"
+            if is_fair
+            else f"SELECT id, priority, 0 AS key, 0 AS tagged, 0 AS headed, {i} AS pos FROM (SELECT id, "
+            f"priority FROM asynctask_job WHERE queue = :q{i} AND {CLAIMABLE} ORDER BY priority, id "
+            "LIMIT :wanted)"
+            for i, is_fair in enumerate(fair)
         ]
+        # The keys the rows were claimed by are returned too: read from the picked rows, which
+        # SQLite materializes once, before the update changes what they were read from.
+        picked = "(SELECT {} FROM picked WHERE picked.id = asynctask_job.id)"
         return text(
+            "WITH picked AS MATERIALIZED (SELECT id, key, headed FROM "
+            f"({' UNION ALL '.join(heads)}) ORDER BY pos, priority, key, tagged, id LIMIT :wanted) "
             "UPDATE asynctask_job SET locked_by = :me, locked_at = :now, attempts = attempts + 1 "
-            f"WHERE id IN (SELECT id FROM ({' UNION ALL '.join(heads)}) ORDER BY pos, priority, id "
-            f"LIMIT :wanted) RETURNING id, queue, priority, {STORED_PAYLOAD}"
+            f"WHERE id IN (SELECT id FROM picked) RETURNING id, queue, priority, {STORED_PAYLOAD}, turn, "
+            f"{picked.format('key')}, {picked.format('headed')}"
         )
 
-    def keyed_claim(self) -> TextClause | None:
+    def keyed_claim(self, fair: Fairness, wanted: int) -> TextClause | None:
+        """``_keyed_claim``, built once per ``fair`` and ``wanted`` (see ``claim``)."""
+        key = (fair, wanted)
+        if key not in self._keyed_claims:
+            built = self._keyed_claim(fair)
+            self._keyed_claims[key] = None if built is None else _limited(built, wanted)
+        return self._keyed_claims[key]
+
+    def _keyed_claim(self, fair: Fairness) -> TextClause | None:
         """PostgreSQL's ``claim`` when acknowledged jobs hold slots of concurrency keys: it
         also promotes the next waiting jobs of their keys. Run after the statement that locks
         those keys (``flow.lanes_of``), so that its snapshot sees every push committed before.
@@ -261,8 +365,9 @@ class Statements:
         the key this statement deletes. A promoted job of a queue this process fetches is
         claimed by it at once, as the first of the ``:wanted`` jobs (the rest come from the
         queues as usual), unless a claimable job of its queue has a higher priority: a
-        promotion is then one row change, as a plain job's claim is, instead of two. A
-        promoted job of another queue is left queued and its queue NOTIFYed (the third column
+        promotion is then one row change, as a plain job's claim is, instead of two (in a fair
+        queue too: the promoted job's turn is not compared with the head's). A promoted job of
+        another queue is left queued and its queue NOTIFYed (the third column
         of the generation row counts those queues). None on SQLite, which runs its statements
         one by one.
         """
@@ -282,6 +387,9 @@ class Statements:
         )
         take = f"w.queue = ANY(CAST(:queues AS TEXT[])) AND w.priority <= COALESCE({head}, w.priority)"
         taken = "(SELECT count(*) FROM promoted WHERE locked_by IS NOT NULL)"
+        turn = ", turn" if any(fair) else ""
+        # A promoted row's key is its turn; it never moves the plain share's round.
+        promoted_turn = ", turn, turn, FALSE" if turn else ""
         return text(
             "WITH acked AS (DELETE FROM asynctask_job WHERE id = ANY(CAST(:ids AS BIGINT[])) "
             "AND locked_by = :me RETURNING lane, holds), "
@@ -289,12 +397,15 @@ class Statements:
             "locked_by = CASE WHEN c.take THEN :me END, locked_at = CASE WHEN c.take THEN :now END, "
             "attempts = p.attempts + CASE WHEN c.take THEN 1 ELSE 0 END "
             f"FROM (SELECT w.id, {take} AS take FROM ({lines}) AS w) AS c WHERE p.id = c.id "
-            "RETURNING p.id, p.queue, p.priority, p.payload, p.locked_by), "
-            f"{_picked_and_claimed(f'GREATEST(0, :wanted - {taken})')} "
+            f"RETURNING p.id, p.queue, p.priority, p.payload, p.locked_by{turn}), "
+            f"{_picked_and_claimed(f'GREATEST(0, :wanted - {taken})', fair)} "
             f"SELECT NULL, ({GENERATION}), (SELECT count(pg_notify('{CHANNEL}', q)) "
-            "FROM (SELECT DISTINCT queue AS q FROM promoted WHERE locked_by IS NULL) AS n), NULL "
-            "UNION ALL SELECT id, queue, priority, payload FROM claimed "
-            "UNION ALL SELECT id, queue, priority, payload FROM promoted WHERE locked_by IS NOT NULL"
+            f"FROM (SELECT DISTINCT queue AS q FROM promoted WHERE locked_by IS NULL) AS n), NULL"
+            f"{', NULL, NULL, NULL' if turn else ''} "
+            f"UNION ALL SELECT id, queue, priority, payload{', turn, key, headed' if turn else ''} "
+            "FROM claimed "
+            f"UNION ALL SELECT id, queue, priority, payload{promoted_turn} FROM promoted "
+            "WHERE locked_by IS NOT NULL"
         )
 
     def has_work(self, queues: int) -> TextClause:
@@ -308,18 +419,86 @@ class Statements:
         return text(f"SELECT ({GENERATION}), EXISTS({_has_work(queues)})")
 
 
-def _picked_and_claimed(wanted: str = ":wanted") -> str:
+def _limited(claim: TextClause, wanted: int) -> TextClause:
+    """PostgreSQL's claim with the number of jobs wanted written in: a prepared statement whose
+    LIMIT is a parameter gets a poor generic plan, so PostgreSQL planned every claim anew,
+    which took longer than running it (about 1 ms against 0.5 ms for a fair claim); with the
+    number written in, a connection's prepared claim keeps its plan. One statement per number
+    of threads that can wait at once."""
+    return text(claim.text.replace(":wanted", str(int(wanted))))
+
+
+def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = ()) -> str:
     """PostgreSQL's claim of ``wanted`` jobs, as the CTEs ``picked`` and ``claimed``
-    (``RETURNING`` id, queue, priority, payload). SKIP LOCKED: concurrent claimers each take
-    different rows instead of queueing behind one another's locks."""
+    (``RETURNING`` id, queue, priority, payload, and turn if a queue is fair). SKIP LOCKED:
+    concurrent claimers each take different rows instead of queueing behind one another's
+    locks."""
+    locked = " FOR UPDATE SKIP LOCKED"
+    if not any(fair):
+        return (
+            "picked AS (SELECT j.id FROM unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS q(name, pos) "
+            "CROSS JOIN LATERAL (SELECT id, priority FROM asynctask_job "
+            f"WHERE queue = q.name AND {CLAIMABLE} ORDER BY priority, id LIMIT {wanted}"
+            f"{locked}) AS j ORDER BY q.pos, j.priority, j.id LIMIT {wanted}), "
+            "claimed AS (UPDATE asynctask_job AS t SET locked_by = :me, locked_at = :now, "
+            "attempts = t.attempts + 1 FROM picked WHERE t.id = picked.id "
+            "RETURNING t.id, t.queue, t.priority, t.payload)"
+        )
+    if all(fair):
+        candidates = _fair_candidates("q.name", wanted, locked)
+        per_queue = f"SELECT id, priority, key, tagged, headed FROM ({candidates}) AS f"
+    else:
+        # Each queue runs the branch of its kind: the other's condition on the queue's
+        # position is a constant for the scan, which PostgreSQL tests before reading (or
+        # locking) anything.
+        positions = ", ".join(str(i + 1) for i, is_fair in enumerate(fair) if is_fair)
+        candidates = _fair_candidates("q.name", wanted, locked, f"q.pos IN ({positions})")
+        per_queue = (
+            f"SELECT id, priority, key, tagged, headed FROM ({candidates}) AS f "
+            "UNION ALL SELECT id, priority, 0, FALSE, FALSE FROM (SELECT id, priority FROM asynctask_job "
+            f"WHERE queue = q.name AND {CLAIMABLE} AND q.pos NOT IN ({positions}) "
+            f"ORDER BY priority, id LIMIT {wanted}{locked}) AS o"
+        )
     return (
-        "picked AS (SELECT j.id FROM unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS q(name, pos) "
-        "CROSS JOIN LATERAL (SELECT id, priority FROM asynctask_job "
-        f"WHERE queue = q.name AND {CLAIMABLE} ORDER BY priority, id LIMIT {wanted} "
-        f"FOR UPDATE SKIP LOCKED) AS j ORDER BY q.pos, j.priority, j.id LIMIT {wanted}), "
+        "picked AS (SELECT j.id, j.key, j.headed FROM unnest(CAST(:queues AS TEXT[])) "
+        f"WITH ORDINALITY AS q(name, pos) CROSS JOIN LATERAL ({per_queue}) AS j "
+        f"ORDER BY q.pos, j.priority, j.key, j.tagged, j.id LIMIT {wanted}), "
         "claimed AS (UPDATE asynctask_job AS t SET locked_by = :me, locked_at = :now, "
         "attempts = t.attempts + 1 FROM picked WHERE t.id = picked.id "
-        "RETURNING t.id, t.queue, t.priority, t.payload)"
+        "RETURNING t.id, t.queue, t.priority, t.payload, t.turn, picked.key, picked.headed)"
+    )
+
+
+def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "") -> str:
+    """A fair queue's claim candidates (columns id, priority, turn, key, tagged, headed), to
+    be claimed by (priority, key, tagged, id): up to ``wanted`` tagged rows, whose key is their
+    turn, and up to ``wanted`` plain rows, the k-th of which takes the key V + k - 1, V being
+    the head's turn (the first tagged row's; 0 if none), or V + k if the plain share was served
+    in round V already (its ``Share`` row, written by the fetcher): one plain job per round,
+    starting with the round being served. ``headed``: a tagged row waits, so a plain row
+    taken moves the plain share's round. Each kind is a LIMIT read of its own index.
+    ``only_if``: a condition that does not depend on the rows (PostgreSQL's gate by the
+    queue's position)."""
+    gate = f" AND {only_if}" if only_if else ""
+    first_tagged = (
+        "first_value(turn) OVER (ORDER BY turn IS NULL, priority, turn, id "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    )
+    plain_round = f"(SELECT last_turn FROM asynctask_share WHERE queue = {queue} AND share = '{PLAIN_SHARE}')"
+    # A plain round further on than V + 1 is from before the head went back (a retried
+    # row's older turn): the plain share then waits one round, not all the rounds between.
+    base = "head + CASE WHEN plain_round > head THEN 1 ELSE 0 END"
+    return (
+        f"SELECT id, priority, turn, CASE WHEN turn IS NULL THEN {base} + plain_rank - 1 ELSE turn END "
+        "AS key, turn IS NOT NULL AS tagged, headed FROM ("
+        f"SELECT id, priority, turn, COALESCE({first_tagged}, 0) AS head, "
+        f"{first_tagged} IS NOT NULL AS headed, "
+        f"row_number() OVER (PARTITION BY turn IS NULL ORDER BY priority, id) AS plain_rank, "
+        f"COALESCE({plain_round}, 0) AS plain_round FROM ("
+        f"SELECT * FROM (SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED}"
+        f"{gate} ORDER BY priority, turn, id LIMIT {wanted}{locked}) AS t UNION ALL "
+        f"SELECT * FROM (SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {PLAIN}"
+        f"{gate} ORDER BY priority, id LIMIT {wanted}{locked}) AS p) AS c) AS w"
     )
 
 

@@ -164,19 +164,37 @@ class Store:
         with self.read() as connection:
             self._notify(connection, wanted)
 
-    def insert_jobs(self, connection: Connection, rows: Sequence[JobRow], feed: str | None = None) -> None:
-        """Insert job rows; with ``feed``, as that feed's jobs."""
+    def insert_jobs(
+        self,
+        connection: Connection,
+        rows: Sequence[JobRow],
+        feed: str | None = None,
+        turns: Sequence[int] | None = None,
+    ) -> None:
+        """Insert job rows; with ``feed``, as that feed's jobs; with ``turns``, a task's jobs
+        with their turns (one per row)."""
         if not rows:
             return
-        statement = self.sql.insert_jobs if feed is None else self.sql.insert_fed_jobs
-        extra: dict[str, Any] = {} if feed is None else {"feed": feed}
+        if feed is not None:
+            statement = self.sql.insert_fed_jobs
+        else:
+            statement = self.sql.insert_jobs if turns is None else self.sql.insert_task_jobs
+        extra: dict[str, list[Any]] = {}
+        if feed is not None:
+            extra["feed"] = [feed] * len(rows)
+        if feed is not None or turns is not None:
+            extra["turn"] = [None] * len(rows) if turns is None else list(turns)
         if self.postgres:
             columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)]
-            if feed is not None:
-                extra["feed"] = [feed] * len(rows)
             connection.execute(statement, {**dict(zip(JOB_COLUMNS, columns, strict=True)), **extra})
         else:
-            connection.execute(statement, [{**dict(zip(JOB_COLUMNS, r, strict=True)), **extra} for r in rows])
+            connection.execute(
+                statement,
+                [
+                    {**dict(zip(JOB_COLUMNS, r, strict=True)), **{k: v[i] for k, v in extra.items()}}
+                    for i, r in enumerate(rows)
+                ],
+            )
 
     def record(self, connection: Connection, encoded: Sequence[str]) -> None:
         """Number ``encoded`` transitions and apply them to the tracking tables, in the

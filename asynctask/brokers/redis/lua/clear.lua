@@ -13,13 +13,28 @@
 -- first, so that jobs promoted into a cleared queue are kept (they were not in it), and are
 -- then ended 1000 at a time: the memory used stays bounded; the time is linear in the entries,
 -- a string search each (payloads without a flow field are not decoded), about 1 µs per entry.
+-- A queue's jobs waiting outside queue:<queue> (its shares' lists and its urgent list, see
+-- fair_route in flow.lua) are cleared with it, and its ring and bell deleted; each list is
+-- renamed away (KEYS[3], then KEYS[3] .. "|<n>") before any job ends.
 -- Returns the number of entries removed.
 FLOW_PREFIX = ARGV[1]
 local queue = ARGV[2] == "queue"
+local sources = { KEYS[1] }
 local count
 if queue then
-  count = redis.call("llen", KEYS[1])
   redis.call("srem", KEYS[2], ARGV[3])
+  local ring = fair_key("shares", ARGV[3])
+  for _, member in ipairs(redis.call("lrange", ring, 0, -1)) do
+    if member ~= "" then
+      sources[#sources + 1] = share_key(ARGV[3], member)
+    end
+  end
+  sources[#sources + 1] = fair_key("urgent", ARGV[3])
+  redis.call("del", ring, fair_key("bell", ARGV[3]))
+  count = 0
+  for _, source in ipairs(sources) do
+    count = count + redis.call("llen", source)
+  end
 else
   count = redis.call("zcard", KEYS[1])
 end
@@ -27,24 +42,33 @@ if count == 0 then
   return 0
 end
 if redis.call("exists", FLOW_PREFIX .. "asynctask:flow-used") == 0 then
-  redis.call("unlink", KEYS[1])
+  redis.call("unlink", unpack(sources))
   return count
 end
-redis.call("rename", KEYS[1], KEYS[3])
-while true do
-  local slice
-  if queue then
-    slice = redis.call("rpop", KEYS[3], 1000)
-  else
-    slice = redis.call("zpopmin", KEYS[3], 1000)
+local scratches = {}
+for n, source in ipairs(sources) do
+  if redis.call("exists", source) == 1 then
+    local scratch = n == 1 and KEYS[3] or KEYS[3] .. "|" .. n
+    redis.call("rename", source, scratch)
+    scratches[#scratches + 1] = scratch
   end
-  if not slice or #slice == 0 then
-    break
-  end
-  -- ZPOPMIN replies member, score, member, score...
-  local step = queue and 1 or 2
-  for i = 1, #slice, step do
-    flow_end(slice[i], false)
+end
+for _, scratch in ipairs(scratches) do
+  while true do
+    local slice
+    if queue then
+      slice = redis.call("rpop", scratch, 1000)
+    else
+      slice = redis.call("zpopmin", scratch, 1000)
+    end
+    if not slice or #slice == 0 then
+      break
+    end
+    -- ZPOPMIN replies member, score, member, score...
+    local step = queue and 1 or 2
+    for i = 1, #slice, step do
+      flow_end(slice[i], false)
+    end
   end
 end
 feed_release_ended()

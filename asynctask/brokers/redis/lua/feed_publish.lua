@@ -8,6 +8,8 @@
 -- ARGV[2]  the task id
 -- ARGV[3]  how many jobs KEYS[1] holds
 -- ARGV[4]..ARGV[7]  parallel, interval, priority, paused ("1" or "0")
+-- ARGV[8]  the task's share ("" for none): kept in the feed, so that its releases into a fair
+--          queue wait in the share (see feed_send in flow.lua)
 --
 -- The staging list becomes the held list by RENAME (O(1) whatever the number of jobs;
 -- PERSIST drops the staging expiry). Nothing happens unless the staging list holds exactly
@@ -30,5 +32,8 @@ local lib = flow_lib()
 -- Released jobs hold feed slots: a read API clear must end each of them from now on.
 redis.call("set", FLOW_PREFIX .. "asynctask:flow-used", "1")
 redis.call("hset", KEYS[2], "parallel", ARGV[4], "interval", ARGV[5], "priority", ARGV[6], "paused", ARGV[7], "last", "0")
+if ARGV[8] and ARGV[8] ~= "" then
+  redis.call("hset", KEYS[2], "share", ARGV[8])
+end
 lib.feed_release(ARGV[2], nil)
 return staged

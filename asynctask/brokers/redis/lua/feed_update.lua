@@ -12,6 +12,9 @@
 -- negative one, the tail for the others. Only the ARGV[7] entries nearest each end of each
 -- queue are searched, so the step stays bounded on a long queue; a job deeper in it stays
 -- where it is. A job is recognised by its feed field and confirmed by its jid being out.
+-- In a fair queue the jobs move between the feed's share and the queue's urgent list instead
+-- (see fair_route in flow.lua); those still in queue:<queue> (released while the queue was
+-- fifo) move into them.
 -- Returns nil if the task has no feed, else {parallel, interval, priority, paused, held, out}.
 FLOW_PREFIX = ARGV[1]
 local task = ARGV[2]
@@ -32,43 +35,63 @@ local out = lib.feed_out(task)
 if (priority < 0) ~= (old_priority < 0) and redis.call("hlen", out) > 0 then
   local reach = tonumber(ARGV[7])
   local needle = '"feed":"' .. task .. '"'
+  local share = redis.call("hget", record, "share")
+  local urgent = priority < 0
   local queues = {}
   for _, queue in ipairs(redis.call("hvals", out)) do
     queues[queue] = true
   end
   for queue in pairs(queues) do
-    local key = FLOW_PREFIX .. "queue:" .. queue
-    local length = redis.call("llen", key)
-    -- The feed's jobs in queue order (tail first), each with the end LREM searches from.
+    -- Where the feed's released jobs may wait: the queue itself, and in a fair queue the
+    -- feed's share (when they become urgent) or the urgent list (when they no longer are).
+    local sources = { FLOW_PREFIX .. "queue:" .. queue }
+    if urgent and share then
+      sources[2] = share_key(queue, share)
+    elseif not urgent then
+      sources[2] = fair_key("urgent", queue)
+    end
+    -- The feed's jobs in the order they would run (head first).
     local moving = {}
-    local function look(first, last, from)
-      for _, job in ipairs(redis.call("lrange", key, first, last)) do
-        if string.find(job, needle, 1, true) then
-          local t = lib.decode(job)
-          local jid = t and lib.jid(t)
-          if jid and redis.call("hexists", out, jid) == 1 then
-            moving[#moving + 1] = { job, from }
+    for _, key in ipairs(sources) do
+      local length = redis.call("llen", key)
+      local found = {}
+      local function look(first, last, from)
+        for _, job in ipairs(redis.call("lrange", key, first, last)) do
+          if string.find(job, needle, 1, true) then
+            local t = lib.decode(job)
+            local jid = t and lib.jid(t)
+            if jid and redis.call("hexists", out, jid) == 1 then
+              found[#found + 1] = { job, from }
+            end
           end
         end
       end
-    end
-    if length <= 2 * reach then
-      look(0, -1, 1)
-    else
-      look(0, reach - 1, 1)
-      look(-reach, -1, -1)
-    end
-    for _, entry in ipairs(moving) do
-      redis.call("lrem", key, entry[2], entry[1])
-    end
-    -- Pushed so that they keep their order: the one nearest the head still runs first.
-    if priority < 0 then
-      for i = 1, #moving do
-        redis.call("rpush", key, moving[i][1])
+      if length <= 2 * reach then
+        look(0, -1, 1)
+      else
+        look(0, reach - 1, 1)
+        look(-reach, -1, -1)
       end
-    else
-      for i = #moving, 1, -1 do
-        redis.call("lpush", key, moving[i][1])
+      for i = #found, 1, -1 do
+        redis.call("lrem", key, found[i][2], found[i][1])
+        moving[#moving + 1] = found[i][1]
+      end
+    end
+    if urgent and share and #moving > 0 and redis.call("exists", sources[2]) == 0 then
+      -- The ring lists only shares with jobs waiting.
+      redis.call("lrem", fair_key("shares", queue), 0, share)
+    end
+    if #moving > 0 and not fair_route(queue, moving, share, urgent) then
+      -- Pushed so that they keep their order: the one nearest the head still runs first.
+      local key = sources[1]
+      if urgent then
+        for i = #moving, 1, -1 do
+          redis.call("rpush", key, moving[i])
+        end
+      else
+        for i = 1, #moving do
+          redis.call("lpush", key, moving[i])
+        end
       end
     end
   end

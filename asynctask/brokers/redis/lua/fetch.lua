@@ -30,6 +30,12 @@
 -- recovery may have unregistered it while this one looked dead, and an unregistered list
 -- would never be recovered if this process then died.
 -- Queues are tried in the order given; a batch drains the first non-empty one before the next.
+-- Fair share (see fair_route in flow.lua): a queue with a ring is served from its urgent list
+-- first, then one job per member of the ring in turn (LMOVE ring ring RIGHT LEFT rotates it;
+-- "" stands for queue:<queue>); a member whose list this empties leaves the ring, and the
+-- ring goes once only "" is left, the queue then served from queue:<queue> alone as before.
+-- A queue without a ring costs one EXISTS more than before. The work per call is bounded by
+-- the batch, the postpone budget and one round of the ring.
 -- Flow control: an acknowledged job ends, freeing its concurrency slot (promoting the next
 -- job of its key into its queue), its unique key and its feed slot (each feed with freed
 -- slots releases once, after the acknowledgements); a claimed job over its rate limit goes
@@ -63,24 +69,67 @@ local claimed = { redis.call("get", KEYS[3]) or "0" }
 -- Postponing is bounded per call, so that a long queue of jobs over their rate limit does
 -- not keep Redis busy in one call; the rest is postponed by the next calls.
 local postpone_budget = 100
+local prefix_length = #FLOW_PREFIX + #"queue:"
+local function full()
+  return #claimed >= 2 * batch + 1 or postpone_budget == 0
+end
+-- Move the job at `source`'s right end into KEYS[i + 1]; false when `source` is empty.
+local function take(i, source)
+  local job = redis.call("lmove", source, KEYS[i + 1], "RIGHT", "LEFT")
+  if not job then
+    return false
+  end
+  if flow_claim(job, KEYS[i + 1]) then
+    claimed[#claimed + 1] = i
+    claimed[#claimed + 1] = job
+  else
+    postpone_budget = postpone_budget - 1
+  end
+  return true
+end
 for i = 5, #KEYS, 2 do
   local before = #claimed
-  while #claimed < 2 * batch + 1 and postpone_budget > 0 do
-    local job = redis.call("lmove", KEYS[i], KEYS[i + 1], "RIGHT", "LEFT")
-    if not job then
-      break
+  local name = string.sub(KEYS[i], prefix_length + 1)
+  local ring = fair_key("shares", name)
+  -- The queue's jobs wait in shares: the urgent list first, then one job per member of the
+  -- ring in turn. Whatever the queue's fair setting now, so that a queue switched to fifo
+  -- still drains what waits in its shares.
+  local turns = redis.call("exists", ring) == 1
+  if turns then
+    local urgent = fair_key("urgent", name)
+    while not full() and take(i, urgent) do
     end
-    if flow_claim(job, KEYS[i + 1]) then
-      claimed[#claimed + 1] = i
-      claimed[#claimed + 1] = job
-    else
-      postpone_budget = postpone_budget - 1
+    -- Every member but "" holds jobs, so a round that finds none is over: at most one miss
+    -- per member in a row.
+    local members = redis.call("llen", ring)
+    local misses = 0
+    while not full() and misses < members do
+      local member = redis.call("lmove", ring, ring, "RIGHT", "LEFT")
+      local source = member == "" and KEYS[i] or share_key(name, member)
+      if take(i, source) then
+        misses = 0
+      else
+        misses = misses + 1
+      end
+      if member ~= "" and redis.call("exists", source) == 0 then
+        -- The member just moved to the left end.
+        redis.call("lpop", ring)
+        members = members - 1
+      end
+    end
+    if members <= 1 and redis.call("exists", urgent) == 0 then
+      redis.call("del", ring)
+      turns = false
+    end
+  end
+  if not turns then
+    while not full() and take(i, KEYS[i]) do
     end
   end
   if #claimed > before then
     redis.call("hset", KEYS[4], KEYS[i + 1], ARGV[2])
   end
-  if #claimed >= 2 * batch + 1 or postpone_budget == 0 then
+  if full() then
     break
   end
 end

@@ -60,6 +60,93 @@ local function feed_end(task, jid)
   end
 end
 
+-- Fair share (docs/internals/fair-share-redis.md): in a queue not listed in asynctask:fifo,
+-- a task's jobs wait in their share's list; the queue's ring lists the shares with jobs
+-- waiting plus "" for queue:<queue> (the jobs outside any task), and the claim serves one job
+-- per member in turn. Jobs that must go ahead of the turns wait in the queue's urgent list.
+
+-- Tokens a queue's bell keeps at most: enough to wake the idle threads of several workers at
+-- a burst; few enough that tokens rung while every thread was busy cost, once they go idle,
+-- only a handful of claims that find nothing.
+local FAIR_BELL = 64
+-- Jobs one LPUSH carries at most: Lua's unpack has a limit.
+local FAIR_BATCH = 1000
+
+local function fair_key(kind, queue)
+  return FLOW_PREFIX .. "asynctask:" .. kind .. "|" .. queue
+end
+
+local function share_key(queue, share)
+  return FLOW_PREFIX .. "asynctask:share|" .. queue .. "|" .. share
+end
+
+-- Whether a task's jobs bound for `queue` wait in their share rather than in the queue.
+local function fair_queue(queue)
+  return redis.call("sismember", FLOW_PREFIX .. "asynctask:fifo", queue) == 0
+end
+
+-- Wake up to `n` idle threads for `n` jobs that landed outside queue:<queue>: a worker idle
+-- in BLMOVE on queue:<queue> does not see them.
+local function fair_bell(queue, n)
+  local tokens = {}
+  for i = 1, math.min(n, FAIR_BELL) do
+    tokens[i] = "1"
+  end
+  if #tokens > 0 then
+    local bell = fair_key("bell", queue)
+    redis.call("lpush", bell, unpack(tokens))
+    redis.call("ltrim", bell, 0, FAIR_BELL - 1)
+  end
+end
+
+-- LPUSH `jobs` (first to run first) onto `key`, a list of `queue`'s outside queue:<queue>.
+local function fair_push(queue, key, jobs)
+  for from = 1, #jobs, FAIR_BATCH do
+    redis.call("lpush", key, unpack(jobs, from, math.min(from + FAIR_BATCH - 1, #jobs)))
+  end
+  fair_bell(queue, #jobs)
+end
+
+-- The ring of `queue`, created with "" (queue:<queue>, first to serve) when absent; `share`,
+-- if given, joins it at the end of the current round. A share is a member exactly while its
+-- list holds jobs: callers add it only when they fill an empty list, the claim removes it
+-- when it empties the list.
+local function fair_join(queue, share)
+  local ring = fair_key("shares", queue)
+  if redis.call("exists", ring) == 0 then
+    redis.call("rpush", ring, "")
+  end
+  if share then
+    redis.call("lpush", ring, share)
+  end
+end
+
+-- Queue `jobs` (first to run first) of `share` (a task's; "" or nil for none) bound for
+-- `queue`, as one LPUSH of them onto queue:<queue> would; `urgent` (a release at a negative
+-- priority): ahead of everything. Returns false, doing nothing, when the queue takes them as
+-- before fair share: a fifo queue, or jobs of no share that are not urgent.
+local function fair_route(queue, jobs, share, urgent)
+  if share == "" then
+    share = nil
+  end
+  if not (share or urgent) or not fair_queue(queue) then
+    return false
+  end
+  if urgent then
+    fair_push(queue, fair_key("urgent", queue), jobs)
+    fair_join(queue, nil)
+  else
+    local key = share_key(queue, share)
+    local empty = redis.call("exists", key) == 0
+    fair_push(queue, key, jobs)
+    if empty then
+      fair_join(queue, share)
+    end
+  end
+  redis.call("sadd", FLOW_PREFIX .. "queues", queue)
+  return true
+end
+
 -- Filled in below: the keyed jobs of a release go through their key's line.
 local flow_lib
 
@@ -148,17 +235,20 @@ local function feed_lib()
 
   -- Released entries go out, in order: each jid into `out`; a keyed job through its key's
   -- line as a push does (or straight to its queue when it still holds a slot of its key: a
-  -- retry under "hold"), any other to its queue, at the head for a negative priority. The
+  -- retry under "hold"), any other to its queue, at the head for a negative priority (in a
+  -- fair queue: to the feed's share, or to the urgent list for a negative priority). The
   -- jobs bound for one queue are pushed together; those waiting are pushed before a keyed
   -- job enters its line, which may push too, so that the queue keeps the release order.
-  local function feed_send(entries, priority, out)
+  local function feed_send(entries, priority, out, share)
     local at_head = priority < 0
     local slots = {}
     local queues, waiting = {}, {}
     local function push_waiting()
       for _, queue in ipairs(queues) do
-        redis.call("sadd", FLOW_PREFIX .. "queues", queue)
-        enqueue_all(queue, waiting[queue], at_head)
+        if not fair_route(queue, waiting[queue], share, at_head) then
+          redis.call("sadd", FLOW_PREFIX .. "queues", queue)
+          enqueue_all(queue, waiting[queue], at_head)
+        end
       end
       queues, waiting = {}, {}
     end
@@ -197,7 +287,7 @@ local function feed_lib()
   -- keep the tick index and the forgetting expiry right. Returns how many were released.
   local function feed_release(task, now)
     local record = feed_key(task)
-    local f = redis.call("hmget", record, "parallel", "interval", "priority", "paused", "last")
+    local f = redis.call("hmget", record, "parallel", "interval", "priority", "paused", "last", "share")
     local parallel = tonumber(f[1])
     if not parallel then
       return 0
@@ -218,7 +308,7 @@ local function feed_lib()
       else
         local entries = redis.call("lpop", held, math.min(free, waiting))
         if entries then
-          feed_send(entries, tonumber(f[3]) or 0, out)
+          feed_send(entries, tonumber(f[3]) or 0, out, f[6] or nil)
           moved = #entries
         end
         redis.call("hset", record, "last", flow_time(now))
@@ -533,7 +623,8 @@ flow_lib = function()
   -- Push one job that has a concurrency key or a unique key: due now (`due` nil) or at `due`
   -- (`delay` seconds from now, which the unique key's expiry adds to unique_for). Returns the
   -- jid of the unique key's holder if it is taken (nothing is pushed), else the job's own jid.
-  local function flow_push(job, due, delay)
+  -- `share`: the task's share a job without a concurrency key waits in (nil: none).
+  local function flow_push(job, due, delay, share)
     local t = flow_decode(job)
     local jid = t and flow_jid(t)
     if t and jid then
@@ -561,7 +652,10 @@ flow_lib = function()
     if key then
       lane_enter(key, limit, t, jid, job, true)
     else
-      enqueue(t and flow_queue(t) or "default", job)
+      local queue = t and flow_queue(t) or "default"
+      if not (share and fair_route(queue, { job }, share, false)) then
+        enqueue(queue, job)
+      end
     end
     return jid
   end
@@ -651,6 +745,6 @@ local function flow_claim(job, inflight)
 end
 
 -- Push a job with a concurrency or unique key (see flow_push); returns the stored jid.
-local function flow_push(job, due, delay)
-  return flow_lib().push(job, due, delay)
+local function flow_push(job, due, delay, share)
+  return flow_lib().push(job, due, delay, share)
 end

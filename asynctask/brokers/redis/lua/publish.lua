@@ -8,6 +8,11 @@
 -- ARGV[2]           how many jobs KEYS[2] holds
 -- ARGV[3], ARGV[4]  queue name <a>, how many jobs its staging list holds
 -- ARGV[5], ARGV[6]  queue name <b>, ..., in the order of the keys
+-- ARGV[last]        the task's share ("" for none)
+--
+-- In a fair queue (one not in asynctask:fifo) the jobs go, the same way, to the share's list
+-- instead of queue:<queue>, and the share joins the queue's ring if its list was empty (see
+-- fair_route in flow.lua); Sidekiq's own queue:<queue> is left as it was.
 --
 -- A staging list was built by LPUSH in item order, so it reads as one LPUSH of the whole bulk
 -- would leave an empty queue: the first item at the right end, where workers pop. The effects
@@ -23,6 +28,7 @@
 -- Returns the number of jobs moved (pushed jobs: duplicates by unique key are not counted).
 FLOW_PREFIX = ARGV[1]
 local n = (#KEYS - 2) / 2
+local share = ARGV[2 * n + 3] or ""
 local function check(staging, expected)
   local staged = redis.call("llen", staging)
   if staged ~= tonumber(expected) then
@@ -46,8 +52,14 @@ for i = 1, n do
 end
 local moved = 0
 for i = 1, n do
-  local staging, queue = KEYS[2 * i + 1], KEYS[2 * i + 2]
-  redis.call("sadd", KEYS[1], ARGV[2 * i + 1])
+  local staging, queue, name = KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[2 * i + 1]
+  local count = tonumber(ARGV[2 * i + 2])
+  redis.call("sadd", KEYS[1], name)
+  local fair = share ~= "" and fair_queue(name)
+  if fair then
+    queue = share_key(name, share)
+  end
+  local joining = fair and redis.call("exists", queue) == 0
   if redis.call("exists", queue) == 0 then
     redis.call("rename", staging, queue)
     redis.call("persist", queue)
@@ -60,8 +72,15 @@ for i = 1, n do
       redis.call("lpush", queue, unpack(slice))
     end
   end
-  moved = moved + tonumber(ARGV[2 * i + 2])
+  if joining then
+    fair_join(name, share)
+  end
+  if fair then
+    fair_bell(name, count)
+  end
+  moved = moved + count
 end
+local flow_share = share ~= "" and share or nil
 while true do
   local job = redis.call("rpop", KEYS[2])
   if not job then
@@ -69,7 +88,7 @@ while true do
   end
   local decoded = flow_lib().decode(job)
   local jid = decoded and flow_lib().jid(decoded)
-  if flow_push(job, nil, 0) == jid then
+  if flow_push(job, nil, 0, flow_share) == jid then
     moved = moved + 1
   end
 end

@@ -1,0 +1,57 @@
+"""Fair share in the SQL broker: the job column turn, its claim indexes, and the table
+asynctask_share (docs/internals/fair-share-sql.md).
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0008"
+down_revision: str | Sequence[str] | None = "0007"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+# Copied, not imported from the models (see 0003): a migration must build the schema of its
+# own time.
+TAGGED = sa.text("state = 'queued' AND locked_by IS NULL AND turn IS NOT NULL")
+PLAIN = sa.text("state = 'queued' AND locked_by IS NULL AND turn IS NULL")
+
+
+def upgrade() -> None:
+    # Rows waiting already keep NULL: they are the plain share, served in push order.
+    op.add_column("asynctask_job", sa.Column("turn", sa.BigInteger(), nullable=True))
+    op.create_index(
+        "ix_asynctask_job_turn",
+        "asynctask_job",
+        ["queue", "priority", "turn", "id"],
+        sqlite_where=TAGGED,
+        postgresql_where=TAGGED,
+    )
+    op.create_index(
+        "ix_asynctask_job_plain",
+        "asynctask_job",
+        ["queue", "priority", "id"],
+        sqlite_where=PLAIN,
+        postgresql_where=PLAIN,
+    )
+    op.create_table(
+        "asynctask_share",
+        sa.Column("queue", sa.String(length=255), nullable=False),
+        sa.Column("share", sa.Text(), nullable=False),
+        sa.Column("last_turn", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("queue", "share", name=op.f("pk_asynctask_share")),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("asynctask_share")
+    op.drop_index("ix_asynctask_job_plain", table_name="asynctask_job")
+    op.drop_index("ix_asynctask_job_turn", table_name="asynctask_job")
+    op.drop_column("asynctask_job", "turn")
