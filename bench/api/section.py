@@ -47,6 +47,7 @@ from bench.api.server import CACHED, UNCACHED, VARIANTS, ApiServer, RssSampler
 from bench.core.machine import package_version
 from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
+from bench.core.system import asynctask_queued
 from bench.tracking import data as tracking_data
 from bench.tracking.db import TABLES, PostgresDatabase, SqliteFiles
 
@@ -419,7 +420,7 @@ def _post(
         return run
     run.jobs = int(json.loads(answer)["jobs"])
     with redis_server.client() as conn_redis:
-        run.queued = int(conn_redis.llen(f"queue:{QUEUE}"))
+        run.queued = asynctask_queued(conn_redis, QUEUE)
     if run.jobs != items or run.queued != items:
         run.error = f"{items} items sent: the response says {run.jobs} jobs, {run.queued} in the queue"
     return run

@@ -17,7 +17,9 @@ Order of work, so that noise hits every configuration alike (each section is a p
 8. sql: AsyncTask's SQL broker on SQLite and PostgreSQL next to Huey and procrastinate;
 9. flow: what concurrency keys cost the queue on Redis and PostgreSQL (``bench/flow``);
 10. feeds: what feeding a task costs its drain, on Redis and PostgreSQL (``bench/feeds``);
-11. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
+11. fair: a fair queue's drain against the same queue served in push order, one task and many
+    tenants' tasks, on Redis and PostgreSQL (``bench/fair``);
+12. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
 ``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
 RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
@@ -47,6 +49,7 @@ from bench.ceiling import section as ceiling
 from bench.core import document, machine, plots, postgres, procs, sections, targets
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT
+from bench.fair import section as fair
 from bench.feeds import section as feeds
 from bench.flow import section as flow
 from bench.latency import section as latency
@@ -57,7 +60,19 @@ from bench.sql import section as sql
 from bench.sse import section as sse
 from bench.tracking import section as tracking
 
-SECTIONS = ("runtime", "latency", "memory", "ceiling", "tracking", "api", "sse", "sql", "flow", "feeds")
+SECTIONS = (
+    "runtime",
+    "latency",
+    "memory",
+    "ceiling",
+    "tracking",
+    "api",
+    "sse",
+    "sql",
+    "flow",
+    "feeds",
+    "fair",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -177,6 +192,20 @@ def _parser() -> argparse.ArgumentParser:
     feeds_options.add_argument("--feeds-parallel", type=int, default=100, help="the fed task's parallel")
     feeds_options.add_argument(
         "--feeds-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
+    )
+    fair_options = parser.add_argument_group("fair section (also uses --reps and --pg-url)")
+    fair_options.add_argument(
+        "--fair-jobs",
+        type=int,
+        help="jobs per drain, in one task or all tasks (default 100000; --quick: 2000)",
+    )
+    fair_options.add_argument(
+        "--fair-tasks",
+        type=int,
+        help="tasks, each of its own tenant, of the many-task drains (default 100; --quick: 10)",
+    )
+    fair_options.add_argument(
+        "--fair-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
     )
     return parser
 
@@ -299,6 +328,19 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "backends": [b.strip() for b in args.feeds_backends.split(",") if b.strip()],
             "pg_url": pg_url,
         },
+        "fair": {
+            "quick": quick,
+            "reps": reps,
+            "jobs": pick(args.fair_jobs, 100_000, 2000),
+            # --quick: each task's creation is a transaction of its own, which would outlast
+            # the drains of its few jobs.
+            "tasks": pick(args.fair_tasks, 100, 10),
+            # As the feeds section's drains: comparable rates on the same machine.
+            "processes": 2,
+            "concurrency": 10,
+            "backends": [b.strip() for b in args.fair_backends.split(",") if b.strip()],
+            "pg_url": pg_url,
+        },
     }
 
 
@@ -320,6 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     feeds_backends = settings["feeds"]["backends"]
     if not feeds_backends or not set(feeds_backends) <= {"redis", "postgresql"}:
         raise SystemExit(f"--feeds-backends takes redis and/or postgresql, not {args.feeds_backends!r}")
+    fair_backends = settings["fair"]["backends"]
+    if not fair_backends or not set(fair_backends) <= {"redis", "postgresql"}:
+        raise SystemExit(f"--fair-backends takes redis and/or postgresql, not {args.fair_backends!r}")
+    if settings["fair"]["tasks"] < 2 or settings["fair"]["jobs"] < settings["fair"]["tasks"]:
+        raise SystemExit("--fair-tasks takes 2 or more, and --fair-jobs at least one job per task")
     if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
     out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
@@ -387,6 +434,8 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
         run.flow = flow.run(s["flow"], pg_url, server, workdir)
     elif name == "feeds":
         run.feeds = feeds.run(s["feeds"], pg_url, server, workdir)
+    elif name == "fair":
+        run.fair = fair.run(s["fair"], pg_url, server, workdir)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

@@ -19,7 +19,7 @@ import psutil
 from bench.core import procs
 from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, clean_env
+from bench.core.system import ROOT, asynctask_queued, clean_env
 from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE
 from bench.sql import db as sql_db
 from bench.sql.db import PostgresDatabase
@@ -49,7 +49,7 @@ class BenchBroker:
     def queued(self, queue: str) -> int:
         if self.redis_server is not None:
             with self.redis_server.client() as conn:
-                return int(conn.llen(f"queue:{queue}"))
+                return asynctask_queued(conn, queue)
         return int(
             sql_db.query(self.url, f"SELECT count(*) FROM asynctask_job WHERE queue = '{queue}'")[0][0]
         )
@@ -112,9 +112,12 @@ class Drain(Protocol):
     progress: list[tuple[float, int]]
 
 
-def watch(drain: Drain, broker: BenchBroker, jobs_module: str, marker: Path, log: Path) -> None:
-    """Spawn the workers, poll the marker until N bytes, fill in the timings and CPU; stop them."""
-    env = clean_env(PYTHONPATH=str(ROOT), ASYNCTASK_TRACKING="false", BENCH_MARKER=str(marker))
+def watch(
+    drain: Drain, broker: BenchBroker, jobs_module: str, marker: Path, log: Path, **settings: str
+) -> None:
+    """Spawn the workers, poll the marker until N bytes, fill in the timings and CPU; stop them.
+    ``settings``: more environment variables for the workers (``ASYNCTASK_FIFO_QUEUES=...``)."""
+    env = clean_env(PYTHONPATH=str(ROOT), ASYNCTASK_TRACKING="false", BENCH_MARKER=str(marker), **settings)
     argv = [
         sys.executable, "-m", "asynctask", "worker", "--broker", broker.url,
         "-r", jobs_module, "-c", str(drain.concurrency), "-q", "default",
@@ -153,6 +156,16 @@ def watch(drain: Drain, broker: BenchBroker, jobs_module: str, marker: Path, log
     finally:
         with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
             list(pool.map(lambda w: procs.stop(w, grace=STOP_GRACE), workers))
+
+
+def tenth_rate(drain: Drain, last: bool) -> float:
+    """Jobs per second over the first (or last) tenth of the jobs, from the progress samples."""
+    tenth = drain.jobs / 10
+    low, high = (drain.jobs - tenth, drain.jobs) if last else (0.0, tenth)
+    inside = [(at, done) for at, done in drain.progress if low <= done <= high]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return 0.0
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
 def _cpu(workers: list[subprocess.Popen[bytes]]) -> float:

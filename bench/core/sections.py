@@ -15,6 +15,8 @@ from bench.api.section import ApiResults
 from bench.ceiling import section as ceiling
 from bench.core import document
 from bench.core.system import System
+from bench.fair import report as fair_report
+from bench.fair.section import FairResults
 from bench.feeds import report as feeds_report
 from bench.feeds.section import FeedResults
 from bench.flow import report as flow_report
@@ -46,6 +48,7 @@ class Run:
     sql: SqlResults | None = None
     flow: FlowResults | None = None
     feeds: FeedResults | None = None
+    fair: FairResults | None = None
     #: Wall time of each section that ran.
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -53,7 +56,7 @@ class Run:
         self.runtime = runtime_report.Results(self.settings["runtime"], {})
 
     def versions(self) -> list[dict[str, str]]:
-        parts = (self.tracking, self.api, self.sse, self.sql, self.flow, self.feeds)
+        parts = (self.tracking, self.api, self.sse, self.sql, self.flow, self.feeds, self.fair)
         return [part.versions for part in parts if part is not None]
 
     def errors(self) -> list[str]:
@@ -66,6 +69,7 @@ class Run:
         errors += [f"ceiling: {e}" for e in self.ceiling.errors()] if self.ceiling is not None else []
         errors += self.flow.errors() if self.flow is not None else []
         errors += self.feeds.errors() if self.feeds is not None else []
+        errors += self.fair.errors() if self.fair is not None else []
         return errors + (self.sql.errors() if self.sql is not None else [])
 
     def tables(self) -> str:
@@ -89,6 +93,8 @@ class Run:
             parts.append(flow_report.tables(self.flow))
         if self.feeds is not None:
             parts.append(feeds_report.tables(self.feeds))
+        if self.fair is not None:
+            parts.append(fair_report.tables(self.fair))
         return "\n".join(parts)
 
 
@@ -106,6 +112,8 @@ def write(run: Run, out_dir: Path) -> None:
         flow_report.write(run.flow, run.machine, out_dir)
     if run.feeds is not None:
         feeds_report.write(run.feeds, run.machine, out_dir)
+    if run.fair is not None:
+        fair_report.write(run.fair, run.machine, out_dir)
     if run.latency is not None:
         latency.write(run.latency, run.settings["latency"], out_dir)
     if run.memory is not None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import redis
 
+from asynctask.keys import Keys
+
 #: The repository root: workers and enqueuers run from here, as a developer would run them.
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,6 +28,20 @@ def clean_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def asynctask_queued(conn: redis.Redis, queue: str = "default") -> int:
+    """Jobs waiting in an AsyncTask queue: its ``queue:<name>`` list and, in a fair queue, the
+    lists of its shares and its urgent list (what ``asynctask.api.Queue.size`` counts)."""
+    keys = Keys()
+    members = [m.decode() if isinstance(m, bytes) else str(m) for m in conn.lrange(keys.shares(queue), 0, -1)]
+    pipe = conn.pipeline(transaction=False)
+    pipe.llen(keys.queue(queue))
+    pipe.llen(keys.urgent(queue))
+    for member in members:
+        if member:
+            pipe.llen(keys.share(queue, member))
+    return sum(int(n) for n in pipe.execute())
 
 
 def sidekiq_queued(conn: redis.Redis) -> int:

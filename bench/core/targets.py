@@ -13,6 +13,7 @@ from bench.ceiling import section as ceiling
 from bench.core import document
 from bench.core.fmt import fixed, ratio, spread
 from bench.core.sections import Run
+from bench.fair import report as fair_report
 from bench.feeds import report as feeds_report
 from bench.flow import report as flow_report
 from bench.runtime import report
@@ -98,6 +99,7 @@ def ceiling_lines(run: Run) -> list[str]:
 def markdown(run: Run) -> str:
     flow_rows = flow_report.target_rows(run.flow) if run.flow is not None else []
     flow_rows += feeds_report.target_rows(run.feeds) if run.feeds is not None else []
+    flow_rows += fair_report.target_rows(run.fair) if run.fair is not None else []
     rows = runtime_rows(run.runtime) + tracking_rows(run) + latency_rows(run) + flow_rows
     lines = [
         f"## {TITLE}",

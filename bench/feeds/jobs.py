@@ -1,8 +1,9 @@
-"""The job of the feeds section: bench/core/noop_jobs.py's no-op (one byte appended to the
-``BENCH_MARKER`` file), taking a task's chunk as its one argument.
+"""The job of the feeds and fair share sections: bench/core/noop_jobs.py's no-op (one byte
+appended to the ``BENCH_MARKER`` file), taking a task's chunk as its one argument.
 
-Loaded by the workers as ``-r bench/feeds/jobs.py`` and by the creating process (bench/feeds/
-create.py) for the definition; the marker is opened only where the variable is set.
+Loaded by the workers as ``-r bench/feeds/jobs.py`` and by the creating processes
+(bench/feeds/create.py, bench/fair/create.py) for the definition; the marker is opened only where
+the variable is set.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 import redis
 
-from bench.core.drain import POSTGRESQL, BenchBroker, open_brokers, watch
+from bench.core.drain import POSTGRESQL, BenchBroker, open_brokers, tenth_rate, watch
 from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, clean_env
@@ -62,13 +62,7 @@ class FeedRun(DrainRates):
     error: str = ""
 
     def tenth_rate(self, last: bool) -> float:
-        """Jobs per second over the first (or last) tenth of the jobs, from the progress samples."""
-        tenth = self.jobs / 10
-        low, high = (self.jobs - tenth, self.jobs) if last else (0.0, tenth)
-        inside = [(at, done) for at, done in self.progress if low <= done <= high]
-        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
-            return 0.0
-        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+        return tenth_rate(self, last)
 
 
 @dataclass

@@ -218,7 +218,7 @@ def _park(url: str, waiting: int, keys: int) -> None:
 
 def _plans(url: str) -> dict[str, str]:
     """EXPLAIN ANALYZE of the claim and of a promotion, in a transaction rolled back (both write)."""
-    claim = Statements("postgresql").claim(1)
+    claim = Statements("postgresql").claim((False,), 10)
     promote = FlowStatements(True).promote
     engine = create_database_engine(url)
     try:

@@ -105,7 +105,7 @@ def scenario(url: str, waiting_per_key: int) -> list[str]:
                 f"rows by state: {counts}",
                 "",
             ]
-            claim = sql.claim(1)
+            claim = sql.claim((False,), 10)
             params = {"ids": [], "me": "bench", "now": payload.now(), "wanted": 10, "queues": ["default"]}
             key = {"digest": digest("key:7"), "digests": [digest("key:7")], "now": 0.0}
             # The key's holder ends first, so that the promotion has a slot to fill.

@@ -46,7 +46,7 @@ from bench.core.fmt import percentile
 from bench.core.machine import package_version
 from bench.core.postgres import postgres_unreachable
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, clean_env
+from bench.core.system import ROOT, asynctask_queued, clean_env
 from bench.core.timing import POLL, STOP_GRACE
 from bench.core.tracked_jobs import tracked_noop_job
 from bench.sse.client import TOKEN_ENV
@@ -159,7 +159,7 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
             stack.callback(client.close)
             tracking = Tracking(client, engine)
             task_id = tracking.create_task(tracked_noop_job, range(jobs), chunk_size=1, tenant=TENANT).id
-            queued = int(client.redis.llen("queue:default"))
+            queued = asynctask_queued(client.redis)
             if queued != jobs:
                 raise RuntimeError(f"create_task of {jobs} jobs left {queued} in the queue")
             # Every client streams as the one bench tenant, possibly all through one worker.

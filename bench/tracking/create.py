@@ -31,6 +31,7 @@ from asynctask.brokers.base import Staging
 from asynctask.db.engine import create_database_engine
 from asynctask.feeds import Feed
 from bench.core.redis_server import RedisServer
+from bench.core.system import asynctask_queued
 from bench.core.tracked_jobs import tracked_noop_job
 
 
@@ -81,7 +82,7 @@ def create(database: str, url: str, server: RedisServer, items: int) -> CreateRu
         run.sql_s = marks["push"] - marks["begin"]
         run.push_s = marks["pushed"] - marks["push"]
         run.finish_s = end - marks["pushed"]
-        run.queued = int(client.redis.llen("queue:default"))
+        run.queued = asynctask_queued(client.redis)
         if run.queued != items:
             run.error = f"{run.queued} jobs queued, expected {items}"
     except (RedisError, SQLAlchemyError, KeyError) as exc:
@@ -93,10 +94,10 @@ def create(database: str, url: str, server: RedisServer, items: int) -> CreateRu
 
 
 def _timed(
-    staging: Callable[[str, Feed | None], Staging], marks: dict[str, float]
-) -> Callable[[str, Feed | None], Staging]:
-    def timed_staging(task_id: str, feed: Feed | None = None) -> Staging:
-        area = staging(task_id, feed)
+    staging: Callable[[str, Feed | None, str | None], Staging], marks: dict[str, float]
+) -> Callable[[str, Feed | None, str | None], Staging]:
+    def timed_staging(task_id: str, feed: Feed | None = None, share: str | None = None) -> Staging:
+        area = staging(task_id, feed, share)
         publish = area.publish
 
         def timed_publish() -> int:

@@ -28,7 +28,7 @@ from asynctask import Client, Settings, Tracking
 from asynctask.db.engine import create_database_engine
 from bench.core import procs
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, clean_env
+from bench.core.system import ROOT, asynctask_queued, clean_env
 from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE
 from bench.core.tracked_jobs import NAME, tracked_noop_job
 
@@ -140,7 +140,7 @@ def _enqueue(run: DrainRun, client: Client, tracking: Tracking | None) -> str | 
     else:
         task_id = tracking.create_task(tracked_noop_job, range(run.jobs), chunk_size=1).id
     run.enqueue_s = time.perf_counter() - start
-    queued = int(client.redis.llen("queue:default"))
+    queued = asynctask_queued(client.redis)
     if queued != run.jobs:
         raise RuntimeError(f"{run.mode}: enqueued {run.jobs}, {queued} in the queue")
     return task_id
@@ -204,7 +204,7 @@ def _checks(
     with server.client() as conn:
         checks: dict[str, Any] = {
             "marker_bytes": marker.stat().st_size,
-            "queued_left": int(conn.llen("queue:default")),
+            "queued_left": asynctask_queued(conn),
             "inflight_left": sum(int(conn.llen(k)) for k in conn.scan_iter(match="asynctask:inflight|*")),
             "stat_processed": int(conn.get("stat:processed") or 0),
         }

@@ -1,0 +1,145 @@
+"""The fair share section of RESULTS.md and stdout, and ``fair.json``.
+
+Medians of the repetitions with (min-max); the fair ÷ fifo ratio is taken per repetition
+between the two drains of the same broker and number of tasks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.core.document import write_section
+from bench.core.drain import POSTGRESQL, REDIS
+from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
+from bench.fair.section import FAIR, FIFO, FairResults, FairRun, cases
+
+SECTION = "Fair share"
+JSON_FILE = "fair.json"
+BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
+#: Target: a fair queue drains at no less than this share of the same queue served in push order.
+FAIR_FLOOR = 0.90
+
+
+def _ok(results: FairResults, backend: str, mode: str, tasks: int) -> dict[int, FairRun]:
+    return {
+        rep: r
+        for rep, r in results.runs
+        if r.backend == backend and r.mode == mode and r.tasks == tasks and not r.error
+    }
+
+
+def paired(results: FairResults, backend: str, tasks: int) -> list[float]:
+    """fair ÷ fifo drain jobs/s of each repetition that has both drains."""
+    fair, fifo = _ok(results, backend, FAIR, tasks), _ok(results, backend, FIFO, tasks)
+    return [fair[rep].steady_rate / fifo[rep].steady_rate for rep in fair if rep in fifo]
+
+
+def _tenths(runs: list[FairRun]) -> str:
+    both = [r for r in runs if min(r.tenth_rate(False), r.tenth_rate(True)) > 0]
+    return spread((r.tenth_rate(False) / r.tenth_rate(True) for r in both), ratio)
+
+
+def throughput_table(results: FairResults) -> list[str]:
+    lines = [
+        "| backend | case | tasks | jobs | worker processes x job slots | create s "
+        "| **drain jobs/s steady** | first ÷ last tenth jobs/s | worker CPU µs/job | PostgreSQL CPU µs/job |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for backend in (REDIS, POSTGRESQL):
+        for mode, tasks in cases(results.settings["tasks"]):
+            runs = list(_ok(results, backend, mode, tasks).values())
+            if not runs:
+                continue
+            first = runs[0]
+            tenants = f"{tasks}, a tenant each" if tasks > 1 else "1, no tenant"
+            postgres = spread((r.postgres_cpu_s / r.jobs * 1e6 for r in runs), fixed(0))
+            lines.append(
+                f"| {BACKEND_NAMES[backend]} | {first.case} | {tenants} | {first.jobs:,} "
+                f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
+                f"| **{spread((r.steady_rate for r in runs), rate)}** | {_tenths(runs)} "
+                f"| {spread((r.worker_cpu_s / r.jobs * 1e6 for r in runs), fixed(0))} "
+                f"| {postgres if backend == POSTGRESQL else '-'} |"
+            )
+    return lines
+
+
+def target_rows(results: FairResults) -> list[str]:
+    rows = []
+    many = results.settings["tasks"]
+    for backend in (REDIS, POSTGRESQL):
+        for tasks in (1, many):
+            ratios = paired(results, backend, tasks)
+            if not ratios:
+                continue
+            what = "one task" if tasks == 1 else f"{tasks} tasks, a tenant each"
+            rows.append(
+                f"| {BACKEND_NAMES[backend]}: drain jobs/s, fair ÷ fifo queue, {what} "
+                f"| ≥ {FAIR_FLOOR:.2f}x | {spread(ratios, ratio)} "
+                f"| {verdict(statistics.median(ratios) >= FAIR_FLOOR)} |"
+            )
+    return judged(rows, results.settings["quick"])
+
+
+def tables(results: FairResults) -> str:
+    s = results.settings
+    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
+    intro = (
+        f"{s['jobs']:,} no-op chunk jobs per drain{quick}, in 1 or {s['tasks']} tasks created before the "
+        f"workers start; {s['reps']} rep(s), the four drains of a broker interleaved; median (min-max)."
+    )
+    tail = section_tail(results.databases, results.errors(), results.seconds)
+    return drain_tables(intro, throughput_table(results), target_rows(results), tail)
+
+
+METHOD = """\
+- **Job** (`bench/feeds/jobs.py`, shared with the feeds section): the no-op of the other
+  sections (one byte appended to an O_APPEND marker file), taking the task's chunk (one item)
+  as its argument.
+- **Creation**: in a process of its own (`python -m bench.fair.create`), before the workers
+  start: for the `-1` cases `create_task(FeedNoopJob, range(N))` (chunks of one, no tenant: the
+  task is a share of its own); for the `-T` cases T such tasks of N/T items one after the other,
+  task i with `tenant="t<i>"`, so that in push order each task's jobs come before the next
+  one's. The tracking database is the section's private PostgreSQL database on both brokers.
+- **Queue**: the `fifo` drains start their workers with `ASYNCTASK_FIFO_QUEUES=default`
+  (the queue served in push order); the `fair` drains leave the queue fair, the default.
+- **Drain**: the worker processes (`python -m asynctask worker --broker URL -r
+  bench/feeds/jobs.py -c C -q default`, tracking off) are spawned together after the creation
+  and the marker's size is polled every 2 ms. *steady* = first job done -> last job done.
+  Afterwards the marker holds exactly N bytes and the queue is empty.
+- **Order**: per broker and repetition, fifo-1, fair-1, fifo-T, fair-T, reversed every other
+  repetition; each drain starts from an empty broker and tracking database. The fair ÷ fifo
+  ratio is taken per repetition.
+- **Tenths**: the marker's size is sampled every 0.1 s; the rate over the first tenth of the
+  jobs ÷ the rate over the last tenth shows whether the rate holds over the drain (a fair
+  queue of T equal tasks serves all T shares until its last jobs).
+- **CPU**: user + system CPU of all worker process trees and of the PostgreSQL backends
+  serving the database, first -> last job done, ÷ N.
+"""
+
+
+def markdown(results: FairResults) -> str:
+    lines = [f"## {SECTION}", "", tables(results), "### Method (fair share)", "", METHOD]
+    versions = [f"- {name}: {value}" for name, value in results.versions.items()]
+    return "\n".join([*lines, "#### Versions (fair share)", "", *versions, ""])
+
+
+def raw(results: FairResults, machine: dict[str, str]) -> dict[str, Any]:
+    return {
+        "settings": results.settings,
+        "machine": machine,
+        "versions": results.versions,
+        "databases": results.databases,
+        "seconds": results.seconds,
+        "runs": [
+            {"rep": rep, "case": r.case, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs
+        ],
+        "errors": results.errors(),
+    }
+
+
+def write(results: FairResults, machine: dict[str, str], out_dir: Path) -> None:
+    """``fair.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
+    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
