@@ -3,8 +3,8 @@ time the task actually took to finish.
 
 The truth is what the jobs themselves recorded (the moment each one's work ended), not what
 tracking says: on Redis the counts reach SQL through the flusher, some time after the job
-ended. That lag is measured here (from the 300th job's end to the first poll showing 300 done)
-and printed, next to the ETA's error, so a run shows both.
+ended. That lag is measured here (from the end of the half-way job to the first poll showing
+it done) and printed, next to the ETA's error, so a run shows both.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ from tests.conftest import wait_until
 JOBS = 600
 SECONDS = 0.05
 PARALLEL = 5
+#: The steady task's jobs: long beside a release's round trip (tens of milliseconds on a
+#: loaded PostgreSQL), so that the broker's share of the time, which wanders with the load of
+#: the machine, moves the rate by well under the fifth allowed.
+STEADY_JOBS = 400
+STEADY_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -44,25 +49,25 @@ def test_half_way_the_eta_is_within_a_fifth_of_the_time_left(
 
     @job(registry=registry, retry=False)
     def nap(chunk: list[Any]) -> None:
-        time.sleep(SECONDS)
+        time.sleep(STEADY_SECONDS)
         with lock:
             ends.append(time.time())
 
     start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread", concurrency=8)
-    task = tracking.create_task("nap", range(JOBS), parallel=PARALLEL)
+    task = tracking.create_task("nap", range(STEADY_JOBS), parallel=PARALLEL)
     polls: list[Poll] = []
 
     def half_done() -> bool:
         before = time.time()
         view = tracking.get_task(task.id, errors=0)
         polls.append(Poll(before, time.time(), view))
-        return view.done >= JOBS // 2
+        return view.done >= STEADY_JOBS // 2
 
     wait_until(half_done, 60, interval=0.02)
     half = polls[-1]
     assert half.view.status == "running" and half.view.feed is not None
     assert half.view.feed.held is not None and half.view.feed.held > 0
-    wait_until(lambda: len(ends) == JOBS, 60)
+    wait_until(lambda: len(ends) == STEADY_JOBS, 60)
     finished = max(ends)
     left = finished - half.before
     eta = half.view.eta_seconds
