@@ -473,32 +473,32 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
     """A fair queue's claim candidates (columns id, priority, turn, key, tagged, headed), to
     be claimed by (priority, key, tagged, id): up to ``wanted`` tagged rows, whose key is their
     turn, and up to ``wanted`` plain rows, the k-th of which takes the key V + k - 1, V being
-    the head's turn (the first tagged row's; 0 if none), or V + k if the plain share was served
-    in round V already (its ``Share`` row, written by the fetcher): one plain job per round,
-    starting with the round being served. ``headed``: a tagged row waits, so a plain row
-    taken moves the plain share's round. Each kind is a LIMIT read of its own index.
-    ``only_if``: a condition that does not depend on the rows (PostgreSQL's gate by the
-    queue's position)."""
+    the head's turn (the queue's first claimable tagged row's; 0 if none), or V + k if the
+    plain share was served in round V already (its ``Share`` row, written by the fetcher): one
+    plain job per round, starting with the round being served. ``headed``: a tagged row waits,
+    so a plain row taken moves the plain share's round. Each kind is a LIMIT read of its own
+    index; the head and the plain share's round are read only when plain rows were found, so
+    that a queue of tasks alone claims at the cost of a FIFO queue. ``only_if``: a condition
+    that does not depend on the rows (PostgreSQL's gate by the queue's position)."""
     gate = f" AND {only_if}" if only_if else ""
-    first_tagged = (
-        "first_value(turn) OVER (ORDER BY turn IS NULL, priority, turn, id "
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    # Not locked: on PostgreSQL the head may be a row another claimer is taking at this very
+    # moment, which makes V at most one batch's turns early for this claim's plain rows.
+    head = (
+        f"(SELECT turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED} "
+        "ORDER BY priority, turn, id LIMIT 1)"
     )
     plain_round = f"(SELECT last_turn FROM asynctask_share WHERE queue = {queue} AND share = '{PLAIN_SHARE}')"
     # A plain round further on than V + 1 is from before the head went back (a retried
     # row's older turn): the plain share then waits one round, not all the rounds between.
-    base = "head + CASE WHEN plain_round > head THEN 1 ELSE 0 END"
+    base = "COALESCE(head, 0) + CASE WHEN COALESCE(plain_round, 0) > COALESCE(head, 0) THEN 1 ELSE 0 END"
     return (
-        f"SELECT id, priority, turn, CASE WHEN turn IS NULL THEN {base} + plain_rank - 1 ELSE turn END "
-        "AS key, turn IS NOT NULL AS tagged, headed FROM ("
-        f"SELECT id, priority, turn, COALESCE({first_tagged}, 0) AS head, "
-        f"{first_tagged} IS NOT NULL AS headed, "
-        f"row_number() OVER (PARTITION BY turn IS NULL ORDER BY priority, id) AS plain_rank, "
-        f"COALESCE({plain_round}, 0) AS plain_round FROM ("
-        f"SELECT * FROM (SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED}"
-        f"{gate} ORDER BY priority, turn, id LIMIT {wanted}{locked}) AS t UNION ALL "
-        f"SELECT * FROM (SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {PLAIN}"
-        f"{gate} ORDER BY priority, id LIMIT {wanted}{locked}) AS p) AS c) AS w"
+        "SELECT id, priority, turn, turn AS key, 1 = 1 AS tagged, 1 = 1 AS headed FROM ("
+        f"SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED}{gate} "
+        f"ORDER BY priority, turn, id LIMIT {wanted}{locked}) AS t UNION ALL "
+        f"SELECT id, priority, NULL, {base} + plain_rank - 1, 1 = 0, head IS NOT NULL FROM ("
+        f"SELECT id, priority, row_number() OVER (ORDER BY priority, id) AS plain_rank, {head} AS head, "
+        f"{plain_round} AS plain_round FROM (SELECT id, priority FROM asynctask_job WHERE queue = {queue} "
+        f"AND {PLAIN}{gate} ORDER BY priority, id LIMIT {wanted}{locked}) AS p) AS r"
     )
 
 
