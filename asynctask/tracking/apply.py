@@ -31,10 +31,11 @@ from asynctask.tracking.transitions import LOG, PROGRESS, Transition
 COUNT_COLUMN = {status: f"count_{status.value}" for status in EventStatus}
 
 
-def _task_update(param: Callable[[str], str]) -> str:
+def _task_update(param: Callable[[str], str], source: str = "") -> str:
     """Everything a batch changes in one task, in one statement, as plain SQL: a worker runs
     it for every job it settles, and SQLAlchemy's machinery would cost more than the update.
-    ``param`` spells a named parameter in the driver's style.
+    ``param`` spells a named parameter in the driver's style, or a column of ``source`` (a
+    FROM item that gives the values of several tasks at once).
 
     Counts move by their deltas (zero for the statuses that did not change). Any transition
     of a task's job proves its jobs were pushed: a task left in "creating" (or "aborted", if
@@ -50,7 +51,7 @@ def _task_update(param: Callable[[str], str]) -> str:
         f"state = CASE WHEN state IN ({stale}) THEN '{TaskState.READY.value}' ELSE state END, {counts}, "
         f"started_at = coalesce(started_at, {param('started')}), "
         f"finished_at = CASE WHEN {waiting} = 0 THEN coalesce(finished_at, {param('now')}) ELSE NULL END "
-        f"WHERE id = {param('id')}"
+        f"{source}WHERE id = {param('id')}"
     )
 
 
@@ -58,6 +59,22 @@ TASK_UPDATE = {
     "postgresql": _task_update(lambda name: f"%({name})s"),
     "sqlite": _task_update(lambda name: f":{name}"),
 }
+#: PostgreSQL's columns of a batch's task values, with their array types (``TASKS_UPDATE``).
+TASK_ARRAYS = {"id": "text", "started": "timestamptz", "now": "timestamptz"} | {
+    f"d_{column}": "int" for column in COUNT_COLUMN.values()
+}
+# The values' "id" is named "task" so that the table's own "id" stays unambiguous.
+TASKS_UPDATE = _task_update(
+    lambda name: f"v.{'task' if name == 'id' else name}",
+    source="FROM unnest("
+    + ", ".join(f"%({name})b::{kind}[]" for name, kind in TASK_ARRAYS.items())
+    + ") AS v("
+    + ", ".join("task" if name == "id" else name for name in TASK_ARRAYS)
+    + ") ",
+)
+#: Locks a batch's tasks in id order, as the one-task-at-a-time updates do, before one
+#: statement updates them all in whatever order its join meets them.
+LOCK_TASKS = "SELECT 1 FROM asynctask_task WHERE id = ANY(%(ids)b::text[]) ORDER BY id FOR UPDATE"
 
 
 class _Statements(Protocol):
@@ -211,19 +228,26 @@ def _update_tasks(
 ) -> None:
     if not touched:
         return
-    statement = TASK_UPDATE[connection.dialect.name]
+    dialect = connection.dialect.name
     # SQLite stores times as text, which the plain statement must be given.
-    time: Callable[[datetime | None], Any] = (
-        apply_sqlite.to_text if connection.dialect.name == "sqlite" else (lambda at: at)
-    )
+    time: Callable[[datetime | None], Any] = apply_sqlite.to_text if dialect == "sqlite" else (lambda at: at)
     now = time(datetime.now(UTC))
-    # One task at a time, in id order: the rows are locked in a fixed order.
+    rows: list[dict[str, Any]] = []
     for task_id in sorted(touched):
         params: dict[str, Any] = {"id": task_id, "started": time(started.get(task_id)), "now": now}
         params.update((f"d_{name}", 0) for name in COUNT_COLUMN.values())
         for status, delta in deltas.get(task_id, {}).items():
             params[f"d_{COUNT_COLUMN[EventStatus(status)]}"] += delta
-        connection.exec_driver_sql(statement, params)
+        rows.append(params)
+    if dialect == "postgresql" and len(rows) > 1:
+        # A batch of jobs from many tasks (a fair queue takes turns between them): two
+        # statements instead of one per task.
+        connection.exec_driver_sql(LOCK_TASKS, {"ids": [row["id"] for row in rows]})
+        connection.exec_driver_sql(TASKS_UPDATE, {name: [row[name] for row in rows] for name in TASK_ARRAYS})
+        return
+    # One task at a time, in id order: the rows are locked in a fixed order.
+    for params in rows:
+        connection.exec_driver_sql(TASK_UPDATE[dialect], params)
 
 
 def _dialect(connection: Connection) -> _Statements:

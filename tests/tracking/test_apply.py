@@ -287,6 +287,32 @@ def test_apply_returns_how_many_events_it_changed(
         assert apply_transitions(connection, batch) == 0
 
 
+def test_one_batch_moves_the_counts_and_times_of_each_of_its_tasks(
+    tracking: Tracking, registry: Registry, engine: Engine
+) -> None:
+    """A fair queue hands a worker one job of each task in turn: a batch spans many tasks."""
+
+    @job(registry=registry)
+    def noop(items: list[int]) -> None:
+        pass
+
+    tasks = [tracking.create_task(noop, range(size)) for size in (3, 2, 1)]
+    jids = [[e.job_id for e in tracking.list_events(t.id, limit=3).items] for t in tasks]
+    history = [status(jid, EventStatus.WORKING, "started") for group in jids for jid in group]
+    # The first task: one job still running; the second: one failed; the third: all done.
+    ends = [(0, 0, EventStatus.FINISH), (0, 1, EventStatus.FINISH), (1, 0, EventStatus.FAILED)]
+    ends += [(1, 1, EventStatus.FINISH), (2, 0, EventStatus.FINISH)]
+    history += [status(jids[task][n], end, "ended") for task, n, end in ends]
+    apply(engine, numbered(history))
+
+    first, second, third = (tracking.get_task(t.id) for t in tasks)
+    assert (first.counts["finish"], first.counts["working"], first.status) == (2, 1, "running")
+    assert (second.counts["finish"], second.counts["failed"], second.counts["working"]) == (1, 1, 0)
+    assert (third.counts["finish"], third.counts["enqueue"], third.status) == (1, 0, "finished")
+    assert all(view.started_at is not None for view in (first, second, third))
+    assert first.finished_at is None and third.finished_at is not None
+
+
 def test_a_job_outside_any_task_gets_its_event_from_its_first_transition(
     tracking: Tracking, engine: Engine
 ) -> None:
