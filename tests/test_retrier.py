@@ -14,14 +14,17 @@ import pytest
 import redis
 
 import asynctask
-from asynctask import Registry, Settings, payload
+from asynctask import Registry, Settings, context, payload
 from asynctask.api import DeadSet, RetrySet, SortedEntry
 from asynctask.brokers import Broker, Fetcher, UnitOfWork, open_broker
+from asynctask.context import JobContext
 from asynctask.job import JobDefinition
 from asynctask.keys import Keys
+from asynctask.middleware import TrackingServerMiddleware
 from asynctask.tracking.outbox import pack
+from asynctask.tracking.status import EventStatus
 from asynctask.tracking.tracker import Tracker
-from asynctask.tracking.transitions import decode_entry
+from asynctask.tracking.transitions import decode_entry, status
 from asynctask.worker.retry import Retrier, record_error
 
 #: Sidekiq's backoff at retry_count 0: 15 s plus up to 9 s of jitter.
@@ -325,3 +328,42 @@ def test_later_failures_count_up_and_keep_the_first_failure_time() -> None:
     assert (job["retry_count"], job["error_class"], job["error_message"]) == (1, "KeyError", "'two'")
     assert record_error(job, ValueError("x" * 20_000)) == 2
     assert job["error_message"] == "x" * 10_000
+
+
+def test_a_failed_jobs_error_is_written_with_its_retry_never_alone(rig: Rig, registry: Registry) -> None:
+    """Between the job's failure and the retrier's decision, a sender drain (the tracker's
+    thread writes whatever waits, every 0.1 s) must not write the ``error`` alone: the task
+    would read as finished while the job is about to run again."""
+    definition = define(registry, rig, retry=2)
+    job = {**rig.job(definition), "track": True}
+    unit, claimed = rig.claim(job)
+    context.enter(JobContext(claimed, unit.queue, rig.tracker))
+    try:
+        with pytest.raises(ValueError):
+            TrackingServerMiddleware()(definition, claimed, unit.queue, lambda: int("not a number"))
+    finally:
+        context.enter(None)
+    stream = Keys(rig.settings.namespace).tracking_stream
+
+    def entries() -> list[list[tuple[str, str | None]]]:
+        written = cast(list[tuple[bytes, dict[bytes, bytes]]], rig.conn.xrange(stream))
+        return [[(t.kind, t.text) for t in decode_entry(0, entry[b"d"])] for _, entry in written]
+
+    rig.tracker.store.record(rig.tracker.outbox)  # the sender's drain
+    assert entries() == [[("working", "started")]]
+
+    rig.retrier.failed(unit, claimed, definition, ValueError("bad row"))
+    assert entries()[-1] == [
+        ("error", "ValueError: invalid literal for int() with base 10: 'not a number'"),
+        ("enqueue", "waiting for retry 1 of 2"),
+    ]
+
+
+def test_an_error_held_for_a_job_whose_failure_is_never_handled_goes_out_when_it_settles(
+    rig: Rig,
+) -> None:
+    rig.tracker.record_pending(status("j1", EventStatus.ERROR, "boom"))
+    rig.tracker.record(status("j2", EventStatus.WORKING, "started"))
+    assert len(rig.tracker.outbox) == 1
+    rig.tracker.settled("j1")
+    assert [(jid, kind) for jid, kind, _ in rig.recorded()] == [("j2", "working"), ("j1", "error")]

@@ -7,7 +7,9 @@ Server (``TrackingServerMiddleware``), for a tracked job (``track=True``, or par
   retry it);
 - it raises anything else -> ``error`` with the message; when the runtime then schedules a
   retry, the retrier records ``enqueue`` "waiting for retry n of m" (the runtime decides, so
-  a ``retry_in`` hook that kills the job is reported truthfully);
+  a ``retry_in`` hook that kills the job is reported truthfully). The ``error`` is held back
+  until then and written together with that decision, so no poll sees the job ended (and
+  its task finished) in between;
 - a shutdown interrupts it -> ``error`` "interrupted", then ``enqueue``: it runs again.
 
 Client (``TrackingClientMiddleware``): a job pushed with ``track=True`` outside a task is
@@ -86,13 +88,14 @@ class TrackingServerMiddleware:
             )
             raise
         except Shutdown:
-            tracker.record(transitions.status(jid, EventStatus.ERROR, "interrupted by shutdown"))
             tracker.record(
-                transitions.status(jid, EventStatus.ENQUEUE, "pushed back to its queue; it will run again")
+                transitions.status(jid, EventStatus.ERROR, "interrupted by shutdown"),
+                transitions.status(jid, EventStatus.ENQUEUE, "pushed back to its queue; it will run again"),
             )
             raise
         except BaseException as exc:
-            tracker.record(
+            # Written with the runtime's decision (a retry's "waiting for retry"), never alone.
+            tracker.record_pending(
                 transitions.status(jid, EventStatus.ERROR, _describe(exc), error_class=error_class_name(exc))
             )
             raise

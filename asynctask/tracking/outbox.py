@@ -11,6 +11,10 @@ Order matters: a job's ``working`` must enter the stream before its ``finish``. 
 taken oldest first, and ``draining`` holds a lock from taking them until the broker call that
 writes them has returned, so two drains never overtake each other.
 
+A failed job's ``error`` is *held* until the runtime has decided what comes next (a retry,
+the dead set, giving up) and recorded it: written alone, by a sender drain in between, it
+would show the job ended, and its task finished, while the job is about to run again.
+
 Client pushes use ``collect()`` instead: the transitions recorded by client middleware
 during one ``Client.push`` go into the same pipeline as the jobs.
 """
@@ -33,13 +37,32 @@ class Outbox:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._entries: list[str] = []
+        #: Held transitions by job id, written just before their job's next one.
+        self._held: dict[str, list[str]] = {}
         #: Set by the worker's tracker: acknowledgements must then wait for earlier drains.
         self.tracking = False
 
-    def add(self, transition: Transition) -> None:
+    def add(self, *transitions: Transition) -> None:
+        """Queue ``transitions``, in order and together (no drain takes only some of them),
+        each after its job's held ones."""
+        encoded = [t.encode() for t in transitions]
+        with self._lock:
+            for transition, text in zip(transitions, encoded, strict=True):
+                if self._held:
+                    self._entries.extend(self._held.pop(transition.jid, ()))
+                self._entries.append(text)
+
+    def hold(self, transition: Transition) -> None:
+        """Keep ``transition`` out of every drain until its job's next transition is added, or
+        until ``release``."""
         encoded = transition.encode()
         with self._lock:
-            self._entries.append(encoded)
+            self._held.setdefault(transition.jid, []).append(encoded)
+
+    def release(self, jid: str) -> None:
+        """Queue whatever is still held for ``jid`` (the job's run is over)."""
+        with self._lock:
+            self._entries.extend(self._held.pop(jid, ()))
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -51,11 +51,25 @@ class Tracker:
         self._stopped = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="asynctask-tracking-sender", daemon=True)
 
-    def record(self, transition: Transition) -> None:
+    def record(self, *transitions: Transition) -> None:
+        """Queue ``transitions`` to be written together, in order."""
+        self._first_record()
+        self.outbox.add(*transitions)
+
+    def record_pending(self, transition: Transition) -> None:
+        """Queue a failed job's ``error``, to be written with what the runtime decides next
+        (``Outbox.hold``)."""
+        self._first_record()
+        self.outbox.hold(transition)
+
+    def settled(self, jid: str) -> None:
+        """The job's run is over: nothing it recorded is held any longer."""
+        self.outbox.release(jid)
+
+    def _first_record(self) -> None:
         if self._on_first_record is not None:
             wake, self._on_first_record = self._on_first_record, None
             wake()
-        self.outbox.add(transition)
 
     def retry_scheduled(self, job: payload.JobDict, count: int, limit: int) -> None:
         """The runtime put a failed job in the retry set: it waits again."""

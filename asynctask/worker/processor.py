@@ -166,6 +166,10 @@ class Processor:
             return False
         finally:
             context.enter(None)
+            jid = job.get("jid")
+            if self.manager.tracker is not None and isinstance(jid, str):
+                # Whatever the failure's handling did, an ``error`` held for it goes out now.
+                self.manager.tracker.settled(jid)
         if verbose:
             logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
         return True

@@ -106,3 +106,26 @@ def test_a_tracked_unique_job_pushed_twice_has_one_event(
 
     # The duplicate's push stored nothing, so it must not leave an event waiting for ever.
     wait_until(lambda: statuses() == ["finish"], 10)
+
+
+def test_an_error_that_a_middleware_swallows_is_still_recorded(
+    tracking: Tracking, registry: Registry, start_worker: Callable[..., Worker]
+) -> None:
+    """The tracking middleware holds a failure's ``error`` for the runtime's decision; a
+    middleware around it that swallows the failure means no decision comes: the ``error`` is
+    written when the job's run ends."""
+
+    @job(registry=registry)
+    def broken(chunk: list[int]) -> None:
+        raise ValueError("broken")
+
+    def swallow(definition: Any, job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        try:
+            return call_next()
+        except ValueError:
+            return None
+
+    task = tracking.create_task(broken, [1])
+    start_worker(server_middleware=Chain([swallow, TrackingServerMiddleware()]), flusher="thread")
+    done = wait_for_task(tracking, task.id, timeout=20)
+    assert {k: v for k, v in done.counts.items() if v} == {"error": 1}
