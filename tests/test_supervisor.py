@@ -31,8 +31,8 @@ from tests.conftest import REDIS_URL, wait_until
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "tests" / "jobs" / "supervisor_jobs.py"
 #: How long after TERM a worker whose job holds the GIL may take to be gone: the tests' -t (3 s at most)
-#: plus the supervisor's 5 s, with some slack.
-HARD_STOP_BOUND = 10.0
+#: plus the supervisor's 5 s and its half second for the stack dump, with some slack.
+HARD_STOP_BOUND = 10.5
 
 Spawn = Callable[..., "subprocess.Popen[bytes]"]
 

@@ -9,9 +9,9 @@ runs jobs) and only:
   child is in the parent's process group, so that a debugger in a job still has the
   terminal; the signals are idempotent);
 - on TERM or INT, kills the child (SIGKILL) if it is still alive ``timeout + GRACE``
-  seconds later, then gives back the jobs it held and removes its process record
-  (``Broker.requeue_process``): the worker exits within ``timeout`` plus a few seconds
-  whatever its jobs do, and loses none;
+  seconds later (after asking it, with TTIN, to log where its threads are), then gives back
+  the jobs it held and removes its process record (``Broker.requeue_process``): the worker
+  exits within ``timeout`` plus a few seconds whatever its jobs do, and loses none;
 - does the same for a child that died of a signal (the OOM killer's, say), rather than
   leaving its jobs until its heartbeat expires, and exits with 128 + the signal;
 - starts a new child at once when one exits with ``RECYCLE_EXIT`` (it passed
@@ -45,6 +45,8 @@ logger = logging.getLogger("asynctask.supervisor")
 #: Seconds past ``timeout`` the child gets to finish a graceful stop (its busy threads are
 #: interrupted at ``timeout`` and given ``UNWIND_TIMEOUT``; then it pushes back its jobs).
 GRACE = UNWIND_TIMEOUT + 2.0
+#: How long a child past its deadline is given to log its threads' stacks before it is killed.
+DUMP_WAIT = 0.5
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN)
 STOPPING = (signal.SIGTERM, signal.SIGINT)
 #: From <sys/prctl.h>.
@@ -140,6 +142,12 @@ class Supervisor:
                 extra={"fields": {"pid": child.pid, "identity": identity}},
             )
             self._killed = True
+            # Its threads' stacks in its log, if any of them can still run: where it was stuck.
+            child.send_signal(signal.SIGTTIN)
+            try:
+                child.wait(DUMP_WAIT)
+            except subprocess.TimeoutExpired:
+                pass
             child.kill()
             child.wait()
 
