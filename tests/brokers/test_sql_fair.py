@@ -18,6 +18,7 @@ from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.models import Share
+from asynctask.brokers.sql.statements import Mix
 from asynctask.fairness import share_of
 from asynctask.feeds import Feed
 from asynctask.settings import QueueSpec
@@ -63,6 +64,11 @@ def one_by_one(fetcher: SqlFetcher) -> list[str]:
     while units := fetcher.claim(1, [], []):
         taken += classes(units)
     return taken
+
+
+def reads(fetcher: SqlFetcher) -> Mix:
+    """The kinds of rows the fetcher's next claim reads (a call: each one reads it anew)."""
+    return fetcher.mix
 
 
 def fetcher_of(broker: SqlBroker, name: str = "me") -> SqlFetcher:
@@ -278,11 +284,11 @@ def test_concurrent_claimers_never_claim_one_row_twice(
     assert len(claimed) == 400 and set(claimed.values()) == {1}
 
 
-def explain(broker: SqlBroker, fifo: bool = False) -> str:
+def explain(broker: SqlBroker, fifo: bool = False, mix: Mix = "both") -> str:
     """The plan of the claim of one fair (or fifo) queue, over enough rows of both kinds that
     an index beats a scan."""
     statements = broker.store.sql
-    statement = statements.claim((not fifo,), 5)
+    statement = statements.claim((not fifo,), 5, mix)
     params: dict[str, Any] = {"ids": statements.ids([]), "me": "me", "now": 0.0, "wanted": 5}
     if statements.postgres:
         params["queues"] = ["default"]
@@ -308,3 +314,41 @@ def test_the_fair_claim_reads_the_heads_of_its_indexes(broker: SqlBroker) -> Non
     assert not re.search(r"SCAN asynctask_job(?! USING)", plan), plan
     fifo = explain(broker, fifo=True)
     assert "ix_asynctask_job_fetch" in fifo and "ix_asynctask_job_turn" not in fifo, fifo
+    if broker.store.sql.postgres:
+        # The claims that read one kind look for the other at the head of its index.
+        for mix in ("tagged", "plain"):
+            one_kind = explain(broker, mix=mix)
+            assert "ix_asynctask_job_turn" in one_kind and "ix_asynctask_job_plain" in one_kind, one_kind
+            assert "Seq Scan on asynctask_job" not in one_kind, one_kind
+            assert "ix_asynctask_job_fetch" not in one_kind, one_kind
+
+
+def test_a_claim_reads_the_kinds_the_claim_before_saw_waiting(broker: SqlBroker) -> None:
+    """A queue of tasks alone, or of plain jobs alone, is claimed by one index read, as a FIFO
+    queue is; a job of the other kind that comes is read by the next claim."""
+    if not broker.store.sql.postgres:
+        pytest.skip("SQLite's claim reads both kinds: its write lock costs more than the read")
+    stage(broker, "A", 4, tenant="a")
+    fetcher = fetcher_of(broker)
+    assert classes(fetcher.claim(1, [], [])) == ["A0"]
+    assert reads(fetcher) == "tagged"
+    plain(broker, "P", 2)
+    # Read as the claim before saw the queue; it sees the plain jobs waiting.
+    assert classes(fetcher.claim(1, [], [])) == ["A1"]
+    assert reads(fetcher) == "both"
+    assert one_by_one(fetcher) == ["P0", "A2", "P1", "A3"]
+
+
+def test_a_claim_that_read_none_of_the_kind_waiting_reads_it_at_once(broker: SqlBroker) -> None:
+    if not broker.store.sql.postgres:
+        pytest.skip("SQLite's claim reads both kinds")
+    stage(broker, "A", 1, tenant="a")
+    fetcher = fetcher_of(broker)
+    assert classes(fetcher.claim(1, [], [])) == ["A0"]
+    assert reads(fetcher) == "tagged"
+    plain(broker, "P", 1)
+    # No tagged row is left: the same call claims again, reading the plain rows it saw.
+    assert classes(fetcher.claim(1, [], [])) == ["P0"]
+    assert reads(fetcher) == "plain"
+    stage(broker, "B", 1, tenant="b")
+    assert classes(fetcher.claim(1, [], [])) == ["B0"]

@@ -33,6 +33,7 @@ from asynctask.brokers.base import Fetcher, UnitOfWork
 from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.flowjob import UNIQUE_MARK
+from asynctask.brokers.sql.statements import PLAIN_WAITING, TAGGED_WAITING, Fairness, Mix
 from asynctask.brokers.sql.store import Store
 from asynctask.brokers.sql.wake import Wake
 from asynctask.settings import Settings
@@ -62,9 +63,17 @@ class SqlFetcher(Fetcher):
         self._ttl = settings.process_ttl
         self._timeout = settings.fetch_timeout
         self._wake = wake
+        #: The kinds of rows the next PostgreSQL claim reads in the fair queues: what the last
+        #: claim saw waiting (``statements.Mix``).
+        self._mix: Mix = "both"
         self._watching = False
         #: Set when the process goes quiet: waiting threads return at once.
         self._interrupted = False
+
+    @property
+    def mix(self) -> Mix:
+        """The kinds of rows the next PostgreSQL claim reads in the fair queues."""
+        return self._mix
 
     def register(self) -> None:
         """Write this process's record, live for ``process_ttl`` (only the expiry, if a
@@ -88,9 +97,22 @@ class SqlFetcher(Fetcher):
         return self._claim_now(wanted, acks, transitions)
 
     def _claim_now(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
+        mix = self._mix
+        claimed = self._claim_as(mix, wanted, acks, transitions)
+        if claimed is None:
+            # Nothing of the kinds read, but the other kind waits: read it at once, rather
+            # than when the next job is announced.
+            claimed = self._claim_as(self._mix, wanted, [], []) if self._mix != mix else []
+        return claimed or []
+
+    def _claim_as(
+        self, mix: Mix, wanted: int, acks: list[UnitOfWork], transitions: list[str]
+    ) -> list[UnitOfWork] | None:
+        """The jobs claimed, reading ``mix`` in the fair queues (on PostgreSQL); None if no
+        row was claimed."""
         order = self.queue_order()
         fair = tuple(self.fair[name] for name in order)
-        keyed_claim = self._sql.keyed_claim(fair, wanted)
+        keyed_claim = self._sql.keyed_claim(fair, wanted, mix)
         me = self.identity
         params: dict[str, Any] = {"ids": self._sql.ids([u.ref for u in acks]), "me": me}
         params.update(wanted=wanted, now=payload.now())
@@ -106,7 +128,7 @@ class SqlFetcher(Fetcher):
                 generation, found = connection.execute(self._idle_claim, params).one()
             if not found:
                 self.cancel_generation = str(generation).encode()
-                return []
+                return None
         # Keyed or unique jobs among the acknowledged: their ends free slots and unique keys
         # in the claim's transaction. Jobs of fed tasks: their ends release from their feeds.
         flow_acks = any(is_flow(u.payload) for u in acks)
@@ -116,7 +138,7 @@ class SqlFetcher(Fetcher):
             # flow-control-sql.md, Races and locks) and COMMIT, in one round trip.
             ids = {"ids": params["ids"]}
             piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (keyed_claim, params)])
-            generation = next(row[1] for row in piped if row[0] is None)
+            generation = self._generation(next(row for row in piped if row[0] is None), fair)
             return self._units(order, [row for row in piped if row[0] is not None], generation)
         # PostgreSQL, unkeyed jobs of fed tasks: acknowledged as any job, then released from
         # right after the commit (``_release_after``); otherwise in the claim's transaction.
@@ -129,7 +151,7 @@ class SqlFetcher(Fetcher):
             acked = [int(u.ref) for u in acks]
             feeds = self._feeds.lock_of_rows(connection, acked) if release_here else []
             if self._sql.postgres:
-                claim = self._sql.claim(fair, wanted)
+                claim = self._sql.claim(fair, wanted, mix)
                 if flow_acks and keyed_claim is not None:
                     # The keys are locked by a statement of their own, before the one that
                     # counts their slots (flow-control-sql.md, Races and locks), which then
@@ -137,7 +159,7 @@ class SqlFetcher(Fetcher):
                     self._flow.lock_ending(connection, acked, [u.payload for u in acks])
                     claim = keyed_claim
                 found = connection.execute(claim, params).all()
-                generation = next(row[1] for row in found if row[0] is None)
+                generation = self._generation(next(row for row in found if row[0] is None), fair)
                 claimed = [row for row in found if row[0] is not None]
                 # After the acknowledgement, which freed the slots: the jobs released are
                 # announced, and claimed by the next claim here or elsewhere.
@@ -157,6 +179,13 @@ class SqlFetcher(Fetcher):
         if late is not None:
             self._release_after(late)
         return self._units(order, claimed, generation)
+
+    def _generation(self, row: Any, fair: Fairness) -> object:
+        """A PostgreSQL claim's generation row: the cancellation generation, and, in a fair
+        claim, the kinds of rows it saw waiting, which the next claim reads."""
+        if any(fair):
+            self._mix = next_mix(row[4], self._mix)
+        return row[1]
 
     def _plain_served(self, rounds: dict[str, int]) -> None:
         """Store the plain share's round in the queues a claim served it in, in a transaction
@@ -198,9 +227,13 @@ class SqlFetcher(Fetcher):
     def _unique(acks: list[UnitOfWork]) -> bool:
         return any(UNIQUE_MARK in u.payload for u in acks)
 
-    def _units(self, order: list[str], claimed: list[Any], generation: object) -> list[UnitOfWork]:
-        """The claimed rows as units of work, in queue order, less those over their rate."""
+    def _units(self, order: list[str], claimed: list[Any], generation: object) -> list[UnitOfWork] | None:
+        """The claimed rows as units of work, in queue order, less those over their rate; None
+        if there were none."""
         self.cancel_generation = str(generation).encode()
+        if not claimed:
+            self._wake.drain()
+            return None
         self._wake.drain()
         position = {name: i for i, name in enumerate(order)}
         claimed.sort(key=lambda row: (position[row[1]], row[2], row[0]))
@@ -343,6 +376,19 @@ def _key(row: Any) -> int:
     """The key a row was claimed by; a row promoted by the claim has none: its turn, if any."""
     key = row[5] if row[5] is not None else row[4]
     return 0 if key is None else int(key)
+
+
+def next_mix(waiting: int | None, current: Mix) -> Mix:
+    """What the next claim reads in the fair queues, from the kinds the last one saw waiting
+    (``statements._kinds_waiting``): with none waiting, what it read."""
+    seen = waiting or 0
+    if seen & TAGGED_WAITING and seen & PLAIN_WAITING:
+        return "both"
+    if seen & TAGGED_WAITING:
+        return "tagged"
+    if seen & PLAIN_WAITING:
+        return "plain"
+    return current
 
 
 def plain_rounds(claimed: list[Any], fair: dict[str, bool]) -> dict[str, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from sqlalchemy import TextClause, text
 
@@ -46,6 +46,13 @@ JOB_COLUMNS = ("jid", "queue", "state", "priority", "run_at", "payload", "last_e
 
 #: Whether each queue of a claim, in the order tried, is served fairly.
 Fairness: TypeAlias = tuple[bool, ...]
+#: Which of a fair queue's claimable rows a PostgreSQL claim reads: both kinds (a task's
+#: tagged rows and the plain rows outside tasks), or one kind only, when the claim before
+#: saw none of the other waiting: a queue of tasks alone, or of plain jobs alone, is then
+#: claimed by one LIMIT read, as a FIFO queue is (``_kinds_waiting``).
+Mix: TypeAlias = Literal["both", "tagged", "plain"]
+#: The bits of the kinds a claim saw waiting, in its generation row (``_kinds_waiting``).
+TAGGED_WAITING, PLAIN_WAITING = 1, 2
 
 #: SQLite: a job's payload as the bytes stored. SQLite keeps whatever it is given, a BLOB or
 #: text that is not UTF-8 (which the driver cannot read as a string), if something other than
@@ -279,15 +286,15 @@ class Statements:
             "ON CONFLICT (queue, share) DO UPDATE SET last_turn = excluded.last_turn"
         )
         self.ping = text("SELECT 1")
-        self._claims: dict[tuple[Fairness, int], TextClause] = {}
-        self._keyed_claims: dict[tuple[Fairness, int], TextClause | None] = {}
+        self._claims: dict[tuple[Fairness, int, Mix], TextClause] = {}
+        self._keyed_claims: dict[tuple[Fairness, int, Mix], TextClause | None] = {}
 
     def ids(self, values: Sequence[int | str]) -> Any:
         """The ``:ids`` parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
         numbers = [int(v) for v in values]
         return numbers if self.postgres else json.dumps(numbers)
 
-    def claim(self, fair: Fairness, wanted: int) -> TextClause:
+    def claim(self, fair: Fairness, wanted: int, mix: Mix = "both") -> TextClause:
         """Acknowledge and claim in one statement on PostgreSQL; claim on SQLite.
 
         Up to ``:wanted`` claimable jobs, the queues tried in the order given (``:queues`` on
@@ -295,23 +302,26 @@ class Statements:
         served fairly: a queue served in push order by (priority, id), a fair one in turns
         (``_fair_candidates``). Returns the rows claimed in no particular order (RETURNING has
         none), with their turns when a queue is fair; on PostgreSQL one more row, whose id is
-        NULL, carries the cancellation generation.
+        NULL, carries the cancellation generation and, if a queue is fair, in its fifth column
+        the kinds of rows seen waiting (``_kinds_waiting``). ``mix``: PostgreSQL's kinds of
+        rows read in the fair queues; SQLite reads both.
         """
-        key = (fair, wanted if self.postgres else 0)
+        key = (fair, wanted if self.postgres else 0, mix if self.postgres else "both")
         found = self._claims.get(key)
         if found is None:
             found = self._claims[key] = (
-                _limited(self._claim(fair), wanted) if self.postgres else self._claim(fair)
+                _limited(self._claim(fair, mix), wanted) if self.postgres else self._claim(fair)
             )
         return found
 
-    def _claim(self, fair: Fairness) -> TextClause:
+    def _claim(self, fair: Fairness, mix: Mix = "both") -> TextClause:
         turns = any(fair)
         if self.postgres:
+            waiting = f", {_kinds_waiting(fair, mix)}, NULL, NULL" if turns else ""
             return text(
                 "WITH acked AS (DELETE FROM asynctask_job WHERE id = ANY(CAST(:ids AS BIGINT[])) "
-                f"AND locked_by = :me), {_picked_and_claimed(fair=fair)} "
-                f"SELECT NULL, ({GENERATION}), NULL, NULL{', NULL, NULL, NULL' if turns else ''} "
+                f"AND locked_by = :me), {_picked_and_claimed(fair=fair, mix=mix)} "
+                f"SELECT NULL, ({GENERATION}), NULL, NULL{waiting} "
                 f"UNION ALL SELECT id, queue, priority, payload{', turn, key, headed' if turns else ''} "
                 "FROM claimed"
             )
@@ -347,15 +357,15 @@ class Statements:
             f"{picked.format('key')}, {picked.format('headed')}"
         )
 
-    def keyed_claim(self, fair: Fairness, wanted: int) -> TextClause | None:
-        """``_keyed_claim``, built once per ``fair`` and ``wanted`` (see ``claim``)."""
-        key = (fair, wanted)
+    def keyed_claim(self, fair: Fairness, wanted: int, mix: Mix = "both") -> TextClause | None:
+        """``_keyed_claim``, built once per ``fair``, ``wanted`` and ``mix`` (see ``claim``)."""
+        key = (fair, wanted, mix)
         if key not in self._keyed_claims:
-            built = self._keyed_claim(fair)
+            built = self._keyed_claim(fair, mix)
             self._keyed_claims[key] = None if built is None else _limited(built, wanted)
         return self._keyed_claims[key]
 
-    def _keyed_claim(self, fair: Fairness) -> TextClause | None:
+    def _keyed_claim(self, fair: Fairness, mix: Mix = "both") -> TextClause | None:
         """PostgreSQL's ``claim`` when acknowledged jobs hold slots of concurrency keys: it
         also promotes the next waiting jobs of their keys. Run after the statement that locks
         those keys (``flow.lanes_of``), so that its snapshot sees every push committed before.
@@ -398,10 +408,10 @@ class Statements:
             "attempts = p.attempts + CASE WHEN c.take THEN 1 ELSE 0 END "
             f"FROM (SELECT w.id, {take} AS take FROM ({lines}) AS w) AS c WHERE p.id = c.id "
             f"RETURNING p.id, p.queue, p.priority, p.payload, p.locked_by{turn}), "
-            f"{_picked_and_claimed(f'GREATEST(0, :wanted - {taken})', fair)} "
+            f"{_picked_and_claimed(f'GREATEST(0, :wanted - {taken})', fair, mix)} "
             f"SELECT NULL, ({GENERATION}), (SELECT count(pg_notify('{CHANNEL}', q)) "
             f"FROM (SELECT DISTINCT queue AS q FROM promoted WHERE locked_by IS NULL) AS n), NULL"
-            f"{', NULL, NULL, NULL' if turn else ''} "
+            f"{f', {_kinds_waiting(fair, mix)}, NULL, NULL' if turn else ''} "
             f"UNION ALL SELECT id, queue, priority, payload{', turn, key, headed' if turn else ''} "
             "FROM claimed "
             f"UNION ALL SELECT id, queue, priority, payload{promoted_turn} FROM promoted "
@@ -428,7 +438,7 @@ def _limited(claim: TextClause, wanted: int) -> TextClause:
     return text(claim.text.replace(":wanted", str(int(wanted))))
 
 
-def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = ()) -> str:
+def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = (), mix: Mix = "both") -> str:
     """PostgreSQL's claim of ``wanted`` jobs, as the CTEs ``picked`` and ``claimed``
     (``RETURNING`` id, queue, priority, payload, and turn if a queue is fair). SKIP LOCKED:
     concurrent claimers each take different rows instead of queueing behind one another's
@@ -445,14 +455,14 @@ def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = ()) -> str:
             "RETURNING t.id, t.queue, t.priority, t.payload)"
         )
     if all(fair):
-        candidates = _fair_candidates("q.name", wanted, locked)
+        candidates = _fair_candidates("q.name", wanted, locked, mix=mix)
         per_queue = f"SELECT id, priority, key, tagged, headed FROM ({candidates}) AS f"
     else:
         # Each queue runs the branch of its kind: the other's condition on the queue's
         # position is a constant for the scan, which PostgreSQL tests before reading (or
         # locking) anything.
         positions = ", ".join(str(i + 1) for i, is_fair in enumerate(fair) if is_fair)
-        candidates = _fair_candidates("q.name", wanted, locked, f"q.pos IN ({positions})")
+        candidates = _fair_candidates("q.name", wanted, locked, f"q.pos IN ({positions})", mix)
         per_queue = (
             f"SELECT id, priority, key, tagged, headed FROM ({candidates}) AS f "
             "UNION ALL SELECT id, priority, 0, FALSE, FALSE FROM (SELECT id, priority FROM asynctask_job "
@@ -469,7 +479,33 @@ def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = ()) -> str:
     )
 
 
-def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "") -> str:
+def _kinds_waiting(fair: Fairness, mix: Mix) -> str:
+    """PostgreSQL: the kinds of claimable rows waiting in the claim's fair queues, as the bits
+    ``TAGGED_WAITING`` and ``PLAIN_WAITING``: a kind the claim reads counts as waiting; one
+    it leaves out is looked for (an index head of its partial index per queue), so that the
+    next claim reads it again as soon as one comes. Rows this very claim takes still count
+    (its snapshot is from before): a kind may be read by one claim more than needed."""
+    names = "unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS f(name, pos)"
+    positions = ", ".join(str(i + 1) for i, is_fair in enumerate(fair) if is_fair)
+
+    def seen(rows: str, order: str) -> str:
+        # A LATERAL in index order with LIMIT 1, not EXISTS: PostgreSQL may read an EXISTS, or
+        # an unordered LIMIT 1, from the table itself, whose front a draining queue leaves
+        # full of dead rows; this stays the head of the kind's index, per queue.
+        return (
+            f"(SELECT count(*) FROM (SELECT 1 FROM {names} CROSS JOIN LATERAL (SELECT 1 FROM "
+            f"asynctask_job WHERE queue = f.name AND {rows} ORDER BY {order} LIMIT 1) AS h "
+            f"WHERE f.pos IN ({positions}) LIMIT 1) AS w)"
+        )
+
+    tagged = (
+        str(TAGGED_WAITING) if mix == "tagged" else f"{TAGGED_WAITING} * {seen(TAGGED, 'priority, turn, id')}"
+    )
+    plain = str(PLAIN_WAITING) if mix == "plain" else f"{PLAIN_WAITING} * {seen(PLAIN, 'priority, id')}"
+    return f"{tagged} + {plain}"
+
+
+def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "", mix: Mix = "both") -> str:
     """A fair queue's claim candidates (columns id, priority, turn, key, tagged, headed), to
     be claimed by (priority, key, tagged, id): up to ``wanted`` tagged rows, whose key is their
     turn, and up to ``wanted`` plain rows, the k-th of which takes the key V + k - 1, V being
@@ -477,10 +513,24 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
     plain share was served in round V already (its ``Share`` row, written by the fetcher): one
     plain job per round, starting with the round being served. ``headed``: a tagged row waits,
     so a plain row taken moves the plain share's round. Each kind is a LIMIT read of its own
-    index; the head and the plain share's round are read only when plain rows were found, so
-    that a queue of tasks alone claims at the cost of a FIFO queue. ``only_if``: a condition
-    that does not depend on the rows (PostgreSQL's gate by the queue's position)."""
+    index; the head and the plain share's round are read only when plain rows were found.
+    ``only_if``: a condition that does not depend on the rows (PostgreSQL's gate by the
+    queue's position). ``mix``: read one kind only (tagged rows keep their keys; plain rows,
+    alone, are taken in push order and move no round)."""
     gate = f" AND {only_if}" if only_if else ""
+    tagged = (
+        "SELECT id, priority, turn, turn AS key, 1 = 1 AS tagged, 1 = 1 AS headed FROM ("
+        f"SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED}{gate} "
+        f"ORDER BY priority, turn, id LIMIT {wanted}{locked}) AS t"
+    )
+    if mix == "tagged":
+        return tagged
+    if mix == "plain":
+        return (
+            "SELECT id, priority, NULL AS turn, 0 AS key, 1 = 0 AS tagged, 1 = 0 AS headed FROM "
+            f"(SELECT id, priority FROM asynctask_job WHERE queue = {queue} AND {PLAIN}{gate} "
+            f"ORDER BY priority, id LIMIT {wanted}{locked}) AS p"
+        )
     # Not locked: on PostgreSQL the head may be a row another claimer is taking at this very
     # moment, which makes V at most one batch's turns early for this claim's plain rows.
     head = (
@@ -492,9 +542,7 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
     # row's older turn): the plain share then waits one round, not all the rounds between.
     base = "COALESCE(head, 0) + CASE WHEN COALESCE(plain_round, 0) > COALESCE(head, 0) THEN 1 ELSE 0 END"
     return (
-        "SELECT id, priority, turn, turn AS key, 1 = 1 AS tagged, 1 = 1 AS headed FROM ("
-        f"SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED}{gate} "
-        f"ORDER BY priority, turn, id LIMIT {wanted}{locked}) AS t UNION ALL "
+        f"{tagged} UNION ALL "
         f"SELECT id, priority, NULL, {base} + plain_rank - 1, 1 = 0, head IS NOT NULL FROM ("
         f"SELECT id, priority, row_number() OVER (ORDER BY priority, id) AS plain_rank, {head} AS head, "
         f"{plain_round} AS plain_round FROM (SELECT id, priority FROM asynctask_job WHERE queue = {queue} "
