@@ -35,6 +35,9 @@ CLAIMABLE = "state = 'queued' AND locked_by IS NULL"
 #: indexes ``ix_asynctask_job_turn`` and ``ix_asynctask_job_plain``.
 TAGGED = f"{CLAIMABLE} AND turn IS NOT NULL"
 PLAIN = f"{CLAIMABLE} AND turn IS NULL"
+#: The order of each kind's index: a LIMIT read in it is a read of the index's head.
+TAGGED_ORDER = "priority, turn, id"
+PLAIN_ORDER = "priority, id"
 #: The job sets (scheduled, retry, dead): the predicate of the index ``ix_asynctask_job_set``.
 IN_A_SET = "state <> 'queued'"
 
@@ -115,8 +118,7 @@ class Statements:
         # waits, the largest turn a tenant reached: a tenant whose jobs all ran must not find
         # its next task behind a newcomer's, as it would if turns started again from 0.
         self.start_turn = text(
-            f"SELECT COALESCE((SELECT turn FROM asynctask_job WHERE queue = :queue AND {TAGGED} "
-            "ORDER BY priority, turn, id LIMIT 1), "
+            f"SELECT COALESCE(({_first('turn', ':queue', TAGGED, TAGGED_ORDER)}), "
             "(SELECT max(last_turn) FROM asynctask_share WHERE queue = :queue), 0)"
         )
         # The row's lock orders a tenant's concurrent tasks: the later one starts after the
@@ -132,10 +134,7 @@ class Statements:
 
         # A task's place (``SqlBroker.jobs_ahead``), each part one index probe: the head's turn,
         # how many shares have a job in the head's round, and whether plain jobs wait.
-        head = (
-            f"SELECT priority, turn FROM asynctask_job WHERE queue = :queue AND {TAGGED} "
-            "ORDER BY priority, turn, id LIMIT 1"
-        )
+        head = _first("priority, turn", ":queue", TAGGED, TAGGED_ORDER)
         self.ahead_in_turns = text(
             f"WITH h AS ({head}) SELECT (SELECT turn FROM h), "
             f"(SELECT count(*) FROM asynctask_job WHERE queue = :queue AND {TAGGED} "
@@ -461,7 +460,7 @@ def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = (), mix: Mix =
         # Each queue runs the branch of its kind: the other's condition on the queue's
         # position is a constant for the scan, which PostgreSQL tests before reading (or
         # locking) anything.
-        positions = ", ".join(str(i + 1) for i, is_fair in enumerate(fair) if is_fair)
+        positions = _fair_positions(fair)
         candidates = _fair_candidates("q.name", wanted, locked, f"q.pos IN ({positions})", mix)
         per_queue = (
             f"SELECT id, priority, key, tagged, headed FROM ({candidates}) AS f "
@@ -486,22 +485,19 @@ def _kinds_waiting(fair: Fairness, mix: Mix) -> str:
     next claim reads it again as soon as one comes. Rows this very claim takes still count
     (its snapshot is from before): a kind may be read by one claim more than needed."""
     names = "unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS f(name, pos)"
-    positions = ", ".join(str(i + 1) for i, is_fair in enumerate(fair) if is_fair)
 
     def seen(rows: str, order: str) -> str:
         # A LATERAL in index order with LIMIT 1, not EXISTS: PostgreSQL may read an EXISTS, or
         # an unordered LIMIT 1, from the table itself, whose front a draining queue leaves
         # full of dead rows; this stays the head of the kind's index, per queue.
         return (
-            f"(SELECT count(*) FROM (SELECT 1 FROM {names} CROSS JOIN LATERAL (SELECT 1 FROM "
-            f"asynctask_job WHERE queue = f.name AND {rows} ORDER BY {order} LIMIT 1) AS h "
-            f"WHERE f.pos IN ({positions}) LIMIT 1) AS w)"
+            f"(SELECT count(*) FROM (SELECT 1 FROM {names} CROSS JOIN LATERAL "
+            f"({_first('1', 'f.name', rows, order)}) AS h WHERE f.pos IN ({_fair_positions(fair)}) "
+            "LIMIT 1) AS w)"
         )
 
-    tagged = (
-        str(TAGGED_WAITING) if mix == "tagged" else f"{TAGGED_WAITING} * {seen(TAGGED, 'priority, turn, id')}"
-    )
-    plain = str(PLAIN_WAITING) if mix == "plain" else f"{PLAIN_WAITING} * {seen(PLAIN, 'priority, id')}"
+    tagged = str(TAGGED_WAITING) if mix == "tagged" else f"{TAGGED_WAITING} * {seen(TAGGED, TAGGED_ORDER)}"
+    plain = str(PLAIN_WAITING) if mix == "plain" else f"{PLAIN_WAITING} * {seen(PLAIN, PLAIN_ORDER)}"
     return f"{tagged} + {plain}"
 
 
@@ -518,25 +514,19 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
     queue's position). ``mix``: read one kind only (tagged rows keep their keys; plain rows,
     alone, are taken in push order and move no round)."""
     gate = f" AND {only_if}" if only_if else ""
+    tagged_rows = _first("id, priority, turn", queue, TAGGED, TAGGED_ORDER, wanted, gate, locked)
+    plain_rows = _first("id, priority", queue, PLAIN, PLAIN_ORDER, wanted, gate, locked)
     tagged = (
-        "SELECT id, priority, turn, turn AS key, 1 = 1 AS tagged, 1 = 1 AS headed FROM ("
-        f"SELECT id, priority, turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED}{gate} "
-        f"ORDER BY priority, turn, id LIMIT {wanted}{locked}) AS t"
+        f"SELECT id, priority, turn, turn AS key, 1 = 1 AS tagged, 1 = 1 AS headed FROM ({tagged_rows}) AS t"
     )
     if mix == "tagged":
         return tagged
     if mix == "plain":
-        return (
-            "SELECT id, priority, NULL AS turn, 0 AS key, 1 = 0 AS tagged, 1 = 0 AS headed FROM "
-            f"(SELECT id, priority FROM asynctask_job WHERE queue = {queue} AND {PLAIN}{gate} "
-            f"ORDER BY priority, id LIMIT {wanted}{locked}) AS p"
-        )
+        plain = "SELECT id, priority, NULL AS turn, 0 AS key, 1 = 0 AS tagged, 1 = 0 AS headed"
+        return f"{plain} FROM ({plain_rows}) AS p"
     # Not locked: on PostgreSQL the head may be a row another claimer is taking at this very
     # moment, which makes V at most one batch's turns early for this claim's plain rows.
-    head = (
-        f"(SELECT turn FROM asynctask_job WHERE queue = {queue} AND {TAGGED} "
-        "ORDER BY priority, turn, id LIMIT 1)"
-    )
+    head = f"({_first('turn', queue, TAGGED, TAGGED_ORDER)})"
     plain_round = f"(SELECT last_turn FROM asynctask_share WHERE queue = {queue} AND share = '{PLAIN_SHARE}')"
     # A plain round further on than V + 1 is from before the head went back (a retried
     # row's older turn): the plain share then waits one round, not all the rounds between.
@@ -544,10 +534,26 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
     return (
         f"{tagged} UNION ALL "
         f"SELECT id, priority, NULL, {base} + plain_rank - 1, 1 = 0, head IS NOT NULL FROM ("
-        f"SELECT id, priority, row_number() OVER (ORDER BY priority, id) AS plain_rank, {head} AS head, "
-        f"{plain_round} AS plain_round FROM (SELECT id, priority FROM asynctask_job WHERE queue = {queue} "
-        f"AND {PLAIN}{gate} ORDER BY priority, id LIMIT {wanted}{locked}) AS p) AS r"
+        f"SELECT id, priority, row_number() OVER (ORDER BY {PLAIN_ORDER}) AS plain_rank, {head} AS head, "
+        f"{plain_round} AS plain_round FROM ({plain_rows}) AS p) AS r"
     )
+
+
+def _first(
+    columns: str, queue: str, rows: str, order: str, limit: str = "1", gate: str = "", locked: str = ""
+) -> str:
+    """The first ``limit`` rows of one kind of ``queue`` (``rows``: ``TAGGED`` or ``PLAIN``;
+    ``order``: its index's order), a read of the head of the kind's index; ``gate``: a further
+    condition (`` AND ...``), ``locked``: a row lock clause."""
+    return (
+        f"SELECT {columns} FROM asynctask_job WHERE queue = {queue} AND {rows}{gate} "
+        f"ORDER BY {order} LIMIT {limit}{locked}"
+    )
+
+
+def _fair_positions(fair: Fairness) -> str:
+    """The 1-based positions, in ``:queues``, of a claim's fair queues."""
+    return ", ".join(str(i + 1) for i, is_fair in enumerate(fair) if is_fair)
 
 
 def _has_work(queues: int) -> str:
