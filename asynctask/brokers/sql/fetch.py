@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from asynctask import payload
 from asynctask.brokers.base import Fetcher, UnitOfWork
 from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
@@ -59,7 +57,6 @@ class SqlFetcher(Fetcher):
         self._feeds = feeds
         self._sql = store.sql
         self._idle_claim = self._sql.idle_claim(len(self.queue_names))
-        self._store_errors = (SQLAlchemyError, OSError)
         self._ttl = settings.process_ttl
         self._timeout = settings.fetch_timeout
         self._wake = wake
@@ -99,10 +96,10 @@ class SqlFetcher(Fetcher):
     def _claim_now(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
         mix = self._mix
         claimed = self._claim_as(mix, wanted, acks, transitions)
-        if claimed is None:
+        if claimed is None and self._mix != mix:
             # Nothing of the kinds read, but the other kind waits: read it at once, rather
             # than when the next job is announced.
-            claimed = self._claim_as(self._mix, wanted, [], []) if self._mix != mix else []
+            claimed = self._claim_as(self._mix, wanted, [], [])
         return claimed or []
 
     def _claim_as(
@@ -139,7 +136,7 @@ class SqlFetcher(Fetcher):
             ids = {"ids": params["ids"]}
             piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (keyed_claim, params)])
             generation = self._generation(next(row for row in piped if row[0] is None), fair)
-            return self._units(order, [row for row in piped if row[0] is not None], generation)
+            return self._units(order, fair, [row for row in piped if row[0] is not None], generation)
         # PostgreSQL, unkeyed jobs of fed tasks: acknowledged as any job, then released from
         # right after the commit (``_release_after``); otherwise in the claim's transaction.
         late = self._late_feeds(acks) if fed_acks and self._sql.postgres and not flow_acks else None
@@ -178,7 +175,7 @@ class SqlFetcher(Fetcher):
                 claimed = list(connection.execute(self._sql.claim(fair, wanted), params).all())
         if late is not None:
             self._release_after(late)
-        return self._units(order, claimed, generation)
+        return self._units(order, fair, claimed, generation)
 
     def _generation(self, row: Any, fair: Fairness) -> object:
         """A PostgreSQL claim's generation row: the cancellation generation, and, in a fair
@@ -197,7 +194,7 @@ class SqlFetcher(Fetcher):
             with self._store.write(single_statement=len(rounds) == 1) as tx:
                 for queue, next_round in sorted(rounds.items()):
                     tx.connection.execute(self._sql.plain_served, {"queue": queue, "next": next_round})
-        except self._store_errors as exc:
+        except self._store.errors as exc:
             logger.warning("could not store the plain share's round (it may run a job more): %s", exc)
 
     @staticmethod
@@ -227,17 +224,18 @@ class SqlFetcher(Fetcher):
     def _unique(acks: list[UnitOfWork]) -> bool:
         return any(UNIQUE_MARK in u.payload for u in acks)
 
-    def _units(self, order: list[str], claimed: list[Any], generation: object) -> list[UnitOfWork] | None:
+    def _units(
+        self, order: list[str], fair: Fairness, claimed: list[Any], generation: object
+    ) -> list[UnitOfWork] | None:
         """The claimed rows as units of work, in queue order, less those over their rate; None
         if there were none."""
         self.cancel_generation = str(generation).encode()
-        if not claimed:
-            self._wake.drain()
-            return None
         self._wake.drain()
+        if not claimed:
+            return None
         position = {name: i for i, name in enumerate(order)}
         claimed.sort(key=lambda row: (position[row[1]], row[2], row[0]))
-        if any(self.fair[name] for name in order):
+        if any(fair):
             claimed = in_turns(claimed, self.fair)
             self._plain_served(plain_rounds(claimed, self.fair))
         if self._sql.postgres:

@@ -74,6 +74,9 @@ def _sqlite_file(path: str) -> _SqliteFile:
 
 
 class Store:
+    #: What a call to the database raises when it fails (the database down, a lost connection).
+    errors = (SQLAlchemyError, OSError)
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.sql = Statements(engine.dialect.name)
@@ -117,7 +120,7 @@ class Store:
             # that fails is left to whatever the step was told to leave it to (logged here).
             try:
                 step()
-            except (SQLAlchemyError, OSError) as exc:
+            except self.errors as exc:
                 logger.warning("a step after a commit failed (it is left for later): %s", exc)
 
     def pipelined(self, steps: Sequence[tuple[TextClause, dict[str, Any]]]) -> list[tuple[Any, ...]]:
