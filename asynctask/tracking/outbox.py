@@ -61,6 +61,10 @@ class Outbox:
 
     def release(self, jid: str) -> None:
         """Queue whatever is still held for ``jid`` (the job's run is over)."""
+        if jid not in self._held:
+            # Every job's run ends here, most with nothing held: no lock for them. Only the
+            # job's own thread holds for its jid, so nothing can be added for it meanwhile.
+            return
         with self._lock:
             self._entries.extend(self._held.pop(jid, ()))
 
