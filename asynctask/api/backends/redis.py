@@ -100,21 +100,10 @@ LISTS = """
 FLOW_PREFIX = ARGV[1]
 local found = {}
 for i = 2, #ARGV do
-  local name = ARGV[i]
-  local ring = fair_key("shares", name)
-  local members = redis.call("lrange", ring, 0, -1)
-  local lists = { FLOW_PREFIX .. "queue:" .. name }
-  if #members > 0 then
-    lists[#lists + 1] = fair_key("urgent", name)
-    for _, member in ipairs(members) do
-      if member ~= "" then
-        lists[#lists + 1] = share_key(name, member)
-      end
-    end
-  end
+  local lists = fair_lists(ARGV[i])
   found[#found + 1] = #lists
   for _, list in ipairs(lists) do
-    found[#found + 1] = list
+    found[#found + 1] = list[1]
   end
 end
 return found
@@ -149,17 +138,10 @@ return sizes
 DELETE = """
 FLOW_PREFIX = ARGV[1]
 local name, job = ARGV[2], ARGV[3]
-local ring = fair_key("shares", name)
-local sources = { { FLOW_PREFIX .. "queue:" .. name }, { fair_key("urgent", name) } }
-for _, member in ipairs(redis.call("lrange", ring, 0, -1)) do
-  if member ~= "" then
-    sources[#sources + 1] = { share_key(name, member), member }
-  end
-end
-for _, source in ipairs(sources) do
+for _, source in ipairs(fair_lists(name)) do
   if redis.call("lrem", source[1], 1, job) == 1 then
     if source[2] and redis.call("exists", source[1]) == 0 then
-      redis.call("lrem", ring, 0, source[2])
+      redis.call("lrem", fair_key("shares", name), 0, source[2])
     end
     flow_end(job, false)
     feed_release_ended()

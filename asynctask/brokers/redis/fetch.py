@@ -39,8 +39,7 @@ from asynctask.settings import QueueSpec
 from asynctask.tracking.outbox import Outbox, pack
 
 #: Seconds a thread blocks on one queue (or bell) when there are more of them than threads,
-#: so that
-#: a queue without a blocked thread is still checked this often.
+#: so that a queue without a blocked thread is still checked this often.
 SHORT_BLOCK = 0.25
 
 
@@ -282,10 +281,10 @@ class ReliableFetch(Fetcher):
         return bool(self._scripts.admit(keys=[inflight], args=[self.keys.prefix, raw]))
 
     def interrupt(self) -> None:
-        """Unblock this process's threads waiting in BLMOVE or on a bell (``CLIENT UNBLOCK``: the call
-        returns as if timed out, moving nothing), so that a worker told to stop does not wait
-        out ``fetch_timeout``. A thread that decided to block just before is unblocked once
-        its BLMOVE reaches Redis; none blocks after this. Connections not opened by
+        """Unblock this process's threads waiting in BLMOVE or on a bell (``CLIENT UNBLOCK``:
+        the call returns as if timed out, moving nothing), so that a worker told to stop does
+        not wait out ``fetch_timeout``. A thread that decided to block just before is unblocked
+        once its BLMOVE reaches Redis; none blocks after this. Connections not opened by
         ``connect`` carry no name to find them by: their threads return at the timeout, as
         Sidekiq's BRPOP does."""
         with self._blocking_lock:

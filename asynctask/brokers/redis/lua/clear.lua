@@ -23,14 +23,12 @@ local sources = { KEYS[1] }
 local count
 if queue then
   redis.call("srem", KEYS[2], ARGV[3])
-  local ring = fair_key("shares", ARGV[3])
-  for _, member in ipairs(redis.call("lrange", ring, 0, -1)) do
-    if member ~= "" then
-      sources[#sources + 1] = share_key(ARGV[3], member)
-    end
+  -- KEYS[1] is queue:<queue>, the first of the queue's lists.
+  local lists = fair_lists(ARGV[3])
+  for n = 2, #lists do
+    sources[n] = lists[n][1]
   end
-  sources[#sources + 1] = fair_key("urgent", ARGV[3])
-  redis.call("del", ring, fair_key("bell", ARGV[3]))
+  redis.call("del", fair_key("shares", ARGV[3]), fair_key("bell", ARGV[3]))
   count = 0
   for _, source in ipairs(sources) do
     count = count + redis.call("llen", source)

@@ -80,6 +80,22 @@ local function share_key(queue, share)
   return FLOW_PREFIX .. "asynctask:share|" .. queue .. "|" .. share
 end
 
+-- The lists `queue`'s jobs wait in, as { key, member }: queue:<queue> first, then, while its
+-- ring exists, its urgent list and each share's list (with the share's ring member).
+local function fair_lists(queue)
+  local lists = { { FLOW_PREFIX .. "queue:" .. queue } }
+  local members = redis.call("lrange", fair_key("shares", queue), 0, -1)
+  if #members > 0 then
+    lists[2] = { fair_key("urgent", queue) }
+  end
+  for _, member in ipairs(members) do
+    if member ~= "" then
+      lists[#lists + 1] = { share_key(queue, member), member }
+    end
+  end
+  return lists
+end
+
 -- Whether a task's jobs bound for `queue` wait in their share rather than in the queue.
 local function fair_queue(queue)
   return redis.call("sismember", FLOW_PREFIX .. "asynctask:fifo", queue) == 0

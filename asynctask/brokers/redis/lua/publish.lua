@@ -59,8 +59,9 @@ for i = 1, n do
   if fair then
     queue = share_key(name, share)
   end
-  local joining = fair and redis.call("exists", queue) == 0
-  if redis.call("exists", queue) == 0 then
+  local absent = redis.call("exists", queue) == 0
+  local joining = fair and absent
+  if absent then
     redis.call("rename", staging, queue)
     redis.call("persist", queue)
   else
