@@ -79,25 +79,32 @@ class Statements:
         self.feeds = FeedStatements(pg, "payload" if pg else STORED_PAYLOAD, CHANNEL)
 
         if pg:
-            # One statement whatever the batch: the rows travel as arrays.
+            # One statement whatever the batch: the rows travel as arrays, zipped by ROWS FROM.
+            # The payloads travel as one JSON array of strings: psycopg writes a text array
+            # element by element, escaping each quote in Python (about 30 µs per payload);
+            # json.dumps writes the whole list in C.
             kinds = ("TEXT", "TEXT", "TEXT", "INTEGER", "DOUBLE PRECISION", "TEXT", "TEXT", "TEXT", "BOOLEAN")
             arrays = ", ".join(
-                f"CAST(:{name} AS {kind}[])" for name, kind in zip(JOB_COLUMNS, kinds, strict=True)
+                f"json_array_elements_text(CAST(:{name} AS JSON))"
+                if name == "payload"
+                else f"unnest(CAST(:{name} AS {kind}[]))"
+                for name, kind in zip(JOB_COLUMNS, kinds, strict=True)
             )
             self.insert_jobs = text(
                 f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
-                f"SELECT *, 0 FROM unnest({arrays})"
+                f"SELECT *, 0 FROM ROWS FROM ({arrays})"
             )
             # A task's jobs, with their turns, and fed jobs, with their feed (and turns, NULL
             # for a task's retry pushed to its feed): statements of their own, so that every
             # other insert carries no column more.
             self.insert_task_jobs = text(
                 f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, turn, attempts) "
-                f"SELECT *, 0 FROM unnest({arrays}, CAST(:turn AS BIGINT[]))"
+                f"SELECT *, 0 FROM ROWS FROM ({arrays}, unnest(CAST(:turn AS BIGINT[])))"
             )
             self.insert_fed_jobs = text(
                 f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, turn, attempts) "
-                f"SELECT *, 0 FROM unnest({arrays}, CAST(:feed AS TEXT[]), CAST(:turn AS BIGINT[]))"
+                f"SELECT *, 0 FROM ROWS FROM ({arrays}, "
+                "unnest(CAST(:feed AS TEXT[])), unnest(CAST(:turn AS BIGINT[])))"
             )
         else:
             # Run as executemany: SQLite has no round trips to save.

@@ -11,6 +11,7 @@ at commit), SQLite rings a bell in this process after the commit (other processe
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -188,8 +189,11 @@ class Store:
         if feed is not None or turns is not None:
             extra["turn"] = [None] * len(rows) if turns is None else list(turns)
         if self.postgres:
-            columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)]
-            connection.execute(statement, {**dict(zip(JOB_COLUMNS, columns, strict=True)), **extra})
+            columns: dict[str, Any] = {
+                name: list(column) for name, column in zip(JOB_COLUMNS, zip(*rows, strict=True), strict=True)
+            }
+            columns["payload"] = json.dumps(columns["payload"])
+            connection.execute(statement, {**columns, **extra})
         else:
             connection.execute(
                 statement,
