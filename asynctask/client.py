@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from inspect import Signature
 from typing import Any
 
@@ -77,15 +78,12 @@ class Client:
         function's, to bind key templates by name, in place of that of the definition this
         client's registry holds (a job may be defined in another registry).
         """
-        job, at, options = self._normalize(item, payload.check_args(item.get("args")), flow=flow)
-        if options.active:
-            job.update(options.payload_fields(job["class"], job["args"], self._signature(job, signature)))
-        _check_header(job)
-        with outbox.collect() as transitions:
-            pushed = self._through_middleware(job)
-        if pushed is None:
+        normalized = template(item, self.registry, flow=flow, signature=signature)
+        passed = through(normalized, normalized.job, self.middleware)
+        if passed is None:
             return None
-        return self.broker.push([(pushed, at)], transitions=transitions)[0]
+        pushed, transitions = passed
+        return self.broker.push([(pushed, normalized.at)], transitions=transitions)[0]
 
     def push_bulk(
         self,
@@ -114,83 +112,117 @@ class Client:
             raise ValueError("batch_size must be at least 1")
         # Every job of the call shares one normalized, checked header (and created_at), as in
         # Sidekiq; each copy gets its own args and jid, in the header's key positions.
-        shared = {k: v for k, v in item.items() if k not in ("at", "jid")}
-        template, _, options = self._normalize(shared, [], item.get("created_at", payload.now()), flow=flow)
-        if options.active:
-            signature = self._signature(template, signature)
-        _check_header(template)
+        shared = {**{k: v for k, v in item.items() if k not in ("at", "jid")}, "args": []}
+        normalized = template(shared, self.registry, flow=flow, signature=signature)
         jids: list[str | None] = []
         for start in range(0, len(all_args), batch_size):
             entries: list[tuple[payload.JobDict, float | None]] = []
             positions: list[int] = []
-            with outbox.collect() as transitions:
-                for index in range(start, min(start + batch_size, len(all_args))):
-                    job = dict(template)
-                    job["args"] = all_args[index]
-                    job["jid"] = payload.new_jid()
-                    if options.active:
-                        job.update(options.payload_fields(job["class"], job["args"], signature))
-                    when = _run_at(at[index] if isinstance(at, list) else at)
-                    pushed = self._through_middleware(job)
-                    jids.append(None)
-                    if pushed is not None:
-                        positions.append(len(jids) - 1)
-                        entries.append((pushed, when))
+            transitions: list[str] = []
+            for index in range(start, min(start + batch_size, len(all_args))):
+                job = {**normalized.job, "args": all_args[index], "jid": payload.new_jid()}
+                when = _run_at(at[index] if isinstance(at, list) else at)
+                passed = through(normalized, job, self.middleware)
+                jids.append(None)
+                if passed is not None:
+                    positions.append(len(jids) - 1)
+                    entries.append((passed[0], when))
+                    transitions += passed[1]
             if entries:
                 stored = self.broker.push(entries, transitions=transitions)
                 for position, jid in zip(positions, stored, strict=True):
                     jids[position] = jid
         return jids
 
-    def _signature(self, job: payload.JobDict, given: Signature | None) -> Signature | None:
-        """The job function's signature to bind key templates by name: ``given``, else that of
-        the definition this client's registry holds, if any."""
-        name = job["class"]
-        if given is None and name in self.registry:
-            return self.registry.get(name).signature
-        return given
 
-    def _through_middleware(self, job: payload.JobDict) -> payload.JobDict | None:
-        return self.middleware.invoke(job, job["queue"], final=lambda: job)
+@dataclass(frozen=True)
+class Template:
+    """A job normalized and checked once, to push many times (copies with their own jid)."""
 
-    def _normalize(
-        self,
-        item: Mapping[str, Any],
-        args: list[Any],
-        created_at: float | None = None,
-        *,
-        flow: FlowOptions | None = None,
-    ) -> tuple[payload.JobDict, float | None, FlowOptions]:
-        """Sidekiq's ``normalize_item``: defaults first, then the caller's keys, then jid and
-        created_at. The flow-control options (the definition's or ``flow``, overridden by the
-        item's) come out apart, unresolved: their keys depend on each job's args."""
-        if not isinstance(item, Mapping):
-            raise TypeError(f"a job item must be a mapping, got {type(item).__name__}")
-        name = item.get("class")
-        if isinstance(name, JobDefinition):
-            name = name.name
-        if not isinstance(name, str) or not name:
-            raise TypeError("a job item needs 'class': a non-empty job name")
-        definition = self.registry.get(name) if name in self.registry else None
-        defaults = definition.options.payload_head() if definition is not None else _SIDEKIQ_DEFAULTS
-        job: payload.JobDict = {**defaults, **item, "class": name, "args": args}
-        base = (
-            flow if flow is not None else definition.options.flow if definition is not None else FlowOptions()
-        )
-        options = base.merged({k: job.pop(k) for k in FLOW_OPTION_NAMES if k in job})
-        at = _run_at(job.pop("at", None))
-        if not isinstance(job["queue"], str) or not job["queue"]:
-            raise TypeError("'queue' must be a non-empty string")
-        retry = job.get("retry")
-        if not isinstance(retry, bool | int):
-            raise TypeError(f"'retry' must be true, false or an integer, got {retry!r}")
-        if "jid" not in job:
-            job["jid"] = payload.new_jid()
-        elif not isinstance(job["jid"], str) or not job["jid"]:
-            raise TypeError("'jid' must be a non-empty string")
-        if "created_at" not in job:
-            job["created_at"] = created_at if created_at is not None else payload.now()
-        return job, at, options
+    job: payload.JobDict
+    at: float | None
+    flow: FlowOptions
+    #: The job function's signature, to bind its flow keys' templates (None without flow keys).
+    signature: Signature | None
+
+
+def template(
+    item: Mapping[str, Any],
+    registry: Registry,
+    *,
+    flow: FlowOptions | None = None,
+    signature: Signature | None = None,
+) -> Template:
+    """``item`` normalized as ``Client.push`` does (defaults of its registered definition, a
+    jid, the creation time) and checked; its flow keys are resolved per copy, by ``through``."""
+    job, at, options = normalize(item, payload.check_args(item.get("args")), registry, flow=flow)
+    _check_header(job)
+    return Template(job, at, options, _signature(job, registry, signature) if options.active else None)
+
+
+def through(
+    template: Template, job: payload.JobDict, middleware: Chain[payload.JobDict]
+) -> tuple[payload.JobDict, tuple[str, ...]] | None:
+    """``job`` (the template's job, or a copy of it) with its flow keys resolved, through the
+    client ``middleware``; with the tracking transitions the middleware collected. None if a
+    middleware dropped it."""
+    if template.flow.active:
+        job.update(template.flow.payload_fields(job["class"], job["args"], template.signature))
+    with outbox.collect() as transitions:
+        pushed = middleware.invoke(job, job["queue"], final=_returning(job))
+    return None if pushed is None else (pushed, tuple(transitions))
+
+
+def _signature(job: payload.JobDict, registry: Registry, given: Signature | None) -> Signature | None:
+    """The job function's signature to bind key templates by name: ``given``, else that of
+    the definition this client's registry holds, if any."""
+    name = job["class"]
+    if given is None and name in registry:
+        return registry.get(name).signature
+    return given
+
+
+def normalize(
+    item: Mapping[str, Any],
+    args: list[Any],
+    registry: Registry,
+    created_at: float | None = None,
+    *,
+    flow: FlowOptions | None = None,
+) -> tuple[payload.JobDict, float | None, FlowOptions]:
+    """Sidekiq's ``normalize_item``: defaults first, then the caller's keys, then jid and
+    created_at. The flow-control options (the definition's or ``flow``, overridden by the
+    item's) come out apart, unresolved: their keys depend on each job's args."""
+    if not isinstance(item, Mapping):
+        raise TypeError(f"a job item must be a mapping, got {type(item).__name__}")
+    name = item.get("class")
+    if isinstance(name, JobDefinition):
+        name = name.name
+    if not isinstance(name, str) or not name:
+        raise TypeError("a job item needs 'class': a non-empty job name")
+    definition = registry.get(name) if name in registry else None
+    defaults = definition.options.payload_head() if definition is not None else _SIDEKIQ_DEFAULTS
+    job: payload.JobDict = {**defaults, **item, "class": name, "args": args}
+    base = flow if flow is not None else definition.options.flow if definition is not None else FlowOptions()
+    options = base.merged({k: job.pop(k) for k in FLOW_OPTION_NAMES if k in job})
+    at = _run_at(job.pop("at", None))
+    if not isinstance(job["queue"], str) or not job["queue"]:
+        raise TypeError("'queue' must be a non-empty string")
+    retry = job.get("retry")
+    if not isinstance(retry, bool | int):
+        raise TypeError(f"'retry' must be true, false or an integer, got {retry!r}")
+    if "jid" not in job:
+        job["jid"] = payload.new_jid()
+    elif not isinstance(job["jid"], str) or not job["jid"]:
+        raise TypeError("'jid' must be a non-empty string")
+    if "created_at" not in job:
+        job["created_at"] = created_at if created_at is not None else payload.now()
+    return job, at, options
+
+
+def _returning(job: payload.JobDict) -> Callable[[], payload.JobDict]:
+    """The end of the client chain: the job as the middleware left it."""
+    return lambda: job
 
 
 def _run_at(value: Any) -> float | None:
