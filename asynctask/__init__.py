@@ -19,6 +19,7 @@ from asynctask.errors import (
 )
 from asynctask.job import JobDefinition, JobOptions, job
 from asynctask.middleware import Chain, client_chain, server_chain
+from asynctask.periodic import Schedule, Schedules, default_schedules, periodic
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.status import EventStatus, TaskStatus
@@ -95,6 +96,8 @@ __all__ = [
     "PayloadError",
     "QueueSpec",
     "Registry",
+    "Schedule",
+    "Schedules",
     "Settings",
     "Shutdown",
     "TaskNotFed",
@@ -111,12 +114,14 @@ __all__ = [
     "current_job",
     "default_client",
     "default_registry",
+    "default_schedules",
     "default_tracking",
     "get_task",
     "job",
     "list_events",
     "list_tasks",
     "pause_task",
+    "periodic",
     "resume_task",
     "retry_task",
     "server_chain",

@@ -16,7 +16,7 @@ import pytest
 import redis
 from sqlalchemy.exc import OperationalError
 
-from asynctask import Client, Registry, Settings
+from asynctask import Client, Registry, Schedules, Settings
 from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
@@ -130,13 +130,18 @@ def start_worker(settings: Settings, registry: Registry) -> Iterator[Callable[..
     started: list[tuple[Worker, threading.Thread]] = []
 
     def start(**overrides: Any) -> Worker:
-        kwargs = {k: overrides.pop(k) for k in ("server_middleware", "client_middleware") if k in overrides}
+        kwargs = {
+            k: overrides.pop(k)
+            for k in ("server_middleware", "client_middleware", "schedules")
+            if k in overrides
+        }
         worker_settings = Settings(**{**settings.__dict__, **overrides}).validated()
         worker = Worker(
             worker_settings,
             registry=registry,
             server_middleware=kwargs.get("server_middleware", Chain()),
             client_middleware=kwargs.get("client_middleware", Chain()),
+            schedules=kwargs.get("schedules", Schedules()),
         )
         thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
         thread.start()

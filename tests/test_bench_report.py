@@ -1,13 +1,19 @@
 """The bench's report arithmetic: ratios per repetition, the fastest Python peer, section order,
-the fair share section's pairs and order of drains."""
+the fair share section's pairs and order of drains, the periodic section's pairs and checks."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from bench.core import document
 from bench.core.drain import REDIS
 from bench.fair import report as fair_report
 from bench.fair.create import sizes
 from bench.fair.section import FairResults, FairRun, case_name, order
+from bench.periodic import report as periodic_report
+from bench.periodic.jobs import NAME_PREFIX
+from bench.periodic.section import BASELINE, SCHEDULED, PeriodicResults, PeriodicRun, check
+from bench.periodic.section import order as periodic_order
 from bench.runtime import report
 from bench.runtime.runner import EnqueueRun, ProcessRun
 
@@ -106,3 +112,56 @@ def test_fair_share_tasks_split_the_jobs_and_the_order_reverses_every_other_repe
     first = [case_name(mode, tasks) for mode, tasks in order(100, 0)]
     assert first == ["fifo-1", "fair-1", "fifo-100", "fair-100"]
     assert order(100, 1) == order(100, 0)[::-1] and order(100, 2) == order(100, 0)
+
+
+def periodic_run(case: str, cpu_s: list[float], p99_ms: float = 0.0) -> PeriodicRun:
+    run = PeriodicRun(REDIS, case, 1000 if case == SCHEDULED else 0, 2, 10, 10)
+    run.worker_cpu_s = cpu_s
+    run.enqueued_lag.p99 = run.visible_lag.p99 = p99_ms
+    return run
+
+
+def periodic_results(*reps: list[PeriodicRun], quick: bool = False) -> PeriodicResults:
+    found = PeriodicResults({"schedules": 1000, "reps": len(reps), "quick": quick, "backends": [REDIS]})
+    found.runs = [(rep, run) for rep, runs in enumerate(reps) for run in runs]
+    return found
+
+
+def test_periodic_scheduling_cpu_pairs_the_runs_of_a_repetition_and_judges_the_median() -> None:
+    reps = (
+        [periodic_run(BASELINE, [0.1, 0.1]), periodic_run(SCHEDULED, [0.4, 0.6], p99_ms=40)],
+        [periodic_run(BASELINE, [0.2, 0.2]), periodic_run(SCHEDULED, [0.8, 1.0], p99_ms=300)],
+        [periodic_run(SCHEDULED, [0.5, 0.5], p99_ms=50)],
+    )
+    found = periodic_results(*reps)
+    # CPU seconds over a 10 s window, per process: 5% - 1% and 9% - 2% of a core; the third
+    # repetition has no baseline to pair with.
+    assert [round(pct, 6) for pct in periodic_report.scheduling_cpu(found, REDIS)] == [4.0, 7.0]
+    rows = periodic_report.target_rows(found)
+    assert len(rows) == 3
+    assert "scheduling CPU" in rows[0] and "5.5 (4.0-7.0) %" in rows[0] and "**missed**" in rows[0]
+    assert "enqueued_at - tick" in rows[1] and "50 (40-300) ms" in rows[1] and "**met**" in rows[1]
+    assert all(
+        "not judged (--quick)" in row
+        for row in periodic_report.target_rows(periodic_results(*reps, quick=True))
+    )
+    assert periodic_order(1) == periodic_order(0)[::-1] and periodic_order(0, baseline=False) == [SCHEDULED]
+
+
+def test_periodic_check_counts_each_tick_once_and_times_jobs_by_the_first_sample_holding_them() -> None:
+    run = PeriodicRun(REDIS, SCHEDULED, 2, 2, 10, 2)
+    run.window_start = 100
+
+    def job(name: int, tick: int, enqueued_at: float) -> dict[str, Any]:
+        return {"periodic": f"{NAME_PREFIX}{name}", "periodic_at": tick, "enqueued_at": enqueued_at}
+
+    # In push order: tick 100 is before the window; tick 101 of schedule 0 is pushed twice and
+    # schedule 1's tick 102 never.
+    jobs = [job(0, 100, 100.0), job(1, 100, 100.0), job(0, 101, 101.01), job(1, 101, 101.01)]
+    jobs += [job(0, 101, 101.02), job(0, 102, 102.03)]
+    samples = [(100.6, 2), (101.05, 5), (102.5, 6)]
+    check(run, list(enumerate(jobs, start=1)), samples)
+    assert run.checks == {"expected": 4, "missing": 1, "doubled": 1, "unknown": 0, "unseen": 0}
+    assert run.jobs == 4 and run.pushes == 3
+    assert round(run.enqueued_lag.max) == 30 and round(run.visible_lag.max) == 500
+    assert "missing 1, doubled 1" in run.error

@@ -240,7 +240,17 @@ def test_help_lists_every_command_in_plain_text(run: Run) -> None:
         result = run(*argv)
         assert result.code == 0 and result.err == ""
         commands = re.findall(r"^    (\w+) ", result.out, re.MULTILINE)
-        assert commands == ["worker", "enqueue", "db", "tokens", "tasks", "api", "demo", "flusher"]
+        assert commands == [
+            "worker",
+            "enqueue",
+            "db",
+            "tokens",
+            "tasks",
+            "periodic",
+            "api",
+            "demo",
+            "flusher",
+        ]
         assert "``" not in result.out and ":class:" not in result.out
     for group, commands in (
         ("db", ["upgrade", "downgrade", "current"]),

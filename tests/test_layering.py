@@ -42,6 +42,8 @@ PARTS = {
     "asynctask.job": "client",
     "asynctask.registry": "client",
     "asynctask.client": "client",
+    # Schedules name registered jobs, as definitions do: declared beside them.
+    "asynctask.periodic": "client",
     "asynctask.tasks": "tasks",
     "asynctask.tokens": "tokens",
     "asynctask.api": "api",

@@ -12,6 +12,7 @@ from typing import Any
 from flask import Flask, request
 from sqlalchemy import Engine
 
+from asynctask.api import BusyKeys, PeriodicSet
 from asynctask.client import Client
 from asynctask.db.engine import autocommit, create_database_engine
 from asynctask.modules import load_module
@@ -23,20 +24,21 @@ from webapi.auth import TokenVerifier, authenticate
 from webapi.blueprints.docs import docs
 from webapi.blueprints.health import health
 from webapi.blueprints.jobs import jobs
-from webapi.blueprints.keys import busy_keys_reader, keys
+from webapi.blueprints.keys import keys
 from webapi.blueprints.page import page
+from webapi.blueprints.periodic import periodic
 from webapi.blueprints.stream import stream
 from webapi.blueprints.tasks import tasks
 from webapi.config import ApiConfig
 from webapi.headers import add_security_headers, allow_cors
-from webapi.resources import EXTENSION, Resources, db, release_db, resources
+from webapi.resources import EXTENSION, Resources, broker_reader, db, release_db, resources
 from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
 
 logger = logging.getLogger("asynctask.api")
 
 #: Blueprints whose routes need a token (the page, health checks and the document do not).
-_PROTECTED = {tasks.name, stream.name, jobs.name, keys.name}
+_PROTECTED = {tasks.name, stream.name, jobs.name, keys.name, periodic.name}
 
 
 def create_app(
@@ -77,12 +79,13 @@ def create_app(
         errors=FirstErrorsCache(config.errors_cache_seconds),
         watcher=TaskWatcher(engine, config.stream_interval, lambda view: with_held(view, client)),
         streams=StreamSlots(config.max_streams, config.max_tenant_streams),
-        busy_keys=busy_keys_reader(client),
+        busy_keys=broker_reader(BusyKeys, client),
+        periodic=broker_reader(PeriodicSet, client),
     )
 
     errors.register(app)
     app.before_request(_authenticate)
-    for blueprint in (health, docs, page, tasks, stream, jobs, keys):
+    for blueprint in (health, docs, page, tasks, stream, jobs, keys, periodic):
         app.register_blueprint(blueprint)
     app.teardown_appcontext(_close_db)
     add_security_headers(app)

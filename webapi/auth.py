@@ -54,3 +54,13 @@ def authenticate(enabled: bool, verifier: TokenVerifier, connection: Callable[[]
     if tenant is None:
         raise ApiError(401, "unauthorized", "the token is unknown or revoked")
     g.tenant = tenant
+
+
+def require_operator(enabled: bool, operators: tuple[str, ...]) -> None:
+    """Raise 403 unless the caller's tenant is an operator (with auth off, every caller is)."""
+    if enabled and g.tenant not in operators:
+        raise ApiError(
+            403,
+            "operator_only",
+            "only a token of an operator tenant may call this (ASYNCTASK_API_OPERATOR_TENANTS)",
+        )

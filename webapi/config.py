@@ -21,6 +21,9 @@ class ApiConfig:
     auth: bool = True
     #: Origins allowed to call the API from a browser on another origin ("*" for any).
     cors_origins: tuple[str, ...] = ()
+    #: Tenants whose tokens may read what is the deployment's, not a tenant's (the periodic
+    #: schedules); no tenant by default.
+    operator_tenants: tuple[str, ...] = ()
     max_body_bytes: int = 64 * MIB
     max_items: int = 200_000
     max_chunk_size: int = 1000
@@ -52,9 +55,9 @@ class ApiConfig:
         if env.get("ASYNCTASK_API_AUTH"):
             values["auth"] = parse_bool("ASYNCTASK_API_AUTH", env["ASYNCTASK_API_AUTH"])
         if env.get("ASYNCTASK_API_CORS_ORIGINS"):
-            values["cors_origins"] = tuple(
-                o.strip() for o in env["ASYNCTASK_API_CORS_ORIGINS"].split(",") if o.strip()
-            )
+            values["cors_origins"] = _names(env["ASYNCTASK_API_CORS_ORIGINS"])
+        if env.get("ASYNCTASK_API_OPERATOR_TENANTS"):
+            values["operator_tenants"] = _names(env["ASYNCTASK_API_OPERATOR_TENANTS"])
         values.update(
             env_values(
                 env,
@@ -102,4 +105,12 @@ class ApiConfig:
             raise ValueError('"null" cannot be an allowed CORS origin')
         if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:
             raise ValueError("token_cache_seconds and errors_cache_seconds must not be negative")
+        if isinstance(self.operator_tenants, str):
+            # A tenant is looked up with "in": in one string, any part of it would be an operator.
+            raise ValueError("operator_tenants must be a sequence of tenant names, not one string")
         return self
+
+
+def _names(value: str) -> tuple[str, ...]:
+    """A comma-separated list, its names stripped, empty ones dropped."""
+    return tuple(name.strip() for name in value.split(",") if name.strip())

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import asynctask
+from asynctask.brokers.periodic import FORGET_AFTER
 from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIORITY_MIN
 from asynctask.tracking.queries import MAX_PAGE
 from asynctask.tracking.status import EventStatus, TaskStatus
@@ -46,7 +47,9 @@ def document() -> dict[str, Any]:
             "description": (
                 "Every `/api/*` request needs `Authorization: Bearer <token>` (a token is bound to one "
                 "tenant; `asynctask tokens create --tenant NAME`). A task of another tenant is reported "
-                "as absent (404 `task_not_found`). Every 4xx/5xx response has the `Error` body; its "
+                "as absent (404 `task_not_found`). The periodic schedules are the deployment's: only a token "
+                "of an operator tenant (`ASYNCTASK_API_OPERATOR_TENANTS`) may read them, any other is "
+                "refused (403 `operator_only`). Every 4xx/5xx response has the `Error` body; its "
                 "`error.code` is stable, its `message` is for people. Unknown routes answer 404 "
                 "`not_found`, a wrong method 405 `method_not_allowed` with an `Allow` header."
             ),
@@ -61,6 +64,7 @@ def document() -> dict[str, Any]:
             },
             {"name": "jobs", "description": "The jobs a caller may submit."},
             {"name": "keys", "description": "Concurrency keys whose jobs run or wait."},
+            {"name": "periodic", "description": "Periodic schedules (operator tenants only)."},
             {"name": "service", "description": "Health checks, this document and the example page."},
         ],
         "paths": _paths(),
@@ -201,6 +205,11 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
         "`invalid_request` (a malformed request, e.g. a broken multipart body).",
     ),
     401: ("Unauthorized", "`unauthorized`: the token is missing, malformed, unknown or revoked."),
+    403: (
+        "Forbidden",
+        "`operator_only`: the token's tenant is not one of the operator tenants "
+        "(`ASYNCTASK_API_OPERATOR_TENANTS`).",
+    ),
     404: ("TaskNotFound", "`task_not_found`: no such task for this token's tenant."),
     409: (
         "Conflict",
@@ -549,6 +558,41 @@ def _schemas() -> dict[str, Schema]:
             {"items": _array(_ref("BusyKey"), maxItems=MAX_KEYS)},
             description="Busy keys, those with most jobs waiting first.",
         ),
+        "Schedule": _obj(
+            {
+                "name": _string(minLength=1),
+                "job": _string(description="The job each tick enqueues."),
+                "cron": _string(
+                    description="Five fields (minute, hour, day of month, month, day of week), or six "
+                    "with a leading seconds field."
+                ),
+                "tz": _string(description="The time zone the cron expression is read in (IANA name)."),
+                "queue": _string(description="The queue its jobs go to."),
+                "catch_up": _string(
+                    description="What a worker enqueues of the ticks missed while every worker was down: "
+                    "`latest`, `all` or `none`."
+                ),
+                "paused": {
+                    "type": "boolean",
+                    "description": "Its ticks pass without a job until it is resumed.",
+                },
+                "next_run": _time(
+                    "Its next tick (also while paused); null if its cron expression or time zone cannot "
+                    "be read, or it has no tick within a year."
+                ),
+                "last_run": _time(
+                    "The last tick it passed, enqueued or not (paused, not caught up); for a schedule "
+                    "that has not ticked since it was first declared, its latest tick before that."
+                ),
+                "last_jid": _nullable(_string(description="The jid of the last job it enqueued.")),
+                "last_enqueued_at": _time("When its last job was enqueued."),
+            },
+            description="A periodic schedule, as the workers declared it to the broker.",
+        ),
+        "Schedules": _obj(
+            {"schedules": _array(_ref("Schedule"))},
+            description="The periodic schedules, by name.",
+        ),
     }
 
 
@@ -878,6 +922,17 @@ def _paths() -> dict[str, Any]:
                 parameters=[_query("limit", _integer(1, MAX_KEYS, default=DEFAULT_KEYS), "Keys at most.")],
                 description="A tenant sees its own keys only, as its tasks named them. A bad `limit` is 422 "
                 "`invalid_request`.",
+            ),
+        },
+        "/api/periodic": {
+            "get": _operation(
+                "listSchedules",
+                "The deployment's periodic schedules",
+                "periodic",
+                {"200": _response("The schedules.", _ref("Schedules")), **_errors(403)},
+                description="For a token of an operator tenant (`ASYNCTASK_API_OPERATOR_TENANTS`) only: any "
+                "other is refused with 403 `operator_only`. The schedules are those the workers declare "
+                f"(one no worker declares any more is forgotten {FORGET_AFTER:g} s later); times are UTC.",
             ),
         },
         "/healthz": {

@@ -1,14 +1,17 @@
-"""What the app's requests share (config, Redis client, engine, token check, stream watcher and slots),
-kept in ``app.extensions``, and the request's own database connection."""
+"""What the app's requests share (config, Redis client, engine, token check, stream watcher and slots,
+the broker's readers), kept in ``app.extensions``, and the request's own database connection."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from flask import current_app, g
 from sqlalchemy import Connection, Engine
 
-from asynctask.api import BusyKeys
+from asynctask.api import BusyKeys, PeriodicSet
+from asynctask.api.context import Reader
+from asynctask.brokers.redis import RedisBroker
 from asynctask.client import Client
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
@@ -18,6 +21,8 @@ from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
 
 EXTENSION = "asynctask"
+
+R = TypeVar("R", bound=Reader)
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,15 @@ class Resources:
     watcher: TaskWatcher
     streams: StreamSlots
     busy_keys: BusyKeys
+    periodic: PeriodicSet
+
+
+def broker_reader(kind: type[R], client: Client) -> R:
+    """A read-model reader over the client's broker: on Redis its connection, on SQL the shared
+    engine of its URL."""
+    if isinstance(client.broker, RedisBroker):
+        return kind(client.broker.redis, client.broker.keys, settings=client.settings)
+    return kind(settings=client.settings)
 
 
 def resources() -> Resources:

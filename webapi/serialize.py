@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from asynctask.api import PeriodicEntry
 from asynctask.tracking.views import EventView, FeedView, MessageView, TaskView
 
 
@@ -99,5 +100,27 @@ def message_json(view: MessageView) -> dict[str, Any]:
     return {"at": _time(view.at), "status": view.status, "text": view.text}
 
 
+def schedule_json(entry: PeriodicEntry) -> dict[str, Any]:
+    record = entry.record
+    return {
+        "name": record.name,
+        "job": record.job,
+        "cron": record.cron,
+        "tz": record.tz,
+        "queue": record.queue,
+        "catch_up": record.catch_up,
+        "paused": record.paused,
+        "next_run": _epoch_time(entry.next_run),
+        "last_run": _epoch_time(record.last),
+        "last_jid": record.last_jid,
+        "last_enqueued_at": _epoch_time(record.last_enqueued_at),
+    }
+
+
 def _time(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def _epoch_time(seconds: float | None) -> str | None:
+    """Epoch seconds (how the broker keeps a schedule's times) as the other times are: UTC ISO 8601."""
+    return _time(datetime.fromtimestamp(seconds, UTC)) if seconds is not None else None

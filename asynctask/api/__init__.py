@@ -1,15 +1,16 @@
 """The read model over the broker's data, like Ruby's ``Sidekiq::API``.
 
 Sees and acts on queues, the scheduled, retry and dead sets, live processes and what they
-run, and the concurrency keys whose jobs hold or wait for slots, on either broker: Redis (jobs
-of Ruby and Python processes alike) or SQL. Nothing here is imported by the worker runtime.
-Each class takes a Redis ``(connection, keys)``, or ``settings=`` (the broker is the
-settings' broker URL), or nothing for the default client's.
+run, the periodic schedules, and the concurrency keys whose jobs hold or wait for slots, on
+either broker: Redis (jobs of Ruby and Python processes alike) or SQL. Nothing here is
+imported by the worker runtime. Each class takes a Redis ``(connection, keys)``, or
+``settings=`` (the broker is the settings' broker URL), or nothing for the default client's.
 """
 
 from asynctask.api.backend import BusyKey, Snapshot
 from asynctask.api.context import Context
 from asynctask.api.keys import BusyKeys, busy_keys
+from asynctask.api.periodic import PeriodicEntry, PeriodicSet
 from asynctask.api.processes import Process, ProcessSet
 from asynctask.api.queues import Queue
 from asynctask.api.records import JobRecord
@@ -25,6 +26,8 @@ __all__ = [
     "History",
     "JobRecord",
     "JobSet",
+    "PeriodicEntry",
+    "PeriodicSet",
     "Process",
     "ProcessSet",
     "Queue",

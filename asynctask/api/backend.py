@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Literal
 
+from asynctask.brokers.periodic import PeriodicStore
+
 #: The job sets, by their Sidekiq names.
 SetName = Literal["schedule", "retry", "dead"]
 
@@ -101,6 +103,11 @@ class Snapshot:
 
 class ReadBackend(ABC):
     """The primitives of the read model over one store."""
+
+    @property
+    @abstractmethod
+    def periodic(self) -> PeriodicStore:
+        """The periodic schedules, read and paused through the broker's own store."""
 
     # Queues. A queue holds the jobs waiting to be fetched; jobs a worker holds are not in it.
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from asynctask import payload
 from asynctask.brokers.feeds import Feeds
+from asynctask.brokers.periodic import PeriodicStore
 from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.payload import JobDict
 from asynctask.settings import QueueSpec, Settings
@@ -347,6 +348,8 @@ class Broker(ABC):
     tracking: TrackingStore
     #: The feeds of fed tasks (``create_task(..., parallel=...)``).
     feeds: Feeds
+    #: The periodic schedules and the step that enqueues each of their ticks once.
+    periodic: PeriodicStore
     #: Errors that mean this broker's store is unreachable or refused a command: the worker
     #: logs them and tries again, it never dies of them.
     errors: ClassVar[tuple[type[BaseException], ...]]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from asynctask import __version__
 from asynctask.cli import commands
+from asynctask.cli import periodic as periodic_cli
 from asynctask.cli import tasks as feeds
 from asynctask.cli.failures import CONFIG, CommandError
 
@@ -55,6 +56,7 @@ def build_parser() -> Parser:
     _db(group)
     _tokens(group)
     _tasks(group)
+    _periodic(group)
     _api(group)
     _demo(group)
     _flusher(group)
@@ -174,6 +176,25 @@ def _tasks(group: Commands) -> None:
         _connection_options(tasks_command)
         _verbose_option(tasks_command)
         tasks_command.set_defaults(run=feeds.run_tasks)
+
+
+def _periodic(group: Commands) -> None:
+    periodic = group.add_parser("periodic", help="see the periodic schedules; pause or resume one")
+    periodic.set_defaults(run=_help(periodic))
+    periodic_commands = periodic.add_subparsers(title="commands", metavar="COMMAND", dest="periodic_command")
+    listing = periodic_commands.add_parser("list", help="show every schedule with its next and last run")
+    pause = periodic_commands.add_parser(
+        "pause", help="enqueue nothing at the schedule's ticks until resumed"
+    )
+    resume = periodic_commands.add_parser(
+        "resume", help="enqueue the schedule's ticks again, from the next one"
+    )
+    for name, command in (("list", listing), ("pause", pause), ("resume", resume)):
+        if name != "list":
+            command.add_argument("name", help="the schedule's name")
+        _connection_options(command)
+        _verbose_option(command)
+        command.set_defaults(run=periodic_cli.run_periodic)
 
 
 def _api(group: Commands) -> None:

@@ -22,12 +22,14 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from types import FrameType
 from typing import Any
 
 from asynctask import log, middleware, payload
 from asynctask.brokers import open_broker
 from asynctask.middleware import Chain
+from asynctask.periodic import Schedules, default_schedules
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings, shown_url
 from asynctask.supervision import Activity
@@ -36,12 +38,15 @@ from asynctask.tracking.tracker import Tracker
 from asynctask.worker.feeds import FeedTicker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
+from asynctask.worker.periodic import Scheduler
 from asynctask.worker.scheduled import Poller
 from asynctask.worker.stats import Stats
 
 logger = logging.getLogger("asynctask.worker")
 lifecycle = logging.getLogger(log.LIFECYCLE)
 
+#: Seconds between two looks of the main thread at the signals received.
+SIGNAL_POLL = 0.1
 #: The longest pause, in seconds, between two attempts to reach a broker that is down at start.
 CONNECT_RETRY = 0.5
 
@@ -55,6 +60,7 @@ class Worker:
         server_middleware: Chain[Any] | None = None,
         client_middleware: Chain[payload.JobDict] | None = None,
         connection: Any = None,
+        schedules: Schedules | None = None,
     ) -> None:
         self.settings = (settings or Settings.from_env()).validated()
         self.registry = default_registry if registry is None else registry
@@ -79,10 +85,14 @@ class Worker:
             self.stats,
             self.tracker,
         )
-        self.poller = Poller(
-            self.broker,
-            middleware.client_chain if client_middleware is None else client_middleware,
-            self.settings.scheduled_poll_interval,
+        client_chain = middleware.client_chain if client_middleware is None else client_middleware
+        self.poller = Poller(self.broker, client_chain, self.settings.scheduled_poll_interval)
+        self.scheduler = Scheduler(
+            self.broker.periodic,
+            default_schedules if schedules is None else schedules,
+            self.registry,
+            client_chain,
+            self.identity,
         )
         self.feed_ticker = FeedTicker(self.broker.feeds)
         self.heartbeat = Heartbeat(
@@ -91,6 +101,8 @@ class Worker:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._started = False
+        #: Signals received, handled by the main thread (see _install_signal_handlers).
+        self._signals: deque[str] = deque()
         self._beat_thread = threading.Thread(target=self._beat_loop, name="asynctask-heartbeat", daemon=True)
         errors = self.broker.errors
         self._beating = Activity("heartbeat", logger, errors)
@@ -104,7 +116,7 @@ class Worker:
             self._install_signal_handlers()
         self.start()
         try:
-            self._stopping.wait()
+            self._wait_for_stop(None)
         finally:
             self.shutdown()
 
@@ -137,12 +149,14 @@ class Worker:
             self.applier.start()
         self.manager.start()
         self.poller.start()
+        self.scheduler.start()
         self.feed_ticker.start()
         self._beat_thread.start()
 
     def quiet(self) -> None:
         self.heartbeat.quiet = True
         self.poller.stop()
+        self.scheduler.stop()
         self.feed_ticker.stop()
         self.manager.quiet()
 
@@ -207,8 +221,21 @@ class Worker:
             # The heartbeat first: a process record is never listed without its description.
             if reaching.attempt(self._beat_and_register):
                 return True
-            self._stopping.wait(reaching.pause())
+            self._wait_for_stop(reaching.pause())
         return False
+
+    def _wait_for_stop(self, seconds: float | None) -> bool:
+        """Wait up to ``seconds`` (None: for ever) for a stop, acting on the signals received
+        meanwhile; True once stopped."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            while self._signals:
+                self.handle_signal(self._signals.popleft())
+            left = SIGNAL_POLL if deadline is None else min(SIGNAL_POLL, deadline - time.monotonic())
+            if self._stopping.wait(max(0.0, left)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def _beat_and_register(self) -> bool:
         self.heartbeat.beat()
@@ -232,7 +259,15 @@ class Worker:
 
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: FrameType | None) -> None:
-            self.handle_signal(signal.Signals(signum).name.removeprefix("SIG"))
+            name = signal.Signals(signum).name.removeprefix("SIG")
+            if name == "TTIN":
+                # The stacks are wanted now, even from a main thread stuck in its shutdown.
+                self.dump_threads()
+                return
+            # A handler runs between two bytecodes of the main thread, maybe inside the lock of
+            # the event that stop() sets (a second TERM during the first one's set() deadlocked
+            # on it): it only queues the signal, for the main thread's loop in run().
+            self._signals.append(name)
 
         for name in ("SIGTERM", "SIGINT", "SIGTSTP", "SIGTTIN"):
             signal.signal(getattr(signal, name), handler)

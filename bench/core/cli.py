@@ -19,7 +19,9 @@ Order of work, so that noise hits every configuration alike (each section is a p
 10. feeds: what feeding a task costs its drain, on Redis and PostgreSQL (``bench/feeds``);
 11. fair: a fair queue's drain against the same queue served in push order, one task and many
     tenants' tasks, on Redis and PostgreSQL (``bench/fair``);
-12. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
+12. periodic: the workers' CPU with many schedules every second against none, and each tick's
+    lag to its job, on Redis and PostgreSQL (``bench/periodic``);
+13. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
 ``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
 RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
@@ -54,6 +56,7 @@ from bench.feeds import section as feeds
 from bench.flow import section as flow
 from bench.latency import section as latency
 from bench.memory import section as memory
+from bench.periodic import section as periodic
 from bench.runtime import section as runtime
 from bench.runtime import systems
 from bench.sql import section as sql
@@ -72,6 +75,7 @@ SECTIONS = (
     "flow",
     "feeds",
     "fair",
+    "periodic",
 )
 
 
@@ -207,6 +211,20 @@ def _parser() -> argparse.ArgumentParser:
     fair_options.add_argument(
         "--fair-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
     )
+    periodic_options = parser.add_argument_group("periodic section (also uses --reps and --pg-url)")
+    periodic_options.add_argument(
+        "--periodic-schedules",
+        type=int,
+        help="schedules, every second, of the scheduled runs (default 1000; --quick: 20)",
+    )
+    periodic_options.add_argument(
+        "--periodic-seconds",
+        type=int,
+        help="seconds of each run's measured window (default 30; --quick: 2, and no baseline run)",
+    )
+    periodic_options.add_argument(
+        "--periodic-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
+    )
     return parser
 
 
@@ -341,6 +359,18 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "backends": [b.strip() for b in args.fair_backends.split(",") if b.strip()],
             "pg_url": pg_url,
         },
+        "periodic": {
+            "quick": quick,
+            "reps": reps,
+            "schedules": pick(args.periodic_schedules, 1000, 20),
+            "seconds": pick(args.periodic_seconds, 30, 2),
+            # --quick: the scheduled runs alone; a baseline only serves the judged difference.
+            "baseline": not quick,
+            "processes": 2,
+            "concurrency": 10,
+            "backends": [b.strip() for b in args.periodic_backends.split(",") if b.strip()],
+            "pg_url": pg_url,
+        },
     }
 
 
@@ -367,6 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--fair-backends takes redis and/or postgresql, not {args.fair_backends!r}")
     if settings["fair"]["tasks"] < 2 or settings["fair"]["jobs"] < settings["fair"]["tasks"]:
         raise SystemExit("--fair-tasks takes 2 or more, and --fair-jobs at least one job per task")
+    periodic_backends = settings["periodic"]["backends"]
+    if not periodic_backends or not set(periodic_backends) <= {"redis", "postgresql"}:
+        raise SystemExit(f"--periodic-backends takes redis and/or postgresql, not {args.periodic_backends!r}")
+    if settings["periodic"]["schedules"] < 1 or settings["periodic"]["seconds"] < 1:
+        raise SystemExit("--periodic-schedules and --periodic-seconds take 1 or more")
     if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
     out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
@@ -436,6 +471,8 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
         run.feeds = feeds.run(s["feeds"], pg_url, server, workdir)
     elif name == "fair":
         run.fair = fair.run(s["fair"], pg_url, server, workdir)
+    elif name == "periodic":
+        run.periodic = periodic.run(s["periodic"], pg_url, server, workdir)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

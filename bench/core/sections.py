@@ -23,6 +23,8 @@ from bench.flow import report as flow_report
 from bench.flow.section import FlowResults
 from bench.latency import section as latency
 from bench.memory import section as memory
+from bench.periodic import report as periodic_report
+from bench.periodic.section import PeriodicResults
 from bench.runtime import report as runtime_report
 from bench.sql import report as sql_report
 from bench.sql.section import SqlResults
@@ -49,6 +51,7 @@ class Run:
     flow: FlowResults | None = None
     feeds: FeedResults | None = None
     fair: FairResults | None = None
+    periodic: PeriodicResults | None = None
     #: Wall time of each section that ran.
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -56,7 +59,7 @@ class Run:
         self.runtime = runtime_report.Results(self.settings["runtime"], {})
 
     def versions(self) -> list[dict[str, str]]:
-        parts = (self.tracking, self.api, self.sse, self.sql, self.flow, self.feeds, self.fair)
+        parts = (self.tracking, self.api, self.sse, self.sql, self.flow, self.feeds, self.fair, self.periodic)
         return [part.versions for part in parts if part is not None]
 
     def errors(self) -> list[str]:
@@ -70,6 +73,7 @@ class Run:
         errors += self.flow.errors() if self.flow is not None else []
         errors += self.feeds.errors() if self.feeds is not None else []
         errors += self.fair.errors() if self.fair is not None else []
+        errors += self.periodic.errors() if self.periodic is not None else []
         return errors + (self.sql.errors() if self.sql is not None else [])
 
     def tables(self) -> str:
@@ -95,6 +99,8 @@ class Run:
             parts.append(feeds_report.tables(self.feeds))
         if self.fair is not None:
             parts.append(fair_report.tables(self.fair))
+        if self.periodic is not None:
+            parts.append(periodic_report.tables(self.periodic))
         return "\n".join(parts)
 
 
@@ -114,6 +120,8 @@ def write(run: Run, out_dir: Path) -> None:
         feeds_report.write(run.feeds, run.machine, out_dir)
     if run.fair is not None:
         fair_report.write(run.fair, run.machine, out_dir)
+    if run.periodic is not None:
+        periodic_report.write(run.periodic, run.machine, out_dir)
     if run.latency is not None:
         latency.write(run.latency, run.settings["latency"], out_dir)
     if run.memory is not None:

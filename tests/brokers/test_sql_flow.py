@@ -256,7 +256,7 @@ def test_the_migration_goes_down_and_up_again(sql_url: str, broker: SqlBroker) -
     downgrade(sql_url, "0003")
     assert current(sql_url) == "0003"
     upgrade(sql_url)
-    assert current(sql_url) == "0008"
+    assert current(sql_url) == "0009"
     assert [(r.state, r.lane, r.holds) for r in rows(broker)] == [("queued", None, False)]
 
 

@@ -31,7 +31,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0008"
+HEAD = "0009"
 
 
 @pytest.fixture

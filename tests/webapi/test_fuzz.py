@@ -6,7 +6,8 @@ types and headers, bodies matching their schemas, invalid input rejected, valid 
 All of schemathesis' phases run (the document's examples, coverage of edge values, random
 fuzzing, stateful sequences following the responses), with a fixed random state: every run sends
 the same requests. The database holds real tasks (the caller's and another tenant's) and generated requests
-name them now and then, so the 200/202/409 paths run as well as the 404s. The stream is left out of
+name them now and then, so the 200/202/409 paths run as well as the 404s; the broker holds periodic
+schedules, and the caller's tenant is an operator, so their list is read. The stream is left out of
 the generated run (a 200 stays open until its task ends) and checked explicitly, like values no
 generator aims at.
 """
@@ -35,7 +36,9 @@ from schemathesis.openapi.checks import RejectedPositiveData
 from schemathesis.schemas import BaseSchema
 
 from asynctask import tokens
+from asynctask.periodic import Schedule
 from tests.webapi.conftest import Api
+from tests.webapi.test_periodic import T0, declare
 from webapi.config import ApiConfig
 from webapi.openapi import document
 
@@ -305,6 +308,19 @@ def fuzz_api(make_api: Callable[..., Api]) -> Api:
         max_chunk_size=LIMITS.max_chunk_size,
         max_body_bytes=LIMITS.max_body_bytes,
         max_json_depth=LIMITS.max_json_depth,
+        operator_tenants=("acme",),
+    )
+
+
+def _declare_schedules(api: Api) -> None:
+    """Schedules with a job enqueued (every field set) and without one (its fields null), one paused."""
+    declare(
+        api.client.settings,
+        Schedule("every-second", "beat", "* * * * * *"),
+        Schedule("nightly", "report", "0 3 * * *", tz="Asia/Tokyo", catch_up="none"),
+        Schedule("yearly", "report", "0 0 1 1 *"),
+        take_at=T0 + 1.25,
+        paused=("nightly",),
     )
 
 
@@ -398,6 +414,7 @@ def _schema(api: Api, token: str | None) -> BaseSchema:
 
 def test_generated_requests(fuzz_api: Api) -> None:
     existing = _create_tasks(fuzz_api)
+    _declare_schedules(fuzz_api)
     schema = _schema(fuzz_api, fuzz_api.acme)
     schema.hooks.register_hook_with_name(_steer(existing), "map_case")
     schema.hooks.register_hook_with_name(_steer_uploads, "before_generate_body")
@@ -416,6 +433,7 @@ def test_generated_requests(fuzz_api: Api) -> None:
     assert statuses["PATCH /api/tasks/{task_id}"][200] > 0
     assert statuses["POST /api/tasks/{task_id}/pause"][200] > 0
     assert statuses["POST /api/tasks/{task_id}/resume"][200] > 0
+    assert statuses["GET /api/periodic"][200] > 0
 
 
 @pytest.mark.parametrize("credentials", ["missing", "revoked"])
@@ -481,6 +499,18 @@ def test_stream(fuzz_api: Api) -> None:
     task = json.loads(blocks[1].removeprefix("event: end\ndata: "))
     _snapshot_validator(schema.raw_schema).validate(task)
     assert (task["id"], task["status"]) == (own, "cancelled")
+
+
+def test_periodic_schedules(fuzz_api: Api) -> None:
+    """Their list as the document says, for an operator's token (the generated run's caller is
+    one), and a documented refusal for another tenant's."""
+    _declare_schedules(fuzz_api)
+    operation = _schema(fuzz_api, None)["/api/periodic"]["GET"]
+    for token, status in ((fuzz_api.acme, 200), (fuzz_api.globex, 403)):
+        response = operation.Case(headers={"Authorization": f"Bearer {token}"}).call_and_validate()
+        assert response.status_code == status, response.text
+    listed = operation.Case(headers={"Authorization": f"Bearer {fuzz_api.acme}"}).call().json()
+    assert [s["name"] for s in listed["schedules"]] == ["every-second", "nightly", "yearly"]
 
 
 def test_page(fuzz_api: Api) -> None:

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, g, request
 
-from asynctask.api import BusyKeys
-from asynctask.brokers.redis import RedisBroker
-from asynctask.client import Client
 from asynctask.tasks.itemkeys import tenant_prefix
 from webapi.errors import ApiError
 from webapi.resources import resources
@@ -43,14 +40,6 @@ def index() -> Response:
             ]
         }
     )
-
-
-def busy_keys_reader(client: Client) -> BusyKeys:
-    """The reader over the client's broker: on Redis its connection, on SQL the shared engine
-    of its URL."""
-    if isinstance(client.broker, RedisBroker):
-        return BusyKeys(client.broker.redis, client.broker.keys, settings=client.settings)
-    return BusyKeys(settings=client.settings)
 
 
 def _limit() -> int:

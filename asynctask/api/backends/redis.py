@@ -28,6 +28,8 @@ from asynctask.api.backend import (
     Stored,
     WorkEntry,
 )
+from asynctask.brokers.periodic import PeriodicStore
+from asynctask.brokers.redis.periodic import RedisPeriodic
 from asynctask.brokers.redis.scripts import Scripts, with_flow
 from asynctask.errors import PayloadError
 from asynctask.keys import Keys
@@ -165,6 +167,11 @@ class RedisReader(ReadBackend):
         self._lists: Script = connection.register_script(with_flow(LISTS))
         self._sizes: Script = connection.register_script(with_flow(SIZES))
         self._delete: Script = connection.register_script(with_flow(DELETE))
+        self._periodic = RedisPeriodic(connection, keys, Scripts(connection), settings.max_payload_bytes)
+
+    @property
+    def periodic(self) -> PeriodicStore:
+        return self._periodic
 
     # Queues: ``queue:<name>`` lists, plus a fair queue's shares (docs/internals/fair-share-redis.md).
     # Producers LPUSH to the head, workers take from the tail.

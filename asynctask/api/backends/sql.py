@@ -55,6 +55,7 @@ from asynctask.api.backend import (
     Stored,
     WorkEntry,
 )
+from asynctask.brokers.periodic import PeriodicStore
 from asynctask.brokers.sql.broker import SqlBroker
 from asynctask.brokers.sql.flowjob import LANE_MARK, decoded, lane_of
 from asynctask.brokers.sql.models import (
@@ -108,6 +109,10 @@ class SqlReader(ReadBackend):
         self._sql = self._store.sql
         self._flow = self._broker.flow
         self._feeds = self._broker.feeds
+
+    @property
+    def periodic(self) -> PeriodicStore:
+        return self._broker.periodic
 
     # Queues.
 

@@ -13,6 +13,7 @@ from asynctask.brokers.redis import process
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.feeds import RedisFeeds
 from asynctask.brokers.redis.fetch import ReliableFetch, release
+from asynctask.brokers.redis.periodic import RedisPeriodic
 from asynctask.brokers.redis.push import RedisFeedStaging, RedisStaging, push_jobs
 from asynctask.brokers.redis.recovery import recover_orphans, requeue_process
 from asynctask.brokers.redis.scripts import Scripts
@@ -46,6 +47,7 @@ class RedisBroker(Broker):
         self.scripts = Scripts(self.redis)
         self.tracking = RedisTrackingStore(self.redis, self.keys, self.scripts, settings)
         self.feeds = RedisFeeds(self.redis, self.keys, self.scripts)
+        self.periodic = RedisPeriodic(self.redis, self.keys, self.scripts, settings.max_payload_bytes)
 
     def close(self) -> None:
         """Close the connection pool, if this broker opened it."""

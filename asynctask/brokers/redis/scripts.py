@@ -47,6 +47,7 @@ class Scripts:
         self.feed_state: Script = conn.register_script(_with_flow("feed_state"))
         self.feed_cancel: Script = conn.register_script(_with_flow("feed_cancel"))
         self.feed_tick: Script = conn.register_script(_with_flow("feed_tick"))
+        self.periodic_take: Script = conn.register_script(_with_flow("periodic_take"))
 
     def record_transitions(
         self, keys: Keys, conn: redis.Redis | Pipeline, transitions: Sequence[str]

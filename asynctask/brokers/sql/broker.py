@@ -25,6 +25,7 @@ from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.flow import Flow, is_flow
 from asynctask.brokers.sql.flowjob import LaneOf, lane_of
 from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED
+from asynctask.brokers.sql.periodic import SqlPeriodic
 from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
 from asynctask.brokers.sql.store import JobRow, Store, Tx
@@ -76,6 +77,7 @@ class SqlBroker(Broker):
         self.feeds = SqlFeeds(self.store, self.flow)
         self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
+        self.periodic = SqlPeriodic(self.store, self.push_in)
         self._fetchers: list[SqlFetcher] = []
 
     def close(self) -> None:
@@ -109,6 +111,12 @@ class SqlBroker(Broker):
             if fed:
                 return self._push_fed(tx, entries, rows, transitions, fed)
             return self._push(tx, entries, rows, transitions)
+
+    def push_in(
+        self, tx: Tx, entries: Sequence[tuple[payload.JobDict, float | None]], transitions: Sequence[str]
+    ) -> list[str]:
+        """``push`` inside the caller's transaction ``tx``, for jobs of no feed."""
+        return self._push(tx, entries, push_rows(entries, self.settings.max_payload_bytes), transitions)
 
     def _push(
         self,

@@ -308,3 +308,31 @@ class Share(Base):
     #: The turn after the share's last tagged job: its next task starts there, or at the
     #: queue's head turn if that is later (the share's jobs all ran).
     last_turn: Mapped[int] = mapped_column(BigInteger)
+
+
+class PeriodicSchedule(Base):
+    """A periodic schedule (revision 0009, ``brokers.periodic``): what the workers declaring
+    it said of it, and ``last``, the tick whose move forward enqueues each tick once."""
+
+    __tablename__ = "asynctask_periodic"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    job: Mapped[str] = mapped_column(Text)
+    cron: Mapped[str] = mapped_column(Text)
+    tz: Mapped[str] = mapped_column(Text)
+    queue: Mapped[str] = mapped_column(String(255))
+    catch_up: Mapped[str] = mapped_column(String(16))
+    declared_at: Mapped[float] = mapped_column(Float)
+    last: Mapped[int | None] = mapped_column(BigInteger)
+    last_jid: Mapped[str | None] = mapped_column(String(64))
+    last_enqueued_at: Mapped[float | None] = mapped_column(Float)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+
+class PeriodicScheduler(Base):
+    """A worker process taking part in periodic scheduling, and its last pass."""
+
+    __tablename__ = "asynctask_periodic_scheduler"
+
+    identity: Mapped[str] = mapped_column(String(255), primary_key=True)
+    beat: Mapped[float] = mapped_column(Float)

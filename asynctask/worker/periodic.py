@@ -1,0 +1,205 @@
+"""The scheduler: a thread of every worker process that enqueues the ticks of its schedules.
+
+Every worker that loaded schedules runs one; there is no leader. Each pass reads the
+schedules' last ticks from the broker, builds the job of every tick due since, and takes
+them in one atomic step per pass (``PeriodicStore.take``): a tick is pushed by whichever
+worker moves the schedule's last tick past it first, so each is enqueued once while any
+worker lives. Of the workers passing in one second of the clock, only the first builds and
+takes (``PeriodicStore.lease``), so that the others spend nothing on jobs they would lose;
+if its pass fails, the ticks are still due at the next second's. The thread sleeps until the
+next tick of its schedules, and at most ``poll`` seconds, so a pause, a resume or another
+worker's take is seen within that.
+
+Ticks missed while every worker was down (due before this scheduler started, when no other
+scheduler had passed in the last ``SCHEDULER_STALE`` seconds) follow each schedule's
+``catch_up``; any other tick due is enqueued, up to ``max_catch_up`` seconds back.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from asynctask import payload
+from asynctask.brokers.periodic import Declaration, PeriodicStore, Tick
+from asynctask.client import Template, template, through
+from asynctask.middleware import Chain
+from asynctask.periodic.schedule import Schedule, Schedules, TickCursor
+from asynctask.registry import Registry
+from asynctask.supervision import Activity
+
+logger = logging.getLogger("asynctask.periodic")
+
+#: Seconds between two declarations of a process's schedules (they keep them from being
+#: forgotten, see ``brokers.periodic.FORGET_AFTER``).
+DECLARE_EVERY = 10.0
+
+#: The most seconds a scheduler waits past a tick before its pass (a random part of it).
+WAKE_SPREAD = 0.02
+
+#: The payload keys that name the schedule and the tick a periodic job was enqueued for.
+SCHEDULE_FIELD = "periodic"
+TICK_FIELD = "periodic_at"
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: PeriodicStore,
+        schedules: Schedules,
+        registry: Registry,
+        client_chain: Chain[payload.JobDict],
+        identity: str,
+        poll: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.schedules = schedules
+        self.registry = registry
+        self.client_chain = client_chain
+        self.identity = identity
+        self.poll = poll
+        self._stopped = threading.Event()
+        self._declare_at = 0.0
+        #: Whether another scheduler was alive when this one started: read before the first pass.
+        self._others_alive: bool | None = None
+        #: When this scheduler first declared its schedules: ticks after it are its own to take.
+        self._started_at: float | None = None
+        #: Each schedule's job, normalized once (None: it cannot be built; logged once).
+        self._templates: dict[str, Template | None] = {}
+        #: The ticks of each (cron, zone) after the last one seen (the pause's and the pass's start).
+        self._cursors: dict[tuple[str, str], TickCursor] = {}
+        self.thread = threading.Thread(target=self.run, name="asynctask-periodic", daemon=True)
+
+    def start(self) -> None:
+        if len(self.schedules):
+            self.thread.start()
+
+    def stop(self) -> None:
+        """Stop passing, and say so in the broker (best effort: a scheduler that cannot reach
+        it counts as gone ``SCHEDULER_STALE`` seconds after its last pass anyway)."""
+        self._stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
+            try:
+                self.store.leave(self.identity)
+            except self.store.errors as exc:
+                logger.warning("could not record the periodic scheduler's leave: %s", exc)
+
+    def run(self) -> None:
+        activity = Activity("periodic scheduling", logger, self.store.errors)
+        while not self._stopped.is_set():
+            pause = activity.attempt(self.step)
+            self._stopped.wait(activity.pause() if pause is None else pause)
+
+    def step(self) -> float:
+        """One pass; returns the seconds to wait before the next."""
+        now = time.time()
+        if self._started_at is None:
+            self.declare(now)
+        if self.store.lease(self.identity, int(now)):
+            self.take(now)
+        # After the take, so that the ticks do not wait for it.
+        if now >= self._declare_at:
+            self.declare(time.time())
+        return self.pause(time.time())
+
+    def declare(self, now: float) -> None:
+        declarations = [
+            Declaration(
+                s.name, s.job, s.cron, s.tz, s.queue or self._queue_of(s), s.catch_up, s.latest_tick(now)
+            )
+            for s in self.schedules
+        ]
+        self.store.declare(declarations, self.identity, now)
+        self._declare_at = now + DECLARE_EVERY
+        if self._started_at is None:
+            self._started_at = now
+
+    def take(self, now: float) -> list[str]:
+        """Take every tick due; returns the jids this process pushed."""
+        if self._others_alive is None:
+            self._others_alive = self.store.others_alive(self.identity, now)
+        schedules = list(self.schedules)
+        states = self.store.states([s.name for s in schedules])
+        started = now if self._started_at is None else self._started_at
+        ticks: list[Tick] = []
+        # Schedules of one expression and zone, usually at the same last tick, share their due ticks.
+        computed: dict[tuple[str, str, int], list[int]] = {}
+        for schedule in schedules:
+            state = states.get(schedule.name)
+            if state is None or state.last is None:
+                continue
+            since = schedule.since(state.last, now)
+            key = (schedule.cron, schedule.tz, since)
+            due = computed.get(key)
+            if due is None:
+                due = computed[key] = self._cursor(schedule).due(since, now)
+            if not due:
+                continue
+            before = [t for t in due if t <= started]
+            chosen = schedule.to_enqueue(before, missed=not self._others_alive) + due[len(before) :]
+            for at in chosen:
+                ticks.append(self._tick(schedule, at, now))
+            if not chosen or chosen[-1] != due[-1]:
+                # Moves the schedule past the ticks it skips.
+                ticks.append(Tick(schedule.name, due[-1], None))
+        return self.store.take(ticks, self.identity, now)
+
+    def pause(self, now: float) -> float:
+        """Until the next tick of any schedule, ``poll`` at most, plus a few random milliseconds:
+        the pass then finds the tick due, and of the processes waking for it, the later ones
+        usually find it taken already and build no job for it."""
+        cursors = {(s.cron, s.tz): self._cursor(s) for s in self.schedules}
+        upcoming = min((cursor.upcoming(now) for cursor in cursors.values()), default=now + self.poll)
+        return max(0.0, min(self.poll, upcoming - now + random.uniform(0.001, WAKE_SPREAD)))
+
+    def _cursor(self, schedule: Schedule) -> TickCursor:
+        key = (schedule.cron, schedule.tz)
+        cursor = self._cursors.get(key)
+        if cursor is None:
+            cursor = self._cursors[key] = TickCursor(schedule)
+        return cursor
+
+    def _tick(self, schedule: Schedule, at: int, now: float) -> Tick:
+        try:
+            built = self._template(schedule)
+            passed = None if built is None else through(built, self._copy(built, at, now), self.client_chain)
+        except Exception:
+            # The tick passes without a job: holding it would fail every pass the same way.
+            logger.exception(
+                "periodic %s: the job of the tick at %d cannot be built; skipped", schedule.name, at
+            )
+            return Tick(schedule.name, at, None)
+        if passed is None:
+            return Tick(schedule.name, at, None)
+        job, transitions = passed
+        return Tick(schedule.name, at, job, transitions)
+
+    def _template(self, schedule: Schedule) -> Template | None:
+        if schedule.name not in self._templates:
+            item: payload.JobDict = {
+                "class": schedule.job,
+                "args": list(schedule.args),
+                SCHEDULE_FIELD: schedule.name,
+            }
+            if schedule.queue is not None:
+                item["queue"] = schedule.queue
+            try:
+                self._templates[schedule.name] = template(item, self.registry)
+            except (TypeError, ValueError) as exc:
+                logger.error(
+                    "periodic %s: its job cannot be built, its ticks pass without one: %s", schedule.name, exc
+                )
+                self._templates[schedule.name] = None
+        return self._templates[schedule.name]
+
+    @staticmethod
+    def _copy(built: Template, at: int, now: float) -> payload.JobDict:
+        return {**built.job, "jid": payload.new_jid(), "created_at": now, TICK_FIELD: at}
+
+    def _queue_of(self, schedule: Schedule) -> str:
+        if schedule.job in self.registry:
+            return self.registry.get(schedule.job).options.queue
+        return "default"

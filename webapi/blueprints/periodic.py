@@ -1,0 +1,26 @@
+"""``GET /api/periodic``: the broker's periodic schedules, with their last and next runs.
+
+The schedules are the deployment's, declared by its workers, not a tenant's: only tokens of
+the operator tenants (``operator_tenants``) may read them.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from webapi.auth import require_operator
+from webapi.resources import resources
+from webapi.responses import json_response
+from webapi.serialize import schedule_json
+
+periodic = Blueprint("periodic", __name__, url_prefix="/api/periodic")
+
+
+@periodic.get("")
+def index() -> Response:
+    found = resources()
+    require_operator(found.config.auth, found.config.operator_tenants)
+    # Sorted here: a SQL broker orders names by its database's collation, which may not be
+    # code-point order.
+    entries = sorted(found.periodic, key=lambda entry: entry.name)
+    return json_response({"schedules": [schedule_json(entry) for entry in entries]})
