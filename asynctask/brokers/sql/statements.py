@@ -79,33 +79,27 @@ class Statements:
         self.feeds = FeedStatements(pg, "payload" if pg else STORED_PAYLOAD, CHANNEL)
 
         if pg:
-            # One statement whatever the batch: the rows travel as arrays, zipped by ROWS FROM.
-            # The payloads travel as one JSON array of strings: psycopg writes a text array
-            # element by element, escaping each quote in Python (about 30 µs per payload);
-            # json.dumps writes the whole list in C.
+            # One statement whatever the batch: the rows travel as one JSON array of arrays,
+            # written by json.dumps in C. Bound as typed arrays, psycopg wrote each text element
+            # in Python, escaping it with a regular expression: a 1,000-job insert took 39 ms
+            # instead of 25. JSONB: parsed once, where JSON's ->> parses each row per field.
             kinds = ("TEXT", "TEXT", "TEXT", "INTEGER", "DOUBLE PRECISION", "TEXT", "TEXT", "TEXT", "BOOLEAN")
-            arrays = ", ".join(
-                f"json_array_elements_text(CAST(:{name} AS JSON))"
-                if name == "payload"
-                else f"unnest(CAST(:{name} AS {kind}[]))"
-                for name, kind in zip(JOB_COLUMNS, kinds, strict=True)
-            )
-            self.insert_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
-                f"SELECT *, 0 FROM ROWS FROM ({arrays})"
-            )
+
+            def insert(extra: tuple[tuple[str, str], ...]) -> TextClause:
+                columns = tuple(zip(JOB_COLUMNS, kinds, strict=True)) + extra
+                names = ", ".join(name for name, _ in columns)
+                fields = ", ".join(f"CAST(r->>{i} AS {kind})" for i, (_, kind) in enumerate(columns))
+                return text(
+                    f"INSERT INTO asynctask_job ({names}, attempts) "
+                    f"SELECT {fields}, 0 FROM jsonb_array_elements(CAST(:rows AS JSONB)) AS r"
+                )
+
+            self.insert_jobs = insert(())
             # A task's jobs, with their turns, and fed jobs, with their feed (and turns, NULL
             # for a task's retry pushed to its feed): statements of their own, so that every
             # other insert carries no column more.
-            self.insert_task_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, turn, attempts) "
-                f"SELECT *, 0 FROM ROWS FROM ({arrays}, unnest(CAST(:turn AS BIGINT[])))"
-            )
-            self.insert_fed_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, turn, attempts) "
-                f"SELECT *, 0 FROM ROWS FROM ({arrays}, "
-                "unnest(CAST(:feed AS TEXT[])), unnest(CAST(:turn AS BIGINT[])))"
-            )
+            self.insert_task_jobs = insert((("turn", "BIGINT"),))
+            self.insert_fed_jobs = insert((("feed", "TEXT"), ("turn", "BIGINT")))
         else:
             # Run as executemany: SQLite has no round trips to save.
             self.insert_jobs = text(

@@ -189,11 +189,9 @@ class Store:
         if feed is not None or turns is not None:
             extra["turn"] = [None] * len(rows) if turns is None else list(turns)
         if self.postgres:
-            columns: dict[str, Any] = {
-                name: list(column) for name, column in zip(JOB_COLUMNS, zip(*rows, strict=True), strict=True)
-            }
-            columns["payload"] = json.dumps(columns["payload"])
-            connection.execute(statement, {**columns, **extra})
+            added = zip(*extra.values(), strict=True) if extra else ((),) * len(rows)
+            values = [(*r, *more) for r, more in zip(rows, added, strict=True)]
+            connection.execute(statement, {"rows": json.dumps(values)})
         else:
             connection.execute(
                 statement,
