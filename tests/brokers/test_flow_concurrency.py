@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -94,19 +95,25 @@ def test_order_and_every_job_survive_a_killed_worker_holding_keys(
     make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
     client = flow_client(make_client)
-    doomed, _ = start_flow_workers(spawn_worker, settings, processes=2, concurrency=5)
+    started = start_flow_workers(spawn_worker, settings, processes=2, concurrency=5)
+    workers = {worker.pid: worker for worker in started}
     jids = lane_step.set(client=client).perform_bulk(key_major(CRASH_KEYS, CRASH_PER_KEY, CRASH_STEP_SECONDS))
 
-    def doomed_mid_job() -> bool:
-        """Some jobs done, and one the doomed process started less than half a job ago: the
-        kill, a moment later, finds it running."""
+    def mid_job() -> subprocess.Popen[bytes] | None:
+        """Once some jobs are done, a process that started a job less than half a job ago:
+        the kill, a moment later, finds it running. Either process: one of them may have
+        claimed every key's first job, and then the other has nothing to cut short."""
         events = read_events(runs_file)
         done = {e.jid for e in events if e.event == "done"}
         recent = time.time() - CRASH_STEP_SECONDS / 2
-        started = [e for e in events if e.event == "start" and e.pid == doomed.pid and e.jid not in done]
-        return len(done) >= 10 and any(e.at > recent for e in started)
+        if len(done) < 10:
+            return None
+        for e in events:
+            if e.event == "start" and e.pid in workers and e.jid not in done and e.at > recent:
+                return workers[e.pid]
+        return None
 
-    wait_until(doomed_mid_job, timeout=30, interval=0.01)
+    doomed = wait_until(mid_job, timeout=30, interval=0.01)
     # The whole process group: the supervisor and the child running the jobs.
     os.killpg(doomed.pid, signal.SIGKILL)
     doomed.wait(10)
@@ -171,7 +178,9 @@ def test_with_on_failure_continue_later_jobs_go_on_while_a_failed_one_waits(
     assert max_overlap(runs) == 1
 
 
-HOT_SECONDS = 1.5
+#: Far longer than the unkeyed jobs' 20 x 10 ms, so that a loaded machine's slower thread
+#: still runs them all meanwhile (1.5 s once fell short on CI).
+HOT_SECONDS = 3.0
 
 
 def test_jobs_without_a_key_are_not_held_up_by_a_busy_key(
@@ -185,7 +194,7 @@ def test_jobs_without_a_key_are_not_held_up_by_a_busy_key(
     runs = intervals(read_events(runs_file))
     [first_hot] = [run for run in runs if run.jid == hot[0]]
     # One thread runs the hot key's first job; the other runs every unkeyed job meanwhile.
-    assert first_hot.end is None or all(
-        run.end is not None and run.end < first_hot.end for run in runs if run.key == "plain"
-    )
+    if first_hot.end is not None:
+        late = [run for run in runs if run.key == "plain" and (run.end is None or run.end >= first_hot.end)]
+        assert not late, (first_hot, late)
     assert [run.jid for run in runs if run.key == "hot"] == [hot[0]]
