@@ -41,12 +41,14 @@ class Declaration:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """A tick to take: ``job`` enqueued (None: skipped, ``last`` moved past it only), with the
+    """A tick to take: ``job`` enqueued (None: skipped, ``last`` moved past it only) as
+    ``encoded``, its payload built ahead of the take (with its ``enqueued_at``), with the
     tracking ``transitions`` its client middleware collected, written only if it is pushed."""
 
     name: str
     at: int
     job: payload.JobDict | None
+    encoded: str = ""
     transitions: tuple[str, ...] = ()
 
 

@@ -93,6 +93,7 @@ class Worker:
             self.registry,
             client_chain,
             self.identity,
+            max_payload_bytes=self.settings.max_payload_bytes,
         )
         self.feed_ticker = FeedTicker(self.broker.feeds)
         self.heartbeat = Heartbeat(

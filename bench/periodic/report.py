@@ -109,16 +109,14 @@ def target_rows(results: PeriodicResults) -> list[str]:
                 f"process (scheduled - baseline) | < {CPU_CEILING_PCT:.0f} % | {spread(cpu, fixed(1))} % "
                 f"| {verdict(statistics.median(cpu) < CPU_CEILING_PCT)} |"
             )
-        runs = list(_ok(results, backend, SCHEDULED).values())
-        for what, p99 in (
-            ("enqueued_at - tick", [r.enqueued_lag.p99 for r in runs]),
-            ("in the queue - tick, seen from outside", [r.visible_lag.p99 for r in runs]),
-        ):
-            if p99:
-                rows.append(
-                    f"| {name}: periodic job lag p99, {what} | < {LAG_P99_MS:.0f} ms | {spread(p99, ms)} ms "
-                    f"| {verdict(statistics.median(p99) < LAG_P99_MS)} |"
-                )
+        # Only the lag seen from outside is judged: ``enqueued_at`` is the tick's time by design.
+        p99 = [r.visible_lag.p99 for r in _ok(results, backend, SCHEDULED).values()]
+        if p99:
+            met = statistics.median(p99) < LAG_P99_MS
+            rows.append(
+                f"| {name}: periodic job lag p99, in the queue - tick, seen from outside "
+                f"| < {LAG_P99_MS:.0f} ms | {spread(p99, ms)} ms | {verdict(met)} |"
+            )
     return judged(rows, results.settings["quick"])
 
 
@@ -153,11 +151,11 @@ METHOD = f"""\
   stops the workers, and reads the `periodic` queue straight from the store (Redis `LRANGE` of
   `queue:periodic`, SQL `SELECT id, payload FROM asynctask_job`): each (schedule, tick) of the window
   must be there exactly once (none missing, none doubled), or the run is an error.
-- **Lag**: for each of the window's jobs, `enqueued_at - periodic_at` from its payload: the scheduler
-  stamps `enqueued_at` with the time its pass started on Redis, and with the time the jobs' rows
-  were built on SQL, so neither counts the whole pass. *In the queue - tick* is measured from
-  outside: the queue's length (Redis) or its highest job id (SQL) is sampled every
-  {SAMPLE_EVERY * 1000:.0f} ms, and a job's time is the first sample that holds it.
+- **Lag**: *in the queue - tick* is measured from outside: the queue's length (Redis) or its highest
+  job id (SQL) is sampled every {SAMPLE_EVERY * 1000:.0f} ms, and a job's time is the first sample that
+  holds it; this is the judged lag. `enqueued_at - periodic_at`, from each job's payload, only shows
+  that no job was stamped before its tick: the scheduler builds the jobs ahead of the tick and stamps
+  them with its time.
 - **Order**: per broker and repetition, baseline then scheduled, reversed every other repetition.
 """
 

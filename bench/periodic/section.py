@@ -16,10 +16,9 @@ that the passes of the window's ticks fall inside. The queue's length is sampled
 ``SAMPLE_EVERY`` seconds from the window's start until every schedule has taken the window's
 last tick. The workers are then stopped and the queued jobs read straight from the store, in
 push order: every (schedule, tick) of the window must be there exactly once. Each job's lag is
-measured twice: from its payload (``enqueued_at - periodic_at``; the scheduler stamps
-``enqueued_at`` when its pass starts on Redis, when the jobs' rows are built on SQL) and from
-outside (the first sample that shows it in the queue, minus its tick), which also counts the
-time the pass took.
+measured from outside (the first sample that shows it in the queue, minus its tick), which
+counts the whole take; its payload's ``enqueued_at - periodic_at`` only shows that no job was
+stamped before its tick (the scheduler builds the jobs ahead and stamps them with the tick).
 """
 
 from __future__ import annotations

@@ -109,6 +109,27 @@ def test_a_new_schedule_starts_at_its_next_tick(settings: Settings, make_schedul
     assert queued_ticks(settings) == [T0 + 1]
 
 
+def test_a_job_over_the_payload_limit_passes_its_ticks_without_holding_up_the_others(
+    settings: Settings, job_registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = open_broker(settings)
+    try:
+        declared = Schedules()
+        declared.add(every_second(name="huge", args=("x" * 2000,)))
+        declared.add(every_second(name="small"))
+        scheduler = Scheduler(broker.periodic, declared, job_registry, Chain(), "a", max_payload_bytes=1000)
+        scheduler.declare(T0)
+        assert len(scheduler.take(T0 + 2)) == 2
+    finally:
+        broker.close()
+    assert queued_ticks(settings) == [T0 + 1, T0 + 2]
+    names = {(record.item or {})[SCHEDULE_FIELD] for record in Queue("default", settings=settings)}
+    assert names == {"small"}
+    huge = PeriodicSet(settings=settings).get("huge")
+    assert huge is not None and huge.record.last == T0 + 2
+    assert "periodic huge: the job of the tick" in caplog.text
+
+
 @pytest.mark.parametrize(("rule", "expected"), [("latest", [9]), ("all", [4, 5, 6, 7, 8, 9]), ("none", [])])
 def test_ticks_missed_while_every_scheduler_was_down_follow_catch_up(
     settings: Settings, make_scheduler: MakeScheduler, rule: str, expected: list[int]
@@ -188,21 +209,25 @@ def test_a_tick_whose_job_cannot_be_built_passes_without_one(
     assert record.last == T0 + 2
 
 
-def test_a_worker_runs_a_schedule(registry: Registry, start_worker: Callable[..., object]) -> None:
-    ran: list[tuple[str, int]] = []
+def test_a_worker_runs_a_schedule_never_before_its_tick(
+    registry: Registry, start_worker: Callable[..., object]
+) -> None:
+    ran: list[tuple[str, int, float, float]] = []
 
     @asynctask.job(registry=registry)
     def heartbeat() -> None:
         job = asynctask.current_job().job
-        ran.append((str(job[SCHEDULE_FIELD]), int(job[TICK_FIELD])))
+        ran.append((str(job[SCHEDULE_FIELD]), int(job[TICK_FIELD]), float(job["enqueued_at"]), time.time()))
 
     schedules = Schedules()
     asynctask.periodic(heartbeat, cron="* * * * * *", schedules=schedules)
     start_worker(schedules=schedules)
-    wait_until(lambda: len(ran) >= 2, timeout=6)
-    names, ticks = zip(*ran, strict=True)
+    wait_until(lambda: len(ran) >= 3, timeout=8)
+    names, ticks, enqueued, started = zip(*ran, strict=True)
     assert set(names) == {"heartbeat"}
     assert list(ticks) == sorted(set(ticks))
+    # The pass starts ahead of the tick; the take, and so the job, waits for it.
+    assert all(e >= t and s >= t for t, e, s in zip(ticks, enqueued, started, strict=True)), ran
 
 
 def test_the_read_api_lists_pauses_and_resumes_schedules(

@@ -167,7 +167,7 @@ class RedisReader(ReadBackend):
         self._lists: Script = connection.register_script(with_flow(LISTS))
         self._sizes: Script = connection.register_script(with_flow(SIZES))
         self._delete: Script = connection.register_script(with_flow(DELETE))
-        self._periodic = RedisPeriodic(connection, keys, Scripts(connection), settings.max_payload_bytes)
+        self._periodic = RedisPeriodic(connection, keys, Scripts(connection))
 
     @property
     def periodic(self) -> PeriodicStore:

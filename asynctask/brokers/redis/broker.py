@@ -47,7 +47,7 @@ class RedisBroker(Broker):
         self.scripts = Scripts(self.redis)
         self.tracking = RedisTrackingStore(self.redis, self.keys, self.scripts, settings)
         self.feeds = RedisFeeds(self.redis, self.keys, self.scripts)
-        self.periodic = RedisPeriodic(self.redis, self.keys, self.scripts, settings.max_payload_bytes)
+        self.periodic = RedisPeriodic(self.redis, self.keys, self.scripts)
 
     def close(self) -> None:
         """Close the connection pool, if this broker opened it."""

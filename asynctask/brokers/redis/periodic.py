@@ -17,7 +17,6 @@ from typing import cast
 
 import redis
 
-from asynctask import payload
 from asynctask.brokers.periodic import (
     FORGET_AFTER,
     SCHEDULER_STALE,
@@ -38,11 +37,10 @@ PASS_LEASE_MS = 5000
 class RedisPeriodic:
     errors = (redis.RedisError, OSError)
 
-    def __init__(self, conn: redis.Redis, keys: Keys, scripts: Scripts, max_payload_bytes: int) -> None:
+    def __init__(self, conn: redis.Redis, keys: Keys, scripts: Scripts) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts
-        self.max_payload_bytes = max_payload_bytes
         self.base = f"{keys.prefix}asynctask:periodic:"
 
     def _key(self, field: str) -> str:
@@ -109,10 +107,8 @@ class RedisPeriodic:
                 args += [tick.name, tick.at, "", "", "", "", 0, ""]
                 continue
             job = tick.job
-            job["enqueued_at"] = payload.now()
-            encoded = payload.dumps_within(job, self.max_payload_bytes)
             flow = "1" if is_flow(job) else ""
-            args += [tick.name, tick.at, str(job["jid"]), str(job["queue"]), encoded, flow]
+            args += [tick.name, tick.at, str(job["jid"]), str(job["queue"]), tick.encoded, flow]
             args += [len(tick.transitions), pack(tick.transitions) if tick.transitions else ""]
         return [jid.decode() for jid in self.scripts.periodic_take(args=args)]
 

@@ -113,10 +113,15 @@ class SqlBroker(Broker):
             return self._push(tx, entries, rows, transitions)
 
     def push_in(
-        self, tx: Tx, entries: Sequence[tuple[payload.JobDict, float | None]], transitions: Sequence[str]
+        self,
+        tx: Tx,
+        entries: Sequence[tuple[payload.JobDict, float | None]],
+        rows: list[JobRow],
+        transitions: Sequence[str],
     ) -> list[str]:
-        """``push`` inside the caller's transaction ``tx``, for jobs of no feed."""
-        return self._push(tx, entries, push_rows(entries, self.settings.max_payload_bytes), transitions)
+        """``push`` of the jobs' ``rows`` (built by the caller) inside the caller's transaction
+        ``tx``, for jobs of no feed."""
+        return self._push(tx, entries, rows, transitions)
 
     def _push(
         self,

@@ -26,8 +26,9 @@ from asynctask.brokers.periodic import (
     ScheduleState,
     Tick,
 )
-from asynctask.brokers.sql.models import PeriodicSchedule, PeriodicScheduler
-from asynctask.brokers.sql.store import Store, Tx
+from asynctask.brokers.sql.models import QUEUED, PeriodicSchedule, PeriodicScheduler
+from asynctask.brokers.sql.push import row
+from asynctask.brokers.sql.store import JobRow, Store, Tx
 
 #: Schedules per statement of a declaration or a take.
 CHUNK = 500
@@ -90,8 +91,10 @@ WHERE asynctask_periodic_scheduler.beat < excluded.beat
 RETURNING identity
 """
 
-#: Pushes jobs inside a write transaction (``SqlBroker.push_in``); returns the stored jids.
-PushIn = Callable[[Tx, Sequence[tuple[payload.JobDict, float | None]], Sequence[str]], list[str]]
+#: Pushes jobs, given their rows, inside a write transaction (``SqlBroker.push_in``); returns
+#: the stored jids.
+Entries = Sequence[tuple[payload.JobDict, float | None]]
+PushIn = Callable[[Tx, Entries, list[JobRow], Sequence[str]], list[str]]
 
 
 class SqlPeriodic:
@@ -162,14 +165,16 @@ class SqlPeriodic:
                 for start in range(0, len(round_), CHUNK):
                     taken += self._take(tx, round_[start : start + CHUNK], now)
             entries: list[tuple[payload.JobDict, float | None]] = []
+            rows: list[JobRow] = []
             transitions: list[str] = []
             for tick in taken:
                 assert tick.job is not None
                 entries.append((tick.job, None))
+                rows.append(row(tick.job, QUEUED, now, tick.encoded))
                 transitions += tick.transitions
             if not entries:
                 return []
-            stored = self.push_in(tx, entries, transitions)
+            stored = self.push_in(tx, entries, rows, transitions)
             # The take wrote each job's own jid; a unique job whose key was held was not
             # stored, and its schedule's last job is the holder.
             held = [
