@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 TITLE = (
     "# AsyncTask benchmarks: against Sidekiq 6.4, Celery, RQ, Dramatiq, arq and Huey; "
@@ -90,6 +90,43 @@ def with_section(
         sections = {**ordered, title: section, **sections}
     sections[title] = section
     return _join(preamble, sections)
+
+
+class DrainResults(Protocol):
+    """What the drain sections (flow, feeds, fair, periodic) record of a run besides its runs."""
+
+    settings: dict[str, Any]
+    versions: dict[str, str]
+    databases: dict[str, str]
+    seconds: dict[str, float]
+
+    def errors(self) -> list[str]: ...
+
+
+def drain_markdown(
+    section: str, topic: str, tables: str, method: str, versions: Mapping[str, str], notes: Sequence[str] = ()
+) -> str:
+    """A drain section: its tables, its method (then ``notes``), and the versions it ran with."""
+    listed = [f"- {name}: {value}" for name, value in versions.items()]
+    lines = [f"## {section}", "", tables, f"### Method ({topic})", "", method, *notes]
+    return "\n".join([*lines, f"#### Versions ({topic})", "", *listed, ""])
+
+
+def drain_raw(
+    results: DrainResults, machine: dict[str, str], runs: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    """A drain section's JSON: the run's settings, machine, versions and timings, ``extra``,
+    its runs and its errors."""
+    return {
+        "settings": results.settings,
+        "machine": machine,
+        "versions": results.versions,
+        "databases": results.databases,
+        "seconds": results.seconds,
+        **extra,
+        "runs": runs,
+        "errors": results.errors(),
+    }
 
 
 def write_section(

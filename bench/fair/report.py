@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.core.document import write_section
+from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
 from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
 from bench.fair.section import FAIR, FIFO, FairResults, FairRun, cases
@@ -121,23 +121,14 @@ METHOD = """\
 
 
 def markdown(results: FairResults) -> str:
-    lines = [f"## {SECTION}", "", tables(results), "### Method (fair share)", "", METHOD]
-    versions = [f"- {name}: {value}" for name, value in results.versions.items()]
-    return "\n".join([*lines, "#### Versions (fair share)", "", *versions, ""])
+    return drain_markdown(SECTION, "fair share", tables(results), METHOD, results.versions)
 
 
 def raw(results: FairResults, machine: dict[str, str]) -> dict[str, Any]:
-    return {
-        "settings": results.settings,
-        "machine": machine,
-        "versions": results.versions,
-        "databases": results.databases,
-        "seconds": results.seconds,
-        "runs": [
-            {"rep": rep, "case": r.case, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs
-        ],
-        "errors": results.errors(),
-    }
+    runs = [
+        {"rep": rep, "case": r.case, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs
+    ]
+    return drain_raw(results, machine, runs)
 
 
 def write(results: FairResults, machine: dict[str, str], out_dir: Path) -> None:

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.core.document import write_section
+from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
 from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
 from bench.feeds.section import FED, UNFED, FeedResults, FeedRun
@@ -130,22 +130,12 @@ METHOD = """\
 
 
 def markdown(results: FeedResults) -> str:
-    lines = [f"## {SECTION}", "", tables(results), "### Method (task feeds)", "", METHOD]
-    versions = [f"- {name}: {value}" for name, value in results.versions.items()]
-    return "\n".join([*lines, "#### Versions (task feeds)", "", *versions, ""])
+    return drain_markdown(SECTION, "task feeds", tables(results), METHOD, results.versions)
 
 
 def raw(results: FeedResults, machine: dict[str, str]) -> dict[str, Any]:
-    return {
-        "settings": results.settings,
-        "machine": machine,
-        "versions": results.versions,
-        "databases": results.databases,
-        "seconds": results.seconds,
-        "small_peak_rss_kb": results.small_peak_rss_kb,
-        "runs": [{"rep": rep, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs],
-        "errors": results.errors(),
-    }
+    runs = [{"rep": rep, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs]
+    return drain_raw(results, machine, runs, small_peak_rss_kb=results.small_peak_rss_kb)
 
 
 def write(results: FeedResults, machine: dict[str, str], out_dir: Path) -> None:

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.core.document import write_section
+from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
 from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
 from bench.flow.section import BACKLOG, HOT, KEYED, PLAIN, FlowResults, FlowRun
@@ -154,24 +154,15 @@ METHOD = """\
 
 
 def markdown(results: FlowResults) -> str:
-    lines = [f"## {SECTION}", "", tables(results), "### Method (flow control)", "", METHOD]
+    plans: list[str] = []
     for name, plan in results.plans.items():
-        lines += [f"#### Plan: {name}", "", "```", plan, "```", ""]
-    versions = [f"- {name}: {value}" for name, value in results.versions.items()]
-    return "\n".join([*lines, "#### Versions (flow control)", "", *versions, ""])
+        plans += [f"#### Plan: {name}", "", "```", plan, "```", ""]
+    return drain_markdown(SECTION, "flow control", tables(results), METHOD, results.versions, plans)
 
 
 def raw(results: FlowResults, machine: dict[str, str]) -> dict[str, Any]:
-    return {
-        "settings": results.settings,
-        "machine": machine,
-        "versions": results.versions,
-        "databases": results.databases,
-        "seconds": results.seconds,
-        "plans": results.plans,
-        "runs": [{"rep": rep, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs],
-        "errors": results.errors(),
-    }
+    runs = [{"rep": rep, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs]
+    return drain_raw(results, machine, runs, plans=results.plans)
 
 
 def write(results: FlowResults, machine: dict[str, str], out_dir: Path) -> None:

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.core.document import write_section
+from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
 from bench.core.fmt import drain_tables, fixed, judged, section_tail, spread, verdict
 from bench.periodic.section import BASELINE, SAMPLE_EVERY, SCHEDULED, PeriodicResults, PeriodicRun
@@ -161,27 +161,16 @@ METHOD = f"""\
 
 
 def markdown(results: PeriodicResults) -> str:
-    lines = [f"## {SECTION}", "", tables(results), "### Method (periodic jobs)", "", METHOD]
-    versions = [f"- {name}: {value}" for name, value in results.versions.items()]
-    return "\n".join([*lines, "#### Versions (periodic jobs)", "", *versions, ""])
+    return drain_markdown(SECTION, "periodic jobs", tables(results), METHOD, results.versions)
 
 
 def raw(results: PeriodicResults, machine: dict[str, str]) -> dict[str, Any]:
-    return {
-        "settings": results.settings,
-        "machine": machine,
-        "versions": results.versions,
-        "databases": results.databases,
-        "seconds": results.seconds,
-        "runs": [
-            {"rep": rep, **asdict(r), "cpu_pct": r.cpu_pct(), "server_cpu_pct": r.server_cpu_pct()}
-            for rep, r in results.runs
-        ],
-        "scheduling_cpu_pct": {
-            backend: scheduling_cpu(results, backend) for backend in results.settings["backends"]
-        },
-        "errors": results.errors(),
-    }
+    runs = [
+        {"rep": rep, **asdict(r), "cpu_pct": r.cpu_pct(), "server_cpu_pct": r.server_cpu_pct()}
+        for rep, r in results.runs
+    ]
+    cpu = {backend: scheduling_cpu(results, backend) for backend in results.settings["backends"]}
+    return drain_raw(results, machine, runs, scheduling_cpu_pct=cpu)
 
 
 def write(results: PeriodicResults, machine: dict[str, str], out_dir: Path) -> None:
