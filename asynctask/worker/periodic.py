@@ -124,12 +124,16 @@ class Scheduler:
         return self.pause(time.time())
 
     def declare(self, now: float) -> None:
-        declarations = [
-            Declaration(
-                s.name, s.job, s.cron, s.tz, s.queue or self._queue_of(s), s.catch_up, s.latest_tick(now)
-            )
-            for s in self.schedules
-        ]
+        # Once per expression and zone: a reverse cron walk costs about 50 µs, and 1,000
+        # schedules every second share one.
+        latest: dict[tuple[str, str], int] = {}
+        declarations = []
+        for s in self.schedules:
+            key = (s.cron, s.tz)
+            if key not in latest:
+                latest[key] = s.latest_tick(now)
+            queue = s.queue or self._queue_of(s)
+            declarations.append(Declaration(s.name, s.job, s.cron, s.tz, queue, s.catch_up, latest[key]))
         self.store.declare(declarations, self.identity, now)
         self._declare_at = now + DECLARE_EVERY
         if self._started_at is None:
