@@ -9,7 +9,7 @@ worker dies at any moment (the step is all or nothing). ``last`` never moves bac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +37,16 @@ class Declaration:
     #: The tick ``last`` starts at if the broker does not know the schedule yet: the latest
     #: before now, so that a new schedule's first job is at its next tick.
     first_last: int
+
+
+#: A take calls it once, when its jobs are ready to be made visible and before they are: a pass
+#: ahead of its tick waits for the tick there. False abandons the take (nothing is taken).
+Hold = Callable[[], bool]
+
+
+def ready() -> bool:
+    """The hold of a take that need not wait."""
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +104,12 @@ class PeriodicStore(Protocol):
     def others_alive(self, identity: str, now: float) -> bool:
         """Whether a scheduler other than ``identity`` made a pass in ``SCHEDULER_STALE`` s."""
 
-    def take(self, ticks: Sequence[Tick], identity: str, now: float) -> list[str]:
+    def take(self, ticks: Sequence[Tick], identity: str, now: float, hold: Hold = ready) -> list[str]:
         """Take the ticks, each schedule's in order, atomically each: a tick after the
         schedule's ``last`` becomes its ``last`` and, unless it is skipped or the schedule is
-        paused, its job is pushed. Also records ``identity``'s pass. Returns the jids pushed."""
+        paused, its job is pushed. Also records ``identity``'s pass. Returns the jids pushed.
+        ``hold`` is called as late as the broker can before any job becomes visible; the work
+        before it is done ahead."""
 
     def leave(self, identity: str) -> None:
         """The scheduler ``identity`` stops: it no longer counts as alive."""

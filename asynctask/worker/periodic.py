@@ -8,7 +8,8 @@ worker lives. Of the workers passing in one second of the clock, only the first 
 takes (``PeriodicStore.lease``), so that the others spend nothing on jobs they would lose;
 if its pass fails, the ticks are still due at the next second's. A pass for a tick starts
 ``LEAD`` seconds before it: the lease, the schedules' states and the jobs are ready when the
-tick comes, and only the take is left for then. The thread sleeps until the next tick of its
+tick comes, and the take waits for it as late as its broker allows (PostgreSQL runs the whole
+transaction ahead and commits at the tick; Redis and SQLite take then). The thread sleeps until the next tick of its
 schedules, and at most ``poll`` seconds, so a pause, a resume or another worker's take is
 seen within that.
 
@@ -39,10 +40,10 @@ logger = logging.getLogger("asynctask.periodic")
 #: forgotten, see ``brokers.periodic.FORGET_AFTER``).
 DECLARE_EVERY = 10.0
 
-#: Seconds before a tick at which its pass starts. Reading 1,000 schedules' states and
-#: building their jobs took up to 90 ms on PostgreSQL (bench/periodic), which delayed every
-#: job by as much when done after the tick.
-LEAD = 0.25
+#: Seconds before a tick at which its pass starts. For 1,000 schedules on PostgreSQL, reading
+#: their states and building their jobs took up to 90 ms and the take's statements about 100
+#: (bench/periodic): done after the tick, they delayed every job by as much.
+LEAD = 0.4
 
 #: The most seconds a scheduler's pass starts after the others' (a random part of it).
 WAKE_SPREAD = 0.02
@@ -114,10 +115,13 @@ class Scheduler:
         due_at = upcoming if upcoming - now <= LEAD else now
         self._passed = due_at
         if self.store.lease(self.identity, int(due_at)):
-            ticks = self.prepare(due_at)
-            if self._stopped.wait(max(0.0, due_at - time.time())):
+            # The store waits for the tick as late as it can: PostgreSQL, at the commit.
+            def until_due() -> bool:
+                return not self._stopped.wait(max(0.0, due_at - time.time()))
+
+            self.store.take(self.prepare(due_at), self.identity, due_at, until_due)
+            if self._stopped.is_set():
                 return 0.0
-            self.store.take(ticks, self.identity, time.time())
         # After the take, so that the ticks do not wait for it.
         if now >= self._declare_at:
             self.declare(time.time())

@@ -109,6 +109,28 @@ def test_a_new_schedule_starts_at_its_next_tick(settings: Settings, make_schedul
     assert queued_ticks(settings) == [T0 + 1]
 
 
+def test_a_take_shows_no_job_before_its_hold_returns_and_takes_nothing_if_it_says_no(
+    settings: Settings, make_scheduler: MakeScheduler
+) -> None:
+    a = make_scheduler("a", every_second())
+    a.declare(T0)
+    queued_at_hold: list[list[int]] = []
+
+    def hold(answer: bool) -> Callable[[], bool]:
+        def look() -> bool:
+            queued_at_hold.append(queued_ticks(settings))
+            return answer
+
+        return look
+
+    assert a.store.take(a.prepare(T0 + 2), "a", T0 + 2, hold(False)) == []
+    assert queued_ticks(settings) == []
+    # Nothing was taken: the same ticks are due again.
+    assert len(a.store.take(a.prepare(T0 + 2), "a", T0 + 2, hold(True))) == 2
+    assert queued_ticks(settings) == [T0 + 1, T0 + 2]
+    assert queued_at_hold == [[], []]
+
+
 def test_a_job_over_the_payload_limit_passes_its_ticks_without_holding_up_the_others(
     settings: Settings, job_registry: Registry, caplog: pytest.LogCaptureFixture
 ) -> None:

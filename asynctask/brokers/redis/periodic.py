@@ -21,9 +21,11 @@ from asynctask.brokers.periodic import (
     FORGET_AFTER,
     SCHEDULER_STALE,
     Declaration,
+    Hold,
     ScheduleRecord,
     ScheduleState,
     Tick,
+    ready,
 )
 from asynctask.brokers.redis.push import is_flow
 from asynctask.brokers.redis.scripts import Scripts
@@ -100,7 +102,7 @@ class RedisPeriodic:
         )
         return any(member.decode() != identity for member in alive)
 
-    def take(self, ticks: Sequence[Tick], identity: str, now: float) -> list[str]:
+    def take(self, ticks: Sequence[Tick], identity: str, now: float, hold: Hold = ready) -> list[str]:
         args: list[str | int] = [self.keys.prefix, repr(now), identity, len(ticks)]
         for tick in ticks:
             if tick.job is None:
@@ -110,6 +112,8 @@ class RedisPeriodic:
             flow = "1" if is_flow(job) else ""
             args += [tick.name, tick.at, str(job["jid"]), str(job["queue"]), tick.encoded, flow]
             args += [len(tick.transitions), pack(tick.transitions) if tick.transitions else ""]
+        if not hold():
+            return []
         return [jid.decode() for jid in self.scripts.periodic_take(args=args)]
 
     def leave(self, identity: str) -> None:

@@ -22,9 +22,11 @@ from asynctask.brokers.periodic import (
     FORGET_AFTER,
     SCHEDULER_STALE,
     Declaration,
+    Hold,
     ScheduleRecord,
     ScheduleState,
     Tick,
+    ready,
 )
 from asynctask.brokers.sql.models import QUEUED, PeriodicSchedule, PeriodicScheduler
 from asynctask.brokers.sql.push import row
@@ -97,6 +99,10 @@ Entries = Sequence[tuple[payload.JobDict, float | None]]
 PushIn = Callable[[Tx, Entries, list[JobRow], Sequence[str]], list[str]]
 
 
+class _Abandoned(Exception):
+    """The take's hold said no: its transaction rolls back."""
+
+
 class SqlPeriodic:
     def __init__(self, store: Store, push_in: PushIn) -> None:
         self.store = store
@@ -150,7 +156,20 @@ class SqlPeriodic:
             ).first()
         return row is not None
 
-    def take(self, ticks: Sequence[Tick], identity: str, now: float) -> list[str]:
+    def take(self, ticks: Sequence[Tick], identity: str, now: float, hold: Hold = ready) -> list[str]:
+        """PostgreSQL runs the whole take ahead and holds only its commit: the jobs become
+        visible together at the tick, a commit after it rather than a take's transaction (about
+        100 ms for 1,000 schedules). The schedules' rows stay locked meanwhile, which delays
+        only another take or declaration. SQLite holds before it begins: its one writer would
+        stop every worker's claims while the transaction waits."""
+        if not self.store.postgres and not hold():
+            return []
+        try:
+            return self._take_all(ticks, identity, now, hold if self.store.postgres else ready)
+        except _Abandoned:
+            return []
+
+    def _take_all(self, ticks: Sequence[Tick], identity: str, now: float, hold: Hold) -> list[str]:
         # Round k holds the k-th tick of each schedule: one statement moves each schedule once.
         rounds: list[list[Tick]] = []
         for _, same in groupby(sorted(ticks, key=lambda t: (t.name, t.at)), key=lambda t: t.name):
@@ -172,9 +191,7 @@ class SqlPeriodic:
                 entries.append((tick.job, None))
                 rows.append(row(tick.job, QUEUED, now, tick.encoded))
                 transitions += tick.transitions
-            if not entries:
-                return []
-            stored = self.push_in(tx, entries, rows, transitions)
+            stored = self.push_in(tx, entries, rows, transitions) if entries else []
             # The take wrote each job's own jid; a unique job whose key was held was not
             # stored, and its schedule's last job is the holder.
             held = [
@@ -189,6 +206,8 @@ class SqlPeriodic:
                     .values(last_jid=bindparam("b_jid")),
                     held,
                 )
+            if not hold():
+                raise _Abandoned
         return [jid for (job, _), jid in zip(entries, stored, strict=True) if jid == job["jid"]]
 
     def _take(self, tx: Tx, ticks: Sequence[Tick], now: float) -> list[Tick]:
