@@ -30,6 +30,9 @@ from asynctask.demo.cli import child_environment
 from asynctask.demo.progress import ProgressLine, progress_text
 from tests.conftest import wait_until
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 #: Where a demo that read its environment would go, and find nothing listening.
 NOWHERE = {
     "REDIS_URL": "redis://127.0.0.1:1/0",

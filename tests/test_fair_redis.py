@@ -30,6 +30,9 @@ from asynctask.settings import QueueSpec
 from tests.brokers.conftest import BROKER_JOBS, ROOT, read_runs, worker_env
 from tests.conftest import wait_until
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture
 def broker(settings: Settings) -> Iterator[RedisBroker]:

@@ -19,6 +19,9 @@ from asynctask import Client, Registry, Settings
 from asynctask.worker import Worker
 from tests.conftest import wait_until
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "tests" / "jobs" / "crash_jobs.py"
 

@@ -28,6 +28,9 @@ from asynctask.middleware import Chain
 from tests.brokers.conftest import read_runs, worker_env
 from tests.conftest import REDIS_URL, wait_until
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "tests" / "jobs" / "supervisor_jobs.py"
 #: How long after TERM a worker whose job holds the GIL may take to be gone: the tests' -t (3 s at most)

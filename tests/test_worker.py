@@ -233,6 +233,7 @@ def test_remote_signals_quiet_and_stop_the_worker(
     assert conn.hlen(keys.inflight_registry) == 0
 
 
+@pytest.mark.alone
 def test_shutdown_interrupts_a_job_past_the_timeout_and_requeues_it(
     registry: Registry, client: Client, conn: redis.Redis, start_worker: StartWorker
 ) -> None:

@@ -9,9 +9,9 @@ takes (``PeriodicStore.lease``), so that the others spend nothing on jobs they w
 if its pass fails, the ticks are still due at the next second's. A pass for a tick starts
 ``LEAD`` seconds before it: the lease, the schedules' states and the jobs are ready when the
 tick comes, and the take waits for it as late as its broker allows (PostgreSQL runs the whole
-transaction ahead and commits at the tick; Redis and SQLite take then). The thread sleeps until the next tick of its
-schedules, and at most ``poll`` seconds, so a pause, a resume or another worker's take is
-seen within that.
+transaction ahead and commits at the tick; Redis and SQLite take then). The thread sleeps
+until the next tick of its schedules, and at most ``poll`` seconds, so a pause, a resume or
+another worker's take is seen within that.
 
 Ticks missed while every worker was down (due before this scheduler started, when no other
 scheduler had passed in the last ``SCHEDULER_STALE`` seconds) follow each schedule's

@@ -33,6 +33,9 @@ from tests.brokers.flow_support import FLOW_JOBS, Event, read_events, start_flow
 from tests.conftest import fresh_postgres_schema, wait_until
 from tests.jobs.flow_jobs import feed_step
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 JOB = feed_step.name
 #: One job's work: short, so that the broker's share of the time is what the turns change.
 JOB_SECONDS = 0.005

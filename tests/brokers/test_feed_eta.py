@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from asynctask import Registry, Tracking, job
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.tracking.eta import eta_seconds
 from asynctask.tracking.views import TaskView
 from asynctask.worker import Worker
 from tests.conftest import wait_until
+
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
 
 JOBS = 600
 SECONDS = 0.05

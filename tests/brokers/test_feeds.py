@@ -31,6 +31,9 @@ from tests.conftest import wait_until
 from tests.jobs.flow_jobs import feed_step
 from tests.tracking_fixtures import wait_for_task
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 #: The chunk job of every fed task here, by name (importing it registered it).
 JOB = feed_step.name
 

@@ -29,6 +29,9 @@ from tests.brokers.flow_support import (
 from tests.conftest import wait_until
 from tests.jobs.flow_jobs import lane_step, plain_step
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 
 def key_major(keys: int, per_key: int, seconds: float) -> list[list[object]]:
     """Every job of the first key, then of the second, ...: without lanes, a worker's threads

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from asynctask import Settings
 from tests.brokers.conftest import MakeClient, SpawnWorker
 from tests.brokers.flow_support import done_jids, flow_client, most_in_window, read_events, start_flow_workers
 from tests.conftest import wait_until
 from tests.jobs.flow_jobs import RATE_PER_SECOND, rate_step
+
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
 
 JOBS = 200
 #: A job records its start a few milliseconds after its claim, which is what the limit

@@ -22,6 +22,9 @@ from asynctask.db.migrate import upgrade
 from tests.brokers.conftest import ROOT, SpawnWorker, fast_settings, worker_env
 from tests.conftest import REDIS_URL, fresh_postgres_schema, wait_until
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 JOBS = ROOT / "tests" / "jobs" / "periodic_jobs.py"
 #: The catch-up rules, each the name of the job module's schedule that follows it.
 RULES = ("latest", "all", "none")

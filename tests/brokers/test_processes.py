@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 import asynctask
 from asynctask import Client, QueueSpec, Registry, Settings, payload
 from asynctask.api import ProcessSet, Queue, Stats, WorkSet
@@ -21,6 +23,9 @@ from asynctask.brokers.base import UnitOfWork
 from asynctask.worker import Worker
 from tests.brokers.conftest import SpawnWorker, read_runs
 from tests.conftest import wait_for_beats, wait_until
+
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
 
 StartWorker = Callable[..., Worker]
 

@@ -467,6 +467,7 @@ def test_two_fetchers_in_threads_claim_every_job_exactly_once(make_broker: Calla
     assert rows(broker) == []
 
 
+@pytest.mark.alone
 def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBroker]) -> None:
     fetcher = make_broker(fetch_timeout=5.0).fetcher("me")
     got: list[UnitOfWork | None] = []
@@ -515,6 +516,7 @@ def test_idle_threads_leave_the_polling_to_the_one_watching(
     assert 2 <= len(counted_claims) <= 20, len(counted_claims)
 
 
+@pytest.mark.alone
 def test_an_idle_claim_on_sqlite_does_not_wait_for_the_write_lock(broker: SqlBroker) -> None:
     if broker.store.postgres:
         pytest.skip("PostgreSQL has no file lock; its claims skip locked rows")

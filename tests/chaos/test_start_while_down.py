@@ -19,6 +19,9 @@ from tests.chaos.state import BrokerState, RedisState, SqlState, make_client, pu
 from tests.chaos.workers import Runs, Timing, WorkerPool, WorkerProc
 from tests.pg_instance import PrivatePostgres
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 TIMING = Timing(heartbeat=1.0, ttl=5, poll=1.0)
 #: Seconds the broker stays down once the worker said it waits: several of its retries.
 DOWN_SECONDS = 5.0

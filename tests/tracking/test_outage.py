@@ -44,6 +44,9 @@ from tests.jobs import outage_jobs
 from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
 from tests.tracking_fixtures import wait_for_task
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "jobs" / "outage_jobs.py"
 

@@ -607,6 +607,7 @@ def test_a_bug_is_a_500_with_the_same_error_body_and_is_logged(
     assert_nothing_written(api)
 
 
+@pytest.mark.alone
 def test_many_streams_of_one_task_share_one_reader(make_api: Any, start_tracked_worker: Any) -> None:
     import threading
     import time

@@ -31,6 +31,9 @@ import redis
 from tests.conftest import REDIS_URL, wait_until
 from tests.webapi.test_server import Server, free_port
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
 ROOT = Path(__file__).resolve().parents[2]
 STREAMS = 300
 #: The server's defaults (asynctask api; ApiConfig): 2 workers, each with at most 8 streams of a tenant.
