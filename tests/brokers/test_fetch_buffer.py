@@ -52,6 +52,7 @@ def _store_quietly(broker: SqlBroker, count: int, max_payload_bytes: int) -> Non
         broker.store.insert_jobs(tx.connection, push_rows([(job, None) for job in jobs], max_payload_bytes))
 
 
+@pytest.mark.alone
 def test_jobs_claimed_for_waiting_threads_wake_them(
     client: Client, fetcher: Fetcher, settings: Settings
 ) -> None:

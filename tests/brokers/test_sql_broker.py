@@ -485,6 +485,7 @@ def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBr
     assert sorted(classes([u for u in got if u is not None])) == ["Wake0", "Wake1", "Wake2"]
 
 
+@pytest.mark.alone
 def test_idle_threads_leave_the_polling_to_the_one_watching(
     make_broker: Callable[..., SqlBroker], monkeypatch: pytest.MonkeyPatch
 ) -> None:
