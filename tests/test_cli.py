@@ -247,6 +247,10 @@ def test_help_lists_every_command_in_plain_text(run: Run) -> None:
             "tokens",
             "tasks",
             "periodic",
+            "status",
+            "retry",
+            "dead",
+            "queue",
             "api",
             "demo",
             "flusher",
@@ -256,6 +260,9 @@ def test_help_lists_every_command_in_plain_text(run: Run) -> None:
         ("db", ["upgrade", "downgrade", "current"]),
         ("tokens", ["create", "list", "revoke"]),
         ("tasks", ["update", "pause", "resume"]),
+        ("retry", ["list", "retry", "delete"]),
+        ("dead", ["list", "retry", "delete"]),
+        ("queue", ["clear"]),
     ):
         result = run(group)
         assert (result.code, result.err) == (0, "")

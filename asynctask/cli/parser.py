@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from asynctask import __version__
-from asynctask.cli import commands
+from asynctask.cli import commands, sets, status
 from asynctask.cli import periodic as periodic_cli
 from asynctask.cli import tasks as feeds
 from asynctask.cli.failures import CONFIG, CommandError
@@ -57,6 +57,9 @@ def build_parser() -> Parser:
     _tokens(group)
     _tasks(group)
     _periodic(group)
+    _status(group)
+    _sets(group)
+    _queue(group)
     _api(group)
     _demo(group)
     _flusher(group)
@@ -197,6 +200,50 @@ def _periodic(group: Commands) -> None:
         command.set_defaults(run=periodic_cli.run_periodic)
 
 
+def _status(group: Commands) -> None:
+    command = group.add_parser(
+        "status", help="show counts, queues, the retry and dead sets and the processes at a glance"
+    )
+    command.add_argument("--json", action="store_true", help="print one JSON object")
+    command.add_argument(
+        "--watch", type=_positive_float, metavar="SECONDS", help="print it again every SECONDS until Ctrl-C"
+    )
+    _connection_options(command)
+    _verbose_option(command)
+    command.set_defaults(run=status.run_status)
+
+
+def _sets(group: Commands) -> None:
+    for name, what in (("retry", "failed jobs waiting for a retry"), ("dead", "jobs out of retries")):
+        jobs = group.add_parser(name, help=f"list, retry now or delete the {what}")
+        jobs.set_defaults(run=_help(jobs))
+        commands_of = jobs.add_subparsers(title="commands", metavar="COMMAND", dest="set_command")
+        listing = commands_of.add_parser("list", help="show the entries, latest first")
+        listing.add_argument(
+            "--limit", type=_positive_int, default=50, help="show at most this many (default 50)"
+        )
+        retry = commands_of.add_parser("retry", help="enqueue entries now")
+        delete = commands_of.add_parser("delete", help="remove entries")
+        for command in (retry, delete):
+            command.add_argument("jids", nargs="*", metavar="JID", help="the jobs' jids")
+            command.add_argument("--all", action="store_true", help="every entry of the set")
+        for command in (listing, retry, delete):
+            _connection_options(command)
+            _verbose_option(command)
+            command.set_defaults(run=sets.run_set, set_name=name)
+
+
+def _queue(group: Commands) -> None:
+    queue = group.add_parser("queue", help="clear a queue")
+    queue.set_defaults(run=_help(queue))
+    commands_of = queue.add_subparsers(title="commands", metavar="COMMAND", dest="queue_command")
+    clear = commands_of.add_parser("clear", help="delete every job waiting in the queue")
+    clear.add_argument("name", help="the queue's name")
+    _connection_options(clear)
+    _verbose_option(clear)
+    clear.set_defaults(run=sets.run_queue)
+
+
 def _api(group: Commands) -> None:
     api = group.add_parser("api", help="serve the HTTP API and the example page (gunicorn)")
     _connection_options(api)
@@ -290,6 +337,26 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
     return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return number
+
+
+def _positive_float(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        number = 0.0
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return number
 
 
 def _provided(name: str) -> Callable[[argparse.Namespace], int]:
