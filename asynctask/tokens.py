@@ -1,4 +1,5 @@
-"""Bearer tokens of the HTTP API, each bound to one tenant (table ``asynctask_api_token``).
+"""Bearer tokens of the HTTP API, each bound to one tenant (table ``asynctask_api_token``); an
+operator's token may also call the operator endpoints, for every tenant.
 
 A token is ``atk_`` plus 256 random bits. Only its SHA-256 is stored, so a leaked copy of the
 table (a backup, a replica) cannot be used to call the API; the secret is returned once, by
@@ -31,6 +32,7 @@ class CreatedToken:
     label: str | None
     #: The secret: not stored anywhere, so this is the only time it can be read.
     token: str
+    operator: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,15 @@ class TokenInfo:
     label: str | None
     created_at: datetime
     revoked_at: datetime | None
+    operator: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who presented a token."""
+
+    tenant: str
+    operator: bool
 
 
 def hash_token(token: str) -> str:
@@ -49,12 +60,18 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(engine: Engine, tenant: str, label: str | None = None) -> CreatedToken:
+def create_token(
+    engine: Engine, tenant: str, label: str | None = None, *, operator: bool = False
+) -> CreatedToken:
     _check_name("tenant", tenant)
     if label is not None:
         _check_name("label", label)
     created = CreatedToken(
-        id=secrets.token_hex(6), tenant=tenant, label=label, token=TOKEN_PREFIX + secrets.token_urlsafe(32)
+        id=secrets.token_hex(6),
+        tenant=tenant,
+        label=label,
+        token=TOKEN_PREFIX + secrets.token_urlsafe(32),
+        operator=operator,
     )
     with writer(engine).begin() as connection:
         connection.execute(
@@ -64,6 +81,7 @@ def create_token(engine: Engine, tenant: str, label: str | None = None) -> Creat
                 label=label,
                 token_hash=hash_token(created.token),
                 created_at=datetime.now(UTC),
+                operator=operator,
             )
         )
     return created
@@ -84,7 +102,12 @@ def revoke_token(engine: Engine, token_id: str) -> bool:
 def list_tokens(engine: Engine, tenant: str | None = None) -> list[TokenInfo]:
     """Every token (of ``tenant`` if given), revoked ones included, oldest first."""
     query = select(
-        ApiToken.id, ApiToken.tenant, ApiToken.label, ApiToken.created_at, ApiToken.revoked_at
+        ApiToken.id,
+        ApiToken.tenant,
+        ApiToken.label,
+        ApiToken.created_at,
+        ApiToken.revoked_at,
+        ApiToken.operator,
     ).order_by(ApiToken.created_at, ApiToken.id)
     if tenant is not None:
         query = query.where(ApiToken.tenant == tenant)
@@ -97,24 +120,27 @@ def list_tokens(engine: Engine, tenant: str | None = None) -> list[TokenInfo]:
             label=row.label,
             created_at=as_utc(row.created_at) or row.created_at,
             revoked_at=as_utc(row.revoked_at),
+            operator=bool(row.operator),
         )
         for row in rows
     ]
 
 
-def tenant_for(bind: Engine | Connection, token: str) -> str | None:
-    """The tenant a presented token belongs to; None if it is unknown or revoked."""
+def caller_for(bind: Engine | Connection, token: str) -> Caller | None:
+    """Who a presented token belongs to; None if it is unknown or revoked."""
     # Anything else cannot be one of ours: no need to ask the database (nor to encode, say, a
     # lone surrogate).
     if not token.startswith(TOKEN_PREFIX) or not token.isascii():
         return None
-    query = select(ApiToken.tenant).where(
+    query = select(ApiToken.tenant, ApiToken.operator).where(
         ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None)
     )
     if isinstance(bind, Connection):
-        return bind.scalar(query)
-    with bind.connect() as connection:
-        return connection.scalar(query)
+        row = bind.execute(query).first()
+    else:
+        with bind.connect() as connection:
+            row = connection.execute(query).first()
+    return None if row is None else Caller(row.tenant, bool(row.operator))
 
 
 def _check_name(field: str, value: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, inspect, select
+from sqlalchemy import Connection, Engine, inspect, select
 
 from asynctask import tokens
 from asynctask.db import migrate
@@ -40,18 +40,36 @@ def asynctask_tokens(*argv: str, database_url: str, cwd: Path) -> subprocess.Com
     )
 
 
+def tenant_for(bind: Engine | Connection, token: str) -> str | None:
+    caller = tokens.caller_for(bind, token)
+    assert caller is None or not caller.operator
+    return None if caller is None else caller.tenant
+
+
 def test_a_created_token_authenticates_as_its_tenant(engine: Engine) -> None:
     created = tokens.create_token(engine, "acme", label="ci")
     assert (created.tenant, created.label) == ("acme", "ci")
     assert created.token.startswith("atk_")
     # token_urlsafe(32): 256 bits in 43 characters.
     assert len(created.token) == len("atk_") + 43
-    assert tokens.tenant_for(engine, created.token) == "acme"
+    assert tenant_for(engine, created.token) == "acme"
     with engine.connect() as connection:
-        assert tokens.tenant_for(connection, created.token) == "acme"
+        assert tenant_for(connection, created.token) == "acme"
     other = tokens.create_token(engine, "globex")
     assert other.token != created.token and other.id != created.id
-    assert tokens.tenant_for(engine, other.token) == "globex"
+    assert tenant_for(engine, other.token) == "globex"
+
+
+def test_an_operator_token_says_so_and_a_tenant_token_does_not(engine: Engine) -> None:
+    operator = tokens.create_token(engine, "ops", label="on call", operator=True)
+    plain = tokens.create_token(engine, "ops")
+    assert operator.operator and not plain.operator
+    assert tokens.caller_for(engine, operator.token) == tokens.Caller("ops", operator=True)
+    assert tokens.caller_for(engine, plain.token) == tokens.Caller("ops", operator=False)
+    listed = {info.id: info.operator for info in tokens.list_tokens(engine)}
+    assert listed == {operator.id: True, plain.id: False}
+    tokens.revoke_token(engine, operator.id)
+    assert tokens.caller_for(engine, operator.token) is None
 
 
 def test_a_wrong_or_altered_token_authenticates_no_one(engine: Engine) -> None:
@@ -69,15 +87,15 @@ def test_a_wrong_or_altered_token_authenticates_no_one(engine: Engine) -> None:
         token[:-1] + "é",
         token[:-1] + "\ud800",
     ]:
-        assert tokens.tenant_for(engine, presented) is None, presented
+        assert tenant_for(engine, presented) is None, presented
 
 
 def test_a_revoked_token_authenticates_no_one(engine: Engine) -> None:
     revoked = tokens.create_token(engine, "acme")
     kept = tokens.create_token(engine, "acme")
     assert tokens.revoke_token(engine, revoked.id) is True
-    assert tokens.tenant_for(engine, revoked.token) is None
-    assert tokens.tenant_for(engine, kept.token) == "acme"
+    assert tenant_for(engine, revoked.token) is None
+    assert tenant_for(engine, kept.token) == "acme"
     [first] = [info.revoked_at for info in tokens.list_tokens(engine) if info.id == revoked.id]
     assert first is not None
     # Revoking again is no error and keeps the time of the first revocation.
@@ -120,6 +138,7 @@ def test_list_shows_every_token_oldest_first_and_filters_by_tenant(engine: Engin
         "label",
         "created_at",
         "revoked_at",
+        "operator",
     }
 
 
@@ -145,7 +164,7 @@ def test_bad_tenants_and_labels_are_rejected(
 
 def test_the_longest_tenant_and_label_fit(engine: Engine) -> None:
     created = tokens.create_token(engine, "ü" * 200, label="l" * 200)
-    assert tokens.tenant_for(engine, created.token) == "ü" * 200
+    assert tenant_for(engine, created.token) == "ü" * 200
 
 
 def test_downgrade_to_0001_drops_the_token_table_only(database_url: str, engine: Engine) -> None:
@@ -173,17 +192,18 @@ def test_cli_creates_lists_and_revokes_tokens(database_url: str, tmp_path: Path)
     assert token not in created.stderr
     engine = create_database_engine(database_url)
     try:
-        assert tokens.tenant_for(engine, token) == "acme"
+        assert tenant_for(engine, token) == "acme"
         [info] = tokens.list_tokens(engine)
         assert f"token id {info.id} " in created.stderr
 
         listed = asynctask_tokens("tokens", "list", database_url=database_url, cwd=tmp_path)
         assert (listed.returncode, listed.stderr) == (0, "")
         header, row = listed.stdout.splitlines()
-        assert header.split() == ["ID", "TENANT", "LABEL", "CREATED", "REVOKED"]
+        assert header.split() == ["ID", "TENANT", "OPERATOR", "LABEL", "CREATED", "REVOKED"]
         assert row.split() == [
             info.id,
             "acme",
+            "no",
             "ci",
             "bot",
             info.created_at.isoformat(timespec="seconds"),
@@ -197,7 +217,7 @@ def test_cli_creates_lists_and_revokes_tokens(database_url: str, tmp_path: Path)
 
         revoked = asynctask_tokens("tokens", "revoke", info.id, database_url=database_url, cwd=tmp_path)
         assert (revoked.returncode, revoked.stderr) == (0, "")
-        assert tokens.tenant_for(engine, token) is None
+        assert tenant_for(engine, token) is None
         [row] = asynctask_tokens(
             "tokens", "list", database_url=database_url, cwd=tmp_path
         ).stdout.splitlines()[1:]
@@ -209,6 +229,22 @@ def test_cli_creates_lists_and_revokes_tokens(database_url: str, tmp_path: Path)
     assert unknown.returncode == 1
     assert unknown.stdout == ""
     assert unknown.stderr.strip() == "asynctask: no token with id nosuchid (see asynctask tokens list)"
+
+
+def test_cli_creates_an_operator_token(database_url: str, tmp_path: Path) -> None:
+    migrate.upgrade(database_url)
+    created = asynctask_tokens(
+        "tokens", "create", "--tenant", "ops", "--operator", database_url=database_url, cwd=tmp_path
+    )
+    assert created.returncode == 0, created.stderr
+    assert "for an operator of tenant ops; store it now" in created.stderr
+    engine = create_database_engine(database_url)
+    try:
+        assert tokens.caller_for(engine, created.stdout.strip()) == tokens.Caller("ops", operator=True)
+    finally:
+        engine.dispose()
+    listed = asynctask_tokens("tokens", "list", database_url=database_url, cwd=tmp_path)
+    assert listed.stdout.splitlines()[1].split()[1:3] == ["ops", "yes"]
 
 
 def test_cli_rejects_a_bad_tenant(database_url: str, tmp_path: Path) -> None:

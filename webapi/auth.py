@@ -1,4 +1,5 @@
-"""Bearer tokens: each request's token names its tenant (``g.tenant``).
+"""Bearer tokens: each request's token names its tenant (``g.tenant``) and whether it is an
+operator's (``g.operator``).
 
 A verified token is remembered for ``token_cache_seconds`` so that a status poll costs no
 extra query; unknown tokens are never remembered, so guessing cannot fill the memory.
@@ -24,43 +25,48 @@ class TokenVerifier:
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
         self._lock = threading.Lock()
-        self._known: dict[str, tuple[str, float]] = {}
+        self._known: dict[str, tuple[tokens.Caller, float]] = {}
 
-    def tenant(self, connection: Connection, token: str) -> str | None:
+    def caller(self, connection: Connection, token: str) -> tokens.Caller | None:
         now = time.monotonic()
         with self._lock:
             cached = self._known.get(token)
         if cached is not None and cached[1] > now:
             return cached[0]
-        tenant = tokens.tenant_for(connection, token)
-        if tenant is not None and self.ttl > 0:
+        caller = tokens.caller_for(connection, token)
+        if caller is not None and self.ttl > 0:
             with self._lock:
                 if len(self._known) >= CACHE_LIMIT:
                     self._known.clear()
-                self._known[token] = (tenant, now + self.ttl)
-        return tenant
+                self._known[token] = (caller, now + self.ttl)
+        return caller
 
 
 def authenticate(enabled: bool, verifier: TokenVerifier, connection: Callable[[], Connection]) -> None:
-    """Set ``g.tenant`` from the Authorization header, or raise 401 (None when auth is off)."""
+    """Set ``g.tenant`` and ``g.operator`` from the Authorization header, or raise 401 (a None
+    tenant when auth is off)."""
     if not enabled:
         g.tenant = None
+        g.operator = True
         return
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "send the header Authorization: Bearer <token>")
-    tenant = verifier.tenant(connection(), token)
-    if tenant is None:
+    caller = verifier.caller(connection(), token)
+    if caller is None:
         raise ApiError(401, "unauthorized", "the token is unknown or revoked")
-    g.tenant = tenant
+    g.tenant = caller.tenant
+    g.operator = caller.operator
 
 
-def require_operator(enabled: bool, operators: tuple[str, ...]) -> None:
-    """Raise 403 unless the caller's tenant is an operator (with auth off, every caller is)."""
-    if enabled and g.tenant not in operators:
+def require_operator(operators: tuple[str, ...]) -> None:
+    """Raise 403 unless the caller is an operator: an operator's token, or a token of an operator
+    tenant (with auth off, every caller is)."""
+    if not (g.operator or g.tenant in operators):
         raise ApiError(
             403,
             "operator_only",
-            "only a token of an operator tenant may call this (ASYNCTASK_API_OPERATOR_TENANTS)",
+            "only an operator's token (asynctask tokens create --operator) or a token of an operator "
+            "tenant (ASYNCTASK_API_OPERATOR_TENANTS) may call this",
         )

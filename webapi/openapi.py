@@ -47,9 +47,10 @@ def document() -> dict[str, Any]:
             "description": (
                 "Every `/api/*` request needs `Authorization: Bearer <token>` (a token is bound to one "
                 "tenant; `asynctask tokens create --tenant NAME`). A task of another tenant is reported "
-                "as absent (404 `task_not_found`). The periodic schedules are the deployment's: only a token "
-                "of an operator tenant (`ASYNCTASK_API_OPERATOR_TENANTS`) may read them, any other is "
-                "refused (403 `operator_only`). Every 4xx/5xx response has the `Error` body; its "
+                "as absent (404 `task_not_found`). The periodic schedules are the deployment's: only an "
+                "operator's token (`asynctask tokens create --operator`, or any token of a tenant of "
+                "`ASYNCTASK_API_OPERATOR_TENANTS`) may read them, any other is refused (403 "
+                "`operator_only`). Every 4xx/5xx response has the `Error` body; its "
                 "`error.code` is stable, its `message` is for people. Unknown routes answer 404 "
                 "`not_found`, a wrong method 405 `method_not_allowed` with an `Allow` header."
             ),
@@ -64,7 +65,7 @@ def document() -> dict[str, Any]:
             },
             {"name": "jobs", "description": "The jobs a caller may submit."},
             {"name": "keys", "description": "Concurrency keys whose jobs run or wait."},
-            {"name": "periodic", "description": "Periodic schedules (operator tenants only)."},
+            {"name": "periodic", "description": "Periodic schedules (operators only)."},
             {"name": "service", "description": "Health checks, this document and the example page."},
         ],
         "paths": _paths(),
@@ -207,8 +208,8 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
     401: ("Unauthorized", "`unauthorized`: the token is missing, malformed, unknown or revoked."),
     403: (
         "Forbidden",
-        "`operator_only`: the token's tenant is not one of the operator tenants "
-        "(`ASYNCTASK_API_OPERATOR_TENANTS`).",
+        "`operator_only`: the token is not an operator's (`asynctask tokens create --operator`) and its "
+        "tenant is not one of the operator tenants (`ASYNCTASK_API_OPERATOR_TENANTS`).",
     ),
     404: ("TaskNotFound", "`task_not_found`: no such task for this token's tenant."),
     409: (
@@ -930,8 +931,9 @@ def _paths() -> dict[str, Any]:
                 "The deployment's periodic schedules",
                 "periodic",
                 {"200": _response("The schedules.", _ref("Schedules")), **_errors(403)},
-                description="For a token of an operator tenant (`ASYNCTASK_API_OPERATOR_TENANTS`) only: any "
-                "other is refused with 403 `operator_only`. The schedules are those the workers declare "
+                description="For an operator's token only (`asynctask tokens create --operator`, or any "
+                "token of a tenant of `ASYNCTASK_API_OPERATOR_TENANTS`): any other is refused with 403 "
+                "`operator_only`. The schedules are those the workers declare "
                 f"(one no worker declares any more is forgotten {FORGET_AFTER:g} s later); times are UTC.",
             ),
         },

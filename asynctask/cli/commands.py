@@ -204,13 +204,13 @@ def run_tokens(args: argparse.Namespace) -> int:
         if not inspect(engine).has_table(ApiToken.__tablename__):
             raise CommandError(f"database {shown} has no API token table; run `asynctask db upgrade` first")
         if args.tokens_command == "create":
-            created = tokens.create_token(engine, args.tenant, args.label)
+            created = tokens.create_token(engine, args.tenant, args.label, operator=args.operator)
             # The token alone on stdout, so that a script can capture it; the rest is for people.
             print(created.token)
-            print(
-                f"token id {created.id} for tenant {created.tenant}; store it now, it is not shown again",
-                file=sys.stderr,
+            whose = (
+                f"an operator of tenant {created.tenant}" if created.operator else f"tenant {created.tenant}"
             )
+            print(f"token id {created.id} for {whose}; store it now, it is not shown again", file=sys.stderr)
         elif args.tokens_command == "revoke":
             if not tokens.revoke_token(engine, args.id):
                 raise CommandError(f"no token with id {args.id} (see asynctask tokens list)", FAILED)
@@ -225,11 +225,12 @@ def run_tokens(args: argparse.Namespace) -> int:
 
 
 def _print_tokens(infos: list[TokenInfo]) -> None:
-    rows = [("ID", "TENANT", "LABEL", "CREATED", "REVOKED")]
+    rows = [("ID", "TENANT", "OPERATOR", "LABEL", "CREATED", "REVOKED")]
     rows += [
         (
             info.id,
             info.tenant,
+            "yes" if info.operator else "no",
             info.label or "-",
             info.created_at.isoformat(timespec="seconds"),
             info.revoked_at.isoformat(timespec="seconds") if info.revoked_at else "-",

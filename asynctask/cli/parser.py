@@ -146,6 +146,11 @@ def _tokens(group: Commands) -> None:
     )
     create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token acts as")
     create.add_argument("--label", metavar="TEXT", help="a note on what the token is for")
+    create.add_argument(
+        "--operator",
+        action="store_true",
+        help="it may also call the operator endpoints (the deployment's, not one tenant's)",
+    )
     listing = tokens_commands.add_parser("list", help="show tokens (never their secrets)")
     listing.add_argument("--tenant", metavar="NAME", help="only this tenant's tokens")
     revoke = tokens_commands.add_parser("revoke", help="revoke a token for good")

@@ -20,7 +20,7 @@ from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.flowjob import digest
 from asynctask.brokers.sql.models import Lane, QueuedJob, RateStart, UniqueHold
 from asynctask.brokers.sql.push import push_rows
-from asynctask.db.migrate import current, downgrade, upgrade
+from asynctask.db.migrate import current, downgrade, head, upgrade
 from tests.brokers import test_sql_broker as base
 from tests.brokers.test_sql_broker import claim_all
 
@@ -256,7 +256,7 @@ def test_the_migration_goes_down_and_up_again(sql_url: str, broker: SqlBroker) -
     downgrade(sql_url, "0003")
     assert current(sql_url) == "0003"
     upgrade(sql_url)
-    assert current(sql_url) == "0009"
+    assert current(sql_url) == head()
     assert [(r.state, r.lane, r.holds) for r in rows(broker)] == [("queued", None, False)]
 
 

@@ -17,12 +17,13 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Column, Engine, Integer, MetaData, delete, func, inspect, select
+from sqlalchemy import Column, Engine, Integer, MetaData, delete, func, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 # Imported for its tables: the SQL broker's share Base.metadata with the tracking tables.
 import asynctask.brokers.sql.models  # noqa: F401
+from asynctask import tokens
 from asynctask.db import migrate
 from asynctask.db.base import NAMING, Base
 from asynctask.db.engine import create_database_engine
@@ -31,7 +32,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0009"
+HEAD = "0010"
 
 
 @pytest.fixture
@@ -101,6 +102,27 @@ def test_the_drift_check_catches_a_model_change_without_a_migration(
     assert [(diff[0], diff[2], diff[3].name) for diff in drift(bare_engine, changed)] == [
         ("add_column", "asynctask_task", "priority")
     ]
+
+
+def test_tokens_made_before_operator_tokens_stay_tenant_tokens(
+    database_url: str, bare_engine: Engine
+) -> None:
+    migrate.upgrade(database_url, "0009")
+    token = tokens.TOKEN_PREFIX + "x" * 43
+    with bare_engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO asynctask_api_token (id, tenant, token_hash, created_at) "
+                "VALUES ('t1', 'acme', :hash, :at)"
+            ),
+            {"hash": tokens.hash_token(token), "at": datetime.now(UTC)},
+        )
+    migrate.upgrade(database_url)
+    assert tokens.caller_for(bare_engine, token) == tokens.Caller("acme", operator=False)
+    migrate.downgrade(database_url, "0009")
+    assert "operator" not in {c["name"] for c in inspect(bare_engine).get_columns("asynctask_api_token")}
+    with bare_engine.connect() as connection:
+        assert connection.execute(text("SELECT tenant FROM asynctask_api_token")).scalars().all() == ["acme"]
 
 
 def test_downgrade_to_base_and_upgrade_again(database_url: str, bare_engine: Engine) -> None:

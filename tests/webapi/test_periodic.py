@@ -211,6 +211,18 @@ def test_no_tenant_is_an_operator_by_default(make: MakeApi) -> None:
     assert (response.status_code, error_of(response)["code"]) == (403, "operator_only")
 
 
+def test_an_operator_token_lists_the_schedules_whatever_its_tenant(make: MakeApi) -> None:
+    api = make()
+    declare(api.client.settings, Schedule("nightly", "report", "0 3 * * *"), take_at=T0)
+    made = create_token(api.engine, "acme", operator=True)
+    response = api.get("/api/periodic", made.token)
+    assert response.status_code == 200, response.get_json()
+    assert [s["name"] for s in response.get_json()["schedules"]] == ["nightly"]
+    # Revoked, it is no one's (the verifier keeps nothing: token_cache_seconds is 0 here).
+    assert revoke_token(api.engine, made.id)
+    assert api.get("/api/periodic", made.token).status_code == 401
+
+
 @pytest.mark.parametrize(
     "authorization", [None, "Bearer", "Basic dXNlcjpwYXNz", "Bearer atk_nope", "revoked"]
 )

@@ -1,7 +1,7 @@
 """``GET /api/periodic``: the broker's periodic schedules, with their last and next runs.
 
-The schedules are the deployment's, declared by its workers, not a tenant's: only tokens of
-the operator tenants (``operator_tenants``) may read them.
+The schedules are the deployment's, declared by its workers, not a tenant's: only operators
+may read them (operators' tokens, and tokens of the operator tenants, ``operator_tenants``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ periodic = Blueprint("periodic", __name__, url_prefix="/api/periodic")
 @periodic.get("")
 def index() -> Response:
     found = resources()
-    require_operator(found.config.auth, found.config.operator_tenants)
+    require_operator(found.config.operator_tenants)
     # Sorted here: a SQL broker orders names by its database's collation, which may not be
     # code-point order.
     entries = sorted(found.periodic, key=lambda entry: entry.name)
