@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask, request
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
@@ -25,12 +26,14 @@ from webapi.blueprints.docs import docs
 from webapi.blueprints.health import health
 from webapi.blueprints.jobs import jobs
 from webapi.blueprints.keys import keys
+from webapi.blueprints.metrics import metrics
 from webapi.blueprints.page import page
 from webapi.blueprints.periodic import periodic
 from webapi.blueprints.stream import stream
 from webapi.blueprints.tasks import tasks
 from webapi.config import ApiConfig
 from webapi.headers import add_security_headers, allow_cors
+from webapi.metrics import BrokerCollector
 from webapi.resources import EXTENSION, Resources, broker_reader, db, release_db, resources
 from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
@@ -38,7 +41,7 @@ from webapi.watch import TaskWatcher
 logger = logging.getLogger("asynctask.api")
 
 #: Blueprints whose routes need a token (the page, health checks and the document do not).
-_PROTECTED = {tasks.name, stream.name, jobs.name, keys.name, periodic.name}
+_PROTECTED = {tasks.name, stream.name, jobs.name, keys.name, periodic.name, metrics.name}
 
 
 def create_app(
@@ -81,17 +84,26 @@ def create_app(
         streams=StreamSlots(config.max_streams, config.max_tenant_streams),
         busy_keys=broker_reader(BusyKeys, client),
         periodic=broker_reader(PeriodicSet, client),
+        metrics=_metrics(client),
     )
 
     errors.register(app)
     app.before_request(_authenticate)
-    for blueprint in (health, docs, page, tasks, stream, jobs, keys, periodic):
+    for blueprint in (health, docs, page, tasks, stream, jobs, keys, periodic, metrics):
         app.register_blueprint(blueprint)
     app.teardown_appcontext(_close_db)
     add_security_headers(app)
     if config.cors_origins:
         allow_cors(app, config.cors_origins)
     return app
+
+
+def _metrics(client: Client) -> CollectorRegistry:
+    # A registry of the app's own, not prometheus_client's global one: two apps in a process
+    # (tests, embedding) each report their own broker.
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(client.settings))
+    return registry
 
 
 def _authenticate() -> None:

@@ -66,6 +66,7 @@ def document() -> dict[str, Any]:
             {"name": "jobs", "description": "The jobs a caller may submit."},
             {"name": "keys", "description": "Concurrency keys whose jobs run or wait."},
             {"name": "periodic", "description": "Periodic schedules (operators only)."},
+            {"name": "operations", "description": "Prometheus metrics (operators only)."},
             {"name": "service", "description": "Health checks, this document and the example page."},
         ],
         "paths": _paths(),
@@ -935,6 +936,24 @@ def _paths() -> dict[str, Any]:
                 "token of a tenant of `ASYNCTASK_API_OPERATOR_TENANTS`): any other is refused with 403 "
                 "`operator_only`. The schedules are those the workers declare "
                 f"(one no worker declares any more is forgotten {FORGET_AFTER:g} s later); times are UTC.",
+            ),
+        },
+        "/metrics": {
+            "get": _operation(
+                "metrics",
+                "The broker's state in Prometheus' text format",
+                "operations",
+                {
+                    "200": {
+                        "description": "The metrics (text format 0.0.4).",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(403),
+                },
+                description="For an operator's token only, as `/api/periodic`. Queues' sizes and "
+                "latencies, the scheduled, retry and dead sets' sizes, processed and failed totals, live "
+                "processes with their busy threads, and on Redis the tracking backlog; read at each "
+                "scrape, at a cost that does not grow with the number of jobs.",
             ),
         },
         "/healthz": {

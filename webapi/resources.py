@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from flask import current_app, g
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Connection, Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
@@ -39,6 +40,8 @@ class Resources:
     streams: StreamSlots
     busy_keys: BusyKeys
     periodic: PeriodicSet
+    #: What ``/metrics`` reports, read at each scrape.
+    metrics: CollectorRegistry
 
 
 def broker_reader(kind: type[R], client: Client) -> R:

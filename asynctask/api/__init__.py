@@ -7,7 +7,7 @@ imported by the worker runtime. Each class takes a Redis ``(connection, keys)``,
 ``settings=`` (the broker is the settings' broker URL), or nothing for the default client's.
 """
 
-from asynctask.api.backend import BusyKey, Snapshot
+from asynctask.api.backend import Backlog, BusyKey, Snapshot
 from asynctask.api.context import Context
 from asynctask.api.keys import BusyKeys, busy_keys
 from asynctask.api.periodic import PeriodicEntry, PeriodicSet
@@ -19,6 +19,7 @@ from asynctask.api.stats import History, Stats
 from asynctask.api.work import Work, WorkSet
 
 __all__ = [
+    "Backlog",
     "BusyKey",
     "BusyKeys",
     "Context",

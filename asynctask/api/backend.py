@@ -101,6 +101,14 @@ class Snapshot:
     queues: dict[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    #: Transitions waiting for the flusher.
+    entries: int
+    #: Seconds the oldest of them has waited (0 when none waits).
+    age: float
+
+
 class ReadBackend(ABC):
     """The primitives of the read model over one store."""
 
@@ -239,3 +247,8 @@ class ReadBackend(ABC):
     @abstractmethod
     def history(self, days: Sequence[date]) -> tuple[list[int], list[int]]:
         """Processed and failed counts of each day (0 for a day without a count), in order."""
+
+    @abstractmethod
+    def tracking_backlog(self) -> Backlog | None:
+        """Tracked transitions written but not yet applied to the tracking database; None when
+        the broker writes them in the job's own transaction (nothing waits)."""

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import redis
 
-from asynctask.api.backend import Snapshot
+from asynctask.api.backend import Backlog, Snapshot
 from asynctask.api.context import Reader
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -105,6 +105,11 @@ class Stats(Reader):
             raise ValueError(f"unknown stat(s) {sorted(unknown)}; use 'processed' or 'failed'")
         self.backend.reset_stats([n for n in ("processed", "failed") if n in chosen])
         self._snapshot = None
+
+    def tracking_backlog(self) -> Backlog | None:
+        """How many tracked transitions wait for the flusher (Redis) and for how long the oldest
+        has; None on a SQL broker, which writes them with the job."""
+        return self.backend.tracking_backlog()
 
     def history(self, days: int = 30, start: date | None = None) -> History:
         """Daily processed/failed counts for ``days`` days up to ``start`` (default today, UTC)."""

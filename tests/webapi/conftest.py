@@ -4,6 +4,7 @@ registry of API jobs, two tenants' tokens, and tracked workers to run the jobs."
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,10 @@ from sqlalchemy import Engine
 
 import asynctask
 from asynctask import Client, JobFailed, Registry, Settings
+from asynctask.api.context import close_shared
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
+from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.tokens import create_token
 from tests.conftest import wait_until
 from webapi import create_app
@@ -103,3 +108,41 @@ def make_api(
 @pytest.fixture
 def api(make_api: Callable[..., Api]) -> Iterator[Api]:
     yield make_api()
+
+
+MakeApi = Callable[..., Api]
+
+
+@pytest.fixture(params=["redis", "sql"])
+def make(request: pytest.FixtureRequest, database_url: str, registry: Registry) -> Iterator[MakeApi]:
+    """``make_api`` of tests/webapi/conftest.py on the Redis broker, or its like on a SQL broker
+    in the tracking database."""
+    if request.param == "redis":
+        yield request.getfixturevalue("make_api")
+        return
+    with sql_broker(database_url, registry) as make_sql:
+        yield make_sql
+
+
+@contextmanager
+def sql_broker(url: str, registry: Registry) -> Iterator[MakeApi]:
+    """Apps on the SQL broker at ``url`` (an empty database), with tokens of acme and globex."""
+    upgrade(url)
+    settings = Settings(broker_url=url, database_url=url)
+    client = Client(settings, registry=registry, middleware=Chain([TrackingClientMiddleware()]))
+    engine = create_database_engine(url)
+    acme, globex = create_token(engine, "acme").token, create_token(engine, "globex").token
+
+    def make_sql(**config: Any) -> Api:
+        base = {"settings": settings, "token_cache_seconds": 0.0, **LIMITS}
+        app = create_app({**base, **config}, client=client, engine=engine)
+        app.testing = True
+        return Api(app, app.test_client(), engine, client, acme, globex)
+
+    try:
+        yield make_sql
+    finally:
+        client.close()
+        engine.dispose()
+        # The app's schedule reader opened the broker URL's shared engine.
+        close_shared()

@@ -9,70 +9,26 @@ month ahead, so that the runs it records and the next runs the API computes are 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
 import asynctask
-from asynctask import Client, Registry, Settings
-from asynctask.api.context import close_shared
+from asynctask import Registry, Settings
 from asynctask.brokers import open_broker
-from asynctask.db.engine import create_database_engine
-from asynctask.db.migrate import upgrade
-from asynctask.middleware import Chain, TrackingClientMiddleware
+from asynctask.middleware import Chain
 from asynctask.periodic import Schedule, Schedules
 from asynctask.tokens import create_token, revoke_token
 from asynctask.worker.periodic import Scheduler
 from tests.conftest import fresh_postgres_schema
-from tests.webapi.conftest import LIMITS, Api
+from tests.webapi.conftest import Api, MakeApi, sql_broker
 from tests.webapi.test_api import error_of
-from webapi import create_app
 from webapi.config import ApiConfig
 
 #: 18:30 UTC a month from now: the scheduler's clock, ahead of the real one, so the next run the
 #: API computes (from the later of now and the last tick) follows the recorded last tick.
 T0 = (int(time.time()) // 86400 + 30) * 86400 + 18 * 3600 + 30 * 60
 OPERATORS = ("ops", "admin")
-
-MakeApi = Callable[..., Api]
-
-
-@pytest.fixture(params=["redis", "sql"])
-def make(request: pytest.FixtureRequest, database_url: str, registry: Registry) -> Iterator[MakeApi]:
-    """``make_api`` of tests/webapi/conftest.py on the Redis broker, or its like on a SQL broker
-    in the tracking database."""
-    if request.param == "redis":
-        yield request.getfixturevalue("make_api")
-        return
-    with sql_broker(database_url, registry) as make_sql:
-        yield make_sql
-
-
-@contextmanager
-def sql_broker(url: str, registry: Registry) -> Iterator[MakeApi]:
-    """Apps on the SQL broker at ``url`` (an empty database), with tokens of acme and globex."""
-    upgrade(url)
-    settings = Settings(broker_url=url, database_url=url)
-    client = Client(settings, registry=registry, middleware=Chain([TrackingClientMiddleware()]))
-    engine = create_database_engine(url)
-    acme, globex = create_token(engine, "acme").token, create_token(engine, "globex").token
-
-    def make_sql(**config: Any) -> Api:
-        base = {"settings": settings, "token_cache_seconds": 0.0, **LIMITS}
-        app = create_app({**base, **config}, client=client, engine=engine)
-        app.testing = True
-        return Api(app, app.test_client(), engine, client, acme, globex)
-
-    try:
-        yield make_sql
-    finally:
-        client.close()
-        engine.dispose()
-        # The app's schedule reader opened the broker URL's shared engine.
-        close_shared()
 
 
 @pytest.fixture

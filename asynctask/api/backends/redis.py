@@ -18,6 +18,7 @@ from redis.commands.core import Script
 
 from asynctask import payload
 from asynctask.api.backend import (
+    Backlog,
     BusyKey,
     Move,
     ProcessRecord,
@@ -504,6 +505,18 @@ class RedisReader(ReadBackend):
         pipe.mget([self.keys.stat_failed_day(m) for m in moments])
         processed, failed = pipe.execute()
         return [_int(v) for v in processed], [_int(v) for v in failed]
+
+    def tracking_backlog(self) -> Backlog:
+        # The flusher deletes what it applied: the stream is the backlog, oldest first, and an
+        # entry's id starts with the milliseconds it was added at.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xlen(self.keys.tracking_stream)
+        pipe.xrange(self.keys.tracking_stream, count=1)
+        entries, oldest = pipe.execute()
+        if not oldest:
+            return Backlog(int(entries), 0.0)
+        added_ms = int(as_text(oldest[0][0]).partition("-")[0])
+        return Backlog(int(entries), max(0.0, payload.now() - added_ms / 1000))
 
 
 def payload_latency(raw: bytes | str | None) -> float:

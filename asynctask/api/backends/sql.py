@@ -460,6 +460,9 @@ class SqlReader(ReadBackend):
             counts = _pairs(conn, query)
         return [int(counts.get(n, 0)) for n in processed], [int(counts.get(n, 0)) for n in failed]
 
+    def tracking_backlog(self) -> None:
+        return None
+
 
 def _pairs(conn: Connection, query: Select[str, int]) -> dict[str, int]:
     return {str(name): int(value) for name, value in conn.execute(query)}
