@@ -25,9 +25,6 @@ from tests.chaos.state import RedisState
 from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.conftest import wait_until
 
-# Times what it checks: runs alone (see the marker in pyproject.toml).
-pytestmark = pytest.mark.alone
-
 TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
 ITEMS = 5000
 PARALLEL = 12

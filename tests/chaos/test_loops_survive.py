@@ -32,9 +32,6 @@ from asynctask.worker import Worker
 from tests.chaos.redis_server import PrivateRedis
 from tests.conftest import wait_until
 
-# Times what it checks: runs alone (see the marker in pyproject.toml).
-pytestmark = pytest.mark.alone
-
 #: Long enough for several heartbeats (0.5 s), polls (0.3 s) and fetch retries (1 s) to fail.
 OUTAGE_SECONDS = 3.0
 #: The loops that keep trying during the outage. Orphan recovery and the claim check follow a

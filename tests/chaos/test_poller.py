@@ -18,9 +18,6 @@ from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.conftest import wait_until
 from tests.pg_instance import PrivatePostgres
 
-# Times what it checks: runs alone (see the marker in pyproject.toml).
-pytestmark = pytest.mark.alone
-
 TIMING = Timing(heartbeat=1.0, ttl=5, poll=1.0)
 #: Longer than the longest wait between two polls (1.5 x the interval, one process).
 OUTAGE_SECONDS = 5.0

@@ -18,9 +18,6 @@ from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.conftest import wait_until
 from tests.pg_instance import PrivatePostgres
 
-# Times what it checks: runs alone (see the marker in pyproject.toml).
-pytestmark = pytest.mark.alone
-
 TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
 JOBS = 10_000
 PAUSE_MS = 30

@@ -21,9 +21,6 @@ from tests.chaos.state import RedisState, make_client, push_drain
 from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.conftest import wait_until
 
-# Times what it checks: runs alone (see the marker in pyproject.toml).
-pytestmark = pytest.mark.alone
-
 TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
 JOBS = 20_000
 #: Each job works up to this many milliseconds: the 20 threads need most of a minute of

@@ -16,9 +16,6 @@ from tests.chaos.state import SqlState, make_client, push_drain
 from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.conftest import wait_until
 
-# Times what it checks: runs alone (see the marker in pyproject.toml).
-pytestmark = pytest.mark.alone
-
 TIMING = Timing(heartbeat=1.0, ttl=5, poll=1.0)
 JOBS = 4000
 PAUSE_MS = 30
