@@ -158,8 +158,18 @@ def test_a_worker_stops_cleanly_while_its_broker_is_down(
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
     thread.start()
     conn = redis.Redis.from_url(redis_server.url)
+    keys = Keys(settings.namespace)
     try:
-        wait_until(lambda: conn.exists(Keys(settings.namespace).process(worker.identity)), timeout=10)
+        # Started: its heartbeat written and its claims registered, the last step before its
+        # threads start. Killed before that, it would stop as a worker that never reached its
+        # broker, with nothing to push back.
+        wait_until(
+            lambda: (
+                conn.exists(keys.process(worker.identity))
+                and worker.identity.encode() in conn.hvals(keys.inflight_registry)
+            ),
+            timeout=10,
+        )
     finally:
         conn.close()
     redis_server.kill()

@@ -519,8 +519,15 @@ def test_a_fed_task_is_paused_tuned_and_resumed_from_the_page(shared_stack: Stac
     expect(page.locator("#feed-state")).to_have_text("paused")
     expect(page.locator("#eta")).to_have_text("paused")
     expect(page.locator("#pause")).to_be_disabled()
-    # Paused: what is held stays held.
+    # Paused: what is held stays held. The count shown at the click may be a refresh older than
+    # the pause: read it once two readings a second apart agree.
     held = int(page.locator("#held").inner_text())
+    for _ in range(10):
+        page.wait_for_timeout(1000)
+        shown = int(page.locator("#held").inner_text())
+        if shown == held:
+            break
+        held = shown
     assert held > 0
     page.wait_for_timeout(1000)
     expect(page.locator("#held")).to_have_text(str(held))
