@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from asynctask import __version__
 from asynctask.cli import commands, sets, status
 from asynctask.cli import periodic as periodic_cli
 from asynctask.cli import tasks as feeds
 from asynctask.cli.failures import CONFIG, CommandError
+
+N = TypeVar("N", int, float)
 
 DESCRIPTION = (
     "AsyncTask runs background jobs: on Redis (Sidekiq's format) or on SQLite/PostgreSQL, with "
@@ -334,34 +336,25 @@ def _help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int
     return show
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
-    return port
+def _number(convert: Callable[[str], N], accept: Callable[[N], bool], what: str) -> Callable[[str], N]:
+    """An argparse type: ``text`` converted, if ``accept`` takes it; otherwise a usage error
+    saying that ``text`` is not ``what``."""
+
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
-    return number
-
-
-def _positive_float(text: str) -> float:
-    try:
-        number = float(text)
-    except ValueError:
-        number = 0.0
-    if not 0 < number < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return number
+_port = _number(int, lambda port: 1 <= port <= 65535, "a port (1 to 65535)")
+_positive_int = _number(int, lambda number: number >= 1, "a whole number of at least 1")
+_positive_float = _number(float, lambda seconds: 0 < seconds < float("inf"), "a number of seconds above 0")
 
 
 def _provided(name: str) -> Callable[[argparse.Namespace], int]:
