@@ -52,6 +52,9 @@ class Keys:
         #: Set: names of the queues served in push order (no shares); pushes read it, worker
         #: starts write it (see docs/internals/fair-share-redis.md).
         self.fifo = f"{p}asynctask:fifo"
+        #: Sorted set: stopped jobs (payload with the cursor they stopped at), scored by when
+        #: they stopped; a sixth job set beside Sidekiq's, which Sidekiq never reads.
+        self.stopped = f"{p}asynctask:stopped"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"
@@ -144,6 +147,10 @@ class Keys:
     def inflight(self, identity: str, queue: str) -> str:
         """Private list holding the jobs this process fetched from ``queue`` and has not finished."""
         return f"{self.prefix}asynctask:inflight|{identity}|{queue}"
+
+    def checkpoint(self, jid: str) -> str:
+        """Hash: a resumable job's checkpoint (``c`` cursor, ``n`` iterations) and ``stop`` flag."""
+        return f"{self.prefix}asynctask:checkpoint:{jid}"
 
     def stat_processed_day(self, when: datetime | None = None) -> str:
         return f"{self.stat_processed}:{_day(when)}"

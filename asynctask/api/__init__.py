@@ -1,6 +1,6 @@
 """The read model over the broker's data, like Ruby's ``Sidekiq::API``.
 
-Sees and acts on queues, the scheduled, retry and dead sets, live processes and what they
+Sees and acts on queues, the scheduled, retry, dead and stopped sets, live processes and what they
 run, the periodic schedules, and the concurrency keys whose jobs hold or wait for slots, on
 either broker: Redis (jobs of Ruby and Python processes alike) or SQL. Nothing here is
 imported by the worker runtime. Each class takes a Redis ``(connection, keys)``, or
@@ -14,7 +14,7 @@ from asynctask.api.periodic import PeriodicEntry, PeriodicSet
 from asynctask.api.processes import Process, ProcessSet
 from asynctask.api.queues import Queue
 from asynctask.api.records import JobRecord
-from asynctask.api.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from asynctask.api.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry, StoppedSet
 from asynctask.api.stats import History, Stats
 from asynctask.api.work import Work, WorkSet
 
@@ -37,6 +37,7 @@ __all__ = [
     "Snapshot",
     "SortedEntry",
     "Stats",
+    "StoppedSet",
     "Work",
     "WorkSet",
     "busy_keys",

@@ -22,7 +22,7 @@ from typing import Literal
 from asynctask.brokers.periodic import PeriodicStore
 
 #: The job sets, by their Sidekiq names.
-SetName = Literal["schedule", "retry", "dead"]
+SetName = Literal["schedule", "retry", "dead", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +201,18 @@ class ReadBackend(ABC):
     @abstractmethod
     def dead_add(self, encoded: bytes | str, now: float) -> None:
         """Add a job to the dead set (scored ``now``) and trim it as ``set_kill`` does."""
+
+    # Stopping jobs that wait: moved to the ``stopped`` set without running.
+
+    @abstractmethod
+    def queue_park(self, name: str, job: Stored, encoded: str, now: float) -> bool:
+        """Move this job from the queue to the ``stopped`` set as ``encoded`` (scored ``now``),
+        ending it as ``queue_delete`` does; False if it was no longer there."""
+
+    @abstractmethod
+    def set_park(self, name: SetName, entry: Scored, encoded: str, now: float) -> bool:
+        """Move this entry of ``schedule`` or ``retry`` to the ``stopped`` set as ``encoded``
+        (scored ``now``), ending it as ``set_delete`` does; False if it was no longer there."""
 
     # Concurrency keys.
 

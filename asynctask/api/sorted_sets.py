@@ -216,3 +216,9 @@ class DeadSet(JobSet):
         """Add a job (a dict, or its JSON) to the dead set, trimming it as Sidekiq does."""
         encoded = job if isinstance(job, bytes | str) else payload.dumps(job)
         self.backend.dead_add(encoded, payload.now())
+
+
+class StoppedSet(JobSet):
+    """``stopped``: jobs stopped by ``stop_job``, scored by when they stopped; never trimmed."""
+
+    name = "stopped"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from asynctask import payload
+from asynctask.brokers.checkpoints import Checkpoints
 from asynctask.brokers.feeds import Feeds
 from asynctask.brokers.periodic import PeriodicStore
 from asynctask.feeds import FEED_FIELD, Feed
@@ -350,6 +351,8 @@ class Broker(ABC):
     feeds: Feeds
     #: The periodic schedules and the step that enqueues each of their ticks once.
     periodic: PeriodicStore
+    #: Resumable jobs' checkpoints and stop requests.
+    checkpoints: Checkpoints
     #: Errors that mean this broker's store is unreachable or refused a command: the worker
     #: logs them and tries again, it never dies of them.
     errors: ClassVar[tuple[type[BaseException], ...]]
@@ -402,6 +405,12 @@ class Broker(ABC):
     @abstractmethod
     def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
         """Add a job to the dead set (trimmed by age and count, as Sidekiq does) and release it."""
+
+    @abstractmethod
+    def park(self, unit: UnitOfWork, encoded: str, outbox: Outbox | None = None) -> None:
+        """Move a claimed job that was stopped to the ``stopped`` set (scored now, never
+        trimmed) as ``encoded``, and release it, atomically with the outbox's transitions. It
+        ends as a dead job ends: its concurrency slot, unique key and feed slot are freed."""
 
     @abstractmethod
     def release(self, unit: UnitOfWork) -> None:

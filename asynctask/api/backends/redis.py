@@ -154,6 +154,37 @@ end
 return 0
 """
 
+# As DELETE, then keep the job in the stopped set, rewritten (its cursor added).
+# ARGV[4]  the stopped set's key
+# ARGV[5]  now (its score)
+# ARGV[6]  the payload to keep
+PARK_QUEUED = DELETE.replace(
+    "    flow_end(job, false)\n",
+    '    redis.call("zadd", ARGV[4], ARGV[5], ARGV[6])\n    flow_end(job, false)\n',
+)
+
+# Move one entry of a sorted set to the stopped set, rewritten, and end it as finish.lua does.
+# KEYS[1]  the set holding the entry (schedule or retry)
+# KEYS[2]  the stopped set
+# ARGV[1]  the namespace prefix
+# ARGV[2]  the entry, byte for byte
+# ARGV[3]  now (its score in the stopped set)
+# ARGV[4]  the payload to keep
+# ARGV[5]  the entry's score as read
+# Returns 1 if it was moved, 0 if it was no longer in KEYS[1] with that score.
+PARK_SCORED = """
+FLOW_PREFIX = ARGV[1]
+local score = redis.call("zscore", KEYS[1], ARGV[2])
+if not score or tonumber(score) ~= tonumber(ARGV[5]) then
+  return 0
+end
+redis.call("zrem", KEYS[1], ARGV[2])
+redis.call("zadd", KEYS[2], ARGV[3], ARGV[4])
+flow_end(ARGV[2], false)
+feed_release_ended()
+return 1
+"""
+
 
 class RedisReader(ReadBackend):
     def __init__(self, connection: redis.Redis, keys: Keys, settings: Settings) -> None:
@@ -168,6 +199,8 @@ class RedisReader(ReadBackend):
         self._lists: Script = connection.register_script(with_flow(LISTS))
         self._sizes: Script = connection.register_script(with_flow(SIZES))
         self._delete: Script = connection.register_script(with_flow(DELETE))
+        self._park_queued: Script = connection.register_script(with_flow(PARK_QUEUED))
+        self._park_scored: Script = connection.register_script(with_flow(PARK_SCORED))
         self._periodic = RedisPeriodic(connection, keys, Scripts(connection))
 
     @property
@@ -252,7 +285,10 @@ class RedisReader(ReadBackend):
     # Sets: the ``schedule``, ``retry`` and ``dead`` sorted sets.
 
     def set_key(self, name: SetName) -> str:
-        return {"schedule": self.keys.schedule, "retry": self.keys.retry, "dead": self.keys.dead}[name]
+        keys = self.keys
+        return {"schedule": keys.schedule, "retry": keys.retry, "dead": keys.dead, "stopped": keys.stopped}[
+            name
+        ]
 
     def set_size(self, name: SetName) -> int:
         return int(self.redis.zcard(self.set_key(name)))
@@ -328,6 +364,15 @@ class RedisReader(ReadBackend):
         pipe.zremrangebyscore(self.keys.dead, "-inf", now - s.dead_timeout)
         pipe.zremrangebyrank(self.keys.dead, 0, -(s.dead_max_jobs + 1))
         pipe.execute()
+
+    def queue_park(self, name: str, job: Stored, encoded: str, now: float) -> bool:
+        args: list[bytes | str] = [self.keys.prefix, name, job.raw, self.keys.stopped, repr(now), encoded]
+        return int(self._park_queued(args=args)) > 0
+
+    def set_park(self, name: SetName, entry: Scored, encoded: str, now: float) -> bool:
+        keys = [self.set_key(name), self.keys.stopped]
+        args: list[bytes | str] = [self.keys.prefix, entry.raw, repr(now), encoded, repr(entry.score)]
+        return int(self._park_scored(keys=keys, args=args)) > 0
 
     # Concurrency keys: ``asynctask:lanes`` lists every key with slot holders or a line.
 

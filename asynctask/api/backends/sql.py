@@ -2,18 +2,19 @@
 
 A queue is its rows in state ``queued`` that no worker has claimed (``locked_by`` NULL): a
 claimed job is in flight, as on Redis where it moved to an in-flight list. The next job of a
-queue is its lowest (priority, id). The sets are the rows in state ``scheduled``, ``retry``
-and ``dead``, scored by ``run_at``, ordered by (run_at, id).
+queue is its lowest (priority, id). The sets are the rows in state ``scheduled``, ``retry``,
+``dead`` and ``stopped``, scored by ``run_at``, ordered by (run_at, id).
 
 Every action on an entry is one conditional statement on the row's id, state and score; its
 row count says whether the entry was still there, so a click racing the poller or another
 click moves a job once or not at all.
 
-An action that removes jobs (delete, clear, kill) ends them for flow control: their unique
-holds are released and their keys' slots go to the next jobs of the keys' lines, and their
-feeds release (a fed task's held jobs are not in any queue or set, so no action reaches
-them), in the action's transaction. A job moved back to a queue that holds no slot of its key (dead, or
-retrying with ``concurrency_on_failure="continue"``) enters its key's line instead.
+An action that removes jobs (delete, clear, kill, park) ends them for flow control: their
+unique holds are released and their keys' slots go to the next jobs of the keys' lines, and
+their feeds release (a fed task's held jobs are not in any queue or set, so no action reaches
+them), in the action's transaction. A job moved back to a queue that holds no slot of its key
+(dead, stopped, or retrying with ``concurrency_on_failure="continue"``) enters its key's line
+instead.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from asynctask.brokers.sql.models import (
     QUEUED,
     RETRY,
     SCHEDULED,
+    STOPPED,
     Lane,
     ProcessSignal,
     QueuedJob,
@@ -87,7 +89,7 @@ SCAN_PAGE = 100
 #: The lifetime counters' names.
 _TOTALS = ("processed", "failed")
 
-STATES: dict[SetName, str] = {"schedule": SCHEDULED, "retry": RETRY, "dead": DEAD}
+STATES: dict[SetName, str] = {"schedule": SCHEDULED, "retry": RETRY, "dead": DEAD, "stopped": STOPPED}
 
 # The partial indexes' own predicates, as literals (see ``statements``).
 _WAITING = text(CLAIMABLE)
@@ -295,6 +297,25 @@ class SqlReader(ReadBackend):
             if moved:
                 self._trim_dead(conn, now)
         return moved
+
+    # Stopping jobs that wait.
+
+    def queue_park(self, name: str, job: Stored, encoded: str, now: float) -> bool:
+        return self._park(_one_row(job.ref, job.raw, J.queue == name, _WAITING), encoded, now)
+
+    def set_park(self, name: SetName, entry: Scored, encoded: str, now: float) -> bool:
+        return self._park(
+            _one_row(entry.ref, entry.raw, _in_set(name), J.run_at == entry.score), encoded, now
+        )
+
+    def _park(self, where: list[Condition] | None, encoded: str, now: float) -> bool:
+        """Move the row ``where`` selects to the stopped set as ``encoded``, ending it as a
+        delete does (``_ending``); it keeps its key, so a resume sends it through its line."""
+        if where is None:
+            return False
+        stopped = {"state": STOPPED, "run_at": now, "payload": encoded, "holds": False}
+        with self._store.write() as tx, self._ending(tx, *where):
+            return tx.connection.execute(update(J).where(*where).values(stopped)).rowcount > 0
 
     def _lock_lane(self, conn: Connection, lane: str, replacement: str) -> None:
         """Lock the key of a job moving back to its queue, recreating it from the job (with

@@ -10,6 +10,7 @@ import redis
 from asynctask import fairness, payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.redis import process
+from asynctask.brokers.redis.checkpoints import RedisCheckpoints
 from asynctask.brokers.redis.connection import connect
 from asynctask.brokers.redis.feeds import RedisFeeds
 from asynctask.brokers.redis.fetch import ReliableFetch, release
@@ -48,6 +49,7 @@ class RedisBroker(Broker):
         self.tracking = RedisTrackingStore(self.redis, self.keys, self.scripts, settings)
         self.feeds = RedisFeeds(self.redis, self.keys, self.scripts)
         self.periodic = RedisPeriodic(self.redis, self.keys, self.scripts)
+        self.checkpoints = RedisCheckpoints(self.redis, self.keys)
 
     def close(self) -> None:
         """Close the connection pool, if this broker opened it."""
@@ -169,6 +171,15 @@ class RedisBroker(Broker):
                 keys=[self.keys.dead], args=[self.keys.prefix, "none", "end", ended], client=pipe
             )
         pipe.execute()
+
+    def park(self, unit: UnitOfWork, encoded: str, outbox: Outbox | None = None) -> None:
+        with draining(outbox) as transitions:
+            pipe = self.redis.pipeline(transaction=True)
+            if transitions:
+                self.scripts.record_transitions(self.keys, pipe, transitions)
+            pipe.zadd(self.keys.stopped, {encoded: payload.now()})
+            release(pipe, self.scripts, self.keys, [unit])
+            pipe.execute()
 
     def release(self, unit: UnitOfWork) -> None:
         """Drop a job from in-flight without keeping it anywhere (done, skipped or discarded):

@@ -20,11 +20,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from asynctask import fairness, payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.sql import processes
+from asynctask.brokers.sql.checkpoints import SqlCheckpoints
 from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.flow import Flow, is_flow
 from asynctask.brokers.sql.flowjob import LaneOf, lane_of
-from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED
+from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED, STOPPED
 from asynctask.brokers.sql.periodic import SqlPeriodic
 from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
@@ -78,6 +79,8 @@ class SqlBroker(Broker):
         self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
         self.periodic = SqlPeriodic(self.store, self.push_in)
+        self._checkpoints = SqlCheckpoints(self.store)
+        self.checkpoints = self._checkpoints
         self._fetchers: list[SqlFetcher] = []
 
     def close(self) -> None:
@@ -238,22 +241,36 @@ class SqlBroker(Broker):
     def kill(self, unit: UnitOfWork | None, encoded: str) -> None:
         """Move a job to the dead set (trimmed by age and count, as Sidekiq does)."""
         now = payload.now()
+        s = self.settings
+        with self.store.write() as tx:
+            self._end_in_set(tx, unit, encoded, DEAD, now)
+            tx.connection.execute(self.store.sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
+            tx.connection.execute(self.store.sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
+
+    def park(self, unit: UnitOfWork, encoded: str, outbox: Outbox | None = None) -> None:
+        """Move the claimed row to the stopped set (never trimmed), with the outbox's
+        transitions, so they are stored before anyone can resume the job. It ends as a dead
+        job ends (``_end_in_set``)."""
+        with draining(outbox) as transitions, self.store.write() as tx:
+            self.store.record(tx.connection, transitions)
+            # After the tracking rows, before the keys: the order of every path.
+            self._end_in_set(tx, unit, encoded, STOPPED, payload.now())
+
+    def _end_in_set(self, tx: Tx, unit: UnitOfWork | None, encoded: str, state: str, now: float) -> None:
+        """In ``tx``, move the job (the claimed row of ``unit``, or a new row if there is no
+        unit) to the set ``state`` as ``encoded``, scored ``now``, and end it: its slot goes to
+        its key's next job, a unique key it holds until done is released, a fed job's feed
+        releases."""
         job = _job_fields(encoded)
         if unit is not None:
             job.setdefault("queue", unit.queue)
-        s = self.settings
         ends = [int(unit.ref)] if unit is not None and is_flow(encoded) else []
         fed = unit is not None and is_fed(encoded)
-        with self.store.write() as tx:
-            feeds = (
-                self.feeds.lock_of_rows(tx.connection, [int(unit.ref)]) if unit is not None and fed else []
-            )
-            with self.flow.ending(tx, ends, [encoded] if ends else []):
-                self._to_set(tx, unit, row(job, DEAD, now, encoded))
-            tx.connection.execute(self.store.sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
-            tx.connection.execute(self.store.sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
-            if feeds:
-                self.feeds.release(tx, feeds, now, lanes_held=bool(ends))
+        feeds = self.feeds.lock_of_rows(tx.connection, [int(unit.ref)]) if unit is not None and fed else []
+        with self.flow.ending(tx, ends, [encoded] if ends else []):
+            self._to_set(tx, unit, row(job, state, now, encoded))
+        if feeds:
+            self.feeds.release(tx, feeds, now, lanes_held=bool(ends))
 
     def release(self, unit: UnitOfWork) -> None:
         """Delete the claimed row; a keyed job's slot goes to its key's next job, a unique
@@ -304,8 +321,8 @@ class SqlBroker(Broker):
 
     def sweep(self) -> int:
         """Forget expired unique holds and old rate log entries, promote from lines whose key
-        has free slots, forget idle keys; return how many jobs were promoted. Three
-        transactions: each takes one kind of lock, so none waits for another in a cycle."""
+        has free slots, forget idle keys and old checkpoints; return how many jobs were
+        promoted. One transaction per kind of lock, so none waits for another in a cycle."""
         now = payload.now()
         with self.store.write() as tx:
             self.flow.expire(tx.connection, now)
@@ -313,6 +330,7 @@ class SqlBroker(Broker):
             promoted = self.flow.unstall(tx, now)
         with self.store.write() as tx:
             self.flow.forget_idle(tx.connection, IDLE_KEYS_PER_SWEEP)
+        self._checkpoints.expire(now)
         if promoted:
             logger.warning("the flow-control sweep promoted %d job(s) from lines with free slots", promoted)
         return promoted

@@ -13,6 +13,8 @@ same database and the same Alembic history (revision 0003).
 - ``ProcessSignal``: signals (TSTP, TERM, TTIN) sent to a process from outside.
 - ``StatCounter``: processed/failed totals, lifetime and per day.
 - ``CancelledTask``: tasks cancelled, read by workers before starting a task's job.
+- ``Checkpoint``: a resumable job's last cursor and stop request, by jid (revision 0011,
+  ``brokers.checkpoints``).
 - ``Counter``: named counters (the tracking transition number on SQLite; PostgreSQL uses
   the sequence ``asynctask_tracking_seq``, ``TRACKING_SEQUENCE``).
 
@@ -66,6 +68,8 @@ DEAD = "dead"
 LANE = "lane"
 #: Held by its task's feed, not released yet (not claimable).
 HELD = "held"
+#: Stopped by ``stop_job`` and kept, with its cursor, until resumed (not claimable).
+STOPPED = "stopped"
 #: ``Share.share`` of the jobs outside any task: its ``last_turn`` is the round after the
 #: one a plain job was last claimed in (no tenant's share is empty: ``fairness.share_of``).
 PLAIN_SHARE = ""
@@ -219,6 +223,17 @@ class CancelledTask(Base):
 
     task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     at: Mapped[float] = mapped_column(Float)
+
+
+class Checkpoint(Base):
+    __tablename__ = "asynctask_checkpoint"
+
+    jid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: The last stored cursor as JSON text; NULL while only a stop was requested.
+    cursor: Mapped[str | None] = mapped_column(Text)
+    iterations: Mapped[int] = mapped_column(BigInteger, default=0)
+    stop: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    updated_at: Mapped[float] = mapped_column(Float, index=True)
 
 
 class Counter(Base):
