@@ -25,10 +25,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from asynctask.db.engine import as_utc
 from asynctask.tracking import apply_postgres, apply_sqlite
 from asynctask.tracking.models import Event, EventMessage
-from asynctask.tracking.status import EventStatus, TaskState
+from asynctask.tracking.status import TERMINAL, EventStatus, TaskState
 from asynctask.tracking.transitions import LOG, PROGRESS, Transition
 
 COUNT_COLUMN = {status: f"count_{status.value}" for status in EventStatus}
+#: The count columns of jobs that will run again: enqueue, working, and stopped (a resume runs
+#: a stopped job again). A task with any has not finished.
+WAITING_COLUMNS = tuple(column for status, column in COUNT_COLUMN.items() if status not in TERMINAL)
 
 
 def _task_update(param: Callable[[str], str], source: str = "") -> str:
@@ -40,11 +43,12 @@ def _task_update(param: Callable[[str], str], source: str = "") -> str:
     Counts move by their deltas (zero for the statuses that did not change). Any transition
     of a task's job proves its jobs were pushed: a task left in "creating" (or "aborted", if
     Redis ran the push but its reply was lost) by a create_task that failed after the push is
-    healed here. ``finished_at`` is judged on the counts as this statement leaves them (SET
-    expressions read the row before the update, hence the deltas added again).
+    healed here. ``finished_at`` is set once no job is left that will run again
+    (``WAITING_COLUMNS``), judged on the counts as this statement leaves them (SET expressions
+    read the row before the update, hence the deltas added again).
     """
     counts = ", ".join(f"{c} = {c} + {param('d_' + c)}" for c in COUNT_COLUMN.values())
-    waiting = f"count_enqueue + {param('d_count_enqueue')} + count_working + {param('d_count_working')}"
+    waiting = " + ".join(f"{c} + {param('d_' + c)}" for c in WAITING_COLUMNS)
     stale = f"'{TaskState.CREATING.value}', '{TaskState.ABORTED.value}'"
     return (
         f"UPDATE asynctask_task SET "
@@ -166,7 +170,8 @@ def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
             )
         elif t.kind == EventStatus.ENQUEUE:
             changes.update(enqueued_at=at, finished_at=None)
-        else:
+        elif t.kind != EventStatus.STOPPED:
+            # A stopped job has not ended (a resume runs it again): it gets no finish time.
             changes["finished_at"] = at
         if t.kind in (EventStatus.FAILED, EventStatus.ERROR):
             changes.update(error=t.text, error_class=t.error_class)

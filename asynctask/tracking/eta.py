@@ -63,7 +63,8 @@ def eta_seconds(
     """Seconds until the ``remaining`` jobs have ended at the rate seen, or None when there is
     no rate to go by (nothing ended yet) or nothing remains.
 
-    ``ended``: the task's jobs finished, failed or error; ``mark``: the last change of its feed;
+    ``remaining``: the task's jobs not done, stopped ones included (a resume runs them again);
+    ``ended``: its jobs finished, failed or error; ``mark``: the last change of its feed;
     ``fresh``: how many jobs must have ended since the mark before its rate is used."""
     if remaining <= 0 or ended <= 0:
         return None

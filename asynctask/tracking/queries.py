@@ -173,9 +173,16 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
     started = as_utc(r["started_at"])
     feed = _feed_view(r["feed"], status)
     eta = None
-    if status == TaskStatus.RUNNING and not (feed is not None and feed.paused):
+    # Stopped jobs are among those remaining, but when they are all that remains nothing runs
+    # until a resume, as in a paused task: there is no time left to tell.
+    remaining = total - done
+    if (
+        status == TaskStatus.RUNNING
+        and remaining > counts[EventStatus.STOPPED.value]
+        and not (feed is not None and feed.paused)
+    ):
         eta = eta_seconds(
-            remaining=total - done,
+            remaining=remaining,
             ended=sum(counts[s.value] for s in _ENDED),
             started_at=started,
             now=datetime.now(UTC),
@@ -203,7 +210,8 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
     )
 
 
-#: Jobs that ran to their end: the rate of these is the task's pace (cancelled ones never ran).
+#: Jobs that ran to their end: the rate of these is the task's pace (cancelled ones never ran,
+#: stopped ones have not ended).
 _ENDED = (EventStatus.FINISH, EventStatus.FAILED, EventStatus.ERROR)
 #: A task in one of these holds no job back: its feed released them all or dropped them.
 _OVER = {TaskStatus.FINISHED, TaskStatus.FINISHED_WITH_ERRORS, TaskStatus.CANCELLED, TaskStatus.ABORTED}
@@ -235,7 +243,10 @@ def _status(
     if done >= total:
         bad = counts[EventStatus.FAILED.value] + counts[EventStatus.ERROR.value]
         return TaskStatus.FINISHED_WITH_ERRORS if bad else TaskStatus.FINISHED
-    if started is None and done == 0 and counts[EventStatus.WORKING.value] == 0:
+    # A stopped job (even one stopped before it started) makes the task running: it was acted
+    # on, and it runs again only when resumed, not in its turn in the queue.
+    active = counts[EventStatus.WORKING.value] + counts[EventStatus.STOPPED.value]
+    if started is None and done == 0 and active == 0:
         return TaskStatus.PENDING
     return TaskStatus.RUNNING
 

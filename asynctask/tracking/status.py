@@ -17,6 +17,8 @@ class EventStatus(StrEnum):
     ERROR = "error"
     #: The task was cancelled before this job started.
     CANCELLED = "cancelled"
+    #: A resumable job stopped by ``stop_job``, kept with its checkpoint until resumed.
+    STOPPED = "stopped"
 
 
 #: A job in one of these will not run again unless someone asks (``retry_task``).

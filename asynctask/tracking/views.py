@@ -57,13 +57,15 @@ class TaskView:
     meta: dict[str, Any] | None
     #: creating / aborted / pending / running / finished / finished_with_errors / cancelled.
     #: "creating" and "aborted" mean create_task did not complete: none of the task's jobs
-    #: runs (if its jobs were in fact pushed, the first one to start turns it "running").
+    #: runs (if its jobs were in fact pushed, the first one to start turns it "running"). A
+    #: task with stopped jobs is "running" until they are resumed and done, or it is cancelled.
     status: str
     #: Jobs in the task.
     total: int
-    #: Jobs per event status (enqueue, working, finish, failed, error, cancelled).
+    #: Jobs per event status (enqueue, working, finish, failed, error, cancelled, stopped).
     counts: dict[str, int]
-    #: Jobs that will not run again: finish + failed + error + cancelled.
+    #: Jobs that will not run again: finish + failed + error + cancelled (stopped ones will,
+    #: once resumed).
     done: int
     #: ``done / total``, from 0.0 to 1.0.
     progress: float
@@ -72,8 +74,8 @@ class TaskView:
     finished_at: datetime | None
     cancelled_at: datetime | None
     #: Seconds until every job is done at the rate its jobs have been ending at (see
-    #: ``tracking.eta``); None before any job has ended, while the task is paused, and once it
-    #: is no longer running.
+    #: ``tracking.eta``); None before any job has ended, while the task is paused or only
+    #: stopped jobs are left, and once it is no longer running.
     eta_seconds: float | None
     #: The task's feed (``create_task(parallel=...)``), or None for a task that is not fed.
     feed: FeedView | None

@@ -75,6 +75,7 @@ def _add_task(connection: Connection, task_id: str) -> None:
             count_failed=0,
             count_error=0,
             count_cancelled=0,
+            count_stopped=0,
             created_at=text("now()"),
             started_at=text("now()"),
         )
@@ -123,9 +124,9 @@ def dataset() -> Iterator[Dataset]:
                         """
                         INSERT INTO asynctask_task (id, job_name, queue, tenant, state, total, chunk_size,
                             count_enqueue, count_working, count_finish, count_failed, count_error,
-                            count_cancelled, created_at)
+                            count_cancelled, count_stopped, created_at)
                         SELECT md5('empty-' || g), 'bulk', 'default', 'tenant-' || g % 40, 'ready', 0, 1,
-                            0, 0, 0, 0, 0, 0, now() - g * interval '1 minute'
+                            0, 0, 0, 0, 0, 0, 0, now() - g * interval '1 minute'
                         FROM generate_series(1, :count) AS g
                         """
                     ),
@@ -347,6 +348,7 @@ def test_get_task_reads_the_task_row_and_a_few_errors_however_big_the_task(
         "failed": 2_000,
         "error": 150,
         "cancelled": 0,
+        "stopped": 0,
     }
     # The first ten errors by creation order: the early "error" events, with their logs.
     assert [e.status for e in big.errors] == ["error"] * 10

@@ -147,7 +147,15 @@ def test_cancel_task_stops_waiting_jobs_and_running_jobs_see_the_flag(
     queue = Queue("default", settings=tracking.client.settings)
     wait_until(lambda: queue.size == 0 and not worker.fetch.held(), timeout=10)
     assert ran == [0]
-    assert final.counts == {"enqueue": 0, "working": 0, "finish": 1, "failed": 0, "error": 0, "cancelled": 29}
+    assert final.counts == {
+        "enqueue": 0,
+        "working": 0,
+        "finish": 1,
+        "failed": 0,
+        "error": 0,
+        "cancelled": 29,
+        "stopped": 0,
+    }
     assert final.status == "cancelled" and final.finished_at is not None
     with pytest.raises(TaskStateError):
         tracking.retry_task(task.id)

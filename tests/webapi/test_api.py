@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,9 +14,13 @@ from sqlalchemy import func, select, update
 
 from asynctask import Client, Settings
 from asynctask.api import Queue
+from asynctask.db.engine import writer
 from asynctask.middleware import Chain
 from asynctask.tokens import revoke_token
+from asynctask.tracking import transitions
+from asynctask.tracking.apply import apply_transitions
 from asynctask.tracking.models import Event, Task
+from asynctask.tracking.status import EventStatus
 from tests.conftest import wait_until
 from tests.webapi.conftest import Api
 
@@ -363,6 +368,7 @@ def test_progress_events_and_errors_of_a_run_task(api: Api, start_tracked_worker
         "failed": 1,
         "error": 1,
         "cancelled": 0,
+        "stopped": 0,
     }
     assert (task["done"], task["total"], task["progress"], task["eta_seconds"]) == (9, 9, 1.0, None)
     assert task["started_at"] and task["finished_at"]
@@ -403,6 +409,28 @@ def test_bad_read_parameters(api: Api, query: str, code: str) -> None:
     sep = "/" if query.startswith("events") else ""
     response = api.get(f"/api/tasks/{task_id}{sep}{query}")
     assert (response.status_code, error_of(response)["code"]) == (422, code)
+
+
+def test_events_of_one_status_include_stopped_ones(api: Api) -> None:
+    task_id = api.post_json({"job": "echo", "items": [1, 2, 3]}).get_json()["task_id"]
+    jids = [e["job_id"] for e in api.get(f"/api/tasks/{task_id}/events").get_json()["items"]]
+    stop = [
+        transitions.status(jids[1], EventStatus.WORKING, "started"),
+        transitions.status(jids[1], EventStatus.STOPPED, "stopped at 4"),
+    ]
+    with writer(api.engine).begin() as connection:
+        apply_transitions(connection, [replace(t, seq=n) for n, t in enumerate(stop, 1)])
+    response = api.get(f"/api/tasks/{task_id}/events?status=stopped")
+    assert response.status_code == 200
+    page = response.get_json()
+    assert [(e["job_id"], e["status"]) for e in page["items"]] == [(jids[1], "stopped")]
+    assert page["items"][0]["messages"][-1]["text"] == "stopped at 4" and page["next"] is None
+    task = api.get(f"/api/tasks/{task_id}").get_json()
+    assert (task["counts"]["stopped"], task["counts"]["enqueue"], task["status"]) == (1, 2, "running")
+    # An unknown status is still refused, naming the statuses there are.
+    response = api.get(f"/api/tasks/{task_id}/events?status=paused")
+    assert (response.status_code, error_of(response)["code"]) == (422, "invalid_request")
+    assert "stopped" in error_of(response)["message"]
 
 
 def test_list_tasks_newest_first_in_pages(api: Api) -> None:

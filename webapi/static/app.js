@@ -15,7 +15,7 @@ const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "asynctask.token";
 // A task is over in these states, and when "cancelled" once nothing is still running.
 const FINAL = new Set(["finished", "finished_with_errors", "aborted"]);
-const COUNTS = ["enqueue", "working", "finish", "failed", "error", "cancelled"];
+const COUNTS = ["enqueue", "working", "finish", "failed", "error", "cancelled", "stopped"];
 // Milliseconds before a stream the server ended is opened again (as the stream's "retry:" says).
 const RECONNECT_MS = 2000;
 // Failed jobs a snapshot lists, and how many more each "Show more" adds.
