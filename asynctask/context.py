@@ -14,12 +14,27 @@ from asynctask.tracking.transitions import LOG, PROGRESS, Transition
 logger = logging.getLogger("asynctask.job")
 
 
+@dataclass(slots=True)
+class Iteration:
+    """A resumable job's run as the runtime sees it, and job code through ``current_job().iteration``."""
+
+    #: The checkpoint the run continues from, or the last one it stored or reached (JSON text).
+    cursor: str | None
+    #: Iterations run up to ``cursor``, over every run: exact at every checkpoint stored (the
+    #: runtime counts whole batches, so once the job has finished its last batch is not in it).
+    iterations: int
+    #: How many iterations the whole job runs, if it said (``current_job().set_total``).
+    total: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class JobContext:
     job: JobDict
     queue: str
     #: The worker's tracking, or None when tracking is off.
     tracker: Tracker | None = None
+    #: A resumable job's run (its checkpoint); None for a plain job.
+    iteration: Iteration | None = None
 
     @property
     def jid(self) -> str:
@@ -58,6 +73,15 @@ class JobContext:
             raise ValueError("progress 'total' must be a non-negative int or None")
         if self.tracker is not None and self.tracked:
             self.tracker.record(Transition(self.jid, PROGRESS, time.time(), done=done, total=total))
+
+    def set_total(self, total: int) -> None:
+        """A resumable job's number of iterations in all: its progress is then reported from
+        the iterations run (over every run), with each checkpoint."""
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+            raise ValueError("total must be a non-negative int")
+        if self.iteration is None:
+            raise RuntimeError("set_total() is for resumable (generator) jobs; others call progress()")
+        self.iteration.total = total
 
     @property
     def cancelled(self) -> bool:

@@ -65,6 +65,23 @@ class Shutdown(BaseException):
     """
 
 
+class JobInterrupted(BaseException):
+    """Raised by the runtime between two iterations of a resumable job to end its run early,
+    its checkpoint stored: ``reason`` is "stop" (``stop_job``: the job is parked in the
+    stopped set), "cancel" (its task was cancelled), "pause" (its fed task was paused: it
+    goes back to the feed's held jobs) or "shutdown" (the worker is stopping: it goes back to
+    its queue). A run that continues it starts from ``cursor``.
+
+    A BaseException so that job code catching ``Exception`` does not swallow it.
+    """
+
+    def __init__(self, reason: str, cursor: str | None) -> None:
+        super().__init__(reason, cursor)
+        self.reason = reason
+        #: The checkpoint the job stopped at, as JSON text; None before its first.
+        self.cursor = cursor
+
+
 class JobFailed(Exception):
     """Raised by job code for a business failure: the job did its work and the answer is no.
 
@@ -80,6 +97,25 @@ class TaskNotFound(AsyncTaskError, LookupError):
     def __init__(self, task_id: str) -> None:
         super().__init__(f"no task {task_id!r}")
         self.task_id = task_id
+
+
+class JobNotFound(AsyncTaskError, LookupError):
+    """No job has this jid (for this tenant, when one is given), or it has left every queue."""
+
+    def __init__(self, jid: str) -> None:
+        super().__init__(f"no job {jid!r}")
+        self.jid = jid
+
+
+class JobStateError(AsyncTaskError):
+    """The job cannot do what was asked in its current state. ``code`` says which state:
+    ``job_not_stopped`` (a resume of a job that is not in the stopped set),
+    ``job_not_resumable`` (a stop of a job that is not a generator), ``job_ended`` (a stop of
+    a job that has finished, failed or been cancelled)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class TaskStateError(AsyncTaskError):

@@ -110,9 +110,20 @@ class JobDefinition(Generic[P]):
         self.item_schema = dict(item_schema) if item_schema is not None else None
         self.item_validator = _compile_schema(name, self.item_schema)
         self.signature = inspect.signature(func)
+        #: A generator function is resumable: each value it yields is a checkpoint, and a run
+        #: that continues an earlier one is called with ``cursor=`` the last (see
+        #: ``worker.resumable``); the first run gets ``cursor=None``.
+        self.resumable = inspect.isgeneratorfunction(func)
+        if self.resumable:
+            cursor = self.signature.parameters.get("cursor")
+            if cursor is None or cursor.kind not in (cursor.POSITIONAL_OR_KEYWORD, cursor.KEYWORD_ONLY):
+                raise ValueError(
+                    f"job {name!r}: a generator job is resumable and takes its checkpoint as a "
+                    f"'cursor' keyword argument (def {func.__name__}(..., cursor=None))"
+                )
         if api:
             try:
-                self.signature.bind([])
+                self._bind([[]])
             except TypeError:
                 raise ValueError(f"job {name!r}: an API job takes one argument, its chunk of items") from None
         self.retry_in_handler: RetryIn | None = None
@@ -129,9 +140,15 @@ class JobDefinition(Generic[P]):
     def check_args(self, args: Sequence[Any]) -> None:
         """Raise JobArgumentsError if the function cannot be called with ``args``."""
         try:
-            self.signature.bind(*args)
+            self._bind(args)
         except TypeError as exc:
             raise JobArgumentsError(f"{self.name} cannot take {len(args)} argument(s): {exc}") from None
+
+    def _bind(self, args: Sequence[Any]) -> None:
+        if self.resumable:
+            self.signature.bind(*args, cursor=None)
+        else:
+            self.signature.bind(*args)
 
     def retry_in(self, handler: RetryIn) -> RetryIn:
         """Decorator: a custom retry delay, as Sidekiq's ``sidekiq_retry_in``."""

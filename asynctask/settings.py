@@ -80,6 +80,10 @@ class Settings:
     dead_max_jobs: int = 10_000
     #: Seconds a job stays in the dead set (180 days).
     dead_timeout: int = 180 * 24 * 3600
+    #: Seconds between two checkpoints a running resumable job stores (each also reads its
+    #: stop request and its task's cancellation): how late a stop may act, and how many
+    #: iterations a killed worker may have to run again.
+    checkpoint_interval: float = 1.0
     #: Largest payload accepted, in bytes: bigger ones are refused at push and buried by the worker.
     max_payload_bytes: int = 1024 * 1024
     tag: str = ""
@@ -136,6 +140,7 @@ class Settings:
                     "scheduled_poll_interval": float,
                     "max_retries": int,
                     "max_payload_bytes": int,
+                    "checkpoint_interval": float,
                     "tag": str,
                     "log_level": str,
                     "log_format": str,
@@ -177,6 +182,8 @@ class Settings:
             raise ValueError("max_jobs and max_memory_mb must not be negative (0: no bound)")
         if self.heartbeat_interval <= 0 or self.process_ttl <= self.heartbeat_interval:
             raise ValueError("process_ttl must be longer than heartbeat_interval, and both positive")
+        if not self.checkpoint_interval > 0:
+            raise ValueError("checkpoint_interval must be positive")
         if self.flusher not in ("process", "thread", "off"):
             raise ValueError("flusher must be 'process', 'thread' or 'off'")
         if self.log_format not in ("logfmt", "json"):

@@ -10,7 +10,10 @@ Server (``TrackingServerMiddleware``), for a tracked job (``track=True``, or par
   a ``retry_in`` hook that kills the job is reported truthfully). The ``error`` is held back
   until then and written together with that decision, so no poll sees the job ended (and
   its task finished) in between;
-- a shutdown interrupts it -> ``error`` "interrupted", then ``enqueue``: it runs again.
+- a shutdown interrupts it -> ``error`` "interrupted", then ``enqueue``: it runs again;
+- a resumable job handed back between iterations (``JobInterrupted``) -> ``stopped`` "stopped
+  at <cursor>", ``cancelled``, or (its task paused, the worker stopping) ``enqueue``: it
+  continues from there.
 
 Client (``TrackingClientMiddleware``): a job pushed with ``track=True`` outside a task is
 recorded as ``enqueue`` in the same Redis round trip as the push; a job with a concurrency
@@ -29,7 +32,7 @@ from typing import Any
 
 from asynctask import payload
 from asynctask.context import current_job
-from asynctask.errors import JobFailed, Shutdown, error_class_name
+from asynctask.errors import JobFailed, JobInterrupted, Shutdown, error_class_name
 from asynctask.tracking import outbox, transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.tracker import is_tracked
@@ -38,6 +41,22 @@ from asynctask.tracking.tracker import is_tracked
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _interrupted(jid: str, exc: JobInterrupted) -> transitions.Transition:
+    """What a resumable job handed back between iterations becomes."""
+    at = "before its first checkpoint" if exc.cursor is None else f"at {exc.cursor}"
+    if exc.reason == "stop":
+        return transitions.status(jid, EventStatus.STOPPED, f"stopped {at}")
+    if exc.reason == "cancel":
+        return transitions.status(jid, EventStatus.CANCELLED, f"task cancelled; stopped {at}")
+    if exc.reason == "pause":
+        return transitions.status(
+            jid, EventStatus.ENQUEUE, f"task paused; stopped {at}, it continues when the task resumes"
+        )
+    return transitions.status(
+        jid, EventStatus.ENQUEUE, f"pushed back to its queue by a shutdown, {at}; it continues from there"
+    )
 
 
 class TrackingClientMiddleware:
@@ -92,6 +111,9 @@ class TrackingServerMiddleware:
                 transitions.status(jid, EventStatus.ERROR, "interrupted by shutdown"),
                 transitions.status(jid, EventStatus.ENQUEUE, "pushed back to its queue; it will run again"),
             )
+            raise
+        except JobInterrupted as exc:
+            tracker.record(_interrupted(jid, exc))
             raise
         except BaseException as exc:
             # Written with the runtime's decision (a retry's "waiting for retry"), never alone.

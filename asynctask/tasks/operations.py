@@ -49,6 +49,7 @@ from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
 from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
+from asynctask.tasks import jobs
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
 from asynctask.tracking import apply_sqlite, transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
@@ -161,6 +162,7 @@ def create_task(
         "count_failed": 0,
         "count_error": 0,
         "count_cancelled": 0,
+        "count_stopped": 0,
         "created_at": at,
         "feed": feed.as_dict() if feed is not None else None,
     }
@@ -472,38 +474,46 @@ def _set_state(engine: Engine, task_id: str, state: TaskState) -> None:
 
 
 def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | None = None) -> int:
-    """Cancel a task: its waiting jobs never run and become ``cancelled``; return how many.
+    """Cancel a task: its waiting and stopped jobs never run and become ``cancelled``; return
+    how many.
 
     The broker first: from then on no worker starts a job of the task (workers check the set of
-    cancelled tasks when they claim a job). Running jobs finish unless their code checks
-    ``current_job().cancelled``. Then SQL: waiting events become ``cancelled``, marked with
-    the current stream position so that older transitions still in flight cannot undo it.
+    cancelled tasks when they claim a job, a resumed one too); its stopped jobs leave the
+    stopped set. Running resumable jobs stop at their next checkpoint; others finish unless
+    their code checks ``current_job().cancelled``. Then SQL: waiting and stopped events become
+    ``cancelled``, marked with the current stream position so that older transitions still in
+    flight (a resume's ``enqueue`` among them) cannot undo it.
     """
     task = _require(engine, task_id, tenant)
     position = client.broker.tracking.cancel_task(task_id)
     if task.feed is not None:
         # After the mark: a job released meanwhile is skipped by the worker that claims it.
         client.broker.feeds.cancel(task_id)
+    jobs.drop_stopped(client, task_id)
     now = datetime.now(UTC)
+    moved: dict[EventStatus, int] = {}
     with writer(engine).begin() as connection:
-        cancelled = connection.execute(
-            update(Event)
-            .where(Event.task_id == task_id, Event.status == EventStatus.ENQUEUE.value)
-            .values(
-                status=EventStatus.CANCELLED.value,
-                seq=case((Event.seq < position, position), else_=Event.seq),
-                finished_at=now,
-                updated_at=now,
-            )
-            .execution_options(synchronize_session=False)
-        ).rowcount
+        for status in (EventStatus.ENQUEUE, EventStatus.STOPPED):
+            moved[status] = connection.execute(
+                update(Event)
+                .where(Event.task_id == task_id, Event.status == status.value)
+                .values(
+                    status=EventStatus.CANCELLED.value,
+                    seq=case((Event.seq < position, position), else_=Event.seq),
+                    finished_at=now,
+                    updated_at=now,
+                )
+                .execution_options(synchronize_session=False)
+            ).rowcount
+        cancelled = sum(moved.values())
         connection.execute(
             update(Task)
             .where(Task.id == task_id)
             .values(
                 state=TaskState.CANCELLED.value,
                 cancelled_at=case((Task.cancelled_at.is_(None), now), else_=Task.cancelled_at),
-                count_enqueue=Task.count_enqueue - cancelled,
+                count_enqueue=Task.count_enqueue - moved[EventStatus.ENQUEUE],
+                count_stopped=Task.count_stopped - moved[EventStatus.STOPPED],
                 count_cancelled=Task.count_cancelled + cancelled,
                 finished_at=case(
                     (

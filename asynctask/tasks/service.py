@@ -17,6 +17,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.feeds import FeedChange, FeedState
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
+from asynctask.tasks import jobs
 from asynctask.tasks import operations as tasks
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.placeview import with_ahead
@@ -118,6 +119,14 @@ class Tracking:
     def resume_task(self, task_id: str, *, tenant: str | None = None) -> FeedState | None:
         return tasks.update_task(self.engine, self.client, task_id, FeedChange(paused=False), tenant=tenant)
 
+    def stop_job(self, jid: str, *, tenant: str | None = None) -> jobs.StopState:
+        """Stop a resumable job: parked now if it waits, at its next checkpoint if it runs."""
+        return jobs.stop_job(self.engine, self.client, jid, tenant=tenant)
+
+    def resume_job(self, jid: str, *, tenant: str | None = None) -> str:
+        """Send a stopped job back to its queue, to continue from its checkpoint; its queue."""
+        return jobs.resume_job(self.engine, self.client, jid, tenant=tenant)
+
 
 _lock = threading.Lock()
 _default: Tracking | None = None
@@ -210,3 +219,11 @@ def pause_task(task_id: str, *, tenant: str | None = None) -> FeedState | None:
 
 def resume_task(task_id: str, *, tenant: str | None = None) -> FeedState | None:
     return default_tracking().resume_task(task_id, tenant=tenant)
+
+
+def stop_job(jid: str, *, tenant: str | None = None) -> jobs.StopState:
+    return default_tracking().stop_job(jid, tenant=tenant)
+
+
+def resume_job(jid: str, *, tenant: str | None = None) -> str:
+    return default_tracking().resume_job(jid, tenant=tenant)

@@ -60,6 +60,9 @@ class Manager:
         self.tracker = tracker
         self.retrier = Retrier(broker, settings, tracker)
         self.quieting = threading.Event()
+        #: Set when the process is stopping (not merely quiet): resumable jobs hand their
+        #: work back at their next iteration rather than run to the end.
+        self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._processors: set[Processor] = set()
         #: Processor deaths in a row (none more than ``DEATHS_FORGOTTEN_AFTER`` apart).
@@ -91,6 +94,7 @@ class Manager:
 
     def stop(self, deadline: float) -> None:
         """Quiet, wait for processors until ``deadline`` (monotonic), interrupt the rest, requeue."""
+        self.stopping.set()
         self.quiet()
         while time.monotonic() < deadline:
             with self._lock:

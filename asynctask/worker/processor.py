@@ -8,7 +8,12 @@ the registry -> check its args -> server middleware -> function. Outcomes:
 - exception: ``Retrier.failed`` moves it to ``retry`` or ``dead`` atomically with its release;
 - bytes that are not a job, an unknown class, args the function cannot take, an oversized
   payload: buried in the dead set with a clear ``error_message`` (retrying cannot help);
-- ``Shutdown`` (hard shutdown): nothing; the manager already pushed the job back.
+- ``Shutdown`` (hard shutdown): nothing; the manager already pushed the job back;
+- a resumable job (a generator, see ``resumable``) that finishes is acknowledged at once,
+  then its checkpoint is dropped; one interrupted between iterations is parked in the
+  stopped set (a stop), acknowledged (its task was cancelled), handed back to its feed (its
+  task was paused), or left to the shutdown's requeue (the worker is stopping), its
+  checkpoint stored.
 
 An unexpected error outside a job (the broker down, say) is logged (once per outage for all
 the threads, see ``supervision``), and the thread carries on after a pause; a job it held
@@ -17,16 +22,27 @@ and can no longer settle is given back by the heartbeat's claim check.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
-from asynctask.context import JobContext
-from asynctask.errors import JobArgumentsError, JobFailed, JobNotRegistered, PayloadError, Shutdown
+from asynctask.context import Iteration, JobContext
+from asynctask.errors import (
+    JobArgumentsError,
+    JobFailed,
+    JobInterrupted,
+    JobNotRegistered,
+    PayloadError,
+    Shutdown,
+)
+from asynctask.feeds import FEED_FIELD
 from asynctask.job import JobDefinition
+from asynctask.worker.resumable import Runner, start_cursor
 from asynctask.worker.retry import describe
 from asynctask.worker.stats import Work, thread_tid
 
@@ -37,6 +53,10 @@ logger = logging.getLogger("asynctask.processor")
 
 #: Seconds to wait before fetching again after the broker failed.
 ERROR_PAUSE = 1.0
+
+#: How a run ended for its unit: acknowledge it, it failed (settled by the retrier), or it
+#: was settled already (parked, acknowledged at once, or left for the shutdown's requeue).
+Outcome = Literal["ack", "failed", "settled"]
 
 
 class Processor:
@@ -131,26 +151,32 @@ class Processor:
                 self._log_failure("job buried", job, unit, exc, 0.0, level=logging.ERROR)
                 manager.retrier.bury(unit, job, exc)
                 return None
-            failed = not self._run(unit, job, definition)
-            return None if failed else unit
+            outcome = self._run(unit, job, definition)
+            failed = outcome == "failed"
+            return unit if outcome == "ack" else None
         finally:
             self.unit = None
             manager.stats.finished(tid, failed=failed)
 
-    def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> bool:
-        """Run the job through the server middleware; True if it succeeded."""
+    def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> Outcome:
+        """Run the job through the server middleware."""
         args = job["args"]
         start = time.perf_counter()
         verbose = logger.isEnabledFor(logging.INFO)
         if verbose:
             logger.info("start", extra={"fields": _fields(job, unit)})
-        context.enter(JobContext(job, unit.queue, self.manager.tracker))
+        iteration = Iteration(None, 0) if definition.resumable else None
+        job_context = JobContext(job, unit.queue, self.manager.tracker, iteration)
+        context.enter(job_context)
+        final: Callable[[], Any] = lambda: definition.func(*args)  # noqa: E731
+        if iteration is not None:
+            final = lambda: self._iterate(job_context, iteration, definition)  # noqa: E731
         try:
-            self.manager.server_chain.invoke(
-                definition, job, unit.queue, final=lambda: definition.func(*args)
-            )
+            self.manager.server_chain.invoke(definition, job, unit.queue, final=final)
         except Shutdown:
             raise
+        except JobInterrupted as exc:
+            return self._interrupted(unit, job, exc)
         except JobFailed as exc:
             # A business outcome, not a fault: done, not retried, not counted as failed.
             if verbose:
@@ -159,11 +185,11 @@ class Processor:
                     exc,
                     extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}},
                 )
-            return True
+            return self._done(unit, job, iteration)
         except (Exception, SystemExit) as exc:
             self._log_failure("fail", job, unit, exc, time.perf_counter() - start, level=logging.WARNING)
             self.manager.retrier.failed(unit, job, definition, exc)
-            return False
+            return "failed"
         finally:
             context.enter(None)
             jid = job.get("jid")
@@ -172,7 +198,67 @@ class Processor:
                 self.manager.tracker.settled(jid)
         if verbose:
             logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
-        return True
+        return self._done(unit, job, iteration)
+
+    def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]) -> None:
+        """Run a resumable job from its checkpoint (the middleware's ``final``)."""
+        manager = self.manager
+        job, jid = job_context.job, job_context.jid
+        stored = manager.broker.checkpoints.load(jid)
+        iteration.cursor = start_cursor(job, stored.cursor)
+        iteration.iterations = stored.iterations
+        if stored.stop:
+            raise JobInterrupted("stop", iteration.cursor)
+        cursor = json.loads(iteration.cursor) if iteration.cursor is not None else None
+        runner = Runner(
+            jid,
+            manager.broker.checkpoints,
+            iteration,
+            interval=manager.settings.checkpoint_interval,
+            stopping=manager.stopping,
+            cancelled=lambda: job_context.cancelled,
+            paused=lambda: self._feed_paused(job),
+            progress=job_context.progress,
+        )
+        runner.run(definition.func(*job["args"], cursor=cursor))
+
+    def _feed_paused(self, job: payload.JobDict) -> bool:
+        feed = job.get(FEED_FIELD)
+        if not isinstance(feed, str):
+            return False
+        state = self.manager.broker.feeds.state(feed)
+        return state is not None and state.feed.paused
+
+    def _done(self, unit: UnitOfWork, job: payload.JobDict, iteration: Iteration | None) -> Outcome:
+        """A run ended well: a plain job is acknowledged with the next claim; a resumable one
+        now, then its checkpoint goes (the other way round, a crash in between would run it
+        again from the start)."""
+        if iteration is None:
+            return "ack"
+        self.manager.fetch.acknowledge(unit)
+        self.manager.broker.checkpoints.clear(job["jid"])
+        return "settled"
+
+    def _interrupted(self, unit: UnitOfWork, job: payload.JobDict, exc: JobInterrupted) -> Outcome:
+        manager = self.manager
+        if exc.reason == "stop":
+            parked = dict(job)
+            if exc.cursor is not None:
+                parked["cursor"] = json.loads(exc.cursor)
+            outbox = manager.tracker.outbox if manager.tracker is not None else None
+            manager.broker.park(unit, payload.dumps_storable(parked), outbox)
+            return "settled"
+        if exc.reason == "cancel":
+            manager.broker.checkpoints.clear(job["jid"])
+            return "ack"
+        if exc.reason == "pause":
+            # Due at once, a fed job leaving the retry set rejoins the head of its feed's held
+            # jobs: released again, first, when the task resumes. Its retry count is untouched.
+            outbox = manager.tracker.outbox if manager.tracker is not None else None
+            manager.broker.retry_at(unit, job, payload.now(), outbox)
+            return "settled"
+        # The worker is stopping: the shutdown gives the job back with its other claims.
+        return "settled"
 
     def _decode(self, unit: UnitOfWork) -> payload.JobDict:
         limit = self.manager.settings.max_payload_bytes

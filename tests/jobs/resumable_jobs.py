@@ -1,0 +1,26 @@
+"""A resumable job for the worker subprocesses of tests/brokers/test_resumable.py.
+
+``count`` records each iteration as a line ``<jid> <index> <pid>`` in the file named by
+ASYNCTASK_TEST_ITERATIONS (one O_APPEND write per line: lines of concurrent processes never
+interleave), so a test can tell which iterations ran, how often, and in which process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import asynctask
+
+_iterations = os.open(os.environ["ASYNCTASK_TEST_ITERATIONS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+
+@asynctask.job
+def count(total: int, pause_ms: int, cursor: int | None = None) -> Iterator[int]:
+    """Iterations 0 to total - 1, ``pause_ms`` each; the cursor is the last one done."""
+    jid = asynctask.current_job().jid
+    for index in range(0 if cursor is None else cursor + 1, total):
+        time.sleep(pause_ms / 1000)
+        os.write(_iterations, f"{jid} {index} {os.getppid()}\n".encode())
+        yield index
