@@ -63,7 +63,7 @@ def document() -> dict[str, Any]:
                 "description": "Bulk tasks: create, read, follow, cancel, retry; tune, pause and resume a "
                 "fed task.",
             },
-            {"name": "jobs", "description": "The jobs a caller may submit."},
+            {"name": "jobs", "description": "The jobs a caller may submit; stopping and resuming one job."},
             {"name": "keys", "description": "Concurrency keys whose jobs run or wait."},
             {"name": "periodic", "description": "Periodic schedules (operators only)."},
             {"name": "operations", "description": "Prometheus metrics (operators only)."},
@@ -263,7 +263,14 @@ def _parameters() -> dict[str, Any]:
             "required": True,
             "description": "The task's id (`task_id` of the 202 that created it).",
             "schema": _string(minLength=1),
-        }
+        },
+        "Jid": {
+            "name": "jid",
+            "in": "path",
+            "required": True,
+            "description": "The job's jid (`job_id` of its event).",
+            "schema": _string(minLength=1),
+        },
     }
 
 
@@ -279,7 +286,8 @@ def _schemas() -> dict[str, Schema]:
     )
     counts = _obj(
         {status: _integer(0) for status in event_statuses},
-        description="Jobs of the task per event status.",
+        description="Jobs of the task per event status (`stopped`: resumable jobs stopped by `stop_job`, "
+        "kept with their checkpoint until resumed).",
     )
     message = _obj(
         {
@@ -345,7 +353,8 @@ def _schemas() -> dict[str, Schema]:
                 "minimum": 0,
                 "description": "Seconds left at the rate the task's jobs have been ending at (since its "
                 "first start, or since its feed last changed once `parallel` jobs have ended since); null "
-                "before any job has ended, while the task is paused, and once it is not running.",
+                "before any job has ended, while the task is paused or only stopped jobs are left, and once "
+                "it is not running.",
             }
         ),
         "ahead": _nullable(
@@ -532,6 +541,23 @@ def _schemas() -> dict[str, Schema]:
         ),
         "Job": job,
         "Jobs": _obj({"jobs": _array(_ref("Job"))}, description="Submittable jobs, by name."),
+        "JobStop": _obj(
+            {
+                "jid": _string(),
+                "state": _string(
+                    enum=["stopped", "stopping"],
+                    description="`stopped`: in the stopped set, it does not run until resumed; `stopping`: "
+                    "its worker parks it at its next checkpoint (or a worker parks it when it takes it).",
+                ),
+            }
+        ),
+        "JobResume": _obj(
+            {
+                "jid": _string(),
+                "state": _string(const="enqueued"),
+                "queue": _string(description="The queue it went back to."),
+            }
+        ),
         "Health": _obj({"status": _string(const="ok")}),
         "Ready": _obj(
             {
@@ -674,6 +700,10 @@ CSV_ONLY = " (text/csv and NDJSON bodies only; refused with other bodies)."
 
 def _paths() -> dict[str, Any]:
     task_id = _ref("TaskId", "parameters")
+    jid = _ref("Jid", "parameters")
+    job_not_found = _response(
+        "`job_not_found`: no such job, or not one of this token's tenant's tasks' jobs.", _ref("Error")
+    )
     ndjson = _string(description=f"The file itself, e.g.\n\n{EXAMPLE_NDJSON}")
     return {
         "/api/tasks": {
@@ -888,7 +918,7 @@ def _paths() -> dict[str, Any]:
             "parameters": [task_id],
             "post": _operation(
                 "cancelTask",
-                "Cancel the task's jobs that have not started",
+                "Cancel the task's jobs that have not started, stopped ones included",
                 "tasks",
                 {
                     "200": _response(
@@ -913,6 +943,41 @@ def _paths() -> dict[str, Any]:
                 "The jobs a caller may submit",
                 "jobs",
                 {"200": _response("The jobs.", _ref("Jobs"))},
+            ),
+        },
+        "/api/jobs/{jid}/stop": {
+            "parameters": [jid],
+            "post": _operation(
+                "stopJob",
+                "Stop a resumable job of the caller's tasks, keeping its checkpoint",
+                "jobs",
+                {
+                    "200": _response("Stopped: it waited, and was parked without running.", _ref("JobStop")),
+                    "202": _response("Stopping: it runs, and parks at its next checkpoint.", _ref("JobStop")),
+                    "404": job_not_found,
+                    "409": _response(
+                        "`job_not_resumable` (the job is not a generator) or `job_ended` (it finished, "
+                        "failed or was cancelled).",
+                        _ref("Error"),
+                    ),
+                },
+                description="A second stop answers the same and never changes the stored checkpoint. The "
+                'stopped job\'s event becomes `stopped` ("stopped at <cursor>").',
+            ),
+        },
+        "/api/jobs/{jid}/resume": {
+            "parameters": [jid],
+            "post": _operation(
+                "resumeJob",
+                "Send a stopped job back to its queue, to continue from its checkpoint",
+                "jobs",
+                {
+                    "200": _response("Back in its queue.", _ref("JobResume")),
+                    "404": job_not_found,
+                    "409": _response(
+                        "`job_not_stopped`: the job is running, waiting or still stopping.", _ref("Error")
+                    ),
+                },
             ),
         },
         "/api/keys": {

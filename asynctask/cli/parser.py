@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from asynctask import __version__
 from asynctask.cli import commands, sets, status
+from asynctask.cli import jobs as resumable
 from asynctask.cli import periodic as periodic_cli
 from asynctask.cli import tasks as feeds
 from asynctask.cli.failures import CONFIG, CommandError
@@ -58,6 +59,7 @@ def build_parser() -> Parser:
     _db(group)
     _tokens(group)
     _tasks(group)
+    _jobs(group)
     _periodic(group)
     _status(group)
     _sets(group)
@@ -186,6 +188,26 @@ def _tasks(group: Commands) -> None:
         _connection_options(tasks_command)
         _verbose_option(tasks_command)
         tasks_command.set_defaults(run=feeds.run_tasks)
+
+
+def _jobs(group: Commands) -> None:
+    jobs = group.add_parser("jobs", help="stop a resumable job, resume it, list the stopped ones")
+    jobs.set_defaults(run=_help(jobs))
+    jobs_commands = jobs.add_subparsers(title="commands", metavar="COMMAND", dest="jobs_command")
+    stop = jobs_commands.add_parser(
+        "stop", help="park a resumable job with its checkpoint (a running one at its next checkpoint)"
+    )
+    resume = jobs_commands.add_parser("resume", help="send a stopped job back to its queue, to continue")
+    for command in (stop, resume):
+        command.add_argument("jid", help="the job's jid")
+    stopped = jobs_commands.add_parser("stopped", help="list the stopped jobs, latest first")
+    stopped.add_argument(
+        "--limit", type=_positive_int, default=50, help="show at most this many (default 50)"
+    )
+    for command in (stop, resume, stopped):
+        _connection_options(command)
+        _verbose_option(command)
+        command.set_defaults(run=resumable.run_jobs)
 
 
 def _periodic(group: Commands) -> None:

@@ -1,11 +1,22 @@
-"""``GET /api/jobs``: the jobs a caller may submit, and the schema of their items."""
+"""``GET /api/jobs``: the jobs a caller may submit, and the schema of their items;
+``POST /api/jobs/<jid>/stop`` and ``/resume``: stop a resumable job of the caller's tasks
+and resume it from its checkpoint."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from collections.abc import Callable
+from typing import TypeVar
 
+from flask import Blueprint, Response, g
+
+from asynctask.errors import JobNotFound, JobStateError
+from asynctask.tasks.jobs import StopState
+from asynctask.tasks.service import Tracking
+from webapi.errors import ApiError
 from webapi.resources import resources
 from webapi.responses import json_response
+
+T = TypeVar("T")
 
 jobs = Blueprint("jobs", __name__, url_prefix="/api/jobs")
 
@@ -23,6 +34,28 @@ def index() -> Response:
         if definition.api
     ]
     return json_response({"jobs": listed})
+
+
+@jobs.post("/<jid>/stop")
+def stop(jid: str) -> Response:
+    """202 while the job runs on to its next checkpoint; 200 once it is parked."""
+    state = _control(jid, lambda tracking: tracking.stop_job(jid, tenant=g.tenant))
+    return json_response({"jid": jid, "state": str(state)}, 200 if state == StopState.STOPPED else 202)
+
+
+@jobs.post("/<jid>/resume")
+def resume(jid: str) -> Response:
+    queue = _control(jid, lambda tracking: tracking.resume_job(jid, tenant=g.tenant))
+    return json_response({"jid": jid, "state": "enqueued", "queue": queue})
+
+
+def _control(jid: str, act: Callable[[Tracking], T]) -> T:
+    try:
+        return act(resources().tracking)
+    except JobNotFound:
+        raise ApiError(404, "job_not_found", f"no job {jid!r}") from None
+    except JobStateError as exc:
+        raise ApiError(409, exc.code, str(exc)) from None
 
 
 def _summary(doc: str | None) -> str | None:
