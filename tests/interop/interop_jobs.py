@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -27,6 +28,8 @@ PERFORMED_KEY = "interop:performed"
 RELEASE_KEY = "interop:release"
 #: Set of the tokens of the sleepers that started.
 SLEEPING_KEY = "interop:sleeping"
+#: The indexes ``InteropCounter`` reached, in order, over all its runs.
+COUNTED_KEY = "interop:counted"
 
 
 class InteropError(RuntimeError):
@@ -67,7 +70,15 @@ def define(registry: Registry) -> dict[str, JobDefinition[Any]]:
                 raise InteropError(f"sleeper {token} was never released")
             time.sleep(0.05)
 
-    return {d.name: d for d in (record, fail, fail_now, sleep_until_released)}
+    @asynctask.job(name="InteropCounter", registry=registry)
+    def count(total: int, cursor: int | None = None) -> Iterator[int]:
+        """Resumable: records each index it reaches, 20 ms apart; its cursor is the last one."""
+        for index in range(0 if cursor is None else cursor + 1, total):
+            time.sleep(0.02)
+            _redis().rpush(COUNTED_KEY, index)
+            yield index
+
+    return {d.name: d for d in (record, fail, fail_now, sleep_until_released, count)}
 
 
 if __name__ == "interop_jobs":  # loaded by the worker's -r
