@@ -147,7 +147,8 @@ def wait_ready(base_url: str, procs: list[subprocess.Popen[bytes]], logs: list[P
             with urllib.request.urlopen(f"{base_url}/readyz", timeout=2) as response:
                 if response.status == 200:
                     return
-        except (urllib.error.URLError, ConnectionError):
+        except OSError:
+            # Refused, reset, or (a loaded machine, a server still importing) timed out: try again.
             pass
         if time.monotonic() > deadline:
             fail_with_logs("the API server did not become ready", logs)
@@ -305,6 +306,7 @@ def drive_page(page: Page, stack: Stack) -> str:
         "failed": len(BAD_ROWS),
         "error": 0,
         "cancelled": 0,
+        "stopped": 0,
     }
     for status, count in expected.items():
         expect(page.locator(f"#count-{status}")).to_have_text(str(count))
