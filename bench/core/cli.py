@@ -21,7 +21,9 @@ Order of work, so that noise hits every configuration alike (each section is a p
     tenants' tasks, on Redis and PostgreSQL (``bench/fair``);
 12. periodic: the workers' CPU with many schedules every second against none, and each tick's
     lag to its job, on Redis and PostgreSQL (``bench/periodic``);
-13. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
+13. resumable: a job of many no-op iterations, resumable against the same loop as a plain job,
+    on Redis and PostgreSQL (``bench/resumable``);
+14. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
 ``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
 RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
@@ -45,6 +47,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from asynctask import Settings
 from bench.api import section as api
 from bench.api import server as api_server
 from bench.ceiling import section as ceiling
@@ -57,6 +60,7 @@ from bench.flow import section as flow
 from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.periodic import section as periodic
+from bench.resumable import section as resumable
 from bench.runtime import section as runtime
 from bench.runtime import systems
 from bench.sql import section as sql
@@ -76,6 +80,7 @@ SECTIONS = (
     "feeds",
     "fair",
     "periodic",
+    "resumable",
 )
 
 
@@ -225,6 +230,15 @@ def _parser() -> argparse.ArgumentParser:
     periodic_options.add_argument(
         "--periodic-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
     )
+    resumable_options = parser.add_argument_group("resumable section (also uses --reps and --pg-url)")
+    resumable_options.add_argument(
+        "--resumable-iterations",
+        type=int,
+        help="iterations of each measured job (default 1000000; --quick: 100000)",
+    )
+    resumable_options.add_argument(
+        "--resumable-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
+    )
     return parser
 
 
@@ -371,6 +385,15 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "backends": [b.strip() for b in args.periodic_backends.split(",") if b.strip()],
             "pg_url": pg_url,
         },
+        "resumable": {
+            "quick": quick,
+            "reps": reps,
+            "iterations": pick(args.resumable_iterations, 1_000_000, 100_000),
+            # The worker runs with the default: the section measures what a job gets unless it asks.
+            "checkpoint_interval": Settings().checkpoint_interval,
+            "backends": [b.strip() for b in args.resumable_backends.split(",") if b.strip()],
+            "pg_url": pg_url,
+        },
     }
 
 
@@ -402,6 +425,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--periodic-backends takes redis and/or postgresql, not {args.periodic_backends!r}")
     if settings["periodic"]["schedules"] < 1 or settings["periodic"]["seconds"] < 1:
         raise SystemExit("--periodic-schedules and --periodic-seconds take 1 or more")
+    resumable_backends = settings["resumable"]["backends"]
+    if not resumable_backends or not set(resumable_backends) <= {"redis", "postgresql"}:
+        raise SystemExit(
+            f"--resumable-backends takes redis and/or postgresql, not {args.resumable_backends!r}"
+        )
+    if settings["resumable"]["iterations"] < 1:
+        raise SystemExit("--resumable-iterations takes 1 or more")
     if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
     out_dir = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
@@ -473,6 +503,8 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
         run.fair = fair.run(s["fair"], pg_url, server, workdir)
     elif name == "periodic":
         run.periodic = periodic.run(s["periodic"], pg_url, server, workdir)
+    elif name == "resumable":
+        run.resumable = resumable.run(s["resumable"], pg_url, server, workdir)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

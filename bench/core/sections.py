@@ -25,6 +25,8 @@ from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.periodic import report as periodic_report
 from bench.periodic.section import PeriodicResults
+from bench.resumable import report as resumable_report
+from bench.resumable.section import ResumableResults
 from bench.runtime import report as runtime_report
 from bench.sql import report as sql_report
 from bench.sql.section import SqlResults
@@ -52,6 +54,7 @@ class Run:
     feeds: FeedResults | None = None
     fair: FairResults | None = None
     periodic: PeriodicResults | None = None
+    resumable: ResumableResults | None = None
     #: Wall time of each section that ran.
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -59,7 +62,17 @@ class Run:
         self.runtime = runtime_report.Results(self.settings["runtime"], {})
 
     def versions(self) -> list[dict[str, str]]:
-        parts = (self.tracking, self.api, self.sse, self.sql, self.flow, self.feeds, self.fair, self.periodic)
+        parts = (
+            self.tracking,
+            self.api,
+            self.sse,
+            self.sql,
+            self.flow,
+            self.feeds,
+            self.fair,
+            self.periodic,
+            self.resumable,
+        )
         return [part.versions for part in parts if part is not None]
 
     def errors(self) -> list[str]:
@@ -74,6 +87,7 @@ class Run:
         errors += self.feeds.errors() if self.feeds is not None else []
         errors += self.fair.errors() if self.fair is not None else []
         errors += self.periodic.errors() if self.periodic is not None else []
+        errors += self.resumable.errors() if self.resumable is not None else []
         return errors + (self.sql.errors() if self.sql is not None else [])
 
     def tables(self) -> str:
@@ -101,6 +115,8 @@ class Run:
             parts.append(fair_report.tables(self.fair))
         if self.periodic is not None:
             parts.append(periodic_report.tables(self.periodic))
+        if self.resumable is not None:
+            parts.append(resumable_report.tables(self.resumable))
         return "\n".join(parts)
 
 
@@ -122,6 +138,8 @@ def write(run: Run, out_dir: Path) -> None:
         fair_report.write(run.fair, run.machine, out_dir)
     if run.periodic is not None:
         periodic_report.write(run.periodic, run.machine, out_dir)
+    if run.resumable is not None:
+        resumable_report.write(run.resumable, run.machine, out_dir)
     if run.latency is not None:
         latency.write(run.latency, run.settings["latency"], out_dir)
     if run.memory is not None:

@@ -1,0 +1,128 @@
+"""The resumable section of RESULTS.md and stdout, and ``resumable.json``.
+
+Medians of the repetitions with (min-max); the resumable ÷ plain ratio is taken per repetition
+between the two jobs the same worker ran.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.core.document import drain_markdown, drain_raw, write_section
+from bench.core.drain import POSTGRESQL, REDIS
+from bench.core.fmt import drain_tables, fixed, judged, ratio, section_tail, spread, verdict
+from bench.resumable.section import PLAIN, RESUMABLE, WARMUP_ITERATIONS, ResumableResults, ResumableRun
+
+SECTION = "Resumable jobs"
+JSON_FILE = "resumable.json"
+BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
+#: Target: a resumable job's run time ÷ the same loop's as a plain job.
+OVERHEAD = 1.10
+
+
+def _ok(results: ResumableResults, backend: str, case: str) -> dict[int, ResumableRun]:
+    return {rep: r for rep, r in results.runs if r.backend == backend and r.case == case and not r.error}
+
+
+def paired(results: ResumableResults, backend: str) -> list[float]:
+    """Per repetition with both jobs: the resumable job's run time ÷ the plain job's."""
+    plain, resumable = _ok(results, backend, PLAIN), _ok(results, backend, RESUMABLE)
+    return [resumable[rep].seconds / plain[rep].seconds for rep in resumable if rep in plain]
+
+
+def seconds(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def time_table(results: ResumableResults) -> list[str]:
+    lines = [
+        "| backend | iterations | worker processes x job slots | plain job s | resumable job s "
+        "| plain ns/iteration | resumable ns/iteration | **resumable ÷ plain** |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for backend in (REDIS, POSTGRESQL):
+        plain = list(_ok(results, backend, PLAIN).values())
+        resumable = list(_ok(results, backend, RESUMABLE).values())
+        if not plain and not resumable:
+            continue
+        lines.append(
+            f"| {BACKEND_NAMES[backend]} | {results.settings['iterations']:,} | 1 x 1 "
+            f"| {spread((r.seconds for r in plain), seconds)} "
+            f"| {spread((r.seconds for r in resumable), seconds)} "
+            f"| {spread((r.ns_per_iteration() for r in plain), fixed(0))} "
+            f"| {spread((r.ns_per_iteration() for r in resumable), fixed(0))} "
+            f"| **{spread(paired(results, backend), ratio)}** |"
+        )
+    return lines
+
+
+def target_rows(results: ResumableResults) -> list[str]:
+    rows = []
+    iterations = results.settings["iterations"]
+    for backend in (REDIS, POSTGRESQL):
+        ratios = paired(results, backend)
+        if ratios:
+            rows.append(
+                f"| {BACKEND_NAMES[backend]}: run time of a {iterations:,}-iteration no-op job, "
+                f"resumable ÷ plain | ≤ {OVERHEAD:.2f}x | {spread(ratios, ratio)} "
+                f"| {verdict(statistics.median(ratios) <= OVERHEAD)} |"
+            )
+    return judged(rows, results.settings["quick"])
+
+
+def tables(results: ResumableResults) -> str:
+    s = results.settings
+    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
+    intro = (
+        f"A job of {s['iterations']:,} no-op iterations, resumable (a generator the runtime drives, "
+        f"checkpoint interval {s['checkpoint_interval']:g} s) against the same loop as a plain job, "
+        f"run by one worker process with one job slot{quick}; {s['reps']} rep(s); median (min-max). "
+        "Run time as the worker's server middleware measures it."
+    )
+    tail = section_tail(results.databases, results.errors(), results.seconds)
+    return drain_tables(intro, time_table(results), target_rows(results), tail)
+
+
+METHOD = f"""\
+- **Jobs** (`bench/resumable/jobs.py`): one generator, `_indexes(n, cursor=None)`, yields every
+  index from `cursor + 1` (0 without one) up to `n`. `resumable_noop` is that generator itself
+  registered as a job, so resumable (no `yield from` wrapper, which would add a frame switch per
+  iteration); `plain_noop(n)` runs `for _ in _indexes(n, None): pass`. The two differ only by what the
+  resumable runtime (`asynctask/worker/resumable.py`) adds: loading the job's checkpoint, driving the
+  generator in batches with its checks between them, and storing a checkpoint at most every
+  `checkpoint_interval` seconds (the default; a job shorter than that stores none).
+- **Timing**: the jobs module adds a server middleware, innermost in the chain, that reads
+  `time.perf_counter()` before and after `call_next()` and appends the difference to a file named by
+  `BENCH_RESUMABLE_TIMES`, with the job's class, its error if any and, for a resumable job, the
+  last checkpoint the runtime saw (`current_job().iteration`). Pushing and fetching the job are left
+  out. So are a finished resumable job's acknowledgement and the removal of its checkpoint, which the
+  worker does after the middleware returns; a plain job's acknowledgement goes with the next claim.
+- **Worker**: `python -m asynctask worker --broker URL -r bench/resumable/jobs.py -c 1 -q default`,
+  tracking off, one per broker and repetition, from an empty broker. The bench pushes one job, waits
+  for its line in the file, then pushes the next: first a warm-up pair of {WARMUP_ITERATIONS:,}
+  iterations each (plain, then resumable, not counted), then the measured plain and resumable jobs.
+- **Checks**: a run is an error unless its job ran without failing, under its own name, and the
+  runtime saw the resumable job yield its last index, N - 1; after the worker stops, the queue must be
+  empty.
+- **Order**: per repetition, the brokers in turn; within a worker, plain then resumable, reversed
+  every other repetition. The ratio is taken per repetition, between the two jobs of the same worker;
+  the target is met when the median ratio is at most {OVERHEAD:.2f}.
+"""
+
+
+def markdown(results: ResumableResults) -> str:
+    return drain_markdown(SECTION, "resumable jobs", tables(results), METHOD, results.versions)
+
+
+def raw(results: ResumableResults, machine: dict[str, str]) -> dict[str, Any]:
+    runs = [{"rep": rep, **asdict(r), "ns_per_iteration": r.ns_per_iteration()} for rep, r in results.runs]
+    ratios = {backend: paired(results, backend) for backend in results.settings["backends"]}
+    return drain_raw(results, machine, runs, resumable_over_plain=ratios)
+
+
+def write(results: ResumableResults, machine: dict[str, str], out_dir: Path) -> None:
+    """``resumable.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
+    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
