@@ -74,7 +74,6 @@ class SqlCheckpoints(Checkpoints):
         with self.store.read() as connection:
             return connection.execute(query).first() is not None
 
-
     def expire(self, now: float) -> int:
         """Forget the checkpoints not written for ``CHECKPOINT_TTL`` seconds (those of jobs
         deleted from a set, or of a worker that died between a job's acknowledgement and the
