@@ -215,7 +215,6 @@ class Flow:
         """Check the rate limits of the claimed jobs that have one, in claim order, and
         release the unique keys held until start of those that start; return the ids of the
         jobs postponed (back in the schedule, unclaimed)."""
-        now = payload.now()
         rated = [(row_id, rate) for row_id, job in claimed if (rate := rate_of(job)) is not None]
         postponed: set[int] = set()
         if rated:
@@ -223,6 +222,10 @@ class Flow:
             for rate in sorted({rate.digest: rate for _, rate in rated}.values(), key=lambda r: r.digest):
                 params = {"digest": rate.digest, "key": storable(rate.key)}
                 next_at[rate.digest] = float(connection.execute(self._flow.lock_rate, params).scalar_one())
+            # Read once the keys are locked: a time read before a wait on another process's
+            # lock would log these starts earlier than they happen, and a window counted
+            # from the log would then let more than the limit start in a second.
+            now = payload.now()
             for row_id, rate in rated:
                 due = self._rate_check(connection, rate, now, next_at)
                 if due is not None:
