@@ -21,8 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +29,8 @@ import psycopg
 import redis
 
 from bench.core.drain import POSTGRESQL, BenchBroker, open_brokers, tenth_rate, watch
-from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
+from bench.core.results import SectionResults, section_frame
 from bench.core.system import ROOT, clean_env
 from bench.core.timing import DrainRates
 
@@ -86,24 +84,13 @@ class FairRun(DrainRates):
 
 
 @dataclass
-class FairResults:
-    settings: dict[str, Any]
-    runs: list[tuple[int, FairRun]] = field(default_factory=list)
-    versions: dict[str, str] = field(default_factory=dict)
-    databases: dict[str, str] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
-
-    def errors(self) -> list[str]:
-        return self.failures + [f"{r.case} on {r.backend}: {r.error}" for _, r in self.runs if r.error]
+class FairResults(SectionResults[FairRun]):
+    """The fair-share section's results."""
 
 
 def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> FairResults:
     results = FairResults(settings)
-    started = time.monotonic()
-    results.versions.update({name: package_version(name) for name in ("redis", "SQLAlchemy", "psycopg")})
-    stack = ExitStack()
-    try:
+    with section_frame(results) as stack:
         # create_task needs SQL even on Redis: the PostgreSQL database is opened for both.
         brokers = open_brokers(results, pg_url, server, stack, "fair", [*settings["backends"], POSTGRESQL])
         tracking_db = next((b for b in brokers if b.backend == POSTGRESQL), None)
@@ -115,12 +102,6 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
             for broker in shown:
                 for mode, tasks in order(settings["tasks"], rep):
                     _one(results, broker, tracking_db, mode, tasks, rep, workdir)
-    finally:
-        try:
-            stack.close()
-        except (RuntimeError, psycopg.Error) as exc:
-            results.failures.append(f"clean-up: {exc}")
-    results.seconds["total"] = time.monotonic() - started
     return results
 
 

@@ -19,8 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,8 @@ import psycopg
 import redis
 
 from bench.core.drain import POSTGRESQL, BenchBroker, open_brokers, tenth_rate, watch
-from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
+from bench.core.results import SectionResults, section_frame
 from bench.core.system import ROOT, clean_env
 from bench.core.timing import DrainRates
 
@@ -66,26 +64,14 @@ class FeedRun(DrainRates):
 
 
 @dataclass
-class FeedResults:
-    settings: dict[str, Any]
-    runs: list[tuple[int, FeedRun]] = field(default_factory=list)
+class FeedResults(SectionResults[FeedRun]):
     #: Peak RSS of the process creating the small task, by backend.
     small_peak_rss_kb: dict[str, int] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    databases: dict[str, str] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
-
-    def errors(self) -> list[str]:
-        return self.failures + [f"{r.case} on {r.backend}: {r.error}" for _, r in self.runs if r.error]
 
 
 def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> FeedResults:
     results = FeedResults(settings)
-    started = time.monotonic()
-    results.versions.update({name: package_version(name) for name in ("redis", "SQLAlchemy", "psycopg")})
-    stack = ExitStack()
-    try:
+    with section_frame(results) as stack:
         # Tracking needs SQL even on Redis: the PostgreSQL database is opened for both.
         brokers = open_brokers(results, pg_url, server, stack, "feeds", [*settings["backends"], POSTGRESQL])
         tracking_db = next((b for b in brokers if b.backend == POSTGRESQL), None)
@@ -100,12 +86,6 @@ def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Pat
                 cases = [UNFED, FED] if rep % 2 == 0 else [FED, UNFED]
                 for case in cases:
                     _one(results, broker, tracking_db, case, rep, workdir)
-    finally:
-        try:
-            stack.close()
-        except (RuntimeError, psycopg.Error) as exc:
-            results.failures.append(f"clean-up: {exc}")
-    results.seconds["total"] = time.monotonic() - started
     return results
 
 

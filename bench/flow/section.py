@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,8 @@ from asynctask.brokers.sql.statements import Statements
 from asynctask.db.engine import create_database_engine
 from asynctask.job import JobDefinition
 from bench.core.drain import POSTGRESQL, REDIS, BenchBroker, open_brokers, watch
-from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
+from bench.core.results import SectionResults, section_frame
 from bench.core.timing import DrainRates
 from bench.flow.jobs import PARKED_QUEUE, flow_keyed, flow_parked, flow_plain
 from bench.sql import db as sql_db
@@ -88,16 +87,9 @@ class FlowRun(DrainRates):
 
 
 @dataclass
-class FlowResults:
-    settings: dict[str, Any]
-    #: (repetition, run), in the order they ran.
-    runs: list[tuple[int, FlowRun]] = field(default_factory=list)
+class FlowResults(SectionResults[FlowRun]):
     #: What EXPLAIN ANALYZE printed, by statement, with the largest backlog.
     plans: dict[str, str] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    databases: dict[str, str] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
 
     def errors(self) -> list[str]:
         failed = [f"{r.label} on {r.backend}: {r.error}" for _, r in self.runs if r.error]
@@ -116,19 +108,10 @@ def _still_waiting(broker: BenchBroker) -> int:
 
 def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> FlowResults:
     results = FlowResults(settings)
-    started = time.monotonic()
-    results.versions.update({name: package_version(name) for name in ("redis", "SQLAlchemy", "psycopg")})
-    stack = ExitStack()
-    try:
+    with section_frame(results) as stack:
         brokers = open_brokers(results, pg_url, server, stack, "flow", results.settings["backends"])
         for rep in range(settings["reps"]):
             _repetition(results, brokers, rep, workdir)
-    finally:
-        try:
-            stack.close()
-        except (RuntimeError, psycopg.Error) as exc:
-            results.failures.append(f"clean-up: {exc}")
-    results.seconds["total"] = time.monotonic() - started
     return results
 
 

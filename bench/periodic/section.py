@@ -32,7 +32,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,8 @@ from asynctask.keys import Keys
 from bench.core import procs
 from bench.core.drain import BenchBroker, open_brokers, postgres_cpu
 from bench.core.fmt import percentile
-from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
+from bench.core.results import PACKAGES, SectionResults, section_frame
 from bench.core.system import ROOT, clean_env
 from bench.core.timing import STOP_GRACE
 from bench.periodic.jobs import NAME_PREFIX
@@ -128,16 +127,8 @@ class PeriodicRun:
 
 
 @dataclass
-class PeriodicResults:
-    settings: dict[str, Any]
-    runs: list[tuple[int, PeriodicRun]] = field(default_factory=list)
-    versions: dict[str, str] = field(default_factory=dict)
-    databases: dict[str, str] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
-
-    def errors(self) -> list[str]:
-        return self.failures + [f"{r.case} on {r.backend}: {r.error}" for _, r in self.runs if r.error]
+class PeriodicResults(SectionResults[PeriodicRun]):
+    """The periodic-jobs section's results."""
 
 
 class Probe:
@@ -208,23 +199,12 @@ class Probe:
 
 def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> PeriodicResults:
     results = PeriodicResults(settings)
-    started = time.monotonic()
-    results.versions.update(
-        {name: package_version(name) for name in ("redis", "SQLAlchemy", "psycopg", "cronsim")}
-    )
-    stack = ExitStack()
-    try:
+    with section_frame(results, (*PACKAGES, "cronsim")) as stack:
         brokers = open_brokers(results, pg_url, server, stack, "periodic", settings["backends"])
         for rep in range(settings["reps"]):
             for broker in brokers:
                 for case in order(rep, settings["baseline"]):
                     _one(results, broker, case, rep, workdir)
-    finally:
-        try:
-            stack.close()
-        except (RuntimeError, psycopg.Error) as exc:
-            results.failures.append(f"clean-up: {exc}")
-    results.seconds["total"] = time.monotonic() - started
     return results
 
 

@@ -22,8 +22,7 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,8 @@ from asynctask import Client, Settings, default_registry
 from asynctask.job import JobDefinition
 from bench.core import procs
 from bench.core.drain import BenchBroker, open_brokers
-from bench.core.machine import package_version
 from bench.core.redis_server import RedisServer
+from bench.core.results import SectionResults, section_frame
 from bench.core.system import ROOT, clean_env
 from bench.core.timing import MIN_TIMEOUT, STOP_GRACE
 from bench.resumable.jobs import PLAIN_NAME, RESUMABLE_NAME, plain_noop, resumable_noop
@@ -78,35 +77,17 @@ class ResumableRun:
 
 
 @dataclass
-class ResumableResults:
-    settings: dict[str, Any]
-    #: (repetition, run), in the order they ran.
-    runs: list[tuple[int, ResumableRun]] = field(default_factory=list)
-    versions: dict[str, str] = field(default_factory=dict)
-    databases: dict[str, str] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
-
-    def errors(self) -> list[str]:
-        return self.failures + [f"{r.case} on {r.backend}: {r.error}" for _, r in self.runs if r.error]
+class ResumableResults(SectionResults[ResumableRun]):
+    """The resumable-jobs section's results."""
 
 
 def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> ResumableResults:
     results = ResumableResults(settings)
-    started = time.monotonic()
-    results.versions.update({name: package_version(name) for name in ("redis", "SQLAlchemy", "psycopg")})
-    stack = ExitStack()
-    try:
+    with section_frame(results) as stack:
         brokers = open_brokers(results, pg_url, server, stack, "resumable", settings["backends"])
         for rep in range(settings["reps"]):
             for broker in brokers:
                 _repetition(results, broker, rep, workdir)
-    finally:
-        try:
-            stack.close()
-        except (RuntimeError, psycopg.Error) as exc:
-            results.failures.append(f"clean-up: {exc}")
-    results.seconds["total"] = time.monotonic() - started
     return results
 
 
