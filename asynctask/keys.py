@@ -55,6 +55,9 @@ class Keys:
         #: Sorted set: stopped jobs (payload with the cursor they stopped at), scored by when
         #: they stopped; a sixth job set beside Sidekiq's, which Sidekiq never reads.
         self.stopped = f"{p}asynctask:stopped"
+        #: Set: names of the paused queues, whose jobs no worker takes until they are resumed
+        #: (pushes still land in them); the claim script reads it.
+        self.paused = f"{p}asynctask:paused"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"

@@ -211,6 +211,11 @@ def valid_jid(value: object) -> str | None:
     return value if isinstance(value, str) and _is_name(value, MAX_JID) else None
 
 
+def valid_queue(value: object) -> str | None:
+    """``value`` if it is a queue name a job may carry, else None."""
+    return value if isinstance(value, str) and _is_name(value, MAX_QUEUE) else None
+
+
 def unparseable(raw: bytes, queue: str, reason: str, jid: str | None = None) -> JobDict:
     """A dead-set entry for a payload that cannot be handled as it is, keeping exactly what
     was pushed: its text as the only arg, and when the bytes are not UTF-8, the bytes in
@@ -253,6 +258,8 @@ _NOT_MARK = bytes(set(range(256)) - set(b'"[]{}'))
 #: From this many bytes on, a payload's brackets are counted by ``find`` rather than ``count``.
 _LONG = 8192
 _NAME_RULE = f"must be a printable string of at most {MAX_QUEUE} characters"
+#: What a queue name is (``valid_queue``), for messages.
+QUEUE_NAME_RULE = f"a queue name is 1 to {MAX_QUEUE} printable characters"
 _TIMESTAMPS = ("at", "created_at", "enqueued_at")
 
 

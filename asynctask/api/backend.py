@@ -94,6 +94,8 @@ class Snapshot:
     scheduled_size: int
     retry_size: int
     dead_size: int
+    #: Jobs stopped by ``stop_job``, waiting for a resume.
+    stopped_size: int
     processes_size: int
     workers_size: int
     default_queue_latency: float
@@ -125,7 +127,7 @@ class ReadBackend(ABC):
 
     @abstractmethod
     def queue_names(self) -> list[str]:
-        """Every known queue, sorted by name."""
+        """Every known queue, the paused ones included (even empty), sorted by name."""
 
     @abstractmethod
     def queue_size(self, name: str) -> int: ...
@@ -150,6 +152,15 @@ class ReadBackend(ABC):
     @abstractmethod
     def queue_clear(self, name: str) -> int:
         """Delete every job of the queue (and forget it where names are kept); return how many."""
+
+    @abstractmethod
+    def queue_pause(self, name: str, paused: bool) -> None:
+        """Pause the queue (no worker takes its jobs; pushes still land in it), or resume it
+        (``paused`` False: idle workers are woken where the store can wake them); either is
+        a no-op if the queue already is so."""
+
+    @abstractmethod
+    def queue_paused(self, name: str) -> bool: ...
 
     # Sets, ordered by score. Iteration is by descending score, as in Sidekiq.
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import redis
 
+from asynctask import payload
 from asynctask.api.context import Context
 from asynctask.api.records import JobRecord
 from asynctask.keys import Keys
@@ -46,7 +47,8 @@ class Queue:
         """Every known queue, sorted by name.
 
         Redis knows the names in its ``queues`` set (a queue stays there, even empty, until
-        cleared); SQL knows the queues that hold jobs, waiting or in flight.
+        cleared); SQL knows the queues that hold jobs, waiting or in flight. Both list the
+        paused queues, empty or not.
         """
         ctx = Context.resolve(connection, keys, settings)
         return [cls._of(name, ctx) for name in ctx.backend.queue_names()]
@@ -92,5 +94,27 @@ class Queue:
         return None
 
     def clear(self) -> int:
-        """Delete every waiting job (on Redis, the list and the queue's name); return how many."""
+        """Delete every waiting job (on Redis, the list and the queue's name); return how many.
+        A paused queue stays paused."""
         return self.context.backend.queue_clear(self.name)
+
+    @property
+    def paused(self) -> bool:
+        """Whether workers leave the queue's jobs alone until it is resumed."""
+        return self.context.backend.queue_paused(self.name)
+
+    def pause(self) -> None:
+        """Stop every worker process taking jobs from this queue, from its next claim on; the
+        jobs running go on, and pushes still land in the queue. A queue with no jobs, or one
+        no worker serves yet, can be paused too. Raises ValueError for a name no job can
+        carry (``payload.valid_queue``)."""
+        self.context.backend.queue_pause(self._checked_name(), True)
+
+    def resume(self) -> None:
+        """Let workers take the queue's jobs again (idle ones see it within about a second)."""
+        self.context.backend.queue_pause(self._checked_name(), False)
+
+    def _checked_name(self) -> str:
+        if payload.valid_queue(self.name) is None:
+            raise ValueError(f"not a queue name: {self.name!r} ({payload.QUEUE_NAME_RULE})")
+        return self.name

@@ -75,6 +75,11 @@ class Stats(Reader):
         return self.snapshot.dead_size
 
     @property
+    def stopped_size(self) -> int:
+        """Jobs stopped by ``stop_job``, waiting for a resume."""
+        return self.snapshot.stopped_size
+
+    @property
     def processes_size(self) -> int:
         """Processes whose heartbeat has not expired."""
         return self.snapshot.processes_size

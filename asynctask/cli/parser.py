@@ -263,14 +263,19 @@ def _sets(group: Commands) -> None:
 
 
 def _queue(group: Commands) -> None:
-    queue = group.add_parser("queue", help="clear a queue")
+    queue = group.add_parser("queue", help="clear, pause or resume a queue")
     queue.set_defaults(run=_help(queue))
     commands_of = queue.add_subparsers(title="commands", metavar="COMMAND", dest="queue_command")
     clear = commands_of.add_parser("clear", help="delete every job waiting in the queue")
-    clear.add_argument("name", help="the queue's name")
-    _connection_options(clear)
-    _verbose_option(clear)
-    clear.set_defaults(run=sets.run_queue)
+    pause = commands_of.add_parser(
+        "pause", help="no worker takes the queue's jobs until it is resumed (pushes still land in it)"
+    )
+    resume = commands_of.add_parser("resume", help="let workers take the queue's jobs again")
+    for command in (clear, pause, resume):
+        command.add_argument("name", help="the queue's name")
+        _connection_options(command)
+        _verbose_option(command)
+        command.set_defaults(run=sets.run_queue)
 
 
 def _api(group: Commands) -> None:

@@ -1,5 +1,5 @@
-"""``asynctask retry|dead list|retry|delete`` and ``asynctask queue clear``: the failed jobs and
-the queues from a shell, on any broker.
+"""``asynctask retry|dead list|retry|delete`` and ``asynctask queue clear|pause|resume``: the
+failed jobs and the queues from a shell, on any broker.
 
 ``list`` prints the set's entries, latest first, one line each: when (the retry's time, or the
 death's), jid, class and queue, ``retry_count`` and the error. ``retry`` enqueues entries now
@@ -52,8 +52,17 @@ def run_set(args: argparse.Namespace) -> int:
 def run_queue(args: argparse.Namespace) -> int:
     from asynctask.api import Queue
 
-    cleared = Queue(args.name, settings=settings_from(args)).clear()
-    print(f"cleared {cleared:,} job(s) from the queue {args.name!r}")
+    queue = Queue(args.name, settings=settings_from(args))
+    if args.queue_command == "clear":
+        cleared = queue.clear()
+        print(f"cleared {cleared:,} job(s) from the queue {printable(args.name)!r}")
+        return 0
+    # A name no job can carry is a ValueError: the command's usage error (``failures.explain``).
+    if args.queue_command == "pause":
+        queue.pause()
+    else:
+        queue.resume()
+    print(f"{args.queue_command}d the queue {printable(args.name)!r} ({queue.size:,} job(s) waiting)")
     return 0
 
 

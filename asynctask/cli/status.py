@@ -1,9 +1,9 @@
 """``asynctask status``: the broker at a glance, as ``sidekiqmon`` or ``rq info`` show it.
 
-Lifetime and today's processed and failed counts, every queue with its size and latency (the
-age of its oldest job), the scheduled, retry and dead sets' sizes, and each live process with
-its busy threads. ``--json`` prints the same as one JSON object; ``--watch SECONDS`` prints it
-again every that many seconds until interrupted.
+Lifetime and today's processed and failed counts, every queue with its size, latency (the
+age of its oldest job) and whether it is paused, the scheduled, retry and dead sets' sizes,
+and each live process with its busy threads. ``--json`` prints the same as one JSON object;
+``--watch SECONDS`` prints it again every that many seconds until interrupted.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def read(settings: Settings) -> dict[str, Any]:
-    """The report, read with a few round trips plus one per queue (its latency)."""
+    """The report, read with a few round trips plus three per queue (size, latency, paused)."""
     from asynctask.api import ProcessSet, Queue, Stats
 
     stats = Stats(settings=settings)
     today = datetime.now(UTC).date()
     history = stats.history(days=1, start=today)
     queues = [
-        {"name": queue.name, "size": queue.size, "latency": round(queue.latency, 3)}
+        {"name": queue.name, "size": queue.size, "latency": round(queue.latency, 3), "paused": queue.paused}
         for queue in Queue.all(settings=settings)
     ]
     processes = [
@@ -71,6 +71,7 @@ def read(settings: Settings) -> dict[str, Any]:
         "scheduled": stats.scheduled_size,
         "retry": stats.retry_size,
         "dead": stats.dead_size,
+        "stopped": stats.stopped_size,
         "processes": processes,
     }
 
@@ -80,12 +81,16 @@ def shown(report: dict[str, Any]) -> str:
     lines = [
         f"processed {report['processed']:,}, failed {report['failed']:,} "
         f"(today {today['processed']:,} and {today['failed']:,})",
-        f"sets: scheduled {report['scheduled']:,}, retry {report['retry']:,}, dead {report['dead']:,}",
+        f"sets: scheduled {report['scheduled']:,}, retry {report['retry']:,}, dead {report['dead']:,}, "
+        f"stopped {report['stopped']:,}",
     ]
     queues = report["queues"]
     lines.append(f"queues: {len(queues)}, {sum(q['size'] for q in queues):,} jobs waiting")
     width = max((len(q["name"]) for q in queues), default=0)
-    lines += [f"  {q['name']:<{width}}  {q['size']:>9,}  latency {q['latency']:.1f} s" for q in queues]
+    lines += [
+        f"  {q['name']:<{width}}  {q['size']:>9,}  latency {q['latency']:.1f} s" + ("  paused" * q["paused"])
+        for q in queues
+    ]
     processes = report["processes"]
     busy = sum(p["busy"] for p in processes)
     threads = sum(p["concurrency"] for p in processes)

@@ -22,7 +22,12 @@ from asynctask.keys import Keys
 #: The owner of jobs a test takes from a queue, as a worker's fetch would.
 WORKER = "vm:1:feedfeedfeed"
 
-_STATES: dict[SetName, str] = {"schedule": "scheduled", "retry": "retry", "dead": "dead"}
+_STATES: dict[SetName, str] = {
+    "schedule": "scheduled",
+    "retry": "retry",
+    "dead": "dead",
+    "stopped": "stopped",
+}
 
 Job = payload.JobDict | bytes | str
 
@@ -92,7 +97,10 @@ class RedisStore(Store):
         self.conn.sadd(self.keys.queues, queue)
 
     def add(self, name: SetName, job: Job, score: float) -> None:
-        key = {"schedule": self.keys.schedule, "retry": self.keys.retry, "dead": self.keys.dead}[name]
+        keys = self.keys
+        key = {"schedule": keys.schedule, "retry": keys.retry, "dead": keys.dead, "stopped": keys.stopped}[
+            name
+        ]
         self.conn.zadd(key, {encoded(job): score})
 
     def queued(self, queue: str = "default") -> list[payload.JobDict]:

@@ -1,5 +1,5 @@
-"""``asynctask status``, ``asynctask retry|dead list|retry|delete`` and ``asynctask queue clear``
-on every broker: what an operator sees and does from a shell."""
+"""``asynctask status``, ``asynctask retry|dead list|retry|delete`` and ``asynctask queue
+clear|pause|resume`` on every broker: what an operator sees and does from a shell."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def test_status_shows_counts_queues_sets_and_processes(store: Store, shell: Shel
     store.add("retry", failed(), payload.now() + 60)
     store.add("dead", failed(), payload.now())
     store.add("dead", failed(), payload.now())
+    store.add("stopped", sidekiq_job(cursor=41), payload.now())
     info = {"hostname": "web-1", "pid": 4321, "tag": "api", "concurrency": 10, "queues": ["mail", "default"]}
     store.process("web-1:4321:abc", busy=2, info={**info, "started_at": payload.now() - 3700})
 
@@ -71,7 +72,7 @@ def test_status_shows_counts_queues_sets_and_processes(store: Store, shell: Shel
     assert status == 0
     lines = out.splitlines()
     assert lines[0] == "processed 1,234, failed 5 (today 100 and 1)"
-    assert lines[1] == "sets: scheduled 0, retry 1, dead 2"
+    assert lines[1] == "sets: scheduled 0, retry 1, dead 2, stopped 1"
     assert lines[2] == "queues: 2, 4 jobs waiting"
     queues = {line.split()[0]: line for line in lines[3:5]}
     assert queues["mail"].split()[1] == "3" and 29 <= float(queues["mail"].split()[3]) <= 60
@@ -87,7 +88,7 @@ def test_status_shows_counts_queues_sets_and_processes(store: Store, shell: Shel
         5,
         {"processed": 100, "failed": 1},
     )
-    assert (report["scheduled"], report["retry"], report["dead"]) == (0, 1, 2)
+    assert (report["scheduled"], report["retry"], report["dead"], report["stopped"]) == (0, 1, 2, 1)
     assert sorted((q["name"], q["size"]) for q in report["queues"]) == [("default", 1), ("mail", 3)]
     [process] = report["processes"]
     assert (process["hostname"], process["busy"], process["concurrency"], process["quiet"]) == (
@@ -166,6 +167,38 @@ def test_queue_clear_deletes_the_waiting_jobs_of_that_queue_only(store: Store, s
 
     assert Queue("mail", settings=store.settings).size == 0
     assert Queue("default", settings=store.settings).size == 1
+
+
+def test_queue_pause_and_resume_and_status_shows_the_paused_queues(store: Store, shell: Shell) -> None:
+    for _ in range(2):
+        store.push(sidekiq_job(), "mail")
+
+    assert shell("queue", "pause", "mail")[:2] == (0, "paused the queue 'mail' (2 job(s) waiting)\n")
+    assert shell("queue", "pause", "empty")[:2] == (0, "paused the queue 'empty' (0 job(s) waiting)\n")
+
+    assert Queue("mail", settings=store.settings).paused
+    status, out, _ = shell("status")
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[2] == "queues: 2, 2 jobs waiting"
+    assert lines[3].split() == ["empty", "0", "latency", "0.0", "s", "paused"]
+    assert lines[4].split()[:2] == ["mail", "2"] and lines[4].endswith("  paused")
+    report = json.loads(shell("status", "--json")[1])
+    assert [(q["name"], q["paused"]) for q in report["queues"]] == [("empty", True), ("mail", True)]
+
+    assert shell("queue", "resume", "mail")[:2] == (0, "resumed the queue 'mail' (2 job(s) waiting)\n")
+
+    assert not Queue("mail", settings=store.settings).paused
+    report = json.loads(shell("status", "--json")[1])
+    assert [(q["name"], q["paused"]) for q in report["queues"]] == [("empty", True), ("mail", False)]
+    assert not shell("status")[1].splitlines()[4].endswith("paused")
+
+
+def test_a_queue_name_no_job_can_carry_is_a_usage_error(store: Store, shell: Shell) -> None:
+    status, out, err = shell("queue", "pause", "q" * 256)
+    assert (status, out) == (2, "")
+    assert "not a queue name" in err and "printable" in err
+    assert Queue.all(settings=store.settings) == []
 
 
 @pytest.mark.parametrize("argv", [("dead", "list", "--limit", "0"), ("status", "--watch", "0")])

@@ -223,3 +223,42 @@ def test_record_of_a_decode_responses_connection(settings: Settings, client: Cli
         assert record.delete()
     finally:
         text_conn.close()
+
+
+def test_pause_and_resume_a_queue_which_all_lists_even_empty(store: Store) -> None:
+    push_jobs(store, 2)
+    held = Queue("held", settings=store.settings)
+    default = Queue("default", settings=store.settings)
+    assert not held.paused
+
+    held.pause()
+    held.pause()
+
+    assert held.paused and not default.paused
+    assert Queue("held", settings=store.settings).paused
+    # Never pushed to: listed for being paused.
+    assert [(q.name, q.size, q.paused) for q in Queue.all(settings=store.settings)] == [
+        ("default", 2, False),
+        ("held", 0, True),
+    ]
+    push_jobs(store, 3, "held")
+    assert held.size == 3
+    # Clearing deletes the jobs; the queue stays paused.
+    assert held.clear() == 3
+    assert held.paused and [q.name for q in Queue.all(settings=store.settings)] == ["default", "held"]
+
+    held.resume()
+    held.resume()
+
+    assert not held.paused
+    assert [q.name for q in Queue.all(settings=store.settings)] == ["default"]
+
+
+@pytest.mark.parametrize("name", ["", "a\x00b", "line\nbreak", "q" * 256])
+def test_a_name_no_job_can_carry_cannot_be_paused(store: Store, name: str) -> None:
+    queue = Queue(name, settings=store.settings)
+    with pytest.raises(ValueError, match="not a queue name"):
+        queue.pause()
+    with pytest.raises(ValueError, match="not a queue name"):
+        queue.resume()
+    assert [q.name for q in Queue.all(settings=store.settings)] == []

@@ -51,6 +51,8 @@ def test_stats_reads_every_number(store: Store) -> None:
     store.add("retry", sidekiq_job(), payload.now() + 20)
     for n in range(2):
         store.add("dead", sidekiq_job(args=[n]), payload.now())
+    for n in range(3):
+        store.add("stopped", sidekiq_job(args=[n], cursor=n), payload.now())
     store.process("vm:1:aaaaaaaaaaaa", busy=2)
     store.process("vm:2:bbbbbbbbbbbb", busy=3)
     store.process("vm:3:deaddeaddead", busy=4, alive=False)
@@ -58,7 +60,7 @@ def test_stats_reads_every_number(store: Store) -> None:
     stats = Stats(settings=store.settings)
 
     assert (stats.processed, stats.failed) == (1234, 56)
-    assert (stats.scheduled_size, stats.retry_size, stats.dead_size) == (1, 1, 2)
+    assert (stats.scheduled_size, stats.retry_size, stats.dead_size, stats.stopped_size) == (1, 1, 2, 3)
     assert stats.queues == {"critical": 2, "default": 2}
     assert stats.enqueued == 4
     assert stats.processes_size == 2

@@ -214,7 +214,23 @@ class RedisReader(ReadBackend):
         return self.keys.queue(name)
 
     def queue_names(self) -> list[str]:
-        return sorted(as_text(m) for m in self.redis.smembers(self.keys.queues))
+        # A paused queue that was never pushed to, or was cleared, is in ``paused`` only.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.smembers(self.keys.queues)
+        pipe.smembers(self.keys.paused)
+        known, paused = pipe.execute()
+        return sorted({as_text(m) for m in known | paused})
+
+    def queue_pause(self, name: str, paused: bool) -> None:
+        # Idle workers need no wake-up on a resume: while one of their queues is paused they
+        # block for PAUSED_BLOCK at most (brokers/redis/fetch.py).
+        if paused:
+            self.redis.sadd(self.keys.paused, name)
+        else:
+            self.redis.srem(self.keys.paused, name)
+
+    def queue_paused(self, name: str) -> bool:
+        return bool(self.redis.sismember(self.keys.paused, name))
 
     def queue_size(self, name: str) -> int:
         return int(self._sizes(args=[self.keys.prefix, name])[0])
@@ -494,10 +510,11 @@ class RedisReader(ReadBackend):
         pipe.zcard(k.schedule)
         pipe.zcard(k.retry)
         pipe.zcard(k.dead)
+        pipe.zcard(k.stopped)
         pipe.smembers(k.processes)
         pipe.smembers(k.queues)
         pipe.lindex(k.queue(default_queue), -1)
-        processed, failed, scheduled, retries, dead, members, queue_members, oldest = pipe.execute()
+        processed, failed, scheduled, retries, dead, stopped, members, queue_members, oldest = pipe.execute()
         identities = sorted(as_text(m) for m in members)
         names = sorted(as_text(m) for m in queue_members)
         replies: list[Any] = []
@@ -511,6 +528,7 @@ class RedisReader(ReadBackend):
             scheduled_size=int(scheduled),
             retry_size=int(retries),
             dead_size=int(dead),
+            stopped_size=int(stopped),
             processes_size=len(busy),
             workers_size=sum(busy),
             default_queue_latency=payload_latency(oldest),

@@ -68,6 +68,7 @@ from asynctask.brokers.sql.models import (
     SCHEDULED,
     STOPPED,
     Lane,
+    PausedQueue,
     ProcessSignal,
     QueuedJob,
     StatCounter,
@@ -122,11 +123,33 @@ class SqlReader(ReadBackend):
         return f"queue:{name}"
 
     def queue_names(self) -> list[str]:
-        """Queues holding jobs, waiting or in flight (Redis instead keeps every name pushed to
-        in its ``queues`` set until the queue is cleared)."""
-        query = select(J.queue).where(text(f"state = '{QUEUED}'")).distinct().order_by(J.queue)
+        """Queues holding jobs, waiting or in flight, and the paused ones (Redis instead keeps
+        every name pushed to in its ``queues`` set until the queue is cleared)."""
+        holding = select(J.queue).where(text(f"state = '{QUEUED}'"))
         with self._store.read() as conn:
-            return list(conn.scalars(query))
+            names = set(conn.scalars(holding.union(select(PausedQueue.queue))))
+        # Sorted here: the database's collation may not be code-point order.
+        return sorted(names)
+
+    def queue_pause(self, name: str, paused: bool) -> None:
+        insert_ = postgresql.insert if self._sql.postgres else sqlite.insert
+        with self._store.write() as tx:
+            if paused:
+                tx.connection.execute(
+                    insert_(PausedQueue)
+                    .values(queue=name, paused_at=payload.now())
+                    .on_conflict_do_nothing(index_elements=[PausedQueue.queue])
+                )
+                return
+            resumed = tx.connection.execute(delete(PausedQueue).where(PausedQueue.queue == name))
+            if resumed.rowcount:
+                # Its jobs are claimable again: wake the idle workers as a push would.
+                tx.announce([name])
+
+    def queue_paused(self, name: str) -> bool:
+        query = select(PausedQueue.queue).where(PausedQueue.queue == name)
+        with self._store.read() as conn:
+            return conn.scalar(query) is not None
 
     def queue_size(self, name: str) -> int:
         query = select(func.count()).select_from(J).where(J.queue == name, _WAITING)
@@ -456,6 +479,7 @@ class SqlReader(ReadBackend):
             scheduled_size=int(sets.get(SCHEDULED, 0)),
             retry_size=int(sets.get(RETRY, 0)),
             dead_size=int(sets.get(DEAD, 0)),
+            stopped_size=int(sets.get(STOPPED, 0)),
             processes_size=int(processes),
             workers_size=int(busy),
             default_queue_latency=_since(oldest.get(default_queue), now),

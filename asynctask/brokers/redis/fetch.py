@@ -17,6 +17,14 @@ crash loses none. When every queue is empty a thread blocks with BLMOVE on one q
 waiting for a poll; on a fair queue some threads block on its bell instead, rung by the
 jobs that land in its shares (docs/internals/fair-share-redis.md).
 
+A paused queue (``asynctask:paused``) is skipped by the claim script, which reads the set
+itself, so a pause costs a busy worker no round trip. The script also says which of this
+process's queues are paused, and idle threads block on none of them (nor on their bells).
+A thread may still be blocked on a queue when it is paused: the job its BLMOVE takes then is
+handed back to the tail of the queue, atomically (the ``give_back`` script), and never runs.
+While one of its queues is paused, a thread blocks at most ``PAUSED_BLOCK``, so that a
+resume is seen within that time by idle processes too.
+
 The same call writes the tracking outbox (transitions of tracked jobs, see
 ``asynctask.tracking.outbox``) and reads the cancellation generation, so that tracking adds
 no round trip of its own to a busy worker.
@@ -71,6 +79,10 @@ def starts_flow(raw: bytes) -> bool:
     return b'rate_limit"' in raw or b'unique_until"' in raw
 
 
+#: Seconds a thread blocks at most while one of this process's queues is paused: how late an
+#: idle process may see the queue resumed.
+PAUSED_BLOCK = 1.0
+
 #: Tokens a bell keeps at most (FAIR_BELL in lua/flow.lua).
 BELL_TOKENS = 64
 
@@ -116,7 +128,12 @@ class ReliableFetch(Fetcher):
             keys.tracking_seq,
             keys.cancel_generation,
             keys.inflight_registry,
+            keys.paused,
         ]
+        #: This process's queues that the last claim found paused.
+        self._paused: frozenset[str] = frozenset()
+        #: Set when the process goes quiet: wakes the threads that wait while every queue is paused.
+        self._quiet = threading.Event()
         #: Threads between deciding to block and BLMOVE returning, and whether the process
         #: went quiet (then no thread blocks any more).
         self._blocking = 0
@@ -184,9 +201,10 @@ class ReliableFetch(Fetcher):
         found = self._scripts.fetch(keys=keys, args=args)
         self.cancel_generation = found[0]
         # Lua index i (1-based) is a queue key; its in-flight list is KEYS[i + 1], keys[i] here.
+        self._paused = frozenset(order[(int(index) - first_queue) // 2] for index in found[1])
         return [
             UnitOfWork(order[(int(index) - first_queue) // 2], job, keys[int(index)])
-            for index, job in zip(found[1::2], found[2::2], strict=True)
+            for index, job in zip(found[2::2], found[3::2], strict=True)
         ]
 
     def wait(self, block_on: int) -> UnitOfWork | None:
@@ -198,28 +216,36 @@ class ReliableFetch(Fetcher):
         tracking is off. A second round trip here delayed an idle worker's jobs by 0.1 ms at
         the median, and by up to 1 ms at p90 on a loaded machine (bench/latency/section.py).
         """
+        paused = self._paused
         with self._blocking_lock:
             if self._interrupted:
                 return None
-            self._blocking += 1
             # The target fewest threads block on, from ``block_on`` round: a thread woken by a
             # job comes back to the same target, so a plain rotation would let every idle
-            # thread gather on one target and leave a bell (or a queue) unwatched.
+            # thread gather on one target and leave a bell (or a queue) unwatched. A paused
+            # queue and its bell are no targets.
             count = len(self._targets)
             first = block_on % count
-            target = min(
-                ((first + step) % count for step in range(count)),
-                key=lambda index: self._blocked_on[index],
-            )
-            self._blocked_on[target] += 1
-            # The whole fetch timeout only while every target has a thread on it; otherwise
-            # the threads go round the targets every SHORT_BLOCK (a lone idle thread of a
-            # fair queue alternates between the queue and its bell).
-            timeout = (
-                self._block_timeout if min(self._blocked_on) > 0 else min(self._block_timeout, SHORT_BLOCK)
-            )
+            targets = [
+                index
+                for index in ((first + step) % count for step in range(count))
+                if self._targets[index][0] not in paused
+            ]
+            target = min(targets, key=lambda index: self._blocked_on[index], default=None)
+            if target is not None:
+                self._blocking += 1
+                self._blocked_on[target] += 1
+                # The whole fetch timeout only while every target has a thread on it; otherwise
+                # the threads go round the targets every SHORT_BLOCK (a lone idle thread of a
+                # fair queue alternates between the queue and its bell).
+                watched = min(self._blocked_on[index] for index in targets) > 0
+                timeout = self._block_timeout if watched else min(self._block_timeout, SHORT_BLOCK)
+        if target is None:
+            # Every queue is paused: nothing to block on in Redis until a claim finds one resumed.
+            self._quiet.wait(min(self._block_timeout, PAUSED_BLOCK))
+            return None
         try:
-            return self._block(target, timeout)
+            return self._block(target, min(timeout, PAUSED_BLOCK) if paused else timeout)
         finally:
             with self._blocking_lock:
                 self._blocking -= 1
@@ -237,10 +263,17 @@ class ReliableFetch(Fetcher):
         # Redis runs the commands pipelined behind BLMOVE as soon as it returns, so the list
         # is registered before anything else can happen to it (see the claim script).
         pipe.hset(self.keys.inflight_registry, inflight, self.identity)
+        # Whether the queue was paused while this thread blocked on it, read right after the
+        # move, in the same round trip.
+        pipe.sismember(self.keys.paused, name)
         if self.outbox.tracking:
             pipe.get(self.keys.cancel_generation)
-        job, _, *generation = pipe.execute()
+        job, _, paused, *generation = pipe.execute()
         if job is None:
+            return None
+        if paused:
+            self._paused |= {name}
+            self.requeue([UnitOfWork(name, cast(bytes, job), inflight)])
             return None
         self._hand_over(name)
         if generation:
@@ -289,6 +322,7 @@ class ReliableFetch(Fetcher):
         Sidekiq's BRPOP does."""
         with self._blocking_lock:
             self._interrupted = True
+        self._quiet.set()
         name = self.redis.connection_pool.connection_kwargs.get("client_name")
         deadline = time.monotonic() + self._block_timeout
         while name and self._blocking and time.monotonic() < deadline:

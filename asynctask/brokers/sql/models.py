@@ -15,6 +15,8 @@ same database and the same Alembic history (revision 0003).
 - ``CancelledTask``: tasks cancelled, read by workers before starting a task's job.
 - ``Checkpoint``: a resumable job's last cursor and stop request, by jid (revision 0011,
   ``brokers.checkpoints``).
+- ``PausedQueue``: the paused queues, whose jobs no claim takes until they are resumed
+  (revision 0012).
 - ``Counter``: named counters (the tracking transition number on SQLite; PostgreSQL uses
   the sequence ``asynctask_tracking_seq``, ``TRACKING_SEQUENCE``).
 
@@ -234,6 +236,13 @@ class Checkpoint(Base):
     iterations: Mapped[int] = mapped_column(BigInteger, default=0)
     stop: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     updated_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class PausedQueue(Base):
+    __tablename__ = "asynctask_paused_queue"
+
+    queue: Mapped[str] = mapped_column(String(255), primary_key=True)
+    paused_at: Mapped[float] = mapped_column(Float)
 
 
 class Counter(Base):

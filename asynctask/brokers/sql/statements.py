@@ -12,6 +12,9 @@ SQLite is one file on one host, whose clock the ``:now`` parameter carries.
 The claims depend on which of the queues, in the order tried, are served fairly
 (docs/internals/fair-share-sql.md); each combination's statement is built once, when first
 used. A claim that serves no queue fairly is the push-order claim, whatever the combination.
+
+Every claim leaves the paused queues alone (``asynctask_paused_queue``): a queue is looked up
+there by its name, once per claim, before any of its rows is read.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ PLAIN = f"{CLAIMABLE} AND turn IS NULL"
 #: The order of each kind's index: a LIMIT read in it is a read of the index's head.
 TAGGED_ORDER = "priority, turn, id"
 PLAIN_ORDER = "priority, id"
+#: The queue ``{}`` (a name or a parameter) is not paused: one primary-key probe.
+NOT_PAUSED = "NOT EXISTS (SELECT 1 FROM asynctask_paused_queue WHERE asynctask_paused_queue.queue = {})"
+
 #: The job sets (scheduled, retry, dead): the predicate of the index ``ix_asynctask_job_set``.
 IN_A_SET = "state <> 'queued'"
 
@@ -329,7 +335,8 @@ class Statements:
         if not turns:
             heads = [
                 f"SELECT id, priority, {i} AS pos FROM (SELECT id, priority FROM asynctask_job "
-                f"WHERE queue = :q{i} AND {CLAIMABLE} ORDER BY priority, id LIMIT :wanted)"
+                f"WHERE queue = :q{i} AND {CLAIMABLE} AND {NOT_PAUSED.format(f':q{i}')} "
+                "ORDER BY priority, id LIMIT :wanted)"
                 for i in range(len(fair))
             ]
             return text(
@@ -339,11 +346,11 @@ class Statements:
             )
         heads = [
             f"SELECT id, priority, key, tagged, headed, {i} AS pos "
-            f"FROM ({_fair_candidates(f':q{i}', ':wanted')})"
+            f"FROM ({_fair_candidates(f':q{i}', ':wanted', only_if=NOT_PAUSED.format(f':q{i}'))})"
             if is_fair
             else f"SELECT id, priority, 0 AS key, 0 AS tagged, 0 AS headed, {i} AS pos FROM (SELECT id, "
-            f"priority FROM asynctask_job WHERE queue = :q{i} AND {CLAIMABLE} ORDER BY priority, id "
-            "LIMIT :wanted)"
+            f"priority FROM asynctask_job WHERE queue = :q{i} AND {CLAIMABLE} "
+            f"AND {NOT_PAUSED.format(f':q{i}')} ORDER BY priority, id LIMIT :wanted)"
             for i, is_fair in enumerate(fair)
         ]
         # The keys the rows were claimed by are returned too: read from the picked rows, which
@@ -395,7 +402,10 @@ class Statements:
             "(SELECT h.priority FROM asynctask_job AS h WHERE h.queue = w.queue AND "
             f"h.{CLAIMABLE.replace(' AND locked_by', ' AND h.locked_by')} ORDER BY h.priority LIMIT 1)"
         )
-        take = f"w.queue = ANY(CAST(:queues AS TEXT[])) AND w.priority <= COALESCE({head}, w.priority)"
+        take = (
+            f"w.queue = ANY(CAST(:queues AS TEXT[])) AND {NOT_PAUSED.format('w.queue')} "
+            f"AND w.priority <= COALESCE({head}, w.priority)"
+        )
         taken = "(SELECT count(*) FROM promoted WHERE locked_by IS NOT NULL)"
         turn = ", turn" if any(fair) else ""
         # A promoted row's key is its turn; it never moves the plain share's round.
@@ -438,6 +448,16 @@ def _limited(claim: TextClause, wanted: int) -> TextClause:
     return text(claim.text.replace(":wanted", str(int(wanted))))
 
 
+def _served(alias: str) -> str:
+    """PostgreSQL: the claim's queues (``:queues``) that are not paused, as ``alias(name, pos)``,
+    pos counting every queue (the fair ones' positions stay those of ``_fair_positions``). Only
+    the queues left are read: the lateral reads of their rows come after this filter."""
+    return (
+        "(SELECT name, pos FROM unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS u(name, pos) "
+        f"WHERE {NOT_PAUSED.format('u.name')}) AS {alias}"
+    )
+
+
 def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = (), mix: Mix = "both") -> str:
     """PostgreSQL's claim of ``wanted`` jobs, as the CTEs ``picked`` and ``claimed``
     (``RETURNING`` id, queue, priority, payload, and turn if a queue is fair). SKIP LOCKED:
@@ -446,7 +466,7 @@ def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = (), mix: Mix =
     locked = " FOR UPDATE SKIP LOCKED"
     if not any(fair):
         return (
-            "picked AS (SELECT j.id FROM unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS q(name, pos) "
+            f"picked AS (SELECT j.id FROM {_served('q')} "
             "CROSS JOIN LATERAL (SELECT id, priority FROM asynctask_job "
             f"WHERE queue = q.name AND {CLAIMABLE} ORDER BY priority, id LIMIT {wanted}"
             f"{locked}) AS j ORDER BY q.pos, j.priority, j.id LIMIT {wanted}), "
@@ -470,8 +490,7 @@ def _picked_and_claimed(wanted: str = ":wanted", fair: Fairness = (), mix: Mix =
             f"ORDER BY priority, id LIMIT {wanted}{locked}) AS o"
         )
     return (
-        "picked AS (SELECT j.id, j.key, j.headed FROM unnest(CAST(:queues AS TEXT[])) "
-        f"WITH ORDINALITY AS q(name, pos) CROSS JOIN LATERAL ({per_queue}) AS j "
+        f"picked AS (SELECT j.id, j.key, j.headed FROM {_served('q')} CROSS JOIN LATERAL ({per_queue}) AS j "
         f"ORDER BY q.pos, j.priority, j.key, j.tagged, j.id LIMIT {wanted}), "
         "claimed AS (UPDATE asynctask_job AS t SET locked_by = :me, locked_at = :now, "
         "attempts = t.attempts + 1 FROM picked WHERE t.id = picked.id "
@@ -485,7 +504,7 @@ def _kinds_waiting(fair: Fairness, mix: Mix) -> str:
     it leaves out is looked for (an index head of its partial index per queue), so that the
     next claim reads it again as soon as one comes. Rows this very claim takes still count
     (its snapshot is from before): a kind may be read by one claim more than needed."""
-    names = "unnest(CAST(:queues AS TEXT[])) WITH ORDINALITY AS f(name, pos)"
+    names = _served("f")
 
     def seen(rows: str, order: str) -> str:
         # A LATERAL in index order with LIMIT 1, not EXISTS: PostgreSQL may read an EXISTS, or
@@ -559,4 +578,7 @@ def _fair_positions(fair: Fairness) -> str:
 
 def _has_work(queues: int) -> str:
     names = ", ".join(f":q{i}" for i in range(queues))
-    return f"SELECT 1 FROM asynctask_job WHERE queue IN ({names}) AND {CLAIMABLE} LIMIT 1"
+    return (
+        f"SELECT 1 FROM asynctask_job WHERE queue IN ({names}) AND {CLAIMABLE} "
+        f"AND {NOT_PAUSED.format('asynctask_job.queue')} LIMIT 1"
+    )

@@ -5,8 +5,9 @@
 -- KEYS[2]           asynctask:tracking:seq
 -- KEYS[3]           asynctask:cancelled:generation
 -- KEYS[4]           asynctask:inflight (registry hash: in-flight list -> owner identity)
--- KEYS[5], KEYS[6]  queue:<a>, asynctask:inflight|<identity>|<a>   (first queue to try)
--- KEYS[7], KEYS[8]  queue:<b>, asynctask:inflight|<identity>|<b>   (next queue), ...
+-- KEYS[5]           asynctask:paused (set of paused queue names)
+-- KEYS[6], KEYS[7]  queue:<a>, asynctask:inflight|<identity>|<a>   (first queue to try)
+-- KEYS[8], KEYS[9]  queue:<b>, asynctask:inflight|<identity>|<b>   (next queue), ...
 -- ARGV[1]           how many jobs to claim at most
 -- ARGV[2]           this process's identity
 -- ARGV[3]           how many transitions ARGV[4] holds (0: none)
@@ -36,12 +37,16 @@
 -- ring goes once only "" is left, the queue then served from queue:<queue> alone as before.
 -- A queue without a ring costs one EXISTS more than before. The work per call is bounded by
 -- the batch, the postpone budget and one round of the ring.
+-- A paused queue is skipped whole: queue:<name>, its urgent list and its shares. Read here, in
+-- the claim itself, a pause takes effect at the next claim of every process, at the cost of
+-- one SCARD while no queue is paused (one SISMEMBER per queue tried otherwise).
 -- Flow control: an acknowledged job ends, freeing its concurrency slot (promoting the next
 -- job of its key into its queue), its unique key and its feed slot (each feed with freed
 -- slots releases once, after the acknowledgements); a claimed job over its rate limit goes
 -- back to the schedule set instead of being returned (see flow.lua). Only payloads that
 -- contain the fields' names are decoded, and not those of plain fed jobs.
--- Returns {cancel generation, index in KEYS of the job's queue, payload, index, payload, ...}.
+-- Returns {cancel generation, {index in KEYS of each paused queue}, index in KEYS of the job's
+-- queue, payload, index, payload, ...}: the caller's idle threads block on no paused queue.
 local batch = tonumber(ARGV[1])
 local transitions = tonumber(ARGV[3])
 FLOW_PREFIX = ARGV[5]
@@ -65,13 +70,25 @@ if transitions > 0 then
   local last = redis.call("incrby", KEYS[2], transitions)
   redis.call("xadd", KEYS[1], "*", "s", last - transitions + 1, "d", ARGV[4])
 end
-local claimed = { redis.call("get", KEYS[3]) or "0" }
+local prefix_length = #FLOW_PREFIX + #"queue:"
+-- Every paused queue of the call, not only those tried before the batch is full: the caller
+-- must know them all to keep its threads from blocking on them.
+local paused = {}
+local skipped = {}
+if redis.call("scard", KEYS[5]) > 0 then
+  for i = 6, #KEYS, 2 do
+    if redis.call("sismember", KEYS[5], string.sub(KEYS[i], prefix_length + 1)) == 1 then
+      paused[#paused + 1] = i
+      skipped[i] = true
+    end
+  end
+end
+local claimed = { redis.call("get", KEYS[3]) or "0", paused }
 -- Postponing is bounded per call, so that a long queue of jobs over their rate limit does
 -- not keep Redis busy in one call; the rest is postponed by the next calls.
 local postpone_budget = 100
-local prefix_length = #FLOW_PREFIX + #"queue:"
 local function full()
-  return #claimed >= 2 * batch + 1 or postpone_budget == 0
+  return #claimed >= 2 * batch + 2 or postpone_budget == 0
 end
 -- Move the job at `source`'s right end into KEYS[i + 1]; false when `source` is empty.
 local function take(i, source)
@@ -87,47 +104,49 @@ local function take(i, source)
   end
   return true
 end
-for i = 5, #KEYS, 2 do
-  local before = #claimed
-  local name = string.sub(KEYS[i], prefix_length + 1)
-  local ring = fair_key("shares", name)
-  -- The queue's jobs wait in shares: the urgent list first, then one job per member of the
-  -- ring in turn. Whatever the queue's fair setting now, so that a queue switched to fifo
-  -- still drains what waits in its shares.
-  local turns = redis.call("exists", ring) == 1
-  if turns then
-    local urgent = fair_key("urgent", name)
-    while not full() and take(i, urgent) do
-    end
-    -- Every member but "" holds jobs, so a round that finds none is over: at most one miss
-    -- per member in a row.
-    local members = redis.call("llen", ring)
-    local misses = 0
-    while not full() and misses < members do
-      local member = redis.call("lmove", ring, ring, "RIGHT", "LEFT")
-      local source = member == "" and KEYS[i] or share_key(name, member)
-      if take(i, source) then
-        misses = 0
-      else
-        misses = misses + 1
+for i = 6, #KEYS, 2 do
+  if not skipped[i] then
+    local before = #claimed
+    local name = string.sub(KEYS[i], prefix_length + 1)
+    local ring = fair_key("shares", name)
+    -- The queue's jobs wait in shares: the urgent list first, then one job per member of the
+    -- ring in turn. Whatever the queue's fair setting now, so that a queue switched to fifo
+    -- still drains what waits in its shares.
+    local turns = redis.call("exists", ring) == 1
+    if turns then
+      local urgent = fair_key("urgent", name)
+      while not full() and take(i, urgent) do
       end
-      if member ~= "" and redis.call("exists", source) == 0 then
-        -- The member just moved to the left end.
-        redis.call("lpop", ring)
-        members = members - 1
+      -- Every member but "" holds jobs, so a round that finds none is over: at most one miss
+      -- per member in a row.
+      local members = redis.call("llen", ring)
+      local misses = 0
+      while not full() and misses < members do
+        local member = redis.call("lmove", ring, ring, "RIGHT", "LEFT")
+        local source = member == "" and KEYS[i] or share_key(name, member)
+        if take(i, source) then
+          misses = 0
+        else
+          misses = misses + 1
+        end
+        if member ~= "" and redis.call("exists", source) == 0 then
+          -- The member just moved to the left end.
+          redis.call("lpop", ring)
+          members = members - 1
+        end
+      end
+      if members <= 1 and redis.call("exists", urgent) == 0 then
+        redis.call("del", ring)
+        turns = false
       end
     end
-    if members <= 1 and redis.call("exists", urgent) == 0 then
-      redis.call("del", ring)
-      turns = false
+    if not turns then
+      while not full() and take(i, KEYS[i]) do
+      end
     end
-  end
-  if not turns then
-    while not full() and take(i, KEYS[i]) do
+    if #claimed > before then
+      redis.call("hset", KEYS[4], KEYS[i + 1], ARGV[2])
     end
-  end
-  if #claimed > before then
-    redis.call("hset", KEYS[4], KEYS[i + 1], ARGV[2])
   end
   if full() then
     break
