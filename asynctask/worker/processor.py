@@ -241,11 +241,12 @@ class Processor:
 
     def _interrupted(self, unit: UnitOfWork, job: payload.JobDict, exc: JobInterrupted) -> Outcome:
         manager = self.manager
+        # The transitions the job recorded go with its move, as a retry's do.
+        outbox = manager.tracker.outbox if manager.tracker is not None else None
         if exc.reason == "stop":
             parked = dict(job)
             if exc.cursor is not None:
                 parked["cursor"] = json.loads(exc.cursor)
-            outbox = manager.tracker.outbox if manager.tracker is not None else None
             manager.broker.park(unit, payload.dumps_storable(parked), outbox)
             return "settled"
         if exc.reason == "cancel":
@@ -254,7 +255,6 @@ class Processor:
         if exc.reason == "pause":
             # Due at once, a fed job leaving the retry set rejoins the head of its feed's held
             # jobs: released again, first, when the task resumes. Its retry count is untouched.
-            outbox = manager.tracker.outbox if manager.tracker is not None else None
             manager.broker.retry_at(unit, job, payload.now(), outbox)
             return "settled"
         # The worker is stopping: the shutdown gives the job back with its other claims.
