@@ -1,10 +1,11 @@
 """What ``GET /metrics`` reports: the broker's state as Prometheus metric families, read at each
-scrape through the read API (``asynctask.api``).
+scrape through the read API (``asynctask.api``), and the tracking database's tasks by status.
 
 A scrape costs a fixed number of round trips plus one per queue (its latency), whatever the
 number of jobs: the counters and sizes come from ``Stats`` (two round trips on Redis, two
 statements in SQL), the processes from ``ProcessSet``, and the tracking backlog from the
-Redis stream's length and its oldest entry.
+Redis stream's length and its oldest entry. The tasks by status are one statement, a pass
+over the task table that reads no event. The requests' durations are ``webapi.requestmetrics``'.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from sqlalchemy import Engine
 
 from asynctask.api import ProcessSet, Queue, Stats
 from asynctask.settings import Settings
+from asynctask.tracking.counts import tasks_by_status
 
 
 class BrokerCollector(Collector):
@@ -33,11 +36,12 @@ class BrokerCollector(Collector):
             "asynctask_jobs_failed", "Job runs that failed, over the broker's life.", value=stats.failed
         )
         sets = GaugeMetricFamily(
-            "asynctask_set_size", "Jobs in the scheduled, retry and dead sets.", labels=["set"]
+            "asynctask_set_size", "Jobs in the scheduled, retry, dead and stopped sets.", labels=["set"]
         )
         sets.add_metric(["scheduled"], stats.scheduled_size)
         sets.add_metric(["retry"], stats.retry_size)
         sets.add_metric(["dead"], stats.dead_size)
+        sets.add_metric(["stopped"], stats.stopped_size)
         yield sets
         yield from _queues(Queue.all(settings=self.settings))
         yield from _processes(ProcessSet(settings=self.settings))
@@ -53,6 +57,25 @@ class BrokerCollector(Collector):
                 "Seconds the oldest transition waiting for the flusher has waited (0 when none waits).",
                 value=backlog.age,
             )
+
+
+class TaskCollector(Collector):
+    """Counts the tasks of the tracking database by status anew at every ``collect``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterable[Metric]:
+        with self.engine.connect() as connection:
+            counted = tasks_by_status(connection)
+        tasks = GaugeMetricFamily(
+            "asynctask_tasks",
+            "Tasks in the tracking database, by the status the API reports.",
+            labels=["status"],
+        )
+        for status, count in counted.items():
+            tasks.add_metric([status], count)
+        yield tasks
 
 
 def _queues(queues: list[Queue]) -> Iterator[Metric]:
