@@ -132,8 +132,14 @@ def caller_for(bind: Engine | Connection, token: str) -> Caller | None:
     # lone surrogate).
     if not token.startswith(TOKEN_PREFIX) or not token.isascii():
         return None
+    return caller_for_hash(bind, hash_token(token))
+
+
+def caller_for_hash(bind: Engine | Connection, token_hash: str) -> Caller | None:
+    """Who the token of this ``hash_token`` belongs to; None if it is unknown or revoked (a
+    dashboard session holds the hash, never the token)."""
     query = select(ApiToken.tenant, ApiToken.operator).where(
-        ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None)
+        ApiToken.token_hash == token_hash, ApiToken.revoked_at.is_(None)
     )
     if isinstance(bind, Connection):
         row = bind.execute(query).first()

@@ -87,9 +87,13 @@ class Tracking:
                 connection, task_id, status=status, after=after, limit=limit, tenant=tenant, messages=messages
             )
 
-    def list_tasks(self, tenant: str | None, *, before: str | None = None, limit: int = 50) -> Page[TaskView]:
+    def list_tasks(
+        self, tenant: str | None, *, before: str | None = None, limit: int = 50, every_tenant: bool = False
+    ) -> Page[TaskView]:
         with self.engine.connect() as connection:
-            return queries.list_tasks(connection, tenant, before=before, limit=limit)
+            return queries.list_tasks(
+                connection, tenant, before=before, limit=limit, every_tenant=every_tenant
+            )
 
     def cancel_task(self, task_id: str, *, tenant: str | None = None) -> TaskView:
         tasks.cancel_task(self.engine, self.client, task_id, tenant=tenant)

@@ -67,6 +67,8 @@ class Task(Base):
     __table_args__ = (
         # A tenant's tasks, newest first, paged by (created_at, id).
         Index(None, "tenant", "created_at", "id"),
+        # Every tenant's tasks, newest first, for operators.
+        Index(None, "created_at", "id"),
     )
 
 

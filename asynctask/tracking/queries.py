@@ -123,12 +123,19 @@ def list_events(
 
 
 def list_tasks(
-    connection: Connection, tenant: str | None, *, before: str | None = None, limit: int = 50
+    connection: Connection,
+    tenant: str | None,
+    *,
+    before: str | None = None,
+    limit: int = 50,
+    every_tenant: bool = False,
 ) -> Page[TaskView]:
-    """A tenant's tasks, newest first (``tenant=None``: tasks created without a tenant)."""
+    """A tenant's tasks, newest first (``tenant=None``: tasks created without a tenant), or
+    with ``every_tenant`` all tasks whoever created them (for operators)."""
     limit = _page_size(limit)
-    owner = Task.tenant.is_(None) if tenant is None else Task.tenant == tenant
-    query = select(_TASKS).where(owner)
+    query = select(_TASKS)
+    if not every_tenant:
+        query = query.where(Task.tenant.is_(None) if tenant is None else Task.tenant == tenant)
     if before is not None:
         created, task_id = _task_cursor(before)
         query = query.where(

@@ -32,7 +32,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0011"
+HEAD = "0013"
 
 
 @pytest.fixture
@@ -255,8 +255,9 @@ def test_the_package_ships_every_subpackage_and_the_migrations() -> None:
     }
     # A directory left out is still copied as data, with a warning from setuptools at every build.
     assert on_disk <= set(setuptools["packages"])
-    static = ROOT / "webapi" / "static"
-    shipped = setuptools["package-data"]["webapi.static"]
-    assert all(any(path.match(glob) for glob in shipped) for path in static.iterdir())
+    for data in ("webapi.static", "webapi.dashboard.static", "webapi.dashboard.templates.dashboard"):
+        shipped = setuptools["package-data"][data]
+        files = ROOT.joinpath(*data.split(".")).iterdir()
+        assert all(any(path.match(glob) for glob in shipped) for path in files), data
     assert setuptools["package-dir"] == {"asynctask._migrations": "migrations"}
     assert migrate.script_location().samefile(ROOT / "migrations")
