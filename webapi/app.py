@@ -29,11 +29,15 @@ from webapi.blueprints.keys import keys
 from webapi.blueprints.metrics import metrics
 from webapi.blueprints.page import page
 from webapi.blueprints.periodic import periodic
+from webapi.blueprints.queues import queues
 from webapi.blueprints.stream import stream
 from webapi.blueprints.tasks import tasks
 from webapi.config import ApiConfig
+from webapi.dashboard import dashboard
+from webapi.dashboard.cookie import configure_session
 from webapi.headers import add_security_headers, allow_cors
-from webapi.metrics import BrokerCollector
+from webapi.metrics import BrokerCollector, TaskCollector
+from webapi.requestmetrics import TimedRequests, request_durations
 from webapi.resources import EXTENSION, Resources, broker_reader, db, release_db, resources
 from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
@@ -41,7 +45,7 @@ from webapi.watch import TaskWatcher
 logger = logging.getLogger("asynctask.api")
 
 #: Blueprints whose routes need a token (the page, health checks and the document do not).
-_PROTECTED = {tasks.name, stream.name, jobs.name, keys.name, periodic.name, metrics.name}
+_PROTECTED = {tasks.name, stream.name, jobs.name, keys.name, periodic.name, queues.name, metrics.name}
 
 
 def create_app(
@@ -69,6 +73,7 @@ def create_app(
         )
 
     app = Flask(__name__, static_folder="static", static_url_path="/static")
+    registry = _metrics(client, engine)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.extensions[EXTENSION] = Resources(
         config=config,
@@ -84,25 +89,29 @@ def create_app(
         streams=StreamSlots(config.max_streams, config.max_tenant_streams),
         busy_keys=broker_reader(BusyKeys, client),
         periodic=broker_reader(PeriodicSet, client),
-        metrics=_metrics(client),
+        metrics=registry,
     )
 
+    configure_session(app, config)
     errors.register(app)
     app.before_request(_authenticate)
-    for blueprint in (health, docs, page, tasks, stream, jobs, keys, periodic, metrics):
+    for blueprint in (health, docs, page, tasks, stream, jobs, keys, periodic, queues, metrics, dashboard):
         app.register_blueprint(blueprint)
     app.teardown_appcontext(_close_db)
     add_security_headers(app)
     if config.cors_origins:
         allow_cors(app, config.cors_origins)
+    # Outermost, so that a request's time includes every hook and handler Flask runs for it.
+    app.wsgi_app = TimedRequests(app.wsgi_app, request_durations(registry))  # type: ignore[method-assign]
     return app
 
 
-def _metrics(client: Client) -> CollectorRegistry:
+def _metrics(client: Client, engine: Engine) -> CollectorRegistry:
     # A registry of the app's own, not prometheus_client's global one: two apps in a process
-    # (tests, embedding) each report their own broker.
+    # (tests, embedding) each report their own broker, database and requests.
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(client.settings))
+    registry.register(TaskCollector(autocommit(engine)))
     return registry
 
 

@@ -5,7 +5,8 @@ so the library never imports the web app.
 Before serving it checks what would otherwise show only as failing requests: the modules
 load, the database was migrated (a 503 "unreachable" on every request would not say so),
 some job may be submitted, and the address is free. Once gunicorn listens, one line says
-where, and what it serves.
+where, and what it serves. Its worker processes share their request metrics through a
+private directory made at start and removed at exit (``webapi.metricsdir``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ from asynctask.modules import load_module
 from asynctask.registry import default_registry
 from asynctask.settings import Settings, shown_url
 from webapi.config import ApiConfig
+from webapi.metricsdir import shared_metrics_dir
 from webapi.server import serve
 
 logger = logging.getLogger("asynctask.api")
 
 
 def run_api(args: argparse.Namespace) -> int:
+    # Named before the job modules load: one of them may import prometheus_client, which
+    # chooses its mode on import.
+    with shared_metrics_dir():
+        return _run_api(args)
+
+
+def _run_api(args: argparse.Namespace) -> int:
     settings = settings_from(
         args, require=tuple(args.require) or None, log_level="INFO" if args.verbose else None
     )

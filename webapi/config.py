@@ -11,6 +11,7 @@ from asynctask.settings import Settings, env_values, parse_bool
 
 MIB = 1024 * 1024
 MAX_JSON_DEPTH = 500
+MIN_SECRET_KEY_LENGTH = 32
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ class ApiConfig:
     #: Seconds a task's first errors may be reused by status reads while its failed and
     #: error counts stay the same; 0 reads them every time.
     errors_cache_seconds: float = 1.0
+    #: Signs the dashboard's session cookie. None: ``asynctask api`` makes one per start, shared
+    #: by its worker processes (a restart then logs everyone out); ``create_app`` alone makes
+    #: one per app, which does not work behind several processes of another WSGI server.
+    secret_key: str | None = None
+    #: Hours a dashboard login lasts.
+    session_hours: float = 12.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ApiConfig:
@@ -56,6 +63,8 @@ class ApiConfig:
             values["auth"] = parse_bool("ASYNCTASK_API_AUTH", env["ASYNCTASK_API_AUTH"])
         if env.get("ASYNCTASK_API_CORS_ORIGINS"):
             values["cors_origins"] = _names(env["ASYNCTASK_API_CORS_ORIGINS"])
+        if env.get("ASYNCTASK_API_SECRET_KEY"):
+            values["secret_key"] = env["ASYNCTASK_API_SECRET_KEY"]
         if env.get("ASYNCTASK_API_OPERATOR_TENANTS"):
             values["operator_tenants"] = _names(env["ASYNCTASK_API_OPERATOR_TENANTS"])
         values.update(
@@ -74,6 +83,7 @@ class ApiConfig:
                     "stream_max_seconds": float,
                     "token_cache_seconds": float,
                     "errors_cache_seconds": float,
+                    "session_hours": float,
                 },
             )
         )
@@ -105,6 +115,11 @@ class ApiConfig:
             raise ValueError('"null" cannot be an allowed CORS origin')
         if self.token_cache_seconds < 0 or self.errors_cache_seconds < 0:
             raise ValueError("token_cache_seconds and errors_cache_seconds must not be negative")
+        if self.session_hours <= 0:
+            raise ValueError("session_hours must be positive")
+        if self.secret_key is not None and len(self.secret_key) < MIN_SECRET_KEY_LENGTH:
+            # A short key can be guessed offline from one signed cookie.
+            raise ValueError(f"secret_key must be at least {MIN_SECRET_KEY_LENGTH} characters")
         if isinstance(self.operator_tenants, str):
             # A tenant is looked up with "in": in one string, any part of it would be an operator.
             raise ValueError("operator_tenants must be a sequence of tenant names, not one string")

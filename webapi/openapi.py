@@ -16,6 +16,7 @@ from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIO
 from asynctask.tracking.queries import MAX_PAGE
 from asynctask.tracking.status import EventStatus, TaskStatus
 from webapi.blueprints.keys import DEFAULT_KEYS, MAX_HOLDERS, MAX_KEYS
+from webapi.blueprints.queues import QUEUE_PATH_NAME
 from webapi.blueprints.tasks import DEFAULT_ERRORS, MAX_ERRORS
 from webapi.intake import MAX_CONCURRENCY_LIMIT, QUEUE_NAME
 from webapi.serialize import SUMMARY_ERROR_CHARS
@@ -47,9 +48,10 @@ def document() -> dict[str, Any]:
             "description": (
                 "Every `/api/*` request needs `Authorization: Bearer <token>` (a token is bound to one "
                 "tenant; `asynctask tokens create --tenant NAME`). A task of another tenant is reported "
-                "as absent (404 `task_not_found`). The periodic schedules are the deployment's: only an "
-                "operator's token (`asynctask tokens create --operator`, or any token of a tenant of "
-                "`ASYNCTASK_API_OPERATOR_TENANTS`) may read them, any other is refused (403 "
+                "as absent (404 `task_not_found`). The periodic schedules and the queues are the "
+                "deployment's: only an operator's token (`asynctask tokens create --operator`, or any token "
+                "of a tenant of `ASYNCTASK_API_OPERATOR_TENANTS`) may read or act on them, any other is "
+                "refused (403 "
                 "`operator_only`). Every 4xx/5xx response has the `Error` body; its "
                 "`error.code` is stable, its `message` is for people. Unknown routes answer 404 "
                 "`not_found`, a wrong method 405 `method_not_allowed` with an `Allow` header."
@@ -66,6 +68,7 @@ def document() -> dict[str, Any]:
             {"name": "jobs", "description": "The jobs a caller may submit; stopping and resuming one job."},
             {"name": "keys", "description": "Concurrency keys whose jobs run or wait."},
             {"name": "periodic", "description": "Periodic schedules (operators only)."},
+            {"name": "queues", "description": "Queues: list, pause, resume, clear (operators only)."},
             {"name": "operations", "description": "Prometheus metrics (operators only)."},
             {"name": "service", "description": "Health checks, this document and the example page."},
         ],
@@ -263,6 +266,13 @@ def _parameters() -> dict[str, Any]:
             "required": True,
             "description": "The task's id (`task_id` of the 202 that created it).",
             "schema": _string(minLength=1),
+        },
+        "QueueName": {
+            "name": "name",
+            "in": "path",
+            "required": True,
+            "description": "The queue's name.",
+            "schema": _string(pattern=f"^{QUEUE_PATH_NAME.pattern}$"),
         },
         "Jid": {
             "name": "jid",
@@ -621,6 +631,31 @@ def _schemas() -> dict[str, Schema]:
             {"schedules": _array(_ref("Schedule"))},
             description="The periodic schedules, by name.",
         ),
+        "Queue": _obj(_queue_fields(), description="A queue of the broker."),
+        "Queues": _obj(
+            {"queues": _array(_ref("Queue"))},
+            description="Every queue the broker knows, by name: those with jobs, and the paused ones.",
+        ),
+        "ClearedQueue": _obj(
+            {**_queue_fields(), "cleared": _integer(0, description="How many waiting jobs were deleted.")},
+            description="The queue after it was cleared.",
+        ),
+    }
+
+
+def _queue_fields() -> dict[str, Schema]:
+    return {
+        "name": _string(minLength=1),
+        "size": _integer(0, description="Jobs waiting in it (not those running)."),
+        "latency": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Seconds its oldest waiting job has waited; 0 when it is empty.",
+        },
+        "paused": {
+            "type": "boolean",
+            "description": "No worker takes its jobs until it is resumed; pushes still land in it.",
+        },
     }
 
 
@@ -1002,6 +1037,53 @@ def _paths() -> dict[str, Any]:
                 "`operator_only`. The schedules are those the workers declare "
                 f"(one no worker declares any more is forgotten {FORGET_AFTER:g} s later); times are UTC.",
             ),
+        },
+        "/api/queues": {
+            "get": _operation(
+                "listQueues",
+                "The broker's queues, with their sizes, latencies and whether they are paused",
+                "queues",
+                {"200": _response("The queues.", _ref("Queues")), **_errors(403)},
+                description="For an operator's token only, as `/api/periodic`.",
+            ),
+        },
+        **{
+            f"/api/queues/{{name}}/{action}": {
+                "parameters": [_ref("QueueName", "parameters")],
+                "post": _operation(
+                    f"{action}Queue",
+                    summary,
+                    "queues",
+                    {"200": _response(answer, _ref(schema)), **_errors(403, 422)},
+                    description=f"For an operator's token only, as `/api/periodic`. {more}A name that is "
+                    "not 1 to 255 printable ASCII characters other than `/` is 422 `invalid_queue`.",
+                ),
+            }
+            for action, summary, answer, schema, more in (
+                (
+                    "pause",
+                    "Pause a queue: no worker takes its jobs until it is resumed",
+                    "The queue, paused (again 200 if it was).",
+                    "Queue",
+                    "Every worker process sees it at its next claim (within about a second when idle); "
+                    "jobs already running go on, and pushes still land in the queue. A queue with no "
+                    "jobs, or not known yet, can be paused. ",
+                ),
+                (
+                    "resume",
+                    "Resume a paused queue: workers take its jobs again",
+                    "The queue, resumed (again 200 if it was not paused).",
+                    "Queue",
+                    "Idle workers see it within about a second. ",
+                ),
+                (
+                    "clear",
+                    "Delete every job waiting in a queue",
+                    "The queue after it was cleared, and how many jobs were deleted.",
+                    "ClearedQueue",
+                    "Running jobs are not touched; a paused queue stays paused. ",
+                ),
+            )
         },
         "/metrics": {
             "get": _operation(

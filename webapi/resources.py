@@ -4,7 +4,7 @@ the broker's readers), kept in ``app.extensions``, and the request's own databas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from flask import current_app, g
 from prometheus_client import CollectorRegistry
@@ -44,12 +44,17 @@ class Resources:
     metrics: CollectorRegistry
 
 
-def broker_reader(kind: type[R], client: Client) -> R:
-    """A read-model reader over the client's broker: on Redis its connection, on SQL the shared
-    engine of its URL."""
+def broker_location(client: Client) -> dict[str, Any]:
+    """Where the read model finds the client's broker, as keyword arguments of its classes: on
+    Redis its connection and keys, on SQL the settings (the shared engine of their URL)."""
     if isinstance(client.broker, RedisBroker):
-        return kind(client.broker.redis, client.broker.keys, settings=client.settings)
-    return kind(settings=client.settings)
+        return {"connection": client.broker.redis, "keys": client.broker.keys, "settings": client.settings}
+    return {"settings": client.settings}
+
+
+def broker_reader(kind: type[R], client: Client) -> R:
+    """A read-model reader over the client's broker (``broker_location``)."""
+    return kind(**broker_location(client))
 
 
 def resources() -> Resources:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -54,6 +55,9 @@ def serve(
     if streams < config.max_streams:
         logger.info("%d threads per worker: each worker holds at most %d progress streams", threads, streams)
         config = replace(config, max_streams=streams)
+    if config.secret_key is None:
+        # Made before the fork, so every worker process signs and checks with the same key.
+        config = replace(config, secret_key=secrets.token_urlsafe(32))
     options: dict[str, Any] = {
         "bind": f"{host}:{port}",
         "workers": workers,

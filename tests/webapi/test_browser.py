@@ -83,11 +83,7 @@ class Stack:
         return self.call(path)
 
     def call(self, path: str, body: Any = None) -> Any:
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, headers=headers)
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.load(response)
+        return call_api(self.base_url, self.token, path, body)
 
     def warm_up(self) -> None:
         """One small task through the whole chain, so that the worker and its flusher are up
@@ -99,6 +95,15 @@ class Stack:
             if time.monotonic() > deadline:
                 fail_with_logs("the warm-up task did not finish", self.logs)
             time.sleep(0.05)
+
+
+def call_api(base_url: str, token: str, path: str, body: Any = None) -> Any:
+    """The JSON answer of the API at ``path`` for ``token``: a GET, or a POST of ``body``."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base_url + path, data=data, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
 
 
 def products_csv() -> bytes:
@@ -155,6 +160,31 @@ def wait_ready(base_url: str, procs: list[subprocess.Popen[bytes]], logs: list[P
         time.sleep(0.1)
 
 
+def spawn(
+    commands: dict[str, list[str]],
+    env: dict[str, str],
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+    logs: list[Path],
+) -> None:
+    """Start each ``asynctask`` command in its own process group, its output in ``<name>.log``;
+    each is added to ``procs`` as it starts, so that a caller's cleanup stops every one started."""
+    for name, argv in commands.items():
+        log = tmp_path / f"{name}.log"
+        with log.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "asynctask", *argv],
+                    env=env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        logs.append(log)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
@@ -204,20 +234,7 @@ def running_stack(namespace: str, tmp_path: Path) -> Iterator[Stack]:
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     try:
-        for name, argv in commands.items():
-            log = tmp_path / f"{name}.log"
-            with log.open("wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "asynctask", *argv],
-                        env=env,
-                        cwd=ROOT,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-            logs.append(log)
+        spawn(commands, env, tmp_path, procs, logs)
         base_url = f"http://127.0.0.1:{port}"
         wait_ready(base_url, procs, logs)
         stack = Stack(base_url, token, logs)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import pytest
 
+from asynctask.tokens import create_token
 from tests.webapi.conftest import Api
 from tests.webapi.test_api import error_of, queued
 
@@ -274,3 +276,40 @@ def test_a_stream_snapshot_shows_the_feed(api: Api) -> None:
     ]
     snapshot = json.loads(frames[0].split("data: ", 1)[1])
     assert snapshot["feed"] == {"parallel": 2, "interval": 0.0, "priority": 0, "paused": False, "held": 0}
+
+
+def test_the_dashboard_tunes_a_feed_as_the_api_checks_it(api: Api) -> None:
+    """The dashboard's tuning form: its fields are checked as PATCH checks them, and an empty
+    field leaves its setting."""
+    created = api.post_json({"job": "import_products", "items": ROWS, "parallel": 3, "priority": -1})
+    task_id = created.get_json()["task_id"]
+    operator = create_token(api.engine, "ops", operator=True).token
+    login = api.http.post("/dashboard/login", data={"token": operator, "csrf_token": _csrf(api, "login")})
+    assert login.status_code == 303
+    # A login starts a fresh session, with a CSRF token of its own.
+    csrf = _csrf(api, f"tasks/{task_id}")
+
+    def tune(**fields: str) -> str:
+        response = api.http.post(f"/dashboard/tasks/{task_id}/update", data={"csrf_token": csrf, **fields})
+        assert response.status_code == 303
+        return api.http.get(response.headers["Location"]).get_data(as_text=True)
+
+    assert "feed updated" in tune(parallel="7", interval="", priority="")
+    assert api.get(f"/api/tasks/{task_id}").get_json()["feed"]["parallel"] == 7
+    for bad in ({"parallel": "0"}, {"parallel": "x"}, {"interval": "nan"}, {"priority": "1.5"}):
+        assert "not done:" in tune(**bad), bad
+    assert api.get(f"/api/tasks/{task_id}").get_json()["feed"] == {
+        "parallel": 7,
+        "interval": 0.0,
+        "priority": -1,
+        "paused": False,
+        "held": 3,
+    }
+
+
+def _csrf(api: Api, page: str) -> str:
+    found = re.search(
+        r'name="csrf_token" value="([^"]+)"', api.http.get(f"/dashboard/{page}").get_data(as_text=True)
+    )
+    assert found is not None
+    return found.group(1)

@@ -7,7 +7,8 @@ All of schemathesis' phases run (the document's examples, coverage of edge value
 fuzzing, stateful sequences following the responses), with a fixed random state: every run sends
 the same requests. The database holds real tasks (the caller's and another tenant's) and generated requests
 name them now and then, so the 200/202/409 paths run as well as the 404s; the broker holds periodic
-schedules, and the caller's tenant is an operator, so their list is read. The stream is left out of
+schedules, and the caller's tenant is an operator, so their list is read and queues are paused, resumed
+and cleared. The stream is left out of
 the generated run (a 200 stays open until its task ends) and checked explicitly, like values no
 generator aims at.
 """
@@ -434,6 +435,10 @@ def test_generated_requests(fuzz_api: Api) -> None:
     assert statuses["POST /api/tasks/{task_id}/pause"][200] > 0
     assert statuses["POST /api/tasks/{task_id}/resume"][200] > 0
     assert statuses["GET /api/periodic"][200] > 0
+    assert statuses["GET /api/queues"][200] > 0
+    for action in ("pause", "resume", "clear"):
+        assert statuses[f"POST /api/queues/{{name}}/{action}"][200] > 0
+        assert statuses[f"POST /api/queues/{{name}}/{action}"][422] > 0
 
 
 @pytest.mark.parametrize("credentials", ["missing", "revoked"])
@@ -587,6 +592,9 @@ HOSTILE = {
         "/api/tasks", "POST", frozenset({422}), body={"job": "echo", "items": [1], "queue": "q\x00"}
     ),
     "job-nul": Hostile("/api/tasks", "POST", frozenset({422}), body={"job": "echo\x00", "items": [1]}),
+    "queue-name-nul": Hostile("/api/queues/{name}/pause", "POST", frozenset({422}), {"name": "q\x00"}),
+    "queue-name-control": Hostile("/api/queues/{name}/resume", "POST", frozenset({422}), {"name": "\x1b[2J"}),
+    "queue-name-long": Hostile("/api/queues/{name}/clear", "POST", frozenset({422}), {"name": "q" * 256}),
     # Numbers at and over the edges.
     "events-cursor-max": Hostile(
         "/api/tasks/{task_id}/events", "GET", frozenset({200}), {"task_id": OWN}, {"after": str(2**63 - 1)}

@@ -1,0 +1,373 @@
+"""The dashboard over the Flask test client on each broker: who may see it, how its forms are
+protected, that every page renders what the broker holds, and that each action changes the broker."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import redis
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import Engine
+
+from asynctask import Client, Registry, Settings, payload
+from asynctask.api import DeadSet, Queue, RetrySet, ScheduledSet, StoppedSet
+from asynctask.db.engine import create_database_engine
+from asynctask.db.migrate import upgrade
+from asynctask.middleware import Chain
+from asynctask.tokens import create_token, revoke_token
+from tests.api.stores import Store
+from webapi import create_app
+from webapi.config import ApiConfig
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+@dataclass
+class Dashboard:
+    app: Flask
+    http: FlaskClient
+    engine: Engine
+    store: Store
+    operator: str
+    operator_id: str
+    tenant: str
+
+    def login(self, token: str | None = None) -> None:
+        page = self.http.get("/dashboard/login").get_data(as_text=True)
+        response = self.http.post(
+            "/dashboard/login", data={"token": token or self.operator, "csrf_token": csrf(page)}
+        )
+        assert response.status_code == 303, response.get_data(as_text=True)
+
+    def page(self, url: str) -> str:
+        response = self.http.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        return response.get_data(as_text=True)
+
+    def status(self, url: str, **form: str) -> int:
+        """The status of a POST of ``form`` as it is (no CSRF token added)."""
+        return self.http.post(url, data=form).status_code
+
+    def on_entry(self, name: str, action: str, key: str) -> str:
+        """Act on one entry of a set's page, as its checkbox and button would."""
+        return self.act(f"/dashboard/sets/{name}", f"/dashboard/sets/{name}", action=action, entry=key)
+
+    def act(self, url: str, page: str, **form: str | list[str]) -> str:
+        """Submit a form of ``page`` (its CSRF token) and return the page it leads back to."""
+        response = self.http.post(url, data={"csrf_token": csrf(self.page(page)), **form})
+        assert response.status_code == 303, (url, response.status_code, response.get_data(as_text=True))
+        return self.page(response.headers["Location"])
+
+
+def csrf(page: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found is not None, "the page has no CSRF token"
+    return found.group(1)
+
+
+@pytest.fixture
+def board(store: Store, registry: Registry, tmp_path: Path) -> Iterator[Dashboard]:
+    # A SQL broker keeps the tracking tables in its own (migrated) database.
+    tracking = store.settings.broker_url
+    if store.kind == "redis":
+        tracking = f"sqlite:///{tmp_path / 'tracking.db'}"
+        upgrade(tracking)
+    engine = create_database_engine(tracking)
+    settings: Settings = replace(store.settings, database_url=tracking)
+    client = Client(settings, registry=registry, middleware=Chain())
+    operator = create_token(engine, "ops", operator=True)
+    tenant = create_token(engine, "acme").token
+    app = create_app({"settings": settings, "token_cache_seconds": 0.0}, client=client, engine=engine)
+    app.testing = True
+    try:
+        yield Dashboard(app, app.test_client(), engine, store, operator.token, operator.id, tenant)
+    finally:
+        client.close()
+        engine.dispose()
+
+
+def hostile_job(jid: str, queue: str = "default") -> payload.JobDict:
+    return {
+        "class": "HardJob",
+        "args": [HOSTILE, {"note": HOSTILE}],
+        "queue": queue,
+        "jid": jid,
+        "retry": True,
+        "created_at": 1700000000.0,
+        "enqueued_at": 1700000000.0,
+        "error_message": HOSTILE,
+        "error_class": "RuntimeError",
+        "retry_count": 1,
+    }
+
+
+def test_a_browser_without_a_session_is_sent_to_the_login_and_a_form_gets_401(board: Dashboard) -> None:
+    response = board.http.get("/dashboard/queues")
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith("/dashboard/login?next=/dashboard/queues")
+    assert board.http.post("/dashboard/queues/default/pause").status_code == 401
+
+
+def test_a_tenant_token_gets_403_by_header_and_at_the_login(board: Dashboard) -> None:
+    headers = {"Authorization": f"Bearer {board.tenant}"}
+    assert board.http.get("/dashboard/", headers=headers).status_code == 403
+    page = board.http.get("/dashboard/login").get_data(as_text=True)
+    refused = board.http.post("/dashboard/login", data={"token": board.tenant, "csrf_token": csrf(page)})
+    assert refused.status_code == 403
+    assert board.http.get("/dashboard/").status_code == 302
+    assert (
+        board.http.get("/dashboard/", headers={"Authorization": f"Bearer {board.operator}"}).status_code
+        == 200
+    )
+
+
+def test_the_login_keeps_a_signed_httponly_strict_cookie_that_a_revocation_ends(board: Dashboard) -> None:
+    page = board.http.get("/dashboard/login").get_data(as_text=True)
+    response = board.http.post("/dashboard/login", data={"token": board.operator, "csrf_token": csrf(page)})
+    assert response.status_code == 303
+    cookie = response.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/dashboard" in cookie
+    # The cookie holds the token's hash at most, never the token.
+    assert board.operator not in cookie
+    assert board.page("/dashboard/")
+    revoke_token(board.engine, board.operator_id)
+    assert board.http.get("/dashboard/").status_code == 302
+
+
+def test_a_wrong_token_or_a_forged_login_form_is_refused(board: Dashboard) -> None:
+    page = board.http.get("/dashboard/login").get_data(as_text=True)
+    assert (
+        board.http.post("/dashboard/login", data={"token": "atk_nope", "csrf_token": csrf(page)}).status_code
+        == 401
+    )
+    assert board.http.post("/dashboard/login", data={"token": board.operator}).status_code == 403
+    assert board.http.get("/dashboard/").status_code == 302
+
+
+def test_the_login_goes_back_only_to_a_dashboard_page(board: Dashboard) -> None:
+    for wanted, landing in [
+        ("/dashboard/queues", "/dashboard/queues"),
+        ("//evil.example/dashboard", "/dashboard/"),
+        ("https://evil.example/", "/dashboard/"),
+        ("/api/tasks", "/dashboard/"),
+    ]:
+        page = board.http.get("/dashboard/login").get_data(as_text=True)
+        response = board.http.post(
+            "/dashboard/login", data={"token": board.operator, "csrf_token": csrf(page), "next": wanted}
+        )
+        assert response.headers["Location"] == landing
+
+
+def test_a_change_without_the_csrf_token_or_from_another_site_is_refused(board: Dashboard) -> None:
+    board.store.push(hostile_job("a" * 24))
+    board.login()
+    token = csrf(board.page("/dashboard/queues"))
+    url = "/dashboard/queues/default/pause"
+    assert board.http.post(url).status_code == 403
+    assert board.status(url, csrf_token="forged") == 403
+    other_site = {"Origin": "https://evil.example"}
+    assert board.http.post(url, data={"csrf_token": token}, headers=other_site).status_code == 403
+    # A browser under no-referrer sends "Origin: null"; where the form came from is in Sec-Fetch-Site.
+    cross_site = {"Origin": "null", "Sec-Fetch-Site": "cross-site"}
+    assert board.http.post(url, data={"csrf_token": token}, headers=cross_site).status_code == 403
+    same_site = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+    assert board.http.post(url, data={"csrf_token": "forged"}, headers=same_site).status_code == 403
+    assert not _queue(board, "default").paused
+    accepted = board.http.post(url, data={"csrf_token": token}, headers=same_site)
+    assert accepted.status_code == 303
+    assert _queue(board, "default").paused
+
+
+def test_every_page_shows_a_jobs_hostile_text_as_text(board: Dashboard) -> None:
+    board.store.push(hostile_job("q" * 24))
+    board.store.add("retry", hostile_job("r" * 24), 1700000100.0)
+    board.store.add("dead", hostile_job("d" * 24), 1700000200.0)
+    board.store.add("schedule", hostile_job("s" * 24), 4000000000.0)
+    board.store.add("stopped", hostile_job("t" * 24), 1700000300.0)
+    board.store.process("host:1:abc", busy=1, work={"1": payload.dumps(_work("w" * 24))})
+    board.login()
+    escaped = "&lt;img src=x onerror=alert(1)&gt;"
+    for url, jid in [
+        ("/dashboard/queues/default", "q"),
+        ("/dashboard/sets/retry", "r"),
+        ("/dashboard/sets/dead", "d"),
+        ("/dashboard/sets/scheduled", "s"),
+        ("/dashboard/sets/stopped", "t"),
+        ("/dashboard/processes", "w"),
+    ]:
+        text = board.page(url)
+        assert jid * 24 in text, url
+        assert HOSTILE not in text, url
+        assert escaped in text, url
+    for url in ["/dashboard/", "/dashboard/queues", "/dashboard/tasks", "/dashboard/periodic"]:
+        board.page(url)
+
+
+def _work(jid: str) -> dict[str, object]:
+    return {"queue": "default", "payload": payload.dumps(hostile_job(jid)), "run_at": 1700000000}
+
+
+def test_the_sets_actions_change_the_broker(board: Dashboard) -> None:
+    board.store.add("retry", hostile_job("r1" * 12), 1700000100.0)
+    board.store.add("retry", hostile_job("r2" * 12), 1700000101.0)
+    board.store.add("retry", hostile_job("r3" * 12), 1700000102.0)
+    board.store.add("dead", hostile_job("d1" * 12), 1700000200.0)
+    board.store.add("schedule", hostile_job("s1" * 12), 4000000000.0)
+    board.login()
+    settings = board.store.settings
+
+    board.act(
+        "/dashboard/sets/retry", "/dashboard/sets/retry", action="retry", entry=f"1700000100.0|{'r1' * 12}"
+    )
+    assert [job["jid"] for job in board.store.queued()] == ["r1" * 12]
+    assert RetrySet(settings=settings).find_job("r1" * 12) is None
+
+    board.act(
+        "/dashboard/sets/retry", "/dashboard/sets/retry", action="kill", entry=f"1700000101.0|{'r2' * 12}"
+    )
+    assert DeadSet(settings=settings).find_job("r2" * 12) is not None
+
+    board.act(
+        "/dashboard/sets/dead", "/dashboard/sets/dead", action="delete", entry=f"1700000200.0|{'d1' * 12}"
+    )
+    assert DeadSet(settings=settings).find_job("d1" * 12) is None
+
+    board.act(
+        "/dashboard/sets/scheduled",
+        "/dashboard/sets/scheduled",
+        action="enqueue",
+        entry=f"4000000000.0|{'s1' * 12}",
+    )
+    assert ScheduledSet(settings=settings).size == 0
+
+    # Bulk: every entry of the dead set (r2 now) back to its queue.
+    board.act("/dashboard/sets/dead", "/dashboard/sets/dead", action="retry", all="1")
+    assert DeadSet(settings=settings).size == 0
+    assert sorted(job["jid"] for job in board.store.queued()) == sorted(["r1" * 12, "r2" * 12, "s1" * 12])
+    # A selection of several, then a search that finds one.
+    assert RetrySet(settings=settings).size == 1
+    searched = board.page(f"/dashboard/sets/retry?q={'r3' * 12}")
+    assert "r3" * 12 in searched
+    assert "r1" * 12 not in board.page("/dashboard/sets/retry?q=nothing-like-it")
+
+
+def test_a_stale_or_unknown_entry_is_not_acted_on(board: Dashboard) -> None:
+    board.store.add("retry", hostile_job("r1" * 12), 1700000100.0)
+    board.login()
+    page = board.act(
+        "/dashboard/sets/retry", "/dashboard/sets/retry", action="delete", entry=f"1700000100.5|{'r1' * 12}"
+    )
+    assert "0 of 1 entries (1 no longer there)" in page
+    assert RetrySet(settings=board.store.settings).size == 1
+    token = csrf(board.page("/dashboard/sets/retry"))
+    assert (
+        board.http.post("/dashboard/sets/retry", data={"csrf_token": token, "action": "explode"}).status_code
+        == 400
+    )
+    assert (
+        board.http.post("/dashboard/sets/nothing", data={"csrf_token": token, "action": "delete"}).status_code
+        == 404
+    )
+    bad = board.http.post(
+        "/dashboard/sets/retry", data={"csrf_token": token, "action": "delete", "entry": "x|y"}
+    )
+    assert bad.status_code == 400
+    assert board.http.get("/dashboard/sets/retry?page=0").status_code == 400
+
+
+def test_the_queue_actions_change_the_broker(board: Dashboard) -> None:
+    board.store.push(hostile_job("a" * 24, "imports"), "imports")
+    board.store.push(hostile_job("b" * 24, "imports"), "imports")
+    board.login()
+    page = board.act("/dashboard/queues/imports/pause", "/dashboard/queues")
+    assert _queue(board, "imports").paused
+    assert "paused" in page
+    board.act("/dashboard/queues/imports/resume", "/dashboard/queues")
+    assert not _queue(board, "imports").paused
+    board.act("/dashboard/queues/imports/delete", "/dashboard/queues/imports", jid="a" * 24)
+    assert [job["jid"] for job in board.store.queued("imports")] == ["b" * 24]
+    board.act("/dashboard/queues/imports/clear", "/dashboard/queues")
+    assert board.store.queued("imports") == []
+
+
+def test_quiet_and_stop_reach_the_process(board: Dashboard) -> None:
+    board.store.process("host:1:abc")
+    board.login()
+    board.act("/dashboard/processes/host:1:abc/quiet", "/dashboard/processes")
+    board.act("/dashboard/processes/host:1:abc/stop", "/dashboard/processes")
+    assert board.store.signals("host:1:abc") == ["TSTP", "TERM"]
+    token = csrf(board.page("/dashboard/processes"))
+    assert (
+        board.http.post("/dashboard/processes/host:9:none/stop", data={"csrf_token": token}).status_code
+        == 404
+    )
+    assert (
+        board.http.post("/dashboard/processes/host:1:abc/explode", data={"csrf_token": token}).status_code
+        == 404
+    )
+
+
+def test_a_stopped_job_is_resumed_from_its_set(board: Dashboard) -> None:
+    board.store.add("stopped", hostile_job("t" * 24, "long"), 1700000300.0)
+    board.login()
+    board.act(
+        "/dashboard/sets/stopped",
+        "/dashboard/sets/stopped",
+        action="resume",
+        entry=f"1700000300.0|{'t' * 24}",
+    )
+    assert StoppedSet(settings=board.store.settings).size == 0
+    assert [job["jid"] for job in board.store.queued("long")] == ["t" * 24]
+
+
+def _queue(board: Dashboard, name: str) -> Queue:
+    settings = board.store.settings
+    if settings.broker_url.startswith("redis"):
+        conn = redis.Redis.from_url(settings.broker_url)
+        return Queue(name, conn, settings=settings)
+    return Queue(name, settings=settings)
+
+
+def test_a_login_holds_on_every_process_that_shares_the_secret_key(
+    store: Store, registry: Registry, tmp_path: Path
+) -> None:
+    if store.kind != "redis":
+        pytest.skip("the cookie does not depend on the broker")
+    tracking = f"sqlite:///{tmp_path / 'tracking.db'}"
+    upgrade(tracking)
+    engine = create_database_engine(tracking)
+    settings = replace(store.settings, database_url=tracking)
+    client = Client(settings, registry=registry, middleware=Chain())
+    operator = create_token(engine, "ops", operator=True).token
+    try:
+        apps = [
+            create_app({"settings": settings, "secret_key": key}, client=client, engine=engine)
+            for key in ("k" * 32, "k" * 32, "x" * 32)
+        ]
+        first, same_key, other_key = (app.test_client() for app in apps)
+        page = first.get("/dashboard/login").get_data(as_text=True)
+        assert (
+            first.post("/dashboard/login", data={"token": operator, "csrf_token": csrf(page)}).status_code
+            == 303
+        )
+        cookie = first.get_cookie("asynctask_dashboard", path="/dashboard")
+        assert cookie is not None
+        for http in (same_key, other_key):
+            http.set_cookie("asynctask_dashboard", cookie.value, path="/dashboard")
+        assert same_key.get("/dashboard/").status_code == 200
+        assert other_key.get("/dashboard/").status_code == 302
+    finally:
+        client.close()
+        engine.dispose()
+
+
+def test_a_short_secret_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="secret_key"):
+        ApiConfig.from_env({"ASYNCTASK_API_SECRET_KEY": "short"})
+    assert ApiConfig.from_env({"ASYNCTASK_API_SECRET_KEY": "s" * 32}).secret_key == "s" * 32
+    assert ApiConfig.from_env({"ASYNCTASK_API_SESSION_HOURS": "2"}).session_hours == 2.0

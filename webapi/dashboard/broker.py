@@ -1,0 +1,48 @@
+"""The read-model objects the pages use, over the app's broker (``resources.broker_location``)."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from flask import abort, flash, redirect, request
+from werkzeug.wrappers.response import Response
+
+from asynctask import payload
+from asynctask.api import Queue
+from asynctask.api.context import Reader
+from webapi.resources import broker_location, broker_reader, resources
+
+R = TypeVar("R", bound=Reader)
+
+#: Rows a paged table shows.
+PAGE_SIZE = 25
+
+
+def reader(kind: type[R]) -> R:
+    return broker_reader(kind, resources().client)
+
+
+def all_queues() -> list[Queue]:
+    return Queue.all(**broker_location(resources().client))
+
+
+def queue(name: str) -> Queue:
+    """The queue ``name``; 404 for a name no job can carry."""
+    if payload.valid_queue(name) is None:
+        abort(404)
+    return Queue(name, **broker_location(resources().client))
+
+
+def page_number() -> int:
+    """The ``page`` query argument (1 when absent); 400 when it is not a page number."""
+    text = request.args.get("page", "1")
+    if not text.isdigit() or not 1 <= int(text) <= 1_000_000:
+        abort(400)
+    return int(text)
+
+
+def done(message: str, back: str) -> Response:
+    """After a change: say what was done on the page the operator goes back to (POST, then
+    redirect, then GET: a reload does not do it again)."""
+    flash(message)
+    return redirect(back, 303)
