@@ -75,6 +75,7 @@ def test_a_store_failure_while_settling_a_job_leaves_it_claimed_and_the_thread_a
     private_redis: redis.Redis,
     start_worker: Callable[..., Worker],
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     deaths: list[BaseException] = []
     died = Manager.processor_died
@@ -104,6 +105,9 @@ def test_a_store_failure_while_settling_a_job_leaves_it_claimed_and_the_thread_a
     threads = {p.thread for p in worker.manager._processors}
     keys = Keys(settings.namespace)
     wait_until(lambda: ran == ["fills_the_store"])
+    # The store must stay full until the worker has tried to store the retry: restored before,
+    # the retry would be stored and the job would wait out its backoff instead.
+    wait_until(lambda: any("could not settle a job" in r.getMessage() for r in caplog.records))
 
     def claimed() -> list[bytes]:
         lists = private_redis.hkeys(keys.inflight_registry)
