@@ -54,6 +54,8 @@ def test_quiet_then_stop_take_effect_through_the_heartbeat(
     process.stop()
     wait_until(lambda: processes.size == 0, timeout=15)
     assert worker._stopped.is_set()
+    # Gone by name too, not only from the list, though Redis keeps its record until its TTL.
+    assert processes.get(worker.identity) is None
 
 
 def test_dump_threads_makes_the_worker_log_its_threads(

@@ -447,8 +447,13 @@ class RedisReader(ReadBackend):
         return sorted(as_text(m) for m in self.redis.smembers(self.keys.processes))
 
     def process(self, identity: str) -> ProcessRecord | None:
-        values = self.redis.hmget(self.keys.process(identity), FIELDS)
-        return None if values[0] is None else _process(identity, list(values))
+        # A process that stopped cleanly has left the set, but its record lives on until its
+        # TTL (as Sidekiq leaves it): membership is what says it is live.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.sismember(self.keys.processes, identity)
+        pipe.hmget(self.keys.process(identity), FIELDS)
+        member, values = pipe.execute()
+        return None if not member or values[0] is None else _process(identity, list(values))
 
     def signal(self, identity: str, name: str) -> None:
         key = self.keys.signals(identity)
