@@ -185,6 +185,32 @@ def spawn(
         logs.append(log)
 
 
+@dataclass
+class Served:
+    base_url: str
+    #: The processes and their logs, in the order started: the workers, then the API server.
+    procs: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+
+
+@contextmanager
+def serving(
+    workers: dict[str, list[str]], env: dict[str, str], tmp_path: Path, jobs: Path
+) -> Iterator[Served]:
+    """The ``workers`` commands and an API server of one process on a free port (``spawn``),
+    once the API answers ready; every process started is stopped on exit."""
+    port = free_port()
+    api = ["api", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "-r", str(jobs)]
+    served = Served(f"http://127.0.0.1:{port}", [], [])
+    try:
+        spawn({**workers, "api": api}, env, tmp_path, served.procs, served.logs)
+        wait_ready(served.base_url, served.procs, served.logs)
+        yield served
+    finally:
+        for proc in served.procs:
+            stop(proc)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
@@ -226,23 +252,11 @@ def running_stack(namespace: str, tmp_path: Path) -> Iterator[Stack]:
     }
     cli(env, "db", "upgrade")
     token = cli(env, "tokens", "create", "--tenant", "t1", "--label", "browser test").splitlines()[0].strip()
-    port = free_port()
-    commands = {
-        "worker": ["worker", "-r", str(JOBS), "-c", "2", "-t", "2"],
-        "api": ["api", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "-r", str(JOBS)],
-    }
-    procs: list[subprocess.Popen[bytes]] = []
-    logs: list[Path] = []
-    try:
-        spawn(commands, env, tmp_path, procs, logs)
-        base_url = f"http://127.0.0.1:{port}"
-        wait_ready(base_url, procs, logs)
-        stack = Stack(base_url, token, logs)
+    worker = ["worker", "-r", str(JOBS), "-c", "2", "-t", "2"]
+    with serving({"worker": worker}, env, tmp_path, JOBS) as served:
+        stack = Stack(served.base_url, token, served.logs)
         stack.warm_up()
         yield stack
-    finally:
-        for proc in procs:
-            stop(proc)
 
 
 def test_page_uploads_a_csv_and_follows_the_task_live_to_the_end(

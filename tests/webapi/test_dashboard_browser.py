@@ -45,10 +45,7 @@ from tests.webapi.test_browser import (
     call_api,
     cli,
     fail_with_logs,
-    free_port,
-    spawn,
-    stop,
-    wait_ready,
+    serving,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,30 +140,19 @@ def running_board(broker: str, namespace: str, tmp_path: Path) -> Iterator[Board
     client = Client(settings, middleware=Chain())
     files = tmp_path / "files"
     files.mkdir()
-    port = free_port()
     worker = ["worker", "-r", str(JOBS), "-q", "default", "-q", "reports", "-c", "2", "-t", "2"]
-    commands = {
-        "worker-a": worker,
-        "worker-b": worker,
-        "api": ["api", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "-r", str(JOBS)],
-    }
-    procs: list[subprocess.Popen[bytes]] = []
-    logs: list[Path] = []
     try:
-        spawn(commands, env, tmp_path, procs, logs)
-        base_url = f"http://127.0.0.1:{port}"
-        wait_ready(base_url, procs, logs)
-        board = Board(base_url, env, settings, client, operator, tenant, procs[:2], logs, files)
-        pids = {proc.pid for proc in board.workers}
-        board.wait(
-            "both workers' heartbeats",
-            lambda: {p.pid for p in ProcessSet(settings=settings)} == pids,
-            timeout=60.0,
-        )
-        yield board
+        with serving({"worker-a": worker, "worker-b": worker}, env, tmp_path, JOBS) as served:
+            url, workers, logs = served.base_url, served.procs[:2], served.logs
+            board = Board(url, env, settings, client, operator, tenant, workers, logs, files)
+            pids = {proc.pid for proc in board.workers}
+            board.wait(
+                "both workers' heartbeats",
+                lambda: {p.pid for p in ProcessSet(settings=settings)} == pids,
+                timeout=60.0,
+            )
+            yield board
     finally:
-        for proc in procs:
-            stop(proc)
         client.close()
         if broker == "sql":
             # The readers' shared engine holds the database file of this test.
