@@ -46,8 +46,16 @@ class SectionResults(Generic[R]):
 PACKAGES = ("redis", "SQLAlchemy", "psycopg")
 
 
+class Framed(Protocol):
+    """What ``section_frame`` records a run's frame in: every section's results have it."""
+
+    versions: dict[str, str]
+    seconds: dict[str, float]
+    failures: list[str]
+
+
 @contextmanager
-def section_frame(results: SectionResults[Any], packages: tuple[str, ...] = PACKAGES) -> Iterator[ExitStack]:
+def section_frame(results: Framed, packages: tuple[str, ...] = PACKAGES) -> Iterator[ExitStack]:
     """The frame of a section's run: the packages' versions, a stack for what the run opens
     (closed at its end; a clean-up that fails is one of the run's failures), and the seconds
     the whole run took."""

@@ -29,8 +29,8 @@ import psycopg
 
 from bench.core import peers_venv, procs
 from bench.core.drain import postgres_cpu
-from bench.core.machine import package_version
 from bench.core.postgres import postgres_unreachable, shown
+from bench.core.results import section_frame
 from bench.core.system import ROOT
 from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
 from bench.sql import db as sql_db
@@ -94,13 +94,9 @@ class SqlResults:
 
 def run(settings: dict[str, Any], pg_url: str, workdir: Path) -> SqlResults:
     results = SqlResults(settings)
-    started = time.monotonic()
-    backends = _backends(results, pg_url)
-    results.versions.update(
-        {name: package_version(name) for name in ("SQLAlchemy", "psycopg", "psycopg-binary")}
-    )
-    stack = ExitStack()  # the PostgreSQL databases, dropped at the end whatever happens
-    try:
+    # The stack holds the PostgreSQL databases, dropped at the end whatever happens.
+    with section_frame(results, ("SQLAlchemy", "psycopg", "psycopg-binary")) as stack:
+        backends = _backends(results, pg_url)
         # Where each system's runs start from: its SQLite template file, its PostgreSQL database.
         ready: dict[tuple[str, str], PostgresDatabase | Path] = {}
         if SQLITE in backends:
@@ -113,13 +109,6 @@ def run(settings: dict[str, Any], pg_url: str, workdir: Path) -> SqlResults:
         if POSTGRESQL in backends:
             ready.update(_postgres(results, backends[POSTGRESQL], pg_url, stack))
         _rounds(results, backends, ready, workdir)
-    finally:
-        try:
-            stack.close()
-        except (RuntimeError, psycopg.Error) as exc:
-            # Reported, not raised: the runs' results stand, only the clean-up failed.
-            results.failures.append(f"clean-up: {exc}")
-    results.seconds["total"] = time.monotonic() - started
     return results
 
 
