@@ -185,9 +185,7 @@ def _tasks(group: Commands) -> None:
     resume = tasks_commands.add_parser("resume", help="release a paused fed task's jobs again")
     for tasks_command in (update, pause, resume):
         tasks_command.add_argument("id", help="the task's id")
-        _connection_options(tasks_command)
-        _verbose_option(tasks_command)
-        tasks_command.set_defaults(run=feeds.run_tasks)
+    _store_commands((update, pause, resume), feeds.run_tasks)
 
 
 def _jobs(group: Commands) -> None:
@@ -204,10 +202,7 @@ def _jobs(group: Commands) -> None:
     stopped.add_argument(
         "--limit", type=_positive_int, default=50, help="show at most this many (default 50)"
     )
-    for command in (stop, resume, stopped):
-        _connection_options(command)
-        _verbose_option(command)
-        command.set_defaults(run=resumable.run_jobs)
+    _store_commands((stop, resume, stopped), resumable.run_jobs)
 
 
 def _periodic(group: Commands) -> None:
@@ -221,12 +216,9 @@ def _periodic(group: Commands) -> None:
     resume = periodic_commands.add_parser(
         "resume", help="enqueue the schedule's ticks again, from the next one"
     )
-    for name, command in (("list", listing), ("pause", pause), ("resume", resume)):
-        if name != "list":
-            command.add_argument("name", help="the schedule's name")
-        _connection_options(command)
-        _verbose_option(command)
-        command.set_defaults(run=periodic_cli.run_periodic)
+    for command in (pause, resume):
+        command.add_argument("name", help="the schedule's name")
+    _store_commands((listing, pause, resume), periodic_cli.run_periodic)
 
 
 def _status(group: Commands) -> None:
@@ -237,9 +229,7 @@ def _status(group: Commands) -> None:
     command.add_argument(
         "--watch", type=_positive_float, metavar="SECONDS", help="print it again every SECONDS until Ctrl-C"
     )
-    _connection_options(command)
-    _verbose_option(command)
-    command.set_defaults(run=status.run_status)
+    _store_commands((command,), status.run_status)
 
 
 def _sets(group: Commands) -> None:
@@ -256,10 +246,7 @@ def _sets(group: Commands) -> None:
         for command in (retry, delete):
             command.add_argument("jids", nargs="*", metavar="JID", help="the jobs' jids")
             command.add_argument("--all", action="store_true", help="every entry of the set")
-        for command in (listing, retry, delete):
-            _connection_options(command)
-            _verbose_option(command)
-            command.set_defaults(run=sets.run_set, set_name=name)
+        _store_commands((listing, retry, delete), sets.run_set, set_name=name)
 
 
 def _queue(group: Commands) -> None:
@@ -273,9 +260,7 @@ def _queue(group: Commands) -> None:
     resume = commands_of.add_parser("resume", help="let workers take the queue's jobs again")
     for command in (clear, pause, resume):
         command.add_argument("name", help="the queue's name")
-        _connection_options(command)
-        _verbose_option(command)
-        command.set_defaults(run=sets.run_queue)
+    _store_commands((clear, pause, resume), sets.run_queue)
 
 
 def _api(group: Commands) -> None:
@@ -321,6 +306,16 @@ def _flusher(group: Commands) -> None:
     flusher.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone")
     _verbose_option(flusher)
     flusher.set_defaults(run=commands.run_flusher)
+
+
+def _store_commands(
+    commands: tuple[argparse.ArgumentParser, ...], run: Callable[[argparse.Namespace], int], **defaults: str
+) -> None:
+    """Commands that act on the broker's store: its connection options, ``-v``, and what runs them."""
+    for command in commands:
+        _connection_options(command)
+        _verbose_option(command)
+        command.set_defaults(run=run, **defaults)
 
 
 def _connection_options(parser: argparse.ArgumentParser) -> None:
