@@ -19,7 +19,7 @@ class Bar:
     failed: int
     x: float
     width: float
-    #: Heights and tops in the SVG's coordinates (y grows downwards).
+    #: Heights in the SVG's coordinates, scaled to the chart's peak.
     processed_height: float
     failed_height: float
 
@@ -29,7 +29,7 @@ class Chart:
     width: int
     height: int
     bars: tuple[Bar, ...]
-    #: The largest day's processed count: the top of the scale.
+    #: The largest daily count, processed or failed: the top of the scale.
     peak: int
 
 
