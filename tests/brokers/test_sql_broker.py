@@ -579,3 +579,24 @@ def test_an_acknowledgement_reads_its_rows_by_id_however_many_the_process_ran(br
         for statement in acknowledging:
             plan = "\n".join(connection.execute(text(f"EXPLAIN {statement.text}"), params).scalars())
             assert "ix_asynctask_job_claimed" not in plan, plan
+
+
+def test_a_claim_is_planned_once_per_connection(broker: SqlBroker) -> None:
+    """Planning a claim costs more than running it: a connection prepares each claim statement
+    at its first run and runs its generic plan from then on."""
+    if not broker.store.sql.postgres:
+        pytest.skip("SQLite plans each statement once in its own statement cache")
+    broker.push([(job(), None) for _ in range(30)])
+    fetcher = broker.fetcher("me")
+    units: list[UnitOfWork] = []
+    for _ in range(8):
+        units = fetcher.claim(2, units, [])
+        assert len(units) == 2
+    # One thread claimed one after the other: the pool's one connection ran every claim.
+    with broker.store.read() as connection:
+        plans = connection.execute(
+            text("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :c"),
+            {"c": "WITH acked%"},
+        ).all()
+    assert sum(generic for generic, _ in plans) == 8
+    assert all(custom == 0 for _, custom in plans), plans

@@ -141,38 +141,44 @@ class SqlFetcher(Fetcher):
         # right after the commit (``_release_after``); otherwise in the claim's transaction.
         late = self._late_feeds(acks) if fed_acks and self._sql.postgres and not flow_acks else None
         release_here = fed_acks and late is None
-        with self._store.write(single_statement=not (transitions or flow_acks or release_here)) as tx:
-            connection = tx.connection
-            self._store.record(connection, transitions)
-            # Tracking rows (the task's), then feeds, then keys: the order of every path.
-            acked = [int(u.ref) for u in acks]
-            feeds = self._feeds.lock_of_rows(connection, acked) if release_here else []
-            if self._sql.postgres:
-                claim = self._sql.claim(fair, wanted, mix)
-                if flow_acks and keyed_claim is not None:
-                    # The keys are locked by a statement of their own, before the one that
-                    # counts their slots (flow-control-sql.md, Races and locks), which then
-                    # acknowledges, promotes and claims.
-                    self._flow.lock_ending(connection, acked, [u.payload for u in acks])
-                    claim = keyed_claim
-                found = connection.execute(claim, params).all()
-                generation = self._generation(next(row for row in found if row[0] is None), fair)
-                claimed = [row for row in found if row[0] is not None]
-                # After the acknowledgement, which freed the slots: the jobs released are
-                # announced, and claimed by the next claim here or elsewhere.
-                if feeds:
-                    self._feeds.release(tx, feeds, params["now"], lanes_held=flow_acks)
-            else:
-                if flow_acks:
-                    # Before the claim, which may then claim the jobs promoted.
-                    with self._flow.ending(tx, acked, [u.payload for u in acks]):
+        if self._sql.postgres and not (transitions or flow_acks or release_here):
+            # The claim alone, prepared at its first run with a generic plan (``pipelined``).
+            found = self._store.pipelined([(self._sql.claim(fair, wanted, mix), params)])
+            generation = self._generation(next(row for row in found if row[0] is None), fair)
+            claimed = [row for row in found if row[0] is not None]
+        else:
+            with self._store.write() as tx:
+                connection = tx.connection
+                self._store.record(connection, transitions)
+                # Tracking rows (the task's), then feeds, then keys: the order of every path.
+                acked = [int(u.ref) for u in acks]
+                feeds = self._feeds.lock_of_rows(connection, acked) if release_here else []
+                if self._sql.postgres:
+                    claim = self._sql.claim(fair, wanted, mix)
+                    if flow_acks and keyed_claim is not None:
+                        # The keys are locked by a statement of their own, before the one that
+                        # counts their slots (flow-control-sql.md, Races and locks), which then
+                        # acknowledges, promotes and claims.
+                        self._flow.lock_ending(connection, acked, [u.payload for u in acks])
+                        claim = keyed_claim
+                    found = connection.execute(claim, params).all()
+                    generation = self._generation(next(row for row in found if row[0] is None), fair)
+                    claimed = [row for row in found if row[0] is not None]
+                    # After the acknowledgement, which freed the slots: the jobs released are
+                    # announced, and claimed by the next claim here or elsewhere.
+                    if feeds:
+                        self._feeds.release(tx, feeds, params["now"], lanes_held=flow_acks)
+                else:
+                    if flow_acks:
+                        # Before the claim, which may then claim the jobs promoted.
+                        with self._flow.ending(tx, acked, [u.payload for u in acks]):
+                            connection.execute(self._sql.ack, params)
+                    elif acks:
                         connection.execute(self._sql.ack, params)
-                elif acks:
-                    connection.execute(self._sql.ack, params)
-                if feeds:
-                    self._feeds.release(tx, feeds, params["now"])
-                generation = connection.execute(self._sql.generation).scalar_one()
-                claimed = list(connection.execute(self._sql.claim(fair, wanted), params).all())
+                    if feeds:
+                        self._feeds.release(tx, feeds, params["now"])
+                    generation = connection.execute(self._sql.generation).scalar_one()
+                    claimed = list(connection.execute(self._sql.claim(fair, wanted), params).all())
         if late is not None:
             self._release_after(late)
         return self._units(order, fair, claimed, generation)

@@ -17,10 +17,11 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -133,16 +134,23 @@ class Store:
             try:
                 with raw.pipeline():
                     raw.execute("BEGIN")
-                    # Prepared statements (psycopg prepares those it runs often) run their
-                    # generic plan: with an array parameter PostgreSQL's own choice can stay on
-                    # planning each run anew, which costs more than running the statement.
+                    # Each statement is prepared at its first run on the connection and runs its
+                    # generic plan from then on: psycopg would prepare it at its sixth run only,
+                    # and PostgreSQL plans the first runs of a prepared statement anew (with an
+                    # array parameter it can keep doing so); for a claim, planning costs more
+                    # than running it, and a connection has one claim per number of jobs wanted.
                     raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                    cursors = [raw.execute(self._compiled(statement), params) for statement, params in steps]
+                    cursors = [raw.execute(self._compiled(s), params, prepare=True) for s, params in steps]
                     raw.execute("COMMIT")
                 return [tuple(row) for row in cursors[-1].fetchall()]
-            except BaseException:
-                # A failed statement leaves the transaction open and aborted on the server.
-                raw.rollback()
+            except BaseException as exc:
+                # A failed statement leaves the transaction open and aborted on the server. A
+                # broken connection cannot roll back: the pool's ping replaces it at its next use.
+                with suppress(psycopg.Error):
+                    raw.rollback()
+                if isinstance(exc, psycopg.Error):
+                    # As SQLAlchemy's, which callers handle (an outage, tables not created).
+                    raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
                 raise
 
     def _compiled(self, statement: TextClause) -> str:
