@@ -673,3 +673,24 @@ def test_an_acknowledgement_names_its_feed_as_the_worker_read_it() -> None:
     assert acknowledged_feed(UnitOfWork("default", b'{"feed" cut short', 1)) is None
     assert acknowledged_feed(UnitOfWork("default", json.dumps({"feed": "U"}).encode(), 1)) == "U"
     assert acknowledged_feed(UnitOfWork("default", b"{}", 1, ("x" * 33, "jid"))) is None
+
+
+def test_a_release_is_planned_once_per_connection(broker: SqlBroker) -> None:
+    """Planning a feed's release costs more than running it: a connection prepares the
+    statement at its first run and runs its generic plan from then on."""
+    if not broker.store.postgres:
+        pytest.skip("SQLite releases in the acknowledgement's own transaction, at every end")
+    stage(broker, Feed(parallel=1), 8)
+    fetcher = broker.fetcher("me")
+    [unit] = claim_all(fetcher)
+    for _ in range(6):
+        # One thread, one call after the other: the pool's one connection runs them all. The
+        # acknowledgement's end releases the next job, after the claim.
+        [unit] = acked_and_claimed(fetcher, [unit])
+    with broker.store.read() as connection:
+        plans = connection.execute(
+            text("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :r"),
+            {"r": "WITH seen AS%"},
+        ).all()
+    assert sum(generic for generic, _ in plans) == 6
+    assert all(custom == 0 for _, custom in plans), plans
