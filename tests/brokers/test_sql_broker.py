@@ -593,10 +593,16 @@ def test_a_claim_is_planned_once_per_connection(broker: SqlBroker) -> None:
         units = fetcher.claim(2, units, [])
         assert len(units) == 2
     # One thread claimed one after the other: the pool's one connection ran every claim.
+    assert generic_runs_only(broker, "WITH acked%") == 8
+
+
+def generic_runs_only(broker: SqlBroker, statements: str) -> int:
+    """How many runs of the prepared statements LIKE ``statements``, on the connection the pool
+    hands out next, used their generic plan; none may have used a custom one."""
     with broker.store.read() as connection:
         plans = connection.execute(
-            text("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :c"),
-            {"c": "WITH acked%"},
+            text("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :s"),
+            {"s": statements},
         ).all()
-    assert sum(generic for generic, _ in plans) == 8
     assert all(custom == 0 for _, custom in plans), plans
+    return sum(generic for generic, _ in plans)

@@ -687,10 +687,4 @@ def test_a_release_is_planned_once_per_connection(broker: SqlBroker) -> None:
         # One thread, one call after the other: the pool's one connection runs them all. The
         # acknowledgement's end releases the next job, after the claim.
         [unit] = acked_and_claimed(fetcher, [unit])
-    with broker.store.read() as connection:
-        plans = connection.execute(
-            text("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :r"),
-            {"r": "WITH seen AS%"},
-        ).all()
-    assert sum(generic for generic, _ in plans) == 6
-    assert all(custom == 0 for _, custom in plans), plans
+    assert base.generic_runs_only(broker, "WITH seen AS%") == 6
