@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
+from sqlalchemy import TextClause
+
 from asynctask import payload
 from asynctask.brokers.base import Fetcher, UnitOfWork
 from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
@@ -135,60 +137,86 @@ class SqlFetcher(Fetcher):
             # flow-control-sql.md, Races and locks) and COMMIT, in one round trip.
             ids = {"ids": params["ids"]}
             piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (keyed_claim, params)])
-            generation = self._generation(next(row for row in piped if row[0] is None), fair)
-            return self._units(order, fair, [row for row in piped if row[0] is not None], generation)
+            generation, claimed = self._split(piped, fair)
+            return self._units(order, fair, claimed, generation)
         # PostgreSQL, unkeyed jobs of fed tasks: acknowledged as any job, then released from
         # right after the commit (``_release_after``); otherwise in the claim's transaction.
         late = self._late_feeds(acks) if fed_acks and self._sql.postgres and not flow_acks else None
         release_here = fed_acks and late is None
         if self._sql.postgres and not (transitions or flow_acks or release_here):
             # The claim alone, prepared at its first run with a generic plan (``pipelined``).
-            found = self._store.pipelined([(self._sql.claim(fair, wanted, mix), params)])
-            generation = self._generation(next(row for row in found if row[0] is None), fair)
-            claimed = [row for row in found if row[0] is not None]
+            generation, claimed = self._split(
+                self._store.pipelined([(self._sql.claim(fair, wanted, mix), params)]), fair
+            )
         else:
-            with self._store.write() as tx:
-                connection = tx.connection
-                self._store.record(connection, transitions)
-                # Tracking rows (the task's), then feeds, then keys: the order of every path.
-                acked = [int(u.ref) for u in acks]
-                feeds = self._feeds.lock_of_rows(connection, acked) if release_here else []
-                if self._sql.postgres:
-                    claim = self._sql.claim(fair, wanted, mix)
-                    if flow_acks and keyed_claim is not None:
-                        # The keys are locked by a statement of their own, before the one that
-                        # counts their slots (flow-control-sql.md, Races and locks), which then
-                        # acknowledges, promotes and claims.
-                        self._flow.lock_ending(connection, acked, [u.payload for u in acks])
-                        claim = keyed_claim
-                    found = connection.execute(claim, params).all()
-                    generation = self._generation(next(row for row in found if row[0] is None), fair)
-                    claimed = [row for row in found if row[0] is not None]
-                    # After the acknowledgement, which freed the slots: the jobs released are
-                    # announced, and claimed by the next claim here or elsewhere.
-                    if feeds:
-                        self._feeds.release(tx, feeds, params["now"], lanes_held=flow_acks)
-                else:
-                    if flow_acks:
-                        # Before the claim, which may then claim the jobs promoted.
-                        with self._flow.ending(tx, acked, [u.payload for u in acks]):
-                            connection.execute(self._sql.ack, params)
-                    elif acks:
-                        connection.execute(self._sql.ack, params)
-                    if feeds:
-                        self._feeds.release(tx, feeds, params["now"])
-                    generation = connection.execute(self._sql.generation).scalar_one()
-                    claimed = list(connection.execute(self._sql.claim(fair, wanted), params).all())
+            generation, claimed = self._claim_in_transaction(
+                self._sql.claim(fair, wanted, mix),
+                keyed_claim if flow_acks else None,
+                params,
+                fair,
+                acks,
+                transitions,
+                flow_acks=flow_acks,
+                release_here=release_here,
+            )
         if late is not None:
             self._release_after(late)
         return self._units(order, fair, claimed, generation)
 
-    def _generation(self, row: Any, fair: Fairness) -> object:
-        """A PostgreSQL claim's generation row: the cancellation generation, and, in a fair
-        claim, the kinds of rows it saw waiting, which the next claim reads."""
+    def _claim_in_transaction(
+        self,
+        claim: TextClause,
+        keyed_claim: TextClause | None,
+        params: dict[str, Any],
+        fair: Fairness,
+        acks: list[UnitOfWork],
+        transitions: list[str],
+        *,
+        flow_acks: bool,
+        release_here: bool,
+    ) -> tuple[object, list[Any]]:
+        """Record ``transitions``, acknowledge ``acks`` (``flow_acks``: keyed or unique jobs
+        among them; ``release_here``: release from their feeds) and claim, in one transaction;
+        return the generation and the rows claimed. ``keyed_claim``: PostgreSQL's claim that
+        also promotes the acknowledged keyed jobs' next jobs (None when none is acknowledged)."""
+        with self._store.write() as tx:
+            connection = tx.connection
+            self._store.record(connection, transitions)
+            # Tracking rows (the task's), then feeds, then keys: the order of every path.
+            acked = [int(u.ref) for u in acks]
+            feeds = self._feeds.lock_of_rows(connection, acked) if release_here else []
+            if self._sql.postgres:
+                if keyed_claim is not None:
+                    # The keys are locked by a statement of their own, before the one that
+                    # counts their slots (flow-control-sql.md, Races and locks), which then
+                    # acknowledges, promotes and claims.
+                    self._flow.lock_ending(connection, acked, [u.payload for u in acks])
+                    claim = keyed_claim
+                generation, claimed = self._split(connection.execute(claim, params).all(), fair)
+                # After the acknowledgement, which freed the slots: the jobs released are
+                # announced, and claimed by the next claim here or elsewhere.
+                if feeds:
+                    self._feeds.release(tx, feeds, params["now"], lanes_held=flow_acks)
+                return generation, claimed
+            if flow_acks:
+                # Before the claim, which may then claim the jobs promoted.
+                with self._flow.ending(tx, acked, [u.payload for u in acks]):
+                    connection.execute(self._sql.ack, params)
+            elif acks:
+                connection.execute(self._sql.ack, params)
+            if feeds:
+                self._feeds.release(tx, feeds, params["now"])
+            generation = connection.execute(self._sql.generation).scalar_one()
+            return generation, list(connection.execute(claim, params).all())
+
+    def _split(self, found: Sequence[Any], fair: Fairness) -> tuple[object, list[Any]]:
+        """A PostgreSQL claim's rows split into the cancellation generation and the rows
+        claimed. In a fair claim the generation row also holds the kinds of rows it saw
+        waiting: stored here, for the next claim to read."""
+        row = next(row for row in found if row[0] is None)
         if any(fair):
             self._mix = next_mix(row[4], self._mix)
-        return row[1]
+        return row[1], [row for row in found if row[0] is not None]
 
     def _plain_served(self, rounds: dict[str, int]) -> None:
         """Store the plain share's round in the queues a claim served it in, in a transaction
