@@ -34,7 +34,7 @@ from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.flowjob import UNIQUE_MARK
 from asynctask.brokers.sql.statements import PLAIN_WAITING, TAGGED_WAITING, Fairness, Mix
-from asynctask.brokers.sql.store import Store
+from asynctask.brokers.sql.store import INDEX_ORDER, Store
 from asynctask.brokers.sql.wake import Wake
 from asynctask.settings import Settings
 from asynctask.tracking.outbox import Outbox
@@ -136,7 +136,9 @@ class SqlFetcher(Fetcher):
             # BEGIN, the keys' lock, the statement that counts their slots (after the lock:
             # flow-control-sql.md, Races and locks) and COMMIT, in one round trip.
             ids = {"ids": params["ids"]}
-            piped = self._store.pipelined([(self._sql.flow.lanes_of, ids), (keyed_claim, params)])
+            piped = self._store.pipelined(
+                [(self._sql.flow.lanes_of, ids), (keyed_claim, params)], index_order=any(fair)
+            )
             generation, claimed = self._split(piped, fair)
             return self._units(order, fair, claimed, generation)
         # PostgreSQL, unkeyed jobs of fed tasks: acknowledged as any job, then released from
@@ -145,8 +147,9 @@ class SqlFetcher(Fetcher):
         release_here = fed_acks and late is None
         if self._sql.postgres and not (transitions or flow_acks or release_here):
             # The claim alone, prepared at its first run with a generic plan (``pipelined``).
+            claim = self._sql.claim(fair, wanted, mix)
             generation, claimed = self._split(
-                self._store.pipelined([(self._sql.claim(fair, wanted, mix), params)]), fair
+                self._store.pipelined([(claim, params)], index_order=any(fair)), fair
             )
         else:
             generation, claimed = self._claim_in_transaction(
@@ -192,6 +195,10 @@ class SqlFetcher(Fetcher):
                     # acknowledges, promotes and claims.
                     self._flow.lock_ending(connection, acked, [u.payload for u in acks])
                     claim = keyed_claim
+                if any(fair) and not feeds:
+                    # Not before a feed's release, whose statements this transaction runs next
+                    # (rare: a fed job whose payload did not name its feed).
+                    connection.exec_driver_sql(INDEX_ORDER)
                 generation, claimed = self._split(connection.execute(claim, params).all(), fair)
                 # After the acknowledgement, which freed the slots: the jobs released are
                 # announced, and claimed by the next claim here or elsewhere.
