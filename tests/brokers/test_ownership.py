@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,8 +29,10 @@ def make_worker(settings: Settings, registry: Registry) -> Iterator[Any]:
     starts it in a thread. All are stopped after the test."""
     running: list[tuple[Worker, threading.Thread]] = []
 
-    def make() -> Worker:
-        return Worker(settings, registry=registry, server_middleware=Chain(), client_middleware=Chain())
+    def make(**changes: Any) -> Worker:
+        """``changes``: settings of this worker that differ from the test's."""
+        own = replace(settings, **changes)
+        return Worker(own, registry=registry, server_middleware=Chain(), client_middleware=Chain())
 
     def run(worker: Worker) -> None:
         thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
@@ -52,7 +55,9 @@ def test_a_claim_whose_reply_was_lost_goes_back_to_its_queue_and_runs(
     def note(label: str) -> None:
         runs.append(label)
 
-    worker = make_worker()
+    # A record that outlives any stall of a loaded machine: had it expired, the worker's own
+    # orphan recovery would take the claim back first, without the give-back this is about.
+    worker = make_worker(process_ttl=60)
     note.set(client=client).perform_async("lost")
     # The claim happens in the store, but its answer never reaches a thread: as when the
     # connection dropped after the server ran it.
