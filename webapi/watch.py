@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -68,6 +67,7 @@ class TaskWatcher:
         self._changed = threading.Condition()
         self._watches: dict[_Key, _Watch] = {}
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
 
     @contextmanager
     def watching(self, first: TaskView, errors: int) -> Iterator[Callable[[int, float], Snapshot]]:
@@ -101,7 +101,20 @@ class TaskWatcher:
     def _snapshot(view: TaskView, version: int) -> Snapshot:
         return Snapshot(version, view, is_settled(view), replace(view, eta_seconds=None))
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the reader and wait for it (up to ``timeout`` seconds). A connection it still
+        held when its engine was disposed would go back to the disposed pool and stay open until
+        the garbage collector found it: whoever disposes the engine closes the watcher first."""
+        with self._changed:
+            self._closed.set()
+            self._changed.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
     def _ensure_thread(self) -> None:
+        if self._closed.is_set():
+            return
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="asynctask-api-watch", daemon=True)
             self._thread.start()
@@ -111,7 +124,9 @@ class TaskWatcher:
         while True:
             with self._changed:
                 # Sleeps until the first stream opens; the thread is idle, not gone.
-                self._changed.wait_for(lambda: bool(self._watches))
+                self._changed.wait_for(lambda: bool(self._watches) or self._closed.is_set())
+                if self._closed.is_set():
+                    return
                 watched = [key for key, w in self._watches.items() if not w.snapshot.settled]
             try:
                 views = self._read(watched)
@@ -132,7 +147,8 @@ class TaskWatcher:
                     if snapshot.key != watch.snapshot.key:
                         watch.snapshot = snapshot
                 self._changed.notify_all()
-            time.sleep(self.interval)
+            if self._closed.wait(self.interval):
+                return
 
     def _read(self, watched: list[_Key]) -> dict[_Key, TaskView]:
         views: dict[_Key, TaskView] = {}

@@ -22,6 +22,7 @@ from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.tokens import create_token
 from tests.conftest import wait_until
 from webapi import create_app
+from webapi.resources import EXTENSION
 
 PRODUCT_SCHEMA = {
     "type": "object",
@@ -88,21 +89,32 @@ class Api:
         return result
 
 
+def close_watchers(apps: list[Flask]) -> None:
+    """Stop the apps' stream readers before their engines are disposed: a read in flight at
+    the disposal would leave its connection open, to be found by the garbage collector during
+    some later test (psycopg warns, and the warning fails that test)."""
+    for app in apps:
+        app.extensions[EXTENSION].watcher.close()
+
+
 @pytest.fixture
 def make_api(
     registry: Registry, tracked_client: Client, tracked_settings: Settings, engine: Engine
-) -> Callable[..., Api]:
+) -> Iterator[Callable[..., Api]]:
     define_jobs(registry)
     acme = create_token(engine, "acme").token
     globex = create_token(engine, "globex").token
+    apps: list[Flask] = []
 
     def make(**config: Any) -> Api:
         settings = {"settings": tracked_settings, "stream_interval": 0.05, "token_cache_seconds": 0.0}
         app = create_app({**settings, **LIMITS, **config}, client=tracked_client, engine=engine)
         app.testing = True
+        apps.append(app)
         return Api(app, app.test_client(), engine, tracked_client, acme, globex)
 
-    return make
+    yield make
+    close_watchers(apps)
 
 
 @pytest.fixture
@@ -132,16 +144,19 @@ def sql_broker(url: str, registry: Registry) -> Iterator[MakeApi]:
     client = Client(settings, registry=registry, middleware=Chain([TrackingClientMiddleware()]))
     engine = create_database_engine(url)
     acme, globex = create_token(engine, "acme").token, create_token(engine, "globex").token
+    apps: list[Flask] = []
 
     def make_sql(**config: Any) -> Api:
         base = {"settings": settings, "token_cache_seconds": 0.0, **LIMITS}
         app = create_app({**base, **config}, client=client, engine=engine)
         app.testing = True
+        apps.append(app)
         return Api(app, app.test_client(), engine, client, acme, globex)
 
     try:
         yield make_sql
     finally:
+        close_watchers(apps)
         client.close()
         engine.dispose()
         # The app's schedule reader opened the broker URL's shared engine.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import EventStatus
 from tests.conftest import wait_until
 from tests.webapi.conftest import Api
+from webapi.resources import EXTENSION
 
 ROWS = [{"sku": f"A{i}", "price": str(i)} for i in range(1, 8)]
 
@@ -535,6 +537,20 @@ def test_stream_of_a_finished_task_ends_at_once(api: Api) -> None:
     api.post(f"/api/tasks/{task_id}/cancel")
     response = api.http.get(f"/api/tasks/{task_id}/stream", headers=api.headers(), buffered=False)
     assert [kind for kind, _ in read_events(response)] == ["end"]
+
+
+def test_a_closed_stream_reader_stops_and_keeps_no_connection(api: Api) -> None:
+    """The reader of a stream still open is stopped by ``close``, and no connection of its engine
+    stays checked out: one disposed with the engine would be left open."""
+    task_id = api.post_json({"job": "echo", "items": [1]}).get_json()["task_id"]
+    before = set(threading.enumerate())
+    response = api.http.get(f"/api/tasks/{task_id}/stream", headers=api.headers(), buffered=False)
+    next(iter(response.response))
+    [reader] = [t for t in threading.enumerate() if t not in before]
+    api.app.extensions[EXTENSION].watcher.close()
+    assert not reader.is_alive()
+    assert api.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    response.close()
 
 
 # --- health, CORS, page -----------------------------------------------------------------------
