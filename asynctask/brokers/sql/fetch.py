@@ -34,7 +34,7 @@ from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.flowjob import UNIQUE_MARK
 from asynctask.brokers.sql.statements import PLAIN_WAITING, TAGGED_WAITING, Fairness, Mix
-from asynctask.brokers.sql.store import INDEX_ORDER, Store
+from asynctask.brokers.sql.store import Store
 from asynctask.brokers.sql.wake import Wake
 from asynctask.settings import Settings
 from asynctask.tracking.outbox import Outbox
@@ -196,10 +196,15 @@ class SqlFetcher(Fetcher):
                     self._flow.lock_ending(connection, acked, [u.payload for u in acks])
                     claim = keyed_claim
                 if any(fair) and not feeds:
-                    # Not before a feed's release, whose statements this transaction runs next
-                    # (rare: a fed job whose payload did not name its feed).
-                    connection.exec_driver_sql(INDEX_ORDER)
-                generation, claimed = self._split(connection.execute(claim, params).all(), fair)
+                    # Planned without sorts, as the claim alone is, in one round trip with its
+                    # settings; not before a feed's release, whose statements this transaction
+                    # runs next (rare: a fed job whose payload did not name its feed).
+                    found: Sequence[Any] = self._store.pipelined_within(
+                        connection, [(claim, params)], index_order=True
+                    )
+                else:
+                    found = connection.execute(claim, params).all()
+                generation, claimed = self._split(found, fair)
                 # After the acknowledgement, which freed the slots: the jobs released are
                 # announced, and claimed by the next claim here or elsewhere.
                 if feeds:

@@ -34,18 +34,17 @@ from asynctask.tracking.transitions import Transition, decode_entry
 
 logger = logging.getLogger("asynctask.broker")
 
-#: Planner settings for the rest of a transaction, in one statement (pipeline mode runs one
-#: statement per call). A fair claim reads its rows in the order of an index, but another index
-#: also finds them unordered, and a sort of all a queue's waiting rows then looks as cheap as the
-#: ordered read whenever the planner thinks the queue short: on a table without statistics
-#: (never analyzed, or truncated) it took that plan, and a claim of 10 jobs sorted all 40,000
-#: waiting. Without sorts the ordered read is the only plan left; JIT is off because the
-#: penalty of the sort that remains (the claim's final order, of a few rows) would otherwise
-#: make PostgreSQL compile the statement.
+#: Planner settings for the rest of a transaction (``index_order``). A fair claim reads its rows
+#: in the order of an index, but another index also finds them unordered, and a sort of all a
+#: queue's waiting rows then looks as cheap as the ordered read whenever the planner thinks the
+#: queue short: on a table without statistics (never analyzed, or truncated) it took that plan,
+#: and a claim of 10 jobs sorted all 40,000 waiting. Without sorts the ordered read is the only
+#: plan left; JIT is off because the penalty of the sort that remains (the claim's final order,
+#: of a few rows) would otherwise make PostgreSQL compile the statement.
 _NO_SORTS = "set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"
-INDEX_ORDER = f"SELECT {_NO_SORTS}"
 _GENERIC_PLANS = "set_config('plan_cache_mode', 'force_generic_plan', true)"
-#: The settings statement of a pipelined transaction, without and with ``INDEX_ORDER``.
+#: The settings statement of a pipelined transaction (pipeline mode runs one statement per call),
+#: without and with ``_NO_SORTS``.
 _PIPELINE_SETTINGS = {False: f"SELECT {_GENERIC_PLANS}", True: f"SELECT {_GENERIC_PLANS}, {_NO_SORTS}"}
 
 #: A job row, in ``statements.JOB_COLUMNS`` order.
@@ -145,30 +144,52 @@ class Store:
         """PostgreSQL: run ``steps`` in one transaction, in one round trip (pipeline mode:
         BEGIN, the statements in order, COMMIT); return the last statement's rows. The server
         runs each statement after the one before ends, each with its own snapshot.
-        ``index_order``: plan them without sorts (``INDEX_ORDER``)."""
+        ``index_order``: plan them without sorts (``_NO_SORTS``)."""
         with self._missing_tables(), self._autocommit.connect() as connection:
             raw: Any = connection.connection.driver_connection  # psycopg's connection
             try:
-                with raw.pipeline():
-                    raw.execute("BEGIN")
-                    # Each statement is prepared at its first run on the connection and runs its
-                    # generic plan from then on: psycopg would prepare it at its sixth run only,
-                    # and PostgreSQL plans the first runs of a prepared statement anew (with an
-                    # array parameter it can keep doing so); for a claim, planning costs more
-                    # than running it, and a connection has one claim per number of jobs wanted.
-                    raw.execute(_PIPELINE_SETTINGS[index_order])
-                    cursors = [raw.execute(self._compiled(s), params, prepare=True) for s, params in steps]
-                    raw.execute("COMMIT")
-                return [tuple(row) for row in cursors[-1].fetchall()]
-            except BaseException as exc:
+                return self._in_pipeline(raw, steps, index_order, own_transaction=True)
+            except BaseException:
                 # A failed statement leaves the transaction open and aborted on the server. A
                 # broken connection cannot roll back: the pool's ping replaces it at its next use.
                 with suppress(psycopg.Error):
                     raw.rollback()
-                if isinstance(exc, psycopg.Error):
-                    # As SQLAlchemy's, which callers handle (an outage, tables not created).
-                    raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
                 raise
+
+    def pipelined_within(
+        self, connection: Connection, steps: Sequence[tuple[TextClause, dict[str, Any]]], *, index_order: bool
+    ) -> list[tuple[Any, ...]]:
+        """PostgreSQL: run ``steps`` in the transaction open on ``connection``, in one round trip,
+        as ``pipelined`` does; the settings last until that transaction ends. On an error the
+        transaction is left to its owner, which rolls it back."""
+        with self._missing_tables():
+            return self._in_pipeline(connection.connection.driver_connection, steps, index_order)
+
+    def _in_pipeline(
+        self,
+        raw: Any,
+        steps: Sequence[tuple[TextClause, dict[str, Any]]],
+        index_order: bool,
+        *,
+        own_transaction: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        try:
+            with raw.pipeline():
+                if own_transaction:
+                    raw.execute("BEGIN")
+                # Each statement is prepared at its first run on the connection and runs its
+                # generic plan from then on: psycopg would prepare it at its sixth run only,
+                # and PostgreSQL plans the first runs of a prepared statement anew (with an
+                # array parameter it can keep doing so); for a claim, planning costs more
+                # than running it, and a connection has one claim per number of jobs wanted.
+                raw.execute(_PIPELINE_SETTINGS[index_order])
+                cursors = [raw.execute(self._compiled(s), params, prepare=True) for s, params in steps]
+                if own_transaction:
+                    raw.execute("COMMIT")
+            return [tuple(row) for row in cursors[-1].fetchall()]
+        except psycopg.Error as exc:
+            # As SQLAlchemy's, which callers handle (an outage, tables not created).
+            raise DBAPIError.instance(None, None, exc, psycopg.Error) from exc
 
     def _compiled(self, statement: TextClause) -> str:
         found = self._compiled_text.get(statement)
