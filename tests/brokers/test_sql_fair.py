@@ -325,6 +325,25 @@ def test_the_fair_claim_reads_the_heads_of_its_indexes(broker: SqlBroker) -> Non
             assert "ix_asynctask_job_fetch" not in one_kind, one_kind
 
 
+def pipelines_asked(broker: SqlBroker, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Record, from now on, each pipelined run of the broker's store: ``alone`` (a transaction
+    of its own) or ``within`` one, and whether it asked for the plan without sorts."""
+    asked: list[tuple[str, bool]] = []
+    pipelined, within = broker.store.pipelined, broker.store.pipelined_within
+
+    def alone(steps: Any, *, index_order: bool = False) -> list[tuple[Any, ...]]:
+        asked.append(("alone", index_order))
+        return pipelined(steps, index_order=index_order)
+
+    def inside(connection: Any, steps: Any, *, index_order: bool) -> list[tuple[Any, ...]]:
+        asked.append(("within", index_order))
+        return within(connection, steps, index_order=index_order)
+
+    monkeypatch.setattr(broker.store, "pipelined", alone)
+    monkeypatch.setattr(broker.store, "pipelined_within", inside)
+    return asked
+
+
 def test_a_fair_claim_reads_its_index_in_order_on_a_table_without_statistics(
     broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -342,19 +361,7 @@ def test_a_fair_claim_reads_its_index_in_order_on_a_table_without_statistics(
     plan = "\n".join(str(row[0]) for row in found)
     assert "ix_asynctask_job_turn" in plan and "ix_asynctask_job_fetch" not in plan, plan
 
-    asked: list[tuple[str, bool]] = []
-    pipelined, within = broker.store.pipelined, broker.store.pipelined_within
-
-    def recording(steps: Any, *, index_order: bool = False) -> list[tuple[Any, ...]]:
-        asked.append(("alone", index_order))
-        return pipelined(steps, index_order=index_order)
-
-    def recording_within(connection: Any, steps: Any, *, index_order: bool) -> list[tuple[Any, ...]]:
-        asked.append(("within", index_order))
-        return within(connection, steps, index_order=index_order)
-
-    monkeypatch.setattr(broker.store, "pipelined", recording)
-    monkeypatch.setattr(broker.store, "pipelined_within", recording_within)
+    asked = pipelines_asked(broker, monkeypatch)
     fetcher = fetcher_of(broker)
     assert classes(fetcher.claim(2, [], [])) == ["A0", "A1"]
     assert asked == [("alone", True)]
@@ -377,16 +384,9 @@ def test_a_fair_claim_that_ends_keyed_jobs_is_planned_without_sorts(
     fetcher = fetcher_of(broker)
     first = fetcher.claim(1, [], [])
     assert classes(first) == ["K0"]
-    asked: list[bool] = []
-    pipelined = broker.store.pipelined
-
-    def recording(steps: Any, *, index_order: bool = False) -> list[tuple[Any, ...]]:
-        asked.append(index_order)
-        return pipelined(steps, index_order=index_order)
-
-    monkeypatch.setattr(broker.store, "pipelined", recording)
+    asked = pipelines_asked(broker, monkeypatch)
     assert classes(fetcher.claim(1, first, [])) == ["K1"]
-    assert asked == [True]
+    assert asked == [("alone", True)]
 
 
 def test_a_claim_reads_the_kinds_the_claim_before_saw_waiting(broker: SqlBroker) -> None:

@@ -145,15 +145,15 @@ class SqlFetcher(Fetcher):
         # right after the commit (``_release_after``); otherwise in the claim's transaction.
         late = self._late_feeds(acks) if fed_acks and self._sql.postgres and not flow_acks else None
         release_here = fed_acks and late is None
+        claim = self._sql.claim(fair, wanted, mix)
         if self._sql.postgres and not (transitions or flow_acks or release_here):
             # The claim alone, prepared at its first run with a generic plan (``pipelined``).
-            claim = self._sql.claim(fair, wanted, mix)
             generation, claimed = self._split(
                 self._store.pipelined([(claim, params)], index_order=any(fair)), fair
             )
         else:
             generation, claimed = self._claim_in_transaction(
-                self._sql.claim(fair, wanted, mix),
+                claim,
                 keyed_claim if flow_acks else None,
                 params,
                 fair,
