@@ -13,6 +13,7 @@ import itertools
 import logging
 import random
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 from asynctask import payload
 from asynctask.brokers.checkpoints import Checkpoints
 from asynctask.brokers.feeds import Feeds
+from asynctask.brokers.pacing import SCARCE_WAIT, ClaimPacing
 from asynctask.brokers.periodic import PeriodicStore
 from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.payload import JobDict
@@ -141,8 +143,9 @@ class Fetcher(ABC):
 
     One round trip acknowledges every job finished since the last one, writes the pending
     tracking transitions and claims as many jobs as threads are waiting for, into a buffer the
-    threads take from. A claimed job stays claimed by this process (never lost) until it is
-    acknowledged, moved to the retry or dead set, or given back.
+    threads take from; while jobs are scarce, fewer round trips of more jobs (``pacing``). A
+    claimed job stays claimed by this process (never lost) until it is acknowledged, moved to
+    the retry or dead set, or given back.
 
     A claim this process holds but no thread will ever run (the reply to the claim was lost
     in an outage, or the thread that had it died) is found by ``reconcile`` and given back.
@@ -169,6 +172,9 @@ class Fetcher(ABC):
         self._waiting = 0
         #: The job each processor thread was last handed (until it asks for the next one).
         self._handed: dict[threading.Thread, UnitOfWork] = {}
+        self._handed_at: dict[threading.Thread, float] = {}
+        #: How many jobs a claim asks for and how many claims are under way at once.
+        self._pacing = ClaimPacing()
         #: Round trips under way (numbered as they start), with the acknowledgements they carry.
         self._round_trips: dict[int, list[UnitOfWork]] = {}
         self._round_trip_numbers = itertools.count(1)
@@ -224,28 +230,41 @@ class Fetcher(ABC):
         thread = threading.current_thread()
         with self._lock:
             self._handed.pop(thread, None)
+            handed_at = self._handed_at.pop(thread, None)
+            if handed_at is not None:
+                self._pacing.ran(time.monotonic() - handed_at)
             if ack is not None:
                 self._acks.append(ack)
-            if self._buffer:
-                unit = self._handed[thread] = self._buffer.popleft()
-                return unit
             self._waiting += 1
-            wanted = self._waiting
+            while not self._buffer and self._pacing.must_wait():
+                self._ready.wait(SCARCE_WAIT)
+            if self._buffer:
+                self._waiting -= 1
+                return self._hand(thread, self._buffer.popleft())
+            wanted = self._pacing.wanted(self._waiting, self._waiting + len(self._handed))
             acks, self._acks = self._acks, []
             number = self._begin_round_trip(acks)
+            self._pacing.claiming += 1
         try:
-            with self.outbox.draining(acknowledging=bool(acks)) as transitions:
-                units = self.claim(wanted, acks, transitions)
+            started = time.monotonic()
+            units: list[UnitOfWork] = []
+            try:
+                with self.outbox.draining(acknowledging=bool(acks)) as transitions:
+                    units = self.claim(wanted, acks, transitions)
+            finally:
+                with self._lock:
+                    self._pacing.claiming -= 1
+                    self._pacing.claimed(wanted, len(units), time.monotonic() - started)
+                    # A thread waiting for this claim may claim now, if jobs are still scarce.
+                    self._ready.notify()
             found = units[0] if units else self.wait(block_on)
             with self._lock:
                 if len(units) > 1:
                     # Claimed for every thread inside fetch(), waiting ones included: wake them,
                     # or the jobs would wait for this thread to come back.
                     self._buffer.extend(units[1:])
-                    self._ready.notify_all()
-                if found is not None:
-                    self._handed[thread] = found
-            return found
+                    self._ready.notify(len(units) - 1)
+                return None if found is None else self._hand(thread, found)
         except BaseException:
             with self._lock:
                 self._acks[:0] = acks
@@ -254,6 +273,12 @@ class Fetcher(ABC):
             with self._lock:
                 self._waiting -= 1
                 del self._round_trips[number]
+
+    def _hand(self, thread: threading.Thread, unit: UnitOfWork) -> UnitOfWork:
+        """Record ``unit`` as ``thread``'s, and when (hold ``_lock``)."""
+        self._handed[thread] = unit
+        self._handed_at[thread] = time.monotonic()
+        return unit
 
     def acknowledge(self, unit: UnitOfWork) -> None:
         """Acknowledge ``unit`` and any others waiting, now."""
@@ -287,6 +312,7 @@ class Fetcher(ABC):
         with self._lock:
             for thread in [t for t in self._handed if not t.is_alive()]:
                 del self._handed[thread]
+                self._handed_at.pop(thread, None)
             known = Counter(
                 itertools.chain(self._buffer, self._acks, self._handed.values(), *self._round_trips.values())
             )

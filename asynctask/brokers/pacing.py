@@ -1,0 +1,69 @@
+"""How many jobs a worker process claims at once, and how many of its claims are under way.
+
+While jobs are plentiful, every thread that finds the process's buffer empty claims for the
+threads waiting: many claims under way hide each other's round trips, and each comes back
+full. While jobs are scarce (the last claim found fewer than it wanted: the slots of a fed task
+are all out, or the queues are nearly empty), such claims split the few jobs there are, each
+comes back with one or two, and a process spends a round trip per job. Worse, a fed task's
+slots stay out meanwhile: a job's slot is freed only when a claim carries its acknowledgement,
+and the jobs in replies on their way and in the buffer hold slots too, so the more claims are
+under way the fewer jobs each finds. Then:
+
+- at most ``SCARCE_CLAIMS`` claims are under way; the other threads wait for the jobs they
+  bring, and their acknowledgements go with the next claim, many at once;
+- while the process's jobs run shorter than a claim's round trip (both measured here), a claim
+  asks for ``PREFETCH_LIMIT`` jobs per thread: they come in batches, and a batch is run before
+  a claim could bring more. Longer jobs are claimed one per waiting thread, as while jobs are
+  plentiful, so that a process never takes jobs that another process's idle threads could
+  start sooner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Claims a process keeps under way at once while jobs are scarce.
+SCARCE_CLAIMS = 2
+#: How many times its threads a process claims at most in one claim while jobs are scarce.
+PREFETCH_LIMIT = 6
+#: Seconds a thread waits at most for a claim under way while jobs are scarce, before it
+#: looks again (a claim that returns wakes it sooner).
+SCARCE_WAIT = 0.05
+#: Weight of the newest measurement in the running averages.
+SMOOTHING = 0.1
+
+
+@dataclass
+class ClaimPacing:
+    """The state of one process's claims; its caller holds the fetcher's lock."""
+
+    #: Whether the last claim found fewer jobs than it wanted.
+    scarce: bool = False
+    #: Claims under way now.
+    claiming: int = 0
+    #: Running averages: seconds from handing a job to a thread to that thread's next
+    #: fetch, and seconds of a claim's round trip.
+    job_seconds: float = 0.0
+    claim_seconds: float = 0.0
+
+    def must_wait(self) -> bool:
+        """Whether a thread that found the buffer empty waits for the claims under way."""
+        return self.scarce and self.claiming >= SCARCE_CLAIMS
+
+    def wanted(self, waiting: int, threads: int) -> int:
+        """How many jobs a claim asks for: ``waiting`` threads are inside fetch without one, of
+        ``threads`` in all."""
+        if self.scarce and 0 < self.job_seconds < self.claim_seconds:
+            return max(waiting, threads * PREFETCH_LIMIT)
+        return waiting
+
+    def ran(self, seconds: float) -> None:
+        self.job_seconds = _averaged(self.job_seconds, seconds)
+
+    def claimed(self, wanted: int, found: int, seconds: float) -> None:
+        self.scarce = found < wanted
+        self.claim_seconds = _averaged(self.claim_seconds, seconds)
+
+
+def _averaged(average: float, value: float) -> float:
+    return value if average <= 0 else average + SMOOTHING * (value - average)

@@ -1,0 +1,130 @@
+"""How a worker process paces its claims (asynctask.brokers.pacing): while jobs are scarce, few
+claims under way, each asking for a batch when jobs run shorter than a claim's round trip."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+
+from asynctask.brokers.base import Fetcher, UnitOfWork
+from asynctask.brokers.pacing import PREFETCH_LIMIT, SCARCE_CLAIMS, ClaimPacing
+from asynctask.settings import QueueSpec
+
+
+def test_while_jobs_are_plentiful_a_claim_asks_for_the_waiting_threads() -> None:
+    pacing = ClaimPacing()
+    assert (pacing.wanted(3, 10), pacing.must_wait()) == (3, False)
+    pacing.ran(0.0001)
+    pacing.claimed(3, 3, 0.002)
+    pacing.claiming = SCARCE_CLAIMS
+    assert (pacing.scarce, pacing.wanted(3, 10), pacing.must_wait()) == (False, 3, False)
+
+
+def test_while_jobs_are_scarce_short_jobs_are_claimed_in_batches_by_few_claims() -> None:
+    pacing = ClaimPacing()
+    pacing.ran(0.0001)
+    pacing.claimed(3, 1, 0.002)
+    assert pacing.scarce
+    assert pacing.wanted(3, 10) == 10 * PREFETCH_LIMIT
+    pacing.claiming = SCARCE_CLAIMS - 1
+    assert not pacing.must_wait()
+    pacing.claiming = SCARCE_CLAIMS
+    assert pacing.must_wait()
+    # A claim that found all it asked for: jobs are plentiful again.
+    pacing.claimed(60, 60, 0.002)
+    assert (pacing.scarce, pacing.must_wait(), pacing.wanted(3, 10)) == (False, False, 3)
+
+
+def test_jobs_longer_than_a_round_trip_are_claimed_one_per_waiting_thread() -> None:
+    pacing = ClaimPacing()
+    pacing.ran(0.05)
+    pacing.claimed(3, 0, 0.002)
+    assert pacing.scarce
+    assert pacing.wanted(3, 10) == 3
+
+
+def test_the_averages_follow_the_measurements() -> None:
+    pacing = ClaimPacing()
+    pacing.ran(0.01)
+    assert pacing.job_seconds == 0.01
+    for _ in range(100):
+        pacing.ran(0.0001)
+    assert pacing.job_seconds < 0.0002
+
+
+class SlotFetcher(Fetcher):
+    """Claims from an endless supply, at most as many jobs as the claim acknowledges (and one
+    more): a fed task whose slots are all out, each end freeing one. Records each claim."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__("pacing-test", [QueueSpec("default")], None)
+        self.seconds = seconds
+        self.ids = itertools.count()
+        self.record_lock = threading.Lock()
+        self.under_way = 0
+        #: (claims under way with this one, whether jobs were scarce, jobs wanted) per claim.
+        self.claims: list[tuple[int, bool, int]] = []
+
+    def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
+        with self.record_lock:
+            self.under_way += 1
+            self.claims.append((self.under_way, self._pacing.scarce, wanted))
+        time.sleep(self.seconds)
+        with self.record_lock:
+            self.under_way -= 1
+            found = min(wanted, len(acks) + 1)
+            return [UnitOfWork("default", b"{}", str(next(self.ids))) for _ in range(found)]
+
+    def wait(self, block_on: int) -> UnitOfWork | None:
+        return None
+
+    def register(self) -> None: ...
+    def settle(self, acks: list[UnitOfWork], transitions: list[str]) -> None: ...
+    def interrupt(self) -> None: ...
+    def held(self) -> list[UnitOfWork]:
+        return []
+
+    def requeue(self, units: Sequence[UnitOfWork]) -> int:
+        return 0
+
+    def requeue_all(self, *, forget: bool) -> int:
+        return 0
+
+
+def run_threads(fetcher: SlotFetcher, threads: int, jobs: int, job_seconds: float) -> int:
+    """``threads`` processor threads each running ``jobs`` jobs; returns how many ran."""
+    ran = itertools.count()
+
+    def processor() -> None:
+        unit = None
+        for _ in range(jobs):
+            unit = fetcher.fetch(unit, 0)
+            if unit is not None:
+                next(ran)
+                time.sleep(job_seconds)
+
+    workers = [threading.Thread(target=processor) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    return next(ran)
+
+
+def test_scarce_short_jobs_go_through_few_claims_of_a_batch_each() -> None:
+    fetcher = SlotFetcher(seconds=0.003)
+    assert run_threads(fetcher, threads=8, jobs=100, job_seconds=0) == 800
+    scarce = [(under_way, wanted) for under_way, was_scarce, wanted in fetcher.claims if was_scarce]
+    assert scarce
+    assert max(under_way for under_way, _ in scarce) <= SCARCE_CLAIMS
+    assert max(wanted for _, wanted in scarce) == 8 * PREFETCH_LIMIT
+    # Each claim acknowledges the many jobs run meanwhile, and so brings many.
+    assert len(fetcher.claims) < 800 / 4
+
+
+def test_scarce_long_jobs_are_claimed_one_per_waiting_thread() -> None:
+    fetcher = SlotFetcher(seconds=0.001)
+    run_threads(fetcher, threads=4, jobs=15, job_seconds=0.01)
+    assert max(wanted for _, _, wanted in fetcher.claims) <= 4
