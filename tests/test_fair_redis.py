@@ -200,6 +200,35 @@ def test_feed_releases_wait_in_the_share(broker: RedisBroker, fetch: ReliableFet
     assert jids([u.payload for u in fetch.claim(2, acks, [])]) == ["a2", "a3"]
 
 
+def acked(unit: UnitOfWork) -> UnitOfWork:
+    return unit.decoded(payload.loads(unit.payload))
+
+
+def test_a_feed_alone_in_its_queue_hands_its_released_jobs_to_the_claim(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    fed_publish(broker, "fa", ["a0", "a1", "a2"], Feed(parallel=1))
+    [a0] = fetch.claim(1, [], [])
+    broker.redis.delete(broker.keys.bell("default"))
+    [a1] = fetch.claim(1, [acked(a0)], [])
+    assert jids([a1.payload]) == ["a1"]
+    # Straight to the claim: the share stays empty and no idle thread is woken for it.
+    assert not broker.redis.exists(broker.keys.share("default", "task:fa"))
+    assert not broker.redis.exists(broker.keys.bell("default"))
+
+
+def test_a_feed_sharing_its_queue_releases_into_its_share_and_takes_turns(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    fed_publish(broker, "fa", ["a0", "a1"], Feed(parallel=1))
+    publish(broker, "tb", ["b0", "b1"], "task:tb")
+    first = fetch.claim(2, [], [])
+    [a0] = [u for u in first if b'"a0"' in u.payload]
+    # Another task waits: the release goes to the feed's share, and the ring's turn comes first.
+    assert jids([u.payload for u in fetch.claim(1, [acked(a0)], [])]) == ["b1"]
+    assert waiting(broker, broker.keys.share("default", "task:fa")) == ["a1"]
+
+
 def test_a_negative_priority_goes_ahead_of_the_turns(broker: RedisBroker, fetch: ReliableFetch) -> None:
     broker.push([(job("p0"), None), (job("p1"), None)])
     publish(broker, "ta", ["a0", "a1"], "task:ta")

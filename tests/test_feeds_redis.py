@@ -271,6 +271,47 @@ def test_the_last_held_jobs_are_released_below_the_step(broker: RedisBroker, fet
     assert (len(out(broker)), held(broker)) == (20, [])
 
 
+def bell_tokens(broker: RedisBroker) -> int:
+    return int(broker.redis.llen(broker.keys.bell("default")))
+
+
+def test_a_claim_takes_the_jobs_its_ends_release_while_nothing_else_waits(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(broker, [f"j{n:02}" for n in range(40)], Feed(parallel=20))
+    first = claim(fetch, wanted=20)
+    broker.redis.delete(broker.keys.bell("default"))
+    # Two ends, under the step: the claim that wants jobs has them released at once, straight
+    # into its process's in-flight list; they never wait in the queue, and wake no one.
+    taken = claim(fetch, acks=[decoded(u) for u in first[:2]], wanted=3)
+    assert jids([u.payload for u in taken]) == ["j20", "j21"]
+    assert {u.ref for u in taken} == {broker.keys.inflight("proc-1", "default")}
+    assert (queued(broker), bell_tokens(broker)) == ([], 0)
+    assert (len(out(broker)), len(held(broker))) == (20, 18)
+    # Exactly the freed slots: a claim that wants more than its ends freed takes no more.
+    assert jids([u.payload for u in claim(fetch, acks=[decoded(first[2])], wanted=5)]) == ["j22"]
+    assert len(out(broker)) == 20
+
+
+def test_released_jobs_queue_behind_other_waiting_jobs(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    broker.push([(job("p", task="other", feed=None), None)])
+    [a] = claim(fetch)
+    # A job of the queue waits: b is released to the queue, behind it, and the claim takes it.
+    assert jids([u.payload for u in claim(fetch, acks=[decoded(a)])]) == ["p"]
+    assert queued(broker) == ["b"]
+    assert out(broker) == {"b"}
+
+
+def test_a_claim_takes_no_released_job_of_a_paused_queue(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, ["a", "b"], Feed(parallel=1))
+    [a] = claim(fetch)
+    broker.redis.sadd(broker.keys.paused, "default")
+    assert claim(fetch, acks=[decoded(a)]) == []
+    assert queued(broker) == ["b"]
+    assert not broker.redis.llen(broker.keys.inflight("proc-1", "default"))
+
+
 def test_a_fed_job_is_acknowledged_through_the_flow_end(broker: RedisBroker) -> None:
     fed = payload.dumps(job("a")).encode()
     plain = payload.dumps({"class": "X", "args": [], "jid": "p", "queue": "default"}).encode()

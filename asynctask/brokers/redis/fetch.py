@@ -10,9 +10,11 @@ looked dead (its record expired in an outage or a stall) has its lists unregiste
 recovery that emptied them, and must not go on claiming into lists nobody would recover.
 
 Round trips are shared by the process's threads. One script call acknowledges every job
-finished since the last call and claims as many jobs as threads are waiting for one, into
-a buffer the threads take from. Claimed jobs are in the in-flight list all along, so a
-crash loses none. When every queue is empty a thread blocks with BLMOVE on one queue
+finished since the last call and claims as many jobs as threads are waiting for one (a batch
+while jobs are scarce, see ``pacing``), into a buffer the threads take from. A fed task's jobs
+that its acknowledgements release may be taken by the same call
+(docs/internals/feeds-redis.md). Claimed jobs are in the in-flight list all along, so a crash
+loses none. When every queue is empty a thread blocks with BLMOVE on one queue
 (threads spread over the queues, rotating), so a new job starts at once instead of
 waiting for a poll; on a fair queue some threads block on its bell instead, rung by the
 jobs that land in its shares (docs/internals/fair-share-redis.md).

@@ -51,6 +51,31 @@ local batch = tonumber(ARGV[1])
 local transitions = tonumber(ARGV[3])
 FLOW_PREFIX = ARGV[5]
 local acks = tonumber(ARGV[6])
+local prefix_length = #FLOW_PREFIX + #"queue:"
+-- Every paused queue of the call, not only those tried before the batch is full: the caller
+-- must know them all to keep its threads from blocking on them.
+local paused = {}
+local skipped = {}
+if redis.call("scard", KEYS[5]) > 0 then
+  for i = 6, #KEYS, 2 do
+    if redis.call("sismember", KEYS[5], string.sub(KEYS[i], prefix_length + 1)) == 1 then
+      paused[#paused + 1] = i
+      skipped[i] = true
+    end
+  end
+end
+local claimed = { redis.call("get", KEYS[3]) or "0", paused }
+-- A feed whose slots these acknowledgements free may hand its next jobs straight to this call
+-- (see feed_handoff_alone): into the in-flight list of their queue, if it is one of this
+-- call's and not paused.
+local handoff_queues = {}
+for i = 6, #KEYS, 2 do
+  if not skipped[i] then
+    handoff_queues[string.sub(KEYS[i], prefix_length + 1)] = i
+  end
+end
+FEED_HANDOFF = { budget = batch, queues = handoff_queues, claimed = claimed, keys = KEYS,
+  registry = KEYS[4], identity = ARGV[2], alone = {} }
 for i = 1, acks do
   local index, job = tonumber(ARGV[5 + 2 * i]), ARGV[6 + 2 * i]
   if index > 0 then
@@ -70,20 +95,7 @@ if transitions > 0 then
   local last = redis.call("incrby", KEYS[2], transitions)
   redis.call("xadd", KEYS[1], "*", "s", last - transitions + 1, "d", ARGV[4])
 end
-local prefix_length = #FLOW_PREFIX + #"queue:"
--- Every paused queue of the call, not only those tried before the batch is full: the caller
--- must know them all to keep its threads from blocking on them.
-local paused = {}
-local skipped = {}
-if redis.call("scard", KEYS[5]) > 0 then
-  for i = 6, #KEYS, 2 do
-    if redis.call("sismember", KEYS[5], string.sub(KEYS[i], prefix_length + 1)) == 1 then
-      paused[#paused + 1] = i
-      skipped[i] = true
-    end
-  end
-end
-local claimed = { redis.call("get", KEYS[3]) or "0", paused }
+FEED_HANDOFF = nil
 -- Postponing is bounded per call, so that a long queue of jobs over their rate limit does
 -- not keep Redis busy in one call; the rest is postponed by the next calls.
 local postpone_budget = 100

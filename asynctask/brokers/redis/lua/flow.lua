@@ -35,6 +35,13 @@ local FEED_LIB = nil
 local FEED_ENDED = nil
 local FEED_FREED = nil
 
+-- Set by the claim script before it ends its acknowledgements: a release may hand jobs straight
+-- to the claiming process instead of queueing them (see feed_handoff_alone). Fields: budget
+-- (jobs the process still wants), queues (queue name -> KEYS index of queue:<name>, its
+-- in-flight list next), claimed (the script's reply), registry and identity (to register an
+-- in-flight list that receives jobs), alone (queue name -> cached verdict).
+local FEED_HANDOFF = nil
+
 -- A fed job ended or went to the retry set: it frees its feed slot, and its feed releases
 -- once this call's ends are done (feed_release_ended). Only an end of a jid that is out frees
 -- anything, so a slot never leaks and is never freed twice. `task` and `jid` are the job's
@@ -163,6 +170,30 @@ local function fair_route(queue, jobs, share, urgent)
   return true
 end
 
+-- Whether jobs of `share` (a feed's; nil for none) released into `queue` may go straight to
+-- the claiming process (FEED_HANDOFF): only while nothing else waits in the queue, that is no
+-- job in queue:<queue> or its urgent list and no other share in its ring. Then the claim would
+-- take exactly these jobs next anyway, and handing them over saves queueing each one, taking it
+-- back out and waking idle threads for it; with anything else waiting, released jobs queue and
+-- take their turn, so that a feed never runs ahead of the queue's other jobs.
+local function feed_handoff_alone(queue, share)
+  local alone = FEED_HANDOFF.alone[queue .. "|" .. (share or "")]
+  if alone == nil then
+    alone = redis.call("llen", FLOW_PREFIX .. "queue:" .. queue) == 0
+      and redis.call("exists", fair_key("urgent", queue)) == 0
+    if alone then
+      local members = redis.call("lrange", fair_key("shares", queue), 0, 2)
+      for _, member in ipairs(members) do
+        if member ~= "" and member ~= share then
+          alone = false
+        end
+      end
+    end
+    FEED_HANDOFF.alone[queue .. "|" .. (share or "")] = alone
+  end
+  return alone
+end
+
 -- Filled in below: the keyed jobs of a release go through their key's line.
 local flow_lib
 
@@ -268,9 +299,29 @@ local function feed_lib()
       end
       queues, waiting = {}, {}
     end
+    local handoff = FEED_HANDOFF
+    local handed = nil
     for _, entry in ipairs(entries) do
       local jid, queue, job = line_parse(entry)
-      if not jid then
+      local index = jid and handoff and handoff.budget > 0 and handoff.queues[queue]
+      if index and feed_handoff_alone(queue, share)
+        and not string.find(job, 'concurrency_key"', 1, true)
+        and not string.find(job, 'rate_limit"', 1, true)
+        and not string.find(job, 'unique_until"', 1, true)
+      then
+        slots[#slots + 1] = jid
+        slots[#slots + 1] = queue
+        handed = handed or {}
+        local list = handed[index]
+        if not list then
+          list = {}
+          handed[index] = list
+        end
+        list[#list + 1] = job
+        handoff.budget = handoff.budget - 1
+        handoff.claimed[#handoff.claimed + 1] = index
+        handoff.claimed[#handoff.claimed + 1] = job
+      elseif not jid then
         -- Only feed steps write held lists; an entry they cannot read still runs, holding nothing.
         push_waiting()
         enqueue("default", entry)
@@ -293,6 +344,15 @@ local function feed_lib()
       end
     end
     push_waiting()
+    if handed then
+      for index, jobs in pairs(handed) do
+        local inflight = handoff.keys[index + 1]
+        for from = 1, #jobs, FEED_BATCH do
+          redis.call("lpush", inflight, unpack(jobs, from, math.min(from + FEED_BATCH - 1, #jobs)))
+        end
+        redis.call("hset", handoff.registry, inflight, handoff.identity)
+      end
+    end
     for from = 1, #slots, 2 * FEED_BATCH do
       redis.call("hset", out, unpack(slots, from, math.min(from + 2 * FEED_BATCH - 1, #slots)))
     end
@@ -732,7 +792,9 @@ local function feed_release_ended()
     if parallel then
       local waiting = redis.call("llen", feed .. "-held:" .. task)
       local free = parallel - redis.call("hlen", feed .. "-out:" .. task)
-      if f[2] == "1" or waiting == 0 or free >= math.min(math.max(1, math.floor(parallel / 10)), waiting) then
+      local wanted = FEED_HANDOFF and FEED_HANDOFF.budget > 0
+      if f[2] == "1" or waiting == 0 or (wanted and free > 0)
+        or free >= math.min(math.max(1, math.floor(parallel / 10)), waiting) then
         feed_lib().release(task, nil)
       elseif free > 0 and free <= freed[task] then
         redis.call("zadd", FLOW_PREFIX .. "asynctask:feeds", 0, task)
