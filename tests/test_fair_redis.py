@@ -217,6 +217,23 @@ def test_a_feed_alone_in_its_queue_hands_its_released_jobs_to_the_claim(
     assert not broker.redis.exists(broker.keys.bell("default"))
 
 
+def test_a_claim_takes_a_feeds_waiting_jobs_before_those_its_ends_release(
+    broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    fed_publish(broker, "fa", ["a0", "a1", "a2", "a3"], Feed(parallel=2))
+    [a0] = fetch.claim(1, [], [])
+    assert jids([u.payload for u in fetch.claim(2, [acked(a0)], [])]) == ["a1", "a2"]
+    assert not broker.redis.exists(broker.keys.share("default", "task:fa"))
+
+
+def test_a_claim_that_empties_every_share_clears_the_bell(broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(broker, "ta", ["a0", "a1"], "task:ta")
+    assert broker.redis.llen(broker.keys.bell("default")) == 2
+    assert claim_all(fetch, wanted=2) == ["a0", "a1"]
+    # Its tokens would only send idle threads to claims that find nothing.
+    assert not broker.redis.exists(broker.keys.bell("default"))
+
+
 def test_a_feed_sharing_its_queue_releases_into_its_share_and_takes_turns(
     broker: RedisBroker, fetch: ReliableFetch
 ) -> None:

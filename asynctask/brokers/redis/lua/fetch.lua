@@ -74,7 +74,7 @@ for i = 6, #KEYS, 2 do
     handoff_queues[string.sub(KEYS[i], prefix_length + 1)] = i
   end
 end
-FEED_HANDOFF = { budget = batch, queues = handoff_queues, claimed = claimed, keys = KEYS,
+FEED_HANDOFF = { budget = 0, queues = handoff_queues, claimed = claimed, keys = KEYS,
   registry = KEYS[4], identity = ARGV[2], alone = {} }
 for i = 1, acks do
   local index, job = tonumber(ARGV[5 + 2 * i]), ARGV[6 + 2 * i]
@@ -90,12 +90,10 @@ for i = fed + 1, fed + 4 * tonumber(ARGV[fed]), 4 do
     feed_end(ARGV[i + 2], ARGV[i + 3])
   end
 end
-feed_release_ended()
 if transitions > 0 then
   local last = redis.call("incrby", KEYS[2], transitions)
   redis.call("xadd", KEYS[1], "*", "s", last - transitions + 1, "d", ARGV[4])
 end
-FEED_HANDOFF = nil
 -- Postponing is bounded per call, so that a long queue of jobs over their rate limit does
 -- not keep Redis busy in one call; the rest is postponed by the next calls.
 local postpone_budget = 100
@@ -116,52 +114,69 @@ local function take(i, source)
   end
   return true
 end
-for i = 6, #KEYS, 2 do
-  if not skipped[i] then
-    local before = #claimed
-    local name = string.sub(KEYS[i], prefix_length + 1)
-    local ring = fair_key("shares", name)
-    -- The queue's jobs wait in shares: the urgent list first, then one job per member of the
-    -- ring in turn. Whatever the queue's fair setting now, so that a queue switched to fifo
-    -- still drains what waits in its shares.
-    local turns = redis.call("exists", ring) == 1
-    if turns then
-      local urgent = fair_key("urgent", name)
-      while not full() and take(i, urgent) do
-      end
-      -- Every member but "" holds jobs, so a round that finds none is over: at most one miss
-      -- per member in a row.
-      local members = redis.call("llen", ring)
-      local misses = 0
-      while not full() and misses < members do
-        local member = redis.call("lmove", ring, ring, "RIGHT", "LEFT")
-        local source = member == "" and KEYS[i] or share_key(name, member)
-        if take(i, source) then
-          misses = 0
-        else
-          misses = misses + 1
+-- Claim from the queues, in order, until the batch is full.
+local function claim_queues()
+  for i = 6, #KEYS, 2 do
+    if not skipped[i] then
+      local before = #claimed
+      local name = string.sub(KEYS[i], prefix_length + 1)
+      local ring = fair_key("shares", name)
+      -- The queue's jobs wait in shares: the urgent list first, then one job per member of the
+      -- ring in turn. Whatever the queue's fair setting now, so that a queue switched to fifo
+      -- still drains what waits in its shares.
+      local turns = redis.call("exists", ring) == 1
+      if turns then
+        local urgent = fair_key("urgent", name)
+        while not full() and take(i, urgent) do
         end
-        if member ~= "" and redis.call("exists", source) == 0 then
-          -- The member just moved to the left end.
-          redis.call("lpop", ring)
-          members = members - 1
+        -- Every member but "" holds jobs, so a round that finds none is over: at most one miss
+        -- per member in a row.
+        local members = redis.call("llen", ring)
+        local misses = 0
+        while not full() and misses < members do
+          local member = redis.call("lmove", ring, ring, "RIGHT", "LEFT")
+          local source = member == "" and KEYS[i] or share_key(name, member)
+          if take(i, source) then
+            misses = 0
+          else
+            misses = misses + 1
+          end
+          if member ~= "" and redis.call("exists", source) == 0 then
+            -- The member just moved to the left end.
+            redis.call("lpop", ring)
+            members = members - 1
+          end
+        end
+        if members <= 1 and redis.call("exists", urgent) == 0 then
+          -- Nothing waits outside queue:<name> any more: the bell's tokens are stale, and each
+          -- would only send an idle thread to a claim that finds nothing.
+          redis.call("del", ring, fair_key("bell", name))
+          turns = false
         end
       end
-      if members <= 1 and redis.call("exists", urgent) == 0 then
-        redis.call("del", ring)
-        turns = false
+      if not turns then
+        while not full() and take(i, KEYS[i]) do
+        end
+      end
+      if #claimed > before then
+        redis.call("hset", KEYS[4], KEYS[i + 1], ARGV[2])
       end
     end
-    if not turns then
-      while not full() and take(i, KEYS[i]) do
-      end
-    end
-    if #claimed > before then
-      redis.call("hset", KEYS[4], KEYS[i + 1], ARGV[2])
+    if full() then
+      break
     end
   end
-  if full() then
-    break
-  end
+end
+-- The queues first: jobs released before (a feed's backlog in its share included) go ahead of
+-- those these acknowledgements release. Then the feeds release, handing this call what it
+-- still wants (see feed_handoff_alone); if they queued jobs instead, this call claims them in
+-- turn with the rest.
+claim_queues()
+FEED_HANDOFF.budget = batch - (#claimed - 2) / 2
+feed_release_ended()
+local queued = FEED_HANDOFF.queued
+FEED_HANDOFF = nil
+if queued and not full() then
+  claim_queues()
 end
 return claimed

@@ -300,7 +300,7 @@ local function feed_lib()
       queues, waiting = {}, {}
     end
     local handoff = FEED_HANDOFF
-    local handed = nil
+    local handed, handed_count = nil, nil
     for _, entry in ipairs(entries) do
       local jid, queue, job = line_parse(entry)
       local index = jid and handoff and handoff.budget > 0 and handoff.queues[queue]
@@ -319,6 +319,7 @@ local function feed_lib()
         end
         list[#list + 1] = job
         handoff.budget = handoff.budget - 1
+        handed_count = (handed_count or 0) + 1
         handoff.claimed[#handoff.claimed + 1] = index
         handoff.claimed[#handoff.claimed + 1] = job
       elseif not jid then
@@ -344,6 +345,9 @@ local function feed_lib()
       end
     end
     push_waiting()
+    if handoff and #slots > 2 * (handed_count or 0) then
+      handoff.queued = true
+    end
     if handed then
       for index, jobs in pairs(handed) do
         local inflight = handoff.keys[index + 1]
