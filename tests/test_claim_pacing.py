@@ -7,6 +7,7 @@ import itertools
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from asynctask.brokers.base import Fetcher, UnitOfWork
 from asynctask.brokers.pacing import PREFETCH_LIMIT, SCARCE_CLAIMS, ClaimPacing
@@ -105,11 +106,9 @@ def run_threads(fetcher: SlotFetcher, threads: int, jobs: int, job_seconds: floa
                 next(ran)
                 time.sleep(job_seconds)
 
-    workers = [threading.Thread(target=processor) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(30)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for done in [pool.submit(processor) for _ in range(threads)]:
+            done.result(timeout=30)
     return next(ran)
 
 
