@@ -38,6 +38,13 @@ def test_while_jobs_are_scarce_short_jobs_are_claimed_in_batches_by_few_claims()
     assert (pacing.scarce, pacing.must_wait(), pacing.wanted(3, 10)) == (False, False, 3)
 
 
+def test_a_batch_is_what_the_threads_run_in_a_round_trip() -> None:
+    pacing = ClaimPacing()
+    pacing.ran(0.001)
+    pacing.claimed(3, 1, 0.002)
+    assert pacing.wanted(3, 10) == 20
+
+
 def test_jobs_longer_than_a_round_trip_are_claimed_one_per_waiting_thread() -> None:
     pacing = ClaimPacing()
     pacing.ran(0.05)

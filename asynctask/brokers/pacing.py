@@ -11,11 +11,13 @@ under way the fewer jobs each finds. Then:
 
 - at most ``SCARCE_CLAIMS`` claims are under way; the other threads wait for the jobs they
   bring, and their acknowledgements go with the next claim, many at once;
-- while the process's jobs run shorter than a claim's round trip (both measured here), a claim
-  asks for ``PREFETCH_LIMIT`` jobs per thread: they come in batches, and a batch is run before
-  a claim could bring more. Longer jobs are claimed one per waiting thread, as while jobs are
-  plentiful, so that a process never takes jobs that another process's idle threads could
-  start sooner.
+- a claim asks for as many jobs as the process's threads run in one claim's round trip (both
+  measured here), at most ``PREFETCH_LIMIT`` per thread and at least one per waiting thread.
+  Jobs much shorter than a round trip come in batches, run before a claim could bring more;
+  jobs as long as a round trip or longer are claimed one per waiting thread, as while jobs are
+  plentiful, so that a process does not take jobs that another process's idle threads could
+  start sooner. The measure is of the jobs run so far: after many short jobs, the first claim
+  of a burst of long ones may still take a batch of them.
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ class ClaimPacing:
     def wanted(self, waiting: int, threads: int) -> int:
         """How many jobs a claim asks for: ``waiting`` threads are inside fetch without one, of
         ``threads`` in all."""
-        if self.scarce and 0 < self.job_seconds < self.claim_seconds:
-            return max(waiting, threads * PREFETCH_LIMIT)
-        return waiting
+        if not self.scarce or self.job_seconds <= 0:
+            return waiting
+        return max(waiting, int(threads * min(PREFETCH_LIMIT, self.claim_seconds / self.job_seconds)))
 
     def ran(self, seconds: float) -> None:
         self.job_seconds = _averaged(self.job_seconds, seconds)
