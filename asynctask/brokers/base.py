@@ -170,9 +170,8 @@ class Fetcher(ABC):
         self._acks: list[UnitOfWork] = []
         #: Threads inside ``fetch`` without a job yet: how many jobs one claim should take.
         self._waiting = 0
-        #: The job each processor thread was last handed (until it asks for the next one).
-        self._handed: dict[threading.Thread, UnitOfWork] = {}
-        self._handed_at: dict[threading.Thread, float] = {}
+        #: The job each processor thread was last handed, and when (until it asks for the next one).
+        self._handed: dict[threading.Thread, tuple[UnitOfWork, float]] = {}
         #: How many jobs a claim asks for and how many claims are under way at once.
         self._pacing = ClaimPacing()
         #: Round trips under way (numbered as they start), with the acknowledgements they carry.
@@ -229,10 +228,9 @@ class Fetcher(ABC):
         """Queue ``ack`` (a finished job) for acknowledgement and return the next job, or None."""
         thread = threading.current_thread()
         with self._lock:
-            self._handed.pop(thread, None)
-            handed_at = self._handed_at.pop(thread, None)
-            if handed_at is not None:
-                self._pacing.ran(time.monotonic() - handed_at)
+            handed = self._handed.pop(thread, None)
+            if handed is not None:
+                self._pacing.ran(time.monotonic() - handed[1])
             if ack is not None:
                 self._acks.append(ack)
             self._waiting += 1
@@ -276,8 +274,7 @@ class Fetcher(ABC):
 
     def _hand(self, thread: threading.Thread, unit: UnitOfWork) -> UnitOfWork:
         """Record ``unit`` as ``thread``'s, and when (hold ``_lock``)."""
-        self._handed[thread] = unit
-        self._handed_at[thread] = time.monotonic()
+        self._handed[thread] = (unit, time.monotonic())
         return unit
 
     def acknowledge(self, unit: UnitOfWork) -> None:
@@ -312,9 +309,13 @@ class Fetcher(ABC):
         with self._lock:
             for thread in [t for t in self._handed if not t.is_alive()]:
                 del self._handed[thread]
-                self._handed_at.pop(thread, None)
             known = Counter(
-                itertools.chain(self._buffer, self._acks, self._handed.values(), *self._round_trips.values())
+                itertools.chain(
+                    self._buffer,
+                    self._acks,
+                    (unit for unit, _ in self._handed.values()),
+                    *self._round_trips.values(),
+                )
             )
             oldest_under_way = min(self._round_trips, default=self._last_round_trip + 1)
             mark = self._last_round_trip

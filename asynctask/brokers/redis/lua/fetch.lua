@@ -52,30 +52,23 @@ local transitions = tonumber(ARGV[3])
 FLOW_PREFIX = ARGV[5]
 local acks = tonumber(ARGV[6])
 local prefix_length = #FLOW_PREFIX + #"queue:"
+-- The name of the queue whose key is KEYS[i].
+local function queue_name(i)
+  return string.sub(KEYS[i], prefix_length + 1)
+end
 -- Every paused queue of the call, not only those tried before the batch is full: the caller
 -- must know them all to keep its threads from blocking on them.
 local paused = {}
 local skipped = {}
 if redis.call("scard", KEYS[5]) > 0 then
   for i = 6, #KEYS, 2 do
-    if redis.call("sismember", KEYS[5], string.sub(KEYS[i], prefix_length + 1)) == 1 then
+    if redis.call("sismember", KEYS[5], queue_name(i)) == 1 then
       paused[#paused + 1] = i
       skipped[i] = true
     end
   end
 end
 local claimed = { redis.call("get", KEYS[3]) or "0", paused }
--- A feed whose slots these acknowledgements free may hand its next jobs straight to this call
--- (see feed_handoff_alone): into the in-flight list of their queue, if it is one of this
--- call's and not paused.
-local handoff_queues = {}
-for i = 6, #KEYS, 2 do
-  if not skipped[i] then
-    handoff_queues[string.sub(KEYS[i], prefix_length + 1)] = i
-  end
-end
-FEED_HANDOFF = { budget = 0, queues = handoff_queues, claimed = claimed, keys = KEYS,
-  registry = KEYS[4], identity = ARGV[2], alone = {} }
 for i = 1, acks do
   local index, job = tonumber(ARGV[5 + 2 * i]), ARGV[6 + 2 * i]
   if index > 0 then
@@ -119,7 +112,7 @@ local function claim_queues()
   for i = 6, #KEYS, 2 do
     if not skipped[i] then
       local before = #claimed
-      local name = string.sub(KEYS[i], prefix_length + 1)
+      local name = queue_name(i)
       local ring = fair_key("shares", name)
       -- The queue's jobs wait in shares: the urgent list first, then one job per member of the
       -- ring in turn. Whatever the queue's fair setting now, so that a queue switched to fifo
@@ -172,10 +165,22 @@ end
 -- still wants (see feed_handoff_alone); if they queued jobs instead, this call claims them in
 -- turn with the rest.
 claim_queues()
-FEED_HANDOFF.budget = batch - (#claimed - 2) / 2
-feed_release_ended()
-local queued = FEED_HANDOFF.queued
-FEED_HANDOFF = nil
+local queued = false
+if FEED_ENDED then
+  -- The feeds may hand their jobs to this call: into the in-flight list of their queue, if it is
+  -- one of this call's and not paused.
+  local queues = {}
+  for i = 6, #KEYS, 2 do
+    if not skipped[i] then
+      queues[queue_name(i)] = i
+    end
+  end
+  FEED_HANDOFF = { budget = batch - (#claimed - 2) / 2, queues = queues, claimed = claimed,
+    keys = KEYS, registry = KEYS[4], identity = ARGV[2], alone = {}, queued = false }
+  feed_release_ended()
+  queued = FEED_HANDOFF.queued
+  FEED_HANDOFF = nil
+end
 if queued and not full() then
   claim_queues()
 end

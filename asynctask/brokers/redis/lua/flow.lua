@@ -35,11 +35,12 @@ local FEED_LIB = nil
 local FEED_ENDED = nil
 local FEED_FREED = nil
 
--- Set by the claim script before it ends its acknowledgements: a release may hand jobs straight
--- to the claiming process instead of queueing them (see feed_handoff_alone). Fields: budget
--- (jobs the process still wants), queues (queue name -> KEYS index of queue:<name>, its
--- in-flight list next), claimed (the script's reply), registry and identity (to register an
--- in-flight list that receives jobs), alone (queue name -> cached verdict).
+-- Set by the claim script around its feeds' release: a release may hand jobs straight to the
+-- claiming process instead of queueing them (see feed_handoff_alone). Fields: budget (jobs the
+-- process still wants), queues (queue name -> KEYS index of queue:<name>, its in-flight list
+-- next), claimed (the script's reply), registry and identity (to register an in-flight list
+-- that receives jobs), alone ("<queue>|<share>" -> cached verdict), queued (set when a release
+-- queued jobs instead).
 local FEED_HANDOFF = nil
 
 -- A fed job ended or went to the retry set: it frees its feed slot, and its feed releases
@@ -177,7 +178,8 @@ end
 -- back out and waking idle threads for it; with anything else waiting, released jobs queue and
 -- take their turn, so that a feed never runs ahead of the queue's other jobs.
 local function feed_handoff_alone(queue, share)
-  local alone = FEED_HANDOFF.alone[queue .. "|" .. (share or "")]
+  local verdict = queue .. "|" .. (share or "")
+  local alone = FEED_HANDOFF.alone[verdict]
   if alone == nil then
     alone = redis.call("llen", FLOW_PREFIX .. "queue:" .. queue) == 0
       and redis.call("exists", fair_key("urgent", queue)) == 0
@@ -189,7 +191,7 @@ local function feed_handoff_alone(queue, share)
         end
       end
     end
-    FEED_HANDOFF.alone[queue .. "|" .. (share or "")] = alone
+    FEED_HANDOFF.alone[verdict] = alone
   end
   return alone
 end
@@ -300,7 +302,7 @@ local function feed_lib()
       queues, waiting = {}, {}
     end
     local handoff = FEED_HANDOFF
-    local handed, handed_count = nil, nil
+    local handed, handed_count = nil, 0
     for _, entry in ipairs(entries) do
       local jid, queue, job = line_parse(entry)
       local index = jid and handoff and handoff.budget > 0 and handoff.queues[queue]
@@ -319,7 +321,7 @@ local function feed_lib()
         end
         list[#list + 1] = job
         handoff.budget = handoff.budget - 1
-        handed_count = (handed_count or 0) + 1
+        handed_count = handed_count + 1
         handoff.claimed[#handoff.claimed + 1] = index
         handoff.claimed[#handoff.claimed + 1] = job
       elseif not jid then
@@ -345,7 +347,7 @@ local function feed_lib()
       end
     end
     push_waiting()
-    if handoff and #slots > 2 * (handed_count or 0) then
+    if handoff and #entries > handed_count then
       handoff.queued = true
     end
     if handed then
