@@ -596,6 +596,41 @@ def test_a_claim_never_waits_for_its_feeds_lock_and_its_slot_is_counted_after_it
     assert checked(broker) == FeedState(Feed(parallel=3), held=1, out=3)
 
 
+def test_a_release_wakes_idle_workers_while_a_claim_takes_the_jobs_it_saw_waiting(
+    make_broker: Callable[..., SqlBroker],
+) -> None:
+    """A release reads the queue before a claim under way commits: the job it sees waiting
+    is that claim's, and a worker whose claim skipped it (locked) went idle. The release must
+    wake that worker; left to its fetch timeout, a feed's released jobs waited 2 s while every
+    worker slept."""
+    broker = make_broker()
+    if not broker.store.postgres:
+        pytest.skip("SQLite has no notifications: idle workers poll")
+    stage(broker, Feed(parallel=1), 2)
+    acking = broker.fetcher("acking")
+    [unit] = claim_all(acking)
+    broker.push([(base.job("Unfed"), None)])
+    [unfed] = base.rows(broker, QueuedJob.feed.is_(None))
+    idle = make_broker(fetch_timeout=5.0).fetcher("idle")
+    got: list[UnitOfWork | None] = []
+    with broker.engine.connect() as claiming:
+        with claiming.begin():
+            # A claim under way: the row is locked, not yet marked claimed.
+            claiming.execute(text("SELECT id FROM asynctask_job WHERE id = :id FOR UPDATE"), {"id": unfed.id})
+            waiting = threading.Thread(target=lambda: got.append(idle.fetch(None, 0)))
+            waiting.start()
+            wait_until(lambda: idle._watching, 10)
+            time.sleep(0.2)
+            acking.claim(0, [unit], [])
+            started = time.monotonic()
+            claiming.execute(
+                text("UPDATE asynctask_job SET locked_by = 'other' WHERE id = :id"), {"id": unfed.id}
+            )
+        waiting.join(10)
+    assert time.monotonic() - started < 1.5
+    assert items([u for u in got if u is not None]) == [1]
+
+
 def _row_exists(broker: SqlBroker, row_id: int) -> bool:
     with broker.engine.connect() as connection:
         query = text("SELECT 1 FROM asynctask_job WHERE id = :id")

@@ -152,12 +152,12 @@ def _release_unkeyed(channel: str) -> str:
     # it; the caller runs the statement again for it, with a fresh snapshot. Acknowledgements
     # committed meanwhile (they take no feed lock) only make the count of rows out too high:
     # they release less, and their own process releases for them after.
-    # Only a queue that had no claimable job is NOTIFYed: a NOTIFY serialises the commits of
-    # every notifying transaction of the server (PostgreSQL's notification queue lock), which
-    # would make every acknowledgement of a fed job wait for the others'; a queue that has
-    # claimable jobs has no idle worker to wake (they claim until it is empty, and the job
-    # that made it non-empty was announced), and an idle worker claims again at the end of
-    # its fetch timeout whatever it heard. (The probe repeats the fetch index's predicate.)
+    # Every queue it released into is NOTIFYed, whatever waits there: a job the statement
+    # sees waiting may be a claim's under way, whose commit the snapshot cannot see, and a
+    # worker whose own claim skipped that locked job has gone idle, to be woken by this
+    # release or else by its fetch timeout, with the feed's jobs waiting meanwhile. (A NOTIFY
+    # takes, at commit, the server's notification queue lock; releases of one feed commit
+    # one after the other anyway, under its lock.)
     blocked = "f0.spacing > 0 AND f0.last_release_at IS NOT NULL AND :now < f0.last_release_at + f0.spacing"
     held = held_in_order(
         "lane IS NOT NULL AND NOT holds AS keyed", "f.task_id", "f.room", "f.released_run_at, f.released_id"
@@ -195,7 +195,6 @@ def _release_unkeyed(channel: str) -> str:
         released_id = COALESCE(n.last_id, g.released_id), out_from = COALESCE(n.out_from, g.out_from)
         FROM n WHERE g.task_id = n.task_id AND n.fresh),
     relaxed AS (SELECT set_config('synchronous_commit', 'off', true))
-    SELECT NULL, (SELECT count(pg_notify('{channel}', q)) FROM (SELECT DISTINCT queue AS q FROM moved) AS d
-        WHERE NOT EXISTS (SELECT 1 FROM asynctask_job AS w WHERE w.queue = d.q
-        AND w.state = 'queued' AND w.locked_by IS NULL)), NULL, NULL, NULL FROM relaxed
+    SELECT NULL, (SELECT count(pg_notify('{channel}', q)) FROM (SELECT DISTINCT queue AS q FROM moved) AS d),
+        NULL, NULL, NULL FROM relaxed
     UNION ALL SELECT task_id, parallel, cut, released, NOT fresh FROM n"""
