@@ -16,11 +16,11 @@ from asynctask.settings import QueueSpec
 
 def test_while_jobs_are_plentiful_a_claim_asks_for_the_waiting_threads() -> None:
     pacing = ClaimPacing()
-    assert (pacing.wanted(3, 10), pacing.must_wait()) == (3, False)
+    assert (pacing.wanted(3, 10, True), pacing.must_wait()) == (3, False)
     pacing.ran(0.0001)
     pacing.claimed(3, 3, 0.002)
     pacing.claiming = SCARCE_CLAIMS
-    assert (pacing.scarce, pacing.wanted(3, 10), pacing.must_wait()) == (False, 3, False)
+    assert (pacing.scarce, pacing.wanted(3, 10, True), pacing.must_wait()) == (False, 3, False)
 
 
 def test_while_jobs_are_scarce_short_jobs_are_claimed_in_batches_by_few_claims() -> None:
@@ -28,29 +28,45 @@ def test_while_jobs_are_scarce_short_jobs_are_claimed_in_batches_by_few_claims()
     pacing.ran(0.0001)
     pacing.claimed(3, 1, 0.002)
     assert pacing.scarce
-    assert pacing.wanted(3, 10) == 10 * PREFETCH_LIMIT
+    assert pacing.wanted(3, 10, True) == 10 * PREFETCH_LIMIT
     pacing.claiming = SCARCE_CLAIMS - 1
     assert not pacing.must_wait()
     pacing.claiming = SCARCE_CLAIMS
     assert pacing.must_wait()
     # A claim that found all it asked for: jobs are plentiful again.
     pacing.claimed(60, 60, 0.002)
-    assert (pacing.scarce, pacing.must_wait(), pacing.wanted(3, 10)) == (False, False, 3)
+    assert (pacing.scarce, pacing.must_wait(), pacing.wanted(3, 10, True)) == (False, False, 3)
 
 
 def test_a_batch_is_what_the_threads_run_in_a_round_trip() -> None:
     pacing = ClaimPacing()
     pacing.ran(0.001)
     pacing.claimed(3, 1, 0.002)
-    assert pacing.wanted(3, 10) == 20
+    assert pacing.wanted(3, 10, True) == 20
 
 
 def test_jobs_longer_than_a_round_trip_are_claimed_one_per_waiting_thread() -> None:
     pacing = ClaimPacing()
     pacing.ran(0.05)
+    pacing.claimed(3, 1, 0.002)
+    assert pacing.scarce
+    assert pacing.wanted(3, 10, True) == 3
+
+
+def test_idle_threads_after_a_claim_that_found_nothing_ask_for_themselves_only() -> None:
+    """The queues were empty: what comes next may run far longer than the jobs before, and
+    another process's idle threads could start it."""
+    pacing = ClaimPacing()
+    pacing.ran(0.0001)
     pacing.claimed(3, 0, 0.002)
     assert pacing.scarce
-    assert pacing.wanted(3, 10) == 3
+    assert pacing.wanted(2, 2, False) == 2
+    # A claim carrying finished jobs: they flow through this process (a feed's slots all out
+    # until these ends free them), so it batches.
+    assert pacing.wanted(2, 2, True) == 2 * PREFETCH_LIMIT
+    # The last claim found some, fewer than wanted: a batch with or without acknowledgements.
+    pacing.claimed(2, 1, 0.002)
+    assert pacing.wanted(2, 2, False) == 2 * PREFETCH_LIMIT
 
 
 def test_the_averages_follow_the_measurements() -> None:

@@ -239,8 +239,8 @@ class Fetcher(ABC):
             if self._buffer:
                 self._waiting -= 1
                 return self._hand(thread, self._buffer.popleft())
-            wanted = self._pacing.wanted(self._waiting, self._waiting + len(self._handed))
             acks, self._acks = self._acks, []
+            wanted = self._pacing.wanted(self._waiting, self._waiting + len(self._handed), bool(acks))
             number = self._begin_round_trip(acks)
             self._pacing.claiming += 1
         try:
