@@ -46,8 +46,9 @@ SMOOTHING = 0.1
 class ClaimPacing:
     """The state of one process's claims; its caller holds the fetcher's lock."""
 
-    #: Whether the last claim found fewer jobs than it wanted, and whether it found any.
+    #: Whether the last claim found fewer jobs than it wanted.
     scarce: bool = False
+    #: Whether the last claim found any job.
     found_any: bool = False
     #: Claims under way now.
     claiming: int = 0
