@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from asynctask.context import JobContext, current_job
 from asynctask.errors import (
     AsyncTaskError,
+    InvalidString,
     JobArgumentsError,
     JobFailed,
     JobInterrupted,
@@ -92,6 +93,7 @@ __all__ = [
     "Client",
     "EventStatus",
     "EventView",
+    "InvalidString",
     "JobArgumentsError",
     "JobContext",
     "JobDefinition",

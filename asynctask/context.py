@@ -13,6 +13,9 @@ from asynctask.tracking.transitions import LOG, PROGRESS, Transition
 
 logger = logging.getLogger("asynctask.job")
 
+#: The largest progress count the tracking tables hold (a signed 64-bit column).
+MAX_PROGRESS = 2**63 - 1
+
 
 @dataclass(slots=True)
 class Iteration:
@@ -67,10 +70,12 @@ class JobContext:
 
     def progress(self, done: int, total: int | None = None) -> None:
         """Report how far the job is: ``done`` units of ``total``."""
-        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
-            raise ValueError("progress 'done' must be a non-negative int")
-        if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
-            raise ValueError("progress 'total' must be a non-negative int or None")
+        if isinstance(done, bool) or not isinstance(done, int) or not 0 <= done <= MAX_PROGRESS:
+            raise ValueError(f"progress 'done' must be an int from 0 to {MAX_PROGRESS}")
+        if total is not None and (
+            isinstance(total, bool) or not isinstance(total, int) or not 0 <= total <= MAX_PROGRESS
+        ):
+            raise ValueError(f"progress 'total' must be an int from 0 to {MAX_PROGRESS}, or None")
         if self.tracker is not None and self.tracked:
             self.tracker.record(Transition(self.jid, PROGRESS, time.time(), done=done, total=total))
 

@@ -53,6 +53,16 @@ class PayloadError(AsyncTaskError, ValueError):
         self.job = job
 
 
+class InvalidString(AsyncTaskError, ValueError):
+    """Data handed to AsyncTask (items, args, meta) holds a string no store can keep: U+0000 or a
+    lone surrogate. ``field`` names the argument, ``item`` the item's index in it, if any."""
+
+    def __init__(self, message: str, *, field: str, item: int | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.item = item
+
+
 class JobArgumentsError(AsyncTaskError, TypeError):
     """A job's args do not fit its function's signature; retrying cannot help."""
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from asynctask.storable import DEFAULT_TEXT_LIMIT, MIN_TEXT_LIMIT
+
 #: Used when ASYNCTASK_DATABASE_URL is not set: a SQLite file in the working directory. With
 #: no broker URL either, the jobs live there too: AsyncTask needs no server by default.
 DEFAULT_DATABASE_URL = "sqlite:///asynctask.db"
@@ -86,6 +88,9 @@ class Settings:
     checkpoint_interval: float = 1.0
     #: Largest payload accepted, in bytes: bigger ones are refused at push and buried by the worker.
     max_payload_bytes: int = 1024 * 1024
+    #: Bytes (UTF-8) of one string tracking stores at most (an error, a log line, a string in
+    #: params as shown): longer ones are cut, with a marker giving their size.
+    tracked_text_limit: int = DEFAULT_TEXT_LIMIT
     tag: str = ""
     labels: tuple[str, ...] = field(default_factory=tuple)
     #: Modules to import at worker start (they register jobs), like Sidekiq's -r.
@@ -140,6 +145,7 @@ class Settings:
                     "scheduled_poll_interval": float,
                     "max_retries": int,
                     "max_payload_bytes": int,
+                    "tracked_text_limit": int,
                     "checkpoint_interval": float,
                     "tag": str,
                     "log_level": str,
@@ -184,6 +190,8 @@ class Settings:
             raise ValueError("process_ttl must be longer than heartbeat_interval, and both positive")
         if not self.checkpoint_interval > 0:
             raise ValueError("checkpoint_interval must be positive")
+        if self.tracked_text_limit < MIN_TEXT_LIMIT:
+            raise ValueError(f"tracked_text_limit must be at least {MIN_TEXT_LIMIT} bytes")
         if self.flusher not in ("process", "thread", "off"):
             raise ValueError("flusher must be 'process', 'thread' or 'off'")
         if self.log_format not in ("logfmt", "json"):

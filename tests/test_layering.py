@@ -23,6 +23,8 @@ PARTS = {
     "asynctask.settings": "core",
     "asynctask.keys": "core",
     "asynctask.payload": "core",
+    # What text every store can hold: checked by callers' data, applied by tracking.
+    "asynctask.storable": "core",
     "asynctask.log": "core",
     "asynctask.supervision": "core",
     "asynctask.modules": "core",

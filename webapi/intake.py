@@ -15,12 +15,13 @@ import itertools
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from flask import Request
 
+from asynctask import storable
 from asynctask.job import JobDefinition
 from asynctask.registry import Registry
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError
@@ -46,9 +47,6 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _TEXT_OPTIONS = ("job", "queue", "concurrency_key", "concurrency_on_failure")
 #: The largest ``concurrency_limit``: what every store's integer column holds.
 MAX_CONCURRENCY_LIMIT = 2**31 - 1
-#: In ``repr()``: the escapes of U+0000 and of the surrogates (maybe a literal backslash's).
-_SUSPECT = re.compile(r"\\x00|\\ud[89a-f]")
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _READERS: dict[str, Callable[[IO[bytes], ApiConfig, formats.Position], Iterator[Any]]] = {
     "csv": formats.csv_rows,
     "ndjson": formats.ndjson_values,
@@ -419,39 +417,16 @@ def _no_query_options(args: Mapping[str, str]) -> None:
 
 
 def _bad_character(value: Any) -> str | None:
-    """The first character of a string in ``value`` (keys included) that cannot be stored:
-    U+0000 (PostgreSQL's text and JSON refuse it) or a lone surrogate (no UTF-8 encodes it).
-
-    One ``repr`` (C code) finds the common case, none, without walking the value: it writes
-    both as escapes.
-    """
-    if not _SUSPECT.search(repr(value)):
-        return None
-    return _first_bad(value)
-
-
-def _first_bad(value: Any) -> str | None:
-    if isinstance(value, str):
-        found = _UNSTORABLE.search(value)
-        return found.group() if found else None
-    if isinstance(value, dict):
-        pairs: Iterable[Any] = itertools.chain.from_iterable(value.items())
-    elif isinstance(value, list):
-        pairs = value
-    else:
-        return None
-    for child in pairs:
-        bad = _first_bad(child)
-        if bad is not None:
-            return bad
-    return None
+    """The first character of a string in ``value`` (keys included) that cannot be stored."""
+    bad = storable.first_unstorable(value, "")
+    return None if bad is None else bad[0]
 
 
 def _unstorable(char: str, field: str, index: int | None = None, line: int | None = None) -> ApiError:
     where = f"item {index}" if index is not None else field
     if line is not None:
         where = f"line {line} ({where})"
-    what = "a NUL character (U+0000)" if char == "\x00" else f"a lone surrogate (U+{ord(char):04X})"
+    what = storable.describe(char)
     details: dict[str, Any] = {"field": field} if index is None else {"field": field, "item": index}
     if line is not None:
         details["line"] = line

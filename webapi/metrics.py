@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from asynctask.api import ProcessSet, Queue, Stats
 from asynctask.settings import Settings
+from asynctask.tracking import setaside
 from asynctask.tracking.counts import tasks_by_status
 
 
@@ -68,6 +69,7 @@ class TaskCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         with self.engine.connect() as connection:
             counted = tasks_by_status(connection)
+            refused = setaside.count(connection)
         tasks = GaugeMetricFamily(
             "asynctask_tasks",
             "Tasks in the tracking database, by the status the API reports.",
@@ -76,6 +78,11 @@ class TaskCollector(Collector):
         for status, count in counted.items():
             tasks.add_metric([status], count)
         yield tasks
+        yield GaugeMetricFamily(
+            "asynctask_tracking_set_aside",
+            "Tracking transitions the database refused for their data, kept aside.",
+            value=refused,
+        )
 
 
 def _queues(queues: list[Queue]) -> Iterator[Metric]:

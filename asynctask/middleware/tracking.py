@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from asynctask import payload
+from asynctask import payload, storable
 from asynctask.context import current_job
 from asynctask.errors import JobFailed, JobInterrupted, Shutdown, error_class_name
 from asynctask.tracking import outbox, transitions
@@ -63,6 +63,9 @@ class TrackingClientMiddleware:
     def __call__(
         self, job: payload.JobDict, queue: str, call_next: Callable[[], payload.JobDict | None]
     ) -> payload.JobDict | None:
+        if job.get("track") is True:
+            # Its params are stored with its event: refused here, before anything is pushed.
+            storable.check(job.get("args"), "args")
         pushed = call_next()
         if pushed is not None and pushed.get("track") is True and "task" not in pushed:
             args = pushed.get("args")

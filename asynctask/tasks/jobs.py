@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from sqlalchemy import Engine, select
 
-from asynctask import payload
+from asynctask import payload, storable
 from asynctask.api.backend import ReadBackend, Scored, SetName, Stored
 from asynctask.api.sorted_sets import StoppedSet
 from asynctask.client import Client
@@ -41,9 +41,16 @@ class StopState(StrEnum):
     STOPPING = "stopping"
 
 
+def _require_possible(jid: str) -> None:
+    """No job has a jid that no store could hold: asking the stores for one would only fail."""
+    if len(jid) > payload.MAX_JID or storable.first_unstorable(jid, "jid") is not None:
+        raise JobNotFound(jid)
+
+
 def stop_job(engine: Engine, client: Client, jid: str, *, tenant: str | None = None) -> StopState:
     """Stop a resumable job; see the module. Raises JobNotFound (no such job, for this tenant),
     JobStateError ``job_not_resumable`` or ``job_ended``."""
+    _require_possible(jid)
     event = _event(engine, jid, tenant)
     if event is not None:
         _require_resumable(client, jid, event.job_name)
@@ -79,6 +86,7 @@ def stop_job(engine: Engine, client: Client, jid: str, *, tenant: str | None = N
 def resume_job(engine: Engine, client: Client, jid: str, *, tenant: str | None = None) -> str:
     """Move a stopped job back to its queue, to continue from its checkpoint; return its queue.
     Raises JobNotFound, or JobStateError ``job_not_stopped``."""
+    _require_possible(jid)
     event = _event(engine, jid, tenant)
     stopped = StoppedSet(settings=client.settings)
     entry = stopped.find_job(jid)

@@ -40,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from asynctask import payload
+from asynctask import payload, storable
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
@@ -132,6 +132,7 @@ def create_task(
         raise ValueError("concurrency_on_failure must be 'hold' or 'continue'")
     if meta is not None:
         payload.check_args([dict(meta)])
+        storable.check(dict(meta), "meta")
     key_of = ItemKey(concurrency_key, tenant) if concurrency_key is not None else None
     batches = _batches(items, chunk_size, key_of)
     chunks = next(batches, None)
@@ -235,6 +236,9 @@ def _batches(items: Iterable[Any], chunk_size: int, key_of: ItemKey | None) -> I
         except TypeError:
             _raise_at(values, position)
             raise
+        if storable.first_unstorable(values, "items") is not None:
+            for index, value in enumerate(values):
+                storable.check(value, "items", item=position + index)
         if key_of is None:
             yield [Chunk(values[start : start + chunk_size]) for start in range(0, len(values), chunk_size)]
         else:

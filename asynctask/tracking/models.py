@@ -6,6 +6,7 @@
 - ``EventMessage``: the append-only message log of an event (what ``current_job().log`` adds).
   ``seq`` is the position of the transition that wrote it in the tracking stream, so a log
   reads in the order things happened, and a replayed transition is recognised and skipped.
+- ``SetAside``: transitions the database refused for their data, kept aside with their bytes.
 - ``ApiToken``: a bearer token of the HTTP API, bound to one tenant. Only its SHA-256 is stored,
   so the table cannot hand out working tokens (``asynctask.tokens``).
 """
@@ -23,6 +24,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -124,6 +126,22 @@ class EventMessage(Base):
     text: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (UniqueConstraint("event_id", "seq"),)
+
+
+class SetAside(Base):
+    """A transition the database refused for its data (``tracking.isolate``), kept with its
+    bytes for an operator to look at, instead of being retried for ever."""
+
+    __tablename__ = "asynctask_tracking_set_aside"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    #: The job's id as far as it can be stored (cut and escaped: it may be what was refused).
+    job_id: Mapped[str | None] = mapped_column(String(255))
+    #: The transition as the tracking stream carried it (JSON, UTF-8).
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    #: Why the database refused it (its error's first line).
+    error: Mapped[str] = mapped_column(Text)
 
 
 class ApiToken(Base):

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
+from asynctask.storable import DEFAULT_TEXT_LIMIT
 from asynctask.tracking.transitions import Transition
 
 #: Transitions per stream entry at most, so one entry stays small.
@@ -41,11 +42,13 @@ class Outbox:
         self._held: dict[str, list[str]] = {}
         #: Set by the worker's tracker: acknowledgements must then wait for earlier drains.
         self.tracking = False
+        #: Bytes of one tracked string at most (the worker's ``tracked_text_limit``).
+        self.text_limit = DEFAULT_TEXT_LIMIT
 
     def add(self, *transitions: Transition) -> None:
         """Queue ``transitions``, in order and together (no drain takes only some of them),
         each after its job's held ones."""
-        encoded = [t.encode() for t in transitions]
+        encoded = [t.encode(self.text_limit) for t in transitions]
         with self._lock:
             for transition, text in zip(transitions, encoded, strict=True):
                 if self._held:
@@ -55,7 +58,7 @@ class Outbox:
     def hold(self, transition: Transition) -> None:
         """Keep ``transition`` out of every drain until its job's next transition is added, or
         until ``release``."""
-        encoded = transition.encode()
+        encoded = transition.encode(self.text_limit)
         with self._lock:
             self._held.setdefault(transition.jid, []).append(encoded)
 

@@ -14,16 +14,23 @@ Layouts (trailing nulls dropped):
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from asynctask import storable
+from asynctask.storable import DEFAULT_TEXT_LIMIT
 from asynctask.tracking.status import EventStatus
 
 LOG = "log"
 PROGRESS = "progress"
 _STATUSES = frozenset(s.value for s in EventStatus)
+#: Bytes of a job or error class name kept: with the marker it fits the 255-character columns.
+NAME_LIMIT = 200
+#: What in encoded JSON needs ``storable``: an escaped U+0000 or a raw lone surrogate.
+_UNSTORABLE_JSON = re.compile(r"\\u0000|[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +54,28 @@ class Transition:
     def is_status(self) -> bool:
         return self.kind in _STATUSES
 
-    def encode(self) -> str:
+    def encode(self, limit: int = DEFAULT_TEXT_LIMIT) -> str:
+        """The transition as JSON text every store can hold: strings made ``storable`` (each
+        at most ``limit`` bytes), names cut to fit their columns."""
+        encoded = self.dumps()
+        # The common case, short texts of plain characters, costs one scan of the result. The
+        # JSON encoder spells U+0000 as an escape and leaves lone surrogates raw.
+        if len(encoded) * 4 <= limit and _UNSTORABLE_JSON.search(encoded) is None:
+            return encoded
+        return self.storable(limit).dumps()
+
+    def storable(self, limit: int = DEFAULT_TEXT_LIMIT) -> Transition:
+        """This transition with every string in it as tracking stores it."""
+        return replace(
+            self,
+            text=None if self.text is None else storable.storable(self.text, limit),
+            error_class=_name(self.error_class),
+            name=_name(self.name),
+            params=None if self.params is None else storable.storable_value(self.params, limit),
+        )
+
+    def dumps(self) -> str:
+        """The transition as JSON text, its strings as they are (``encode`` makes them storable)."""
         if self.kind == PROGRESS:
             fields: list[Any] = [self.jid, PROGRESS, self.at, None, self.done, self.total]
         elif self.kind == LOG:
@@ -58,6 +86,11 @@ class Transition:
             while fields[-1] is None:
                 fields.pop()
         return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+
+def _name(value: str | None) -> str | None:
+    """A class or job name cut to fit its column (255 characters) with the marker."""
+    return None if value is None else storable.bounded(storable.escaped(value), NAME_LIMIT)
 
 
 def status(
@@ -125,16 +158,21 @@ def _decode(item: Any, seq: int) -> Transition:
         kind,
         at,
         _text(padded[3]),
-        error_class=_text(padded[4]),
+        error_class=_name(_text(padded[4])),
         task=_text(padded[5]),
-        name=_text(padded[6]),
-        params=params,
+        name=_name(_text(padded[6])),
+        params=None if params is None else storable.storable_value(params, _UNBOUNDED),
         seq=seq,
     )
 
 
+#: Decoding escapes what no store can hold, but cuts nothing: the writer bounded the texts
+#: with its own limit, which may be larger than this process's.
+_UNBOUNDED = 1 << 62
+
+
 def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None else storable.escaped(str(value))
 
 
 def _int(value: Any) -> int | None:

@@ -69,6 +69,7 @@ class Worker:
         self.identity = self.info.identity
         self.stats = Stats()
         self.fetch = self.broker.fetcher(self.identity)
+        self.fetch.outbox.text_limit = self.settings.tracked_text_limit
         self.tracker: Tracker | None = None
         self.applier: TrackingApplier | None = None
         if self.settings.tracking:

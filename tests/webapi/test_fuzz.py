@@ -73,9 +73,13 @@ _cell = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_siz
 @st.composite
 def _csv_bodies(draw: st.DrawFn) -> bytes:
     """CSV files, mostly well formed (sku/price rows) and sometimes not."""
-    kind = draw(st.sampled_from(["products", "any", "ragged", "latin1", "empty"]))
+    kind = draw(st.sampled_from(["products", "any", "ragged", "latin1", "empty", "nul", "overlong"]))
     if kind == "empty":
         return b""
+    if kind == "nul":
+        return b"sku,price\nA\x00B,1\n"
+    if kind == "overlong":
+        return b"sku,price\n" + b"L" * 70_000 + b",1\n"
     if kind == "latin1":
         return "sku,price\nCAFÉ,1\n".encode("latin-1")
     if kind == "products":
@@ -120,6 +124,10 @@ def _ndjson_bodies(draw: st.DrawFn) -> bytes:
                 values.map(json.dumps),
                 st.just(""),
                 st.just("{not json"),
+                # Strings no store holds, and one far longer than anything shown.
+                st.just('{"sku": "A\\u0000", "price": "1"}'),
+                st.just('"\\ud800"'),
+                st.just(json.dumps({"sku": "L" * 70_000, "price": "1"})),
             ),
             max_size=10,
         )
@@ -587,6 +595,42 @@ HOSTILE = {
         query={"job": "echo"},
         body=b'"a\\u0000"\n',
         media_type="application/x-ndjson",
+    ),
+    "ndjson-lone-surrogate": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        query={"job": "echo"},
+        body=b'{"a": "\\udbff"}\n',
+        media_type="application/x-ndjson",
+    ),
+    "concurrency-key-lone-surrogate": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({422}),
+        body='{"job": "echo", "items": [1], "concurrency_key": "k\\ud800"}',
+    ),
+    "stop-jid-nul": Hostile("/api/jobs/{jid}/stop", "POST", frozenset({404}), {"jid": "a\x00b"}),
+    "resume-jid-overlong": Hostile(
+        "/api/jobs/{jid}/resume", "POST", frozenset({404}), {"jid": "j" * 100_000}
+    ),
+    # Strings far longer than anything shown: stored as given, shown cut.
+    "items-overlong-string": Hostile(
+        "/api/tasks", "POST", frozenset({202}), body={"job": "echo", "items": ["x" * 200_000]}
+    ),
+    "meta-overlong-string": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({202, 413, 422}),
+        body={"job": "echo", "items": [1], "meta": {"a": "m" * 200_000}},
+    ),
+    "csv-overlong-cell": Hostile(
+        "/api/tasks",
+        "POST",
+        frozenset({202, 400, 413, 422}),
+        query={"job": "echo"},
+        body=b"a,b\n" + b"L" * 200_000 + b",1\n",
+        media_type="text/csv",
     ),
     "queue-nul": Hostile(
         "/api/tasks", "POST", frozenset({422}), body={"job": "echo", "items": [1], "queue": "q\x00"}

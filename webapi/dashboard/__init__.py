@@ -6,7 +6,7 @@ need no build step and load nothing from another origin: a small script of their
 the live ones, and every value from a job reaches the page through Jinja's escaping.
 """
 
-from webapi.dashboard import overview, periodic, processes, queues, sets, tasks
+from webapi.dashboard import overview, periodic, processes, queues, set_aside, sets, tasks
 from webapi.dashboard.blueprint import dashboard
 
-__all__ = ["dashboard", "overview", "periodic", "processes", "queues", "sets", "tasks"]
+__all__ = ["dashboard", "overview", "periodic", "processes", "queues", "set_aside", "sets", "tasks"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 from flask import render_template
 
 from asynctask.api import ProcessSet, Stats
+from asynctask.tracking import setaside
 from webapi.dashboard.blueprint import dashboard
 from webapi.dashboard.broker import all_queues, reader
 from webapi.dashboard.chart import daily_chart
+from webapi.resources import db
 
 #: Days the chart shows.
 HISTORY_DAYS = 30
@@ -26,4 +28,5 @@ def overview() -> str:
         processes=len(processes),
         queues=all_queues(),
         chart=daily_chart(history),
+        set_aside=setaside.count(db()),
     )

@@ -5,7 +5,9 @@ Every worker runs one (a thread); they share the stream through the consumer gro
 after the SQL transaction that applied it committed. While SQL is down the flusher keeps its
 batch and retries with backoff; the transitions wait in Redis, and jobs keep running. A
 flusher that dies holding entries loses nothing: after ``CLAIM_IDLE_MS`` another flusher
-claims them. Applying an entry twice is harmless (see ``tracking.apply``).
+claims them. Applying an entry twice is harmless (see ``tracking.apply``). A batch the database
+refuses for its data is applied without what it refuses, which is set aside (``tracking.isolate``):
+only connection errors are retried.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask.keys import Keys
 from asynctask.tracking.apply import apply_transitions
+from asynctask.tracking.isolate import apply_isolating, first_line, is_data_error, set_aside
 from asynctask.tracking.transitions import Transition, decode_entry
 
 logger = logging.getLogger("asynctask.tracking")
@@ -139,16 +142,29 @@ class Flusher:
 
     def _apply(self, entries: Sequence[Entry]) -> None:
         batch: list[Transition] = []
+        malformed: list[tuple[str | None, bytes, str]] = []
         for entry_id, fields in entries:
             try:
                 batch.extend(decode_entry(int(fields[b"s"]), fields[b"d"]))
             except (KeyError, ValueError) as exc:
                 # Applying it can never succeed; keeping it would stop every later transition.
-                logger.error(
-                    "dropping malformed tracking entry %s: %s", entry_id.decode(), exc, extra={"fields": {}}
-                )
-        with self.engine.begin() as connection:
-            apply_transitions(connection, batch)
+                malformed.append((None, fields.get(b"d", b""), f"malformed entry {entry_id.decode()}: {exc}"))
+        try:
+            with self.engine.begin() as connection:
+                apply_transitions(connection, batch)
+                set_aside(connection, malformed)
+        except Exception as exc:
+            if not is_data_error(exc):
+                raise
+            logger.warning(
+                "the database refused %d tracking entries for their data (%s); "
+                "applying them without what it refuses",
+                len(entries),
+                first_line(exc),
+            )
+            with self.engine.begin() as connection:
+                apply_isolating(connection, batch)
+                set_aside(connection, malformed)
         ids = [entry_id for entry_id, _ in entries]
         pipe = self.redis.pipeline(transaction=True)
         pipe.xack(self.keys.tracking_stream, GROUP, *ids)

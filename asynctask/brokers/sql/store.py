@@ -29,6 +29,7 @@ from asynctask.brokers.sql.statements import JOB_COLUMNS, Statements
 from asynctask.brokers.sql.wake import Bell
 from asynctask.db.engine import autocommit, writer
 from asynctask.tracking.apply import apply_transitions
+from asynctask.tracking.isolate import BatchRefused, apply_isolating, first_line, is_data_error
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.transitions import Transition, decode_entry
 
@@ -100,6 +101,8 @@ class Store:
         self._autocommit = autocommit(engine)
         #: Statements as the driver takes them, for ``pipelined``.
         self._compiled_text: dict[TextClause, str] = {}
+        #: Set once the database refused a batch's data: batches are applied under savepoints.
+        self._isolating = False
         if self.postgres:
             self._serial: threading.Lock | None = None
             self.bell: Bell | None = None
@@ -249,9 +252,25 @@ class Store:
 
     def record(self, connection: Connection, encoded: Sequence[str]) -> None:
         """Number ``encoded`` transitions and apply them to the tracking tables, in the
-        caller's transaction (so they commit or roll back with its job change)."""
-        if encoded:
-            apply_transitions(connection, self._numbered(connection, encoded))
+        caller's transaction (so they commit or roll back with its job change).
+
+        A batch the database refuses for its data costs the caller's transaction (PostgreSQL
+        aborts it whole): ``BatchRefused`` tells the caller to retry, as after any database
+        error, and from then on batches are applied under savepoints that set aside what is
+        refused (``tracking.isolate``). Until then no batch pays for a savepoint."""
+        if not encoded:
+            return
+        transitions = self._numbered(connection, encoded)
+        if self._isolating:
+            apply_isolating(connection, transitions)
+            return
+        try:
+            apply_transitions(connection, transitions)
+        except Exception as exc:
+            if not is_data_error(exc):
+                raise
+            self._isolating = True
+            raise BatchRefused(f"the database refused tracking transitions: {first_line(exc)}") from exc
 
     def tracking_position(self) -> int:
         with self.read() as connection:
