@@ -20,6 +20,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain
 from asynctask.tokens import create_token, revoke_token
+from asynctask.tracking.isolate import set_aside
 from tests.api.stores import Store
 from webapi import create_app
 from webapi.config import ApiConfig
@@ -371,3 +372,22 @@ def test_a_short_secret_key_is_refused() -> None:
         ApiConfig.from_env({"ASYNCTASK_API_SECRET_KEY": "short"})
     assert ApiConfig.from_env({"ASYNCTASK_API_SECRET_KEY": "s" * 32}).secret_key == "s" * 32
     assert ApiConfig.from_env({"ASYNCTASK_API_SESSION_HOURS": "2"}).session_hours == 2.0
+
+
+def test_transitions_set_aside_are_listed_with_their_bytes_counted_on_the_overview_and_in_metrics(
+    board: Dashboard,
+) -> None:
+    board.login()
+    assert "Set aside</span>" not in board.page("/dashboard/")
+    assert "Nothing set aside." in board.page("/dashboard/set-aside")
+    with board.engine.begin() as connection:
+        set_aside(
+            connection,
+            [(HOSTILE, f'["{HOSTILE}","progress",1.0,null,{2**70}]'.encode(), "numeric out of range")],
+        )
+    listed = board.page("/dashboard/set-aside")
+    assert "numeric out of range" in listed and str(2**70) in listed
+    assert HOSTILE not in listed and "&lt;img src=x" in listed
+    assert re.search(r'id="set-aside">1<', board.page("/dashboard/"))
+    metrics = board.http.get("/metrics", headers={"Authorization": f"Bearer {board.operator}"})
+    assert "asynctask_tracking_set_aside 1.0" in metrics.get_data(as_text=True)
