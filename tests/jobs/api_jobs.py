@@ -26,5 +26,9 @@ def import_products(rows: list[dict[str, str]]) -> None:
     """Import a chunk of product rows (sku, name, price); a price must be positive."""
     time.sleep(0.02)  # slow enough for the progress bar to move
     for row in rows:
+        if row["name"] == "binary":
+            # A field read from bytes, as job code may by accident: a lone surrogate and a NUL.
+            field = b"\xff\x00".decode("utf-8", "surrogateescape")
+            raise JobFailed(f"unreadable field {field} in SKU {row['sku']}")
         if Decimal(row["price"]) <= 0:
             raise JobFailed(f"price must be positive for SKU {row['sku']}")

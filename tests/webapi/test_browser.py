@@ -502,6 +502,18 @@ def test_failed_jobs_are_one_line_each_with_their_items_on_demand(shared_stack: 
     )
 
 
+def test_a_failure_message_with_unstorable_characters_shows_them_escaped(
+    shared_stack: Stack, page: Page
+) -> None:
+    connect(page, shared_stack)
+    upload(page, [("B001", "binary", "1.00"), ("B002", "fine", "1.00")], chunk_size=1)
+    wait_end(page)
+    expect(page.locator("#errors > li .message")).to_have_text(
+        ["unreadable field \\udcff\\u0000 in SKU B001"]
+    )
+    expect(page.locator("#status")).to_have_text("finished_with_errors")
+
+
 def test_show_more_pages_through_every_failed_job(shared_stack: Stack, page: Page) -> None:
     connect(page, shared_stack)
     bad = list(range(3, 28))  # 25 failing rows, one job each
