@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from asynctask.context import JobContext, current_job
 from asynctask.errors import (
     AsyncTaskError,
+    InvalidName,
     InvalidString,
     JobArgumentsError,
     JobFailed,
@@ -93,6 +94,7 @@ __all__ = [
     "Client",
     "EventStatus",
     "EventView",
+    "InvalidName",
     "InvalidString",
     "JobArgumentsError",
     "JobContext",

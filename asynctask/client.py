@@ -217,6 +217,7 @@ def normalize(
         raise TypeError("'jid' must be a non-empty string")
     if "created_at" not in job:
         job["created_at"] = created_at if created_at is not None else payload.now()
+    payload.check_names(job)
     return job, at, options
 
 

@@ -63,6 +63,15 @@ class InvalidString(AsyncTaskError, ValueError):
         self.item = item
 
 
+class InvalidName(AsyncTaskError, ValueError):
+    """A queue name, jid or job class name that no broker can hold: empty, too long, or with
+    NUL or another control character. ``field`` names which."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class JobArgumentsError(AsyncTaskError, TypeError):
     """A job's args do not fit its function's signature; retrying cannot help."""
 

@@ -63,6 +63,7 @@ class JobOptions:
     def validated(self) -> JobOptions:
         if not isinstance(self.queue, str) or not self.queue:
             raise ValueError("queue must be a non-empty string")
+        payload.check_names(self.payload_head())
         if not isinstance(self.retry, bool | int) or (self.retry is not True and self.retry < 0):
             raise ValueError("retry must be True, False or a non-negative int")
         if not isinstance(self.backtrace, bool | int):
@@ -104,6 +105,7 @@ class JobDefinition(Generic[P]):
         item_schema: Mapping[str, Any] | None = None,
     ) -> None:
         self.func = func
+        payload.check_names({"class": name})
         self.name = name
         self.options = options
         self.api = api

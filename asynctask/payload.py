@@ -20,7 +20,8 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from asynctask.errors import PayloadError
+from asynctask import storable
+from asynctask.errors import InvalidName, PayloadError
 from asynctask.flow.options import check_fields
 
 #: A decoded job payload.
@@ -36,6 +37,10 @@ MAX_DEPTH = 100
 MAX_QUEUE = 255
 #: The longest jid (Sidekiq's are 24 characters; other clients use UUIDs).
 MAX_JID = 255
+#: The longest jid this client gives a job: what every store's jid column holds.
+MAX_CLIENT_JID = 64
+#: The longest job class name: the tracking tables' ``job_name``.
+MAX_CLASS = 255
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 #: A digit followed by an exponent, as Python prints 1e+20; only then is the slow encoder needed.
@@ -79,8 +84,12 @@ def schedule(job: JobDict, at: float | None, now: float) -> float | None:
 
 
 def dumps_within(job: Mapping[str, Any], limit: int) -> str:
-    """``dumps``, refusing (ValueError) a job whose UTF-8 payload is over ``limit`` bytes."""
+    """``dumps``, refusing (ValueError) a job whose UTF-8 payload is over ``limit`` bytes, and
+    (InvalidString) one holding a lone surrogate, which no UTF-8 encodes."""
     encoded = dumps(job)
+    # isascii() reads a flag of the string: only a payload with other characters is searched.
+    if not encoded.isascii() and _SURROGATE.search(encoded) is not None:
+        _refuse_surrogate(job)
     # Characters bound the UTF-8 size from below; encode only when it might matter.
     if len(encoded) * 4 > limit and len(encoded.encode()) > limit:
         raise ValueError(
@@ -88,6 +97,16 @@ def dumps_within(job: Mapping[str, Any], limit: int) -> str:
             "(max_payload_bytes); pass references to data, not the data"
         )
     return encoded
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_surrogate(job: Mapping[str, Any]) -> None:
+    """Raise ``InvalidString`` naming where the lone surrogate is: in the args, else elsewhere
+    in the job."""
+    storable.check(job.get("args"), "args")
+    storable.check(dict(job), "job")
 
 
 def _ruby_float(value: float) -> str:
@@ -316,6 +335,45 @@ def _json_type(value: object) -> str:
         return "a JSON number"
     names: dict[type, str] = {str: "string", list: "array", dict: "object"}
     return f"a JSON {names.get(type(value), type(value).__name__)}"
+
+
+def check_names(job: Mapping[str, Any]) -> None:
+    """Raise ``InvalidName`` unless the job's class, queue, retry queue and jid, those it has, are
+    names every broker holds, within their columns: refused before anything is pushed, rather
+    than buried by the worker or refused by the database. Queue names and jids are printable
+    (log lines and keys show them); a class name is any text but NUL and lone surrogates (a
+    payload's ``class`` is any string, as in Sidekiq)."""
+    name = job.get("class")
+    if name is not None and not _is_class(name):
+        _refuse_name("job class", "class", name, MAX_CLASS, "NUL or a lone surrogate")
+    for what, field, longest in _NAMES:
+        value = job.get(field)
+        if value is not None and not _is_name(value, longest):
+            _refuse_name(what, field, value, longest, "NUL or another character that is not printable")
+
+
+_NAMES = (
+    ("queue", "queue", MAX_QUEUE),
+    ("retry queue", "retry_queue", MAX_QUEUE),
+    ("jid", "jid", MAX_CLIENT_JID),
+)
+
+
+def _is_class(value: object) -> bool:
+    return type(value) is str and 0 < len(value) <= MAX_CLASS and storable.UNSTORABLE.search(value) is None
+
+
+def _refuse_name(what: str, field: str, value: object, longest: int, forbidden: str) -> None:
+    if type(value) is not str:
+        why = f"{what} must be a string, got {_shown(value)}"
+    elif not value:
+        why = f"{what} is empty"
+    elif len(value) > longest:
+        why = f"{what} {reprlib.repr(value)} is {len(value)} characters long"
+    else:
+        why = f"{what} {reprlib.repr(value)} holds {forbidden}"
+    rule = "printable characters" if field != "class" else "characters"
+    raise InvalidName(f"{why}: a {what} is 1 to {longest} {rule}", field=field)
 
 
 def _is_name(value: object, longest: int) -> bool:

@@ -142,6 +142,7 @@ def create_task(
     task_id = new_task_id()
     options = definition.options.merged({"queue": queue}) if queue else definition.options
     head = {**options.payload_head(), "task": task_id}
+    payload.check_names({**head, "class": definition.name})
     if feed is not None:
         head[FEED_FIELD] = task_id
     keyed = concurrency_key is not None

@@ -314,3 +314,24 @@ def test_tracked_payloads_of_another_client_with_unstorable_strings_are_tracked_
     assert "No\\x00Such" in found[jids[3]].error
     assert all(thread.is_alive() for thread in threads)
     assert {p.thread for p in worker.manager._processors} == threads
+
+
+def test_any_job_with_a_lone_surrogate_is_refused_and_a_nul_passes_when_untracked(
+    make_client: MakeClient, registry: Registry, settings: Settings
+) -> None:
+    """No UTF-8 encodes a lone surrogate, so no broker takes it; U+0000 is written as a JSON
+    escape, which every broker stores, and only tracking (SQL text) refuses it."""
+
+    @asynctask.job(registry=registry, queue="mixed")
+    def untracked(value: Any) -> None: ...
+
+    client = make_client()
+    with pytest.raises(InvalidString, match=r"args\[0\]\['note'\] holds a lone surrogate"):
+        untracked.set(client=client).perform_async({"note": "\ud800"})
+    with pytest.raises(InvalidString, match=r"job\['tags'\]\[0\] holds a lone surrogate"):
+        untracked.set(client=client, tags=["\udfff"]).perform_async(1)
+    with pytest.raises(InvalidString):
+        untracked.set(client=client).perform_bulk([[1], ["\udc80"]])
+    assert Queue("mixed", settings=settings).size == 0
+    untracked.set(client=client).perform_async("a\x00b")
+    assert Queue("mixed", settings=settings).size == 1
