@@ -109,12 +109,15 @@ def json_array_items(stream: IO[bytes], config: ApiConfig) -> Iterator[Any]:
 def ndjson_values(stream: IO[bytes], config: ApiConfig, position: Position) -> Iterator[Any]:
     limit = config.max_item_bytes
     number = 0
+    blanks = BlankRun(limit)
     while line := stream.readline(limit + 1):
         number += 1
         if len(line) > limit and not line.endswith(b"\n"):
             raise _on_line(value_too_large(limit), number)
         if not line.strip():
+            blanks.add(len(line), number)
             continue
+        blanks.end()
         try:
             value = parse_document(line, max_depth=config.max_json_depth, max_value_chars=limit)
         except ApiError as exc:
@@ -142,11 +145,15 @@ def csv_rows(stream: IO[bytes], config: ApiConfig, position: Position) -> Iterat
         #: The line a record starts on: the one after the previous record's last (a quoted
         #: field may span lines).
         ended = reader.line_num
+        blanks = BlankRun(config.max_item_bytes)
         for row in reader:
-            used[0] = 0
             start, ended = ended + 1, reader.line_num
             if not row:
+                blanks.add(used[0], ended)
+                used[0] = 0
                 continue
+            used[0] = 0
+            blanks.end()
             if len(row) != width:
                 raise ApiError(
                     400,
@@ -182,6 +189,32 @@ def _bounded_lines(text: IO[str], limit: int, used: list[int]) -> Iterator[str]:
         if used[0] > limit:
             raise _RecordTooLong
         yield line
+
+
+class BlankRun:
+    """Blank lines in a row, refused once they pass ``limit`` bytes: a body of nothing but line
+    breaks would otherwise hold its request thread for as long as it takes to read it all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.first = 0
+
+    def add(self, size: int, line: int) -> None:
+        if not self.size:
+            self.first = line
+        self.size += size
+        if self.size > self.limit:
+            raise ApiError(
+                422,
+                "blank_lines",
+                f"lines {self.first} to {line} are blank, over {self.limit} bytes of them in a row "
+                "(max_item_bytes): an item was expected",
+                {"line": line},
+            )
+
+    def end(self) -> None:
+        self.size = 0
 
 
 def too_many_items(config: ApiConfig) -> ApiError:

@@ -11,6 +11,7 @@ ever held in memory whole.
 
 from __future__ import annotations
 
+import io
 import itertools
 import re
 import shutil
@@ -147,11 +148,15 @@ def _from_file(
     over a limit or with a syntax error is refused before anything is written."""
     submission = _submission(options, registry, config, tenant)
     items_of = _READERS[kind]
-    spool = _spooled(stream)
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
     try:
-        for index, _ in enumerate(items_of(spool, config, formats.Position())):
+        # The first pass reads the body as it arrives, keeping a copy: a body refused for what
+        # it holds so far (bad syntax, too many items, a run of blank lines) is not read to its end.
+        arriving = io.BufferedReader(_Copying(stream, spool))
+        for index, _ in enumerate(items_of(arriving, config, formats.Position())):
             if index >= config.max_items:
                 raise formats.too_many_items(config)
+        shutil.copyfileobj(stream, spool, 64 * 1024)
         spool.seek(0)
         position = formats.Position()
         submission.read(items_of(spool, config, position), config, spool, position)
@@ -159,6 +164,23 @@ def _from_file(
         spool.close()
         raise
     return submission
+
+
+class _Copying(io.RawIOBase):
+    """``source`` read as it is, each byte read also written to ``copy``."""
+
+    def __init__(self, source: IO[bytes], copy: IO[bytes]) -> None:
+        self.source = source
+        self.copy = copy
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.source.read(len(buffer))
+        buffer[: len(data)] = data
+        self.copy.write(data)
+        return len(data)
 
 
 def _spooled(stream: IO[bytes]) -> IO[bytes]:

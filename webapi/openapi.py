@@ -834,8 +834,9 @@ def _paths() -> dict[str, Any]:
                 description=(
                     "422 codes: `invalid_request` (`details.field`), `unknown_job`, "
                     "`chunk_size_too_large`, `json_too_deep`, `invalid_number`, `invalid_string`, "
-                    "`no_items`, `validation_failed`, `invalid_concurrency_key` (a template naming "
-                    "anything but item fields), `concurrency_key_unresolved` (an item gives no key: "
+                    "`no_items`, `blank_lines` (a run of blank lines over `max_item_bytes`: `details.line`), "
+                    "`validation_failed`, `invalid_concurrency_key` (a template naming anything but item "
+                    "fields), `concurrency_key_unresolved` (an item gives no key: "
                     "`details.item`, `details.key_field`, and `details.line` in CSV and NDJSON). "
                     "`interval` or `priority` without `parallel` is `invalid_request`."
                 ),
