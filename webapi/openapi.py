@@ -326,7 +326,12 @@ def _schemas() -> dict[str, Schema]:
             "started_at": _time("When the job last started."),
             "finished_at": _time("When the job last ended."),
             "updated_at": _time("The event's last change."),
-            "messages": _array(_ref("Message"), description="The message log, oldest first."),
+            "messages": _array(
+                _ref("Message"),
+                description="The message log, oldest first: its latest 50 messages at most, each text "
+                "cut (with `... (truncated, N bytes)`) when the answer's texts would pass its budget.",
+            ),
+            "earlier_messages": _integer(0, description="Older messages of the log left out of `messages`."),
         },
         description="One job of a task (its tracking event).",
     )

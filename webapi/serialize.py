@@ -75,6 +75,7 @@ def event_json(view: EventView) -> dict[str, Any]:
         "finished_at": _time(view.finished_at),
         "updated_at": _time(view.updated_at),
         "messages": [message_json(m) for m in view.messages],
+        "earlier_messages": view.earlier_messages,
     }
 
 

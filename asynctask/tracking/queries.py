@@ -14,10 +14,24 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, and_, bindparam, func, or_, select, union_all
+from sqlalchemy import (
+    Connection,
+    FunctionElement,
+    Integer,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy.ext.compiler import compiles
 
 from asynctask.db.engine import as_utc
 from asynctask.errors import TaskNotFound
+from asynctask.tracking import shown
 from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.eta import eta_seconds, read_mark
 from asynctask.tracking.models import Event, EventMessage, Task
@@ -46,8 +60,9 @@ def get_task(
     if errors > 0 and (row.count_failed or row.count_error):
 
         def load() -> list[EventView]:
-            rows = connection.execute(_first_errors(errors), {"task_id": task_id}).all()
-            return _with_messages(connection, rows)
+            chars = shown.chars_read(shown.TASK_BUDGET, errors)
+            rows = connection.execute(_first_errors(errors), {"task_id": task_id, "chars": chars}).all()
+            return shown.fit(_with_messages(connection, rows, chars), shown.TASK_BUDGET)
 
         first_errors = cache.get(row, errors, load) if cache is not None else load()
     return _task_view(row, first_errors)
@@ -95,7 +110,41 @@ def _first_errors(limit: int) -> Select[Any]:
         for status in (EventStatus.FAILED, EventStatus.ERROR)
     ]
     merged = union_all(*(select(first) for first in firsts)).subquery()
-    return select(merged).order_by(merged.c.id).limit(limit)
+    return select(*_shown_columns(merged)).order_by(merged.c.id).limit(limit)
+
+
+def _shown_columns(table: Any) -> list[Any]:
+    """The columns of events (``table``), the error only as far as a read shows it: its first
+    ``chars`` characters (a bound parameter), and its size in bytes."""
+    columns: list[Any] = []
+    for column in table.c:
+        if column.name == "error":
+            columns += (_head(column).label("error"), octets(column).label("error_bytes"))
+        else:
+            columns.append(column)
+    return columns
+
+
+def _head(text: Any) -> Any:
+    return func.substr(text, 1, bindparam("chars"))
+
+
+class octets(FunctionElement[int]):
+    """The size of a text in bytes: PostgreSQL's ``octet_length``, SQLite's length of its bytes."""
+
+    type = Integer()
+    inherit_cache = True
+    name = "octets"
+
+
+@compiles(octets)
+def _octets(element: octets, compiler: Any, **kw: Any) -> str:
+    return f"octet_length({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(octets, "sqlite")
+def _octets_sqlite(element: octets, compiler: Any, **kw: Any) -> str:
+    return f"length(CAST({compiler.process(element.clauses, **kw)} AS BLOB))"
 
 
 def list_events(
@@ -115,11 +164,15 @@ def list_events(
         conditions.append(Event.status == EventStatus(status).value)
     if after is not None:
         conditions.append(Event.id > _event_cursor(after))
-    rows = connection.execute(select(_EVENTS).where(*conditions).order_by(Event.id).limit(limit + 1)).all()
+    chars = shown.chars_read(shown.PAGE_BUDGET, limit)
+    rows = connection.execute(
+        select(*_shown_columns(_EVENTS)).where(*conditions).order_by(Event.id).limit(limit + 1),
+        {"chars": chars},
+    ).all()
     more = len(rows) > limit
     rows = rows[:limit]
-    events = _with_messages(connection, rows) if messages else [_event_view(r, ()) for r in rows]
-    return Page(tuple(events), str(rows[-1].id) if more and rows else None)
+    events = _with_messages(connection, rows, chars) if messages else [_event_view(r, ()) for r in rows]
+    return Page(tuple(shown.fit(events, shown.PAGE_BUDGET)), str(rows[-1].id) if more and rows else None)
 
 
 def list_tasks(
@@ -258,23 +311,51 @@ def _status(
     return TaskStatus.RUNNING
 
 
-_MESSAGES = (
-    select(EventMessage.event_id, EventMessage.at, EventMessage.status, EventMessage.text)
+_NUMBERED = (
+    select(
+        EventMessage.event_id,
+        EventMessage.at,
+        EventMessage.status,
+        _head(EventMessage.text).label("text"),
+        octets(EventMessage.text).label("size"),
+        func.row_number()
+        .over(partition_by=EventMessage.event_id, order_by=EventMessage.seq.desc())
+        .label("from_last"),
+        func.count().over(partition_by=EventMessage.event_id).label("total"),
+    )
     .where(EventMessage.event_id.in_(bindparam("ids", expanding=True)))
-    .order_by(EventMessage.event_id, EventMessage.seq)
+    .subquery()
+)
+#: The latest ``MESSAGES_SHOWN`` messages of each event, oldest first, with how many it has.
+_MESSAGES = (
+    select(
+        _NUMBERED.c.event_id,
+        _NUMBERED.c.at,
+        _NUMBERED.c.status,
+        _NUMBERED.c.text,
+        _NUMBERED.c.size,
+        _NUMBERED.c.total,
+    )
+    .where(_NUMBERED.c.from_last <= shown.MESSAGES_SHOWN)
+    .order_by(_NUMBERED.c.event_id, _NUMBERED.c.from_last.desc())
 )
 
 
-def _with_messages(connection: Connection, rows: Sequence[Row[Any]]) -> list[EventView]:
+def _with_messages(connection: Connection, rows: Sequence[Row[Any]], chars: int) -> list[EventView]:
     if not rows:
         return []
     by_event: dict[int, list[MessageView]] = defaultdict(list)
-    for m in connection.execute(_MESSAGES, {"ids": [r.id for r in rows]}):
-        by_event[m.event_id].append(MessageView(as_utc(m.at) or m.at, m.status, m.text))
-    return [_event_view(r, tuple(by_event.get(r.id, ()))) for r in rows]
+    totals: dict[int, int] = {}
+    for m in connection.execute(_MESSAGES, {"ids": [r.id for r in rows], "chars": chars}):
+        by_event[m.event_id].append(MessageView(as_utc(m.at) or m.at, m.status, shown.read(m.text, m.size)))
+        totals[m.event_id] = m.total
+    return [
+        _event_view(r, tuple(by_event.get(r.id, ())), totals.get(r.id, 0) - len(by_event.get(r.id, ())))
+        for r in rows
+    ]
 
 
-def _event_view(row: Row[Any], messages: tuple[MessageView, ...]) -> EventView:
+def _event_view(row: Row[Any], messages: tuple[MessageView, ...], earlier: int = 0) -> EventView:
     r = row._mapping
     return EventView(
         id=r["id"],
@@ -284,7 +365,7 @@ def _event_view(row: Row[Any], messages: tuple[MessageView, ...]) -> EventView:
         status=r["status"],
         params=r["params"],
         attempt=r["attempt"],
-        error=r["error"],
+        error=None if r["error"] is None else shown.read(r["error"], r["error_bytes"]),
         error_class=r["error_class"],
         progress_done=r["progress_done"],
         progress_total=r["progress_total"],
@@ -293,6 +374,7 @@ def _event_view(row: Row[Any], messages: tuple[MessageView, ...]) -> EventView:
         finished_at=as_utc(r["finished_at"]),
         updated_at=as_utc(r["updated_at"]),
         messages=messages,
+        earlier_messages=earlier,
     )
 
 

@@ -33,6 +33,8 @@ class EventView:
     updated_at: datetime | None
     #: The message log, oldest first; empty when not asked for.
     messages: tuple[MessageView, ...] = ()
+    #: Messages older than the first of ``messages`` that a read left out (``tracking.shown``).
+    earlier_messages: int = 0
 
 
 @dataclass(frozen=True, slots=True)
