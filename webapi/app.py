@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from flask import Flask, request
@@ -38,7 +39,7 @@ from webapi.dashboard.cookie import configure_session
 from webapi.headers import add_security_headers, allow_cors
 from webapi.metrics import BrokerCollector, TaskCollector
 from webapi.requestmetrics import TimedRequests, request_durations
-from webapi.resources import EXTENSION, Resources, broker_reader, db, release_db, resources
+from webapi.resources import EXTENSION, Resources, broker_reader, release_db, resources
 from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
 
@@ -46,6 +47,11 @@ logger = logging.getLogger("asynctask.api")
 
 #: Blueprints whose routes need a token (the page, health checks and the document do not).
 _PROTECTED = {tasks.name, stream.name, jobs.name, keys.name, periodic.name, queues.name, metrics.name}
+
+
+#: Connections of the tracking database beyond the request threads: the stream watcher and the
+#: metrics collectors read on threads of their own.
+SPARE_CONNECTIONS = 4
 
 
 def create_app(
@@ -62,11 +68,22 @@ def create_app(
         config = ApiConfig.from_mapping(config)
     for module in config.settings.require:
         load_module(module)
-    client = client if client is not None else Client(config.settings)
     if engine is None:
         # No pre-ping: it would add a round trip to every request. After a database restart
         # the first request on each stale connection fails (503) and the pool replaces it.
-        engine = create_database_engine(config.settings.database_url, pool_pre_ping=False)
+        # A request holds one connection at a time: one per thread, and a few for the stream
+        # watcher and the metrics, never wait for each other.
+        engine = create_database_engine(
+            config.settings.database_url,
+            pool_pre_ping=False,
+            pool_size=config.threads + SPARE_CONNECTIONS,
+            max_overflow=0,
+            pool_timeout=config.pool_timeout,
+        )
+    if client is None:
+        # A SQL broker's pool is sized from its concurrency: here, every request thread may
+        # hold one of its connections (a task's jobs, a queue read) beside one of the engine's.
+        client = Client(replace(config.settings, concurrency=config.threads))
     if not config.auth:
         logger.warning(
             "API authentication is OFF: every caller acts as the tenant-less user (development only)"
@@ -120,7 +137,7 @@ def _authenticate() -> None:
     if request.blueprint not in _PROTECTED or request.method == "OPTIONS":
         return
     found = resources()
-    authenticate(found.config.auth, found.tokens, db)
+    authenticate(found.config.auth, found.tokens, found.reader)
 
 
 def _close_db(_exc: BaseException | None) -> None:

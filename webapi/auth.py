@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 from flask import g, request
-from sqlalchemy import Connection
+from sqlalchemy import Engine
 
 from asynctask import tokens
 from webapi.errors import ApiError
@@ -27,13 +26,14 @@ class TokenVerifier:
         self._lock = threading.Lock()
         self._known: dict[str, tuple[tokens.Caller, float]] = {}
 
-    def caller(self, connection: Connection, token: str) -> tokens.Caller | None:
+    def caller(self, reader: Engine, token: str) -> tokens.Caller | None:
         now = time.monotonic()
         with self._lock:
             cached = self._known.get(token)
         if cached is not None and cached[1] > now:
             return cached[0]
-        caller = tokens.caller_for(connection, token)
+        with reader.connect() as connection:
+            caller = tokens.caller_for(connection, token)
         if caller is not None and self.ttl > 0:
             with self._lock:
                 if len(self._known) >= CACHE_LIMIT:
@@ -42,9 +42,10 @@ class TokenVerifier:
         return caller
 
 
-def authenticate(enabled: bool, verifier: TokenVerifier, connection: Callable[[], Connection]) -> None:
+def authenticate(enabled: bool, verifier: TokenVerifier, reader: Engine) -> None:
     """Set ``g.tenant`` and ``g.operator`` from the Authorization header, or raise 401 (a None
-    tenant when auth is off)."""
+    tenant when auth is off). A token not in the cache is looked up on a connection given back
+    at once: the request's own work takes its connections after, never beside this one."""
     if not enabled:
         g.tenant = None
         g.operator = True
@@ -53,7 +54,7 @@ def authenticate(enabled: bool, verifier: TokenVerifier, connection: Callable[[]
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "send the header Authorization: Bearer <token>")
-    caller = verifier.caller(connection(), token)
+    caller = verifier.caller(reader, token)
     if caller is None:
         raise ApiError(401, "unauthorized", "the token is unknown or revoked")
     g.tenant = caller.tenant

@@ -40,6 +40,11 @@ class ApiConfig:
     max_streams: int = 24
     #: Progress streams one tenant holds open at once in one server process.
     max_tenant_streams: int = 8
+    #: Threads serving requests in one process (``asynctask api --threads``): its database pool
+    #: holds one connection per thread, and a few for its own background readers.
+    threads: int = 32
+    #: Seconds a request waits for a database connection before a 503 (``database_busy``).
+    pool_timeout: float = 5.0
     #: Seconds after which a stream ends (a client reconnects), so none is held forever.
     stream_max_seconds: float = 300.0
     #: Seconds a verified token is trusted before it is looked up again (a revocation takes
@@ -78,6 +83,7 @@ class ApiConfig:
                     "max_json_depth": int,
                     "max_item_bytes": int,
                     "stream_interval": float,
+                    "pool_timeout": float,
                     "max_streams": int,
                     "max_tenant_streams": int,
                     "stream_max_seconds": float,

@@ -11,6 +11,7 @@ from typing import Any
 from flask import Flask, Response
 from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from webapi.responses import json_response
@@ -72,6 +73,17 @@ def register(app: Flask) -> None:
         allow = exc.get_response().headers.get("Allow") if status == 405 else None
         if allow:
             response.headers["Allow"] = allow
+        return response
+
+    @app.errorhandler(PoolTimeout)
+    def database_busy(exc: Exception) -> Response:
+        # Every connection of the pool is held by other requests (one per thread): only a bug,
+        # or a server sized below its load, gets here. A client retries; nothing was written.
+        logger.warning("no database connection free: %s", exc)
+        response = error_response(
+            503, "database_busy", "every database connection of this server is in use; try again shortly"
+        )
+        response.headers["Retry-After"] = "1"
         return response
 
     @app.errorhandler(OperationalError)

@@ -242,7 +242,8 @@ _ERROR_RESPONSES: dict[int, tuple[str, str]] = {
     ),
     503: (
         "Unavailable",
-        "`unavailable`: Redis or the database cannot be reached. On the stream also "
+        "`unavailable`: Redis or the database cannot be reached; `database_busy`: every connection of "
+        "the server process's database pool is in use (a `Retry-After` header). On the stream also "
         "`streams_unavailable`: the server process holds `max_streams` streams (`details`: "
         "`{limit: max_streams, max}`, and a `Retry-After` header).",
     ),

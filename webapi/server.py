@@ -51,6 +51,7 @@ def serve(
     """Run gunicorn until it stops; ``on_ready`` is called once it listens."""
     from webapi.app import create_app
 
+    config = replace(config, threads=threads)
     streams = stream_cap(config.max_streams, threads)
     if streams < config.max_streams:
         logger.info("%d threads per worker: each worker holds at most %d progress streams", threads, streams)

@@ -4,18 +4,21 @@ within ``token_cache_seconds``; the other API tests turn the cache off), and aut
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import Engine, insert
 
-from asynctask import Registry, Tracking, job
+from asynctask import Client, Registry, Settings, Tracking, job
 from asynctask.db.engine import writer
 from asynctask.tokens import create_token, hash_token, revoke_token
 from asynctask.tracking.models import ApiToken
 from tests.conftest import wait_until
 from tests.webapi.conftest import Api
+from webapi import create_app
+from webapi.app import SPARE_CONNECTIONS
 
 #: Short enough to wait out, long enough to see a revoked token still accepted from the cache.
 CACHE_SECONDS = 1.0
@@ -101,3 +104,28 @@ def test_with_auth_off_the_api_sees_every_task(
     response = api.http.get(f"/api/tasks/{task.id}")
     assert response.status_code == 200 and response.get_json()["id"] == task.id
     assert [t["id"] for t in api.http.get("/api/tasks").get_json()["items"]] == [task.id]
+
+
+def test_a_request_that_finds_every_connection_taken_gets_503_with_retry_after_at_once(
+    tracked_client: Client, tracked_settings: Settings, engine: Engine
+) -> None:
+    token = create_token(engine, "acme").token
+    app = create_app(
+        {"settings": tracked_settings, "threads": 1, "pool_timeout": 0.2, "token_cache_seconds": 0.0},
+        client=tracked_client,
+    )
+    pool = app.extensions["asynctask"].engine
+    held = [pool.connect() for _ in range(1 + SPARE_CONNECTIONS)]
+    try:
+        began = time.monotonic()
+        response = app.test_client().get("/api/tasks", headers={"Authorization": f"Bearer {token}"})
+        assert time.monotonic() - began < 2.0
+        assert response.status_code == 503
+        assert response.get_json()["error"]["code"] == "database_busy"
+        assert response.headers["Retry-After"] == "1"
+    finally:
+        for connection in held:
+            connection.close()
+    response = app.test_client().get("/api/tasks", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+    pool.dispose()

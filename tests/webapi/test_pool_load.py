@@ -1,0 +1,126 @@
+"""The API on the PostgreSQL broker as ``asynctask api --workers 2`` runs it (32 threads each),
+under many concurrent task submissions: every request is answered in time, none with a 500,
+and every 202 names a task that exists. Each request holds at most one connection of each
+pool, and the pools hold one per thread, so no request waits for another's connection.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fresh_postgres_schema, wait_until
+from tests.webapi.test_server import ROOT, Server, _answers, free_port
+
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+pytestmark = pytest.mark.alone
+
+CONCURRENT = 64
+BODY = b'{"job": "import_products", "items": [{"sku": "A", "name": "a", "price": "1.00"}]}'
+
+
+@pytest.fixture
+def on_postgres(tmp_path: Path) -> Iterator[Server]:
+    with fresh_postgres_schema() as url:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")},
+            "ASYNCTASK_BROKER_URL": url,
+            "ASYNCTASK_REQUIRE": "tests.jobs.api_jobs",
+            "PYTHONPATH": str(ROOT),
+        }
+        cli = [sys.executable, "-m", "asynctask"]
+        subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
+        made = subprocess.run(
+            [*cli, "tokens", "create", "--tenant", "acme"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        port = free_port()
+        api = subprocess.Popen([*cli, "api", "--port", str(port), "--workers", "2"], env=env, cwd=ROOT)
+        server = Server(port, made.stdout.splitlines()[0])
+        try:
+            wait_until(lambda: _answers(server), 30, interval=0.1)
+            yield server
+        finally:
+            api.send_signal(signal.SIGTERM)
+            assert api.wait(30) == 0
+
+
+def test_64_concurrent_submissions_are_all_answered_in_time(on_postgres: Server) -> None:
+    answers: list[tuple[int, float, str | None]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(CONCURRENT)
+
+    def submit() -> None:
+        start.wait()
+        began = time.monotonic()
+        status, _, body = on_postgres.request("POST", "/api/tasks", BODY, "application/json", timeout=60)
+        with lock:
+            answers.append((status, time.monotonic() - began, body.get("task_id") if status == 202 else None))
+
+    threads = [threading.Thread(target=submit) for _ in range(CONCURRENT)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    assert sorted(status for status, _, _ in answers) == [202] * CONCURRENT
+    slowest = max(elapsed for _, elapsed, _ in answers)
+    assert slowest < 2.0, slowest
+    for _, _, task_id in answers:
+        assert on_postgres.request("GET", f"/api/tasks/{task_id}")[0] == 200
+
+
+WRK = shutil.which("wrk")
+POST_SCRIPT = """
+wrk.method = "POST"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {token}"
+"""
+
+
+@pytest.mark.skipif(WRK is None and not os.environ.get("CI"), reason="needs wrk (Debian package wrk)")
+def test_50_connections_of_posts_for_5_seconds_get_no_500_and_a_99th_percentile_under_2_s(
+    on_postgres: Server, tmp_path: Path
+) -> None:
+    assert WRK is not None, "wrk is missing (Debian package wrk)"
+    script = tmp_path / "post.lua"
+    script.write_text(POST_SCRIPT.format(body=BODY.decode(), token=on_postgres.token))
+    result = subprocess.run(
+        [
+            WRK,
+            "-t",
+            "2",
+            "-c",
+            "50",
+            "-d",
+            "5s",
+            "--latency",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{on_postgres.port}/api/tasks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Non-2xx or 3xx responses" not in result.stdout, result.stdout
+    p99 = re.search(r"99%\s+([0-9.]+)(us|ms|s)\b", result.stdout)
+    assert p99 is not None, result.stdout
+    seconds = float(p99.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[p99.group(2)]
+    assert seconds < 2.0, result.stdout
+    requests = re.search(r"([0-9]+) requests in", result.stdout)
+    assert requests is not None and int(requests.group(1)) > 50, result.stdout
