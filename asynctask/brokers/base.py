@@ -19,10 +19,12 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from asynctask import payload
 from asynctask.brokers.checkpoints import Checkpoints
+from asynctask.brokers.clock import BrokerClock
 from asynctask.brokers.feeds import Feeds
 from asynctask.brokers.pacing import SCARCE_WAIT, ClaimPacing
 from asynctask.brokers.periodic import PeriodicStore
@@ -391,6 +393,15 @@ class Broker(ABC):
     @abstractmethod
     def ping(self) -> None:
         """Raise one of ``errors`` if the store cannot be reached."""
+
+    @abstractmethod
+    def server_time(self) -> float:
+        """The store's clock now, as epoch seconds (one round trip; ``clock`` keeps it)."""
+
+    @cached_property
+    def clock(self) -> BrokerClock:
+        """What due times are compared with: the store's clock (see ``brokers.clock``)."""
+        return BrokerClock(self.server_time)
 
     @abstractmethod
     def push(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from asynctask import __version__
 from asynctask.brokers import Beat, ProcessRecords
+from asynctask.brokers.clock import BrokerClock
 from asynctask.settings import Settings
 from asynctask.worker.contract import IDENTITY_ENV, new_identity
 from asynctask.worker.stats import Stats
@@ -54,8 +55,10 @@ class Heartbeat:
         stats: Stats,
         busy: Callable[[], int],
         on_signal: Callable[[str], None],
+        clock: BrokerClock,
     ) -> None:
         self.broker = broker
+        self.clock = clock
         self.settings = settings
         self.info = info
         self.stats = stats
@@ -66,7 +69,9 @@ class Heartbeat:
         self._info_json = json.dumps(self._info(), separators=(",", ":"), ensure_ascii=False)
 
     def beat(self) -> None:
-        """One heartbeat; a failure raises, and the counts are sent with the next one."""
+        """One heartbeat; a failure raises, and the counts are sent with the next one. It also
+        measures the broker's clock, which the worker's due times are compared with."""
+        self.clock.measure()
         processed, failed = self.stats.take()
         work = {
             tid: json.dumps(

@@ -95,10 +95,17 @@ class Worker:
             client_chain,
             self.identity,
             max_payload_bytes=self.settings.max_payload_bytes,
+            clock=self.broker.clock.now,
         )
         self.feed_ticker = FeedTicker(self.broker.feeds)
         self.heartbeat = Heartbeat(
-            self.broker, self.settings, self.info, self.stats, lambda: self.manager.busy, self.handle_signal
+            self.broker,
+            self.settings,
+            self.info,
+            self.stats,
+            lambda: self.manager.busy,
+            self.handle_signal,
+            self.broker.clock,
         )
         self._stopping = threading.Event()
         self._stopped = threading.Event()

@@ -24,6 +24,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from asynctask import payload
 from asynctask.brokers.periodic import Declaration, PeriodicStore, Tick
@@ -63,6 +64,7 @@ class Scheduler:
         identity: str,
         poll: float = 1.0,
         max_payload_bytes: int = Settings.max_payload_bytes,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.schedules = schedules
@@ -71,6 +73,8 @@ class Scheduler:
         self.identity = identity
         self.poll = poll
         self.max_payload_bytes = max_payload_bytes
+        #: The broker's time (``brokers.clock``): ticks are due by it, not by this machine's.
+        self.clock = clock
         self._stopped = threading.Event()
         self._declare_at = 0.0
         #: The time the last pass was for (its tick, when it started ahead of one).
@@ -108,7 +112,7 @@ class Scheduler:
 
     def step(self) -> float:
         """One pass; returns the seconds to wait before the next."""
-        now = time.time()
+        now = self.clock()
         if self._started_at is None:
             self.declare(now)
         upcoming = self._upcoming(now)
@@ -117,15 +121,15 @@ class Scheduler:
         if self.store.lease(self.identity, int(due_at)):
             # The store waits for the tick as late as it can: PostgreSQL, at the commit.
             def until_due() -> bool:
-                return not self._stopped.wait(max(0.0, due_at - time.time()))
+                return not self._stopped.wait(max(0.0, due_at - self.clock()))
 
             self.store.take(self.prepare(due_at), self.identity, due_at, until_due)
             if self._stopped.is_set():
                 return 0.0
         # After the take, so that the ticks do not wait for it.
         if now >= self._declare_at:
-            self.declare(time.time())
-        return self.pause(time.time())
+            self.declare(self.clock())
+        return self.pause(self.clock())
 
     def declare(self, now: float) -> None:
         # Once per expression and zone: a reverse cron walk costs about 50 µs, and 1,000

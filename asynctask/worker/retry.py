@@ -119,7 +119,7 @@ class Retrier:
                 if self.tracker is not None:
                     self.tracker.retry_scheduled(job, count, limit)
                 outbox = self.tracker.outbox if self.tracker is not None else None
-                self.broker.retry_at(unit, job, payload.now() + delay, outbox)
+                self.broker.retry_at(unit, job, self.broker.clock.now() + delay, outbox)
                 return
         self._exhausted(definition, job, exc)
         if job.get("dead") is False:

@@ -59,6 +59,10 @@ class RedisBroker(Broker):
     def ping(self) -> None:
         self.redis.ping()
 
+    def server_time(self) -> float:
+        seconds, microseconds = self.redis.time()
+        return seconds + microseconds / 1_000_000
+
     def push(
         self,
         entries: Sequence[tuple[payload.JobDict, float | None]],
@@ -195,7 +199,7 @@ class RedisBroker(Broker):
         sorted_set = self.keys.retry if due_set == "retry" else self.keys.schedule
         total = 0
         while True:
-            now = payload.now()
+            now = self.clock.now()
             members = cast(
                 list[bytes], self.redis.zrangebyscore(sorted_set, "-inf", now, start=0, num=DUE_BATCH)
             )

@@ -93,6 +93,15 @@ class SqlBroker(Broker):
         with self.store.read() as connection:
             connection.execute(self.store.sql.ping)
 
+    def server_time(self) -> float:
+        if not self.store.postgres:
+            # SQLite's database is a file of this machine: its clock is this machine's.
+            return time.time()
+        with self.store.read() as connection:
+            return float(
+                connection.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one()
+            )
+
     def push(
         self,
         entries: Sequence[tuple[payload.JobDict, float | None]],
@@ -293,7 +302,7 @@ class SqlBroker(Broker):
         state = RETRY if due_set == "retry" else SCHEDULED
         total = 0
         while True:
-            now = payload.now()
+            now = self.clock.now()
             params = {"state": state, "now": now, "limit": DUE_BATCH}
             if self.store.postgres:
                 # The batch stays locked (SKIP LOCKED by other pollers) while it is rewritten.
