@@ -39,6 +39,11 @@ class Keys:
         self.tracking_stream = f"{p}asynctask:tracking"
         #: Counter numbering transitions, so that SQL can tell newer from older.
         self.tracking_seq = f"{p}asynctask:tracking:seq"
+        #: A token set once and never removed: a worker that finds another (or none) knows that
+        #: Redis lost its data since it last looked (``brokers.redis.epoch``).
+        self.data_epoch = f"{p}asynctask:epoch"
+        #: How many times a worker found that Redis had lost its data.
+        self.data_losses = f"{p}asynctask:stat:data-lost"
         #: Hash: cancelled task id -> when; ``cancel_generation`` changes on every cancel.
         self.cancelled_tasks = f"{p}asynctask:cancelled"
         self.cancel_generation = f"{p}asynctask:cancelled:generation"

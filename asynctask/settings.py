@@ -88,6 +88,9 @@ class Settings:
     checkpoint_interval: float = 1.0
     #: Largest payload accepted, in bytes: bigger ones are refused at push and buried by the worker.
     max_payload_bytes: int = 1024 * 1024
+    #: Seconds after a worker notices that Redis lost its data before it marks the tracked jobs
+    #: that vanished ``lost``: what workers were doing when it happened settles first.
+    lost_grace: float = 30.0
     #: Bytes (UTF-8) of one string tracking stores at most (an error, a log line, a string in
     #: params as shown): longer ones are cut, with a marker giving their size.
     tracked_text_limit: int = DEFAULT_TEXT_LIMIT
@@ -147,6 +150,7 @@ class Settings:
                     "max_payload_bytes": int,
                     "tracked_text_limit": int,
                     "checkpoint_interval": float,
+                    "lost_grace": float,
                     "tag": str,
                     "log_level": str,
                     "log_format": str,
@@ -190,6 +194,8 @@ class Settings:
             raise ValueError("process_ttl must be longer than heartbeat_interval, and both positive")
         if not self.checkpoint_interval > 0:
             raise ValueError("checkpoint_interval must be positive")
+        if self.lost_grace < 0:
+            raise ValueError("lost_grace must not be negative")
         if self.tracked_text_limit < MIN_TEXT_LIMIT:
             raise ValueError(f"tracked_text_limit must be at least {MIN_TEXT_LIMIT} bytes")
         if self.flusher not in ("process", "thread", "off"):

@@ -36,6 +36,11 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily(
             "asynctask_jobs_failed", "Job runs that failed, over the broker's life.", value=stats.failed
         )
+        yield CounterMetricFamily(
+            "asynctask_data_losses",
+            "Times a worker found that Redis had lost its data (restarted empty, flushed).",
+            value=stats.data_losses,
+        )
         sets = GaugeMetricFamily(
             "asynctask_set_size", "Jobs in the scheduled, retry, dead and stopped sets.", labels=["set"]
         )

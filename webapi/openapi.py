@@ -14,7 +14,7 @@ import asynctask
 from asynctask.brokers.periodic import FORGET_AFTER
 from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIORITY_MIN
 from asynctask.tracking.queries import MAX_PAGE
-from asynctask.tracking.status import EventStatus, TaskStatus
+from asynctask.tracking.status import UNDONE, EventStatus, TaskStatus
 from webapi.blueprints.keys import DEFAULT_KEYS, MAX_HOLDERS, MAX_KEYS
 from webapi.blueprints.queues import QUEUE_PATH_NAME
 from webapi.blueprints.tasks import DEFAULT_ERRORS, MAX_ERRORS
@@ -342,7 +342,7 @@ def _schemas() -> dict[str, Schema]:
                 1, description="The event's id: `/events?after=<id - 1>&limit=1` returns it whole."
             ),
             "job_id": _string(),
-            "status": _string(enum=[EventStatus.FAILED.value, EventStatus.ERROR.value]),
+            "status": _string(enum=[status.value for status in UNDONE]),
             "attempt": _integer(0),
             "error": _nullable(
                 _string(

@@ -101,6 +101,8 @@ class Snapshot:
     default_queue_latency: float
     #: Queue name -> size, biggest first (then by name).
     queues: dict[str, int]
+    #: Times a worker found that Redis had lost its data (``worker.lost``); 0 on SQL brokers.
+    data_losses: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,11 @@ class Stats(Reader):
         return self.snapshot.failed
 
     @property
+    def data_losses(self) -> int:
+        """Times a worker found that Redis had lost its data (restarted empty, flushed)."""
+        return self.snapshot.data_losses
+
+    @property
     def scheduled_size(self) -> int:
         return self.snapshot.scheduled_size
 

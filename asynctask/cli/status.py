@@ -72,6 +72,7 @@ def read(settings: Settings) -> dict[str, Any]:
         "retry": stats.retry_size,
         "dead": stats.dead_size,
         "stopped": stats.stopped_size,
+        "data_losses": stats.data_losses,
         "processes": processes,
     }
 
@@ -84,6 +85,11 @@ def shown(report: dict[str, Any]) -> str:
         f"sets: scheduled {report['scheduled']:,}, retry {report['retry']:,}, dead {report['dead']:,}, "
         f"stopped {report['stopped']:,}",
     ]
+    if report["data_losses"]:
+        lines.append(
+            f"Redis lost its data {report['data_losses']:,} time(s): the jobs it held were gone, their "
+            "tracked events marked lost (keep Redis persistent: appendonly yes)"
+        )
     queues = report["queues"]
     lines.append(f"queues: {len(queues)}, {sum(q['size'] for q in queues):,} jobs waiting")
     width = max((len(q["name"]) for q in queues), default=0)

@@ -54,7 +54,7 @@ from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
 from asynctask.tracking import apply_sqlite, transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
 from asynctask.tracking.models import Event, EventMessage, Task
-from asynctask.tracking.status import EventStatus, TaskState
+from asynctask.tracking.status import UNDONE, EventStatus, TaskState
 
 logger = logging.getLogger("asynctask.tracking")
 
@@ -165,6 +165,7 @@ def create_task(
         "count_error": 0,
         "count_cancelled": 0,
         "count_stopped": 0,
+        "count_lost": 0,
         "created_at": at,
         "feed": feed.as_dict() if feed is not None else None,
     }
@@ -551,7 +552,7 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
             select(Event.job_id, Event.params, Event.flow)
             .where(
                 Event.task_id == task_id,
-                Event.status.in_([EventStatus.FAILED.value, EventStatus.ERROR.value]),
+                Event.status.in_([status.value for status in UNDONE]),
             )
             .order_by(Event.id)
         ).all()
@@ -596,7 +597,7 @@ def _show_retried(engine: Engine, task_id: str, position: int) -> None:
     now = datetime.now(UTC)
     moved: dict[EventStatus, int] = {}
     with writer(engine).begin() as connection:
-        for status in (EventStatus.FAILED, EventStatus.ERROR):
+        for status in UNDONE:
             moved[status] = connection.execute(
                 update(Event)
                 .where(Event.task_id == task_id, Event.status == status.value, Event.seq <= position)
@@ -610,6 +611,7 @@ def _show_retried(engine: Engine, task_id: str, position: int) -> None:
                 .values(
                     count_failed=Task.count_failed - moved[EventStatus.FAILED],
                     count_error=Task.count_error - moved[EventStatus.ERROR],
+                    count_lost=Task.count_lost - moved[EventStatus.LOST],
                     count_enqueue=Task.count_enqueue + sum(moved.values()),
                     finished_at=None,
                 )

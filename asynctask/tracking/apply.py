@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from asynctask.db.engine import as_utc
 from asynctask.tracking import apply_postgres, apply_sqlite
 from asynctask.tracking.models import Event, EventMessage
-from asynctask.tracking.status import TERMINAL, EventStatus, TaskState
+from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState
 from asynctask.tracking.transitions import LOG, PROGRESS, Transition
 
 COUNT_COLUMN = {status: f"count_{status.value}" for status in EventStatus}
@@ -173,7 +173,7 @@ def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
         elif t.kind != EventStatus.STOPPED:
             # A stopped job has not ended (a resume runs it again): it gets no finish time.
             changes["finished_at"] = at
-        if t.kind in (EventStatus.FAILED, EventStatus.ERROR):
+        if t.kind in UNDONE:
             changes.update(error=t.text, error_class=t.error_class)
         state.changes.update(changes)
     elif t.kind == EventStatus.WORKING and (state.started_at is None or at > state.started_at):

@@ -32,7 +32,7 @@ class FirstErrorsCache:
         if self.ttl <= 0:
             return load()
         key = (task.id, limit)
-        validator = (task.count_failed, task.count_error, task.finished_at, task.state)
+        validator = (task.count_failed, task.count_error, task.count_lost, task.finished_at, task.state)
         now = time.monotonic()
         with self._lock:
             entry = self._entries.get(key)

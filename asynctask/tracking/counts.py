@@ -13,7 +13,8 @@ from sqlalchemy import Connection, and_, case, func, select
 from asynctask.tracking.models import Task
 from asynctask.tracking.status import TaskState, TaskStatus
 
-_DONE = Task.count_finish + Task.count_failed + Task.count_error + Task.count_cancelled
+_UNDONE = Task.count_failed + Task.count_error + Task.count_lost
+_DONE = Task.count_finish + Task.count_failed + Task.count_error + Task.count_cancelled + Task.count_lost
 
 _STATUS = case(
     (Task.state == TaskState.CREATING.value, TaskStatus.CREATING.value),
@@ -22,7 +23,10 @@ _STATUS = case(
     (
         _DONE >= Task.total,
         case(
-            (Task.count_failed + Task.count_error > 0, TaskStatus.FINISHED_WITH_ERRORS.value),
+            (
+                Task.count_failed + Task.count_error + Task.count_lost > 0,
+                TaskStatus.FINISHED_WITH_ERRORS.value,
+            ),
             else_=TaskStatus.FINISHED.value,
         ),
     ),

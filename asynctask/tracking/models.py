@@ -56,6 +56,7 @@ class Task(Base):
     count_error: Mapped[int] = mapped_column(Integer, default=0)
     count_cancelled: Mapped[int] = mapped_column(Integer, default=0)
     count_stopped: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    count_lost: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     #: When the first job started.
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -35,7 +35,7 @@ from asynctask.tracking import shown
 from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.eta import eta_seconds, read_mark
 from asynctask.tracking.models import Event, EventMessage, Task
-from asynctask.tracking.status import TERMINAL, EventStatus, TaskState, TaskStatus
+from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState, TaskStatus
 from asynctask.tracking.views import EventView, FeedView, MessageView, Page, TaskView
 
 # Core tables, not ORM entities: the read model returns plain rows turned into views.
@@ -57,7 +57,7 @@ def get_task(
     """``cache``: where a server answering many polls keeps the first errors a moment."""
     row = _task_row(connection, task_id, tenant)
     first_errors: list[EventView] = []
-    if errors > 0 and (row.count_failed or row.count_error):
+    if errors > 0 and (row.count_failed or row.count_error or row.count_lost):
 
         def load() -> list[EventView]:
             chars = shown.chars_read(shown.TASK_BUDGET, errors)
@@ -107,7 +107,7 @@ def _first_errors(limit: int) -> Select[Any]:
         .order_by(Event.id)
         .limit(limit)
         .subquery()
-        for status in (EventStatus.FAILED, EventStatus.ERROR)
+        for status in UNDONE
     ]
     merged = union_all(*(select(first) for first in firsts)).subquery()
     return select(*_shown_columns(merged)).order_by(merged.c.id).limit(limit)
@@ -301,7 +301,7 @@ def _status(
     if state == TaskState.CANCELLED:
         return TaskStatus.CANCELLED
     if done >= total:
-        bad = counts[EventStatus.FAILED.value] + counts[EventStatus.ERROR.value]
+        bad = sum(counts[status.value] for status in UNDONE)
         return TaskStatus.FINISHED_WITH_ERRORS if bad else TaskStatus.FINISHED
     # A stopped job (even one stopped before it started) makes the task running: it was acted
     # on, and it runs again only when resumed, not in its turn in the queue.

@@ -19,10 +19,18 @@ class EventStatus(StrEnum):
     CANCELLED = "cancelled"
     #: A resumable job stopped by ``stop_job``, kept with its checkpoint until resumed.
     STOPPED = "stopped"
+    #: The job vanished with the broker's data (Redis restarted empty): it exists nowhere and
+    #: will not run, unless ``retry_task`` pushes it again.
+    LOST = "lost"
 
 
 #: A job in one of these will not run again unless someone asks (``retry_task``).
-TERMINAL = frozenset({EventStatus.FINISH, EventStatus.FAILED, EventStatus.ERROR, EventStatus.CANCELLED})
+TERMINAL = frozenset(
+    {EventStatus.FINISH, EventStatus.FAILED, EventStatus.ERROR, EventStatus.CANCELLED, EventStatus.LOST}
+)
+#: A job that ended in one of these did not do its work: its task ends ``finished_with_errors``,
+#: its error is among the task's first errors, and ``retry_task`` runs it again.
+UNDONE = (EventStatus.FAILED, EventStatus.ERROR, EventStatus.LOST)
 
 
 class TaskState(StrEnum):
@@ -46,6 +54,6 @@ class TaskStatus(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     FINISHED = "finished"
-    #: Every job is done, and some ended ``failed`` or ``error``.
+    #: Every job is done, and some ended ``failed``, ``error`` or ``lost``.
     FINISHED_WITH_ERRORS = "finished_with_errors"
     CANCELLED = "cancelled"

@@ -28,6 +28,7 @@ from typing import Any
 
 from asynctask import log, middleware, payload
 from asynctask.brokers import open_broker
+from asynctask.brokers.redis import RedisBroker
 from asynctask.middleware import Chain
 from asynctask.periodic import Schedules, default_schedules
 from asynctask.registry import Registry, default_registry
@@ -37,6 +38,7 @@ from asynctask.tracking.store import TrackingApplier
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.feeds import FeedTicker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
+from asynctask.worker.lost import LossWatch
 from asynctask.worker.manager import Manager
 from asynctask.worker.periodic import Scheduler
 from asynctask.worker.scheduled import Poller
@@ -98,6 +100,13 @@ class Worker:
             clock=self.broker.clock.now,
         )
         self.feed_ticker = FeedTicker(self.broker.feeds)
+        #: Redis alone keeps its jobs: losing its data loses them (a SQL broker's jobs and
+        #: tracking share a database, lost or kept together).
+        self.loss_watch = (
+            LossWatch(self.broker, self.settings, self.tracker)
+            if isinstance(self.broker, RedisBroker)
+            else None
+        )
         self.heartbeat = Heartbeat(
             self.broker,
             self.settings,
@@ -187,6 +196,8 @@ class Worker:
         deadline = time.monotonic() + self.settings.timeout
         self.quiet()
         self.manager.stop(deadline)
+        if self.loss_watch is not None:
+            self.loss_watch.stop()
         if self.tracker is not None:
             self.tracker.stop()
         if self.applier is not None:
@@ -249,6 +260,9 @@ class Worker:
     def _beat_and_register(self) -> bool:
         self.heartbeat.beat()
         self.fetch.register()
+        if self.loss_watch is not None:
+            # From the first beat on: a loss is noticed by comparing with the token seen before.
+            self.loss_watch.check()
         return True
 
     def _beat_loop(self) -> None:

@@ -94,6 +94,7 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
         "error": 0,
         "cancelled": 0,
         "stopped": 0,
+        "lost": 0,
     }
     events = {e.job_id: e for e in tracking.list_events(task_id, limit=100).items}
     for n, jid in enumerate(jids):

@@ -32,7 +32,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0014"
+HEAD = "0015"
 
 
 @pytest.fixture

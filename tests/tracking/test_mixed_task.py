@@ -137,6 +137,7 @@ def test_task_of_1000_jobs_with_every_outcome_ends_exactly_right(
         "error": KINDS["dead"],
         "cancelled": 0,
         "stopped": 0,
+        "lost": 0,
     }
     assert final.done == 1000 and final.progress == 1.0 and final.finished_at is not None
     assert len(final.errors) == 10 and {e.status for e in final.errors} <= {"failed", "error"}

@@ -221,6 +221,7 @@ def test_jobs_survive_a_database_outage_and_every_event_ends_right(
         "error": 0,
         "cancelled": 0,
         "stopped": 0,
+        "lost": 0,
     }
     assert final.done == len(items) and final.progress == 1.0
     assert final.started_at is not None and final.finished_at is not None

@@ -349,6 +349,7 @@ def test_get_task_reads_the_task_row_and_a_few_errors_however_big_the_task(
         "error": 150,
         "cancelled": 0,
         "stopped": 0,
+        "lost": 0,
     }
     # The first ten errors by creation order: the early "error" events, with their logs.
     assert [e.status for e in big.errors] == ["error"] * 10

@@ -155,6 +155,7 @@ def test_cancel_task_stops_waiting_jobs_and_running_jobs_see_the_flag(
         "error": 0,
         "cancelled": 29,
         "stopped": 0,
+        "lost": 0,
     }
     assert final.status == "cancelled" and final.finished_at is not None
     with pytest.raises(TaskStateError):

@@ -371,6 +371,7 @@ def test_progress_events_and_errors_of_a_run_task(api: Api, start_tracked_worker
         "error": 1,
         "cancelled": 0,
         "stopped": 0,
+        "lost": 0,
     }
     assert (task["done"], task["total"], task["progress"], task["eta_seconds"]) == (9, 9, 1.0, None)
     assert task["started_at"] and task["finished_at"]

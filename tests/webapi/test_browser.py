@@ -338,6 +338,7 @@ def drive_page(page: Page, stack: Stack) -> str:
         "error": 0,
         "cancelled": 0,
         "stopped": 0,
+        "lost": 0,
     }
     for status, count in expected.items():
         expect(page.locator(f"#count-{status}")).to_have_text(str(count))

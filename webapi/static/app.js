@@ -15,7 +15,10 @@ const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = "asynctask.token";
 // A task is over in these states, and when "cancelled" once nothing is still running.
 const FINAL = new Set(["finished", "finished_with_errors", "aborted"]);
-const COUNTS = ["enqueue", "working", "finish", "failed", "error", "cancelled", "stopped"];
+const COUNTS = ["enqueue", "working", "finish", "failed", "error", "cancelled", "stopped", "lost"];
+// The jobs that did not do their work: listed among the failures, and retried by Retry.
+const UNDONE = ["failed", "error", "lost"];
+const undone = (task) => UNDONE.reduce((sum, status) => sum + (task.counts[status] ?? 0), 0);
 // Milliseconds before a stream the server ended is opened again (as the stream's "retry:" says).
 const RECONNECT_MS = 2000;
 // Failed jobs a snapshot lists, and how many more each "Show more" adds.
@@ -304,7 +307,7 @@ function render(task) {
   $("eta").textContent = task.feed?.paused && task.status === "running" ? "paused" : formatEta(task.eta_seconds);
   for (const name of COUNTS) $(`count-${name}`).textContent = String(task.counts[name] ?? 0);
 
-  const bad = task.counts.failed + task.counts.error;
+  const bad = undone(task);
   $("cancel").disabled = isOver(task) || task.status === "cancelled";
   renderFeed(task);
   // Retry re-enqueues the failed and error jobs; a cancelled task cannot be retried.
@@ -398,10 +401,10 @@ async function showMoreFailures() {
   const listed = [...failures.first, ...failures.more];
   if (!task || listed.length === 0) return;
   const after = Math.max(...listed.map((e) => e.id));
-  const statuses = ["failed", "error"].filter((status) => task.counts[status] > 0);
+  const statuses = UNDONE.filter((status) => task.counts[status] > 0);
   const shown = failures;
   shown.loading = true;
-  showFailureCount(task.counts.failed + task.counts.error);
+  showFailureCount(undone(task));
   try {
     const pages = await Promise.all(statuses.map((status) =>
       api(`/api/tasks/${encodeURIComponent(task.id)}/events?status=${status}&after=${after}&limit=${ERRORS}`)));
@@ -413,7 +416,7 @@ async function showMoreFailures() {
     showError(error);
   } finally {
     shown.loading = false;
-    if (current?.task) showFailureCount(current.task.counts.failed + current.task.counts.error);
+    if (current?.task) showFailureCount(undone(current.task));
   }
 }
 

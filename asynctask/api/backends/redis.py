@@ -519,7 +519,10 @@ class RedisReader(ReadBackend):
         pipe.smembers(k.processes)
         pipe.smembers(k.queues)
         pipe.lindex(k.queue(default_queue), -1)
-        processed, failed, scheduled, retries, dead, stopped, members, queue_members, oldest = pipe.execute()
+        pipe.get(k.data_losses)
+        (processed, failed, scheduled, retries, dead, stopped, members, queue_members, oldest, losses) = (
+            pipe.execute()
+        )
         identities = sorted(as_text(m) for m in members)
         names = sorted(as_text(m) for m in queue_members)
         replies: list[Any] = []
@@ -538,6 +541,7 @@ class RedisReader(ReadBackend):
             workers_size=sum(busy),
             default_queue_latency=payload_latency(oldest),
             queues=dict(sorted(zip(names, sizes, strict=True), key=lambda item: (-item[1], item[0]))),
+            data_losses=_int(losses),
         )
 
     def _sizes_and_busy(self, names: list[str], identities: list[str]) -> list[Any]:

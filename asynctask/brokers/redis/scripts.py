@@ -25,7 +25,12 @@ def with_flow(source: str) -> str:
 
 
 def _with_flow(name: str) -> str:
-    return with_flow(_source(name))
+    return with_flow(_with_seq(name))
+
+
+def _with_seq(name: str) -> str:
+    """A script that numbers tracking transitions: the ``tracking_seq`` function, then ``name``."""
+    return _source("tracking_seq") + "\n" + _source(name)
 
 
 class Scripts:
@@ -36,7 +41,7 @@ class Scripts:
         self.requeue: Script = conn.register_script(_source("requeue"))
         self.give_back: Script = conn.register_script(_source("give_back"))
         self.enqueue_due: Script = conn.register_script(_with_flow("enqueue_due"))
-        self.record: Script = conn.register_script(_source("record"))
+        self.record: Script = conn.register_script(_with_seq("record"))
         self.publish: Script = conn.register_script(_with_flow("publish"))
         self.push: Script = conn.register_script(_with_flow("push"))
         self.finish: Script = conn.register_script(_with_flow("finish"))

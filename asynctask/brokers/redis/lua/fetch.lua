@@ -84,7 +84,7 @@ for i = fed + 1, fed + 4 * tonumber(ARGV[fed]), 4 do
   end
 end
 if transitions > 0 then
-  local last = redis.call("incrby", KEYS[2], transitions)
+  local last = tracking_seq(KEYS[2], transitions)
   redis.call("xadd", KEYS[1], "*", "s", last - transitions + 1, "d", ARGV[4])
 end
 -- Postponing is bounded per call, so that a long queue of jobs over their rate limit does

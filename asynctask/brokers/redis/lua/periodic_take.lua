@@ -37,7 +37,7 @@ for _ = 1, tonumber(ARGV[4]) do
       if stored == jid then
         if count > 0 then
           local sequence = FLOW_PREFIX .. "asynctask:tracking:seq"
-          local seq = redis.call("incrby", sequence, count)
+          local seq = tracking_seq(sequence, count)
           redis.call("xadd", FLOW_PREFIX .. "asynctask:tracking", "*", "s", seq - count + 1, "d", transitions)
         end
         pushed[#pushed + 1] = jid

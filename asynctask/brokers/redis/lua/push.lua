@@ -20,7 +20,7 @@ local stored = flow_push(ARGV[2], due, tonumber(ARGV[4]) or 0)
 local count = tonumber(ARGV[6]) or 0
 if count > 0 and stored == ARGV[5] then
   local sequence = FLOW_PREFIX .. "asynctask:tracking:seq"
-  local last = redis.call("incrby", sequence, count)
+  local last = tracking_seq(sequence, count)
   redis.call("xadd", FLOW_PREFIX .. "asynctask:tracking", "*", "s", last - count + 1, "d", ARGV[7])
 end
 return stored

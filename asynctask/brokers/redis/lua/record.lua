@@ -6,6 +6,6 @@
 -- The entry's "s" field is the number of its first transition; the n-th is s + n - 1. The
 -- counter, not the clock, orders transitions, so SQL can always tell which came last.
 local count = tonumber(ARGV[1])
-local last = redis.call("incrby", KEYS[2], count)
+local last = tracking_seq(KEYS[2], count)
 redis.call("xadd", KEYS[1], "*", "s", last - count + 1, "d", ARGV[2])
 return last
