@@ -57,6 +57,18 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def settings(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
     """Settings whose broker is empty and private to this test."""
+    yield from backend_settings(backend, request, tmp_path)
+
+
+def backend_settings(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    """``settings`` of ``backend``: also "redis+postgresql", Redis with its tracking in a fresh
+    PostgreSQL schema (plain "redis" tracks in a SQLite file)."""
+    if backend == "redis+postgresql":
+        with fresh_postgres_schema() as tracking:
+            yield fast_settings(
+                redis_url=REDIS_URL, namespace=request.getfixturevalue("namespace"), database_url=tracking
+            )
+        return
     if backend == "redis":
         namespace = request.getfixturevalue("namespace")
         # Tracking needs a database even on Redis: keep it out of the working directory.

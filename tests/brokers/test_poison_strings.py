@@ -12,8 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +23,6 @@ import asynctask
 from asynctask import InvalidString, JobFailed, QueueSpec, Registry, Settings, Tracking, current_job
 from asynctask.api import Queue
 from asynctask.brokers.sql.store import Store
-from asynctask.db.migrate import upgrade
 from asynctask.job import JobDefinition
 from asynctask.keys import Keys
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
@@ -33,9 +31,9 @@ from asynctask.tracking import setaside
 from asynctask.tracking.isolate import BatchRefused
 from asynctask.tracking.models import Event, EventMessage, SetAside, Task
 from asynctask.worker import Worker
-from tests.brokers.conftest import MakeClient, fast_settings
+from tests.brokers.conftest import MakeClient
 from tests.brokers.test_hostile import Hostile, RawStore, failing, job
-from tests.conftest import REDIS_URL, fresh_postgres_schema, wait_until
+from tests.conftest import wait_until
 from tests.tracking_fixtures import wait_for_task
 
 #: What the poison jobs say, as job code may by accident (a binary field, a quoted bad input).
@@ -50,33 +48,10 @@ ORDINARY_JOBS = 1000
 MARKER = "... (truncated, "
 
 
-@pytest.fixture(params=["redis+sqlite", "redis+postgresql", "sqlite", "postgresql"])
+@pytest.fixture(params=["redis", "redis+postgresql", "sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest) -> str:
+    """The broker suite's backends, and Redis with its tracking in PostgreSQL."""
     return str(request.param)
-
-
-@pytest.fixture
-def settings(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    """The broker suite's backends, with Redis's tracking database in SQLite or PostgreSQL."""
-    if backend == "redis+sqlite":
-        namespace = request.getfixturevalue("namespace")
-        yield fast_settings(
-            redis_url=REDIS_URL, namespace=namespace, database_url=f"sqlite:///{tmp_path / 'tracking.db'}"
-        )
-        return
-    if backend == "redis+postgresql":
-        namespace = request.getfixturevalue("namespace")
-        with fresh_postgres_schema() as url:
-            yield fast_settings(redis_url=REDIS_URL, namespace=namespace, database_url=url)
-        return
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'broker.db'}"
-        upgrade(url)
-        yield fast_settings(broker_url=url)
-        return
-    with fresh_postgres_schema() as url:
-        upgrade(url)
-        yield fast_settings(broker_url=url)
 
 
 class Jobs:
