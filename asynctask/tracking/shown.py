@@ -25,13 +25,15 @@ PAGE_BUDGET = 1024 * 1024
 TASK_BUDGET = 160 * 1024
 #: No text is cut shorter than this, however many share the budget.
 SHORTEST = 200
+#: Characters of the marker a writer appends to a text it cut ("... (truncated, N bytes)").
+MARKER_ROOM = 40
 
 
 def chars_read(budget: int, events: int) -> int:
     """Characters of one text worth reading from SQL for an answer of up to ``events`` events:
     their share of the budget (texts read longer would be cut anyway), and never more than a
-    writer keeps by default."""
-    return min(storable.DEFAULT_TEXT_LIMIT, max(SHORTEST, budget // max(1, events))) + 1
+    writer keeps by default (with its marker)."""
+    return min(storable.DEFAULT_TEXT_LIMIT + MARKER_ROOM, max(SHORTEST, budget // max(1, events))) + 1
 
 
 def read(text: str, size: int) -> str:
