@@ -26,6 +26,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.conftest import REDIS_URL, fresh_postgres_schema
+from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The job module the worker subprocesses load (-r).
@@ -146,10 +147,8 @@ class Run:
 
 
 def read_runs(path: Path) -> list[Run]:
-    if not path.exists():
-        return []
     runs = []
-    for line in path.read_text().splitlines():
+    for line in written_lines(path):
         event, jid, pid, at = line.split()
         runs.append(Run(event, jid, int(pid), float(at)))
     return runs

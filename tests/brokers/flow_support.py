@@ -13,6 +13,7 @@ from asynctask import Client, Settings, default_registry
 from asynctask.api import ProcessSet
 from tests.brokers.conftest import ROOT, MakeClient, SpawnWorker
 from tests.conftest import wait_until
+from tests.records import written_lines
 
 FLOW_JOBS = ROOT / "tests" / "jobs" / "flow_jobs.py"
 
@@ -44,10 +45,8 @@ class Interval:
 
 
 def read_events(path: Path) -> list[Event]:
-    if not path.exists():
-        return []
     events = []
-    for line in path.read_text().splitlines():
+    for line in written_lines(path):
         event, jid, pid, at, key, seq, count = line.split()
         events.append(Event(event, jid, int(pid), float(at), key, int(seq), int(count)))
     return sorted(events, key=lambda e: e.at)

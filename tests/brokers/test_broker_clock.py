@@ -14,6 +14,7 @@ from asynctask import Client, Settings
 from tests.brokers.conftest import ROOT, SpawnWorker
 from tests.brokers.test_hostile import Hostile, RawStore, job
 from tests.conftest import wait_until
+from tests.records import written_lines
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -25,10 +26,8 @@ EARLY = 1.0
 
 
 def runs(path: Path) -> list[tuple[str, float, float]]:
-    if not path.exists():
-        return []
     found = []
-    for line in path.read_text().splitlines():
+    for line in written_lines(path):
         label, due, real = line.split()
         found.append((label, float(due), float(real)))
     return found

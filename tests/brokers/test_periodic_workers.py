@@ -21,6 +21,7 @@ from asynctask.api.context import close_shared
 from asynctask.db.migrate import upgrade
 from tests.brokers.conftest import ROOT, SpawnWorker, fast_settings, worker_env
 from tests.conftest import REDIS_URL, fresh_postgres_schema, wait_until
+from tests.records import written_lines
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -34,11 +35,10 @@ def ticks(runs_file: Path, schedule: str = "latest") -> dict[int, set[str]]:
     """The schedule's scheduled seconds -> the jids their runs carried (several runs of one
     job: one jid)."""
     found: dict[int, set[str]] = defaultdict(set)
-    if runs_file.exists():
-        for line in runs_file.read_text().splitlines():
-            _, name, tick, jid, _, _ = line.split()
-            if name == schedule:
-                found[int(tick)].add(jid)
+    for line in written_lines(runs_file):
+        _, name, tick, jid, _, _ = line.split()
+        if name == schedule:
+            found[int(tick)].add(jid)
     return found
 
 

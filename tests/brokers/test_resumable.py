@@ -22,6 +22,7 @@ from asynctask.tasks.jobs import StopState
 from asynctask.worker import Worker
 from tests.brokers.conftest import ROOT, SpawnWorker
 from tests.conftest import wait_until
+from tests.records import written_lines
 
 RESUMABLE_JOBS = ROOT / "tests" / "jobs" / "resumable_jobs.py"
 
@@ -180,10 +181,8 @@ def test_a_killed_worker_s_job_continues_from_its_last_stored_checkpoint(
 
 
 def _iterations(path: Path) -> list[tuple[str, int, int]]:
-    if not path.exists():
-        return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in written_lines(path):
         jid, index, pid = line.split()
         rows.append((jid, int(index), int(pid)))
     return rows
