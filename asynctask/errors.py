@@ -72,6 +72,15 @@ class InvalidName(AsyncTaskError, ValueError):
         self.field = field
 
 
+class InvalidSetting(AsyncTaskError, ValueError):
+    """A setting AsyncTask cannot use, such as a URL of the wrong kind. ``setting`` names it as
+    it was given: the environment variable, the command-line option or the ``Settings`` field."""
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 class JobArgumentsError(AsyncTaskError, TypeError):
     """A job's args do not fit its function's signature; retrying cannot help."""
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from importlib.util import find_spec
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from asynctask.errors import InvalidSetting
 from asynctask.storable import DEFAULT_TEXT_LIMIT, MIN_TEXT_LIMIT
 
 #: Used when ASYNCTASK_DATABASE_URL is not set: a SQLite file in the working directory. With
@@ -15,6 +17,13 @@ from asynctask.storable import DEFAULT_TEXT_LIMIT, MIN_TEXT_LIMIT
 DEFAULT_DATABASE_URL = "sqlite:///asynctask.db"
 #: URL schemes of the Redis broker; ``sqlite`` and ``postgresql`` URLs mean the SQL broker.
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: Databases of the SQL broker and of tracking (SQLAlchemy dialects, each with an optional
+#: ``+driver``); ``postgres://`` is taken for ``postgresql://``, as libpq takes it.
+SQL_SCHEMES = ("sqlite", "postgresql")
+#: The PostgreSQL driver AsyncTask depends on; another one named in a URL must be installed.
+POSTGRESQL_DRIVER = "psycopg"
+#: The URL schemes each kind of URL setting takes.
+URL_KINDS = {"Redis": REDIS_SCHEMES, "database": SQL_SCHEMES, "broker": REDIS_SCHEMES + SQL_SCHEMES}
 
 
 @dataclass(frozen=True)
@@ -114,15 +123,21 @@ class Settings:
         """Settings from ASYNCTASK_* variables (REDIS_URL as a fallback), then ``overrides``."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        url = env.get("ASYNCTASK_REDIS_URL") or env.get("REDIS_URL")
-        if url:
-            values["redis_url"] = url
+        redis_variable = "ASYNCTASK_REDIS_URL" if env.get("ASYNCTASK_REDIS_URL") else "REDIS_URL"
+        for name, variable, kind in (
+            ("redis_url", redis_variable, "Redis"),
+            ("broker_url", "ASYNCTASK_BROKER_URL", "broker"),
+            ("database_url", "ASYNCTASK_DATABASE_URL", "database"),
+        ):
+            url = env.get(variable)
+            if url:
+                # Checked here, where the variable that holds it is known, unless an override
+                # replaces it.
+                if overrides.get(name) is None:
+                    check_url(variable, url, kind)
+                values[name] = url
         if "ASYNCTASK_NAMESPACE" in env:
             values["namespace"] = env["ASYNCTASK_NAMESPACE"]
-        if env.get("ASYNCTASK_BROKER_URL"):
-            values["broker_url"] = env["ASYNCTASK_BROKER_URL"]
-        if env.get("ASYNCTASK_DATABASE_URL"):
-            values["database_url"] = env["ASYNCTASK_DATABASE_URL"]
         if env.get("ASYNCTASK_TRACKING"):
             values["tracking"] = parse_bool("ASYNCTASK_TRACKING", env["ASYNCTASK_TRACKING"])
         if env.get("ASYNCTASK_FLUSHER"):
@@ -161,6 +176,11 @@ class Settings:
         return replace(cls(), **values).validated()
 
     def __post_init__(self) -> None:
+        if self.redis_url:
+            check_url("redis_url", self.redis_url, "Redis")
+        if self.broker_url:
+            check_url("broker_url", self.broker_url, "broker")
+        check_url("database_url", self.database_url, "database")
         # A SQL broker keeps tracking in its own database, so that a job's state change and
         # its tracking write share one transaction.
         broker = self.broker
@@ -221,6 +241,41 @@ class Settings:
 
 def is_redis_url(url: str) -> bool:
     return url.partition("://")[0].lower() in REDIS_SCHEMES
+
+
+def check_url(setting: str, url: str, kind: str) -> None:
+    """Raise ``InvalidSetting`` naming ``setting`` unless ``url`` is a URL of ``kind`` (a key of
+    ``URL_KINDS``): one of its schemes and ``://``, a SQL one maybe with a ``+driver``, which
+    must then be installed.
+
+    Read by eye, not parsed: a worker's supervisor loads neither SQLAlchemy nor redis-py; and a
+    mistyped Redis URL is not a database URL that SQLAlchemy then fails to parse."""
+    schemes = URL_KINDS[kind]
+    scheme, separator, _ = url.partition("://")
+    scheme = scheme.lower()
+    dialect, _, driver = scheme.partition("+")
+    if scheme == "postgres":
+        dialect = "postgresql"
+    name = dialect if dialect in SQL_SCHEMES else scheme
+    if separator and name in schemes:
+        if dialect == "postgresql" and driver not in ("", POSTGRESQL_DRIVER) and not _installed(driver):
+            raise InvalidSetting(
+                f"{setting} uses the {driver} driver, which is not installed; use postgresql:// "
+                f"(psycopg 3, installed) or install {driver}",
+                setting=setting,
+            )
+        return
+    *others, last = (f"{name}://" for name in schemes)
+    found = f"it starts with {scheme}://" if separator and scheme else "it has no scheme://"
+    # Not the URL itself: one that does not parse may still hold a password.
+    raise InvalidSetting(
+        f"{setting} is not a {kind} URL: it must start with {', '.join(others)} or {last} ({found})",
+        setting=setting,
+    )
+
+
+def _installed(module: str) -> bool:
+    return module.isidentifier() and find_spec(module) is not None
 
 
 def env_values(

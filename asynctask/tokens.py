@@ -63,9 +63,9 @@ def hash_token(token: str) -> str:
 def create_token(
     engine: Engine, tenant: str, label: str | None = None, *, operator: bool = False
 ) -> CreatedToken:
-    _check_name("tenant", tenant)
+    check_name("tenant", tenant)
     if label is not None:
-        _check_name("label", label)
+        check_name("label", label)
     created = CreatedToken(
         id=secrets.token_hex(6),
         tenant=tenant,
@@ -149,7 +149,9 @@ def caller_for_hash(bind: Engine | Connection, token_hash: str) -> Caller | None
     return None if row is None else Caller(row.tenant, bool(row.operator))
 
 
-def _check_name(field: str, value: str) -> None:
+def check_name(field: str, value: str) -> None:
+    """Raise ValueError unless ``value`` fits a tenant or label column: not empty, at most
+    ``MAX_NAME_LENGTH`` characters, no control characters."""
     if not value:
         raise ValueError(f"{field} must not be empty")
     if len(value) > MAX_NAME_LENGTH:

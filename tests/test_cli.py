@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ NO_SUCH_MESSAGE = 'FATAL: database "asynctask_no_such_database" does not exist'
 #: The jobs the API may submit, for ``asynctask api``.
 API_JOBS = "tests.jobs.api_jobs"
 UPGRADE = "asynctask db upgrade"
+REDIS_SCHEMES = "it must start with redis://, rediss:// or unix://"
 
 
 @dataclass
@@ -132,6 +134,17 @@ def test_a_server_or_database_that_is_not_there_is_one_line(run: Run, argv: list
         ["api"],
         ["tokens", "list"],
         ["tokens", "create", "--tenant", "acme"],
+        ["status"],
+        ["status", "--json"],
+        ["queue", "clear", "default"],
+        ["queue", "pause", "default"],
+        ["retry", "list"],
+        ["dead", "list"],
+        ["dead", "delete", "--all"],
+        ["periodic", "list"],
+        ["jobs", "stopped"],
+        ["jobs", "resume", "somejid"],
+        ["tasks", "pause", "sometask"],
         ["db", "current"],
         ["db", "downgrade", "base"],
         ["db", "upgrade", "nosuchrevision"],
@@ -205,10 +218,64 @@ def test_a_bad_module_is_one_line(
         (["nosuchcommand"], "asynctask: argument COMMAND: invalid choice: 'nosuchcommand'"),
         (["api", "--port", "99999"], "asynctask api: argument --port: '99999' is not a port (1 to 65535)"),
         (["db", "current", "--database-url", "not a url"], "asynctask: --database-url is not a database URL"),
+        (["status", "--redis", "rediss//host"], f"asynctask: --redis is not a Redis URL: {REDIS_SCHEMES}"),
+        (["enqueue", "X", "--broker", "http://host"], "asynctask: --broker is not a broker URL: it must "),
+        (
+            ["tokens", "list", "--database-url", "redis://host"],
+            "asynctask: --database-url is not a database URL",
+        ),
     ],
 )
 def test_a_bad_argument_is_one_line(run: Run, argv: list[str], message: str) -> None:
     assert run(*argv).one_line().startswith(message)
+
+
+PSYCOPG2_MISSING = pytest.mark.skipif(find_spec("psycopg2") is not None, reason="psycopg2 is installed")
+
+
+@pytest.mark.parametrize(
+    ("variable", "url", "message"),
+    [
+        (
+            "ASYNCTASK_REDIS_URL",
+            "rediss//host",
+            f"ASYNCTASK_REDIS_URL is not a Redis URL: {REDIS_SCHEMES} (it has no scheme://)",
+        ),
+        (
+            "REDIS_URL",
+            "http://host",
+            f"REDIS_URL is not a Redis URL: {REDIS_SCHEMES} (it starts with http://)",
+        ),
+        (
+            "ASYNCTASK_BROKER_URL",
+            "redis:/x",
+            "ASYNCTASK_BROKER_URL is not a broker URL: it must start with redis://, rediss://, unix://, "
+            "sqlite:// or postgresql:// (it has no scheme://)",
+        ),
+        pytest.param(
+            "ASYNCTASK_DATABASE_URL",
+            "postgresql+psycopg2://postgres@127.0.0.1/test",
+            "ASYNCTASK_DATABASE_URL uses the psycopg2 driver, which is not installed; use postgresql:// "
+            "(psycopg 3, installed) or install psycopg2",
+            marks=PSYCOPG2_MISSING,
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["enqueue", "hello"], ["worker"], ["db", "current"]])
+def test_a_mistyped_url_in_the_environment_is_one_line_naming_it(
+    run: Run, monkeypatch: pytest.MonkeyPatch, variable: str, url: str, message: str, command: list[str]
+) -> None:
+    monkeypatch.setenv(variable, url)
+    result = run(*command)
+    assert result.one_line() == f"asynctask: {message}"
+    assert result.code == 2
+
+
+@PSYCOPG2_MISSING
+def test_a_psycopg2_url_given_as_an_option_is_one_line_naming_it(run: Run) -> None:
+    url = "postgresql+psycopg2://postgres@127.0.0.1/test"
+    line = run("db", "upgrade", "--database-url", url).one_line()
+    assert line.startswith("asynctask: --database-url uses the psycopg2 driver, which is not installed; ")
 
 
 def test_verbose_adds_the_traceback(run: Run) -> None:
@@ -308,6 +375,12 @@ def test_enqueue_pushes_a_job_from_the_shell(
     assert (job["jid"], job["class"], job["args"], job["retry"]) == (jid, "SleepWorker", [3600, "ü"], 3)
     assert main([*argv, "--in", "60"]) == 0
     assert conn.zcard(Keys(settings.namespace).schedule) == 1
+    capsys.readouterr()
+    # -q, as the worker's option to name a queue.
+    assert main([*argv, "-q", "high"]) == 0
+    jid = capsys.readouterr().out.strip()
+    [raw] = conn.lrange(Keys(settings.namespace).queue("high"), 0, -1)
+    assert json.loads(raw)["jid"] == jid
 
 
 class Process:
@@ -392,6 +465,24 @@ def test_the_worker_says_what_it_serves_at_the_default_level(
     assert worker.stop() == 0
 
 
+def test_a_stop_signalled_to_the_whole_process_group_is_logged_once(
+    background: Callable[..., Process], tmp_path: Path
+) -> None:
+    database = f"sqlite:///{tmp_path / 'jobs.db'}"
+    migrate.upgrade(database)
+    worker = background("worker", "--database-url", database)
+    worker.line("worker started")
+    # As a terminal's Ctrl-C or systemd's stop do: every process of the group gets the signal, so
+    # the worker child gets it from the system and again from its supervisor; and a second stop
+    # comes before the first is done.
+    for _ in range(2):
+        os.killpg(worker.process.pid, signal.SIGTERM)
+        time.sleep(0.005)
+    assert worker.stop() == 0
+    stopping = [fields(line)["msg"] for line in worker.lines if "TERM" in line]
+    assert stopping == ["TERM: shutting down"], "\n".join(worker.lines)
+
+
 def test_a_redis_worker_warns_of_a_tracking_database_it_cannot_use_and_runs(
     background: Callable[..., Process], tmp_path: Path, namespace: str
 ) -> None:
@@ -430,7 +521,11 @@ def test_the_api_says_where_it_listens_and_warns_without_jobs(
     assert listening["broker"] == listening["database"] == database
     warned = [line for line in api.lines if "no registered job has api=True" in line]
     if require:
-        assert (listening["jobs"], listening["queues"], warned) == ("import_products", "default", [])
+        assert (listening["jobs"], listening["queues"], warned) == (
+            "import_products sign_up_products",
+            "default",
+            [],
+        )
     else:
         assert listening["jobs"] == "" and len(warned) == 1
     assert api.stop() == 0

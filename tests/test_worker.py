@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -231,6 +232,17 @@ def test_remote_signals_quiet_and_stop_the_worker(
     conn.lpush(keys.signals(worker.identity), "TERM")
     wait_until(lambda: not conn.sismember(keys.processes, worker.identity))
     assert conn.hlen(keys.inflight_registry) == 0
+
+
+def test_a_signal_that_comes_again_is_logged_once(
+    start_worker: StartWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = start_worker()
+    with caplog.at_level(logging.WARNING, logger="asynctask.worker"):
+        for name in ("TSTP", "TSTP", "TERM", "TERM", "INT"):
+            worker.handle_signal(name)
+    said = [record.getMessage() for record in caplog.records if record.name == "asynctask.worker"]
+    assert said == ["TSTP: going quiet", "TERM: shutting down"]
 
 
 @pytest.mark.alone

@@ -16,16 +16,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asynctask import log
-from asynctask.cli.database import DatabaseUnreachable, check_url, require_database, sqlite_file
+from asynctask.cli.database import DatabaseUnreachable, require_database, shown_database_url, sqlite_file
 from asynctask.cli.failures import FAILED, CommandError, one_line
 from asynctask.modules import load_module
-from asynctask.settings import QueueSpec, Settings
+from asynctask.settings import QueueSpec, Settings, check_url
 
 if TYPE_CHECKING:
     from asynctask.tokens import TokenInfo
 
 
+#: The options that give a URL, with their ``Settings`` field and the kind of URL they take.
+URL_OPTIONS = (
+    ("--broker", "broker", "broker"),
+    ("--redis", "redis", "Redis"),
+    ("--database-url", "database_url", "database"),
+)
+
+
 def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    # Checked before the settings are made, so that a wrong URL is said to come from its option.
+    for option, name, kind in URL_OPTIONS:
+        url = getattr(args, name, None)
+        if url:
+            check_url(option, url, kind)
     return Settings.from_env(
         broker_url=args.broker,
         redis_url=args.redis,
@@ -33,6 +46,16 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         database_url=args.database_url,
         **extra,
     )
+
+
+def store_settings(args: argparse.Namespace) -> Settings:
+    """The settings of a command that reads or changes the broker's store: with a SQL broker,
+    only once its database is there with its tables (the first query would otherwise create
+    an empty SQLite file, which a later command takes for a database)."""
+    settings = settings_from(args)
+    if not settings.uses_redis:
+        require_database(settings.broker)
+    return settings
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -121,12 +144,22 @@ def run_enqueue(args: argparse.Namespace) -> int:
         item["at"] = now() + args.delay
     elif args.at is not None:
         item["at"] = args.at
-    settings = settings_from(args)
-    if not settings.uses_redis:
-        require_database(settings.broker)
-    jid = Client(settings).push(item)
-    print(jid or "dropped by client middleware")
-    return 0 if jid else FAILED
+    settings = store_settings(args)
+    from asynctask.tasks.listeners import no_worker
+
+    client = Client(settings)
+    try:
+        jid = client.push(item)
+        print(jid or "dropped by client middleware")
+        if not jid:
+            return FAILED
+        # A job on a queue no worker takes waits for ever without a word: say it.
+        warning = no_worker(client, args.queue or "default", "the job waits")
+    finally:
+        client.close()
+    if warning is not None:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    return 0
 
 
 def run_db(args: argparse.Namespace) -> int:
@@ -186,7 +219,9 @@ def _database_url(args: argparse.Namespace) -> tuple[str, str, str]:
     """The tracking database's URL, where it came from, and how to show it (password hidden)."""
     url = args.database_url or Settings.from_env().database_url
     source = "--database-url" if args.database_url else "ASYNCTASK_DATABASE_URL"
-    return url, source, check_url(url, source)
+    if args.database_url:
+        check_url(source, url, "database")
+    return url, source, shown_database_url(url, source)
 
 
 def run_tokens(args: argparse.Namespace) -> int:

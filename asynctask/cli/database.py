@@ -23,7 +23,7 @@ class DatabaseUnreachable(CommandError):
     that needs it now stops."""
 
 
-def check_url(url: str, source: str) -> str:
+def shown_database_url(url: str, source: str) -> str:
     """``url`` as it may be shown (password hidden), or a CommandError naming ``source`` (the
     option or variable it came from) if it is no database URL."""
     from sqlalchemy.engine import make_url

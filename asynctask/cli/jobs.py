@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from asynctask.cli.commands import settings_from
+from asynctask.cli.commands import store_settings
 from asynctask.cli.database import require_database
 from asynctask.cli.failures import FAILED, CommandError
 from asynctask.cli.sets import MESSAGE_CHARS, printable
+
+if TYPE_CHECKING:
+    from asynctask.settings import Settings
 
 
 def run_jobs(args: argparse.Namespace) -> int:
     from asynctask.api import StoppedSet
 
-    settings = settings_from(args)
+    settings = store_settings(args)
     if args.jobs_command == "stopped":
         stopped = StoppedSet(settings=settings)
         shown = 0
@@ -37,15 +41,14 @@ def run_jobs(args: argparse.Namespace) -> int:
         if not shown:
             print("no job is stopped")
         return 0
-    return _control(args)
+    return _control(args, settings)
 
 
-def _control(args: argparse.Namespace) -> int:
+def _control(args: argparse.Namespace, settings: Settings) -> int:
     from asynctask.client import Client
     from asynctask.errors import JobNotFound, JobStateError
     from asynctask.tasks.service import Tracking
 
-    settings = settings_from(args)
     require_database(settings.database_url)
     client = Client(settings)
     tracking = Tracking(client)

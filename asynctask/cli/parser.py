@@ -115,7 +115,7 @@ def _enqueue(group: Commands) -> None:
     _connection_options(enqueue)
     enqueue.add_argument("name", help="job class name, e.g. SleepWorker")
     enqueue.add_argument("args", nargs="?", default="[]", help="JSON array of arguments (default [])")
-    enqueue.add_argument("--queue", default=None, help="queue (default: the job's, or default)")
+    enqueue.add_argument("-q", "--queue", default=None, help="queue (default: the job's, or default)")
     enqueue.add_argument("--retry", default=None, help="true, false or a number of retries")
     when = enqueue.add_mutually_exclusive_group()
     when.add_argument("--in", dest="delay", type=float, help="run after this many seconds")

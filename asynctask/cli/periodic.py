@@ -11,7 +11,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from asynctask.cli.commands import settings_from
+from asynctask.cli.commands import store_settings
 from asynctask.cli.failures import FAILED, CommandError
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def run_periodic(args: argparse.Namespace) -> int:
     from asynctask.api import PeriodicSet
 
-    schedules = PeriodicSet(settings=settings_from(args))
+    schedules = PeriodicSet(settings=store_settings(args))
     if args.periodic_command == "list":
         entries = schedules.entries()
         for listed in entries:

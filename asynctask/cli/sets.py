@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from asynctask.cli.commands import settings_from
+from asynctask.cli.commands import store_settings
 from asynctask.cli.failures import FAILED, CommandError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def run_set(args: argparse.Namespace) -> int:
     from asynctask.api import DeadSet, RetrySet
 
     kind = RetrySet if args.set_name == "retry" else DeadSet
-    jobs = kind(settings=settings_from(args))
+    jobs = kind(settings=store_settings(args))
     if args.set_command == "list":
         shown = 0
         for entry in jobs:
@@ -52,7 +52,7 @@ def run_set(args: argparse.Namespace) -> int:
 def run_queue(args: argparse.Namespace) -> int:
     from asynctask.api import Queue
 
-    queue = Queue(args.name, settings=settings_from(args))
+    queue = Queue(args.name, settings=store_settings(args))
     if args.queue_command == "clear":
         cleared = queue.clear()
         print(f"cleared {cleared:,} job(s) from the queue {printable(args.name)!r}")

@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from asynctask.cli.commands import settings_from
+from asynctask.cli.commands import store_settings
 
 if TYPE_CHECKING:
     from asynctask.settings import Settings
@@ -24,7 +24,7 @@ CLEAR = "\x1b[H\x1b[2J"
 
 
 def run_status(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    settings = store_settings(args)
     while True:
         report = read(settings)
         if args.watch:

@@ -210,11 +210,16 @@ class Worker:
         lifecycle.info("worker stopped", extra={"fields": {"identity": self.identity}})
 
     def handle_signal(self, name: str) -> None:
+        # A signal often comes twice: a terminal's Ctrl-C or Ctrl-Z, or systemd's stop, signals
+        # the whole process group, and the supervisor forwards what it got to this process too.
+        # The second changes nothing, and says nothing.
         if name == "TSTP":
-            logger.warning("TSTP: going quiet")
+            if not self.manager.quieting.is_set():
+                logger.warning("TSTP: going quiet")
             self.quiet()
         elif name in ("TERM", "INT"):
-            logger.warning("%s: shutting down", name)
+            if not self._stopping.is_set():
+                logger.warning("%s: shutting down", name)
             self.stop()
         elif name == "TTIN":
             self.dump_threads()
