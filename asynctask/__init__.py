@@ -9,6 +9,7 @@ from asynctask.context import JobContext, current_job
 from asynctask.errors import (
     AsyncTaskError,
     InvalidName,
+    InvalidSetting,
     InvalidString,
     JobArgumentsError,
     JobFailed,
@@ -22,13 +23,22 @@ from asynctask.errors import (
     TaskNotFound,
     TaskStateError,
 )
+from asynctask.items import ItemsRun, each
 from asynctask.job import JobDefinition, JobOptions, job
 from asynctask.middleware import Chain, client_chain, server_chain
 from asynctask.periodic import Schedule, Schedules, default_schedules, periodic
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import QueueSpec, Settings
 from asynctask.tracking.status import EventStatus, TaskStatus
-from asynctask.tracking.views import EventView, MessageView, Page, TaskView
+from asynctask.tracking.views import (
+    EventView,
+    FailedItemView,
+    ItemCounts,
+    MessageView,
+    Page,
+    TaskView,
+    TaskWarning,
+)
 
 #: Names imported on first use, with their module: they need SQLAlchemy (the tracking
 #: database), which a client or a Redis worker with tracking off never loads otherwise.
@@ -43,8 +53,10 @@ _LAZY = {
             "cancel_task",
             "create_task",
             "default_tracking",
+            "each",
             "get_task",
             "list_events",
+            "list_failed_items",
             "list_tasks",
             "pause_task",
             "resume_job",
@@ -65,6 +77,7 @@ if TYPE_CHECKING:
         default_tracking,
         get_task,
         list_events,
+        list_failed_items,
         list_tasks,
         pause_task,
         resume_job,
@@ -94,8 +107,12 @@ __all__ = [
     "Client",
     "EventStatus",
     "EventView",
+    "FailedItemView",
     "InvalidName",
+    "InvalidSetting",
     "InvalidString",
+    "ItemCounts",
+    "ItemsRun",
     "JobArgumentsError",
     "JobContext",
     "JobDefinition",
@@ -119,6 +136,7 @@ __all__ = [
     "TaskStateError",
     "TaskStatus",
     "TaskView",
+    "TaskWarning",
     "Tracking",
     "__version__",
     "cancel_task",
@@ -130,9 +148,11 @@ __all__ = [
     "default_registry",
     "default_schedules",
     "default_tracking",
+    "each",
     "get_task",
     "job",
     "list_events",
+    "list_failed_items",
     "list_tasks",
     "pause_task",
     "periodic",

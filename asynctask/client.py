@@ -26,7 +26,8 @@ _SIDEKIQ_DEFAULTS: payload.JobDict = {"retry": True, "queue": "default"}
 
 
 class Client:
-    """Pushes jobs. Thread-safe; one per process is enough.
+    """Pushes jobs. Threads may share one (its connection pools are sized by
+    ``settings.concurrency``); a process makes its own after a fork (docs/guide/jobs.md).
 
     ``push`` takes a Sidekiq item: ``{"class": "HardJob", "args": [1, 2], "queue": ..., "at": ...}``.
     A class registered in this process contributes its options as defaults, as in Sidekiq;

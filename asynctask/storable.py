@@ -57,23 +57,21 @@ def storable(text: str, limit: int) -> str:
     return bounded(escaped(text), limit)
 
 
-def storable_value(value: Any, limit: int) -> Any:
-    """A JSON value (params) with every string in it, keys too, made ``storable``; the same
-    object when nothing needed it."""
+def storable_value(value: Any, limit: int | None) -> Any:
+    """A JSON value (params) with every string in it, keys too, made ``storable`` (only escaped
+    when ``limit`` is None); the same object when nothing needed it."""
     if isinstance(value, str):
-        return storable(value, limit)
-    if not isinstance(value, list | dict) or (
-        _SUSPECT_REPR.search(repr(value)) is None and _longest_fits(value, limit)
-    ):
+        return escaped(value) if limit is None else storable(value, limit)
+    if not isinstance(value, list | dict):
+        return value
+    shown = repr(value)
+    # No string can be over the limit when the whole is not (cheap: by total length).
+    fits = limit is None or len(shown) * 4 <= limit
+    if fits and _SUSPECT_REPR.search(shown) is None:
         return value
     if isinstance(value, list):
         return [storable_value(item, limit) for item in value]
-    return {storable(str(key), limit): storable_value(item, limit) for key, item in value.items()}
-
-
-def _longest_fits(value: Any, limit: int) -> bool:
-    """Whether no string in ``value`` can be over ``limit`` bytes (cheap: by total length)."""
-    return len(repr(value)) * 4 <= limit
+    return {storable_value(str(key), limit): storable_value(item, limit) for key, item in value.items()}
 
 
 def first_unstorable(value: Any, path: str) -> tuple[str, str] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 import redis
 from sqlalchemy.exc import OperationalError
 
-from asynctask import Client, Registry, Schedules, Settings
+from asynctask import Client, Registry, Schedules, Settings, log
 from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
@@ -27,6 +28,20 @@ REDIS_URL = os.environ.get("ASYNCTASK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0
 POSTGRES_URL = os.environ.get("ASYNCTASK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 #: The first Redis database handed out by ``claimed_db``; lower ones are left alone.
 FIRST_TEST_DB = 4
+
+
+@pytest.fixture(autouse=True)
+def restored_logging() -> Iterator[None]:
+    """Put AsyncTask's loggers back as they were after each test: a command run in the test
+    (``log.setup``) points them at the stderr of that moment and stops them propagating, and a
+    later test's warnings would then go to a closed stream, not to pytest's capture."""
+    loggers = [logging.getLogger(name) for name in ("asynctask", log.LIFECYCLE)]
+    saved = [(logger.handlers[:], logger.level, logger.propagate) for logger in loggers]
+    yield
+    for logger, (handlers, level, propagate) in zip(loggers, saved, strict=True):
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +109,10 @@ class ProcessSet(Reader):
             context=self.context,
         )
 
+    def listened_queues(self) -> frozenset[str]:
+        """The queues some live process takes jobs from (one read of the processes)."""
+        return listened(self.processes())
+
     def get(self, identity: str) -> Process | None:
         """The live process with this identity, or None."""
         record = self.backend.process(identity)
@@ -130,6 +134,12 @@ class ProcessSet(Reader):
     def total_rss(self) -> int:
         """Resident memory of all processes, in KB."""
         return sum(p.rss for p in self.processes())
+
+
+def listened(processes: Iterable[Process]) -> frozenset[str]:
+    """The queues these processes take jobs from. A quiet process takes no more, so its queues
+    count only if another process listens to them too."""
+    return frozenset(queue for process in processes if not process.is_quiet for queue in process.queues)
 
 
 def _int(value: Any) -> int:

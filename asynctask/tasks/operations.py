@@ -100,6 +100,8 @@ def create_task(
 ) -> str:
     """Split ``items`` into jobs of ``chunk_size`` items (each job gets its chunk, a list, as
     its one argument), record the task and its events, push the jobs; return the task id.
+    A job that runs its chunk with ``asynctask.each`` gets one outcome per item: a failed item
+    does not end its chunk, and the task counts items.
 
     ``items`` may be any iterable, read once, in batches: a generator over a file is never
     held in memory whole.
@@ -166,6 +168,9 @@ def create_task(
         "count_cancelled": 0,
         "count_stopped": 0,
         "count_lost": 0,
+        "items": 0,
+        "items_done": 0,
+        "items_failed": 0,
         "created_at": at,
         "feed": feed.as_dict() if feed is not None else None,
     }
@@ -176,7 +181,7 @@ def create_task(
     try:
         with writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
-            total = 0
+            total = items_total = 0
             writer_of = _event_writer(connection, task_id, definition.name, at, flow.active)
             with writer_of as write_events:
                 while True:
@@ -190,12 +195,15 @@ def create_task(
                         staging_error = exc
                         raise
                     total += len(jobs)
+                    items_total += sum(len(chunk.items) for chunk in chunks)
                     chunks = next(batches, None)
                     if chunks is None:
                         break
                     jobs = _jobs(client, head, definition.name, created, chunks, flow)
             connection.execute(
-                update(Task).where(Task.id == task_id).values(total=total, count_enqueue=total)
+                update(Task)
+                .where(Task.id == task_id)
+                .values(total=total, count_enqueue=total, items=items_total)
             )
     except BaseException:
         staging.discard()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 from sqlalchemy import Engine
@@ -17,12 +18,12 @@ from asynctask.db.engine import create_database_engine
 from asynctask.feeds import FeedChange, FeedState
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
-from asynctask.tasks import jobs
+from asynctask.tasks import jobs, listeners
 from asynctask.tasks import operations as tasks
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.placeview import with_ahead
 from asynctask.tracking import queries
-from asynctask.tracking.views import EventView, Page, TaskView
+from asynctask.tracking.views import EventView, FailedItemView, Page, TaskView
 
 
 class Tracking:
@@ -65,7 +66,12 @@ class Tracking:
             interval=interval,
             priority=priority,
         )
-        return self.get_task(task_id)
+        view = self.get_task(task_id)
+        warning = listeners.no_worker(self.client, view.queue)
+        if warning is None:
+            return view
+        listeners.logger.warning("task %s: %s", task_id, warning.message)
+        return replace(view, warnings=(warning,))
 
     def get_task(self, task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:
         with self.engine.connect() as connection:
@@ -86,6 +92,13 @@ class Tracking:
             return queries.list_events(
                 connection, task_id, status=status, after=after, limit=limit, tenant=tenant, messages=messages
             )
+
+    def list_failed_items(
+        self, task_id: str, *, after: str | int | None = None, limit: int = 100, tenant: str | None = None
+    ) -> Page[FailedItemView]:
+        """The items that failed in the task's jobs (``asynctask.each``), oldest first."""
+        with self.engine.connect() as connection:
+            return queries.list_failed_items(connection, task_id, after=after, limit=limit, tenant=tenant)
 
     def list_tasks(
         self, tenant: str | None, *, before: str | None = None, limit: int = 50, every_tenant: bool = False
@@ -160,7 +173,10 @@ def create_task(
     interval: float = 0,
     priority: int | None = None,
 ) -> TaskView:
-    """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``."""
+    """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``.
+
+    When no live worker process listens to the task's queue, the view's ``warnings`` say so
+    and a warning is logged (logger ``asynctask``): its jobs wait until a worker starts."""
     return default_tracking().create_task(
         job,
         items,
@@ -190,6 +206,12 @@ def list_events(
     tenant: str | None = None,
 ) -> Page[EventView]:
     return default_tracking().list_events(task_id, status=status, after=after, limit=limit, tenant=tenant)
+
+
+def list_failed_items(
+    task_id: str, *, after: str | int | None = None, limit: int = 100, tenant: str | None = None
+) -> Page[FailedItemView]:
+    return default_tracking().list_failed_items(task_id, after=after, limit=limit, tenant=tenant)
 
 
 def list_tasks(tenant: str | None, *, before: str | None = None, limit: int = 50) -> Page[TaskView]:

@@ -23,10 +23,10 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
 from asynctask.db.engine import as_utc
-from asynctask.tracking import apply_postgres, apply_sqlite
+from asynctask.tracking import apply_items, apply_postgres, apply_sqlite
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState
-from asynctask.tracking.transitions import LOG, PROGRESS, Transition
+from asynctask.tracking.transitions import ITEMS, LOG, PROGRESS, Transition
 
 COUNT_COLUMN = {status: f"count_{status.value}" for status in EventStatus}
 #: The count columns of jobs that will run again: enqueue, working, and stopped (a resume runs
@@ -124,11 +124,15 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> in
     messages: list[dict[str, Any]] = []
     deltas: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     started: dict[str, datetime] = {}
+    items: list[tuple[int, str | None, Transition]] = []
     for jid, transitions in by_job.items():
         state = states[jid]
         before = state.status
         for transition in transitions:
-            messages.extend(_step(state, transition))
+            if transition.kind == ITEMS:
+                items.append((state.id, state.task_id, transition))
+            else:
+                messages.extend(_step(state, transition))
         if state.task_id is not None:
             if state.status != before:
                 deltas[state.task_id][before] -= 1
@@ -142,6 +146,9 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> in
     dialect = _dialect(connection)
     dialect.update_events(connection, changes, dialect.insert_messages(connection, messages))
     _update_tasks(connection, deltas, started, touched={s.task_id for s in states.values() if s.task_id})
+    if items:
+        # After the tasks' update: their rows are locked already, in the same order.
+        apply_items.apply(connection, items)
     return len(changes)
 
 

@@ -13,7 +13,8 @@ from sqlalchemy import Connection, and_, case, func, select
 from asynctask.tracking.models import Task
 from asynctask.tracking.status import TaskState, TaskStatus
 
-_UNDONE = Task.count_failed + Task.count_error + Task.count_lost
+#: Jobs that did not end well, and items that failed in jobs that did.
+_UNDONE = Task.count_failed + Task.count_error + Task.count_lost + Task.items_failed
 _DONE = Task.count_finish + Task.count_failed + Task.count_error + Task.count_cancelled + Task.count_lost
 
 _STATUS = case(
@@ -24,7 +25,7 @@ _STATUS = case(
         _DONE >= Task.total,
         case(
             (
-                Task.count_failed + Task.count_error + Task.count_lost > 0,
+                _UNDONE > 0,
                 TaskStatus.FINISHED_WITH_ERRORS.value,
             ),
             else_=TaskStatus.FINISHED.value,

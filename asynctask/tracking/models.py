@@ -6,6 +6,7 @@
 - ``EventMessage``: the append-only message log of an event (what ``current_job().log`` adds).
   ``seq`` is the position of the transition that wrote it in the tracking stream, so a log
   reads in the order things happened, and a replayed transition is recognised and skipped.
+- ``FailedItem``: an item of a job's chunk that failed (``asynctask.each``), with its message.
 - ``SetAside``: transitions the database refused for their data, kept aside with their bytes.
 - ``ApiToken``: a bearer token of the HTTP API, bound to one tenant. Only its SHA-256 is stored,
   so the table cannot hand out working tokens (``asynctask.tokens``).
@@ -33,7 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from asynctask.db.base import Base, BigId
+from asynctask.db.base import Base, BigId, JsonValue
 
 
 class Task(Base):
@@ -57,6 +58,11 @@ class Task(Base):
     count_cancelled: Mapped[int] = mapped_column(Integer, default=0)
     count_stopped: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     count_lost: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: Items in all the task's chunks.
+    items: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    #: Items its jobs ran one by one (``asynctask.each``) that ended well, and that failed.
+    items_done: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    items_failed: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     #: When the first job started.
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -103,6 +109,10 @@ class Event(Base):
     #: late ``working`` never overwrites ``finish``.
     seq: Mapped[int] = mapped_column(BigInteger, default=0)
     progress_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: Items of its chunk the job ran one by one (``asynctask.each``) that ended well, and that
+    #: failed, over every run; None for a job that never did.
+    items_done: Mapped[int | None] = mapped_column(BigInteger)
+    items_failed: Mapped[int | None] = mapped_column(BigInteger)
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -127,6 +137,30 @@ class EventMessage(Base):
     text: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (UniqueConstraint("event_id", "seq"),)
+
+
+class FailedItem(Base):
+    """An item that failed in a job's chunk: the job went on with the next one."""
+
+    __tablename__ = "asynctask_failed_item"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("asynctask_task.id", ondelete="CASCADE"))
+    event_id: Mapped[int] = mapped_column(ForeignKey("asynctask_event.id", ondelete="CASCADE"))
+    #: The item's place in its job's chunk, from 0.
+    position: Mapped[int] = mapped_column(Integer)
+    #: The item as given (a JSON value), or a cut JSON text of it when it is large.
+    item: Mapped[Any] = mapped_column(JsonValue, nullable=True)
+    message: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        # A failure recorded again (a replayed batch, a rerun of the item) is one row.
+        UniqueConstraint("event_id", "position"),
+        # A task's failed items in the order of its items: its events' (chunks') order, then
+        # each item's place in its chunk.
+        Index(None, "task_id", "event_id", "position"),
+    )
 
 
 class SetAside(Base):

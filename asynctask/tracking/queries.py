@@ -30,13 +30,21 @@ from sqlalchemy import (
 from sqlalchemy.ext.compiler import compiles
 
 from asynctask.db.engine import as_utc
-from asynctask.errors import TaskNotFound
+from asynctask.errors import JobNotFound, TaskNotFound
 from asynctask.tracking import shown
 from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.eta import eta_seconds, read_mark
-from asynctask.tracking.models import Event, EventMessage, Task
+from asynctask.tracking.models import Event, EventMessage, FailedItem, Task
 from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState, TaskStatus
-from asynctask.tracking.views import EventView, FeedView, MessageView, Page, TaskView
+from asynctask.tracking.views import (
+    EventView,
+    FailedItemView,
+    FeedView,
+    ItemCounts,
+    MessageView,
+    Page,
+    TaskView,
+)
 
 # Core tables, not ORM entities: the read model returns plain rows turned into views.
 _EVENTS = Event.__table__
@@ -175,6 +183,96 @@ def list_events(
     return Page(tuple(shown.fit(events, shown.PAGE_BUDGET)), str(rows[-1].id) if more and rows else None)
 
 
+def list_failed_items(
+    connection: Connection,
+    task_id: str,
+    *,
+    after: str | int | None = None,
+    limit: int = 100,
+    tenant: str | None = None,
+) -> Page[FailedItemView]:
+    """The items that failed in the task's jobs (``asynctask.each``), in the task's order of
+    items (its jobs' order, then the place in each chunk); each message read as far as a
+    page's budget allows. ``after``: the previous page's ``next_cursor``."""
+    _task_row(connection, task_id, tenant)
+    limit = _page_size(limit)
+    query = (
+        select(
+            FailedItem.id,
+            FailedItem.event_id,
+            Event.job_id,
+            FailedItem.position,
+            FailedItem.item,
+            _head(FailedItem.message).label("message"),
+            octets(FailedItem.message).label("size"),
+            FailedItem.at,
+        )
+        .join(Event, Event.id == FailedItem.event_id)
+        .where(FailedItem.task_id == task_id)
+    )
+    if after is not None:
+        event_id, position = _item_cursor(after)
+        query = query.where(
+            or_(
+                FailedItem.event_id > event_id,
+                and_(FailedItem.event_id == event_id, FailedItem.position > position),
+            )
+        )
+    chars = shown.chars_read(shown.PAGE_BUDGET, limit)
+    ordered = query.order_by(FailedItem.event_id, FailedItem.position).limit(limit + 1)
+    rows = connection.execute(ordered, {"chars": chars}).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    views = tuple(
+        FailedItemView(
+            id=r.id,
+            job_id=r.job_id,
+            position=r.position,
+            item=r.item,
+            message=shown.read(r.message, r.size),
+            at=as_utc(r.at) or r.at,
+        )
+        for r in rows
+    )
+    return Page(views, f"{rows[-1].event_id}-{rows[-1].position}" if more and rows else None)
+
+
+#: Largest place of an item in its chunk (a 32-bit column).
+MAX_POSITION = 2**31 - 1
+
+
+def _item_cursor(after: str | int) -> tuple[int, int]:
+    """A failed items cursor: the last item's event id and place, as ``"<event>-<place>"``."""
+    event, dash, position = str(after).partition("-")
+    if not dash:
+        raise ValueError(f"invalid items cursor {after!r}")
+    place = _event_cursor(position)
+    if place > MAX_POSITION:
+        raise ValueError(f"invalid items cursor {after!r}")
+    return _event_cursor(event), place
+
+
+def failed_since(connection: Connection, since: datetime) -> int:
+    """Jobs that ended ``failed`` (raised ``JobFailed``) in the tasks created since ``since``:
+    their counts summed, a range of the tasks' creation index and no event read."""
+    query = select(func.coalesce(func.sum(Task.count_failed), 0)).where(Task.created_at >= since)
+    return int(connection.execute(query).scalar_one())
+
+
+def event_params(connection: Connection, task_id: str, job_id: str) -> list[Any] | None:
+    """The arguments of the task's job ``job_id``, whole, where a page of events may show them
+    cut. Raises JobNotFound when the task has no such job."""
+    if "\x00" in task_id or "\x00" in job_id:
+        # No id holds NUL, and PostgreSQL refuses it in a parameter.
+        raise JobNotFound(job_id)
+    query = select(Event.params).where(Event.job_id == job_id, Event.task_id == task_id)
+    row = connection.execute(query).first()
+    if row is None:
+        raise JobNotFound(job_id)
+    params: list[Any] | None = row.params
+    return params
+
+
 def list_tasks(
     connection: Connection,
     tenant: str | None,
@@ -229,7 +327,8 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
     counts = {status.value: int(r[f"count_{status.value}"]) for status in EventStatus}
     done = sum(counts[s.value] for s in TERMINAL)
     total = int(r["total"])
-    status = _status(r["state"], counts, done, total, r["started_at"])
+    items = ItemCounts(int(r["items"]), int(r["items_done"]), int(r["items_failed"]))
+    status = _status(r["state"], counts, done, total, r["started_at"], items.failed)
     started = as_utc(r["started_at"])
     feed = _feed_view(r["feed"], status)
     eta = None
@@ -259,7 +358,7 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
         total=total,
         counts=counts,
         done=done,
-        progress=round(done / total, 6) if total else 1.0,
+        progress=_progress(done, total, items),
         created_at=as_utc(r["created_at"]) or datetime.now(UTC),
         started_at=started,
         finished_at=as_utc(r["finished_at"]),
@@ -267,7 +366,18 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
         eta_seconds=eta,
         feed=feed,
         errors=tuple(errors),
+        items=items,
     )
+
+
+def _progress(done: int, total: int, items: ItemCounts) -> float:
+    """Items run out of the task's items once its jobs run items one by one, else jobs done."""
+    if not total or done >= total:
+        return 1.0
+    ran = items.done + items.failed
+    if ran and items.total:
+        return round(min(ran / items.total, 1.0), 6)
+    return round(done / total, 6)
 
 
 #: Jobs that ran to their end: the rate of these is the task's pace (cancelled ones never ran,
@@ -292,7 +402,7 @@ def _feed_view(stored: Any, status: TaskStatus) -> FeedView | None:
 
 
 def _status(
-    state: str, counts: dict[str, int], done: int, total: int, started: datetime | None
+    state: str, counts: dict[str, int], done: int, total: int, started: datetime | None, items_failed: int
 ) -> TaskStatus:
     if state == TaskState.CREATING:
         return TaskStatus.CREATING
@@ -301,7 +411,7 @@ def _status(
     if state == TaskState.CANCELLED:
         return TaskStatus.CANCELLED
     if done >= total:
-        bad = sum(counts[status.value] for status in UNDONE)
+        bad = sum(counts[status.value] for status in UNDONE) + items_failed
         return TaskStatus.FINISHED_WITH_ERRORS if bad else TaskStatus.FINISHED
     # A stopped job (even one stopped before it started) makes the task running: it was acted
     # on, and it runs again only when resumed, not in its turn in the queue.
@@ -375,6 +485,8 @@ def _event_view(row: Row[Any], messages: tuple[MessageView, ...], earlier: int =
         updated_at=as_utc(r["updated_at"]),
         messages=messages,
         earlier_messages=earlier,
+        items_done=r["items_done"],
+        items_failed=r["items_failed"],
     )
 
 

@@ -9,6 +9,7 @@ Layouts (trailing nulls dropped):
   status     [jid, status, at, text, error_class, task, name, params]
   log        [jid, "log", at, text]
   progress   [jid, "progress", at, null, done, total]
+  items      [jid, "items", at, message, done, failed, position, item]  (the last three: a failed item)
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from asynctask.tracking.status import EventStatus
 
 LOG = "log"
 PROGRESS = "progress"
+#: Counts of the items a job ran one by one (``asynctask.each``), with the item that failed, if one did.
+ITEMS = "items"
 _STATUSES = frozenset(s.value for s in EventStatus)
 #: Bytes of a job or error class name kept: with the marker it fits the 255-character columns.
 NAME_LIMIT = 200
@@ -47,6 +50,10 @@ class Transition:
     task: str | None = None
     done: int | None = None
     total: int | None = None
+    failed: int | None = None
+    #: A failed item's place in its chunk, and the item (``ITEMS``).
+    position: int | None = None
+    item: Any = None
     #: Position in the tracking stream, given by Redis when the transition is recorded.
     seq: int = 0
 
@@ -72,6 +79,7 @@ class Transition:
             error_class=_name(self.error_class),
             name=_name(self.name),
             params=None if self.params is None else storable.storable_value(self.params, limit),
+            item=storable.storable_value(self.item, limit) if self.position is not None else None,
         )
 
     def dumps(self) -> str:
@@ -80,6 +88,10 @@ class Transition:
             fields: list[Any] = [self.jid, PROGRESS, self.at, None, self.done, self.total]
         elif self.kind == LOG:
             fields = [self.jid, LOG, self.at, self.text]
+        elif self.kind == ITEMS:
+            fields = [self.jid, ITEMS, self.at, self.text, self.done, self.failed]
+            if self.position is not None:
+                fields += (self.position, self.item)
         else:
             fields = [self.jid, self.kind, self.at, self.text, self.error_class]
             fields += (self.task, self.name, self.params)
@@ -150,6 +162,19 @@ def _decode(item: Any, seq: int) -> Transition:
         return Transition(jid, kind, at, done=_int(padded[4]), total=_int(padded[5]), seq=seq)
     if kind == LOG:
         return Transition(jid, kind, at, _text(padded[3]), seq=seq)
+    if kind == ITEMS:
+        position = _int(padded[6])
+        return Transition(
+            jid,
+            kind,
+            at,
+            _text(padded[3]),
+            done=_int(padded[4]),
+            failed=_int(padded[5]),
+            position=position,
+            item=None if position is None else storable.storable_value(padded[7], None),
+            seq=seq,
+        )
     if kind not in _STATUSES:
         raise ValueError(f"unknown transition kind {kind!r}")
     params = padded[7] if isinstance(padded[7], list) else None
@@ -158,20 +183,22 @@ def _decode(item: Any, seq: int) -> Transition:
         kind,
         at,
         _text(padded[3]),
-        error_class=_name(_text(padded[4])),
+        error_class=_name(_string(padded[4])),
         task=_text(padded[5]),
-        name=_name(_text(padded[6])),
-        params=None if params is None else storable.storable_value(params, _UNBOUNDED),
+        name=_name(_string(padded[6])),
+        # Escaped, not cut: the writer bounded the texts with its own limit.
+        params=None if params is None else storable.storable_value(params, None),
         seq=seq,
     )
 
 
-#: Decoding escapes what no store can hold, but cuts nothing: the writer bounded the texts
-#: with its own limit, which may be larger than this process's.
-_UNBOUNDED = 1 << 62
+def _string(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _text(value: Any) -> str | None:
+    """A decoded text, escaped where another writer left what no store holds (it is not cut:
+    the writer bounded it with its own limit, which may be larger than this process's)."""
     return None if value is None else storable.escaped(str(value))
 
 

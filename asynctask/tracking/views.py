@@ -35,6 +35,34 @@ class EventView:
     messages: tuple[MessageView, ...] = ()
     #: Messages older than the first of ``messages`` that a read left out (``tracking.shown``).
     earlier_messages: int = 0
+    #: Items of its chunk run one by one (``asynctask.each``) that ended well and that failed,
+    #: over every run; None for a job that did not run its items so.
+    items_done: int | None = None
+    items_failed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemCounts:
+    """A task's items: how many its chunks hold, and of those its jobs ran one by one
+    (``asynctask.each``), how many ended well and how many failed."""
+
+    total: int
+    done: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailedItemView:
+    """An item that failed in its job's chunk, and why."""
+
+    id: int
+    job_id: str
+    #: Its place in the job's chunk, from 0.
+    position: int
+    #: The item, or its JSON text cut to a few KB when it is large.
+    item: Any
+    message: str
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +76,15 @@ class FeedView:
     #: Jobs not released yet, as the broker counts them; 0 once the task has ended; None when
     #: the broker was not asked (``list_tasks``, the SQL-only ``queries``) or could not answer.
     held: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskWarning:
+    """Something ``create_task`` found worth telling about the task it created, though not an
+    error: ``code`` is stable (``no_worker``), ``message`` is for people."""
+
+    code: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +106,8 @@ class TaskView:
     #: Jobs that will not run again: finish + failed + error + cancelled (stopped ones will,
     #: once resumed).
     done: int
-    #: ``done / total``, from 0.0 to 1.0.
+    #: From 0.0 to 1.0: the items run (done or failed) out of ``items.total`` once any job ran
+    #: its items one by one (``asynctask.each``), else the jobs ``done`` out of ``total``.
     progress: float
     created_at: datetime
     started_at: datetime | None
@@ -87,6 +125,11 @@ class TaskView:
     #: estimates them (``Broker.jobs_ahead``); None when no job of it waits in the queue, or
     #: where only the database was read (task lists, streams).
     ahead: int | None = None
+    #: The task's items, counted one by one where its jobs ran them so.
+    items: ItemCounts = ItemCounts(0, 0, 0)
+    #: What ``create_task`` warned about as it created the task (``TaskWarning``); empty in
+    #: every other read.
+    warnings: tuple[TaskWarning, ...] = ()
 
 
 T = TypeVar("T")

@@ -29,7 +29,7 @@ def describe(server: RedisServer, systems: list[System], load_at_start: str) -> 
         "load average (1/5/15 min) at start, at end": f"{load_at_start}, {load_average()}",
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "asynctask": f"{package_version('asynctask')} (commit {_git_commit()})",
+        "asynctask": f"{package_version('asynctask-jobs')} (commit {_git_commit()})",
         # Others edit the library while benches run: "-dirty" alone cannot tell two runs apart.
         "asynctask source sha256 (asynctask/**/*.py, *.lua)": _source_digest(),
         "redis-py": package_version("redis"),

@@ -65,9 +65,10 @@ class Store(ABC):
         info: dict[str, Any] | None = None,
         work: dict[str, str] | None = None,
         alive: bool = True,
+        quiet: bool = False,
     ) -> None:
         """A heartbeat as a worker writes it; ``alive=False``: a process that died (its
-        heartbeat expired) and left its record behind."""
+        heartbeat expired) and left its record behind; ``quiet``: one told to take no more jobs."""
 
     @abstractmethod
     def set_stat(self, name: str, value: int) -> None:
@@ -120,9 +121,10 @@ class RedisStore(Store):
         info: dict[str, Any] | None = None,
         work: dict[str, str] | None = None,
         alive: bool = True,
+        quiet: bool = False,
     ) -> None:
         if alive:
-            write_process(self.conn, self.keys, identity, busy=busy, info=info)
+            write_process(self.conn, self.keys, identity, busy=busy, quiet=quiet, info=info)
         else:
             self.conn.sadd(self.keys.processes, identity)
         if work:
@@ -210,6 +212,7 @@ class SqlStore(Store):
         info: dict[str, Any] | None = None,
         work: dict[str, str] | None = None,
         alive: bool = True,
+        quiet: bool = False,
     ) -> None:
         now = payload.now()
         row = {
@@ -217,7 +220,7 @@ class SqlStore(Store):
             "info": json.dumps(process_info(identity, info), separators=(",", ":")),
             "busy": busy,
             "beat": now,
-            "quiet": False,
+            "quiet": quiet,
             "rss": 29676,
             "rtt_us": 551,
             "expires_at": now + 60 if alive else now - 1,

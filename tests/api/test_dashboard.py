@@ -3,8 +3,11 @@ protected, that every page renders what the broker holds, and that each action c
 
 from __future__ import annotations
 
+import html
+import json
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,16 +17,21 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
-from asynctask import Client, Registry, Settings, payload
-from asynctask.api import DeadSet, Queue, RetrySet, ScheduledSet, StoppedSet
+import asynctask
+from asynctask import Client, JobFailed, Registry, Settings, payload
+from asynctask.api import DeadSet, Queue, RetrySet, ScheduledSet, Stats, StoppedSet
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
-from asynctask.middleware import Chain
+from asynctask.middleware import Chain, TrackingServerMiddleware
+from asynctask.settings import QueueSpec
 from asynctask.tokens import create_token, revoke_token
 from asynctask.tracking.isolate import set_aside
+from asynctask.worker import Worker
 from tests.api.stores import Store
+from tests.conftest import wait_until
 from webapi import create_app
 from webapi.config import ApiConfig
+from webapi.resources import EXTENSION
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -90,6 +98,22 @@ def board(store: Store, registry: Registry, tmp_path: Path) -> Iterator[Dashboar
     finally:
         client.close()
         engine.dispose()
+
+
+@pytest.fixture
+def start_board_worker(board: Dashboard, start_worker: Callable[..., Worker]) -> Callable[..., Worker]:
+    """A tracked worker on the dashboard's broker and tracking database, taking ``queues``."""
+    settings = board.app.extensions[EXTENSION].client.settings
+
+    def start(*queues: str) -> Worker:
+        return start_worker(
+            broker_url=settings.broker_url,
+            database_url=settings.database_url,
+            queues=tuple(QueueSpec(queue) for queue in queues),
+            server_middleware=Chain([TrackingServerMiddleware()]),
+        )
+
+    return start
 
 
 def hostile_job(jid: str, queue: str = "default") -> payload.JobDict:
@@ -391,3 +415,166 @@ def test_transitions_set_aside_are_listed_with_their_bytes_counted_on_the_overvi
     assert re.search(r'id="set-aside">1<', board.page("/dashboard/"))
     metrics = board.http.get("/metrics", headers={"Authorization": f"Bearer {board.operator}"})
     assert "asynctask_tracking_set_aside 1.0" in metrics.get_data(as_text=True)
+
+
+def test_a_queue_and_a_task_that_no_live_worker_listens_to_are_flagged(
+    board: Dashboard, registry: Registry
+) -> None:
+    @asynctask.job(queue="imports", registry=registry)
+    def load(rows: list[int]) -> None: ...
+
+    task = board.app.extensions[EXTENSION].tracking.create_task(load, range(4), chunk_size=2)
+    board.store.push(hostile_job("a" * 24), "default")
+    board.store.process("vm:1:aaaaaaaaaaaa", info={"queues": ["default"]})
+    board.login()
+    flag = "no worker listens to this queue"
+    for url in ("/dashboard/", "/dashboard/queues"):
+        page = board.page(url)
+        assert flag in _row(page, 'data-queue="imports"'), url
+        assert flag not in _row(page, 'data-queue="default"'), url
+    assert flag in board.page("/dashboard/queues/imports")
+    assert flag not in board.page("/dashboard/queues/default")
+    assert flag in _row(board.page("/dashboard/tasks"), f'data-task="{task.id}"')
+    assert flag in board.page(f"/dashboard/tasks/{task.id}")
+
+    board.store.process("vm:2:bbbbbbbbbbbb", info={"queues": ["imports"]})
+    for url in ("/dashboard/", "/dashboard/queues", "/dashboard/queues/imports", "/dashboard/tasks"):
+        assert flag not in board.page(url), url
+    assert flag not in board.page(f"/dashboard/tasks/{task.id}")
+
+
+def _row(page: str, marker: str) -> str:
+    """The table row of ``page`` that carries ``marker``."""
+    found = re.search(rf"<tr {re.escape(marker)}.*?</tr>", page, re.S)
+    assert found is not None, marker
+    return found.group(0)
+
+
+def test_big_arguments_are_shown_cut_with_their_whole_value_a_link_away(
+    board: Dashboard, registry: Registry
+) -> None:
+    @asynctask.job(queue="imports", registry=registry)
+    def load(rows: list[dict[str, str]]) -> None: ...
+
+    rows = [{"sku": f"S{i}", "name": HOSTILE + "x" * 200} for i in range(50 * 25)]
+    task = board.app.extensions[EXTENSION].tracking.create_task(load, rows, chunk_size=50)
+    big = {**hostile_job("b" * 24), "args": [rows[:50]]}
+    board.store.add("retry", big, 1700000100.0)
+    board.store.process(
+        "host:1:abc",
+        busy=1,
+        work={"1": payload.dumps({**_work("w" * 24), "payload": payload.dumps({**big, "jid": "w" * 24})})},
+    )
+    board.login()
+    whole = len(json.dumps(rows))
+    for url in (
+        f"/dashboard/tasks/{task.id}",
+        "/dashboard/queues/imports",
+        "/dashboard/sets/retry",
+        "/dashboard/processes",
+    ):
+        page = board.page(url)
+        # 25 chunks of 50 rows a page, each over 11 KB: a line each instead.
+        assert len(page) < 60_000 < whole / 5, (url, len(page))
+        assert HOSTILE not in page
+        links = re.findall(r'<a class="full" href="([^"]+)"', page)
+        assert links, url
+        full = board.http.get(html.unescape(links[0]))
+        assert (full.status_code, full.mimetype) == (200, "application/json"), url
+        assert full.get_json()[0] in [rows[n : n + 50] for n in range(0, len(rows), 50)], url
+    assert board.http.get(f"/dashboard/tasks/{task.id}/jobs/{'n' * 24}/params").status_code == 404
+    assert board.http.get(f"/dashboard/queues/imports/jobs/{'n' * 24}/args").status_code == 404
+    assert board.http.get("/dashboard/sets/retry/args?entry=1700000100.0|nothing").status_code == 404
+    assert board.http.get(f"/dashboard/processes/jobs/{'n' * 24}/args").status_code == 404
+    # A short value is shown whole, with no link.
+    board.store.push(hostile_job("s" * 24), "short")
+    short = _row(board.page("/dashboard/queues/short"), f'data-jid="{"s" * 24}"')
+    assert "&lt;img src=x onerror=alert(1)&gt;" in short and 'class="full"' not in short
+
+
+def test_the_overview_tells_jobs_that_raised_from_the_failed_jobs_of_tasks(
+    board: Dashboard, registry: Registry, start_board_worker: Callable[..., Worker]
+) -> None:
+    @asynctask.job(queue="imports", registry=registry)
+    def check(rows: list[int]) -> None:
+        if rows[0] < 0:
+            raise JobFailed(f"row {rows[0]} is negative")
+
+    tracking = board.app.extensions[EXTENSION].tracking
+    task = tracking.create_task(check, [1, -1, 2], chunk_size=1)
+    start_board_worker("imports")
+    wait_until(lambda: tracking.get_task(task.id).status == "finished_with_errors", 30)
+    stats = Stats(settings=board.store.settings)
+    # The counters reach the broker with the worker's heartbeat.
+    wait_until(lambda: stats.refresh().processed == 3, 10)
+    assert stats.failed == 0
+
+    board.login()
+    page = board.page("/dashboard/")
+    assert '<span class="label">Failed</span>' not in page
+    assert (
+        '<span class="label">Jobs run</span><span class="value" id="processed" data-total="3">3</span>'
+        in page
+    )
+    assert (
+        '<span class="label">Jobs raised</span><span class="value" id="failed" data-total="0">0</span>'
+        in page
+    )
+    assert (
+        '<span class="label">Failed in tasks</span><span class="value" id="failed-in-tasks">1</span>' in page
+    )
+    raised, failed_in_tasks = (
+        re.search(rf'<[a-z]+ class="counter"[^>]* title="([^"]+)"><span class="label">{label}<', page)
+        for label in ("Jobs raised", "Failed in tasks")
+    )
+    assert raised is not None and "JobFailed" in raised.group(1)
+    assert failed_in_tasks is not None and "JobFailed" in failed_in_tasks.group(1)
+
+
+def test_a_fed_task_shows_its_feed_releasing_then_released_then_done_without_controls_at_the_end(
+    board: Dashboard, registry: Registry, start_board_worker: Callable[..., Worker]
+) -> None:
+    gates = [threading.Event() for _ in range(3)]
+
+    @asynctask.job(queue="imports", registry=registry)
+    def gated(rows: list[int]) -> None:
+        gates[rows[0]].wait(30)
+
+    task = board.app.extensions[EXTENSION].tracking.create_task(gated, range(3), chunk_size=1, parallel=2)
+    url = f"/dashboard/tasks/{task.id}"
+    board.login()
+    try:
+        releasing = board.page(url)
+        assert 'data-state="releasing"' in releasing and "1 held" in releasing
+        assert _feed_controls(releasing) == {"Apply", "Pause feed"}
+
+        start_board_worker("imports")
+        # The first job's end releases the last one: every job is out, two of them running.
+        gates[0].set()
+        released = _page_showing(board, url, 'data-state="released"')
+        assert _feed_controls(released) == set()
+        assert "held" not in released.partition("<h2>Feed</h2>")[2].partition("<h2>")[0]
+
+        for gate in gates:
+            gate.set()
+        done = _page_showing(board, url, 'data-state="done"')
+        assert "finished" in done and "releasing" not in done
+        assert _feed_controls(done) == set()
+    finally:
+        for gate in gates:
+            gate.set()
+
+
+def _page_showing(board: Dashboard, url: str, text: str) -> str:
+    def showing() -> str | None:
+        page = board.page(url)
+        return page if text in page else None
+
+    found: str = wait_until(showing, 20, interval=0.1)
+    return found
+
+
+def _feed_controls(page: str) -> set[str]:
+    """The buttons of the task page's feed section."""
+    feed = page.partition("<h2>Feed</h2>")[2].partition("<h2>")[0]
+    return set(re.findall(r"<button[^>]*>([^<]+)</button>", feed))

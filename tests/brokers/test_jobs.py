@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +17,7 @@ from asynctask import Client, Registry, Settings
 from asynctask.api import Queue, ScheduledSet
 from asynctask.settings import QueueSpec
 from asynctask.worker import Worker
+from tests.brokers.conftest import MakeClient
 from tests.conftest import wait_until
 
 StartWorker = Callable[..., Worker]
@@ -63,6 +67,40 @@ def test_a_job_runs_with_its_context_and_leaves_the_queue(
     # the heartbeat's claim check, so nothing holds the job any more once both are empty.
     wait_until(lambda: not worker.fetch.held() and queue.size == 0)
     assert seen == [(3, jid, "default", None)]
+
+
+@pytest.mark.parametrize(
+    ("pushers", "pushes", "concurrency"),
+    # Threads as the client's pools hold by default; more, with a concurrency to match.
+    [(8, 200, None), (24, 50, 24)],
+)
+def test_threads_sharing_one_client_push_every_job_exactly_once(
+    registry: Registry,
+    make_client: MakeClient,
+    settings: Settings,
+    pushers: int,
+    pushes: int,
+    concurrency: int | None,
+) -> None:
+    @asynctask.job(registry=registry)
+    def record(thread: int, n: int) -> None: ...
+
+    client = make_client() if concurrency is None else make_client(concurrency=concurrency)
+    pushing = record.set(client=client)
+    together = threading.Barrier(pushers)
+
+    def push(thread: int) -> list[str]:
+        together.wait()
+        return [pushing.perform_async(thread, n) for n in range(pushes)]
+
+    with ThreadPoolExecutor(pushers) as pool:
+        pushed = [jid for jids in pool.map(push, range(pushers)) for jid in jids]
+    queued = list(Queue("default", settings=settings))
+    assert Counter(tuple(job.args) for job in queued) == Counter(
+        (thread, n) for thread in range(pushers) for n in range(pushes)
+    )
+    assert Counter(job.jid for job in queued) == Counter(pushed)
+    assert len(set(pushed)) == pushers * pushes
 
 
 def test_args_round_trip_exactly(

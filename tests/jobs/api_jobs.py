@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 
-from asynctask import JobFailed, job
+from asynctask import JobFailed, each, job
 
 #: One CSV row. CSV values are strings, so the price is checked as text here and as a number
 #: by the job: a negative price passes validation but fails the job (a business failure).
@@ -32,3 +32,14 @@ def import_products(rows: list[dict[str, str]]) -> None:
             raise JobFailed(f"unreadable field {field} in SKU {row['sku']}")
         if Decimal(row["price"]) <= 0:
             raise JobFailed(f"price must be positive for SKU {row['sku']}")
+
+
+def _sign_up(row: dict[str, str]) -> None:
+    if Decimal(row["price"]) <= 0:
+        raise JobFailed(f"price must be positive for SKU {row['sku']}")
+
+
+@job(api=True, item_schema=PRODUCT_SCHEMA)
+def sign_up_products(rows: list[dict[str, str]]) -> None:
+    """Sign up a chunk of product rows one by one: a row with a bad price fails alone."""
+    each(rows, _sign_up)

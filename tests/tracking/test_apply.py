@@ -23,7 +23,7 @@ from asynctask.tracking.apply import apply_transitions
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.status import EventStatus
-from asynctask.tracking.transitions import LOG, PROGRESS, Transition, decode_entry, status
+from asynctask.tracking.transitions import ITEMS, LOG, PROGRESS, Transition, decode_entry, status
 
 
 def numbered(transitions: Sequence[Transition], first: int = 1) -> list[Transition]:
@@ -389,3 +389,47 @@ def test_times_are_stored_in_utc_whatever_the_local_time_zones(
     view = tracking.get_task(task_id)
     assert view.started_at == at(t)
     assert view.finished_at is not None and abs(view.finished_at.timestamp() - time.time()) < 60
+
+
+def items(jid: str, done: int, failed: int, position: int | None = None, item: Any = None) -> Transition:
+    message = None if position is None else f"item {position} failed"
+    return Transition(
+        jid, ITEMS, time.time(), message, done=done, failed=failed, position=position, item=item
+    )
+
+
+def test_item_counts_only_move_forward_and_a_failed_item_is_stored_once(
+    tracking: Tracking, registry: Registry, engine: Engine
+) -> None:
+    task_id, (first, second) = make_task(tracking, registry, 2)
+    newer = numbered([items(first, 3, 1, 2, {"sku": "A"}), items(first, 5, 1), items(second, 1, 0)])
+    apply(engine, newer)
+    # The same batch again (a flusher's retry), then an older report after the newer ones.
+    apply(engine, newer)
+    apply(engine, numbered([items(first, 2, 1, 2, {"sku": "A"}), items(second, 0, 0)], first=1))
+    view = tracking.get_task(task_id)
+    assert (view.items.done, view.items.failed) == (6, 1)
+    by_jid = {e.job_id: e for e in tracking.list_events(task_id).items}
+    assert (by_jid[first].items_done, by_jid[first].items_failed) == (5, 1)
+    assert (by_jid[second].items_done, by_jid[second].items_failed) == (1, 0)
+    (failed,) = tracking.list_failed_items(task_id).items
+    assert (failed.job_id, failed.position, failed.item, failed.message) == (
+        first,
+        2,
+        {"sku": "A"},
+        "item 2 failed",
+    )
+    # A status transition in the same batch as item counts is applied as well.
+    apply(engine, numbered([status(second, EventStatus.FINISH), items(second, 4, 2, 5, "x")], first=10))
+    view = tracking.get_task(task_id)
+    assert (view.items.done, view.items.failed, view.counts["finish"]) == (9, 3, 1)
+    assert [f.position for f in tracking.list_failed_items(task_id).items] == [2, 5]
+
+
+def test_item_transitions_travel_through_the_stream_encoding() -> None:
+    sent = items("j1", 7, 2, 4, {"name": "nul \x00 here"})
+    (decoded,) = decode_entry(11, pack([sent.encode()]))
+    assert (decoded.kind, decoded.done, decoded.failed, decoded.position) == (ITEMS, 7, 2, 4)
+    assert decoded.item == {"name": "nul \\u0000 here"} and decoded.text == "item 4 failed"
+    (counts,) = decode_entry(12, pack([items("j1", 8, 2).encode()]))
+    assert (counts.done, counts.failed, counts.position, counts.item) == (8, 2, None, None)

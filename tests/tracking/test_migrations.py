@@ -32,7 +32,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0015"
+HEAD = "0016"
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_cli_reports_an_unreachable_database_in_one_line(database_url: str, tmp_
     ("url", "message"),
     [
         ("not a url", "--database-url is not a database URL"),
-        ("nosuchdb://host/db", "Can't load plugin: sqlalchemy.dialects:nosuchdb"),
+        ("nosuchdb://host/db", "it must start with sqlite:// or postgresql:// (it starts with nosuchdb://)"),
     ],
 )
 def test_cli_rejects_a_bad_database_url(url: str, message: str, tmp_path: Path) -> None:
@@ -255,7 +255,11 @@ def test_the_package_ships_every_subpackage_and_the_migrations() -> None:
     }
     # A directory left out is still copied as data, with a warning from setuptools at every build.
     assert on_disk <= set(setuptools["packages"])
-    for data in ("webapi.static", "webapi.dashboard.static", "webapi.dashboard.templates.dashboard"):
+    for data in (
+        "webapi.static",
+        "webapi.dashboard.static",
+        "webapi.dashboard.templates.asynctask_dashboard",
+    ):
         shipped = setuptools["package-data"][data]
         files = ROOT.joinpath(*data.split(".")).iterdir()
         assert all(any(path.match(glob) for glob in shipped) for path in files), data

@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import redis
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask.keys import Keys
@@ -150,9 +150,7 @@ class Flusher:
                 # Applying it can never succeed; keeping it would stop every later transition.
                 malformed.append((None, fields.get(b"d", b""), f"malformed entry {entry_id.decode()}: {exc}"))
         try:
-            with self.engine.begin() as connection:
-                apply_transitions(connection, batch)
-                set_aside(connection, malformed)
+            self._write(apply_transitions, batch, malformed)
         except Exception as exc:
             if not is_data_error(exc):
                 raise
@@ -162,14 +160,23 @@ class Flusher:
                 len(entries),
                 first_line(exc),
             )
-            with self.engine.begin() as connection:
-                apply_isolating(connection, batch)
-                set_aside(connection, malformed)
+            self._write(apply_isolating, batch, malformed)
         ids = [entry_id for entry_id, _ in entries]
         pipe = self.redis.pipeline(transaction=True)
         pipe.xack(self.keys.tracking_stream, GROUP, *ids)
         pipe.xdel(self.keys.tracking_stream, *ids)
         pipe.execute()
+
+    def _write(
+        self,
+        apply: Callable[[Connection, Sequence[Transition]], object],
+        batch: Sequence[Transition],
+        malformed: Sequence[tuple[str | None, bytes, str]],
+    ) -> None:
+        """One transaction: ``batch`` applied, the ``malformed`` entries set aside."""
+        with self.engine.begin() as connection:
+            apply(connection, batch)
+            set_aside(connection, malformed)
 
     def _keep(self, entries: Sequence[Entry]) -> None:
         """Reset the entries' idle time, so that others do not take over a batch we retry."""
