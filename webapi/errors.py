@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response
+from flask import Response, request
+from flask.sansio.scaffold import Scaffold
 from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, default_exceptions
 
 from webapi.responses import json_response
 
@@ -51,20 +52,22 @@ def error_response(status: int, code: str, message: str, details: Any = None) ->
     return response
 
 
-def register(app: Flask) -> None:
-    @app.errorhandler(ApiError)
+def register(scope: Scaffold) -> None:
+    """Answer every error of ``scope`` (the API's blueprints, or an app of its own) with the body above."""
+
+    @scope.errorhandler(ApiError)
     def api_error(exc: ApiError) -> Response:
         response = error_response(exc.status, exc.code, exc.message, exc.details)
         response.headers.update(exc.headers)
         return response
 
-    @app.errorhandler(HTTPException)
+    @scope.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         code = _HTTP_CODES.get(status, "http_error")
         details = None
         if status == 413:
-            limit = app.config.get("MAX_CONTENT_LENGTH")
+            limit = request.max_content_length
             details = {"limit": "max_body_bytes", "max": limit}
             message = f"the request body is larger than the limit of {limit} bytes"
         else:
@@ -75,7 +78,12 @@ def register(app: Flask) -> None:
             response.headers["Allow"] = allow
         return response
 
-    @app.errorhandler(PoolTimeout)
+    # Flask looks for a handler of the status in every scope before one of the class: without
+    # these, an app's own ``errorhandler(404)`` would answer the API's 404s and 413s.
+    for status in default_exceptions:
+        scope.register_error_handler(status, http_error)
+
+    @scope.errorhandler(PoolTimeout)
     def database_busy(exc: Exception) -> Response:
         # Every connection of the pool is held by other requests (one per thread): only a bug,
         # or a server sized below its load, gets here. A client retries; nothing was written.
@@ -86,13 +94,13 @@ def register(app: Flask) -> None:
         response.headers["Retry-After"] = "1"
         return response
 
-    @app.errorhandler(OperationalError)
-    @app.errorhandler(RedisError)
+    @scope.errorhandler(OperationalError)
+    @scope.errorhandler(RedisError)
     def backend_down(exc: Exception) -> Response:
         logger.warning("a backing service is unreachable: %s: %s", type(exc).__name__, exc)
         return error_response(503, "unavailable", f"a backing service is unreachable: {type(exc).__name__}")
 
-    @app.errorhandler(Exception)
+    @scope.errorhandler(Exception)
     def internal_error(exc: Exception) -> Response:
         logger.exception("unhandled error in a request")
         return error_response(500, "internal_error", "internal server error; the server log has the details")

@@ -7,8 +7,9 @@ ones also refuse nesting deeper than ``max_json_depth`` and numbers that cannot 
 
 from __future__ import annotations
 
+import codecs
 import csv
-import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
@@ -127,68 +128,118 @@ def ndjson_values(stream: IO[bytes], config: ApiConfig, position: Position) -> I
 
 
 def csv_rows(stream: IO[bytes], config: ApiConfig, position: Position) -> Iterator[dict[str, str]]:
+    """The rows of a CSV body as objects keyed by its header's columns. An error names the line
+    its record starts on: a quoted field may span lines, and one never closed runs to the end."""
     position.columns = True
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    #: Characters of the record being read: a quoted field may span lines.
-    used = [0]
-    reader = csv.reader(_bounded_lines(text, config.max_item_bytes, used))
+    lines = _Lines(stream, config.max_item_bytes)
+    reader = csv.reader(lines)
+    start = 1
     try:
         header = next(reader, None)
         if header is None:
             return
+        _check_closed(lines, start)
         if len(set(header)) != len(header) or any(not name.strip() for name in header):
             raise ApiError(
                 400, "invalid_csv", "the header row needs distinct, non-empty column names", {"line": 1}
             )
         width = len(header)
-        used[0] = 0
-        #: The line a record starts on: the one after the previous record's last (a quoted
-        #: field may span lines).
-        ended = reader.line_num
         blanks = BlankRun(config.max_item_bytes)
-        for row in reader:
-            start, ended = ended + 1, reader.line_num
+        while True:
+            start = lines.number + 1
+            lines.used = 0
+            row = next(reader, None)
+            if row is None:
+                return
+            _check_closed(lines, start)
             if not row:
-                blanks.add(used[0], ended)
-                used[0] = 0
+                blanks.add(lines.used, lines.number)
                 continue
-            used[0] = 0
             blanks.end()
             if len(row) != width:
                 raise ApiError(
                     400,
                     "invalid_csv",
-                    f"line {reader.line_num} has {len(row)} fields; the header has {width}",
-                    {"line": reader.line_num},
+                    f"line {start} has {len(row)} fields; the header has {width}",
+                    {"line": start},
                 )
             position.line = start
             yield dict(zip(header, row, strict=True))
-    except UnicodeDecodeError:
+    except _NotUtf8 as exc:
         raise ApiError(
-            400, "invalid_csv", "the file is not UTF-8 text", {"line": reader.line_num + 1}
+            400, "invalid_csv", f"line {exc.line} is not UTF-8 text (a CSV body must be)", {"line": exc.line}
         ) from None
     except csv.Error as exc:
-        raise ApiError(
-            400, "invalid_csv", f"line {reader.line_num}: {exc}", {"line": reader.line_num}
-        ) from None
+        raise ApiError(400, "invalid_csv", f"line {start}: {exc}", {"line": start}) from None
     except _RecordTooLong:
-        raise _on_line(value_too_large(config.max_item_bytes), reader.line_num + 1) from None
-    finally:
-        # The stream is read again after this pass: the wrapper must not close it.
-        if not stream.closed:
-            text.detach()
+        raise _on_line(value_too_large(config.max_item_bytes), start) from None
 
 
 class _RecordTooLong(Exception):
     pass
 
 
-def _bounded_lines(text: IO[str], limit: int, used: list[int]) -> Iterator[str]:
-    while line := text.readline(limit + 1):
-        used[0] += len(line)
-        if used[0] > limit:
-            raise _RecordTooLong
-        yield line
+class _NotUtf8(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+#: Where a bare carriage return ends a line (as in files of classic Mac OS): the csv module reads
+#: it as a line end, and so does a person's editor.
+_BARE_CR = re.compile(r"(?<=\r)(?!\n)")
+
+
+class _Lines:
+    """The lines of a CSV body for ``csv.reader``, each decoded on its own: a byte that is not
+    UTF-8 is found on its line (a text wrapper decodes whole chunks, far ahead of the reader).
+
+    ``number`` counts the lines handed out, ``used`` the bytes read since the caller last reset
+    it (a record's, bounded by ``limit``); ``ended`` is set once the body is read through."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.decoder = codecs.getincrementaldecoder("utf-8-sig")()
+        self.number = 0
+        self.used = 0
+        self.ended = False
+        self.pending: list[str] = []
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        while not self.pending:
+            if self.ended:
+                raise StopIteration
+            raw = self.stream.readline(self.limit + 1)
+            self.used += len(raw)
+            if self.used > self.limit:
+                raise _RecordTooLong
+            try:
+                text = self.decoder.decode(raw, final=not raw)
+            except UnicodeDecodeError as exc:
+                raise _NotUtf8(
+                    self.number + 1 + len(_BARE_CR.findall(raw[: exc.start].decode("latin-1")))
+                ) from None
+            self.ended = not raw
+            pieces = _BARE_CR.split(text) if "\r" in text else [text]
+            self.pending = [piece for piece in pieces if piece]
+        self.number += 1
+        return self.pending.pop(0)
+
+
+def _check_closed(lines: _Lines, start: int) -> None:
+    """Refuse the record just read if it ran to the end of the body: the only way one does is a
+    quoted field that is never closed (the csv module ends it there and says nothing)."""
+    if lines.ended:
+        raise ApiError(
+            400,
+            "invalid_csv",
+            f"line {start}: a quoted field is not closed before the end of the file",
+            {"line": start},
+        )
 
 
 class BlankRun:

@@ -1,4 +1,5 @@
-"""Headers added to every response: the browser protections, and CORS for the allowed origins.
+"""Headers added to every response of the API's routes: the browser protections, and CORS for the
+allowed origins.
 
 The example page keeps its token in localStorage, so no script but the page's own file may run
 on this origin: the policy allows scripts, styles and requests from the origin only (no inline
@@ -7,7 +8,8 @@ script or style, no ``eval``), and no other site may frame any page.
 
 from __future__ import annotations
 
-from flask import Flask, Response, request
+from flask import Response, request
+from flask.sansio.scaffold import Scaffold
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -32,17 +34,17 @@ SECURITY_HEADERS = {
 }
 
 
-def add_security_headers(app: Flask) -> None:
-    @app.after_request
+def add_security_headers(scope: Scaffold) -> None:
+    @scope.after_request
     def secure(response: Response) -> Response:
         response.headers.update(SECURITY_HEADERS)
         return response
 
 
-def allow_cors(app: Flask, origins: tuple[str, ...]) -> None:
+def allow_cors(scope: Scaffold, origins: tuple[str, ...]) -> None:
     any_origin = "*" in origins
 
-    @app.after_request
+    @scope.after_request
     def add_headers(response: Response) -> Response:
         origin = request.headers.get("Origin")
         # "null" is the origin of sandboxed frames, file: pages and some redirects: any page

@@ -29,6 +29,8 @@ BEARER = "bearer"
 #: The events cursor: the id of the last event of the previous page (digits; 18 at most keep it
 #: within a 64-bit integer, what the column holds).
 EVENT_CURSOR = "^[0-9]{1,18}$"
+#: The failed items cursor: the last item's event id and its place in its chunk.
+ITEM_CURSOR = "^[0-9]{1,18}-[0-9]{1,9}$"
 #: The tasks cursor: opaque (``<created_at>|<id>`` of the last task of the page, base64url).
 TASK_CURSOR = "^[A-Za-z0-9_-]+$"
 
@@ -291,6 +293,7 @@ def _schemas() -> dict[str, Schema]:
         {
             "self": _string(format="uri-reference", description="`/api/tasks/{id}`"),
             "events": _string(format="uri-reference", description="`/api/tasks/{id}/events`"),
+            "items": _string(format="uri-reference", description="`/api/tasks/{id}/items?status=failed`"),
             "stream": _string(format="uri-reference", description="`/api/tasks/{id}/stream`"),
         },
         description="Where to read the task.",
@@ -321,6 +324,13 @@ def _schemas() -> dict[str, Schema]:
                 _obj(
                     {"done": _nullable(_integer()), "total": _nullable(_integer())},
                     description="What the job last reported of its own progress.",
+                )
+            ),
+            "items_run": _nullable(
+                _obj(
+                    {"done": _integer(0), "failed": _integer(0)},
+                    description="Items of the job's chunk it ran one by one (`asynctask.each`) that ended "
+                    "well and that failed, over every run; null for a job that did not.",
                 )
             ),
             "enqueued_at": _time("When the job was last enqueued."),
@@ -362,7 +372,23 @@ def _schemas() -> dict[str, Schema]:
         "total": _integer(0, description="Jobs in the task."),
         "counts": _ref("TaskCounts"),
         "done": _integer(0, description="Jobs that will not run again."),
-        "progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "done / total"},
+        "progress": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 1,
+            "description": "Items run (done or failed) / `items.total` once any job ran its items one by "
+            "one (`asynctask.each`), else `done` / `total`.",
+        },
+        "items": _obj(
+            {
+                "total": _integer(0, description="Items in all the task's chunks."),
+                "done": _integer(0, description="Items run one by one that ended well."),
+                "failed": _integer(
+                    0, description="Items run one by one that failed (`/items?status=failed` lists them)."
+                ),
+            },
+            description="The task's items (a task whose jobs run them one by one counts each).",
+        ),
         "eta_seconds": _nullable(
             {
                 "type": "number",
@@ -426,6 +452,19 @@ def _schemas() -> dict[str, Schema]:
             "status": _string(enum=[s.value for s in TaskStatus]),
             "feed": _nullable(_ref("Feed")),
             "urls": _ref("Urls"),
+            "warnings": _array(
+                _obj(
+                    {
+                        "code": _string(
+                            enum=["no_worker"],
+                            description="`no_worker`: no live worker process listens to the task's queue.",
+                        ),
+                        "message": _string(),
+                    }
+                ),
+                description="What is worth knowing though the task was created (its jobs wait until a "
+                "worker listens to their queue, say); empty when nothing is.",
+            ),
         },
         description="The task just created.",
     )
@@ -510,6 +549,27 @@ def _schemas() -> dict[str, Schema]:
                 ),
             },
             description="Tasks, newest first.",
+        ),
+        "FailedItem": _obj(
+            {
+                "id": _integer(1),
+                "job_id": _string(description="The job whose chunk held it."),
+                "position": _integer(0, description="Its place in the job's chunk, from 0."),
+                "item": {"description": "The item as given, or its JSON text cut when over 4 KB."},
+                "message": _string(description="Why it failed (the `JobFailed` message)."),
+                "at": _time("When it failed.", nullable=False),
+            },
+            description="An item that failed in its job's chunk; the job went on with the next one.",
+        ),
+        "FailedItemPage": _obj(
+            {
+                "items": _array(_ref("FailedItem")),
+                "next": _nullable(
+                    _string(pattern=ITEM_CURSOR, description="Pass as `after` for the next page.")
+                ),
+            },
+            description="Failed items in the task's order of items: its jobs' order, then each item's "
+            "place in its chunk.",
         ),
         "EventPage": _obj(
             {
@@ -922,6 +982,28 @@ def _paths() -> dict[str, Any]:
                     _query("limit", _integer(1, MAX_PAGE, default=100), "Events per page."),
                 ],
                 description=(
+                    "422 `invalid_cursor` for a bad `after`, `invalid_request` for another bad parameter."
+                ),
+            ),
+        },
+        "/api/tasks/{task_id}/items": {
+            "parameters": [task_id],
+            "get": _operation(
+                "listTaskItems",
+                "The items that failed in a task's jobs, in the task's order",
+                "tasks",
+                {"200": _response("A page of failed items.", _ref("FailedItemPage")), **_errors(404, 422)},
+                parameters=[
+                    _query(
+                        "status",
+                        _string(enum=["failed"], default="failed"),
+                        "Which items: `failed` (items that ended well are counted in the task's `items`).",
+                    ),
+                    _query("after", _string(pattern=ITEM_CURSOR), "The `next` cursor of the previous page."),
+                    _query("limit", _integer(1, MAX_PAGE, default=100), "Items per page."),
+                ],
+                description=(
+                    "Items run one by one (`asynctask.each`) that raised `JobFailed`. "
                     "422 `invalid_cursor` for a bad `after`, `invalid_request` for another bad parameter."
                 ),
             ),

@@ -50,32 +50,48 @@ class TimedRequests:
     """WSGI middleware around the Flask app, so that the time spans all it does for a request:
     routing, authentication, the view, error handlers, and the teardown that returns the
     database connection. A progress stream is timed until its headers: what follows is the
-    stream's life, not the time a caller waits for an answer."""
+    stream's life, not the time a caller waits for an answer.
 
-    def __init__(self, app: WSGIApplication, durations: Histogram) -> None:
+    Only the API's requests are timed, those of ``blueprint`` and the blueprints inside it: in an
+    app that mounts the API, the app's own routes are none of its metrics. A request that matched
+    no route is timed only if ``unmatched`` (the app is the API's alone)."""
+
+    def __init__(self, app: WSGIApplication, durations: Histogram, blueprint: str, unmatched: bool) -> None:
         self.app = app
         self.durations = durations
+        self.blueprint = blueprint
+        self.unmatched = unmatched
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
         # What the server answers when the app raises instead of starting a response.
-        status, endpoint = "500", UNMATCHED
+        status, endpoint, timed = "500", UNMATCHED, self.unmatched
 
         def starting(
             line: str, headers: list[tuple[str, str]], exc_info: OptExcInfo | None = None, /
         ) -> Callable[[bytes], object]:
-            nonlocal status, endpoint
+            nonlocal status, endpoint, timed
             status = line[:3]
             # Flask starts the response inside the request's context, which is gone once it
             # returns: the matched route is read now.
             if has_request_context() and request.url_rule is not None:
                 endpoint = request.url_rule.rule
+                timed = self._ours(request.blueprint)
             return start_response(line, headers, exc_info)
 
         try:
             return self.app(environ, starting)
         finally:
-            method = environ.get("REQUEST_METHOD", "")
-            self.durations.labels(endpoint, method if method in METHODS else "other", status).observe(
-                time.perf_counter() - started
-            )
+            if timed:
+                self._observe(environ, endpoint, status, started)
+
+    def _ours(self, blueprint: str | None) -> bool:
+        return blueprint is not None and (
+            blueprint == self.blueprint or blueprint.startswith(self.blueprint + ".")
+        )
+
+    def _observe(self, environ: WSGIEnvironment, endpoint: str, status: str, started: float) -> None:
+        method = environ.get("REQUEST_METHOD", "")
+        self.durations.labels(endpoint, method if method in METHODS else "other", status).observe(
+            time.perf_counter() - started
+        )

@@ -1,5 +1,5 @@
-"""What the app's requests share (config, Redis client, engine, token check, stream watcher and slots,
-the broker's readers), kept in ``app.extensions``, and the request's own database connection."""
+"""What the app's requests share (config, Redis client, engine, authentication, stream watcher and
+slots, the broker's readers), kept in ``app.extensions``, and the request's own database connection."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from asynctask.brokers.redis import RedisBroker
 from asynctask.client import Client
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
-from webapi.auth import TokenVerifier
+from webapi.auth import Authenticate
 from webapi.config import ApiConfig
 from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
@@ -34,7 +34,8 @@ class Resources:
     #: ``engine`` (same pool) for reads outside a transaction.
     reader: Engine
     tracking: Tracking
-    tokens: TokenVerifier
+    #: Names each request's caller; None when authentication is off (``ApiConfig.auth``).
+    authenticate: Authenticate | None
     errors: FirstErrorsCache
     watcher: TaskWatcher
     streams: StreamSlots
@@ -42,6 +43,10 @@ class Resources:
     periodic: PeriodicSet
     #: What ``/metrics`` reports, read at each scrape.
     metrics: CollectorRegistry
+    #: Where the API is mounted in its app: "" or a path such as "/jobs".
+    url_prefix: str
+    #: Signs the dashboard's cookie: ``ApiConfig.secret_key``, or one made for this app.
+    secret_key: str
 
 
 def broker_location(client: Client) -> dict[str, Any]:
@@ -64,15 +69,16 @@ def resources() -> Resources:
 
 def db() -> Connection:
     """The request's connection, opened on first use and closed when the request ends."""
-    connection: Connection | None = g.get("db")
+    # A name of its own in ``g``: the app mounting the API may keep its own ``g.db``.
+    connection: Connection | None = g.get("asynctask_db")
     if connection is None:
         connection = resources().reader.connect()
-        g.db = connection
+        g.asynctask_db = connection
     return connection
 
 
 def release_db() -> None:
     """Give the connection back now (a stream outlives its request's reads by minutes)."""
-    connection: Connection | None = g.pop("db", None)
+    connection: Connection | None = g.pop("asynctask_db", None)
     if connection is not None:
         connection.close()

@@ -6,12 +6,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from asynctask.api import PeriodicEntry
-from asynctask.tracking.views import EventView, FeedView, MessageView, TaskView
+from asynctask.tracking.views import EventView, FailedItemView, FeedView, MessageView, TaskView
 
 
 def task_urls(task_id: str) -> dict[str, str]:
     base = f"/api/tasks/{task_id}"
-    return {"self": base, "events": f"{base}/events", "stream": f"{base}/stream"}
+    return {
+        "self": base,
+        "events": f"{base}/events",
+        "items": f"{base}/items?status=failed",
+        "stream": f"{base}/stream",
+    }
 
 
 #: Characters of an error message a stream's error summary keeps (the events have it whole).
@@ -33,6 +38,7 @@ def task_fields(view: TaskView) -> dict[str, Any]:
         "counts": view.counts,
         "done": view.done,
         "progress": view.progress,
+        "items": {"total": view.items.total, "done": view.items.done, "failed": view.items.failed},
         "eta_seconds": view.eta_seconds,
         "ahead": view.ahead,
         "feed": feed_json(view.feed),
@@ -70,12 +76,26 @@ def event_json(view: EventView) -> dict[str, Any]:
         "error": view.error,
         "error_class": view.error_class,
         "progress": progress,
+        "items_run": None
+        if view.items_done is None and view.items_failed is None
+        else {"done": view.items_done or 0, "failed": view.items_failed or 0},
         "enqueued_at": _time(view.enqueued_at),
         "started_at": _time(view.started_at),
         "finished_at": _time(view.finished_at),
         "updated_at": _time(view.updated_at),
         "messages": [message_json(m) for m in view.messages],
         "earlier_messages": view.earlier_messages,
+    }
+
+
+def failed_item_json(view: FailedItemView) -> dict[str, Any]:
+    return {
+        "id": view.id,
+        "job_id": view.job_id,
+        "position": view.position,
+        "item": view.item,
+        "message": view.message,
+        "at": _time(view.at),
     }
 
 

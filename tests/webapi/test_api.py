@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from asynctask import Client, Settings
 from asynctask.api import Queue
 from asynctask.db.engine import writer
 from asynctask.middleware import Chain
+from asynctask.settings import QueueSpec
 from asynctask.tokens import revoke_token
 from asynctask.tracking import transitions
 from asynctask.tracking.apply import apply_transitions
@@ -27,6 +29,10 @@ from tests.webapi.conftest import Api
 from webapi.resources import EXTENSION
 
 ROWS = [{"sku": f"A{i}", "price": str(i)} for i in range(1, 8)]
+NO_WORKER = {
+    "code": "no_worker",
+    "message": "no live worker listens to queue 'default'; the jobs wait until one does",
+}
 
 
 def error_of(response: Any) -> dict[str, Any]:
@@ -76,8 +82,10 @@ def test_post_json_creates_a_task_and_its_jobs(api: Api) -> None:
         "urls": {
             "self": f"/api/tasks/{task_id}",
             "events": f"/api/tasks/{task_id}/events",
+            "items": f"/api/tasks/{task_id}/items?status=failed",
             "stream": f"/api/tasks/{task_id}/stream",
         },
+        "warnings": [NO_WORKER],
     }
     assert response.headers["Location"] == f"/api/tasks/{task_id}"
     jobs = queued(api)
@@ -85,6 +93,24 @@ def test_post_json_creates_a_task_and_its_jobs(api: Api) -> None:
     assert {job["task"] for job in jobs} == {task_id}
     task = api.get(f"/api/tasks/{task_id}").get_json()
     assert task["total"] == 3 and task["counts"]["enqueue"] == 3 and task["meta"] == {"by": "me"}
+
+
+def test_a_task_is_created_with_a_warning_while_no_worker_listens_to_its_queue(
+    api: Api, start_tracked_worker: Any
+) -> None:
+    first = api.post_json({"job": "echo", "items": [1, 2], "queue": "imports"})
+    assert first.status_code == 202
+    assert first.get_json()["warnings"] == [
+        {
+            "code": "no_worker",
+            "message": "no live worker listens to queue 'imports'; the jobs wait until one does",
+        }
+    ]
+    start_tracked_worker(queues=(QueueSpec("imports"),))
+    second = api.post_json({"job": "echo", "items": [1, 2], "queue": "imports"})
+    assert (second.status_code, second.get_json()["warnings"]) == (202, [])
+    # The first task's jobs were waiting, not lost: the worker that came later runs them.
+    assert api.wait_settled(first.get_json()["task_id"])["status"] == "finished"
 
 
 def test_post_csv_body_streams_rows_as_objects(api: Api) -> None:
@@ -253,6 +279,29 @@ def test_bad_streamed_input_rolls_the_task_back(api: Api) -> None:
         if details is not None:
             assert error["details"] == details
         assert_nothing_written(api)
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        # A quote never closed: the csv module reads the rest of the file into its field.
+        (b'sku,price\nA1,1\n"A2,2\nA3,3\n', 3),
+        (b'sku,price\nA1,1\nA2,"2\nA3,3\n', 3),
+        # Not UTF-8: found on its line, not in the first chunk decoded.
+        (b"sku,price\nA1,1\nA2,\xff\nA3,3\n", 3),
+        (b'sku,price\r\nA1,"one\r\ntwo"\r\nA2,\xff\r\n', 4),
+        (b"sku,price\rA1,1\rA2,\xc3(\r", 3),
+        # A record over two lines with a field too many: the line it starts on.
+        (b'sku,price\nA1,"one\ntwo",3\nA2,2\n', 2),
+    ],
+)
+def test_a_csv_error_names_the_line_where_it_starts(api: Api, data: bytes, line: int) -> None:
+    response = api.post("/api/tasks?job=import_products", data=data, content_type="text/csv")
+    assert response.status_code == 400, response.get_json()
+    error = error_of(response)
+    assert (error["code"], error["details"]) == ("invalid_csv", {"line": line})
+    assert re.match(rf"line {line}\b", error["message"]), error["message"]
+    assert_nothing_written(api)
 
 
 def test_query_options_of_uploads_are_checked(api: Api) -> None:

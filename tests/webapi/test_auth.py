@@ -18,7 +18,7 @@ from asynctask.tracking.models import ApiToken
 from tests.conftest import wait_until
 from tests.webapi.conftest import Api
 from webapi import create_app
-from webapi.app import SPARE_CONNECTIONS
+from webapi.embed import SPARE_CONNECTIONS
 
 #: Short enough to wait out, long enough to see a revoked token still accepted from the cache.
 CACHE_SECONDS = 1.0

@@ -8,7 +8,6 @@ import http.client
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.storable import DEFAULT_TEXT_LIMIT
 from asynctask.tracking.models import Event, EventMessage
 from tests.conftest import REDIS_URL, wait_until
-from tests.webapi.test_server import ROOT, Server, _answers, free_port
+from tests.webapi.test_server import CLI, ROOT, Server, _answers, free_port, migrated_with_token
 
 MARKER = "... (truncated, 10485774 bytes)"  # "RuntimeError: " and the 10 MB message
 MIB = 1024 * 1024
@@ -39,19 +38,15 @@ def loud(tmp_path: Path, namespace: str, conn: redis.Redis) -> Iterator[tuple[Se
         "ASYNCTASK_SCHEDULED_POLL_INTERVAL": "0.2",
         "PYTHONPATH": str(ROOT),
     }
-    cli = [sys.executable, "-m", "asynctask"]
-    subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
-    made = subprocess.run(
-        [*cli, "tokens", "create", "--tenant", "acme"], env=env, check=True, capture_output=True, text=True
-    )
+    token = migrated_with_token(env)
     port = free_port()
     api = subprocess.Popen(
-        [*cli, "api", "--port", str(port), "--workers", "1", "--threads", "4"], env=env, cwd=ROOT
+        [*CLI, "api", "--port", str(port), "--workers", "1", "--threads", "4"], env=env, cwd=ROOT
     )
     log = tmp_path / "worker.log"
     with log.open("wb") as stderr:
-        worker = subprocess.Popen([*cli, "worker", "-c", "2", "-t", "5"], env=env, cwd=ROOT, stderr=stderr)
-    server = Server(port, made.stdout.splitlines()[0])
+        worker = subprocess.Popen([*CLI, "worker", "-c", "2", "-t", "5"], env=env, cwd=ROOT, stderr=stderr)
+    server = Server(port, token)
     try:
         wait_until(lambda: _answers(server), 30, interval=0.1)
         yield server, psutil.Process(api.pid), database

@@ -600,3 +600,25 @@ def test_an_unfed_task_shows_no_feed_controls(shared_stack: Stack, page: Page) -
     wait_end(page)
     for hidden in ("#feed-summary", "#feed-form", "#pause", "#resume"):
         expect(page.locator(hidden)).to_be_hidden()
+
+
+def test_the_items_that_failed_in_their_chunks_are_listed_with_their_messages(
+    shared_stack: Stack, page: Page
+) -> None:
+    page.fill("#token", shared_stack.token)
+    page.click("#load-jobs")
+    expect(page.locator('#job option[value="sign_up_products"]')).to_have_count(1)
+    page.select_option("#job", "sign_up_products")
+    bad = {n for n in range(2000) if n % 100 == 37}
+    upload(page, [(f"S{n:04d}", f"Item {n}", "-1" if n in bad else "3") for n in range(2000)], chunk_size=50)
+    wait_end(page)
+    expect(page.locator("#status")).to_have_text("finished_with_errors")
+    expect(page.locator("#done")).to_have_text("2000 of 2000 items run (20 failed) · 40 of 40 jobs done")
+    expect(page.locator("#errors > li")).to_have_count(0)
+    items = page.locator("#failed-items > li")
+    expect(items).to_have_count(len(bad))
+    expect(page.locator("#items-note")).to_have_text("20 items failed.")
+    shown = sorted(items.locator(".message").all_inner_texts())
+    assert shown == sorted(f"price must be positive for SKU S{n:04d}" for n in bad)
+    expect(items.first.locator(".item")).to_contain_text('"sku":"S0037"')
+    expect(page.locator("#more-items")).to_be_hidden()

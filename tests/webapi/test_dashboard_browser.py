@@ -316,6 +316,8 @@ def real_run(page: Page, watch: Watch, board: Board, tmp_path: Path) -> str:
     assert (status["processed"], status["failed"]) == (stats.processed, stats.failed)
     expect(page.locator("#processed")).to_have_text(str(stats.processed))
     expect(page.locator("#failed")).to_have_text(str(stats.failed))
+    # The task's JobFailed job is no raised job: it is counted with the tasks' failed jobs.
+    expect(page.locator("#failed-in-tasks")).to_have_text("1")
     expect(page.locator("#retries")).to_have_text("3")
     expect(page.locator("#dead")).to_have_text("2")
     expect(page.locator("#processes")).to_have_text("2")
@@ -324,12 +326,13 @@ def real_run(page: Page, watch: Watch, board: Board, tmp_path: Path) -> str:
     history = stats.history(1, start=today)
     bar = page.locator("figure.chart g", has=page.locator("title", has_text=today.isoformat()))
     expect(bar.locator("title")).to_have_text(
-        f"{today.isoformat()}: {history.processed[today]} processed, {history.failed[today]} failed"
+        f"{today.isoformat()}: {history.processed[today]} run, {history.failed[today]} raised"
     )
     assert float(bar.locator("rect.processed").get_attribute("height") or 0) > 0
     row = page.locator('table.queues tr[data-queue="backlog"]')
     expect(row.locator(".size")).to_have_text(str(Queue("backlog", settings=board.settings).size))
-    expect(row.locator(".state")).to_have_text("running")
+    # Running, but no worker listens to it: its jobs wait.
+    expect(row.locator(".state")).to_have_text("running no worker listens to this queue")
     page.screenshot(path=str(tmp_path / "dashboard-overview.png"), full_page=True)
     return task_id
 

@@ -17,7 +17,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ import pytest
 import redis
 
 from tests.conftest import REDIS_URL, wait_until
-from tests.webapi.test_server import Server, free_port
+from tests.webapi.test_server import CLI, Server, free_port, migrated_with_token
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -66,15 +65,11 @@ def deployed(tmp_path: Path, namespace: str, conn: redis.Redis) -> Iterator[Depl
         "ASYNCTASK_REQUIRE": "tests.jobs.api_jobs",
         "PYTHONPATH": str(ROOT),
     }
-    cli = [sys.executable, "-m", "asynctask"]
-    subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
-    made = subprocess.run(
-        [*cli, "tokens", "create", "--tenant", "acme"], env=env, check=True, capture_output=True, text=True
-    )
+    token = migrated_with_token(env)
     port = free_port()
     # The defaults of `asynctask api`: 2 workers x 32 threads.
-    process = subprocess.Popen([*cli, "api", "--port", str(port)], env=env, cwd=ROOT, start_new_session=True)
-    deployed = Deployed(Server(port, made.stdout.splitlines()[0]), process)
+    process = subprocess.Popen([*CLI, "api", "--port", str(port)], env=env, cwd=ROOT, start_new_session=True)
+    deployed = Deployed(Server(port, token), process)
     try:
         wait_until(lambda: _answers(deployed), 30, interval=0.1)
         yield deployed

@@ -41,7 +41,7 @@ def routes(app: Flask) -> set[tuple[str, str]]:
     for rule in app.url_map.iter_rules():
         # The dashboard's pages are HTML for a logged-in browser (docs/guide/dashboard.md), not
         # operations of the JSON API.
-        if rule.endpoint == "static" or rule.endpoint.startswith("dashboard."):
+        if rule.endpoint.endswith(".static") or rule.endpoint.startswith("asynctask.dashboard."):
             continue
         path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
         for method in (rule.methods or set()) - IMPLICIT_METHODS:

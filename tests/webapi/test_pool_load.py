@@ -11,7 +11,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fresh_postgres_schema, wait_until
-from tests.webapi.test_server import ROOT, Server, _answers, free_port
+from tests.webapi.test_server import CLI, ROOT, Server, _answers, free_port, migrated_with_token
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -38,18 +37,10 @@ def on_postgres(tmp_path: Path) -> Iterator[Server]:
             "ASYNCTASK_REQUIRE": "tests.jobs.api_jobs",
             "PYTHONPATH": str(ROOT),
         }
-        cli = [sys.executable, "-m", "asynctask"]
-        subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
-        made = subprocess.run(
-            [*cli, "tokens", "create", "--tenant", "acme"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        token = migrated_with_token(env)
         port = free_port()
-        api = subprocess.Popen([*cli, "api", "--port", str(port), "--workers", "2"], env=env, cwd=ROOT)
-        server = Server(port, made.stdout.splitlines()[0])
+        api = subprocess.Popen([*CLI, "api", "--port", str(port), "--workers", "2"], env=env, cwd=ROOT)
+        server = Server(port, token)
         try:
             wait_until(lambda: _answers(server), 30, interval=0.1)
             yield server

@@ -23,6 +23,19 @@ from tests.conftest import REDIS_URL, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The command line, as the tests' server and worker subprocesses run it.
+CLI = [sys.executable, "-m", "asynctask"]
+
+
+def migrated_with_token(env: dict[str, str]) -> str:
+    """Create the tables of ``env``'s database and a token of tenant "acme"; return the token."""
+    subprocess.run([*CLI, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
+    made = subprocess.run(
+        [*CLI, "tokens", "create", "--tenant", "acme"], env=env, check=True, capture_output=True, text=True
+    )
+    return made.stdout.splitlines()[0]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -72,18 +85,13 @@ def deployed(tmp_path: Path, namespace: str, conn: redis.Redis) -> Iterator[Serv
         "PYTHONPATH": str(ROOT),
         "ASYNCTASK_API_MAX_BODY_BYTES": str(1024 * 1024),
     }
-    cli = [sys.executable, "-m", "asynctask"]
-    subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
-    made = subprocess.run(
-        [*cli, "tokens", "create", "--tenant", "acme"], env=env, check=True, capture_output=True, text=True
-    )
-    token = made.stdout.splitlines()[0]
+    token = migrated_with_token(env)
     port = free_port()
     processes = [
         subprocess.Popen(
-            [*cli, "api", "--port", str(port), "--workers", "2", "--threads", "8"], env=env, cwd=ROOT
+            [*CLI, "api", "--port", str(port), "--workers", "2", "--threads", "8"], env=env, cwd=ROOT
         ),
-        subprocess.Popen([*cli, "worker", "-c", "4", "-t", "5"], env=env, cwd=ROOT),
+        subprocess.Popen([*CLI, "worker", "-c", "4", "-t", "5"], env=env, cwd=ROOT),
     ]
     server = Server(port, token)
     try:
@@ -107,7 +115,7 @@ def test_every_endpoint_over_http(deployed: Server) -> None:
     status, _, body = deployed.request("GET", "/readyz")
     assert (status, body["status"]) == (200, "ready")
     status, _, body = deployed.request("GET", "/api/jobs")
-    assert [job["name"] for job in body["jobs"]] == ["import_products"]
+    assert [job["name"] for job in body["jobs"]] == ["import_products", "sign_up_products"]
     status, _, body = deployed.request("GET", "/openapi.json")
     assert status == 200 and body["openapi"].startswith("3.1")
     status, headers, page = deployed.request("GET", "/")

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from flask import Blueprint, Response, g
+from flask import Blueprint, Response
 
 from asynctask.errors import JobNotFound, JobStateError
 from asynctask.tasks.jobs import StopState
 from asynctask.tasks.service import Tracking
+from webapi.auth import caller_tenant
 from webapi.errors import ApiError
 from webapi.resources import resources
 from webapi.responses import json_response
@@ -39,13 +40,13 @@ def index() -> Response:
 @jobs.post("/<jid>/stop")
 def stop(jid: str) -> Response:
     """202 while the job runs on to its next checkpoint; 200 once it is parked."""
-    state = _control(jid, lambda tracking: tracking.stop_job(jid, tenant=g.tenant))
+    state = _control(jid, lambda tracking: tracking.stop_job(jid, tenant=caller_tenant()))
     return json_response({"jid": jid, "state": str(state)}, 200 if state == StopState.STOPPED else 202)
 
 
 @jobs.post("/<jid>/resume")
 def resume(jid: str) -> Response:
-    queue = _control(jid, lambda tracking: tracking.resume_job(jid, tenant=g.tenant))
+    queue = _control(jid, lambda tracking: tracking.resume_job(jid, tenant=caller_tenant()))
     return json_response({"jid": jid, "state": "enqueued", "queue": queue})
 
 

@@ -7,9 +7,10 @@ business. Without authentication (development) every key is listed as stored.
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, g, request
+from flask import Blueprint, Response, request
 
 from asynctask.tasks.itemkeys import tenant_prefix
+from webapi.auth import caller_tenant
 from webapi.errors import ApiError
 from webapi.resources import resources
 from webapi.responses import json_response
@@ -25,7 +26,7 @@ MAX_HOLDERS = 100
 @keys.get("")
 def index() -> Response:
     limit = _limit()
-    busy = resources().busy_keys.busiest(limit, prefix=tenant_prefix(g.tenant))
+    busy = resources().busy_keys.busiest(limit, prefix=tenant_prefix(caller_tenant()))
     return json_response(
         {
             "items": [

@@ -16,10 +16,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Blueprint, Response, g
+from flask import Blueprint, Response
 
 from asynctask.tasks.feedview import with_held
 from asynctask.tracking.views import TaskView
+from webapi.auth import caller_tenant
 from webapi.blueprints.tasks import errors_arg, task_or_404
 from webapi.resources import release_db, resources
 from webapi.serialize import error_summary, task_fields
@@ -37,7 +38,7 @@ RECONNECT_MS = 2000
 def task_stream(task_id: str) -> Response:
     errors = errors_arg()
     found = resources()
-    release = found.streams.acquire(g.tenant)
+    release = found.streams.acquire(caller_tenant())
     try:
         first = with_held(task_or_404(task_id, errors), found.client)
     except BaseException:

@@ -7,7 +7,7 @@ import base64
 from collections.abc import Callable
 from typing import TypeVar
 
-from flask import Blueprint, Response, g, request
+from flask import Blueprint, Response, request
 
 from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.tasks.feedview import with_held
@@ -16,12 +16,13 @@ from asynctask.tasks.service import Tracking
 from asynctask.tracking import queries
 from asynctask.tracking.status import EventStatus, TaskStatus
 from asynctask.tracking.views import Page, TaskView
+from webapi.auth import caller_tenant
 from webapi.errors import ApiError
 from webapi.feeds import read_change
 from webapi.intake import JSON_TYPES, read_submission
 from webapi.resources import db, resources
 from webapi.responses import json_response
-from webapi.serialize import event_json, feed_json, task_json, task_urls
+from webapi.serialize import event_json, failed_item_json, feed_json, task_json, task_urls
 
 T = TypeVar("T")
 
@@ -36,13 +37,13 @@ _NOT_CANCELLABLE = {TaskStatus.FINISHED, TaskStatus.FINISHED_WITH_ERRORS, TaskSt
 @tasks.post("")
 def create() -> Response:
     found = resources()
-    submission = read_submission(request, found.config, found.client.registry, g.tenant)
+    submission = read_submission(request, found.config, found.client.registry, caller_tenant())
     try:
         view = found.tracking.create_task(
             submission.job,
             submission.items,
             chunk_size=submission.chunk_size,
-            tenant=g.tenant,
+            tenant=caller_tenant(),
             queue=submission.queue,
             meta=submission.meta,
             concurrency_key=submission.concurrency_key,
@@ -67,6 +68,7 @@ def create() -> Response:
         "status": view.status,
         "feed": feed_json(view.feed),
         "urls": task_urls(view.id),
+        "warnings": [{"code": warning.code, "message": warning.message} for warning in view.warnings],
     }
     response = json_response(body, 202)
     response.headers["Location"] = task_urls(view.id)["self"]
@@ -77,7 +79,9 @@ def create() -> Response:
 def index() -> Response:
     before = request.args.get("before")
     limit = _int_arg("limit", 50)
-    page = _page(lambda: queries.list_tasks(db(), g.tenant, before=_decode_cursor(before), limit=limit))
+    page = _page(
+        lambda: queries.list_tasks(db(), caller_tenant(), before=_decode_cursor(before), limit=limit)
+    )
     cursor = page.next_cursor
     return json_response(
         {"items": [task_json(v) for v in page.items], "next": _encode_cursor(cursor) if cursor else None}
@@ -103,18 +107,20 @@ def tune(task_id: str) -> Response:
             {"content_type": request.mimetype or None},
         )
     change = read_change(request.stream, resources().config)
-    return _feed_changed(task_id, lambda tracking: tracking.update_task(task_id, **change, tenant=g.tenant))
+    return _feed_changed(
+        task_id, lambda tracking: tracking.update_task(task_id, **change, tenant=caller_tenant())
+    )
 
 
 @tasks.post("/<task_id>/pause")
 def pause(task_id: str) -> Response:
     """Release no more of a fed task's jobs; those released go on."""
-    return _feed_changed(task_id, lambda tracking: tracking.pause_task(task_id, tenant=g.tenant))
+    return _feed_changed(task_id, lambda tracking: tracking.pause_task(task_id, tenant=caller_tenant()))
 
 
 @tasks.post("/<task_id>/resume")
 def resume(task_id: str) -> Response:
-    return _feed_changed(task_id, lambda tracking: tracking.resume_task(task_id, tenant=g.tenant))
+    return _feed_changed(task_id, lambda tracking: tracking.resume_task(task_id, tenant=caller_tenant()))
 
 
 def _feed_changed(task_id: str, change: Callable[[Tracking], object]) -> Response:
@@ -130,7 +136,7 @@ def _feed_changed(task_id: str, change: Callable[[Tracking], object]) -> Respons
         ) from None
     except TaskStateError as exc:
         raise ApiError(409, "task_ended", str(exc)) from None
-    return json_response(task_json(found.tracking.get_task(task_id, tenant=g.tenant)))
+    return json_response(task_json(found.tracking.get_task(task_id, tenant=caller_tenant())))
 
 
 @tasks.get("/<task_id>/events")
@@ -146,9 +152,33 @@ def events(task_id: str) -> Response:
     after = request.args.get("after")
     limit = _int_arg("limit", 100)
     page = _page(
-        lambda: queries.list_events(db(), task_id, status=status, after=after, limit=limit, tenant=g.tenant)
+        lambda: queries.list_events(
+            db(), task_id, status=status, after=after, limit=limit, tenant=caller_tenant()
+        )
     )
     return json_response({"items": [event_json(e) for e in page.items], "next": page.next_cursor})
+
+
+#: What ``/items?status=`` lists: items that ended well are counted on the task, not kept one by one.
+ITEM_STATUSES = ("failed",)
+
+
+@tasks.get("/<task_id>/items")
+def items(task_id: str) -> Response:
+    status = request.args.get("status", "failed")
+    if status not in ITEM_STATUSES:
+        raise ApiError(
+            422,
+            "invalid_request",
+            "status must be failed: items that ended well are counted (the task's items.done), not listed",
+            {"field": "status"},
+        )
+    after = request.args.get("after")
+    limit = _int_arg("limit", 100)
+    page = _page(
+        lambda: queries.list_failed_items(db(), task_id, after=after, limit=limit, tenant=caller_tenant())
+    )
+    return json_response({"items": [failed_item_json(i) for i in page.items], "next": page.next_cursor})
 
 
 @tasks.post("/<task_id>/cancel")
@@ -159,8 +189,8 @@ def cancel(task_id: str) -> Response:
             409, "task_not_cancellable", f"the task is {view.status}; there is nothing left to cancel"
         )
     found = resources()
-    found.tracking.cancel_task(task_id, tenant=g.tenant)
-    return json_response(task_json(found.tracking.get_task(task_id, tenant=g.tenant)))
+    found.tracking.cancel_task(task_id, tenant=caller_tenant())
+    return json_response(task_json(found.tracking.get_task(task_id, tenant=caller_tenant())))
 
 
 @tasks.post("/<task_id>/retry")
@@ -168,10 +198,10 @@ def retry(task_id: str) -> Response:
     task_or_404(task_id, 0)
     found = resources()
     try:
-        retried = found.tracking.retry_task(task_id, tenant=g.tenant)
+        retried = found.tracking.retry_task(task_id, tenant=caller_tenant())
     except TaskStateError as exc:
         raise ApiError(409, "task_not_retryable", str(exc)) from None
-    view = found.tracking.get_task(task_id, tenant=g.tenant)
+    view = found.tracking.get_task(task_id, tenant=caller_tenant())
     return json_response({"retried": retried, "task": task_json(view)}, 202)
 
 
@@ -186,7 +216,9 @@ def errors_arg() -> int:
 def task_or_404(task_id: str, errors: int) -> TaskView:
     """The caller's task: another tenant's task is as absent as a task that never existed."""
     try:
-        return queries.get_task(db(), task_id, tenant=g.tenant, errors=errors, cache=resources().errors)
+        return queries.get_task(
+            db(), task_id, tenant=caller_tenant(), errors=errors, cache=resources().errors
+        )
     except TaskNotFound:
         raise ApiError(404, "task_not_found", f"no task {task_id!r}") from None
 

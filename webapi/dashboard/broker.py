@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from flask import abort, flash, redirect, request
+from flask import abort, redirect, request
 from werkzeug.wrappers.response import Response
 
 from asynctask import payload
-from asynctask.api import Queue
+from asynctask.api import ProcessSet, Queue
 from asynctask.api.context import Reader
+from webapi.dashboard.cookie import flash
 from webapi.resources import broker_location, broker_reader, resources
 
 R = TypeVar("R", bound=Reader)
@@ -26,11 +27,24 @@ def all_queues() -> list[Queue]:
     return Queue.all(**broker_location(resources().client))
 
 
+def listened_queues() -> frozenset[str]:
+    """The queues a live worker process takes jobs from; the pages flag a queue with jobs that
+    none takes from, and the tasks waiting on it."""
+    return reader(ProcessSet).listened_queues()
+
+
 def queue(name: str) -> Queue:
     """The queue ``name``; 404 for a name no job can carry."""
     if payload.valid_queue(name) is None:
         abort(404)
     return Queue(name, **broker_location(resources().client))
+
+
+def checked_jid(jid: str) -> str:
+    """``jid`` from a page's link; 404 for one no job can carry (no store could be asked)."""
+    if payload.valid_jid(jid) is None:
+        abort(404)
+    return jid
 
 
 def page_number() -> int:

@@ -13,7 +13,8 @@ from webapi.dashboard.broker import done, reader
 @dashboard.get("/periodic")
 def periodic() -> str:
     return render_template(
-        "dashboard/periodic.html", schedules=sorted(reader(PeriodicSet), key=lambda entry: entry.name)
+        "asynctask_dashboard/periodic.html",
+        schedules=sorted(reader(PeriodicSet), key=lambda entry: entry.name),
     )
 
 
@@ -28,4 +29,4 @@ def periodic_action(name: str, action: str) -> Response:
         abort(404)
     if not changed:
         abort(404)
-    return done(f"schedule {name} {action}d", url_for("dashboard.periodic"))
+    return done(f"schedule {name} {action}d", url_for(".periodic"))

@@ -7,7 +7,8 @@ from werkzeug.wrappers.response import Response
 
 from asynctask.api import ProcessSet, WorkSet
 from webapi.dashboard.blueprint import dashboard
-from webapi.dashboard.broker import done, reader
+from webapi.dashboard.broker import checked_jid, done, reader
+from webapi.responses import json_response
 
 #: What each action asks the process to do, and how the page says it.
 _SIGNALS = {"quiet": ("TSTP", "told to finish its jobs and take no more"), "stop": ("TERM", "told to stop")}
@@ -16,10 +17,19 @@ _SIGNALS = {"quiet": ("TSTP", "told to finish its jobs and take no more"), "stop
 @dashboard.get("/processes")
 def processes() -> str:
     return render_template(
-        "dashboard/processes.html",
+        "asynctask_dashboard/processes.html",
         processes=reader(ProcessSet).processes(),
         works=sorted(reader(WorkSet).works(), key=lambda work: work.run_at or 0.0),
     )
+
+
+@dashboard.get("/processes/jobs/<jid>/args")
+def work_args(jid: str) -> Response:
+    """A running job's arguments, whole, as JSON: the page shows their start."""
+    work = reader(WorkSet).find(checked_jid(jid))
+    if work is None:
+        abort(404)
+    return json_response(work.job.args)
 
 
 @dashboard.post("/processes/<identity>/<action>")
@@ -31,4 +41,4 @@ def signal(identity: str, action: str) -> Response:
         abort(404)
     name, said = _SIGNALS[action]
     process.signal(name)
-    return done(f"{identity}: {said}", url_for("dashboard.processes"))
+    return done(f"{identity}: {said}", url_for(".processes"))

@@ -17,5 +17,7 @@ LISTED = 100
 def set_aside() -> str:
     connection = db()
     return render_template(
-        "dashboard/set_aside.html", total=setaside.count(connection), rows=setaside.latest(connection, LISTED)
+        "asynctask_dashboard/set_aside.html",
+        total=setaside.count(connection),
+        rows=setaside.latest(connection, LISTED),
     )

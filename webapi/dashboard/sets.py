@@ -18,6 +18,7 @@ from asynctask.errors import AsyncTaskError
 from webapi.dashboard.blueprint import dashboard
 from webapi.dashboard.broker import PAGE_SIZE, done, page_number, reader
 from webapi.resources import resources
+from webapi.responses import json_response
 
 _SETS: dict[str, type[JobSet]] = {
     "scheduled": ScheduledSet,
@@ -47,7 +48,7 @@ def job_set(name: str) -> str:
     entries = iter(found.scan(search)) if search else iter(found)
     shown = list(islice(entries, start, start + PAGE_SIZE + 1))
     return render_template(
-        "dashboard/set.html",
+        "asynctask_dashboard/set.html",
         name=name,
         size=found.size,
         entries=shown[:PAGE_SIZE],
@@ -58,13 +59,22 @@ def job_set(name: str) -> str:
     )
 
 
+@dashboard.get("/sets/<name>/args")
+def entry_args(name: str) -> Response:
+    """An entry's arguments, whole, as JSON (``?entry=score|jid``): the page shows their start."""
+    entry = _entry(_set(name), request.args.get("entry", ""))
+    if entry is None:
+        abort(404)
+    return json_response(entry.args)
+
+
 @dashboard.post("/sets/<name>")
 def act(name: str) -> Response:
     found = _set(name)
     action = request.form.get("action", "")
     if action not in ACTIONS[name]:
         abort(400)
-    back = url_for("dashboard.job_set", name=name, q=request.form.get("q") or None)
+    back = url_for(".job_set", name=name, q=request.form.get("q") or None)
     if request.form.get("all") == "1":
         return done(_all(found, action), back)
     keys = request.form.getlist("entry")[:MAX_SELECTED]

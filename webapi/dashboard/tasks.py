@@ -8,13 +8,18 @@ from typing import Any
 from flask import abort, render_template, request, url_for
 from werkzeug.wrappers.response import Response
 
-from asynctask.errors import AsyncTaskError, TaskNotFound
+from asynctask.errors import AsyncTaskError, JobNotFound, TaskNotFound
+from asynctask.tasks.feedview import feed_phase
+from asynctask.tasks.placeview import WAITING
+from asynctask.tracking import queries
 from asynctask.tracking.status import EventStatus
+from asynctask.tracking.views import TaskView
 from webapi.dashboard.blueprint import dashboard
-from webapi.dashboard.broker import PAGE_SIZE, done
+from webapi.dashboard.broker import PAGE_SIZE, done, listened_queues
 from webapi.errors import ApiError
 from webapi.feeds import FIELDS, checked, from_text
-from webapi.resources import resources
+from webapi.resources import db, resources
+from webapi.responses import json_response
 
 #: Longest cursor the pages pass back (a timestamp and a task id; an event id).
 MAX_CURSOR = 100
@@ -27,7 +32,9 @@ def tasks() -> str:
         page = resources().tracking.list_tasks(None, before=before, limit=PAGE_SIZE, every_tenant=True)
     except ValueError:
         abort(400)
-    return render_template("dashboard/tasks.html", page=page)
+    listened = listened_queues()
+    unheard = {view.id for view in page.items if _unheard(view, listened)}
+    return render_template("asynctask_dashboard/tasks.html", page=page, unheard=unheard)
 
 
 @dashboard.get("/tasks/<task_id>")
@@ -39,23 +46,40 @@ def task(task_id: str) -> str:
     try:
         view = tracking.get_task(task_id)
         events = tracking.list_events(task_id, status=status, after=_cursor("after"), limit=PAGE_SIZE)
+        failed_items = (
+            tracking.list_failed_items(task_id, after=_cursor("items_after"), limit=PAGE_SIZE)
+            if view.items.failed
+            else None
+        )
     except TaskNotFound:
         abort(404)
     except ValueError:
         abort(400)
     return render_template(
-        "dashboard/task.html",
+        "asynctask_dashboard/task.html",
         task=view,
+        feed=feed_phase(view),
+        unheard=_unheard(view, listened_queues()),
         events=events,
+        failed_items=failed_items,
         status=status,
         statuses=[s.value for s in EventStatus],
     )
 
 
+@dashboard.get("/tasks/<task_id>/jobs/<jid>/params")
+def event_params(task_id: str, jid: str) -> Response:
+    """A task's job's arguments, whole, as JSON: the task's page shows their start."""
+    try:
+        return json_response(queries.event_params(db(), task_id, jid))
+    except JobNotFound:
+        abort(404)
+
+
 @dashboard.post("/tasks/<task_id>/<action>")
 def task_action(task_id: str, action: str) -> Response:
     tracking = resources().tracking
-    back = url_for("dashboard.task", task_id=task_id)
+    back = url_for(".task", task_id=task_id)
     try:
         if action == "cancel":
             tracking.cancel_task(task_id)
@@ -82,6 +106,11 @@ def task_action(task_id: str, action: str) -> Response:
         # A task that ended, is not fed, a job no longer stopped: said on the page.
         return done(f"not done: {exc}", back)
     abort(404)
+
+
+def _unheard(view: TaskView, listened: frozenset[str]) -> bool:
+    """Whether the task has jobs still to run on a queue no live worker listens to: they wait."""
+    return view.status in WAITING and view.queue not in listened
 
 
 def _feed_change() -> dict[str, Any]:

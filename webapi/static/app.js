@@ -5,10 +5,14 @@
 //   GET  /api/tasks/<id>/stream    live snapshots (Server-Sent Events)
 //   GET  /api/tasks/<id>           one snapshot (the polling fallback)
 //   GET  /api/tasks/<id>/events    a failed job's details, and the errors past the first ten
+//   GET  /api/tasks/<id>/items     the items that failed in jobs that run their chunk one by one
 //   POST /api/tasks/<id>/cancel    and  /retry
 //   PATCH /api/tasks/<id>          a fed task's parallel and priority
 //   POST /api/tasks/<id>/pause     and  /resume (a fed task)
 //   GET  /api/tasks                your recent tasks
+// Every URL is relative to the page: served at /jobs/ (an app that mounts the API under /jobs),
+// the page calls /jobs/api/jobs. Requests carry the token typed, if any, and this origin's
+// cookies: an app with a login of its own signs the page's calls in without a token.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -35,6 +39,8 @@ let current = null;
 let tasks = [];
 // The failed jobs listed: the snapshot's first ones, then the pages "Show more" added.
 let failures = { first: [], more: [], loading: false };
+// The failed items listed (GET /api/tasks/<id>/items), read again when the task's count moves.
+let failedItems = { taskId: null, count: 0, items: [], next: null, loading: false };
 
 // ---------------------------------------------------------------------------- API calls
 
@@ -63,7 +69,7 @@ async function errorOf(response) {
 async function api(path, { method = "GET", body, type } = {}) {
   const headers = authHeaders();
   if (type) headers["Content-Type"] = type;
-  const response = await fetch(path, { method, headers, body });
+  const response = await fetch(path, { method, headers, body, credentials: "same-origin" });
   if (!response.ok) throw await errorOf(response);
   return response.json();
 }
@@ -110,7 +116,7 @@ function problemPlace(problem) {
 
 async function loadJobs() {
   try {
-    jobs = (await api("/api/jobs")).jobs;
+    jobs = (await api("api/jobs")).jobs;
   } catch (error) {
     // No token typed yet: nothing went wrong, the page is waiting for one.
     const waiting = error instanceof ApiError && error.status === 401 && !$("token").value.trim();
@@ -169,7 +175,7 @@ async function fileRequest(job, chunkSize, options) {
   if (name.endsWith(".json")) return jsonRequest(job, chunkSize, await file.text(), options);
   const type = name.endsWith(".ndjson") || name.endsWith(".jsonl") ? "application/x-ndjson" : "text/csv";
   const query = new URLSearchParams({ job, chunk_size: String(chunkSize), ...options });
-  return { path: `/api/tasks?${query}`, body: file, type };
+  return { path: `api/tasks?${query}`, body: file, type };
 }
 
 function jsonRequest(job, chunkSize, text, options) {
@@ -180,7 +186,7 @@ function jsonRequest(job, chunkSize, text, options) {
     throw new Error(`The items are not valid JSON: ${error.message}`);
   }
   const body = JSON.stringify({ job, items, chunk_size: chunkSize, ...options });
-  return { path: "/api/tasks", body, type: "application/json" };
+  return { path: "api/tasks", body, type: "application/json" };
 }
 
 // ---------------------------------------------------------------------------- watching a task
@@ -209,8 +215,9 @@ async function stream(watcher) {
   let received = false;
   try {
     // The stream's snapshots list the first ERRORS failed jobs: its default (?errors=10).
-    const response = await fetch(`/api/tasks/${encodeURIComponent(watcher.id)}/stream`, {
+    const response = await fetch(`api/tasks/${encodeURIComponent(watcher.id)}/stream`, {
       headers: { ...authHeaders(), Accept: "text/event-stream" },
+      credentials: "same-origin",
       signal: watcher.abort.signal,
     });
     if (!response.ok) throw await errorOf(response);
@@ -266,7 +273,7 @@ function poll(watcher) {
   $("live-mode").textContent = "polling every second (the stream failed)";
   const tick = async () => {
     try {
-      const task = await api(`/api/tasks/${encodeURIComponent(watcher.id)}?errors=${ERRORS}`);
+      const task = await api(`api/tasks/${encodeURIComponent(watcher.id)}?errors=${ERRORS}`);
       if (watcher.abort.signal.aborted) return;
       render(task);
       if (isOver(task)) finish(watcher);
@@ -302,7 +309,11 @@ function render(task) {
   $("progress-text").textContent = `${pct}%`;
   $("status").textContent = task.status;
   $("status").dataset.status = task.status;
-  $("done").textContent = `${task.done} of ${task.total} jobs done`;
+  const items = task.items ?? { total: 0, done: 0, failed: 0 };
+  const ran = items.done + items.failed;
+  $("done").textContent = ran > 0
+    ? `${ran} of ${items.total} items run (${items.failed} failed) · ${task.done} of ${task.total} jobs done`
+    : `${task.done} of ${task.total} jobs done`;
   // A paused task has no ETA: nothing is released until it is resumed.
   $("eta").textContent = task.feed?.paused && task.status === "running" ? "paused" : formatEta(task.eta_seconds);
   for (const name of COUNTS) $(`count-${name}`).textContent = String(task.counts[name] ?? 0);
@@ -317,7 +328,62 @@ function render(task) {
   // leaves the list as it is.
   if (task.errors) showFailures(task.errors);
   showFailureCount(bad);
+  showFailedItems(task);
   rememberTask(task);
+}
+
+// The first page of failed items, read when the task's failed count changes; "Show more" reads the next.
+async function showFailedItems(task) {
+  const count = task.items?.failed ?? 0;
+  if (failedItems.taskId === task.id && failedItems.count === count) return;
+  const shown = (failedItems = { taskId: task.id, count, items: [], next: null, loading: count > 0 });
+  renderFailedItems();
+  if (count === 0) return;
+  await loadFailedItems(shown);
+}
+
+async function loadFailedItems(shown) {
+  shown.loading = true;
+  const after = shown.next ? `&after=${encodeURIComponent(shown.next)}` : "";
+  try {
+    const page = await api(`api/tasks/${encodeURIComponent(shown.taskId)}/items?status=failed&limit=${ITEMS_SHOWN}${after}`);
+    if (shown !== failedItems) return; // replaced meanwhile
+    shown.items.push(...page.items);
+    shown.next = page.next;
+  } catch (error) {
+    showError(error);
+  } finally {
+    shown.loading = false;
+    if (shown === failedItems) renderFailedItems();
+  }
+}
+
+function renderFailedItems() {
+  const shown = failedItems;
+  $("failed-items").replaceChildren(...shown.items.map(failedItemLine));
+  const more = $("more-items");
+  more.hidden = !shown.next;
+  more.disabled = shown.loading;
+  $("items-note").textContent = shown.count === 0 ? "None." : `${shown.count} item${shown.count === 1 ? "" : "s"} failed.`;
+}
+
+// One failed item: why, then the item itself and the job whose chunk held it.
+function failedItemLine(failed) {
+  const li = document.createElement("li");
+  const badge = document.createElement("span");
+  badge.className = "badge failed";
+  badge.textContent = "failed";
+  const message = document.createElement("span");
+  message.className = "message";
+  message.textContent = failed.message || "(no message)";
+  const item = document.createElement("code");
+  item.className = "item";
+  item.textContent = JSON.stringify(failed.item);
+  const where = document.createElement("code");
+  where.className = "job-id";
+  where.textContent = `job ${failed.job_id} · item ${failed.position + 1}`;
+  li.append(badge, message, item, where);
+  return li;
 }
 
 // A fed task's feed: its state and held jobs, its settings in inputs to change, pause/resume.
@@ -355,7 +421,7 @@ async function applyFeed(event) {
   }
   if (Object.keys(change).length === 0) return;
   try {
-    const changed = await api(`/api/tasks/${encodeURIComponent(task.id)}`, {
+    const changed = await api(`api/tasks/${encodeURIComponent(task.id)}`, {
       method: "PATCH", body: JSON.stringify(change), type: "application/json",
     });
     if (current?.id !== changed.id) return;
@@ -407,7 +473,7 @@ async function showMoreFailures() {
   showFailureCount(undone(task));
   try {
     const pages = await Promise.all(statuses.map((status) =>
-      api(`/api/tasks/${encodeURIComponent(task.id)}/events?status=${status}&after=${after}&limit=${ERRORS}`)));
+      api(`api/tasks/${encodeURIComponent(task.id)}/events?status=${status}&after=${after}&limit=${ERRORS}`)));
     if (shown !== failures) return; // the list was replaced meanwhile (a new snapshot, a new task)
     const next = pages.flatMap((page) => page.items).sort((a, b) => a.id - b.id).slice(0, ERRORS);
     failures.more.push(...next);
@@ -468,7 +534,7 @@ async function fillDetails(details, taskId, event) {
 
 // One event, whole: the events list after the id just before it, one item long.
 async function loadEvent(taskId, id) {
-  const page = await api(`/api/tasks/${encodeURIComponent(taskId)}/events?after=${id - 1}&limit=1`);
+  const page = await api(`api/tasks/${encodeURIComponent(taskId)}/events?after=${id - 1}&limit=1`);
   const event = page.items[0];
   if (event?.id !== id) throw new Error("the job is gone");
   return event;
@@ -544,7 +610,7 @@ async function act(action) {
   showError(null);
   const id = current.id;
   try {
-    const result = await api(`/api/tasks/${encodeURIComponent(id)}/${action}`, { method: "POST" });
+    const result = await api(`api/tasks/${encodeURIComponent(id)}/${action}`, { method: "POST" });
     // cancel, pause and resume answer with the Task; retry with {"retried": n, "task": Task}.
     const task = action === "retry" ? result.task : result;
     // Watch again: the previous stream may have ended, and after a retry the task runs again
@@ -561,7 +627,7 @@ async function act(action) {
 async function loadTasks() {
   let page;
   try {
-    page = await api("/api/tasks?limit=20");
+    page = await api("api/tasks?limit=20");
   } catch {
     return; // the jobs list shows the error already (usually a missing token)
   }
@@ -630,4 +696,5 @@ $("resume").addEventListener("click", () => act("resume"));
 $("feed-form").addEventListener("submit", applyFeed);
 $("refresh-tasks").addEventListener("click", loadTasks);
 $("more-errors").addEventListener("click", showMoreFailures);
+$("more-items").addEventListener("click", () => loadFailedItems(failedItems));
 loadJobs();
