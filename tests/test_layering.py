@@ -51,6 +51,8 @@ PARTS = {
     "asynctask.api": "api",
     "asynctask.worker": "worker",
     "asynctask.demo": "demo",
+    # Tracking attached to other runtimes (Celery, RQ, Dramatiq): optional, never imported by the rest.
+    "asynctask.integrations": "integrations",
     "asynctask.cli": "cli",
     "asynctask.__main__": "cli",
     "webapi": "webapi",
@@ -76,6 +78,7 @@ ALLOWED: dict[str, set[str]] = {
     # The heartbeat reports the package's ``__version__``.
     "worker": {"core", "brokers", "tracking", "context", "middleware", "client", "asynctask"},
     "asynctask": {"core", "context", "middleware", "client", "tracking", "tasks"},
+    "integrations": LIBRARY | {"asynctask"},
     "cli": LIBRARY | {"asynctask", "worker", "demo"},
     "demo": LIBRARY | {"asynctask"},
     # webapi.cli implements ``asynctask api`` with the command line's shared failure handling.

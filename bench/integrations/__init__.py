@@ -1,0 +1,1 @@
+"""The integrations section: each runtime with tracking attached, against itself without."""

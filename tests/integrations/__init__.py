@@ -1,0 +1,1 @@
+"""Tracking attached to Celery, RQ and Dramatiq workers."""
