@@ -33,10 +33,10 @@ from rq.worker import SimpleWorker, Worker
 from rq.worker.base import BaseWorker
 
 from asynctask.errors import JobFailed
-from asynctask.settings import Settings
+from asynctask.integrations.attached import AttachedTracking
+from asynctask.middleware.runs import JobRun
 from asynctask.tasks.runtime import OutgoingJob, RuntimeJob, add_adapter, register
-from asynctask.tracking.attached import AttachedTracking
-from asynctask.tracking.runs import JobRun
+from asynctask.tracking import rules, transitions
 from asynctask.tracking.status import EventStatus
 
 logger = logging.getLogger("asynctask.integrations.rq")
@@ -69,17 +69,26 @@ def task_of(job: Job) -> str | None:
     return task if isinstance(task, str) else None
 
 
+def _retries(job: Job) -> tuple[int, int] | None:
+    """(retries already run, retries it was sent with) for a job sent with a ``Retry``."""
+    left = job.retries_left
+    sent = job.meta.get(RETRIES_META)
+    if left is None or not isinstance(sent, int) or isinstance(sent, bool) or sent < left:
+        return None
+    return sent - left, sent
+
+
 def next_retry(job: Job) -> tuple[int, int] | None:
     """(n, m) when RQ will retry ``job`` after this failure as its n-th retry of m; None when it
     will not. Read before RQ decrements ``retries_left``."""
     left = job.retries_left
     if left is None or left <= 0:
         return None
-    sent = job.meta.get(RETRIES_META)
+    known = _retries(job)
     # A job sent without the count (enqueued by hand with the task's meta): the retries left
     # are all that is known, so each retry reads as the first of them.
-    total = sent if isinstance(sent, int) and not isinstance(sent, bool) and sent >= left else left
-    return total - left + 1, total
+    done, total = known if known is not None else (0, left)
+    return done + 1, total
 
 
 class TrackingWorkerMixin(BaseWorker):
@@ -89,22 +98,46 @@ class TrackingWorkerMixin(BaseWorker):
     def __init__(self, *args: Any, tracking: AttachedTracking | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tracking = tracking if tracking is not None else default_tracking()
-        #: The tracked job this process is running, with what it raised, if anything.
+        #: The tracked job this process is running, and what it raised.
         self._run: JobRun | None = None
         self._raised: BaseException | None = None
+        #: How the last work horse that died ended (its wait status), until recorded.
+        self._horse_status: int | None = None
         # First: an exception handler of the user's that returns False stops the ones after it,
         # and an abandoned job's "worker lost" must be recorded whatever the user's handlers do.
         self._exc_handlers.insert(0, self._record_abandoned)
 
-    # --- in the work horse (or the worker itself for SimpleWorker) ------------------------
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        # This process applies the tracking stream to SQL; the work horses it forks only record.
+        self.tracking.start()
+        return super().work(*args, **kwargs)
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # type: ignore[no-untyped-call]
+        finally:
+            self.tracking.close()
+
+    def _run_of(self, job: Job, task: str) -> JobRun:
+        run = self.tracking.run(job.id, task, job.func_name or job.id, list(job.args), job.origin)
+        retries = _retries(job)
+        if retries is not None and retries[0] > 0:
+            # current_job().retry_count: None on the first run, then 0, 1, ... (Sidekiq's count).
+            run.job["retry_count"] = retries[0] - 1
+        return run
+
+    # --- in the work horse (in the worker itself for SimpleWorker) -------------------------
 
     def perform_job(self, job: Job, queue: Queue) -> bool:
         task = task_of(job)
         if task is None:
             return super().perform_job(job, queue)
-        run = self.tracking.run(job.id, task, job.func_name or job.id, list(job.args))
-        if not run.start():
-            self.tracking.flush()
+        run = self._run_of(job, task)
+        started = run.start()
+        # Written before the job's code runs: a horse killed at any moment after this still
+        # leaves its start counted (the attempt of the run RQ then retries or fails).
+        self.tracking.flush()
+        if not started:
             self._skip_cancelled(job, queue)
             return False
         self._run, self._raised = run, None
@@ -121,13 +154,13 @@ class TrackingWorkerMixin(BaseWorker):
             job.cancel(pipeline=pipeline)
             self.cleanup_execution(job, pipeline=pipeline)
             # The dequeue moved the job to the queue's intermediate list; RQ's own start of a
-            # job removes it from there (prepare_job_execution), which a skipped job never reaches.
+            # job takes it out of there (prepare_job_execution), which a skipped job never reaches.
             pipeline.lrem(queue.intermediate_queue_key, 1, job.id)
             pipeline.execute()
         logger.info("job %s of cancelled task %s not run", job.id, task_of(job))
 
     def handle_exception(self, job: Job, *exc_info: Any) -> None:
-        if self._run is not None and self._run.jid == job.id:
+        if self._current(job) is not None:
             self._raised = exc_info[1]
         super().handle_exception(job, *exc_info)
 
@@ -145,21 +178,25 @@ class TrackingWorkerMixin(BaseWorker):
         if run is not None:
             done = job.number_of_retries or 0
             if done >= retry.max:
-                run.ended(EventStatus.ERROR, f"returned Retry after {retry.max} retries: no retries left")
+                _end(run, f"returned Retry with all {retry.max} retries run", None)
             else:
-                run.ended(EventStatus.ENQUEUE, f"waiting for retry {done + 1} of {retry.max}")
+                run.tracker.record(rules.waiting_for_retry(run.jid, done + 1, retry.max))
             self.tracking.flush()
         super().handle_job_retry(job, queue, retry, started_job_registry, execution)
 
     def handle_job_failure(
-        self, job: Job, queue: Queue, started_job_registry: StartedJobRegistry | None = None, exc_string: str = ""
+        self,
+        job: Job,
+        queue: Queue,
+        started_job_registry: StartedJobRegistry | None = None,
+        exc_string: str = "",
     ) -> None:
         run = self._current(job)
         if run is not None:
             self._record_raised(run, job, exc_string)
         elif (task := task_of(job)) is not None:
             self._record_outside(job, task, exc_string)
-        super().handle_job_failure(job, queue, started_job_registry=started_job_registry, exc_string=exc_string)
+        super().handle_job_failure(job, queue, started_job_registry, exc_string)
 
     def _current(self, job: Job) -> JobRun | None:
         return self._run if self._run is not None and self._run.jid == job.id else None
@@ -169,56 +206,62 @@ class TrackingWorkerMixin(BaseWorker):
         if exc is None:
             # RQ reported a failure without passing its exception through handle_exception
             # (a subclass of RQ's worker may): its text is all there is.
-            run.ended(EventStatus.ERROR, exc_string.strip().splitlines()[-1] if exc_string.strip() else "failed")
-            self._record_decision(run, job)
+            lines = exc_string.strip().splitlines()
+            _end(run, lines[-1] if lines else "failed", next_retry(job))
         elif isinstance(exc, JobFailed):
             # Not retried, whatever the job's Retry says: RQ retries while retries_left > 0.
             job.retries_left = 0
             run.raised(exc, retry=None)
         elif isinstance(exc, JobTimeoutException):
-            run.ended(EventStatus.ERROR, f"timed out after {job.timeout or self.queue_class.DEFAULT_TIMEOUT} s")
-            self._record_decision(run, job)
+            _end(run, f"timed out after {job.timeout or self.queue_class.DEFAULT_TIMEOUT} s", next_retry(job))
         else:
             run.raised(exc, retry=next_retry(job))
         self.tracking.flush()
 
     # --- in the worker process: what only it sees ------------------------------------------
 
+    def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
+        self._horse_status = ret_val
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
+
     def _record_outside(self, job: Job, task: str, exc_string: str) -> None:
-        """A tracked job that failed outside its horse's own run: stopped, or its horse died."""
-        run = self.tracking.run(job.id, task, job.func_name or job.id, list(job.args))
+        """A tracked job that failed outside its own run: stopped, its horse died, or (RQ's
+        maintenance) it sat in an intermediate queue after its worker died."""
+        run = self._run_of(job, task)
         if self._stopped_job_id == job.id:
             run.ended(EventStatus.CANCELLED, "stopped by send_stop_job_command")
         else:
-            run.ended(EventStatus.ERROR, f"worker lost ({exc_string.strip() or 'no reason given'})")
-            self._record_decision(run, job)
+            status, self._horse_status = self._horse_status, None
+            if status is None:
+                reason = "its worker died before it started"
+            elif os.WIFSIGNALED(status):
+                reason = f"its work horse was killed by signal {os.WTERMSIG(status)}"
+            else:
+                reason = f"its work horse exited with status {os.waitstatus_to_exitcode(status)}"
+            _end(run, f"worker lost: {reason}", next_retry(job))
         self.tracking.flush()
 
     def _record_abandoned(
         self, job: Job, exc_type: type[BaseException], exc_value: BaseException, tb: Any
     ) -> bool | None:
         """RQ's maintenance found ``job`` in a started-job registry past its deadline (its worker
-        died): record that before RQ retries or fails it."""
+        died): recorded before RQ retries or fails it. Returns None: the next handlers run."""
         task = task_of(job)
         if task is None or not isinstance(exc_value, AbandonedJobError):
             return None
-        run = self.tracking.run(job.id, task, job.func_name or job.id, list(job.args))
-        run.ended(EventStatus.ERROR, "worker lost (abandoned job found by RQ's maintenance)")
-        self._record_decision(run, job)
+        _end(self._run_of(job, task), "worker lost: RQ found the job abandoned", next_retry(job))
         self.tracking.flush()
         return None
 
-    @staticmethod
-    def _record_decision(run: JobRun, job: Job) -> None:
-        retry = next_retry(job)
-        if retry is not None:
-            run.ended(EventStatus.ENQUEUE, f"waiting for retry {retry[0]} of {retry[1]}")
 
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            self.tracking.close()
+def _end(run: JobRun, message: str, retry: tuple[int, int] | None) -> None:
+    """``error`` with ``message`` and what RQ does next, recorded together: the tracking rules of
+    a raised exception, for an end RQ saw without one (time limit, lost worker)."""
+    if retry is None:
+        decision = rules.gave_up(run.jid, "no retries left")
+    else:
+        decision = rules.waiting_for_retry(run.jid, *retry)
+    run.tracker.record(transitions.status(run.jid, EventStatus.ERROR, message), decision)
 
 
 class TrackedWorker(TrackingWorkerMixin, Worker):
@@ -281,7 +324,8 @@ class RqSender:
             pipeline.execute()
 
 
-_submittable: dict[Callable[..., Any], RuntimeJob] = {}
+#: The functions made submittable in this process, by identity, with their jobs.
+_submittable: dict[int, tuple[Callable[..., Any], RuntimeJob]] = {}
 
 
 def submittable(
@@ -313,15 +357,13 @@ def submittable(
         item_schema=item_schema,
     )
     register(job)
-    _submittable[func] = job
+    _submittable[id(func)] = (func, job)
     return job
 
 
 def _adapt(obj: object) -> RuntimeJob | None:
-    try:
-        return _submittable.get(obj)  # type: ignore[call-overload]
-    except TypeError:
-        return None
+    found = _submittable.get(id(obj))
+    return found[1] if found is not None and found[0] is obj else None
 
 
 add_adapter(_adapt)

@@ -64,6 +64,11 @@ def sleepy(chunk: list[Any]) -> None:
     time.sleep(60)
 
 
+def untracked(number: int) -> int:
+    """A plain RQ job: enqueued without a task, never tracked."""
+    return number + 1
+
+
 mixed_job = submittable(mixed, queue=QUEUE, name="rq_mixed", item_schema=ITEM_SCHEMA, retry=Retry(max=2))
 slow_job = submittable(slow, queue=QUEUE, name="rq_slow", retry=Retry(max=2))
 sleepy_job = submittable(sleepy, queue=QUEUE, name="rq_sleepy", retry=Retry(max=1), timeout=2)
