@@ -64,6 +64,17 @@ def sleepy(chunk: list[Any]) -> None:
     time.sleep(60)
 
 
+def patient(chunk: list[Any]) -> None:
+    """Run until the task is cancelled (at most 20 s), then say so and return."""
+    _note("start")
+    deadline = time.monotonic() + 20
+    while not current_job().cancelled:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the task was never cancelled")
+        time.sleep(0.05)
+    current_job().log("saw the task cancelled")
+
+
 def untracked(number: int) -> int:
     """A plain RQ job: enqueued without a task, never tracked."""
     return number + 1
@@ -71,4 +82,5 @@ def untracked(number: int) -> int:
 
 mixed_job = submittable(mixed, queue=QUEUE, name="rq_mixed", item_schema=ITEM_SCHEMA, retry=Retry(max=2))
 slow_job = submittable(slow, queue=QUEUE, name="rq_slow", retry=Retry(max=2))
+patient_job = submittable(patient, queue=QUEUE, name="rq_patient")
 sleepy_job = submittable(sleepy, queue=QUEUE, name="rq_sleepy", retry=Retry(max=1), timeout=2)

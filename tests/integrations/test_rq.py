@@ -201,6 +201,19 @@ def test_jobs_of_a_cancelled_task_never_start(stack: RqStack, tracking: Tracking
     assert FailedJobRegistry(queue=stack.queue).count == 0
 
 
+def test_a_running_job_sees_its_task_cancelled(stack: RqStack, tracking: Tracking) -> None:
+    task = tracking.create_task(rq_jobs.patient, [1, 2])
+    stack.spawn_worker()
+    wait_until(lambda: len(stack.starts()) == 1, 20)
+    tracking.cancel_task(task.id)
+    done = wait_for_task(tracking, task.id)
+    assert done.status == "cancelled"
+    assert (done.counts["finish"], done.counts["cancelled"]) == (1, 1)
+    ran = next(event for event in tracking.list_events(task.id).items if event.status == "finish")
+    assert [m.text for m in ran.messages][-2:] == ["saw the task cancelled", "finished"]
+    assert len(stack.starts()) == 1
+
+
 def test_time_limits_and_stopped_jobs_end_as_rq_ended_them(stack: RqStack, tracking: Tracking) -> None:
     worker = stack.spawn_worker()
     timed = tracking.create_task(rq_jobs.sleepy, [1])
