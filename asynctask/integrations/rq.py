@@ -5,15 +5,17 @@ A job whose ``meta`` names an AsyncTask task (``TASK_META``, set by the sender o
 
 Where each transition is recorded, and why there:
 
-- RQ's default worker forks a work horse per job. The horse records ``working``, the job's
-  logs and progress, and its end (``finish``, ``failed``, ``error`` with RQ's retry decision,
-  a time limit), and flushes them to the tracking store *before* RQ's own bookkeeping says the
-  job is done (``handle_job_success`` / ``handle_job_failure`` / ``handle_job_retry``): the
-  horse exits with ``os._exit`` right after, which would drop anything still buffered.
-- The worker process records what only it sees, through RQ's hooks in that process: a job
-  stopped with ``send_stop_job_command`` (``cancelled``), a horse that died (``error`` "worker
-  lost", then what RQ decides), and abandoned jobs its maintenance finds in a started-job
-  registry (``error`` "worker lost", then RQ's retry or failure).
+- RQ's default worker forks a work horse per job, which exits with ``os._exit``: anything
+  still buffered there is dropped. So the horse writes what it recorded to the tracking
+  store twice: after ``working``, before the job's code runs (a horse killed later still
+  leaves its attempt counted), and after the outcome (``finish``, ``failed``, ``error`` with
+  RQ's retry decision, a time limit), *before* RQ's own bookkeeping reports the job done,
+  failed or requeued (``handle_job_success`` / ``handle_job_failure`` / ``handle_job_retry``).
+- The worker process records what only it sees, through RQ's hooks there, and writes it
+  before RQ acts on it: a job stopped with ``send_stop_job_command`` (``cancelled``), a horse
+  that died (``error`` "worker lost", then what RQ decides), and abandoned jobs its
+  maintenance finds in a started-job registry (the same). It also applies the tracking
+  stream to SQL (``AttachedTracking.start``); its horses never do.
 """
 
 from __future__ import annotations
