@@ -52,6 +52,8 @@ NOOP = len
 RQ_BATCH = 1000
 #: Seconds a drain may take per job before the run is given up as stuck.
 SECONDS_PER_JOB = 0.05
+#: Seconds RQ keeps a finished job, its result and times: longer than any call.
+RESULTS_TTL = 86_400
 TRACKED = "asynctask.integrations.rq.TrackedWorker"
 UNTRACKED = "rq.worker.Worker"
 
@@ -155,7 +157,17 @@ class _Run:
             "ASYNCTASK_DATABASE_URL": self.settings.database_url,
         }
         command = [sys.executable, "-m", "rq.cli", "worker", "--quiet", "-w", worker_class]
-        command += ["--url", self.redis_url, "--name", self.name, self.name]
+        # Results (and so the jobs' start and end times) kept until the call ends: RQ's default
+        # of 500 s is shorter than a long drain, whose first jobs would be gone when it is timed.
+        command += [
+            "--results-ttl",
+            str(RESULTS_TTL),
+            "--url",
+            self.redis_url,
+            "--name",
+            self.name,
+            self.name,
+        ]
         with self.log.open("ab") as out:
             proc = subprocess.Popen(
                 command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -19,7 +19,7 @@ from rq.command import send_stop_job_command
 from rq.job import Job
 from rq.registry import CanceledJobRegistry, FailedJobRegistry
 
-from asynctask import Client, Tracking, default_registry
+from asynctask import Client, TaskView, Tracking, default_registry
 from asynctask.db.engine import create_database_engine
 from asynctask.integrations.rq import TASK_META
 from asynctask.middleware import Chain
@@ -27,6 +27,7 @@ from asynctask.tokens import create_token
 from tests.conftest import wait_until
 from tests.integrations import rq_jobs
 from tests.integrations.rq_support import RqStack, rq_stack
+from tests.records import written_lines
 from tests.tracking_fixtures import wait_for_task
 from tests.webapi.conftest import close_watchers
 from webapi import create_app
@@ -62,6 +63,18 @@ def app(tracking: Tracking) -> Iterator[Flask]:
     made.testing = True
     yield made
     close_watchers([made])
+
+
+def settled(tracking: Tracking, task_id: str) -> TaskView:
+    """The task once none of its jobs waits or runs: a cancelled task reads ``cancelled`` at once,
+    while a job that had started still runs to its end."""
+
+    def quiet() -> TaskView | None:
+        view = tracking.get_task(task_id)
+        return view if view.counts["enqueue"] == view.counts["working"] == 0 else None
+
+    found: TaskView = wait_until(quiet, 30, interval=0.05)
+    return found
 
 
 def texts(event: dict[str, Any]) -> list[str]:
@@ -188,7 +201,7 @@ def test_jobs_of_a_cancelled_task_never_start(stack: RqStack, tracking: Tracking
     # finishes; no other starts.
     started = len(stack.starts()) + 1
     wait_until(lambda: stack.queue.count == 0 and not stack.conn.llen(stack.queue.intermediate_queue_key), 30)
-    done = wait_for_task(tracking, task.id)
+    done = settled(tracking, task.id)
     ran = stack.starts()
     assert len(ran) <= started
     assert done.status == "cancelled"
@@ -206,7 +219,7 @@ def test_a_running_job_sees_its_task_cancelled(stack: RqStack, tracking: Trackin
     stack.spawn_worker()
     wait_until(lambda: len(stack.starts()) == 1, 20)
     tracking.cancel_task(task.id)
-    done = wait_for_task(tracking, task.id)
+    done = settled(tracking, task.id)
     assert done.status == "cancelled"
     assert (done.counts["finish"], done.counts["cancelled"]) == (1, 1)
     ran = next(event for event in tracking.list_events(task.id).items if event.status == "finish")
@@ -297,6 +310,19 @@ def test_killed_work_horses_and_workers_leave_exact_counts(stack: RqStack, track
         "finished",
     ]
     assert all(event.status == "finish" for event in events.values())
+
+
+def test_the_simple_worker_tracks_jobs_it_runs_in_its_own_process(stack: RqStack, tracking: Tracking) -> None:
+    kinds = ["ok", "failed", "error", "ok"]
+    task = tracking.create_task(rq_jobs.mixed, [{"n": n, "kind": kind} for n, kind in enumerate(kinds)])
+    worker = stack.spawn_worker(worker_class="asynctask.integrations.rq.TrackedSimpleWorker")
+    done = wait_for_task(tracking, task.id)
+    assert (done.counts["finish"], done.counts["failed"], done.counts["error"]) == (2, 1, 1)
+    events = {(event.params or [])[0][0]["n"]: event for event in tracking.list_events(task.id).items}
+    assert events[2].attempt == 3
+    assert [m.text for m in events[2].messages][-1] == "no retries left"
+    # Every run was in the worker process itself: no work horse.
+    assert {int(line.split()[2]) for line in written_lines(stack.runs)} == {worker.pid}
 
 
 def test_untracked_jobs_run_as_under_rq_s_own_worker(stack: RqStack, tracking: Tracking) -> None:
