@@ -51,7 +51,7 @@ NOOP = len
 #: (one pipeline of 100,000 jobs was slower and holds every job in memory at once).
 RQ_BATCH = 1000
 #: Seconds a drain may take per job before the run is given up as stuck.
-SECONDS_PER_JOB = 0.05
+SECONDS_PER_JOB = 0.1
 #: Seconds RQ keeps a finished job, its result and times: longer than any call.
 RESULTS_TTL = 86_400
 TRACKED = "asynctask.integrations.rq.TrackedWorker"
