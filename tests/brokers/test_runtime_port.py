@@ -160,6 +160,17 @@ def test_jobs_of_a_cancelled_task_do_not_run(
     assert wait_for_task(tracking, task.id).counts["cancelled"] == 2
 
 
+def test_no_job_starts_after_cancel_task_returned_though_news_is_read_once_a_while(
+    tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
+) -> None:
+    task = tracking.create_task(job, [0, 5])
+    first, second = sender.queue
+    # This start reads the news: the next ones in the process reuse it for a while.
+    assert attached.run(first.jid, first.task, job.name, first.args).start()
+    tracking.cancel_task(task.id)
+    assert attached.run(second.jid, second.task, job.name, second.args).start() is False
+
+
 def test_failed_jobs_are_sent_again_through_their_runtime(
     tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
 ) -> None:
