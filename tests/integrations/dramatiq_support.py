@@ -1,0 +1,111 @@
+"""What the Dramatiq tests share: real ``dramatiq`` worker processes on a Redis database of the
+test's own, the tests' actors declared on a sending broker, the runs file the actors append to.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dramatiq.brokers.redis import RedisBroker
+
+from asynctask import Settings
+from tests.integrations.dramatiq_jobs import Actors, declare
+from tests.records import written_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_MODULE = "tests.integrations.dramatiq_worker"
+
+
+@dataclass
+class Runtime:
+    """One test's Dramatiq: a broker to send with, and the worker processes it started."""
+
+    redis_url: str
+    namespace: str
+    settings: Settings
+    runs_file: Path
+    logs: Path
+    broker: RedisBroker
+    actors: Actors
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def spawn(self, processes: int = 1, threads: int = 8, **extra: str) -> subprocess.Popen[bytes]:
+        """``dramatiq tests.integrations.dramatiq_worker -p N -t M`` in its own process group."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ASYNCTASK_", "DRAMATIQ_"))}
+        env |= {
+            "PYTHONPATH": str(ROOT),
+            "DRAMATIQ_TEST_REDIS_URL": self.redis_url,
+            "DRAMATIQ_TEST_NAMESPACE": self.namespace,
+            "ASYNCTASK_REDIS_URL": self.settings.redis_url,
+            "ASYNCTASK_NAMESPACE": self.settings.namespace,
+            "ASYNCTASK_DATABASE_URL": self.settings.database_url,
+            "ASYNCTASK_TEST_RUNS": str(self.runs_file),
+            **extra,
+        }
+        command = [sys.executable, "-m", "dramatiq", WORKER_MODULE, "-p", str(processes), "-t", str(threads)]
+        log = (self.logs / f"worker-{len(self.procs)}.log").open("ab")
+        proc = subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def kill9(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the worker's whole process group: its main process and its worker processes."""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def starts(self) -> list[tuple[str, int, float]]:
+        """Every start an actor recorded: (jid, pid, time)."""
+        found = []
+        for line in written_lines(self.runs_file):
+            _, jid, pid, at = line.split()
+            found.append((jid, int(pid), float(at)))
+        return found
+
+    def worker_logs(self) -> str:
+        return "\n".join(path.read_text(errors="replace")[-4000:] for path in sorted(self.logs.glob("*.log")))
+
+
+@contextmanager
+def dramatiq_runtime(redis_url: str, database_url: str, tmp_path: Path) -> Iterator[Runtime]:
+    """A Dramatiq runtime whose broker and AsyncTask's Redis keys live under fresh prefixes of
+    ``redis_url`` (a database the test owns: the Redis broker's dead-worker sweep scans keys)."""
+    suffix = uuid.uuid4().hex[:10]
+    settings = Settings(redis_url=redis_url, namespace=f"at-{suffix}", database_url=database_url)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    broker = RedisBroker(url=redis_url, namespace=f"dq-{suffix}")  # type: ignore[no-untyped-call]
+    runtime = Runtime(
+        redis_url, f"dq-{suffix}", settings, tmp_path / "runs.txt", logs, broker, declare(broker)
+    )
+    try:
+        yield runtime
+    finally:
+        runtime.stop_all()
+        broker.close()
+
+
+def item(n: int, outcome: str, sleep: float = 0.0) -> dict[str, Any]:
+    return {"n": n, "outcome": outcome, "sleep": sleep}
