@@ -2,7 +2,9 @@
 them on a broker of their own to send, and ``dramatiq_worker`` on the workers' broker.
 
 Each item says what its run does: ``ok`` returns, ``fail`` raises ``JobFailed``, ``crash``
-raises ``RuntimeError``; ``sleep`` seconds first. Every start is appended to the file named by
+raises ``RuntimeError``, ``watch`` returns once its task is cancelled (or after ``sleep``);
+``sleep`` seconds first, in short naps (a time limit interrupts Python code, not a long
+``time.sleep``). Every start is appended to the file named by
 ``ASYNCTASK_TEST_RUNS`` (``start <jid> <pid> <time>``), from inside the actor: what the
 worker ran, whatever tracking recorded.
 """
@@ -23,11 +25,15 @@ from asynctask import JobFailed
 QUEUE = "imports"
 #: Retries of a crashing item: a short backoff, so that three runs take milliseconds.
 MAX_RETRIES = 2
+TIME_LIMIT_MS = 500
+NAP = 0.01
 
 
 @dataclass(frozen=True)
 class Actors:
     import_items: dramatiq.Actor[[list[dict[str, Any]]], None]
+    #: ``import_items`` with a time limit of ``TIME_LIMIT_MS`` and one retry.
+    limited: dramatiq.Actor[[list[dict[str, Any]]], None]
     noop: dramatiq.Actor[[list[Any]], None]
 
 
@@ -43,7 +49,13 @@ def run_item(item: dict[str, Any]) -> None:
     job = asynctask.current_job()
     record_start(job.jid)
     job.log(f"item {item['n']}")
-    time.sleep(float(item.get("sleep", 0)))
+    deadline = time.monotonic() + float(item.get("sleep", 0))
+    while time.monotonic() < deadline:
+        if item["outcome"] == "watch" and job.cancelled:
+            job.log("saw the cancel")
+            break
+        time.sleep(NAP)
+    job.progress(1, 1)
     if item["outcome"] == "fail":
         raise JobFailed(f"item {item['n']} refused")
     if item["outcome"] == "crash":
@@ -62,6 +74,15 @@ def declare(broker: dramatiq.Broker) -> Actors:
     return Actors(
         import_items=dramatiq.actor(
             broker=broker, queue_name=QUEUE, max_retries=MAX_RETRIES, min_backoff=10, max_backoff=50
+        )(import_items),
+        limited=dramatiq.actor(
+            actor_name="limited",
+            broker=broker,
+            queue_name=QUEUE,
+            time_limit=TIME_LIMIT_MS,
+            max_retries=1,
+            min_backoff=10,
+            max_backoff=50,
         )(import_items),
         noop=dramatiq.actor(broker=broker, queue_name=QUEUE, max_retries=0)(noop),
     )

@@ -12,8 +12,8 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq import Broker, Middleware
-from dramatiq.middleware import MiddlewareError
 from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import MiddlewareError
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
@@ -24,7 +24,7 @@ from asynctask.errors import JobsNotSent
 from asynctask.integrations import dramatiq as tracked
 from asynctask.tokens import create_token
 from tests.conftest import db_url, fresh_postgres_schema, wait_until
-from tests.integrations.dramatiq_jobs import MAX_RETRIES, QUEUE
+from tests.integrations.dramatiq_jobs import MAX_RETRIES, QUEUE, TIME_LIMIT_MS
 from tests.integrations.dramatiq_support import Runtime, dramatiq_runtime, item
 from webapi import create_app
 from webapi.resources import EXTENSION
@@ -139,6 +139,7 @@ def test_a_hundred_items_posted_to_the_api_end_as_their_actor_decided(
             assert texts(event) == expected_log(n, outcome), (n, event)
             error = {"ok": None, "fail": f"item {n} refused", "crash": f"RuntimeError: item {n} broke"}
             assert event["error"] == error[outcome], (n, event)
+            assert event["progress"] == {"done": 1, "total": 1}, (n, event)
         # Every job ran exactly as often as its event says: no run more, no run unrecorded.
         starts = [jid for jid, _, _ in runtime.starts()]
         assert sorted(starts) == sorted(e["job_id"] for e in events for _ in range(e["attempt"]))
@@ -218,7 +219,8 @@ def test_job_failed_is_listed_in_throws_of_actors_declared_before_and_after() ->
 def test_cancel_mid_run_starts_no_job_afterwards_and_the_task_ends_cancelled(
     runtime: Runtime, tracking: Tracking
 ) -> None:
-    items = [item(n, "ok", sleep=0.2) for n in range(60)]
+    # The first job runs until it sees the cancel; the others take their time.
+    items = [item(0, "watch", sleep=20), *(item(n, "ok", sleep=0.2) for n in range(1, 60))]
     task_id = tracking.create_task(runtime.actors.import_items, items, chunk_size=1).id
     runtime.spawn(threads=4)
     wait_until(lambda: len(runtime.starts()) >= 8, 30)
@@ -240,3 +242,28 @@ def test_cancel_mid_run_starts_no_job_afterwards_and_the_task_ends_cancelled(
     # The worker itself skipped them: each says so once (cancelling in SQL writes no message).
     skipped = tracking.list_events(task_id, status="cancelled", limit=100).items
     assert {tuple(m.text for m in e.messages) for e in skipped} == {("task cancelled; not run",)}
+    # The running job saw ``current_job().cancelled`` turn True and stopped early.
+    watcher = next(e for e in tracking.list_events(task_id, limit=100).items if e.params == [[items[0]]])
+    assert [m.text for m in watcher.messages] == ["started", "item 0", "saw the cancel", "finished"]
+    assert watcher.finished_at is not None and watcher.started_at is not None
+    assert (watcher.finished_at - watcher.started_at).total_seconds() < 10
+
+
+def test_a_time_limit_ends_the_run_in_error_and_says_which_limit(
+    runtime: Runtime, tracking: Tracking
+) -> None:
+    task_id = tracking.create_task(runtime.actors.limited, [item(1, "ok", sleep=5)]).id
+    runtime.spawn(threads=1)
+    view = wait_until(lambda: (v := tracking.get_task(task_id)).counts["error"] == 1 and v, 30)
+    (event,) = tracking.list_events(task_id).items
+    limit = f"TimeLimitExceeded: time limit of {TIME_LIMIT_MS / 1000:g} s exceeded"
+    assert [m.text for m in event.messages] == [
+        *("started", "item 1", limit, "waiting for retry 1 of 1"),
+        *("started", "item 1", limit, "no retries left"),
+    ]
+    assert (event.status, event.attempt, event.error, view.status) == (
+        "error",
+        2,
+        limit,
+        "finished_with_errors",
+    )
