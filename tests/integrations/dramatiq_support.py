@@ -18,7 +18,7 @@ from typing import Any
 from dramatiq.brokers.redis import RedisBroker
 
 from asynctask import Settings
-from tests.integrations.dramatiq_jobs import Actors, declare
+from tests.integrations.dramatiq_jobs import MAX_RETRIES, Actors, declare
 from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +55,28 @@ class Runtime:
         log = (self.logs / f"worker-{len(self.procs)}.log").open("ab")
         proc = subprocess.Popen(
             command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def spawn_flusher(self) -> subprocess.Popen[bytes]:
+        """``asynctask flusher`` applying the tracking stream to SQL in a process of its own."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")}
+        env |= {
+            "PYTHONPATH": str(ROOT),
+            "ASYNCTASK_REDIS_URL": self.settings.redis_url,
+            "ASYNCTASK_NAMESPACE": self.settings.namespace,
+            "ASYNCTASK_DATABASE_URL": self.settings.database_url,
+        }
+        log = (self.logs / f"flusher-{len(self.procs)}.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "asynctask", "flusher"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log.close()
         self.procs.append(proc)
@@ -109,3 +131,29 @@ def dramatiq_runtime(redis_url: str, database_url: str, tmp_path: Path) -> Itera
 
 def item(n: int, outcome: str, sleep: float = 0.0) -> dict[str, Any]:
     return {"n": n, "outcome": outcome, "sleep": sleep}
+
+
+def outcome_of(n: int) -> str:
+    """Of 100 items: 10 crash (n = 3, 13, ...), 15 fail, 75 succeed."""
+    if n % 10 == 3:
+        return "crash"
+    if n % 20 in (5, 7, 15):
+        return "fail"
+    return "ok"
+
+
+#: The task of the HTTP API test and of the outage test.
+ITEMS = [item(n, outcome_of(n)) for n in range(100)]
+
+
+def expected_log(n: int, outcome: str) -> list[str]:
+    run = ["started", f"item {n}"]
+    if outcome == "ok":
+        return [*run, "finished"]
+    if outcome == "fail":
+        return [*run, f"item {n} refused"]
+    broke = f"RuntimeError: item {n} broke"
+    log: list[str] = []
+    for retry in range(1, MAX_RETRIES + 1):
+        log += [*run, broke, f"waiting for retry {retry} of {MAX_RETRIES}"]
+    return [*log, *run, broke, "no retries left"]

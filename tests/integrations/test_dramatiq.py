@@ -25,21 +25,16 @@ from asynctask.integrations import dramatiq as tracked
 from asynctask.tokens import create_token
 from tests.conftest import db_url, fresh_postgres_schema, wait_until
 from tests.integrations.dramatiq_jobs import MAX_RETRIES, QUEUE, TIME_LIMIT_MS
-from tests.integrations.dramatiq_support import Runtime, dramatiq_runtime, item
+from tests.integrations.dramatiq_support import (
+    ITEMS,
+    Runtime,
+    dramatiq_runtime,
+    expected_log,
+    item,
+    outcome_of,
+)
 from webapi import create_app
 from webapi.resources import EXTENSION
-
-
-def outcome_of(n: int) -> str:
-    """Of 100 items: 10 crash (n = 3, 13, ...), 15 fail, 75 succeed."""
-    if n % 10 == 3:
-        return "crash"
-    if n % 20 in (5, 7, 15):
-        return "fail"
-    return "ok"
-
-
-ITEMS = [item(n, outcome_of(n)) for n in range(100)]
 
 
 @pytest.fixture
@@ -79,19 +74,6 @@ def settled(tracking: Tracking, task_id: str, timeout: float = 45.0) -> Any:
 
 def texts(event: dict[str, Any]) -> list[str]:
     return [message["text"] for message in event["messages"]]
-
-
-def expected_log(n: int, outcome: str) -> list[str]:
-    run = ["started", f"item {n}"]
-    if outcome == "ok":
-        return [*run, "finished"]
-    if outcome == "fail":
-        return [*run, f"item {n} refused"]
-    broke = f"RuntimeError: item {n} broke"
-    log: list[str] = []
-    for retry in range(1, MAX_RETRIES + 1):
-        log += [*run, broke, f"waiting for retry {retry} of {MAX_RETRIES}"]
-    return [*log, *run, broke, "no retries left"]
 
 
 def test_a_hundred_items_posted_to_the_api_end_as_their_actor_decided(
