@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dramatiq
@@ -41,7 +41,7 @@ from asynctask.settings import Settings
 from asynctask.tasks.runtime import OutgoingJob, PartlySent, RuntimeJob, add_adapter
 from asynctask.tracking.status import EventStatus
 
-__all__ = ["TASK_OPTION", "ActorSender", "Tracking", "runtime_job", "submittable"]
+__all__ = ["TASK_OPTION", "ActorSender", "Tracking", "flusher_process", "runtime_job", "submittable"]
 
 logger = logging.getLogger("asynctask.integrations.dramatiq")
 
@@ -229,6 +229,23 @@ def _retry(broker: Broker, message: MessageProxy, exception: BaseException) -> t
     if not again:
         return None
     return done + 1, max_retries
+
+
+def flusher_process() -> int:
+    """Apply AsyncTask's tracking stream to SQL in a process of its own, which Dramatiq's main
+    process starts and stops: ``dramatiq app --fork asynctask.integrations.dramatiq:flusher_process``
+    with ``ASYNCTASK_FLUSHER=off`` for the workers. The SQL work then runs beside the worker
+    processes instead of in each of them, holding their GIL. Settings come from the
+    environment (the fork never imports the application)."""
+    settings = replace(Settings.from_env(), flusher="thread")
+    tracking = AttachedTracking(settings)
+    tracking.start()
+    try:
+        # Dramatiq stops a fork with SIGTERM, which its handler turns into SystemExit here.
+        threading.Event().wait()
+    finally:
+        tracking.close()
+    return 0
 
 
 # --- submission --------------------------------------------------------------------------

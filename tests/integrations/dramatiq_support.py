@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +38,11 @@ class Runtime:
     actors: Actors
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def spawn(self, processes: int = 1, threads: int = 8, **extra: str) -> subprocess.Popen[bytes]:
-        """``dramatiq tests.integrations.dramatiq_worker -p N -t M`` in its own process group."""
+    def spawn(
+        self, processes: int = 1, threads: int = 8, options: Sequence[str] = (), **extra: str
+    ) -> subprocess.Popen[bytes]:
+        """``dramatiq tests.integrations.dramatiq_worker -p N -t M [options]`` in its own
+        process group, with ``extra`` environment variables."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ASYNCTASK_", "DRAMATIQ_"))}
         env |= {
             "PYTHONPATH": str(ROOT),
@@ -52,6 +55,7 @@ class Runtime:
             **extra,
         }
         command = [sys.executable, "-m", "dramatiq", WORKER_MODULE, "-p", str(processes), "-t", str(threads)]
+        command += options
         log = (self.logs / f"worker-{len(self.procs)}.log").open("ab")
         proc = subprocess.Popen(
             command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

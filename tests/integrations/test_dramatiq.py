@@ -5,6 +5,7 @@ recorded with AsyncTask's rules; cancelled mid-run."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,22 @@ def test_cancel_mid_run_starts_no_job_afterwards_and_the_task_ends_cancelled(
     assert [m.text for m in watcher.messages] == ["started", "item 0", "saw the cancel", "finished"]
     assert watcher.finished_at is not None and watcher.started_at is not None
     assert (watcher.finished_at - watcher.started_at).total_seconds() < 10
+
+
+def test_a_flusher_forked_by_dramatiq_applies_what_the_worker_processes_record(
+    runtime: Runtime, tracking: Tracking
+) -> None:
+    task_id = tracking.create_task(runtime.actors.import_items, ITEMS[:40]).id
+    # The workers apply nothing themselves (ASYNCTASK_FLUSHER=off): only the fork does.
+    runtime.spawn(
+        processes=2,
+        threads=4,
+        options=["--fork", "asynctask.integrations.dramatiq:flusher_process"],
+        ASYNCTASK_FLUSHER="off",
+    )
+    view = settled(tracking, task_id, timeout=30)
+    expected = Counter({"ok": "finish", "fail": "failed", "crash": "error"}[outcome_of(n)] for n in range(40))
+    assert {k: v for k, v in view.counts.items() if v} == dict(expected)
 
 
 def test_a_time_limit_ends_the_run_in_error_and_says_which_limit(
