@@ -27,6 +27,7 @@ QUEUE = "imports"
 MAX_RETRIES = 2
 TIME_LIMIT_MS = 500
 NAP = 0.01
+MAX_AGE_MS = 1
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Actors:
     import_items: dramatiq.Actor[[list[dict[str, Any]]], None]
     #: ``import_items`` with a time limit of ``TIME_LIMIT_MS`` and one retry.
     limited: dramatiq.Actor[[list[dict[str, Any]]], None]
+    #: ``import_items`` whose messages expire ``MAX_AGE_MS`` after they were sent.
+    aged: dramatiq.Actor[[list[dict[str, Any]]], None]
     noop: dramatiq.Actor[[list[Any]], None]
 
 
@@ -84,5 +87,8 @@ def declare(broker: dramatiq.Broker) -> Actors:
             min_backoff=10,
             max_backoff=50,
         )(import_items),
+        aged=dramatiq.actor(actor_name="aged", broker=broker, queue_name=QUEUE, max_age=MAX_AGE_MS)(
+            import_items
+        ),
         noop=dramatiq.actor(broker=broker, queue_name=QUEUE, max_retries=0)(noop),
     )

@@ -248,6 +248,20 @@ def test_a_flusher_forked_by_dramatiq_applies_what_the_worker_processes_record(
     assert {k: v for k, v in view.counts.items() if v} == dict(expected)
 
 
+def test_a_message_another_middleware_drops_before_it_starts_ends_in_error(
+    runtime: Runtime, tracking: Tracking
+) -> None:
+    task_id = tracking.create_task(runtime.actors.aged, ITEMS[:3]).id
+    # Older than its actor's max_age by the time a worker fetches it: AgeLimit skips it.
+    time.sleep(0.05)
+    runtime.spawn(threads=1)
+    view = wait_until(lambda: (v := tracking.get_task(task_id)).counts["error"] == 3 and v, 30)
+    assert view.status == "finished_with_errors" and runtime.starts() == []
+    for event in tracking.list_events(task_id).items:
+        assert [m.text for m in event.messages] == ["not run: Message age limit exceeded"]
+        assert (event.status, event.attempt) == ("error", 0)
+
+
 def test_a_time_limit_ends_the_run_in_error_and_says_which_limit(
     runtime: Runtime, tracking: Tracking
 ) -> None:
