@@ -8,6 +8,8 @@ at the moment the job raised, so the ``error`` and what follows are recorded tog
 
 from __future__ import annotations
 
+import logging
+import time
 from types import TracebackType
 
 from asynctask import context, payload
@@ -16,6 +18,25 @@ from asynctask.errors import JobFailed
 from asynctask.tracking import rules, transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.tracker import Tracker
+
+logger = logging.getLogger("asynctask.tracking")
+
+
+class _Throttled:
+    """A warning logged at most once per ``every`` seconds: an outage would repeat it per job."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._next = 0.0
+
+    def warn(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every
+            logger.warning("cannot tell whether tasks were cancelled (jobs run meanwhile): %s", exc)
+
+
+_unanswered = _Throttled(10.0)
 
 
 class JobRun:
@@ -33,12 +54,21 @@ class JobRun:
         was cancelled: the job must not run.
 
         Asks the store (one round trip): another runtime's claim brings no cancellation news.
+        While the store does not answer, the job runs: an outage of the tracking store must not
+        stop the runtime's work, and its transitions wait in the outbox.
         """
-        if self.task is not None and self.tracker.is_cancelled_now(self.task):
+        if self.task is not None and self._cancelled(self.task):
             self.tracker.record(rules.not_run(self.jid))
             return False
         self.tracker.record(rules.started(self.jid, self.job))
         return True
+
+    def _cancelled(self, task: str) -> bool:
+        try:
+            return self.tracker.is_cancelled_now(task)
+        except self.tracker.store.errors as exc:
+            _unanswered.warn(exc)
+            return False
 
     def __enter__(self) -> JobRun:
         self._outer.append(context.current_or_none())

@@ -18,6 +18,7 @@ from asynctask.integrations.attached import AttachedTracking
 from asynctask.tasks import runtime
 from asynctask.tasks.runtime import OutgoingJob, PartlySent, RuntimeJob
 from tests.tracking_fixtures import wait_for_task
+from webapi.serialize import task_json
 
 
 class ListRuntime:
@@ -100,6 +101,8 @@ def test_a_task_run_by_another_runtime_ends_with_each_job_s_outcome(
     assert len(sender.queue) == 20
     assert {sent.task for sent in sender.queue} == {task.id}
     assert task.counts["enqueue"] == 20
+    assert task.runtime == "listed"
+    assert task_json(task)["runtime"] == "listed"
 
     run_all(attached, sender, job.name)
 
