@@ -61,7 +61,7 @@ class _Current:
 
     message_id: str
     run: JobRun
-    #: Whether the run was entered (``current_job()`` set): False when its task was cancelled.
+    #: Whether the run was entered (``current_job()`` set for the actor): not when it was skipped.
     entered: bool
 
 
@@ -98,11 +98,13 @@ class Tracking(Middleware):
             # (recorded in ``after_process_message``).
             return
         run = self.tracking.run(message.message_id, task, message.actor_name, list(message.args))
+        # Known to the after hooks before anything is recorded: a time limit may interrupt
+        # this hook, and the worker then calls them with its exception.
+        current = self._local.current = _Current(message.message_id, run, entered=False)
         if not run.start():
-            self._local.current = _Current(message.message_id, run, entered=False)
             raise SkipMessage(f"task {task} was cancelled")
         run.__enter__()
-        self._local.current = _Current(message.message_id, run, entered=True)
+        current.entered = True
 
     def after_process_message(
         self,
