@@ -65,7 +65,7 @@ def run_item(item: dict[str, Any]) -> None:
         raise RuntimeError(f"item {item['n']} broke")
 
 
-def declare(broker: dramatiq.Broker) -> Actors:
+def declare(broker: dramatiq.Broker, queue: str = QUEUE) -> Actors:
     def import_items(items: list[dict[str, Any]]) -> None:
         """Import rows: one outcome per chunk (the tests send chunks of one item)."""
         for item in items:
@@ -76,19 +76,19 @@ def declare(broker: dramatiq.Broker) -> Actors:
 
     return Actors(
         import_items=dramatiq.actor(
-            broker=broker, queue_name=QUEUE, max_retries=MAX_RETRIES, min_backoff=10, max_backoff=50
+            broker=broker, queue_name=queue, max_retries=MAX_RETRIES, min_backoff=10, max_backoff=50
         )(import_items),
         limited=dramatiq.actor(
             actor_name="limited",
             broker=broker,
-            queue_name=QUEUE,
+            queue_name=queue,
             time_limit=TIME_LIMIT_MS,
             max_retries=1,
             min_backoff=10,
             max_backoff=50,
         )(import_items),
-        aged=dramatiq.actor(actor_name="aged", broker=broker, queue_name=QUEUE, max_age=MAX_AGE_MS)(
+        aged=dramatiq.actor(actor_name="aged", broker=broker, queue_name=queue, max_age=MAX_AGE_MS)(
             import_items
         ),
-        noop=dramatiq.actor(broker=broker, queue_name=QUEUE, max_retries=0)(noop),
+        noop=dramatiq.actor(broker=broker, queue_name=queue, max_retries=0)(noop),
     )

@@ -1,5 +1,6 @@
 """What the Dramatiq tests share: real ``dramatiq`` worker processes on a Redis database of the
-test's own, the tests' actors declared on a sending broker, the runs file the actors append to.
+test's own (or on RabbitMQ, in queues of the test's own), the tests' actors declared on a sending
+broker, the runs file the actors append to.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import dramatiq
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.common import dq_name, xq_name
 
 from asynctask import Settings
-from tests.integrations.dramatiq_jobs import MAX_RETRIES, Actors, declare
+from tests.integrations.dramatiq_jobs import MAX_RETRIES, QUEUE, Actors, declare
 from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,12 +33,13 @@ WORKER_MODULE = "tests.integrations.dramatiq_worker"
 class Runtime:
     """One test's Dramatiq: a broker to send with, and the worker processes it started."""
 
-    redis_url: str
-    namespace: str
+    #: The environment that names the workers' broker (read by ``dramatiq_worker``).
+    broker_env: dict[str, str]
     settings: Settings
     runs_file: Path
     logs: Path
-    broker: RedisBroker
+    broker: dramatiq.Broker
+    queue: str
     actors: Actors
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -46,11 +51,8 @@ class Runtime:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ASYNCTASK_", "DRAMATIQ_"))}
         env |= {
             "PYTHONPATH": str(ROOT),
-            "DRAMATIQ_TEST_REDIS_URL": self.redis_url,
-            "DRAMATIQ_TEST_NAMESPACE": self.namespace,
-            "ASYNCTASK_REDIS_URL": self.settings.redis_url,
-            "ASYNCTASK_NAMESPACE": self.settings.namespace,
-            "ASYNCTASK_DATABASE_URL": self.settings.database_url,
+            **self.broker_env,
+            **self.tracking_env(),
             "ASYNCTASK_TEST_RUNS": str(self.runs_file),
             **extra,
         }
@@ -67,12 +69,7 @@ class Runtime:
     def spawn_flusher(self) -> subprocess.Popen[bytes]:
         """``asynctask flusher`` applying the tracking stream to SQL in a process of its own."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")}
-        env |= {
-            "PYTHONPATH": str(ROOT),
-            "ASYNCTASK_REDIS_URL": self.settings.redis_url,
-            "ASYNCTASK_NAMESPACE": self.settings.namespace,
-            "ASYNCTASK_DATABASE_URL": self.settings.database_url,
-        }
+        env |= {"PYTHONPATH": str(ROOT), **self.tracking_env()}
         log = (self.logs / f"flusher-{len(self.procs)}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "asynctask", "flusher"],
@@ -85,6 +82,23 @@ class Runtime:
         log.close()
         self.procs.append(proc)
         return proc
+
+    def tracking_env(self) -> dict[str, str]:
+        """AsyncTask's settings for the workers: Redis only when the test's settings have it."""
+        env = {"ASYNCTASK_DATABASE_URL": self.settings.database_url}
+        if self.settings.redis_url:
+            env |= {
+                "ASYNCTASK_REDIS_URL": self.settings.redis_url,
+                "ASYNCTASK_NAMESPACE": self.settings.namespace,
+            }
+        return env
+
+    def queued(self) -> int:
+        """Messages of the test's queue: on Redis those not yet acknowledged (waiting, delayed
+        or running), on RabbitMQ those waiting or delayed."""
+        if isinstance(self.broker, RabbitmqBroker):
+            return sum(self.broker.get_queue_message_counts(self.queue)[:2])
+        return int(cast(RedisBroker, self.broker).do_qsize(self.queue))
 
     def kill9(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGKILL the worker's whole process group: its main process and its worker processes."""
@@ -120,12 +134,36 @@ def dramatiq_runtime(redis_url: str, database_url: str, tmp_path: Path) -> Itera
     ``redis_url`` (a database the test owns: the Redis broker's dead-worker sweep scans keys)."""
     suffix = uuid.uuid4().hex[:10]
     settings = Settings(redis_url=redis_url, namespace=f"at-{suffix}", database_url=database_url)
+    broker = RedisBroker(url=redis_url, namespace=f"dq-{suffix}")  # type: ignore[no-untyped-call]
+    env = {"DRAMATIQ_TEST_REDIS_URL": redis_url, "DRAMATIQ_TEST_NAMESPACE": f"dq-{suffix}"}
+    with _runtime(env, settings, broker, QUEUE, tmp_path) as runtime:
+        yield runtime
+
+
+@contextmanager
+def rabbitmq_runtime(rabbitmq_url: str, database_url: str, tmp_path: Path) -> Iterator[Runtime]:
+    """A Dramatiq runtime on RabbitMQ, in queues of its own (deleted afterwards), tracking with
+    no Redis at all: the workers write the tracking database themselves."""
+    queue = f"imports-{uuid.uuid4().hex[:10]}"
+    broker = RabbitmqBroker(url=rabbitmq_url)
+    env = {"DRAMATIQ_TEST_RABBITMQ_URL": rabbitmq_url, "DRAMATIQ_TEST_QUEUE": queue}
+    try:
+        with _runtime(env, Settings(database_url=database_url), broker, queue, tmp_path) as runtime:
+            yield runtime
+    finally:
+        reopened = RabbitmqBroker(url=rabbitmq_url)
+        for name in (queue, dq_name(queue), xq_name(queue)):
+            reopened.channel.queue_delete(name)
+        reopened.close()
+
+
+@contextmanager
+def _runtime(
+    env: dict[str, str], settings: Settings, broker: dramatiq.Broker, queue: str, tmp_path: Path
+) -> Iterator[Runtime]:
     logs = tmp_path / "logs"
     logs.mkdir()
-    broker = RedisBroker(url=redis_url, namespace=f"dq-{suffix}")  # type: ignore[no-untyped-call]
-    runtime = Runtime(
-        redis_url, f"dq-{suffix}", settings, tmp_path / "runs.txt", logs, broker, declare(broker)
-    )
+    runtime = Runtime(env, settings, tmp_path / "runs.txt", logs, broker, queue, declare(broker, queue))
     try:
         yield runtime
     finally:

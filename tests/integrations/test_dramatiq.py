@@ -4,6 +4,7 @@ recorded with AsyncTask's rules; cancelled mid-run."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -33,9 +34,12 @@ from tests.integrations.dramatiq_support import (
     expected_log,
     item,
     outcome_of,
+    rabbitmq_runtime,
 )
 from webapi import create_app
 from webapi.resources import EXTENSION
+
+RABBITMQ_URL = os.environ.get("ASYNCTASK_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 
 
 @pytest.fixture
@@ -140,6 +144,25 @@ def test_a_hundred_items_posted_to_the_api_end_as_their_actor_decided(
         app.extensions[EXTENSION].watcher.close()
 
 
+def test_on_rabbitmq_and_without_redis_the_workers_write_the_tracking_database(
+    database: str, registry: Registry, engine: Engine, tmp_path: Path
+) -> None:
+    with rabbitmq_runtime(RABBITMQ_URL, database, tmp_path) as runtime:
+        client = Client(runtime.settings, registry=registry)
+        try:
+            tracking = Tracking(client, engine)
+            task_id = tracking.create_task(runtime.actors.import_items, ITEMS).id
+            runtime.spawn()
+            view = settled(tracking, task_id)
+            assert {k: v for k, v in view.counts.items() if v} == {"finish": 75, "failed": 15, "error": 10}
+            for event in tracking.list_events(task_id, limit=100).items:
+                assert event.params is not None
+                n = event.params[0][0]["n"]
+                assert [m.text for m in event.messages] == expected_log(n, outcome_of(n)), (n, event)
+        finally:
+            client.close()
+
+
 def test_create_task_with_an_actor_sends_its_chunks_as_messages_of_that_actor(
     runtime: Runtime, tracking: Tracking
 ) -> None:
@@ -184,7 +207,7 @@ def test_a_broker_failing_half_way_ends_the_unsent_jobs_and_says_so(
     events = tracking.list_events(task_id).items
     assert [e.status for e in events] == ["enqueue"] * 3 + ["error"] * 2
     assert {e.error for e in events[3:]} == {"not sent: queue full"}
-    assert runtime.broker.do_qsize(QUEUE) == 3
+    assert runtime.queued() == 3
 
 
 def test_job_failed_is_listed_in_throws_of_actors_declared_before_and_after() -> None:
@@ -211,7 +234,7 @@ def test_cancel_mid_run_starts_no_job_afterwards_and_the_task_ends_cancelled(
     cancelled_at = time.time()
 
     # Every message leaves the queue: the worker skips those of the cancelled task.
-    wait_until(lambda: runtime.broker.do_qsize(QUEUE) == 0, 30)
+    wait_until(lambda: runtime.queued() == 0, 30)
     starts = runtime.starts()
     late = [at for _, _, at in starts if at > cancelled_at]
     assert late == [], f"{len(late)} job(s) started after the cancel"
