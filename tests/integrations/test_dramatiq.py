@@ -255,6 +255,33 @@ def test_cancel_mid_run_starts_no_job_afterwards_and_the_task_ends_cancelled(
     assert (watcher.finished_at - watcher.started_at).total_seconds() < 10
 
 
+def test_retry_task_sends_the_failed_jobs_again_as_messages_of_their_actor(
+    runtime: Runtime, tracking: Tracking, registry: Registry
+) -> None:
+    tracked.submittable(runtime.actors.import_items, registry=registry)
+    items = [item(0, "ok"), item(1, "fail")]
+    task_id = tracking.create_task(runtime.actors.import_items, items).id
+    runtime.spawn(threads=2)
+    assert settled(tracking, task_id).status == "finished_with_errors"
+    assert tracking.retry_task(task_id) == 1
+
+    expected = [
+        *("started", "item 1", "item 1 refused", "retried by request"),
+        *("started", "item 1", "item 1 refused"),
+    ]
+
+    def rerun() -> Any:
+        events = tracking.list_events(task_id, status="failed").items
+        return events and [m.text for m in events[0].messages] == expected and events[0]
+
+    failed = wait_until(rerun, 30)
+    assert failed.attempt == 2
+    view = tracking.get_task(task_id)
+    assert view.status == "finished_with_errors" and (view.counts["finish"], view.counts["failed"]) == (1, 1)
+    # The same job ran again: one jid, two starts.
+    assert [jid for jid, _, _ in runtime.starts()].count(failed.job_id) == 2
+
+
 def test_a_flusher_forked_by_dramatiq_applies_what_the_worker_processes_record(
     runtime: Runtime, tracking: Tracking
 ) -> None:
