@@ -50,7 +50,7 @@ class Runtime:
         process group, with ``extra`` environment variables."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ASYNCTASK_", "DRAMATIQ_"))}
         env |= {
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": _python_path(),
             **self.broker_env,
             **self.tracking_env(),
             "ASYNCTASK_TEST_RUNS": str(self.runs_file),
@@ -69,7 +69,7 @@ class Runtime:
     def spawn_flusher(self) -> subprocess.Popen[bytes]:
         """``asynctask flusher`` applying the tracking stream to SQL in a process of its own."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")}
-        env |= {"PYTHONPATH": str(ROOT), **self.tracking_env()}
+        env |= {"PYTHONPATH": _python_path(), **self.tracking_env()}
         log = (self.logs / f"flusher-{len(self.procs)}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "asynctask", "flusher"],
@@ -126,6 +126,11 @@ class Runtime:
 
     def worker_logs(self) -> str:
         return "\n".join(path.read_text(errors="replace")[-4000:] for path in sorted(self.logs.glob("*.log")))
+
+
+def _python_path() -> str:
+    """This worktree first, then the caller's path (another Dramatiq version to test against)."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 @contextmanager
