@@ -533,6 +533,12 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
     jobs.drop_stopped(client, task_id)
     now = datetime.now(UTC)
     moved: dict[EventStatus, int] = {}
+    # Another runtime's jobs that started before the cancel recorded their run in transitions
+    # numbered before it, perhaps not applied yet: those must still apply. Its jobs that never
+    # start record ``cancelled`` themselves when their worker skips them, numbered after.
+    marked = (
+        Event.seq if task.runtime is not None else case((Event.seq < position, position), else_=Event.seq)
+    )
     with writer(engine).begin() as connection:
         for status in (EventStatus.ENQUEUE, EventStatus.STOPPED):
             moved[status] = connection.execute(
@@ -540,7 +546,7 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
                 .where(Event.task_id == task_id, Event.status == status.value)
                 .values(
                     status=EventStatus.CANCELLED.value,
-                    seq=case((Event.seq < position, position), else_=Event.seq),
+                    seq=marked,
                     finished_at=now,
                     updated_at=now,
                 )
