@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asynctask.db.migrate import upgrade
 from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
 from bench.core.results import SectionResults, section_frame
-from bench.tracking.db import Database, PostgresDatabase, SqliteFiles
+from bench.tracking.db import PostgresDatabase
 
 RUNTIMES = ("celery", "rq", "dramatiq")
 NOOP = "noop"
@@ -61,25 +63,43 @@ def order(rep: int) -> list[str]:
 def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> IntegrationResults:
     """Run the section; ``pg_url`` is PostgreSQL's admin connection."""
     results = IntegrationResults(settings)
-    with section_frame(results, ("redis", "SQLAlchemy", "celery", "rq", "dramatiq")) as stack:
-        database: Database
+    with section_frame(results, ("redis", "SQLAlchemy", "celery", "rq", "dramatiq")):
         unreachable = postgres_unreachable(pg_url)
+        databases = TrackingDatabases(None if unreachable else pg_url, workdir)
         if unreachable is None:
-            pg = stack.enter_context(PostgresDatabase(pg_url))
-            results.databases["postgresql"] = f"{shown(pg.url)} (created for this run, dropped after)"
-            database = pg
+            results.databases["postgresql"] = f"{shown(pg_url)}: a database created per call, dropped after"
         else:
-            database = SqliteFiles(workdir)
             results.databases["postgresql"] = f"skipped: {unreachable}"
             results.databases["sqlite"] = "a new file per call in the bench's temporary directory"
         for rep in range(settings["reps"]):
             for runtime in order(rep):
-                _repetition(results, runtime, rep, server, database)
+                _repetition(results, runtime, rep, server, databases)
     return results
 
 
+class TrackingDatabases:
+    """An empty, migrated tracking database per call: PostgreSQL when ``pg_url`` is given."""
+
+    def __init__(self, pg_url: str | None, workdir: Path) -> None:
+        self.pg_url = pg_url
+        self.workdir = workdir
+        self._count = 0
+
+    @contextmanager
+    def fresh(self) -> Iterator[str]:
+        if self.pg_url is None:
+            self._count += 1
+            url = f"sqlite:///{self.workdir / f'integrations-{self._count}.db'}"
+            upgrade(url)
+            yield url
+            return
+        with PostgresDatabase(self.pg_url) as database:
+            upgrade(database.url)
+            yield database.url
+
+
 def _repetition(
-    results: IntegrationResults, runtime: str, rep: int, server: RedisServer, tracking_db: Database
+    results: IntegrationResults, runtime: str, rep: int, server: RedisServer, databases: TrackingDatabases
 ) -> None:
     s = results.settings
     redis_url = server.url.rsplit("/", 1)[0] + f"/{REDIS_DB[runtime]}"
@@ -90,7 +110,8 @@ def _repetition(
     rate: Callable[..., float] = module.noop_rate
     try:
         for tracked in (False, True) if rep % 2 == 0 else (True, False):
-            value = rate(redis_url, tracking_db.fresh(), s["jobs"], tracked)
+            with databases.fresh() as url:
+                value = rate(redis_url, url, s["jobs"], tracked)
             if tracked:
                 noop.tracked = value
             else:
@@ -98,7 +119,8 @@ def _repetition(
     except Exception as exc:  # a runtime's failure is a figure's error, not the bench's end
         noop.error = f"{type(exc).__name__}: {exc}"[:1500]
     try:
-        create.tracked, create.untracked = module.create_seconds(redis_url, tracking_db.fresh(), s["items"])
+        with databases.fresh() as url:
+            create.tracked, create.untracked = module.create_seconds(redis_url, url, s["items"])
     except Exception as exc:
         create.error = f"{type(exc).__name__}: {exc}"[:1500]
     for one in (noop, create):
