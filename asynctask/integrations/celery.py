@@ -55,8 +55,8 @@ _RETRY = "_asynctask_retry_recorded"
 _MARK = "_asynctask_app"
 
 _attached: WeakKeyDictionary[Celery, AttachedTracking] = WeakKeyDictionary()
-#: RuntimeJobs made by ``submittable``, by Celery task name, for ``create_task(celery_task, ...)``.
-_submittable: dict[str, RuntimeJob] = {}
+#: The attribute of a Celery task that holds the RuntimeJob ``submittable`` made of it.
+_JOB = "_asynctask_job"
 
 
 def track(app: Celery, settings: Settings | None = None) -> AttachedTracking:
@@ -121,9 +121,15 @@ def _wrap(cls: type[Task], app: Celery, tracking: AttachedTracking) -> None:
             # Celery's own test: past the limit it raises the exception instead of retrying.
             if limit is None or attempt <= limit:
                 # Written before Celery sends the retry, so that the retry's own run, in
-                # whatever process, is numbered after it.
+                # whatever process, is numbered after it: on the SQL writer path too, where
+                # AttachedTracking.flush leaves the write to the writer thread.
                 _waiting(run, cause, attempt, limit)
-                tracking.flush()
+                if not run.tracker.send():
+                    logger.warning(
+                        "job %s: its retry is sent before its error is written (the store does not "
+                        "answer); the retry's run may be recorded first",
+                        run.jid,
+                    )
                 setattr(request, _RETRY, True)
         if own_retry is not None:
             return own_retry(task, *args, **kwargs)
@@ -156,6 +162,9 @@ def _run(
     if not run.start():
         _written(tracking, late)
         raise Ignore("its AsyncTask task was cancelled")
+    # A worker killed from here on leaves the message to be delivered again: the start of
+    # this run is out first, so the next one counts as another attempt.
+    _written(tracking, late)
     with run:
         try:
             result = call_next(task, args, kwargs)
@@ -360,15 +369,15 @@ def submittable(
     Celery, and (``api``) ``POST /api/tasks?job=NAME`` creates tasks of it. ``name`` defaults
     to the task's Celery name; ``registry`` to AsyncTask's default registry."""
     job = runtime.register(runtime_job(task, name=name, api=api, item_schema=item_schema), registry)
-    _submittable[task.name] = job
+    setattr(task, _JOB, job)
     return job
 
 
 def _adapt(job: object) -> RuntimeJob | None:
     if not isinstance(job, Task):
         return None
-    known = _submittable.get(job.name)
-    return known if known is not None else runtime_job(job, api=False)
+    known = getattr(job, _JOB, None)
+    return known if isinstance(known, RuntimeJob) else runtime_job(job, api=False)
 
 
 runtime.add_adapter(_adapt)

@@ -37,6 +37,7 @@ RABBITMQ_URL = os.environ.get("ASYNCTASK_TEST_AMQP_URL", "amqp://guest:guest@127
 #: Broker and tracking write path of each setup.
 SETUPS = ("redis", "rabbitmq", "rabbitmq-sql")
 SETTLED = ("finished", "finished_with_errors", "cancelled")
+TENANT = "acme"
 
 
 @dataclass
@@ -57,6 +58,10 @@ class CeleryRig:
     @property
     def tracking(self) -> Tracking:
         return Tracking(self.client, self.engine)
+
+    def create(self, job: object, items: Any, **options: Any) -> Any:
+        """``create_task`` as the API's tenant, so that the API shows the task."""
+        return self.tracking.create_task(job, items, tenant=TENANT, **options)
 
     def submittable(self, name: str) -> Any:
         return submittable(self.app.tasks[name], registry=self.registry)
@@ -83,14 +88,16 @@ class CeleryRig:
         try:
             result: dict[str, Any] = wait_until(settled, timeout, interval=0.1)
         except AssertionError:
-            raise AssertionError(f"task {task_id} not settled: {last[0]['status']} {last[0]['counts']}") from None
+            raise AssertionError(
+                f"task {task_id} not settled: {last[0]['status']} {last[0]['counts']}"
+            ) from None
         return result
 
     def events(self, task_id: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.get(f"/api/tasks/{task_id}/events?limit=500")["items"]
         return items
 
-    def worker_env(self) -> dict[str, str]:
+    def worker_env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ASYNCTASK_", "CELERY_"))}
         env |= {
             "PYTHONPATH": str(ROOT),
@@ -106,12 +113,19 @@ class CeleryRig:
             }
         return env
 
-    def start_worker(self, concurrency: int = 4) -> subprocess.Popen[bytes]:
+    def start_worker(self, concurrency: int = 4, **extra: str) -> subprocess.Popen[bytes]:
         """A ``celery worker`` of the test's queue, in a session of its own (its pool
-        processes die with it when the test kills the group)."""
+        processes die with it when the test kills the group); ``extra`` environment."""
         command = [sys.executable, "-m", "celery", "-A", "tests.integrations.celery_jobs", "worker"]
         command += ["-Q", self.queue, "-c", str(concurrency), "-P", "prefork", "-l", "WARNING"]
         command += ["-n", f"{self.queue}-{len(self.procs)}@%h", "--without-gossip", "--without-mingle"]
+        proc = subprocess.Popen(command, env=self.worker_env(**extra), cwd=ROOT, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def start_flusher(self) -> subprocess.Popen[bytes]:
+        """``asynctask flusher``: applies the tracking stream outside the Celery workers."""
+        command = [sys.executable, "-m", "asynctask", "flusher"]
         proc = subprocess.Popen(command, env=self.worker_env(), cwd=ROOT, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -163,7 +177,7 @@ def celery_rig(setup: str, claimed_db: int, tmp_path: Path) -> Iterator[CeleryRi
         stack.callback(app.close)
         if setup != "redis":
             stack.callback(_delete_queue, app, queue)
-        token = create_token(engine, "acme").token
+        token = create_token(engine, TENANT).token
         rig = CeleryRig(
             broker,
             queue,
