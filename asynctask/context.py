@@ -106,5 +106,11 @@ def current_job() -> JobContext:
     return context
 
 
+def current_or_none() -> JobContext | None:
+    """The job running in this thread, or None."""
+    context: JobContext | None = getattr(_local, "context", None)
+    return context
+
+
 def enter(context: JobContext | None) -> None:
     _local.context = context

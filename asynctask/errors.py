@@ -127,6 +127,18 @@ class TaskNotFound(AsyncTaskError, LookupError):
         self.task_id = task_id
 
 
+class JobsNotSent(AsyncTaskError):
+    """Another runtime refused some of a task's jobs: the task exists, and the events of the
+    jobs it did not take ended ``error`` "not sent: <reason>"."""
+
+    def __init__(self, task_id: str, sent: int, total: int, reason: str) -> None:
+        super().__init__(f"task {task_id}: {total - sent} of {total} job(s) not sent: {reason}")
+        self.task_id = task_id
+        self.sent = sent
+        self.total = total
+        self.reason = reason
+
+
 class JobNotFound(AsyncTaskError, LookupError):
     """No job has this jid (for this tenant, when one is given), or it has left every queue."""
 

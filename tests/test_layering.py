@@ -72,7 +72,8 @@ ALLOWED: dict[str, set[str]] = {
     "middleware": {"core", "tracking", "context"},
     "client": {"core", "brokers", "middleware", "tracking"},
     # Stopping a job finds it in the queues and job sets, and moves it, through the read model.
-    "tasks": {"core", "db", "tracking", "client", "api"},
+    # A task sent through another runtime is staged behind the brokers' own staging port.
+    "tasks": {"core", "db", "tracking", "client", "api", "brokers"},
     "tokens": {"core", "db", "tracking"},
     "api": {"core", "db", "brokers", "client"},
     # The heartbeat reports the package's ``__version__``.
@@ -178,3 +179,25 @@ def test_the_table_itself_has_no_cycle() -> None:
 
 def test_the_library_never_imports_the_web_app() -> None:
     assert all("webapi" not in ALLOWED[p] for p in ALLOWED if p != "webapi")
+
+
+#: Other runtimes' packages, by the module of ``asynctask.integrations`` that alone may import them.
+RUNTIMES = {"celery": {"celery", "kombu", "billiard"}, "rq": {"rq"}, "dramatiq": {"dramatiq", "pika"}}
+
+
+def test_only_the_integrations_import_other_runtimes() -> None:
+    against = []
+    for module, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                owners = [runtime for runtime, packages in RUNTIMES.items() if top in packages]
+                if owners and not module.startswith(f"asynctask.integrations.{owners[0]}"):
+                    against.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert not against, "other runtimes imported outside their integration:\n" + "\n".join(against)

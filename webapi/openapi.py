@@ -368,6 +368,11 @@ def _schemas() -> dict[str, Schema]:
         "id": _string(),
         "job": _string(description="The job's name."),
         "queue": _string(),
+        "runtime": _string(
+            enum=["asynctask", "celery", "rq", "dramatiq"],
+            description="What runs the task's jobs: AsyncTask's own workers, or another runtime with "
+            "tracking attached (see the guide's Celery, RQ and Dramatiq page).",
+        ),
         "status": _string(enum=[s.value for s in TaskStatus]),
         "total": _integer(0, description="Jobs in the task."),
         "counts": _ref("TaskCounts"),

@@ -33,6 +33,7 @@ def task_fields(view: TaskView) -> dict[str, Any]:
         "id": view.id,
         "job": view.job_name,
         "queue": view.queue,
+        "runtime": view.runtime or "asynctask",
         "status": view.status,
         "total": view.total,
         "counts": view.counts,

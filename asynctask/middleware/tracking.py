@@ -32,15 +32,10 @@ from typing import Any
 
 from asynctask import payload, storable
 from asynctask.context import current_job
-from asynctask.errors import JobFailed, JobInterrupted, Shutdown, error_class_name
-from asynctask.tracking import outbox, transitions
+from asynctask.errors import JobFailed, JobInterrupted, Shutdown
+from asynctask.tracking import outbox, rules, transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.tracker import is_tracked
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _interrupted(jid: str, exc: JobInterrupted) -> transitions.Transition:
@@ -93,21 +88,13 @@ class TrackingServerMiddleware:
         jid = job["jid"]
         task = context.task_id
         if task is not None and tracker.was_cancelled(task):
-            tracker.record(transitions.status(jid, EventStatus.CANCELLED, "task cancelled; not run"))
+            tracker.record(rules.not_run(jid))
             return None
-        standalone: dict[str, Any] = {}
-        if task is None:
-            args = job.get("args")
-            standalone = {"name": str(job.get("class")), "params": args if isinstance(args, list) else None}
-        tracker.record(transitions.status(jid, EventStatus.WORKING, "started", **standalone))
+        tracker.record(rules.started(jid, job))
         try:
             result = call_next()
         except JobFailed as exc:
-            tracker.record(
-                transitions.status(
-                    jid, EventStatus.FAILED, str(exc) or "failed", error_class=error_class_name(exc)
-                )
-            )
+            tracker.record(rules.failed(jid, exc))
             raise
         except Shutdown:
             tracker.record(
@@ -120,9 +107,7 @@ class TrackingServerMiddleware:
             raise
         except BaseException as exc:
             # Written with the runtime's decision (a retry's "waiting for retry"), never alone.
-            tracker.record_pending(
-                transitions.status(jid, EventStatus.ERROR, _describe(exc), error_class=error_class_name(exc))
-            )
+            tracker.record_pending(rules.errored(jid, exc))
             raise
-        tracker.record(transitions.status(jid, EventStatus.FINISH, "finished"))
+        tracker.record(rules.finished(jid))
         return result

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -43,14 +43,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from asynctask import payload, storable
 from asynctask.client import Client
 from asynctask.db.engine import writer
-from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.fairness import share_of
 from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
 from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
-from asynctask.tasks import jobs
+from asynctask.tasks import jobs, runtime
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
+from asynctask.tasks.runtime import OutgoingJob, RuntimeJob
 from asynctask.tracking import apply_sqlite, transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
 from asynctask.tracking.models import Event, EventMessage, Task
@@ -84,7 +85,7 @@ def new_task_id() -> str:
 def create_task(
     engine: Engine,
     client: Client,
-    job: JobDefinition[Any] | str,
+    job: JobDefinition[Any] | str | object,
     items: Iterable[Any],
     *,
     chunk_size: int = 1,
@@ -122,10 +123,20 @@ def create_task(
     most ``parallel`` of them are queued or running at once, at most once per ``interval``
     seconds, at ``priority`` (lower runs first); ``update_task`` changes all three while the
     task runs (see ``asynctask.feeds``).
+
+    ``job`` may also be another runtime's job (a Celery task, a Dramatiq actor, a function
+    registered by ``asynctask.integrations.rq``): its chunks are then sent through that
+    runtime's client once the task is committed (see ``tasks.runtime``).
     """
     fed = parallel is not None or priority is not None or bool(interval)
     feed = _feed(parallel, interval, priority) if fed else None
-    definition = job if isinstance(job, JobDefinition) else client.registry.get(job)
+    definition = runtime.resolve(job, client.registry)
+    elsewhere = definition if isinstance(definition, RuntimeJob) else None
+    if elsewhere is not None and (fed or concurrency_key is not None):
+        raise ValueError(
+            f"{elsewhere.name} runs on {elsewhere.runtime}: parallel, interval, priority and "
+            "concurrency_key need AsyncTask's own runtime"
+        )
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError("chunk_size must be a positive integer")
     if isinstance(concurrency_limit, bool) or not isinstance(concurrency_limit, int) or concurrency_limit < 1:
@@ -173,10 +184,15 @@ def create_task(
         "items_failed": 0,
         "created_at": at,
         "feed": feed.as_dict() if feed is not None else None,
+        "runtime": elsewhere.runtime if elsewhere is not None else None,
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
     jobs = _jobs(client, head, definition.name, created, chunks, flow)
-    staging = client.broker.staging(task_id, feed, share_of(task_id, tenant))
+    staging = (
+        elsewhere.staging(engine, task_id)
+        if elsewhere is not None
+        else client.broker.staging(task_id, feed, share_of(task_id, tenant))
+    )
     staging_error: BaseException | None = None
     try:
         with writer(engine).begin() as connection:
@@ -213,6 +229,10 @@ def create_task(
 
     try:
         staging.publish()
+    except JobsNotSent:
+        # Another runtime keeps what it took: the task runs those, and shows the rest not sent.
+        _set_state(engine, task_id, TaskState.READY)
+        raise
     except BaseException:
         _set_state(engine, task_id, TaskState.ABORTED)
         staging.discard()
@@ -567,6 +587,8 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     if not rows:
         return 0
     definition = client.registry.get(task.job_name) if task.job_name in client.registry else None
+    if task.runtime is not None:
+        return _retry_elsewhere(engine, client, task, definition, rows, position)
     head = definition.options.payload_head() if definition else {"retry": True}
     head = {**head, "queue": task.queue, "task": task_id}
     if task.feed is not None:
@@ -591,6 +613,49 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     client.broker.push([(item, None) for item in jobs], transitions=recorded, atomic=True)
     _show_retried(engine, task_id, position)
     return len(jobs)
+
+
+def _retry_elsewhere(
+    engine: Engine,
+    client: Client,
+    task: Any,
+    definition: JobDefinition[Any] | None,
+    rows: Sequence[Any],
+    position: int,
+) -> int:
+    """Send a task's failed jobs again through the runtime that runs them. Their ``enqueue``
+    goes through the tracking store first, so it is ordered before anything their new run
+    records; jobs the runtime then refuses end ``error`` "not sent" after it."""
+    if not isinstance(definition, RuntimeJob) or definition.runtime != task.runtime:
+        raise TaskStateError(
+            f"task {task.id}'s jobs run on {task.runtime}: register {task.job_name!r} with "
+            f"asynctask.integrations.{task.runtime}.submittable in this process to retry them"
+        )
+    outgoing = [OutgoingJob(row.job_id, task.id, list(row.params or [])) for row in rows]
+    client.broker.tracking.write_transitions(
+        [transitions.status(job.jid, EventStatus.ENQUEUE, "retried by request").encode() for job in outgoing]
+    )
+    _show_retried(engine, task.id, position)
+    sent = 0
+    try:
+        for start in range(0, len(outgoing), runtime.SEND_BATCH):
+            batch = outgoing[start : start + runtime.SEND_BATCH]
+            try:
+                definition.sender.send(batch)
+            except runtime.PartlySent as exc:
+                sent += exc.sent
+                raise exc.cause from exc
+            sent += len(batch)
+    except Exception as exc:
+        reason = str(exc) or type(exc).__name__
+        client.broker.tracking.write_transitions(
+            [
+                transitions.status(job.jid, EventStatus.ERROR, f"not sent: {reason}").encode()
+                for job in outgoing[sent:]
+            ]
+        )
+        raise JobsNotSent(task.id, sent, len(outgoing), reason) from exc
+    return len(outgoing)
 
 
 def _retried(item: payload.JobDict, tenant: str | None) -> str:
@@ -636,6 +701,7 @@ def _require(engine: Engine, task_id: str, tenant: str | None) -> Any:
         Task.queue,
         Task.tenant,
         Task.feed,
+        Task.runtime,
         Task.finished_at,
         Task.count_finish,
         Task.count_failed,

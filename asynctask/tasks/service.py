@@ -18,10 +18,11 @@ from asynctask.db.engine import create_database_engine
 from asynctask.feeds import FeedChange, FeedState
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
-from asynctask.tasks import jobs, listeners
+from asynctask.tasks import jobs, listeners, runtime
 from asynctask.tasks import operations as tasks
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.placeview import with_ahead
+from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tracking import queries
 from asynctask.tracking.views import EventView, FailedItemView, Page, TaskView
 
@@ -36,7 +37,7 @@ class Tracking:
 
     def create_task(
         self,
-        job: JobDefinition[Any] | str,
+        job: JobDefinition[Any] | str | object,
         items: Iterable[Any],
         *,
         chunk_size: int = 1,
@@ -67,6 +68,9 @@ class Tracking:
             priority=priority,
         )
         view = self.get_task(task_id)
+        if isinstance(runtime.resolve(job, self.client.registry), RuntimeJob):
+            # Another runtime's workers are not AsyncTask's to see.
+            return view
         warning = listeners.no_worker(self.client, view.queue)
         if warning is None:
             return view
@@ -159,7 +163,7 @@ def default_tracking() -> Tracking:
 
 
 def create_task(
-    job: JobDefinition[Any] | str,
+    job: JobDefinition[Any] | str | object,
     items: Iterable[Any],
     *,
     chunk_size: int = 1,

@@ -72,6 +72,8 @@ class Task(Base):
     #: A fed task's feed settings as last set (``asynctask.feeds.Feed.as_dict``); None when
     #: the task is not fed. The broker's copy is the one that acts.
     feed: Mapped[dict[str, Any] | None]
+    #: The runtime that runs its jobs ("celery", "rq", "dramatiq"); None: AsyncTask's own.
+    runtime: Mapped[str | None] = mapped_column(String(32))
 
     __table_args__ = (
         # A tenant's tasks, newest first, paged by (created_at, id).

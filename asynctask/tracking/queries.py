@@ -367,6 +367,7 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
         feed=feed,
         errors=tuple(errors),
         items=items,
+        runtime=r["runtime"],
     )
 
 

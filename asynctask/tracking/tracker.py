@@ -17,7 +17,7 @@ from collections.abc import Callable
 from asynctask import payload
 from asynctask.errors import error_class_name
 from asynctask.supervision import Activity
-from asynctask.tracking import transitions
+from asynctask.tracking import rules, transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.store import Claims, TrackingStore
 from asynctask.tracking.transitions import Transition
@@ -74,16 +74,12 @@ class Tracker:
     def retry_scheduled(self, job: payload.JobDict, count: int, limit: int) -> None:
         """The runtime put a failed job in the retry set: it waits again."""
         if is_tracked(job):
-            self.record(
-                transitions.status(
-                    job["jid"], EventStatus.ENQUEUE, f"waiting for retry {count + 1} of {limit}"
-                )
-            )
+            self.record(rules.waiting_for_retry(job["jid"], count + 1, limit))
 
     def gave_up(self, job: payload.JobDict, outcome: str) -> None:
         """The runtime will not retry a failed job: it stays ``error``; say where it went."""
         if is_tracked(job):
-            self.record(Transition(job["jid"], transitions.LOG, payload.now(), outcome))
+            self.record(rules.gave_up(job["jid"], outcome))
 
     def buried(self, job: payload.JobDict, exc: BaseException) -> None:
         """A job this process cannot run (unknown class, bad args) went to the dead set."""

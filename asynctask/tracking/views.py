@@ -130,6 +130,8 @@ class TaskView:
     #: What ``create_task`` warned about as it created the task (``TaskWarning``); empty in
     #: every other read.
     warnings: tuple[TaskWarning, ...] = ()
+    #: The runtime that runs its jobs ("celery", "rq", "dramatiq"); None: AsyncTask's own.
+    runtime: str | None = None
 
 
 T = TypeVar("T")

@@ -23,7 +23,9 @@ Order of work, so that noise hits every configuration alike (each section is a p
     lag to its job, on Redis and PostgreSQL (``bench/periodic``);
 13. resumable: a job of many no-op iterations, resumable against the same loop as a plain job,
     on Redis and PostgreSQL (``bench/resumable``);
-14. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
+14. integrations: Celery, RQ and Dramatiq with tracking attached against themselves without,
+    and ``create_task`` through each against its own bulk send (``bench/integrations``);
+15. tables to stdout; RESULTS.md, one JSON file per section and the PNG plots to ``--out``.
 
 ``--sections`` (comma-separated) runs only those: it rewrites only their own JSON files and
 RESULTS.md sections (the others are kept from the previous RESULTS.md, with a note saying
@@ -57,6 +59,7 @@ from bench.core.system import ROOT
 from bench.fair import section as fair
 from bench.feeds import section as feeds
 from bench.flow import section as flow
+from bench.integrations import section as integrations
 from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.periodic import section as periodic
@@ -81,6 +84,7 @@ SECTIONS = (
     "fair",
     "periodic",
     "resumable",
+    "integrations",
 )
 
 
@@ -229,6 +233,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     periodic_options.add_argument(
         "--periodic-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
+    )
+    integrations_options = parser.add_argument_group("integrations section (also uses --reps)")
+    integrations_options.add_argument(
+        "--integration-jobs", type=int, help="no-op jobs per drain (default 20000; --quick: 200)"
+    )
+    integrations_options.add_argument(
+        "--integration-items", type=int, help="items of each create_task (default 100000; --quick: 1000)"
     )
     resumable_options = parser.add_argument_group("resumable section (also uses --reps and --pg-url)")
     resumable_options.add_argument(
@@ -385,6 +396,12 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "backends": [b.strip() for b in args.periodic_backends.split(",") if b.strip()],
             "pg_url": pg_url,
         },
+        "integrations": {
+            "quick": quick,
+            "reps": reps,
+            "jobs": pick(args.integration_jobs, 20_000, 200),
+            "items": pick(args.integration_items, 100_000, 1000),
+        },
         "resumable": {
             "quick": quick,
             "reps": reps,
@@ -505,6 +522,8 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
         run.periodic = periodic.run(s["periodic"], pg_url, server, workdir)
     elif name == "resumable":
         run.resumable = resumable.run(s["resumable"], pg_url, server, workdir)
+    elif name == "integrations":
+        run.integrations = integrations.run(s["integrations"], server, workdir)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

@@ -21,6 +21,8 @@ from bench.feeds import report as feeds_report
 from bench.feeds.section import FeedResults
 from bench.flow import report as flow_report
 from bench.flow.section import FlowResults
+from bench.integrations import report as integrations_report
+from bench.integrations.section import IntegrationResults
 from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.periodic import report as periodic_report
@@ -55,6 +57,7 @@ class Run:
     fair: FairResults | None = None
     periodic: PeriodicResults | None = None
     resumable: ResumableResults | None = None
+    integrations: IntegrationResults | None = None
     #: Wall time of each section that ran.
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -72,6 +75,7 @@ class Run:
             self.fair,
             self.periodic,
             self.resumable,
+            self.integrations,
         )
         return [part.versions for part in parts if part is not None]
 
@@ -88,6 +92,7 @@ class Run:
         errors += self.fair.errors() if self.fair is not None else []
         errors += self.periodic.errors() if self.periodic is not None else []
         errors += self.resumable.errors() if self.resumable is not None else []
+        errors += self.integrations.errors() if self.integrations is not None else []
         return errors + (self.sql.errors() if self.sql is not None else [])
 
     def tables(self) -> str:
@@ -117,6 +122,8 @@ class Run:
             parts.append(periodic_report.tables(self.periodic))
         if self.resumable is not None:
             parts.append(resumable_report.tables(self.resumable))
+        if self.integrations is not None:
+            parts.append(integrations_report.tables(self.integrations))
         return "\n".join(parts)
 
 
@@ -140,6 +147,8 @@ def write(run: Run, out_dir: Path) -> None:
         periodic_report.write(run.periodic, run.machine, out_dir)
     if run.resumable is not None:
         resumable_report.write(run.resumable, run.machine, out_dir)
+    if run.integrations is not None:
+        integrations_report.write(run.integrations, run.machine, out_dir)
     if run.latency is not None:
         latency.write(run.latency, run.settings["latency"], out_dir)
     if run.memory is not None:

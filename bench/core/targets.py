@@ -16,6 +16,7 @@ from bench.core.sections import Run
 from bench.fair import report as fair_report
 from bench.feeds import report as feeds_report
 from bench.flow import report as flow_report
+from bench.integrations import report as integrations_report
 from bench.periodic import report as periodic_report
 from bench.resumable import report as resumable_report
 from bench.runtime import report
@@ -104,6 +105,7 @@ def markdown(run: Run) -> str:
     flow_rows += fair_report.target_rows(run.fair) if run.fair is not None else []
     flow_rows += periodic_report.target_rows(run.periodic) if run.periodic is not None else []
     flow_rows += resumable_report.target_rows(run.resumable) if run.resumable is not None else []
+    flow_rows += integrations_report.target_rows(run.integrations) if run.integrations is not None else []
     rows = runtime_rows(run.runtime) + tracking_rows(run) + latency_rows(run) + flow_rows
     lines = [
         f"## {TITLE}",

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from flask import Blueprint, Response, request
 
-from asynctask.errors import TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.placeview import with_ahead
 from asynctask.tasks.service import Tracking
@@ -57,6 +57,8 @@ def create() -> Response:
         if submission.item_count == 0:
             raise ApiError(422, "no_items", "a task needs at least one item") from None
         raise ApiError(422, "invalid_request", str(exc)) from None
+    except JobsNotSent as exc:
+        raise not_sent(exc) from None
     finally:
         submission.close()
     body = {
@@ -201,8 +203,20 @@ def retry(task_id: str) -> Response:
         retried = found.tracking.retry_task(task_id, tenant=caller_tenant())
     except TaskStateError as exc:
         raise ApiError(409, "task_not_retryable", str(exc)) from None
+    except JobsNotSent as exc:
+        raise not_sent(exc) from None
     view = found.tracking.get_task(task_id, tenant=caller_tenant())
     return json_response({"retried": retried, "task": task_json(view)}, 202)
+
+
+def not_sent(exc: JobsNotSent) -> ApiError:
+    """Another runtime refused some of the task's jobs: the task exists and shows them ended."""
+    return ApiError(
+        503,
+        "jobs_not_sent",
+        str(exc),
+        {"task_id": exc.task_id, "sent": exc.sent, "jobs": exc.total, "urls": task_urls(exc.task_id)},
+    )
 
 
 def errors_arg() -> int:

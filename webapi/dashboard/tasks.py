@@ -109,8 +109,9 @@ def task_action(task_id: str, action: str) -> Response:
 
 
 def _unheard(view: TaskView, listened: frozenset[str]) -> bool:
-    """Whether the task has jobs still to run on a queue no live worker listens to: they wait."""
-    return view.status in WAITING and view.queue not in listened
+    """Whether the task has jobs still to run on a queue no live worker listens to: they wait.
+    Another runtime's workers are not AsyncTask's to see."""
+    return view.runtime is None and view.status in WAITING and view.queue not in listened
 
 
 def _feed_change() -> dict[str, Any]:

@@ -1,0 +1,158 @@
+"""Tracking for jobs another runtime runs in this process: the write path of AsyncTask's own
+workers, without its runtime.
+
+- With a Redis URL (``ASYNCTASK_REDIS_URL``): transitions go to AsyncTask's tracking stream, as
+  an AsyncTask worker's do, and a flusher thread applies them to SQL. A SQL outage costs
+  nothing but delay: they wait in Redis. ``flush`` writes them to the stream before the
+  runtime acknowledges a job, so a process killed after an acknowledgement loses nothing.
+- Without Redis: a writer thread applies them to the tracking database in batches, a few
+  times a second. While SQL is down they wait in this process's memory (the bound: a process
+  that dies meanwhile loses them); ``flush`` then does not wait for SQL, so no job pays a
+  SQL round trip, and a process killed with kill -9 loses what it recorded in the last
+  fraction of a second.
+
+Runtimes fork: Celery's prefork pool, Dramatiq's worker processes, RQ's work horses. All state
+is made per process, on its first use there; ``start`` makes the current process the one that
+applies the stream to SQL, so that short-lived children (RQ's horses) never start a flusher.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import socket
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from asynctask import payload
+from asynctask.brokers import Broker, open_broker
+from asynctask.middleware.runs import JobRun
+from asynctask.settings import Settings
+from asynctask.supervision import Activity
+from asynctask.tracking.outbox import Outbox
+from asynctask.tracking.tracker import Tracker
+
+logger = logging.getLogger("asynctask.integrations")
+
+
+@dataclass
+class _Claims:
+    """The tracker's view of a fetcher: another runtime claims the jobs, so no claim brings a
+    cancellation generation (runs ask the store instead, see ``JobRun.start``)."""
+
+    outbox: Outbox
+    cancel_generation: bytes = field(default=b"")
+
+
+class _ProcessTracking:
+    """One process's tracker, and its applier if this process applies the stream."""
+
+    def __init__(self, settings: Settings, apply_here: bool) -> None:
+        self.pid = os.getpid()
+        if settings.flusher == "process":
+            # A thread instead of AsyncTask's flusher child: a runtime's worker processes
+            # (prefork children, daemonic ones among them) should not each start a process.
+            settings = replace(settings, flusher="thread")
+        self.broker: Broker = open_broker(settings)
+        outbox = Outbox()
+        outbox.text_limit = settings.tracked_text_limit
+        identity = f"{socket.gethostname()}:{self.pid}:{secrets.token_hex(6)}"
+        self.applier = self.broker.tracking.applier(identity) if apply_here else None
+        self.tracker = Tracker(
+            self.broker.tracking, _Claims(outbox), self.applier.wake if self.applier else None
+        )
+        #: Whether ``flush`` writes now: to Redis (one round trip), never to SQL.
+        self.flushes = settings.uses_redis
+        self._stopped = threading.Event()
+        if self.applier is not None:
+            self.applier.start()
+            self._checker = threading.Thread(
+                target=self._check_loop,
+                args=(settings.heartbeat_interval,),
+                name="asynctask-tracking-check",
+                daemon=True,
+            )
+            self._checker.start()
+        self.tracker.start()
+
+    def _check_loop(self, interval: float) -> None:
+        applier = self.applier
+        assert applier is not None
+        activity = Activity("tracking applier check", logger, self.broker.errors)
+        while not self._stopped.wait(interval):
+            activity.attempt(applier.check)
+
+    def close(self) -> None:
+        self._stopped.set()
+        self.tracker.stop()
+        if self.applier is not None:
+            self.applier.stop()
+        self.broker.close()
+
+
+class AttachedTracking:
+    """Tracking for jobs another runtime runs in this process and in the processes it forks."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._given = settings
+        self._settings: Settings | None = None
+        self._lock = threading.Lock()
+        self._process: _ProcessTracking | None = None
+        #: The process that applies the stream to SQL (``start``); None: every process that records.
+        self._applier_pid: int | None = None
+        os.register_at_fork(after_in_child=self._forked)
+        atexit.register(self.close)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            settings = (self._given or Settings.from_env()).validated()
+            if not settings.tracking:
+                raise ValueError("tracking is off (ASYNCTASK_TRACKING): nothing to attach")
+            self._settings = settings
+        return self._settings
+
+    def _forked(self) -> None:
+        # The parent's threads do not exist here and its lock may have been held at the fork.
+        self._lock = threading.Lock()
+        self._process = None
+
+    def start(self) -> None:
+        """Set up this process's tracking now, with the applier: processes forked later record
+        but leave applying to this one."""
+        self._applier_pid = os.getpid()
+        self._here()
+
+    def _here(self) -> _ProcessTracking:
+        process = self._process
+        if process is not None:
+            return process
+        with self._lock:
+            if self._process is None:
+                pid = os.getpid()
+                self._process = _ProcessTracking(self.settings, self._applier_pid in (None, pid))
+            return self._process
+
+    def run(self, jid: str, task: str | None, name: str, args: list[Any] | None, queue: str = "") -> JobRun:
+        """The run of job ``jid`` about to start (see ``JobRun``)."""
+        job: payload.JobDict = {"jid": jid, "class": name, "args": args if args is not None else []}
+        if task is not None:
+            job["task"] = task
+        return JobRun(self._here().tracker, job, queue)
+
+    def flush(self) -> None:
+        """Write what this process recorded, before the runtime acknowledges a job (Redis only:
+        SQL is written by the writer thread, and no job waits for it)."""
+        process = self._process
+        if process is not None and process.flushes and not process.tracker.send():
+            logger.warning("tracking transitions stay in memory until the store answers again")
+
+    def close(self) -> None:
+        """Write what is left and stop this process's threads."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is not None and process.pid == os.getpid():
+            process.close()

@@ -1,0 +1,112 @@
+"""The integrations section of RESULTS.md and stdout, and ``integrations.json``.
+
+Medians of the repetitions with (min-max); each ratio is taken per repetition, between the two
+figures of the same runtime.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.core.document import drain_markdown, drain_raw, write_section
+from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
+from bench.integrations.section import CREATE, NOOP, RUNTIMES, IntegrationResults, IntegrationRun
+
+SECTION = "Tracking attached to Celery, RQ and Dramatiq"
+JSON_FILE = "integrations.json"
+NAMES = {"celery": "Celery", "rq": "RQ", "dramatiq": "Dramatiq"}
+#: Targets: a tracked no-op job's rate ÷ the runtime's own, at least; create_task's time ÷ the
+#: runtime's own bulk send, at most.
+TRACKED_RATE = 0.85
+CREATE_TIME = 2.0
+
+
+def _ok(results: IntegrationResults, runtime: str, case: str) -> list[IntegrationRun]:
+    return [r for _, r in results.runs if r.backend == runtime and r.case == case and not r.error]
+
+
+def table(results: IntegrationResults) -> list[str]:
+    s = results.settings
+    lines = [
+        f"| runtime | untracked jobs/s | tracked jobs/s | **tracked ÷ untracked** "
+        f"| bulk send of {s['items']:,} jobs, s | create_task of {s['items']:,} items, s "
+        "| **create ÷ bulk** |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for runtime in RUNTIMES:
+        noop, create = _ok(results, runtime, NOOP), _ok(results, runtime, CREATE)
+        if not noop and not create:
+            continue
+        lines.append(
+            f"| {NAMES[runtime]} | {spread((r.untracked for r in noop), rate)} "
+            f"| {spread((r.tracked for r in noop), rate)} | **{spread((r.ratio() for r in noop), ratio)}** "
+            f"| {spread((r.untracked for r in create), fixed(2))} "
+            f"| {spread((r.tracked for r in create), fixed(2))} "
+            f"| **{spread((r.ratio() for r in create), ratio)}** |"
+        )
+    return lines
+
+
+def target_rows(results: IntegrationResults) -> list[str]:
+    rows = []
+    for runtime in RUNTIMES:
+        noop = [r.ratio() for r in _ok(results, runtime, NOOP)]
+        if noop:
+            rows.append(
+                f"| {NAMES[runtime]}: no-op jobs/s, tracked ÷ untracked | ≥ {TRACKED_RATE:.2f}x "
+                f"| {spread(noop, ratio)} | {verdict(statistics.median(noop) >= TRACKED_RATE)} |"
+            )
+        create = [r.ratio() for r in _ok(results, runtime, CREATE)]
+        if create:
+            rows.append(
+                f"| {NAMES[runtime]}: create_task ÷ the runtime's bulk send | ≤ {CREATE_TIME:.1f}x "
+                f"| {spread(create, ratio)} | {verdict(statistics.median(create) <= CREATE_TIME)} |"
+            )
+    return judged(rows, results.settings["quick"])
+
+
+def tables(results: IntegrationResults) -> str:
+    s = results.settings
+    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
+    intro = (
+        f"Each runtime's own worker, one process, draining {s['jobs']:,} no-op jobs with tracking attached "
+        f"and without; `create_task` of {s['items']:,} items through its client against its own bulk "
+        f"send{quick}; {s['reps']} rep(s); median (min-max)."
+    )
+    tail = section_tail(results.databases, results.errors(), results.seconds)
+    return drain_tables(intro, table(results), target_rows(results), tail)
+
+
+METHOD = """\
+- **Runtimes**: Celery (Redis broker, prefork pool), RQ (`rq worker`, a work horse per job) and
+  Dramatiq (Redis broker), as installed in the project's environment by the extras `celery`, `rq` and
+  `dramatiq`; each on a database of the section's private Redis of its own.
+- **Drain** (`bench/integrations/<runtime>.py`, `noop_rate`): the jobs are queued first, then one
+  worker process of the runtime drains them; the rate is the jobs over the time from the first start
+  to the last end, as the runtime's workers record them. Untracked: the runtime's own bulk send to a
+  worker without tracking. Tracked: one task's chunks (`create_task`, chunk size 1), a worker with the
+  integration attached, writing to AsyncTask's tracking stream on the same Redis, applied to a fresh
+  SQLite tracking database by the worker's flusher thread; SQL catching up is not timed.
+- **Create** (`create_seconds`): `create_task` of the items through the runtime's client (the task and
+  its events in one SQL transaction, then the sends), against the runtime's fastest bulk send of as
+  many jobs; no worker runs.
+- **Order**: per repetition, the runtimes in turn, reversed every other repetition, and within a
+  runtime untracked then tracked, reversed every other repetition too.
+"""
+
+
+def markdown(results: IntegrationResults) -> str:
+    return drain_markdown(SECTION, "integrations", tables(results), METHOD, results.versions)
+
+
+def raw(results: IntegrationResults, machine: dict[str, str]) -> dict[str, Any]:
+    runs = [{"rep": rep, **asdict(r), "ratio": r.ratio()} for rep, r in results.runs]
+    return drain_raw(results, machine, runs)
+
+
+def write(results: IntegrationResults, machine: dict[str, str], out_dir: Path) -> None:
+    """``integrations.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
+    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))

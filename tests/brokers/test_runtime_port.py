@@ -1,0 +1,199 @@
+"""The port other runtimes attach through, on every broker: a task whose chunks go out through a
+runtime's own client (``tasks.runtime``) and whose runs are recorded by ``AttachedTracking``
+ends exactly as a task of AsyncTask's own jobs does.
+
+The runtime here is the smallest one that can be: a list its sender appends to and a loop
+that runs what it holds. Celery, RQ and Dramatiq themselves are tested in tests/integrations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+import asynctask
+from asynctask import JobFailed, JobsNotSent, Settings, Tracking, current_job
+from asynctask.integrations.attached import AttachedTracking
+from asynctask.tasks import runtime
+from asynctask.tasks.runtime import OutgoingJob, PartlySent, RuntimeJob
+from tests.tracking_fixtures import wait_for_task
+from webapi.serialize import task_json
+
+
+class ListRuntime:
+    """Sends into a list; ``refuse_after`` makes it take only that many jobs of a batch."""
+
+    def __init__(self) -> None:
+        self.queue: list[OutgoingJob] = []
+        self.refuse_after: int | None = None
+
+    def send(self, jobs: Sequence[OutgoingJob]) -> None:
+        if self.refuse_after is None:
+            self.queue.extend(jobs)
+            return
+        taken = list(jobs[: self.refuse_after])
+        self.queue.extend(taken)
+        raise PartlySent(len(taken), ConnectionError("the broker went away"))
+
+
+def handle(chunk: list[int]) -> None:
+    number = chunk[0]
+    current_job().log(f"handling {number}")
+    if number % 5 == 1:
+        raise JobFailed(f"{number} is not allowed")
+    if number % 5 == 2 and current_job().retry_count is None:
+        raise ValueError(f"{number} hiccup")
+    if number % 5 == 3:
+        raise RuntimeError(f"{number} broke")
+
+
+def run_all(attached: AttachedTracking, sender: ListRuntime, name: str) -> None:
+    """Run every job sent, as a runtime's worker would: a ValueError is retried once."""
+    attempts: dict[str, int] = {}
+    while sender.queue:
+        job = sender.queue.pop(0)
+        attempt = attempts.get(job.jid, 0)
+        run = attached.run(job.jid, job.task, name, job.args)
+        if attempt:
+            run.job["retry_count"] = attempt - 1
+        if not run.start():
+            continue
+        with run:
+            try:
+                handle(*job.args)
+            except ValueError as exc:
+                run.raised(exc, retry=(attempt + 1, 1) if attempt == 0 else None)
+                if attempt == 0:
+                    attempts[job.jid] = attempt + 1
+                    sender.queue.append(job)
+            except Exception as exc:
+                run.raised(exc, retry=None)
+            else:
+                run.finished()
+        attached.flush()
+
+
+@pytest.fixture
+def sender() -> ListRuntime:
+    return ListRuntime()
+
+
+@pytest.fixture
+def job(sender: ListRuntime, registry: asynctask.Registry) -> RuntimeJob:
+    return runtime.register(
+        RuntimeJob(handle, "listed.handle", runtime="listed", queue="q", sender=sender), registry
+    )
+
+
+@pytest.fixture
+def attached(settings: Settings, tracking: Tracking) -> Iterator[AttachedTracking]:
+    made = AttachedTracking(Settings(**{**settings.__dict__, "flusher": "thread"}))
+    made.start()
+    yield made
+    made.close()
+
+
+def test_a_task_run_by_another_runtime_ends_with_each_job_s_outcome(
+    tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
+) -> None:
+    task = tracking.create_task(job, range(20))
+    assert len(sender.queue) == 20
+    assert {sent.task for sent in sender.queue} == {task.id}
+    assert task.counts["enqueue"] == 20
+    assert task.runtime == "listed"
+    assert task_json(task)["runtime"] == "listed"
+
+    run_all(attached, sender, job.name)
+
+    done = wait_for_task(tracking, task.id)
+    assert done.counts["finish"] == 12
+    assert done.counts["failed"] == 4
+    assert done.counts["error"] == 4
+    assert done.status == "finished_with_errors"
+    events = {(event.params or [])[0][0]: event for event in tracking.list_events(task.id, limit=100).items}
+    retried = events[2]
+    assert retried.status == "finish"
+    assert retried.attempt == 2
+    assert [m.text for m in retried.messages] == [
+        "started",
+        "handling 2",
+        "ValueError: 2 hiccup",
+        "waiting for retry 1 of 1",
+        "started",
+        "handling 2",
+        "finished",
+    ]
+    assert events[1].status == "failed"
+    assert events[1].error == "1 is not allowed"
+    assert events[3].status == "error"
+    assert [m.text for m in events[3].messages][-2:] == ["RuntimeError: 3 broke", "no retries left"]
+
+
+def test_jobs_the_runtime_did_not_take_end_not_sent_and_the_rest_run(
+    tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
+) -> None:
+    sender.refuse_after = 3
+    with pytest.raises(JobsNotSent) as raised:
+        tracking.create_task(job, [5 * n for n in range(10)])
+    assert (raised.value.sent, raised.value.total) == (3, 10)
+    task_id = raised.value.task_id
+    assert len(sender.queue) == 3
+    run_all(attached, sender, job.name)
+
+    done = wait_for_task(tracking, task_id)
+    assert done.counts["finish"] == 3
+    assert done.counts["error"] == 7
+    unsent = tracking.list_events(task_id, status="error", limit=100).items
+    assert {event.error for event in unsent} == {"not sent: the broker went away"}
+
+
+def test_jobs_of_a_cancelled_task_do_not_run(
+    tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
+) -> None:
+    task = tracking.create_task(job, [0, 5])
+    tracking.cancel_task(task.id)
+    first = sender.queue[0]
+    run = attached.run(first.jid, first.task, job.name, first.args)
+    assert run.start() is False
+    attached.flush()
+    assert wait_for_task(tracking, task.id).counts["cancelled"] == 2
+
+
+def test_failed_jobs_are_sent_again_through_their_runtime(
+    tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
+) -> None:
+    task = tracking.create_task(job, [1, 5])
+    run_all(attached, sender, job.name)
+    assert wait_for_task(tracking, task.id).counts["failed"] == 1
+
+    assert tracking.retry_task(task.id) == 1
+    assert [sent.args for sent in sender.queue] == [[[1]]]
+    assert tracking.get_task(task.id).counts["enqueue"] == 1
+
+
+def test_another_runtime_s_job_is_not_pushed_to_asynctask_s_queues(job: RuntimeJob) -> None:
+    with pytest.raises(TypeError, match="runs on listed"):
+        job.perform_async([1])
+
+
+def test_create_task_takes_a_runtime_s_own_job_object_through_an_adapter(
+    tracking: Tracking, sender: ListRuntime, job: RuntimeJob
+) -> None:
+    class Foreign:
+        pass
+
+    foreign = Foreign()
+
+    def adapt(obj: object) -> RuntimeJob | None:
+        return job if obj is foreign else None
+
+    runtime.add_adapter(adapt)
+    try:
+        task = tracking.create_task(foreign, [0])
+    finally:
+        runtime._adapters.remove(adapt)
+    assert task.job_name == "listed.handle"
+    assert [sent.task for sent in sender.queue] == [task.id]
+    with pytest.raises(TypeError, match=r"import asynctask\.integrations"):
+        tracking.create_task(Foreign(), [0])
