@@ -160,11 +160,11 @@ def _run(
     late = bool(task.acks_late)
     setattr(request, _RUN, run)
     if not run.start():
-        _written(tracking, late)
+        _written(tracking, run, late)
         raise Ignore("its AsyncTask task was cancelled")
     # A worker killed from here on leaves the message to be delivered again: the start of
     # this run is out first, so the next one counts as another attempt.
-    _written(tracking, late)
+    _written(tracking, run, late)
     with run:
         try:
             result = call_next(task, args, kwargs)
@@ -172,29 +172,41 @@ def _run(
             if not getattr(request, _RETRY, False):
                 # Raised without Task.retry (a Retry of the task's own making): it was sent already.
                 _waiting(run, exc.exc if isinstance(exc.exc, BaseException) else exc, *_next_try(task))
-            _written(tracking, late)
+            _written(tracking, run, late)
             raise
         except Ignore as exc:
             run.ended(EventStatus.FINISH, f"ended by the task: {_text(exc, 'ignored')}")
-            _written(tracking, late)
+            _written(tracking, run, late)
             raise
         except Reject as exc:
             _rejected(run, exc)
-            _written(tracking, late)
+            _written(tracking, run, late)
             raise
         except Exception as exc:
             run.raised(exc, retry=None)
-            _written(tracking, late)
+            _written(tracking, run, late)
             raise
         run.finished()
-    _written(tracking, late)
+    _written(tracking, run, late)
     return result
 
 
-def _written(tracking: AttachedTracking, late: bool) -> None:
+def _written(tracking: AttachedTracking, run: JobRun, late: bool) -> None:
     """Before Celery acknowledges a late-acknowledged message: what the run recorded is out."""
-    if late:
-        tracking.flush()
+    if not late:
+        return
+    tracking.flush()
+    if not tracking.settings.uses_redis:
+        return
+    # flush() finds nothing to write when the sender thread has just taken the transitions,
+    # and returns while that thread is still writing them: wait for its write to end.
+    outbox = run.tracker.outbox
+    try:
+        with outbox.draining(acknowledging=True) as taken:
+            if taken:
+                run.tracker.store.write_transitions(taken)
+    except run.tracker.store.errors as exc:
+        logger.warning("job %s: acknowledged before its tracking is written: %s", run.jid, exc)
 
 
 def _waiting(run: JobRun, cause: BaseException | None, attempt: int, limit: int | None) -> None:

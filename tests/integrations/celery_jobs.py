@@ -82,8 +82,13 @@ def make_app(broker: str, queue: str) -> Celery:
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
         # Late-acknowledged messages of a killed worker come back after this long on Redis,
-        # looked for every second.
-        broker_transport_options={"visibility_timeout": 4, "unacked_restore_interval": 1},
+        # looked for every second, under a lock that a worker killed while holding it holds
+        # for two seconds at most.
+        broker_transport_options={
+            "visibility_timeout": 4,
+            "unacked_restore_interval": 1,
+            "unacked_mutex_expire": 2,
+        },
     )
     retried = {"autoretry_for": (Exception,), "max_retries": 2, "retry_kwargs": {"countdown": 0.05}}
     app.task(name="celery_jobs.handle", **retried)(handle)

@@ -111,7 +111,7 @@ class CeleryRig:
                 "ASYNCTASK_REDIS_URL": self.settings.redis_url,
                 "ASYNCTASK_NAMESPACE": self.settings.namespace,
             }
-        return env
+        return env | extra
 
     def start_worker(self, concurrency: int = 4, **extra: str) -> subprocess.Popen[bytes]:
         """A ``celery worker`` of the test's queue, in a session of its own (its pool
