@@ -73,6 +73,19 @@ def limited(chunk: list[int]) -> None:
     time.sleep(30)
 
 
+def plain(self: Task, chunk: list[int]) -> None:
+    """Writes whether it ran as a tracked job: ``tracked``/``untracked`` and Celery's task id."""
+    try:
+        current_job()
+    except RuntimeError:
+        seen = "untracked"
+    else:
+        seen = "tracked"
+    path = os.environ["CELERY_TEST_RUNS"]
+    with open(path, "a") as runs:
+        runs.write(f"{seen} {self.request.id} {os.getpid()} {time.time()}\n")
+
+
 def make_app(broker: str, queue: str) -> Celery:
     app = Celery("celery_jobs", broker=broker, set_as_current=False)
     app.conf.update(
@@ -96,6 +109,7 @@ def make_app(broker: str, queue: str) -> Celery:
     app.task(name="celery_jobs.slow")(slow)
     app.task(name="celery_jobs.steady", acks_late=True, reject_on_worker_lost=True)(steady)
     app.task(name="celery_jobs.limited", time_limit=TIME_LIMIT)(limited)
+    app.task(name="celery_jobs.plain", bind=True)(plain)
     return app
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from asynctask.integrations.celery import HEADER
 from tests.conftest import wait_until
@@ -110,6 +111,25 @@ def test_create_task_takes_a_celery_task_and_its_messages_carry_the_task(redis_r
     assert sorted(m.headers["id"] for m in messages) == sorted(e["job_id"] for e in events)
     assert {m.headers[HEADER] for m in messages} == {task.id}
     assert sorted(m.decode()[0][0] for m in messages) == [[0, 1], [2, 3]]
+
+
+def test_a_message_without_the_task_header_runs_untracked(redis_rig: CeleryRig) -> None:
+    rig = redis_rig
+    plain = rig.app.tasks["celery_jobs.plain"]
+    rig.start_worker(concurrency=1)
+    task = rig.create(plain, [0])
+    (event,) = rig.events(task.id)
+    untracked = plain.apply_async(args=[[1]]).id
+
+    wait_until(lambda: len(rig.runs_of("tracked")) + len(rig.runs_of("untracked")) == 2, 30)
+    assert [jid for jid, _, _ in rig.runs_of("tracked")] == [event["job_id"]]
+    assert [jid for jid, _, _ in rig.runs_of("untracked")] == [untracked]
+    assert rig.wait_settled(task.id)["counts"]["finish"] == 1
+    with rig.engine.connect() as connection:
+        found = connection.execute(
+            text("SELECT count(*) FROM asynctask_event WHERE job_id = :jid"), {"jid": untracked}
+        ).scalar()
+    assert found == 0
 
 
 def test_a_cancelled_task_starts_no_job_afterwards(redis_rig: CeleryRig) -> None:
