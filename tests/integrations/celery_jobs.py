@@ -86,6 +86,13 @@ def plain(self: Task, chunk: list[int]) -> None:
         runs.write(f"{seen} {self.request.id} {os.getpid()} {time.time()}\n")
 
 
+def picky(chunk: list[int]) -> None:
+    """Refuses odd items until the file ``<CELERY_TEST_RUNS>.fixed`` exists."""
+    current_job().log("fixed" if os.path.exists(f"{os.environ['CELERY_TEST_RUNS']}.fixed") else "not fixed")
+    if chunk[0] % 2 and not os.path.exists(f"{os.environ['CELERY_TEST_RUNS']}.fixed"):
+        raise JobFailed(f"item {chunk[0]} is odd")
+
+
 def make_app(broker: str, queue: str) -> Celery:
     app = Celery("celery_jobs", broker=broker, set_as_current=False)
     app.conf.update(
@@ -110,6 +117,7 @@ def make_app(broker: str, queue: str) -> Celery:
     app.task(name="celery_jobs.steady", acks_late=True, reject_on_worker_lost=True)(steady)
     app.task(name="celery_jobs.limited", time_limit=TIME_LIMIT)(limited)
     app.task(name="celery_jobs.plain", bind=True)(plain)
+    app.task(name="celery_jobs.picky")(picky)
     return app
 
 

@@ -96,6 +96,40 @@ def test_job_failed_is_not_retried_by_an_explicit_retry_policy(redis_rig: Celery
     assert_outcomes(rig, task.id, items)
 
 
+def test_retry_through_the_api_sends_the_failed_jobs_again(redis_rig: CeleryRig) -> None:
+    rig = redis_rig
+    rig.submittable("celery_jobs.picky")
+    rig.start_worker(concurrency=2)
+    task_id = rig.post("/api/tasks", {"job": "celery_jobs.picky", "items": list(range(6))}).get_json()[
+        "task_id"
+    ]
+    first = rig.wait_settled(task_id)
+    assert (first["status"], first["counts"]["finish"], first["counts"]["failed"]) == (
+        "finished_with_errors",
+        3,
+        3,
+    )
+
+    Path(f"{rig.runs}.fixed").touch()
+    retried = rig.post(f"/api/tasks/{task_id}/retry", {})
+    assert retried.status_code == 202, retried.get_data(as_text=True)
+    assert retried.get_json()["retried"] == 3
+
+    def all_finished() -> dict[str, Any] | None:
+        body: dict[str, Any] = rig.get(f"/api/tasks/{task_id}")
+        return body if body["counts"]["finish"] == 6 else None
+
+    done = wait_until(all_finished, 30)
+    assert done["status"] == "finished"
+    events = by_item(rig.events(task_id))
+    for n, event in events.items():
+        if n % 2:
+            assert (event["attempt"], texts(event)[-2:]) == (2, ["fixed", "finished"]), event
+            assert texts(event)[:3] == ["started", "not fixed", f"item {n} is odd"]
+        else:
+            assert (event["attempt"], texts(event)) == (1, ["started", "not fixed", "finished"])
+
+
 def test_create_task_takes_a_celery_task_and_its_messages_carry_the_task(redis_rig: CeleryRig) -> None:
     rig = redis_rig
     handle = rig.app.tasks["celery_jobs.handle"]
