@@ -14,6 +14,8 @@ workers, without its runtime.
 Runtimes fork: Celery's prefork pool, Dramatiq's worker processes, RQ's work horses. All state
 is made per process, on its first use there; ``start`` makes the current process the one that
 applies the stream to SQL, so that short-lived children (RQ's horses) never start a flusher.
+The flusher is AsyncTask's own: a child process by default (``ASYNCTASK_FLUSHER``), so that
+applying to SQL takes none of the job threads' interpreter lock.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import os
 import secrets
 import socket
 import threading
-from dataclasses import dataclass, field, replace
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from asynctask import payload
@@ -33,6 +36,7 @@ from asynctask.middleware.runs import JobRun
 from asynctask.settings import Settings
 from asynctask.supervision import Activity
 from asynctask.tracking.outbox import Outbox
+from asynctask.tracking.store import CANCEL_NEWS_AGE
 from asynctask.tracking.tracker import Tracker
 
 logger = logging.getLogger("asynctask.integrations")
@@ -52,10 +56,6 @@ class _ProcessTracking:
 
     def __init__(self, settings: Settings, apply_here: bool) -> None:
         self.pid = os.getpid()
-        if settings.flusher == "process":
-            # A thread instead of AsyncTask's flusher child: a runtime's worker processes
-            # (prefork children, daemonic ones among them) should not each start a process.
-            settings = replace(settings, flusher="thread")
         self.broker: Broker = open_broker(settings)
         outbox = Outbox()
         outbox.text_limit = settings.tracked_text_limit
@@ -66,6 +66,11 @@ class _ProcessTracking:
         )
         #: Whether ``flush`` writes now: to Redis (one round trip), never to SQL.
         self.flushes = settings.uses_redis
+        self._cancel_lock = threading.Lock()
+        self._generation: bytes | None = None
+        self._cancelled: frozenset[str] = frozenset()
+        #: When the cancellation news in hand was asked for (monotonic seconds).
+        self._asked_at = -CANCEL_NEWS_AGE
         self._stopped = threading.Event()
         if self.applier is not None:
             self.applier.start()
@@ -77,6 +82,35 @@ class _ProcessTracking:
             )
             self._checker.start()
         self.tracker.start()
+
+    def cancelled(self, task: str) -> bool:
+        """Whether ``task`` was cancelled, on news at most ``CANCEL_NEWS_AGE`` old: one read of
+        the cancellation generation per that time in the process, not one per job (and the
+        cancelled set again only when it changed). ``cancel_task`` of such a task waits as long
+        before it returns."""
+        with self._cancel_lock:
+            if time.monotonic() - self._asked_at >= CANCEL_NEWS_AGE:
+                # The time the question was asked, not answered: news older than a cancel
+                # that landed meanwhile must not count as newer.
+                asked = time.monotonic()
+                store = self.tracker.store
+                generation = store.cancel_generation()
+                if generation != self._generation:
+                    self._cancelled = store.cancelled_tasks()
+                    self._generation = generation
+                self._asked_at = asked
+            return task in self._cancelled
+
+    def flush(self) -> None:
+        """Write the outbox, waiting for a write another thread has in progress: this thread's
+        transitions may be in it, and the runtime acknowledges the job once this returns."""
+        outbox = self.tracker.outbox
+        while True:
+            with outbox.draining(acknowledging=True) as entries:
+                if entries:
+                    self.tracker.store.write_transitions(entries)
+            if not len(outbox):
+                return
 
     def _check_loop(self, interval: float) -> None:
         applier = self.applier
@@ -141,14 +175,20 @@ class AttachedTracking:
         job: payload.JobDict = {"jid": jid, "class": name, "args": args if args is not None else []}
         if task is not None:
             job["task"] = task
-        return JobRun(self._here().tracker, job, queue)
+        process = self._here()
+        return JobRun(process.tracker, job, queue, process.cancelled)
 
     def flush(self) -> None:
         """Write what this process recorded, before the runtime acknowledges a job (Redis only:
         SQL is written by the writer thread, and no job waits for it)."""
         process = self._process
-        if process is not None and process.flushes and not process.tracker.send():
-            logger.warning("tracking transitions stay in memory until the store answers again")
+        if process is None or not process.flushes:
+            return
+        try:
+            process.flush()
+        except process.tracker.store.errors as exc:
+            # The job is done whatever tracking says: its transitions wait for the writer thread.
+            logger.warning("tracking transitions stay in memory until the store answers again: %s", exc)
 
     def close(self) -> None:
         """Write what is left and stop this process's threads."""

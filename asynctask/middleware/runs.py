@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from asynctask import context, payload
@@ -40,8 +41,16 @@ _unanswered = _Throttled(10.0)
 
 
 class JobRun:
-    def __init__(self, tracker: Tracker, job: payload.JobDict, queue: str) -> None:
+    def __init__(
+        self,
+        tracker: Tracker,
+        job: payload.JobDict,
+        queue: str,
+        cancelled: Callable[[str], bool] | None = None,
+    ) -> None:
         self.tracker = tracker
+        #: Whether a task was cancelled: by default one round trip to the store per start.
+        self._is_cancelled = cancelled if cancelled is not None else tracker.is_cancelled_now
         self.job = job
         self.jid = str(job["jid"])
         task = job.get("task")
@@ -53,9 +62,9 @@ class JobRun:
         """Record ``working``; False, with ``cancelled`` recorded instead, when the job's task
         was cancelled: the job must not run.
 
-        Asks the store (one round trip): another runtime's claim brings no cancellation news.
-        While the store does not answer, the job runs: an outage of the tracking store must not
-        stop the runtime's work, and its transitions wait in the outbox.
+        Another runtime's claim brings no cancellation news: the store is asked (see
+        ``cancelled``). While the store does not answer, the job runs: an outage of the
+        tracking store must not stop the runtime's work, and its transitions wait in the outbox.
         """
         if self.task is not None and self._cancelled(self.task):
             self.tracker.record(rules.not_run(self.jid))
@@ -65,7 +74,7 @@ class JobRun:
 
     def _cancelled(self, task: str) -> bool:
         try:
-            return self.tracker.is_cancelled_now(task)
+            return self._is_cancelled(task)
         except self.tracker.store.errors as exc:
             _unanswered.warn(exc)
             return False
@@ -83,10 +92,11 @@ class JobRun:
     def finished(self) -> None:
         self.tracker.record(rules.finished(self.jid))
 
-    def raised(self, exc: BaseException, *, retry: tuple[int, int] | None) -> None:
+    def raised(self, exc: BaseException, *, retry: tuple[int, int | None] | None) -> None:
         """The job raised ``exc``: ``failed`` for ``JobFailed`` (the caller makes sure the
         runtime does not retry it), else ``error`` with what the runtime does next: ``retry``
-        (attempt from 1, limit) runs it again, None never."""
+        (attempt from 1, limit or None when the runtime decides each time) runs it again,
+        None never."""
         if isinstance(exc, JobFailed):
             self.tracker.record(rules.failed(self.jid, exc))
         elif retry is not None:

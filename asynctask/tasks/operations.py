@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -56,6 +57,7 @@ from asynctask.tracking import apply_sqlite, transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.status import UNDONE, EventStatus, TaskState
+from asynctask.tracking.store import CANCEL_NEWS_AGE
 
 logger = logging.getLogger("asynctask.tracking")
 
@@ -514,18 +516,29 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
     The broker first: from then on no worker starts a job of the task (workers check the set of
     cancelled tasks when they claim a job, a resumed one too); its stopped jobs leave the
     stopped set. Running resumable jobs stop at their next checkpoint; others finish unless
-    their code checks ``current_job().cancelled``. Then SQL: waiting and stopped events become
-    ``cancelled``, marked with the current stream position so that older transitions still in
-    flight (a resume's ``enqueue`` among them) cannot undo it.
+    their code checks ``current_job().cancelled`` (jobs of another runtime likewise). Then
+    SQL: waiting and stopped events become ``cancelled``, marked with the current stream
+    position so that older transitions still in flight (a resume's ``enqueue`` among them)
+    cannot undo it.
     """
     task = _require(engine, task_id, tenant)
     position = client.broker.tracking.cancel_task(task_id)
+    if task.runtime is not None:
+        # Another runtime's workers start jobs on cancellation news at most this old: after
+        # the wait, none of them starts a job of the task.
+        time.sleep(CANCEL_NEWS_AGE)
     if task.feed is not None:
         # After the mark: a job released meanwhile is skipped by the worker that claims it.
         client.broker.feeds.cancel(task_id)
     jobs.drop_stopped(client, task_id)
     now = datetime.now(UTC)
     moved: dict[EventStatus, int] = {}
+    # Another runtime's jobs that started before the cancel recorded their run in transitions
+    # numbered before it, perhaps not applied yet: those must still apply. Its jobs that never
+    # start record ``cancelled`` themselves when their worker skips them, numbered after.
+    marked = (
+        Event.seq if task.runtime is not None else case((Event.seq < position, position), else_=Event.seq)
+    )
     with writer(engine).begin() as connection:
         for status in (EventStatus.ENQUEUE, EventStatus.STOPPED):
             moved[status] = connection.execute(
@@ -533,7 +546,7 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
                 .where(Event.task_id == task_id, Event.status == status.value)
                 .values(
                     status=EventStatus.CANCELLED.value,
-                    seq=case((Event.seq < position, position), else_=Event.seq),
+                    seq=marked,
                     finished_at=now,
                     updated_at=now,
                 )

@@ -52,9 +52,11 @@ def errored(jid: str, exc: BaseException) -> Transition:
     return transitions.status(jid, EventStatus.ERROR, describe(exc), error_class=error_class_name(exc))
 
 
-def waiting_for_retry(jid: str, attempt: int, limit: int) -> Transition:
-    """The runtime will run it again: retry ``attempt`` (from 1) of ``limit``."""
-    return transitions.status(jid, EventStatus.ENQUEUE, f"waiting for retry {attempt} of {limit}")
+def waiting_for_retry(jid: str, attempt: int, limit: int | None) -> Transition:
+    """The runtime will run it again: retry ``attempt`` (from 1) of ``limit`` (None: a runtime
+    that decides at each failure, with no count known in advance)."""
+    of = f" of {limit}" if limit is not None else ""
+    return transitions.status(jid, EventStatus.ENQUEUE, f"waiting for retry {attempt}{of}")
 
 
 def gave_up(jid: str, outcome: str) -> Transition:

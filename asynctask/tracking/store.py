@@ -15,6 +15,11 @@ from typing import Protocol
 
 from asynctask.tracking.outbox import Outbox
 
+#: Seconds the cancellation news a job of another runtime starts on may be old: its process
+#: reads it at most this often, and ``cancel_task`` of such a task waits this long before it
+#: returns, so that no job of the task starts after it returned.
+CANCEL_NEWS_AGE = 0.05
+
 
 class Claims(Protocol):
     """The part of a worker's fetcher the tracker reads: the outbox its round trips write, and
@@ -72,6 +77,10 @@ class TrackingStore(ABC):
     @abstractmethod
     def cancel_task(self, task_id: str) -> int:
         """Mark a task cancelled for every worker; return the tracking position at that moment."""
+
+    @abstractmethod
+    def cancel_generation(self) -> bytes:
+        """A token that changes whenever a task is cancelled."""
 
     @abstractmethod
     def cancelled_tasks(self) -> frozenset[str]: ...

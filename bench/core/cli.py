@@ -523,7 +523,7 @@ def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Pat
     elif name == "resumable":
         run.resumable = resumable.run(s["resumable"], pg_url, server, workdir)
     elif name == "integrations":
-        run.integrations = integrations.run(s["integrations"], server, workdir)
+        run.integrations = integrations.run(s["integrations"], pg_url, server, workdir)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

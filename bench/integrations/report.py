@@ -88,8 +88,9 @@ METHOD = """\
   worker process of the runtime drains them; the rate is the jobs over the time from the first start
   to the last end, as the runtime's workers record them. Untracked: the runtime's own bulk send to a
   worker without tracking. Tracked: one task's chunks (`create_task`, chunk size 1), a worker with the
-  integration attached, writing to AsyncTask's tracking stream on the same Redis, applied to a fresh
-  SQLite tracking database by the worker's flusher thread; SQL catching up is not timed.
+  integration attached, writing to AsyncTask's tracking stream on the same Redis, applied to an empty
+  PostgreSQL tracking database (SQLite files when PostgreSQL cannot be reached) by AsyncTask's flusher
+  process beside the worker; SQL catching up is not timed.
 - **Create** (`create_seconds`): `create_task` of the items through the runtime's client (the task and
   its events in one SQL transaction, then the sends), against the runtime's fastest bulk send of as
   many jobs; no worker runs.

@@ -10,22 +10,26 @@ For each repetition and runtime, in an order reversed every other repetition:
   runtime's own fastest bulk send of as many jobs, with no worker running.
 
 Each runtime's module (``bench/integrations/<runtime>.py``) starts and stops its workers and
-cleans what it created. Every call gets a Redis database of the section's private Redis and a
-fresh SQLite tracking database of its own.
+cleans what it created. Every call gets a Redis database of the section's private Redis and an
+empty tracking database: PostgreSQL (a database created for the run, dropped after), or SQLite
+files when PostgreSQL cannot be reached.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from asynctask.db.migrate import upgrade
+from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
 from bench.core.results import SectionResults, section_frame
+from bench.tracking.db import PostgresDatabase
 
 RUNTIMES = ("celery", "rq", "dramatiq")
 NOOP = "noop"
@@ -56,33 +60,58 @@ def order(rep: int) -> list[str]:
     return list(RUNTIMES) if rep % 2 == 0 else list(reversed(RUNTIMES))
 
 
-def run(settings: dict[str, Any], server: RedisServer, workdir: Path) -> IntegrationResults:
+def run(settings: dict[str, Any], pg_url: str, server: RedisServer, workdir: Path) -> IntegrationResults:
+    """Run the section; ``pg_url`` is PostgreSQL's admin connection."""
     results = IntegrationResults(settings)
     with section_frame(results, ("redis", "SQLAlchemy", "celery", "rq", "dramatiq")):
+        unreachable = postgres_unreachable(pg_url)
+        databases = TrackingDatabases(None if unreachable else pg_url, workdir)
+        if unreachable is None:
+            results.databases["postgresql"] = f"{shown(pg_url)}: a database created per call, dropped after"
+        else:
+            results.databases["postgresql"] = f"skipped: {unreachable}"
+            results.databases["sqlite"] = "a new file per call in the bench's temporary directory"
         for rep in range(settings["reps"]):
             for runtime in order(rep):
-                _repetition(results, runtime, rep, server, workdir)
+                _repetition(results, runtime, rep, server, databases)
     return results
 
 
+class TrackingDatabases:
+    """An empty, migrated tracking database per call: PostgreSQL when ``pg_url`` is given."""
+
+    def __init__(self, pg_url: str | None, workdir: Path) -> None:
+        self.pg_url = pg_url
+        self.workdir = workdir
+        self._count = 0
+
+    @contextmanager
+    def fresh(self) -> Iterator[str]:
+        if self.pg_url is None:
+            self._count += 1
+            url = f"sqlite:///{self.workdir / f'integrations-{self._count}.db'}"
+            upgrade(url)
+            yield url
+            return
+        with PostgresDatabase(self.pg_url) as database:
+            upgrade(database.url)
+            yield database.url
+
+
 def _repetition(
-    results: IntegrationResults, runtime: str, rep: int, server: RedisServer, workdir: Path
+    results: IntegrationResults, runtime: str, rep: int, server: RedisServer, databases: TrackingDatabases
 ) -> None:
     s = results.settings
     redis_url = server.url.rsplit("/", 1)[0] + f"/{REDIS_DB[runtime]}"
     noop = IntegrationRun(runtime, NOOP)
     create = IntegrationRun(runtime, CREATE)
 
-    def database(label: str) -> str:
-        url = f"sqlite:///{workdir / f'integrations-{runtime}-{label}-r{rep}.db'}"
-        upgrade(url)
-        return url
-
     module = importlib.import_module(f"bench.integrations.{runtime}")
     rate: Callable[..., float] = module.noop_rate
     try:
         for tracked in (False, True) if rep % 2 == 0 else (True, False):
-            value = rate(redis_url, database(f"noop-{tracked}"), s["jobs"], tracked)
+            with databases.fresh() as url:
+                value = rate(redis_url, url, s["jobs"], tracked)
             if tracked:
                 noop.tracked = value
             else:
@@ -90,7 +119,8 @@ def _repetition(
     except Exception as exc:  # a runtime's failure is a figure's error, not the bench's end
         noop.error = f"{type(exc).__name__}: {exc}"[:1500]
     try:
-        create.tracked, create.untracked = module.create_seconds(redis_url, database("create"), s["items"])
+        with databases.fresh() as url:
+            create.tracked, create.untracked = module.create_seconds(redis_url, url, s["items"])
     except Exception as exc:
         create.error = f"{type(exc).__name__}: {exc}"[:1500]
     for one in (noop, create):

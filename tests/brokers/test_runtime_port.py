@@ -14,9 +14,11 @@ import pytest
 
 import asynctask
 from asynctask import JobFailed, JobsNotSent, Settings, Tracking, current_job
+from asynctask.brokers.redis.flusher import Flusher
 from asynctask.integrations.attached import AttachedTracking
 from asynctask.tasks import runtime
 from asynctask.tasks.runtime import OutgoingJob, PartlySent, RuntimeJob
+from tests.conftest import wait_until
 from tests.tracking_fixtures import wait_for_task
 from webapi.serialize import task_json
 
@@ -158,6 +160,43 @@ def test_jobs_of_a_cancelled_task_do_not_run(
     assert run.start() is False
     attached.flush()
     assert wait_for_task(tracking, task.id).counts["cancelled"] == 2
+
+
+def test_no_job_starts_after_cancel_task_returned_though_news_is_read_once_a_while(
+    tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
+) -> None:
+    task = tracking.create_task(job, [0, 5])
+    first, second = sender.queue
+    # This start reads the news: the next ones in the process reuse it for a while.
+    assert attached.run(first.jid, first.task, job.name, first.args).start()
+    tracking.cancel_task(task.id)
+    assert attached.run(second.jid, second.task, job.name, second.args).start() is False
+
+
+def test_a_job_that_ran_before_the_cancel_keeps_its_outcome_though_applied_after_it(
+    settings: Settings, tracking: Tracking, sender: ListRuntime, job: RuntimeJob
+) -> None:
+    if not settings.uses_redis:
+        pytest.skip("the SQL broker numbers transitions as it applies them: none is applied late")
+    # No flusher yet: the job's run waits in the tracking stream, numbered before the cancel.
+    attached = AttachedTracking(Settings(**{**settings.__dict__, "flusher": "off"}))
+    try:
+        task = tracking.create_task(job, [0, 5])
+        ran = sender.queue.pop(0)
+        run = attached.run(ran.jid, ran.task, job.name, ran.args)
+        assert run.start()
+        run.finished()
+        attached.flush()
+        tracking.cancel_task(task.id)
+        flusher = Flusher(tracking.client.redis, tracking.client.keys, tracking.engine, "test")
+        flusher.start()
+        try:
+            done = wait_until(lambda: (view := tracking.get_task(task.id)).counts["finish"] == 1 and view, 10)
+        finally:
+            flusher.stop()
+    finally:
+        attached.close()
+    assert (done.counts["finish"], done.counts["cancelled"]) == (1, 1)
 
 
 def test_failed_jobs_are_sent_again_through_their_runtime(

@@ -38,6 +38,9 @@ class RedisTrackingStore(TrackingStore):
         pipe.get(self.keys.tracking_seq)
         return int(pipe.execute()[-1] or 0)
 
+    def cancel_generation(self) -> bytes:
+        return cast(bytes | None, self.redis.get(self.keys.cancel_generation)) or b"0"
+
     def cancelled_tasks(self) -> frozenset[str]:
         names = cast(list[bytes], self.redis.hkeys(self.keys.cancelled_tasks))
         return frozenset(n.decode() if isinstance(n, bytes) else n for n in names)

@@ -32,6 +32,10 @@ class SqlTrackingStore(TrackingStore):
             tx.connection.execute(self.store.sql.cancel, {"task_id": task_id, "at": payload.now()})
         return self.position()
 
+    def cancel_generation(self) -> bytes:
+        with self.store.read() as connection:
+            return str(connection.execute(self.store.sql.generation).scalar()).encode()
+
     def cancelled_tasks(self) -> frozenset[str]:
         with self.store.read() as connection:
             return frozenset(str(name) for name in connection.execute(self.store.sql.cancelled).scalars())
