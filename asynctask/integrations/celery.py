@@ -299,7 +299,8 @@ def _connect(app: Celery, tracking: AttachedTracking) -> None:
             return
         if isinstance(exception, TimeLimitExceeded):
             limit = exception.args[0] if exception.args else None
-            run.ended(EventStatus.ERROR, f"time limit exceeded ({limit:g} s); its process was killed")
+            after = f" ({limit:g} s)" if isinstance(limit, int | float) else ""
+            run.ended(EventStatus.ERROR, f"time limit exceeded{after}; its process was killed")
         else:
             run.raised(exception, retry=None)
         tracking.flush()
