@@ -135,6 +135,8 @@ class AttachedTracking:
         self._settings: Settings | None = None
         self._lock = threading.Lock()
         self._process: _ProcessTracking | None = None
+        #: Tracking of the processes this one was forked from (see ``_forked``).
+        self._inherited: list[_ProcessTracking] = []
         #: The process that applies the stream to SQL (``start``); None: every process that records.
         self._applier_pid: int | None = None
         os.register_at_fork(after_in_child=self._forked)
@@ -152,6 +154,10 @@ class AttachedTracking:
     def _forked(self) -> None:
         # The parent's threads do not exist here and its lock may have been held at the fork.
         self._lock = threading.Lock()
+        if self._process is not None:
+            # Kept, never used or closed here: collected, its database connections would close
+            # the sockets this process shares with the parent, ending the parent's sessions.
+            self._inherited.append(self._process)
         self._process = None
 
     def start(self) -> None:
