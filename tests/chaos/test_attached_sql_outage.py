@@ -8,10 +8,7 @@ The database is a private PostgreSQL server (``tests/pg_instance.py``) because t
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,25 +21,13 @@ from asynctask.tasks import runtime
 from asynctask.tasks.runtime import RuntimeJob
 from tests.brokers.test_runtime_port import ListRuntime, handle
 from tests.conftest import wait_until
-from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
+from tests.pg_instance import PrivatePostgres
 from tests.tracking_fixtures import wait_for_task
 
 pytestmark = pytest.mark.alone
 
 JOBS = 40
 BEFORE_OUTAGE = 10
-
-
-@pytest.fixture
-def private_pg() -> Iterator[PrivatePostgres]:
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_postgres())
-        except PostgresUnavailable as exc:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"cannot run a private PostgreSQL server: {exc}")
-            pytest.skip(f"cannot run a private PostgreSQL server: {exc}")
-        yield server
 
 
 def run_one(attached: AttachedTracking, sender: ListRuntime, name: str) -> None:
@@ -61,11 +46,11 @@ def run_one(attached: AttachedTracking, sender: ListRuntime, name: str) -> None:
 
 
 def test_transitions_recorded_while_sql_is_down_are_applied_when_it_is_back(
-    private_pg: PrivatePostgres,
+    postgres_server: PrivatePostgres,
 ) -> None:
-    upgrade(private_pg.url)
-    settings = Settings(broker_url=private_pg.url, heartbeat_interval=0.5, process_ttl=3)
-    engine = create_database_engine(private_pg.url)
+    upgrade(postgres_server.url)
+    settings = Settings(broker_url=postgres_server.url, heartbeat_interval=0.5, process_ttl=3)
+    engine = create_database_engine(postgres_server.url)
     client = Client(settings, registry=Registry())
     attached = AttachedTracking(settings)
     try:
@@ -80,12 +65,12 @@ def test_transitions_recorded_while_sql_is_down_are_applied_when_it_is_back(
             run_one(attached, sender, job.name)
         wait_until(lambda: tracking.get_task(task.id).counts["finish"] == BEFORE_OUTAGE, timeout=10)
 
-        private_pg.stop()
+        postgres_server.stop()
         while sender.queue:
             run_one(attached, sender, job.name)
         # Several of the writer's attempts fail while the database is down.
         time.sleep(2)
-        private_pg.start()
+        postgres_server.start()
 
         done = wait_for_task(tracking, task.id, timeout=30)
         assert done.counts["finish"] == JOBS
