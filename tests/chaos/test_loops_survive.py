@@ -160,13 +160,14 @@ def test_a_worker_stops_cleanly_while_its_broker_is_down(
     conn = redis.Redis.from_url(redis_server.url)
     keys = Keys(settings.namespace)
     try:
-        # Started: its heartbeat written and its claims registered, the last step before its
-        # threads start. Killed before that, it would stop as a worker that never reached its
-        # broker, with nothing to push back.
+        # Started: its heartbeat written, its claims registered and the data-loss token read,
+        # then its threads started. Killed before that, it would stop as a worker that never
+        # reached its broker, with nothing to push back.
         wait_until(
             lambda: (
                 conn.exists(keys.process(worker.identity))
                 and worker.identity.encode() in conn.hvals(keys.inflight_registry)
+                and worker._started
             ),
             timeout=10,
         )
