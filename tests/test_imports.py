@@ -60,6 +60,9 @@ thread.join(30)
 print(jid, ",".join(m for m in {UNUSED!r} if m in sys.modules))
 """
 
+#: Prints the unused modules loaded so far.
+LOADED = f"print(','.join(m for m in {UNUSED!r} if m in sys.modules))"
+
 #: Every name imported on first use: none is loaded with the package, each is the service's.
 LAZY_NAMES = """
 import sys
@@ -126,3 +129,11 @@ def test_a_tracking_redis_worker_leaves_sql_to_its_flusher_process(namespace: st
 
 def test_the_names_that_need_sql_are_loaded_on_first_use(namespace: str) -> None:
     assert run_python(LAZY_NAMES, namespace) == "ok"
+
+
+def test_importing_an_integration_loads_no_sql_code(namespace: str) -> None:
+    """Importing an integration (what a Celery, RQ or Dramatiq worker process does) leaves SQL
+    to the flusher and to create_task: every process such a worker forks copies what it loaded."""
+    for runtime in ("celery", "rq", "dramatiq"):
+        code = f"import sys, asynctask.integrations.{runtime}\n" + LOADED
+        assert run_python(code, namespace) == "", runtime

@@ -14,6 +14,9 @@ workers, without its runtime.
 Runtimes fork: Celery's prefork pool, Dramatiq's worker processes, RQ's work horses. All state
 is made per process, on its first use there; ``start`` makes the current process the one that
 applies the stream to SQL, so that short-lived children (RQ's horses) never start a flusher.
+A child forked from a process that writes to Redis takes over its parent's broker (redis-py
+opens new connections in a child by itself) and its cancellation news: building them again,
+scripts and all, would cost an RQ work horse more than its job.
 The flusher is AsyncTask's own: a child process by default (``ASYNCTASK_FLUSHER``), so that
 applying to SQL takes none of the job threads' interpreter lock.
 """
@@ -54,16 +57,23 @@ class _Claims:
 class _ProcessTracking:
     """One process's tracker, and its applier if this process applies the stream."""
 
-    def __init__(self, settings: Settings, apply_here: bool) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        apply_here: bool,
+        parent: _ProcessTracking | None = None,
+        connection: object = None,
+    ) -> None:
         self.pid = os.getpid()
-        self.broker: Broker = open_broker(settings)
+        #: Whether this process opened its broker (else it took over its parent's, see ``_here``).
+        self._owns_broker = parent is None
+        self.broker: Broker = open_broker(settings) if parent is None else parent.broker
         outbox = Outbox()
         outbox.text_limit = settings.tracked_text_limit
         identity = f"{socket.gethostname()}:{self.pid}:{secrets.token_hex(6)}"
         self.applier = self.broker.tracking.applier(identity) if apply_here else None
-        self.tracker = Tracker(
-            self.broker.tracking, _Claims(outbox), self.applier.wake if self.applier else None
-        )
+        store = self.broker.tracking if connection is None else self.broker.tracking.through(connection)
+        self.tracker = Tracker(store, _Claims(outbox), self.applier.wake if self.applier else None)
         #: Whether ``flush`` writes now: to Redis (one round trip), never to SQL.
         self.flushes = settings.uses_redis
         self._cancel_lock = threading.Lock()
@@ -71,6 +81,13 @@ class _ProcessTracking:
         self._cancelled: frozenset[str] = frozenset()
         #: When the cancellation news in hand was asked for (monotonic seconds).
         self._asked_at = -CANCEL_NEWS_AGE
+        if parent is not None:
+            # The monotonic clock is the machine's: the parent's news ages here as it did there.
+            self._generation, self._cancelled, self._asked_at = (
+                parent._generation,
+                parent._cancelled,
+                parent._asked_at,
+            )
         self._stopped = threading.Event()
         if self.applier is not None:
             self.applier.start()
@@ -124,7 +141,8 @@ class _ProcessTracking:
         self.tracker.stop()
         if self.applier is not None:
             self.applier.stop()
-        self.broker.close()
+        if self._owns_broker:
+            self.broker.close()
 
 
 class AttachedTracking:
@@ -155,8 +173,8 @@ class AttachedTracking:
         # The parent's threads do not exist here and its lock may have been held at the fork.
         self._lock = threading.Lock()
         if self._process is not None:
-            # Kept, never used or closed here: collected, its database connections would close
-            # the sockets this process shares with the parent, ending the parent's sessions.
+            # Kept, never closed here: collected, its database connections would close the
+            # sockets this process shares with the parent, ending the parent's sessions.
             self._inherited.append(self._process)
         self._process = None
 
@@ -166,22 +184,41 @@ class AttachedTracking:
         self._applier_pid = os.getpid()
         self._here()
 
-    def _here(self) -> _ProcessTracking:
+    def _here(self, connection: object = None) -> _ProcessTracking:
         process = self._process
         if process is not None:
             return process
         with self._lock:
             if self._process is None:
                 pid = os.getpid()
-                self._process = _ProcessTracking(self.settings, self._applier_pid in (None, pid))
+                parent = self._inherited[-1] if self._inherited else None
+                # Only a Redis client is safe to share with a fork; a SQL engine's pooled
+                # connections are not, so a SQL-writing child opens its own.
+                reused = parent if parent is not None and parent.flushes else None
+                self._process = _ProcessTracking(
+                    self.settings, self._applier_pid in (None, pid), reused, connection
+                )
             return self._process
 
-    def run(self, jid: str, task: str | None, name: str, args: list[Any] | None, queue: str = "") -> JobRun:
-        """The run of job ``jid`` about to start (see ``JobRun``)."""
+    def run(
+        self,
+        jid: str,
+        task: str | None,
+        name: str,
+        args: list[Any] | None,
+        queue: str = "",
+        connection: object = None,
+    ) -> JobRun:
+        """The run of job ``jid`` about to start (see ``JobRun``).
+
+        ``connection``: a client of the runtime's own; a process that has not recorded yet
+        records through it when it reaches the tracking store (an RQ work horse then opens one
+        Redis connection, not two).
+        """
         job: payload.JobDict = {"jid": jid, "class": name, "args": args if args is not None else []}
         if task is not None:
             job["task"] = task
-        process = self._here()
+        process = self._here(connection)
         return JobRun(process.tracker, job, queue, process.cancelled)
 
     def flush(self) -> None:

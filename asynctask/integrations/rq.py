@@ -121,7 +121,9 @@ class TrackingWorkerMixin(BaseWorker):
             self.tracking.close()
 
     def _run_of(self, job: Job, task: str) -> JobRun:
-        run = self.tracking.run(job.id, task, job.func_name or job.id, list(job.args), job.origin)
+        run = self.tracking.run(
+            job.id, task, job.func_name or job.id, list(job.args), job.origin, connection=self.connection
+        )
         retries = _retries(job)
         if retries is not None and retries[0] > 0:
             # current_job().retry_count: None on the first run, then 0, 1, ... (Sidekiq's count).

@@ -88,6 +88,11 @@ class TrackingStore(ABC):
     @abstractmethod
     def is_cancelled(self, task_id: str) -> bool: ...
 
+    def through(self, connection: object) -> TrackingStore:
+        """This store, writing over ``connection`` (a client its caller already holds) when that
+        reaches the same database; otherwise this store as it is."""
+        return self
+
     def applier(self, identity: str) -> TrackingApplier | None:
         """What must run beside worker ``identity`` to apply its tracking transitions; None
         when the store applies them itself (SQL: in each job's own transaction) or tracking

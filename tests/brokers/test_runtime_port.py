@@ -8,6 +8,7 @@ that runs what it holds. Celery, RQ and Dramatiq themselves are tested in tests/
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -236,3 +237,29 @@ def test_create_task_takes_a_runtime_s_own_job_object_through_an_adapter(
     assert [sent.task for sent in sender.queue] == [task.id]
     with pytest.raises(TypeError, match=r"import asynctask\.integrations"):
         tracking.create_task(Foreign(), [0])
+
+
+def test_a_forked_child_records_through_the_broker_its_parent_opened(
+    settings: Settings, tracking: Tracking, sender: ListRuntime, job: RuntimeJob, attached: AttachedTracking
+) -> None:
+    if not settings.uses_redis:
+        pytest.skip("a SQL engine's pooled connections cannot be shared with a fork: the child opens its own")
+    task = tracking.create_task(job, [0, 5])
+    first, second = sender.queue
+    assert attached.run(first.jid, first.task, job.name, first.args).start()
+    opened = attached.run(first.jid, first.task, job.name, first.args).tracker.store
+    child = os.fork()
+    if child == 0:
+        # An RQ work horse: nothing but this run, then out without any cleanup.
+        code = 1
+        try:
+            run = attached.run(second.jid, second.task, job.name, second.args)
+            assert run.start()
+            run.finished()
+            attached.flush()
+            code = 0 if run.tracker.store is opened else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    wait_until(lambda: tracking.get_task(task.id).counts["finish"] == 1, 10)

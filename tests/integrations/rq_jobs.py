@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
+import psutil
 from rq import Retry
 
 from asynctask import JobFailed, current_job
@@ -75,6 +77,18 @@ def patient(chunk: list[Any]) -> None:
     current_job().log("saw the task cancelled")
 
 
+def redis_connections(chunk: list[Any]) -> None:
+    """Log how many connections to RQ's Redis this work horse opened (those it inherited from
+    its worker are the worker's too)."""
+    port = urlsplit(os.environ["RQ_REDIS_URL"]).port
+
+    def held(process: psutil.Process) -> set[Any]:
+        return {c.laddr for c in process.net_connections(kind="tcp") if c.raddr and c.raddr.port == port}
+
+    opened = held(psutil.Process()) - held(psutil.Process().parent())
+    current_job().log(f"redis connections: {len(opened)}")
+
+
 def untracked(number: int) -> int:
     """A plain RQ job: enqueued without a task, never tracked."""
     return number + 1
@@ -84,3 +98,4 @@ mixed_job = submittable(mixed, queue=QUEUE, name="rq_mixed", item_schema=ITEM_SC
 slow_job = submittable(slow, queue=QUEUE, name="rq_slow", retry=Retry(max=2))
 patient_job = submittable(patient, queue=QUEUE, name="rq_patient")
 sleepy_job = submittable(sleepy, queue=QUEUE, name="rq_sleepy", retry=Retry(max=1), timeout=2)
+connections_job = submittable(redis_connections, queue=QUEUE, name="rq_redis_connections")

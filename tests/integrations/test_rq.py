@@ -340,3 +340,14 @@ def test_untracked_jobs_run_as_under_rq_s_own_worker(stack: RqStack, tracking: T
     wait_until(lambda: job.get_status(refresh=True) == "finished", 20)
     assert job.return_value() == 21
     assert tracking.list_tasks(None).items == ()
+
+
+def test_a_work_horse_records_through_rq_s_own_redis_connection(stack: RqStack, tracking: Tracking) -> None:
+    task = tracking.create_task(rq_jobs.redis_connections, [[n] for n in range(3)], chunk_size=1)
+    stack.spawn_worker()
+    done = wait_for_task(tracking, task.id)
+    assert done.counts["finish"] == 3
+    # RQ's horse opens one connection of its own; tracking on the same server and database
+    # takes it instead of opening a second one, a round trip handshake saved on every job.
+    logged = [m.text for event in tracking.list_events(task.id).items for m in event.messages]
+    assert logged.count("redis connections: 1") == 3, logged

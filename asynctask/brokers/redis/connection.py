@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+from functools import cache
+from typing import Any
 
 import redis
 
@@ -30,4 +32,48 @@ def connect(url: str, *, max_connections: int | None = None, longest_block: floa
         health_check_interval=30,
         max_connections=max_connections,
         client_name=f"asynctask:{socket.gethostname()}:{os.getpid()}",
+        **_driver_info(),
     )
+
+
+@cache
+def _driver_info() -> dict[str, Any]:
+    """The client's name and version for ``CLIENT SETINFO``, read once per process: redis-py 7.1
+    and later read its version from the package metadata for every new connection (about a
+    millisecond, more than a job's own round trips), unless it is given."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # older redis-py reads it once, at import
+        return {}
+    return {"driver_info": DriverInfo()}
+
+
+#: What tells two Redis clients' connections apart (where they connect, as whom, to which
+#: database), with redis-py's values for those a URL leaves out.
+_SERVER_DEFAULTS: dict[str, Any] = {
+    "host": "localhost",
+    "port": 6379,
+    "path": None,
+    "db": 0,
+    "username": None,
+    "password": None,
+}
+
+
+def reaches(client: redis.Redis, url: str) -> bool:
+    """Whether ``client`` connects to the server and database of ``url``, as the same user and
+    over the same kind of connection (TCP, TLS or a Unix socket)."""
+    pool = client.connection_pool
+    wanted = _url_pool(url)
+    if pool.connection_class is not wanted.connection_class:
+        return False
+    given, asked = pool.connection_kwargs, wanted.connection_kwargs
+    return all(
+        given.get(key, default) == asked.get(key, default) for key, default in _SERVER_DEFAULTS.items()
+    )
+
+
+@cache
+def _url_pool(url: str) -> redis.ConnectionPool:
+    """A pool for ``url`` that never connects: its connection class and keyword arguments."""
+    return redis.ConnectionPool.from_url(url)

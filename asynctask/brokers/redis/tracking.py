@@ -8,6 +8,7 @@ from typing import cast
 import redis
 
 from asynctask import payload
+from asynctask.brokers.redis.connection import reaches
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -47,6 +48,11 @@ class RedisTrackingStore(TrackingStore):
 
     def is_cancelled(self, task_id: str) -> bool:
         return bool(self.redis.hexists(self.keys.cancelled_tasks, task_id))
+
+    def through(self, connection: object) -> TrackingStore:
+        if isinstance(connection, redis.Redis) and reaches(connection, self.settings.broker):
+            return RedisTrackingStore(connection, self.keys, self.scripts, self.settings)
+        return self
 
     def applier(self, identity: str) -> TrackingApplier | None:
         if not self.settings.tracking or self.settings.flusher == "off":

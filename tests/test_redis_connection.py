@@ -1,0 +1,70 @@
+"""Redis connections: what a new one costs, and when another library's client may carry
+AsyncTask's tracking writes instead of a connection of AsyncTask's own."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+import redis.utils
+
+from asynctask import Settings
+from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers.redis.connection import connect, reaches
+from asynctask.tracking import transitions
+from asynctask.tracking.status import EventStatus
+from tests.conftest import REDIS_URL
+
+
+def test_a_new_connection_does_not_read_the_client_library_s_version_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    connect(REDIS_URL).ping()
+
+    def unread() -> str:
+        raise AssertionError("the package metadata was read for a new connection")
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", unread)
+    client = connect(REDIS_URL)
+    try:
+        assert client.ping()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("client_url", "url", "same"),
+    [
+        ("redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2", True),
+        ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379/0", True),
+        ("redis://localhost", "redis://localhost:6379/0", True),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1", True),
+        ("redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/3", False),
+        ("redis://127.0.0.1:6380/0", "redis://127.0.0.1:6379/0", False),
+        ("redis://localhost:6379/0", "redis://127.0.0.1:6379/0", False),
+        ("redis://:secret@127.0.0.1:6379/0", "redis://127.0.0.1:6379/0", False),
+        ("redis://ann:pw@127.0.0.1:6379/0", "redis://bob:pw@127.0.0.1:6379/0", False),
+        ("rediss://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0", False),
+        ("unix:///run/redis.sock?db=1", "unix:///run/other.sock?db=1", False),
+    ],
+)
+def test_a_client_reaches_a_url_when_server_database_user_and_transport_match(
+    client_url: str, url: str, same: bool
+) -> None:
+    assert reaches(redis.Redis.from_url(client_url), url) is same
+
+
+def test_the_tracking_store_writes_through_a_client_of_the_same_database_only(
+    settings: Settings, conn: redis.Redis
+) -> None:
+    broker = RedisBroker(settings)
+    try:
+        theirs = redis.Redis.from_url(REDIS_URL)
+        through = broker.tracking.through(theirs)
+        assert through is not broker.tracking
+        through.write_transitions([transitions.status("j1", EventStatus.WORKING, "started").encode()])
+        assert conn.xlen(broker.keys.tracking_stream) == 1
+        other_database = redis.Redis.from_url(REDIS_URL.rsplit("/", 1)[0] + "/15")
+        assert broker.tracking.through(other_database) is broker.tracking
+        assert broker.tracking.through(object()) is broker.tracking
+    finally:
+        broker.close()
