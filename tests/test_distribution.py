@@ -7,6 +7,7 @@ The package index holds an unrelated ``asynctask``; this project's distribution 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -39,10 +40,14 @@ def test_pip_install_of_the_name_from_a_built_wheel_installs_this_project(tmp_pa
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    # Without PYTHONPATH: a test run that points it at the checkout would have the fresh
+    # virtualenv import the checkout's asynctask instead of the installed one.
+    fresh = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--find-links", str(wheels), NAME],
         check=True,
         timeout=600,
+        env=fresh,
     )
     shown = subprocess.run(
         [
@@ -56,11 +61,17 @@ def test_pip_install_of_the_name_from_a_built_wheel_installs_this_project(tmp_pa
         timeout=60,
         # Not the checkout: Python would import its asynctask/ from the working directory.
         cwd=tmp_path,
+        env=fresh,
     ).stdout.split()
     assert shown[0].startswith(str(venv)) and shown[1] == asynctask_version()
     # The command line is this project's, with the API server's command its entry point adds.
     usage = subprocess.run(
-        [str(venv / "bin" / "asynctask"), "--help"], check=True, capture_output=True, text=True, timeout=60
+        [str(venv / "bin" / "asynctask"), "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=fresh,
     ).stdout
     assert "worker" in usage and "api" in usage
 

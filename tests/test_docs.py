@@ -119,3 +119,12 @@ def test_every_error_code_is_in_the_reference() -> None:
     assert {"unauthorized", "validation_failed", "too_many_streams", "internal_error"} <= codes
     missing = sorted(code for code in codes if f"`{code}`" not in text)
     assert not missing
+
+
+def test_the_clients_thread_safety_is_in_the_guide_not_only_in_its_docstring() -> None:
+    """Whether threads may share a client is asked before reading any source: the jobs guide says
+    so, with the pool size that many threads need (tests/brokers/test_jobs.py checks that they may)."""
+    guide = (DOCS / "guide" / "jobs.md").read_text()
+    section = guide.partition("### Threads and processes\n")[2].partition("\n## ")[0]
+    assert "A `Client` is thread-safe" in section
+    assert "concurrency" in section

@@ -433,3 +433,28 @@ def test_item_transitions_travel_through_the_stream_encoding() -> None:
     assert decoded.item == {"name": "nul \\u0000 here"} and decoded.text == "item 4 failed"
     (counts,) = decode_entry(12, pack([items("j1", 8, 2).encode()]))
     assert (counts.done, counts.failed, counts.position, counts.item) == (8, 2, None, None)
+
+
+def test_a_tasks_progress_counts_items_once_its_jobs_report_them(
+    tracking: Tracking, registry: Registry, engine: Engine
+) -> None:
+    @job(registry=registry)
+    def sign_up(items: list[int]) -> None:
+        pass
+
+    # Two jobs of 10 items: the items say how far the task is before any job ends.
+    task = tracking.create_task(sign_up, range(20), chunk_size=10)
+    first, second = (e.job_id for e in tracking.list_events(task.id).items)
+    apply(engine, numbered([status(first, EventStatus.WORKING), items(first, 4, 1, 2, "x")]))
+    view = tracking.get_task(task.id)
+    assert (view.done, view.items.total, view.progress) == (0, 20, 0.25)
+    apply(
+        engine,
+        numbered(
+            [items(first, 9, 1), status(first, EventStatus.FINISH), items(second, 3, 0)],
+            first=10,
+        ),
+    )
+    view = tracking.get_task(task.id)
+    # One job of two is done, and 13 items of 20 ran: the items, not the jobs.
+    assert (view.done, view.progress) == (1, 0.65)

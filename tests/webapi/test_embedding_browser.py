@@ -2,7 +2,8 @@
 tests/webapi/test_browser.py), served under ``/jobs`` by an app of a team's own
 (tests/webapi/hostapp.py) that signs its users in with its own session: no token is typed, the
 page's calls carry the app's session cookie, and a task submitted from the page runs in a real
-worker until the page shows it done."""
+worker until the page shows it done; submitted while no worker takes its queue, the page says so
+until one does."""
 
 from __future__ import annotations
 
@@ -25,19 +26,17 @@ ITEMS = [{"sku": f"S{i:02d}", "price": "1.50"} for i in range(30)]
 
 
 @pytest.fixture
-def served(
+def unattended(
     chromium: Path,
     registry: Registry,
     tracked_settings: Settings,
     tracked_client: Client,
     engine: Engine,
-    start_tracked_worker: Callable[..., Worker],
 ) -> Iterator[str]:
     """The host app on a free port (a threaded server in this process: a progress stream holds a
-    thread) and a tracked worker; the app's base URL."""
+    thread), with no worker yet; the app's base URL."""
     define_jobs(registry)
     app, _seen = host_app(tracked_settings, tracked_client, engine)
-    start_tracked_worker()
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -48,6 +47,13 @@ def served(
         thread.join(10)
         server.server_close()
         close_watchers([app])
+
+
+@pytest.fixture
+def served(unattended: str, start_tracked_worker: Callable[..., Worker]) -> str:
+    """``unattended``, with a tracked worker taking the jobs' queue."""
+    start_tracked_worker()
+    return unattended
 
 
 @pytest.fixture
@@ -99,3 +105,34 @@ def test_the_page_under_a_prefix_follows_a_task_with_the_apps_session(
     assert [url for url in urls if not url.startswith(f"{PREFIX}/")] == ["/login?user=ann"]
     assert f"{PREFIX}/static/app.js" in urls and f"{PREFIX}/api/jobs" in urls
     assert f"{PREFIX}/api/tasks/{task_id}/stream" in urls
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_page_warns_of_a_task_no_worker_takes_until_one_does(
+    chromium: Path, unattended: str, start_tracked_worker: Callable[..., Worker]
+) -> None:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.set_default_timeout(LIVE_TIMEOUT)
+            page.add_init_script(RECORD_POLICY_VIOLATIONS)
+            page.goto(f"{unattended}/login?user=ann")
+            page.goto(f"{unattended}{PREFIX}/")
+            page.select_option("#job", "import_products")
+            page.check("#source-json")
+            page.fill("#items-json", str(ITEMS).replace("'", '"'))
+            page.fill("#chunk-size", "3")
+            page.click("#submit")
+            expect(page.locator("#task-warning")).to_have_text(
+                "Warning: no live worker listens to queue 'default'; the jobs wait until one does."
+            )
+            expect(page.locator("#status")).to_have_text("pending")
+
+            # A worker comes: the jobs that waited run, and the warning goes.
+            start_tracked_worker()
+            expect(page.locator("#status")).to_have_text("finished")
+            expect(page.locator("#task-warning")).to_be_hidden()
+            assert page.evaluate("[...window.policyViolations]") == []
+        finally:
+            browser.close()

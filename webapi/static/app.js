@@ -158,6 +158,8 @@ async function submit(event) {
       : jsonRequest(job, chunkSize, $("items-json").value, options);
     const created = await api(request.path, { method: "POST", body: request.body, type: request.type });
     watch(created.task_id);
+    // Said once, in the answer to the submission: no live worker takes the task's queue.
+    showWarnings(created.warnings ?? []);
     loadTasks();
   } catch (error) {
     showError(error); // 422 validation_failed shows which items are wrong
@@ -196,9 +198,15 @@ function watch(id) {
   current = { id, abort: new AbortController(), timer: null, task: null, feedShown: false };
   $("task").hidden = false;
   $("task-id").textContent = id;
+  showWarnings([]);
   failures = { first: [], more: [], loading: false };
   $("errors").replaceChildren();
   stream(current);
+}
+
+function showWarnings(warnings) {
+  $("task-warning").textContent = warnings.map((warning) => `Warning: ${warning.message}.`).join(" ");
+  $("task-warning").hidden = warnings.length === 0;
 }
 
 function stopWatching() {
@@ -309,6 +317,8 @@ function render(task) {
   $("progress-text").textContent = `${pct}%`;
   $("status").textContent = task.status;
   $("status").dataset.status = task.status;
+  // A worker took the queue: the submission's warning is stale.
+  if (task.status !== "pending") $("task-warning").hidden = true;
   const items = task.items ?? { total: 0, done: 0, failed: 0 };
   const ran = items.done + items.failed;
   $("done").textContent = ran > 0
