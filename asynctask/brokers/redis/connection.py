@@ -60,20 +60,19 @@ _SERVER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def reaches(client: redis.Redis, url: str) -> bool:
-    """Whether ``client`` connects to the server and database of ``url``, as the same user and
-    over the same kind of connection (TCP, TLS or a Unix socket)."""
+def server_of(url: str) -> dict[str, Any]:
+    """What redis-py makes of ``url``, for ``reaches``."""
+    parsed: dict[str, Any] = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    return parsed
+
+
+def reaches(client: redis.Redis, server: dict[str, Any]) -> bool:
+    """Whether ``client`` connects to ``server`` (``server_of``) and its database, as the same
+    user and over the same kind of connection (TCP, TLS or a Unix socket)."""
     pool = client.connection_pool
-    wanted = _url_pool(url)
-    if pool.connection_class is not wanted.connection_class:
+    if pool.connection_class is not server.get("connection_class", redis.Connection):
         return False
-    given, asked = pool.connection_kwargs, wanted.connection_kwargs
+    given = pool.connection_kwargs
     return all(
-        given.get(key, default) == asked.get(key, default) for key, default in _SERVER_DEFAULTS.items()
+        given.get(key, default) == server.get(key, default) for key, default in _SERVER_DEFAULTS.items()
     )
-
-
-@cache
-def _url_pool(url: str) -> redis.ConnectionPool:
-    """A pool for ``url`` that never connects: its connection class and keyword arguments."""
-    return redis.ConnectionPool.from_url(url)

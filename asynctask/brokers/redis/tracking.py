@@ -3,12 +3,13 @@ applies to SQL), cancelled tasks to a hash every worker reads."""
 
 from __future__ import annotations
 
+import copy
 from typing import cast
 
 import redis
 
 from asynctask import payload
-from asynctask.brokers.redis.connection import reaches
+from asynctask.brokers.redis.connection import reaches, server_of
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -23,6 +24,8 @@ class RedisTrackingStore(TrackingStore):
         self.keys = keys
         self.scripts = scripts
         self.settings = settings
+        # Parsed here, once: a process forked later (an RQ work horse) would parse it for each job.
+        self._server = server_of(settings.broker)
 
     def write_transitions(self, transitions: list[str]) -> None:
         """Append the batch to the tracking stream as one entry."""
@@ -50,8 +53,10 @@ class RedisTrackingStore(TrackingStore):
         return bool(self.redis.hexists(self.keys.cancelled_tasks, task_id))
 
     def through(self, connection: object) -> TrackingStore:
-        if isinstance(connection, redis.Redis) and reaches(connection, self.settings.broker):
-            return RedisTrackingStore(connection, self.keys, self.scripts, self.settings)
+        if isinstance(connection, redis.Redis) and reaches(connection, self._server):
+            store = copy.copy(self)
+            store.redis = connection
+            return store
         return self
 
     def applier(self, identity: str) -> TrackingApplier | None:
