@@ -34,6 +34,10 @@ GROUP = "flushers"
 ENTRIES_PER_BATCH = 50
 #: Milliseconds a read blocks when the stream is empty.
 BLOCK_MS = 100
+#: Seconds a batch smaller than ``ENTRIES_PER_BATCH`` waits for more entries before it is applied:
+#: at a few hundred entries a second (each a job's start or end, written alone), one transaction
+#: per entry would cost SQL more than the entries themselves.
+GATHER_SECONDS = 0.03
 #: Entries delivered to a flusher and unacknowledged this long are taken over by another.
 CLAIM_IDLE_MS = 60_000
 #: Seconds between looks for entries left by dead flushers.
@@ -76,7 +80,7 @@ class Flusher:
         while not self._stopped.is_set():
             try:
                 if not pending:
-                    pending = self._read(block=True)
+                    pending = self._gathered()
                 if pending:
                     self._apply(pending)
                     pending = []
@@ -109,6 +113,14 @@ class Flusher:
             self._apply(batch)
             total += len(batch)
         return total
+
+    def _gathered(self) -> list[Entry]:
+        """The next batch: what one blocking read brings, and, when that is not a full batch,
+        what arrives in the ``GATHER_SECONDS`` after it."""
+        batch = self._read(block=True)
+        if 0 < len(batch) < ENTRIES_PER_BATCH and not self._stopped.wait(GATHER_SECONDS):
+            batch += self._read(block=False)
+        return batch
 
     def _read(self, *, block: bool) -> list[Entry]:
         self._ensure_group()
