@@ -34,9 +34,11 @@ GROUP = "flushers"
 ENTRIES_PER_BATCH = 50
 #: Milliseconds a read blocks when the stream is empty.
 BLOCK_MS = 100
-#: Seconds a batch smaller than ``ENTRIES_PER_BATCH`` waits for more entries before it is applied:
-#: at a few hundred entries a second (each a job's start or end, written alone), one transaction
-#: per entry would cost SQL more than the entries themselves.
+#: A read that brings fewer entries than this waits ``GATHER_SECONDS`` for more before they are
+#: applied: when each job writes its start and its end alone (an RQ work horse), a transaction per
+#: entry would cost SQL more than the entries themselves. Busier writers fill batches by themselves
+#: and are not held back.
+GATHER_BELOW = 4
 GATHER_SECONDS = 0.03
 #: Entries delivered to a flusher and unacknowledged this long are taken over by another.
 CLAIM_IDLE_MS = 60_000
@@ -115,10 +117,10 @@ class Flusher:
         return total
 
     def _gathered(self) -> list[Entry]:
-        """The next batch: what one blocking read brings, and, when that is not a full batch,
+        """The next batch: what one blocking read brings, and, when that is only a few entries,
         what arrives in the ``GATHER_SECONDS`` after it."""
         batch = self._read(block=True)
-        if 0 < len(batch) < ENTRIES_PER_BATCH and not self._stopped.wait(GATHER_SECONDS):
+        if 0 < len(batch) < GATHER_BELOW and not self._stopped.wait(GATHER_SECONDS):
             batch += self._read(block=False)
         return batch
 
