@@ -133,6 +133,39 @@ def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
         assert connection.execute(select(Event.seq).where(Event.job_id == jid)).scalar() == 3
 
 
+def test_entries_written_one_by_one_in_quick_succession_share_one_transaction(
+    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
+) -> None:
+    """Work horses write a job's start alone, then its end: the flusher gathers such entries for
+    a moment instead of paying a transaction for each."""
+    task_id, jids = make_task(tracking, registry, 3)
+    keys = tracking.client.keys
+
+    def write(jid: str) -> None:
+        conn.xadd(
+            keys.tracking_stream, {"s": 1, "d": pack([status(jid, EventStatus.WORKING, "started").encode()])}
+        )
+
+    class Meanwhile:
+        """The flusher's stop signal, whose wait sees the other two horses write."""
+
+        def is_set(self) -> bool:
+            return False
+
+        def wait(self, timeout: float | None = None) -> bool:
+            write(jids[1])
+            write(jids[2])
+            return False
+
+    flusher = Flusher(conn, keys, writer(engine), "test-flusher")
+    flusher._stopped = Meanwhile()  # type: ignore[assignment]
+    write(jids[0])
+    batch = flusher._gathered()
+    assert len(batch) == 3
+    flusher._apply(batch)
+    assert tracking.get_task(task_id).counts["working"] == 3
+
+
 def at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
