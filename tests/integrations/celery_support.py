@@ -5,7 +5,6 @@ own), AsyncTask tracking (Redis stream, or the SQL writer), the HTTP API over it
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -28,6 +27,7 @@ from asynctask.integrations.celery import submittable
 from asynctask.tokens import create_token
 from tests.conftest import db_url, fresh_postgres_schema, wait_until
 from tests.integrations.celery_jobs import make_app
+from tests.processes import stop_groups
 from tests.records import written_lines
 from webapi import create_app
 from webapi.resources import EXTENSION
@@ -131,15 +131,7 @@ class CeleryRig:
         return proc
 
     def stop_workers(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        stop_groups(self.procs, 15)
 
     def runs_of(self, event: str) -> list[tuple[str, int, float]]:
         """(jid, pid, time) of each line ``event`` the jobs wrote."""

@@ -23,6 +23,7 @@ from dramatiq.common import dq_name, xq_name
 
 from asynctask import Settings
 from tests.integrations.dramatiq_jobs import MAX_RETRIES, QUEUE, Actors, declare
+from tests.processes import stop_groups
 from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,15 +107,7 @@ class Runtime:
         proc.wait(10)
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_groups(self.procs, 20)
 
     def starts(self) -> list[tuple[str, int, float]]:
         """Every start an actor recorded: (jid, pid, time)."""

@@ -8,7 +8,6 @@ claims an empty one (tests/conftest.py ``claimed_db``), flushed when it ends.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from asynctask import Settings
 from asynctask.db.migrate import upgrade
 from tests.conftest import db_url, fresh_postgres_schema, wait_until
 from tests.integrations.rq_jobs import QUEUE
+from tests.processes import stop_groups
 from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,15 +116,7 @@ class RqStack:
         return found
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_groups(self.procs, 15)
 
 
 @contextmanager
