@@ -9,7 +9,7 @@ import redis.utils
 
 from asynctask import Settings
 from asynctask.brokers.redis import RedisBroker
-from asynctask.brokers.redis.connection import connect, reaches, server_of
+from asynctask.brokers.redis.connection import connect, same_database
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
 from tests.conftest import REDIS_URL
@@ -47,10 +47,10 @@ def test_a_new_connection_does_not_read_the_client_library_s_version_again(
         ("unix:///run/redis.sock?db=1", "unix:///run/other.sock?db=1", False),
     ],
 )
-def test_a_client_reaches_a_url_when_server_database_user_and_transport_match(
+def test_two_clients_share_a_database_when_server_database_user_and_transport_match(
     client_url: str, url: str, same: bool
 ) -> None:
-    assert reaches(redis.Redis.from_url(client_url), server_of(url)) is same
+    assert same_database(redis.Redis.from_url(client_url), redis.Redis.from_url(url)) is same
 
 
 def test_the_tracking_store_writes_through_a_client_of_the_same_database_only(

@@ -60,19 +60,11 @@ _SERVER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def server_of(url: str) -> dict[str, Any]:
-    """What redis-py makes of ``url``, for ``reaches``."""
-    parsed: dict[str, Any] = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
-    return parsed
-
-
-def reaches(client: redis.Redis, server: dict[str, Any]) -> bool:
-    """Whether ``client`` connects to ``server`` (``server_of``) and its database, as the same
-    user and over the same kind of connection (TCP, TLS or a Unix socket)."""
-    pool = client.connection_pool
-    if pool.connection_class is not server.get("connection_class", redis.Connection):
+def same_database(one: redis.Redis, other: redis.Redis) -> bool:
+    """Whether two clients connect to the same server and database, as the same user and over
+    the same kind of connection (TCP, TLS or a Unix socket)."""
+    first, second = one.connection_pool, other.connection_pool
+    if first.connection_class is not second.connection_class:
         return False
-    given = pool.connection_kwargs
-    return all(
-        given.get(key, default) == server.get(key, default) for key, default in _SERVER_DEFAULTS.items()
-    )
+    a, b = first.connection_kwargs, second.connection_kwargs
+    return all(a.get(key, default) == b.get(key, default) for key, default in _SERVER_DEFAULTS.items())

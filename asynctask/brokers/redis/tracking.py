@@ -9,7 +9,7 @@ from typing import cast
 import redis
 
 from asynctask import payload
-from asynctask.brokers.redis.connection import reaches, server_of
+from asynctask.brokers.redis.connection import same_database
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -24,8 +24,6 @@ class RedisTrackingStore(TrackingStore):
         self.keys = keys
         self.scripts = scripts
         self.settings = settings
-        # Parsed here, once: a process forked later (an RQ work horse) would parse it for each job.
-        self._server = server_of(settings.broker)
 
     def write_transitions(self, transitions: list[str]) -> None:
         """Append the batch to the tracking stream as one entry."""
@@ -53,7 +51,7 @@ class RedisTrackingStore(TrackingStore):
         return bool(self.redis.hexists(self.keys.cancelled_tasks, task_id))
 
     def through(self, connection: object) -> TrackingStore:
-        if isinstance(connection, redis.Redis) and reaches(connection, self._server):
+        if isinstance(connection, redis.Redis) and same_database(connection, self.redis):
             store = copy.copy(self)
             store.redis = connection
             return store
