@@ -63,8 +63,9 @@ def test_a_claim_whose_reply_was_lost_goes_back_to_its_queue_and_runs(
     # connection dropped after the server ran it.
     assert len(worker.fetch.claim(1, [], [])) == 1
     assert Queue("default", settings=settings).size == 0
-    make_worker.run(worker)
     with caplog.at_level(logging.WARNING, logger="asynctask.fetch"):
+        # Captured from the worker's start: a heartbeat may come as soon as it runs.
+        make_worker.run(worker)
         # Two heartbeats (0.5 s apart) see it unheld; a few more allow for a slow machine.
         wait_until(lambda: runs == ["lost"], timeout=5 * settings.heartbeat_interval + 3)
         wait_until(lambda: not worker.fetch.held())
