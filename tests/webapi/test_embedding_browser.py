@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import Page, expect, sync_playwright
 from sqlalchemy import Engine
 from werkzeug.serving import make_server
 
@@ -63,43 +63,54 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-# One database is enough: what is tested is the page under a prefix, not the tracking store.
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_the_page_under_a_prefix_follows_a_task_with_the_apps_session(
-    chromium: Path, served: str, tmp_path: Path
-) -> None:
+@pytest.fixture
+def page(chromium: Path) -> Iterator[Page]:
+    """A Chromium page that records content-policy violations; live updates get their time."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.set_default_timeout(LIVE_TIMEOUT)
-            page.add_init_script(RECORD_POLICY_VIOLATIONS)
-            urls: list[str] = []
-            page.on("request", lambda request: urls.append(request.url.removeprefix(served)))
-
-            # The app's own login, then the page: no token typed, the jobs load at once.
-            page.goto(f"{served}/login?user=ann")
-            page.goto(f"{served}{PREFIX}/")
-            expect(page.locator('#job option[value="import_products"]')).to_have_count(1)
-            expect(page.locator("#connect-note")).to_be_hidden()
-            expect(page.locator("#api-error")).to_be_hidden()
-            assert page.locator("#token").input_value() == ""
-
-            page.select_option("#job", "import_products")
-            page.check("#source-json")
-            page.fill("#items-json", str(ITEMS).replace("'", '"'))
-            page.fill("#chunk-size", "3")
-            page.click("#submit")
-            expect(page.locator("#progress")).to_have_text("100%", timeout=LIVE_TIMEOUT)
-            expect(page.locator("#status")).to_have_text("finished")
-            expect(page.locator("#done")).to_have_text("10 of 10 jobs done")
-            expect(page.locator("#live-mode")).to_have_text("")  # the stream said "end"
-            task_id = page.locator("#task-id").inner_text()
-            expect(page.locator("#tasks")).to_contain_text(task_id)
-            page.screenshot(path=str(tmp_path / "embedded_page.png"), full_page=True)
-            assert page.evaluate("[...window.policyViolations]") == []
+            opened = browser.new_page(viewport={"width": 1100, "height": 900})
+            opened.set_default_timeout(LIVE_TIMEOUT)
+            opened.add_init_script(RECORD_POLICY_VIOLATIONS)
+            yield opened
         finally:
             browser.close()
+
+
+def submit_items(page: Page) -> None:
+    """Submit ``ITEMS`` from the page's form, as JSON, in chunks of 3."""
+    page.select_option("#job", "import_products")
+    page.check("#source-json")
+    page.fill("#items-json", str(ITEMS).replace("'", '"'))
+    page.fill("#chunk-size", "3")
+    page.click("#submit")
+
+
+# One database is enough: what is tested is the page under a prefix, not the tracking store.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_page_under_a_prefix_follows_a_task_with_the_apps_session(
+    served: str, page: Page, tmp_path: Path
+) -> None:
+    urls: list[str] = []
+    page.on("request", lambda request: urls.append(request.url.removeprefix(served)))
+
+    # The app's own login, then the page: no token typed, the jobs load at once.
+    page.goto(f"{served}/login?user=ann")
+    page.goto(f"{served}{PREFIX}/")
+    expect(page.locator('#job option[value="import_products"]')).to_have_count(1)
+    expect(page.locator("#connect-note")).to_be_hidden()
+    expect(page.locator("#api-error")).to_be_hidden()
+    assert page.locator("#token").input_value() == ""
+
+    submit_items(page)
+    expect(page.locator("#progress")).to_have_text("100%", timeout=LIVE_TIMEOUT)
+    expect(page.locator("#status")).to_have_text("finished")
+    expect(page.locator("#done")).to_have_text("10 of 10 jobs done")
+    expect(page.locator("#live-mode")).to_have_text("")  # the stream said "end"
+    task_id = page.locator("#task-id").inner_text()
+    expect(page.locator("#tasks")).to_contain_text(task_id)
+    page.screenshot(path=str(tmp_path / "embedded_page.png"), full_page=True)
+    assert page.evaluate("[...window.policyViolations]") == []
 
     # Every file and call of the page went under the prefix; the progress came by the stream.
     assert [url for url in urls if not url.startswith(f"{PREFIX}/")] == ["/login?user=ann"]
@@ -109,30 +120,18 @@ def test_the_page_under_a_prefix_follows_a_task_with_the_apps_session(
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_the_page_warns_of_a_task_no_worker_takes_until_one_does(
-    chromium: Path, unattended: str, start_tracked_worker: Callable[..., Worker]
+    unattended: str, start_tracked_worker: Callable[..., Worker], page: Page
 ) -> None:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.set_default_timeout(LIVE_TIMEOUT)
-            page.add_init_script(RECORD_POLICY_VIOLATIONS)
-            page.goto(f"{unattended}/login?user=ann")
-            page.goto(f"{unattended}{PREFIX}/")
-            page.select_option("#job", "import_products")
-            page.check("#source-json")
-            page.fill("#items-json", str(ITEMS).replace("'", '"'))
-            page.fill("#chunk-size", "3")
-            page.click("#submit")
-            expect(page.locator("#task-warning")).to_have_text(
-                "Warning: no live worker listens to queue 'default'; the jobs wait until one does."
-            )
-            expect(page.locator("#status")).to_have_text("pending")
+    page.goto(f"{unattended}/login?user=ann")
+    page.goto(f"{unattended}{PREFIX}/")
+    submit_items(page)
+    expect(page.locator("#task-warning")).to_have_text(
+        "Warning: no live worker listens to queue 'default'; the jobs wait until one does."
+    )
+    expect(page.locator("#status")).to_have_text("pending")
 
-            # A worker comes: the jobs that waited run, and the warning goes.
-            start_tracked_worker()
-            expect(page.locator("#status")).to_have_text("finished")
-            expect(page.locator("#task-warning")).to_be_hidden()
-            assert page.evaluate("[...window.policyViolations]") == []
-        finally:
-            browser.close()
+    # A worker comes: the jobs that waited run, and the warning goes.
+    start_tracked_worker()
+    expect(page.locator("#status")).to_have_text("finished")
+    expect(page.locator("#task-warning")).to_be_hidden()
+    assert page.evaluate("[...window.policyViolations]") == []
