@@ -64,7 +64,7 @@ class JobContext:
         For a job that is not tracked the text goes to the ``asynctask.job`` logger instead.
         """
         if self.tracker is not None and self.tracked:
-            self.tracker.record(Transition(self.jid, LOG, time.time(), str(text)))
+            self.tracker.record_live(Transition(self.jid, LOG, time.time(), str(text)))
         else:
             logger.info(str(text), extra={"fields": {"jid": self.jid, "class": self.job.get("class")}})
 
@@ -77,7 +77,7 @@ class JobContext:
         ):
             raise ValueError(f"progress 'total' must be an int from 0 to {MAX_PROGRESS}, or None")
         if self.tracker is not None and self.tracked:
-            self.tracker.record(Transition(self.jid, PROGRESS, time.time(), done=done, total=total))
+            self.tracker.record_live(Transition(self.jid, PROGRESS, time.time(), done=done, total=total))
 
     def set_total(self, total: int) -> None:
         """A resumable job's number of iterations in all: its progress is then reported from

@@ -109,13 +109,13 @@ class _Reporter:
     def counts(self, done: int, failed: int, reached: int) -> None:
         if self.tracker is None:
             return
-        self.tracker.record(Transition(self.context.jid, ITEMS, time.time(), done=done, failed=failed))
+        self.tracker.record_live(Transition(self.context.jid, ITEMS, time.time(), done=done, failed=failed))
         self._progress(reached)
 
     def failure(self, done: int, failed: int, position: int, item: Any, message: str) -> None:
         if self.tracker is None:
             return
-        self.tracker.record(
+        self.tracker.record_live(
             Transition(
                 self.context.jid,
                 ITEMS,

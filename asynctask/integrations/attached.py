@@ -16,7 +16,9 @@ is made per process, on its first use there; ``start`` makes the current process
 applies the stream to SQL, so that short-lived children (RQ's horses) never start a flusher.
 A child forked from a process that writes to Redis takes over its parent's broker (redis-py
 opens new connections in a child by itself) and its cancellation news: building them again,
-scripts and all, would cost an RQ work horse more than its job.
+scripts and all, would cost an RQ work horse more than its job. For a runtime that forks per
+job, the parent builds the children's tracking once and refreshes the news before each fork
+(``start(forks_per_job=True)``, ``before_fork``): a horse then only records and writes.
 The flusher is AsyncTask's own: a child process by default (``ASYNCTASK_FLUSHER``), so that
 applying to SQL takes none of the job threads' interpreter lock.
 """
@@ -63,6 +65,7 @@ class _ProcessTracking:
         apply_here: bool,
         parent: _ProcessTracking | None = None,
         connection: object = None,
+        sender_on_demand: bool = False,
     ) -> None:
         self.pid = os.getpid()
         #: Whether this process opened its broker (else it took over its parent's, see ``_here``).
@@ -82,12 +85,7 @@ class _ProcessTracking:
         #: When the cancellation news in hand was asked for (monotonic seconds).
         self._asked_at = -CANCEL_NEWS_AGE
         if parent is not None:
-            # The monotonic clock is the machine's: the parent's news ages here as it did there.
-            self._generation, self._cancelled, self._asked_at = (
-                parent._generation,
-                parent._cancelled,
-                parent._asked_at,
-            )
+            self.take_news(parent)
         self._stopped = threading.Event()
         if self.applier is not None:
             self.applier.start()
@@ -98,13 +96,27 @@ class _ProcessTracking:
                 daemon=True,
             )
             self._checker.start()
-        self.tracker.start()
+        self.tracker.start(on_demand=sender_on_demand and self.flushes)
+
+    def take_news(self, parent: _ProcessTracking) -> None:
+        """Start from the cancellation news of the process this one was forked from."""
+        # The monotonic clock is the machine's: the parent's news ages here as it did there.
+        self._generation, self._cancelled, self._asked_at = (
+            parent._generation,
+            parent._cancelled,
+            parent._asked_at,
+        )
 
     def cancelled(self, task: str) -> bool:
         """Whether ``task`` was cancelled, on news at most ``CANCEL_NEWS_AGE`` old: one read of
         the cancellation generation per that time in the process, not one per job (and the
         cancelled set again only when it changed). ``cancel_task`` of such a task waits as long
         before it returns."""
+        self.refresh_cancellations()
+        return task in self._cancelled
+
+    def refresh_cancellations(self) -> None:
+        """Ask the store for the cancellation news when what is in hand is ``CANCEL_NEWS_AGE`` old."""
         with self._cancel_lock:
             if time.monotonic() - self._asked_at >= CANCEL_NEWS_AGE:
                 # The time the question was asked, not answered: news older than a cancel
@@ -116,7 +128,6 @@ class _ProcessTracking:
                     self._cancelled = store.cancelled_tasks()
                     self._generation = generation
                 self._asked_at = asked
-            return task in self._cancelled
 
     def flush(self) -> None:
         """Write the outbox, waiting for a write another thread has in progress: this thread's
@@ -157,6 +168,8 @@ class AttachedTracking:
         self._inherited: list[_ProcessTracking] = []
         #: The process that applies the stream to SQL (``start``); None: every process that records.
         self._applier_pid: int | None = None
+        #: The tracking the next child forked from this process takes as its own (``start``).
+        self._for_children: _ProcessTracking | None = None
         os.register_at_fork(after_in_child=self._forked)
         atexit.register(self.close)
 
@@ -172,19 +185,47 @@ class AttachedTracking:
     def _forked(self) -> None:
         # The parent's threads do not exist here and its lock may have been held at the fork.
         self._lock = threading.Lock()
-        if self._process is not None:
+        parent, prepared = self._process, self._for_children
+        self._process = self._for_children = None
+        if parent is not None:
             # Kept, never closed here: collected, its database connections would close the
             # sockets this process shares with the parent, ending the parent's sessions.
-            self._inherited.append(self._process)
-        self._process = None
+            self._inherited.append(parent)
+            if prepared is not None:
+                prepared.pid = os.getpid()
+                prepared.take_news(parent)
+                self._process = prepared
 
-    def start(self) -> None:
+    def start(self, *, forks_per_job: bool = False, connection: object = None) -> None:
         """Set up this process's tracking now, with the applier: processes forked later record
-        but leave applying to this one."""
-        self._applier_pid = os.getpid()
-        self._here()
+        but leave applying to this one.
 
-    def _here(self, connection: object = None) -> _ProcessTracking:
+        ``forks_per_job``: the runtime forks a process for each job (RQ's work horses) and its
+        hooks there call ``flush`` when the job starts and ends. The children's tracking is then
+        built here, once, and each child takes its copy: built in every child, it would cost
+        more than a no-op job (code run for the first time, memory copied on write). Their
+        sender thread starts only if job code records something while it runs.
+        ``connection``: a client of the runtime's own, which those children record through
+        (an RQ work horse then opens one Redis connection, not two).
+        """
+        self._applier_pid = os.getpid()
+        process = self._here()
+        if forks_per_job and process.flushes:
+            self._for_children = _ProcessTracking(
+                self.settings, False, process, connection, sender_on_demand=True
+            )
+
+    def before_fork(self) -> None:
+        """Bring this process's cancellation news up to date before the runtime forks a process
+        for one job: the child inherits it instead of asking the store (see ``cancelled``)."""
+        process = self._here()
+        try:
+            process.refresh_cancellations()
+        except process.tracker.store.errors as exc:
+            # The child asks again, and warns if the store still does not answer.
+            logger.debug("cancellation news not refreshed before a fork: %s", exc)
+
+    def _here(self) -> _ProcessTracking:
         process = self._process
         if process is not None:
             return process
@@ -195,9 +236,7 @@ class AttachedTracking:
                 # Only a Redis client is safe to share with a fork; a SQL engine's pooled
                 # connections are not, so a SQL-writing child opens its own.
                 reused = parent if parent is not None and parent.flushes else None
-                self._process = _ProcessTracking(
-                    self.settings, self._applier_pid in (None, pid), reused, connection
-                )
+                self._process = _ProcessTracking(self.settings, self._applier_pid in (None, pid), reused)
             return self._process
 
     def run(
@@ -207,18 +246,12 @@ class AttachedTracking:
         name: str,
         args: list[Any] | None,
         queue: str = "",
-        connection: object = None,
     ) -> JobRun:
-        """The run of job ``jid`` about to start (see ``JobRun``).
-
-        ``connection``: a client of the runtime's own; a process that has not recorded yet
-        records through it when it reaches the tracking store (an RQ work horse then opens one
-        Redis connection, not two).
-        """
+        """The run of job ``jid`` about to start (see ``JobRun``)."""
         job: payload.JobDict = {"jid": jid, "class": name, "args": args if args is not None else []}
         if task is not None:
             job["task"] = task
-        process = self._here(connection)
+        process = self._here()
         return JobRun(process.tracker, job, queue, process.cancelled)
 
     def flush(self) -> None:

@@ -110,9 +110,15 @@ class TrackingWorkerMixin(BaseWorker):
         self._exc_handlers.insert(0, self._record_abandoned)
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
-        # This process applies the tracking stream to SQL; the work horses it forks only record.
-        self.tracking.start()
+        # This process applies the tracking stream to SQL; the work horses it forks only record,
+        # and perform_job writes what they recorded when each job starts and ends.
+        self.tracking.start(forks_per_job=True, connection=self.connection)
         return super().work(*args, **kwargs)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        if task_of(job) is not None:
+            self.tracking.before_fork()
+        super().execute_job(job, queue)
 
     def teardown(self) -> None:
         try:
@@ -121,9 +127,7 @@ class TrackingWorkerMixin(BaseWorker):
             self.tracking.close()
 
     def _run_of(self, job: Job, task: str) -> JobRun:
-        run = self.tracking.run(
-            job.id, task, job.func_name or job.id, list(job.args), job.origin, connection=self.connection
-        )
+        run = self.tracking.run(job.id, task, job.func_name or job.id, list(job.args), job.origin)
         retries = _retries(job)
         if retries is not None and retries[0] > 0:
             # current_job().retry_count: None on the first run, then 0, 1, ... (Sidekiq's count).

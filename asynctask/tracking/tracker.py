@@ -50,11 +50,21 @@ class Tracker:
         self._cancelled: frozenset[str] = frozenset()
         self._stopped = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="asynctask-tracking-sender", daemon=True)
+        #: Whether the sender waits for job code's first transition (``start(on_demand=True)``).
+        self._on_demand = False
+        self._sender_lock = threading.Lock()
 
     def record(self, *transitions: Transition) -> None:
         """Queue ``transitions`` to be written together, in order."""
         self._first_record()
         self.outbox.add(*transitions)
+
+    def record_live(self, *transitions: Transition) -> None:
+        """Queue what running job code recorded (its log, its progress, its items): written by the
+        sender within ``SEND_INTERVAL``, while the job still runs."""
+        self.record(*transitions)
+        if self._on_demand:
+            self._start_sender()
 
     def record_pending(self, transition: Transition) -> None:
         """Queue a failed job's ``error``, to be written with what the runtime decides next
@@ -111,8 +121,19 @@ class Tracker:
         """Asked by running job code: one round trip, always current."""
         return self.store.is_cancelled(task)
 
-    def start(self) -> None:
-        self._sender.start()
+    def start(self, *, on_demand: bool = False) -> None:
+        """Start the sender thread; ``on_demand``: at the first ``record_live``, for a process
+        whose runtime writes the outbox itself when each job starts and ends (an RQ work horse,
+        forked for one job: a thread started in every horse would cost more than a no-op job)."""
+        if on_demand:
+            self._on_demand = True
+        else:
+            self._start_sender()
+
+    def _start_sender(self) -> None:
+        with self._sender_lock:
+            if self._sender.ident is None and not self._stopped.is_set():
+                self._sender.start()
 
     def stop(self) -> None:
         """Stop the sender and write what is left (after the jobs have stopped)."""

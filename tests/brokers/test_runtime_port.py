@@ -9,7 +9,10 @@ that runs what it holds. Celery, RQ and Dramatiq themselves are tested in tests/
 from __future__ import annotations
 
 import os
+import threading
+import traceback
 from collections.abc import Iterator, Sequence
+from typing import NoReturn
 
 import pytest
 
@@ -263,3 +266,55 @@ def test_a_forked_child_records_through_the_broker_its_parent_opened(
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     wait_until(lambda: tracking.get_task(task.id).counts["finish"] == 1, 10)
+
+
+def test_a_child_forked_for_one_job_records_with_what_its_parent_prepared(
+    settings: Settings, tracking: Tracking, sender: ListRuntime, job: RuntimeJob
+) -> None:
+    if not settings.uses_redis:
+        pytest.skip("a SQL engine's pooled connections cannot be shared with a fork: the child opens its own")
+    made = AttachedTracking(Settings(**{**settings.__dict__, "flusher": "thread"}))
+    made.start(forks_per_job=True)
+    try:
+        task = tracking.create_task(job, [0, 5])
+        first, second = sender.queue
+        made.before_fork()
+        child = os.fork()
+        if child == 0:
+            # An RQ work horse: its tracking was built by its parent, which read the
+            # cancellation news just before the fork; it starts no thread it does not need.
+            code = 1
+            try:
+
+                def asked() -> NoReturn:
+                    raise AssertionError("the child asked the store for cancellations")
+
+                run = made.run(first.jid, first.task, job.name, first.args)
+                run.tracker.store.cancel_generation = asked  # type: ignore[method-assign]
+                run.tracker.store.cancelled_tasks = asked  # type: ignore[method-assign]
+                assert run.start()
+                run.finished()
+                made.flush()
+                assert threading.active_count() == 1
+                run = made.run(second.jid, second.task, job.name, second.args)
+                assert run.start()
+                made.flush()
+                with run:
+                    current_job().log("on its way")
+                    # Written while the job runs, with no flush: the sender started for it.
+                    wait_until(lambda: not len(run.tracker.outbox), 5)
+                assert threading.active_count() == 2
+                run.finished()
+                made.flush()
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        wait_until(lambda: tracking.get_task(task.id).counts["finish"] == 2, 10)
+        logged = [m.text for event in tracking.list_events(task.id).items for m in event.messages]
+        assert "on its way" in logged
+    finally:
+        made.close()

@@ -77,6 +77,15 @@ def patient(chunk: list[Any]) -> None:
     current_job().log("saw the task cancelled")
 
 
+def halfway(chunk: list[Any]) -> None:
+    """Say how far it got, then wait for its task to be cancelled (at most 20 s)."""
+    current_job().log("halfway there")
+    current_job().progress(1, 2)
+    deadline = time.monotonic() + 20
+    while not current_job().cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def redis_connections(chunk: list[Any]) -> None:
     """Log how many connections to RQ's Redis this work horse opened (those it inherited from
     its worker are the worker's too)."""
@@ -97,5 +106,6 @@ def untracked(number: int) -> int:
 mixed_job = submittable(mixed, queue=QUEUE, name="rq_mixed", item_schema=ITEM_SCHEMA, retry=Retry(max=2))
 slow_job = submittable(slow, queue=QUEUE, name="rq_slow", retry=Retry(max=2))
 patient_job = submittable(patient, queue=QUEUE, name="rq_patient")
+halfway_job = submittable(halfway, queue=QUEUE, name="rq_halfway")
 sleepy_job = submittable(sleepy, queue=QUEUE, name="rq_sleepy", retry=Retry(max=1), timeout=2)
 connections_job = submittable(redis_connections, queue=QUEUE, name="rq_redis_connections")

@@ -236,6 +236,25 @@ def test_a_running_job_sees_its_task_cancelled(stack: RqStack, tracking: Trackin
     assert len(stack.starts()) == 1
 
 
+def test_a_running_job_s_log_and_progress_are_seen_before_it_ends(stack: RqStack, tracking: Tracking) -> None:
+    task = tracking.create_task(rq_jobs.halfway, [1])
+    stack.spawn_worker()
+
+    def reported() -> bool:
+        (event,) = tracking.list_events(task.id).items
+        return (
+            event.status == "working"
+            and [m.text for m in event.messages][-1:] == ["halfway there"]
+            and (event.progress_done, event.progress_total) == (1, 2)
+        )
+
+    # The work horse writes a job's start and end itself; what the job records in between goes
+    # out while it runs.
+    wait_until(reported, 20)
+    tracking.cancel_task(task.id)
+    assert settled(tracking, task.id).counts["finish"] == 1
+
+
 def test_time_limits_and_stopped_jobs_end_as_rq_ended_them(stack: RqStack, tracking: Tracking) -> None:
     worker = stack.spawn_worker()
     timed = tracking.create_task(rq_jobs.sleepy, [1])
