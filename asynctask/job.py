@@ -87,6 +87,19 @@ class JobOptions:
         return head
 
 
+def _refuse_async(name: str, func: Callable[..., Any]) -> None:
+    """An ``async def`` job would run as a call that returns an unawaited coroutine: its code
+    would never run while the job counted as done. Refused where it is defined instead."""
+    for candidate in (func, inspect.unwrap(func)):
+        if inspect.iscoroutinefunction(candidate) or inspect.isasyncgenfunction(candidate):
+            shown = getattr(func, "__qualname__", func)
+            raise TypeError(
+                f"job {name!r}: {shown} is an async function; AsyncTask's workers run plain "
+                "functions and generators only (call the coroutine with asyncio.run inside a "
+                "plain function)"
+            )
+
+
 class JobDefinition(Generic[P]):
     """A registered job. Calling it runs the function inline; ``perform_*`` enqueue it.
 
@@ -111,6 +124,7 @@ class JobDefinition(Generic[P]):
         self.api = api
         self.item_schema = dict(item_schema) if item_schema is not None else None
         self.item_validator = _compile_schema(name, self.item_schema)
+        _refuse_async(name, func)
         self.signature = inspect.signature(func)
         #: A generator function is resumable: each value it yields is a checkpoint, and a run
         #: that continues an earlier one is called with ``cursor=`` the last (see

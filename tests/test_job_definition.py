@@ -1,0 +1,54 @@
+"""What ``@asynctask.job`` refuses when a job is defined, before any worker could run it."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import pytest
+
+import asynctask
+from asynctask import Registry
+
+
+async def fetch(chunk: list[Any]) -> None:
+    raise AssertionError("never awaited by a worker")
+
+
+async def stream(chunk: list[Any], cursor: Any = None) -> AsyncIterator[int]:
+    yield 1
+
+
+def wrapped(func: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Coroutine[Any, Any, None]]:
+    @functools.wraps(func)
+    def call(*args: Any) -> Coroutine[Any, Any, None]:
+        return func(*args)
+
+    return call
+
+
+@pytest.mark.parametrize(
+    "func",
+    [fetch, stream, wrapped(fetch), functools.partial(fetch)],
+    ids=["coroutine", "async-gen", "wrapped", "partial"],
+)
+def test_an_async_function_is_refused_as_a_job(func: Callable[..., Any]) -> None:
+    registry = Registry()
+    with pytest.raises(TypeError, match="is an async function") as refused:
+        asynctask.job(name="fetch", registry=registry)(func)
+    assert "\n" not in str(refused.value)
+    assert "fetch" not in registry
+
+
+def test_a_plain_function_and_a_generator_are_jobs() -> None:
+    registry = Registry()
+
+    def plain(chunk: list[Any]) -> None:
+        return None
+
+    def resumable(chunk: list[Any], cursor: Any = None) -> Any:
+        yield 1
+
+    assert not asynctask.job(name="plain", registry=registry)(plain).resumable
+    assert asynctask.job(name="resumable", registry=registry)(resumable).resumable
