@@ -133,12 +133,13 @@ class _ProcessTracking:
         """Write the outbox, waiting for a write another thread has in progress: this thread's
         transitions may be in it, and the runtime acknowledges the job once this returns."""
         outbox = self.tracker.outbox
-        while True:
-            with outbox.draining(acknowledging=True) as entries:
+        mark = outbox.mark()
+        # Entries of other threads queued after this one's are theirs to write: under load, a
+        # thread whose entries went out with another's write returns without a write of its own.
+        while not outbox.written_through(mark):
+            with outbox.draining(acknowledging=True, through=mark) as entries:
                 if entries:
                     self.tracker.store.write_transitions(entries)
-            if not len(outbox):
-                return
 
     def _check_loop(self, interval: float) -> None:
         applier = self.applier

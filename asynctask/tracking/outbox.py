@@ -44,6 +44,12 @@ class Outbox:
         self.tracking = False
         #: Bytes of one tracked string at most (the worker's ``tracked_text_limit``).
         self.text_limit = DEFAULT_TEXT_LIMIT
+        #: Entries written, and taken by the drain in progress: drains take the oldest, one at
+        #: a time, so an entry's place in the queue (see ``mark``) tells whether it is written.
+        self._written = 0
+        self._in_flight = 0
+        #: Per thread, the place of the last entry it queued.
+        self._marks = threading.local()
 
     def add(self, *transitions: Transition) -> None:
         """Queue ``transitions``, in order and together (no drain takes only some of them),
@@ -54,6 +60,7 @@ class Outbox:
                 if self._held:
                     self._entries.extend(self._held.pop(transition.jid, ()))
                 self._entries.append(text)
+            self._marks.last = self._written + self._in_flight + len(self._entries)
 
     def hold(self, transition: Transition) -> None:
         """Keep ``transition`` out of every drain until its job's next transition is added, or
@@ -70,30 +77,50 @@ class Outbox:
             return
         with self._lock:
             self._entries.extend(self._held.pop(jid, ()))
+            self._marks.last = self._written + self._in_flight + len(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def mark(self) -> int:
+        """The place of the last entry this thread queued (0: none yet)."""
+        last: int = getattr(self._marks, "last", 0)
+        return last
+
+    def written_through(self, mark: int) -> bool:
+        """Whether every entry up to ``mark`` (``mark()``) has been written."""
+        return self._written >= mark
+
     @contextmanager
-    def draining(self, acknowledging: bool = False) -> Iterator[list[str]]:
+    def draining(self, acknowledging: bool = False, through: int | None = None) -> Iterator[list[str]]:
         """Yield the oldest pending entries to write; they are put back if the block raises.
 
         ``acknowledging``: the caller's write also acknowledges finished jobs. Their ``finish``
         may be in a drain another thread is still writing, so it waits for that drain: a job
         is never acknowledged before its ``finish`` is stored.
+        ``through``: a ``mark``; nothing is taken if the entries up to it were written while
+        this drain waited for the one before it.
         """
         if not self._entries and not (acknowledging and self.tracking):
             yield []
             return
         with self._send_lock:
+            if through is not None and self._written >= through:
+                yield []
+                return
             with self._lock:
                 taken, self._entries = self._entries[:MAX_BATCH], self._entries[MAX_BATCH:]
+                self._in_flight = len(taken)
             try:
                 yield taken
             except BaseException:
                 with self._lock:
                     self._entries[:0] = taken
+                    self._in_flight = 0
                 raise
+            with self._lock:
+                self._written += self._in_flight
+                self._in_flight = 0
 
 
 def draining(outbox: Outbox | None) -> AbstractContextManager[list[str]]:
