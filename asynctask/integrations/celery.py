@@ -354,6 +354,21 @@ class CelerySender:
             raise
 
 
+def _expired_reach_a_worker(headers: Any = None, properties: Any = None, **_: Any) -> None:
+    """A tracked message keeps its ``expires`` but loses the broker-side ``expiration`` Celery
+    derives from it. RabbitMQ drops a message past its expiration without any worker seeing it:
+    its job would wait in ``enqueue`` forever. A worker checks ``expires`` itself and revokes an
+    expired job (``task_revoked``: ``error`` "expired before it started"), as it does on Redis,
+    which has no per-message expiry."""
+    if isinstance(headers, dict) and HEADER in headers and isinstance(properties, dict):
+        properties.pop("expiration", None)
+
+
+# Connected at import, for every message this process sends: a retry that Celery sends of a
+# tracked job carries the header too.
+signals.before_task_publish.connect(_expired_reach_a_worker, weak=False)
+
+
 def runtime_job(
     task: Task, *, name: str | None = None, api: bool = True, item_schema: Mapping[str, Any] | None = None
 ) -> RuntimeJob:

@@ -20,8 +20,10 @@ from asynctask.integrations.celery import track
 #: Items of the 100-item task that are business failures, and those that always break.
 FAILED = frozenset(n for n in range(100) if n % 20 in (3, 7, 11))
 BROKEN = frozenset(n for n in range(100) if n % 10 == 9)
-#: The hard time limit of ``limited``, in seconds.
+#: The hard time limit of ``limited`` and the soft one of ``softly_limited``, in seconds.
 TIME_LIMIT = 1
+#: Seconds after its sending that a message of ``expiring`` expires.
+EXPIRES = 1
 
 
 def note(event: str) -> None:
@@ -73,6 +75,12 @@ def limited(chunk: list[int]) -> None:
     time.sleep(30)
 
 
+def sleepy(chunk: list[int]) -> None:
+    """Runs until stopped (at most 30 s)."""
+    note("start")
+    time.sleep(30)
+
+
 def plain(self: Task, chunk: list[int]) -> None:
     """Writes whether it ran as a tracked job: ``tracked``/``untracked`` and Celery's task id."""
     try:
@@ -116,6 +124,9 @@ def make_app(broker: str, queue: str) -> Celery:
     app.task(name="celery_jobs.slow")(slow)
     app.task(name="celery_jobs.steady", acks_late=True, reject_on_worker_lost=True)(steady)
     app.task(name="celery_jobs.limited", time_limit=TIME_LIMIT)(limited)
+    app.task(name="celery_jobs.softly_limited", soft_time_limit=TIME_LIMIT)(limited)
+    app.task(name="celery_jobs.sleepy")(sleepy)
+    app.task(name="celery_jobs.expiring", expires=EXPIRES)(slow)
     app.task(name="celery_jobs.plain", bind=True)(plain)
     app.task(name="celery_jobs.picky")(picky)
     return app

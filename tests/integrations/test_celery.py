@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from asynctask.integrations.celery import HEADER
 from tests.conftest import wait_until
-from tests.integrations.celery_jobs import BROKEN, FAILED, TIME_LIMIT
+from tests.integrations.celery_jobs import BROKEN, EXPIRES, FAILED, TIME_LIMIT
 from tests.integrations.celery_support import SETUPS, CeleryRig, celery_rig
 
 
@@ -230,6 +230,48 @@ def test_a_job_past_its_hard_time_limit_ends_error(redis_rig: CeleryRig) -> None
     (event,) = rig.events(task.id)
     assert event["status"] == "error"
     assert texts(event) == ["started", f"time limit exceeded ({TIME_LIMIT:g} s); its process was killed"]
+
+
+def test_a_job_past_its_soft_time_limit_ends_error_with_the_exception(redis_rig: CeleryRig) -> None:
+    rig = redis_rig
+    limited = rig.submittable("celery_jobs.softly_limited")
+    rig.start_worker(concurrency=1)
+    task = rig.create(limited, [0])
+
+    done = rig.wait_settled(task.id, timeout=TIME_LIMIT + 30)
+    assert (done["status"], done["counts"]["error"]) == ("finished_with_errors", 1)
+    (event,) = rig.events(task.id)
+    assert event["status"] == "error" and event["error_class"].endswith(".SoftTimeLimitExceeded")
+    assert texts(event)[0] == "started" and texts(event)[-1] == "no retries left"
+
+
+def test_a_running_job_revoked_with_terminate_ends_cancelled(redis_rig: CeleryRig) -> None:
+    rig = redis_rig
+    sleepy = rig.submittable("celery_jobs.sleepy")
+    rig.start_worker(concurrency=1)
+    wait_until(lambda: rig.app.control.ping(timeout=0.5), 30)
+    task = rig.create(sleepy, [0])
+    (started,) = wait_until(lambda: rig.runs_of("start"), 30)
+    rig.app.control.revoke(started[0], terminate=True)
+
+    # The job was cancelled, not its task: the task ends as one whose jobs all ended.
+    done = rig.wait_settled(task.id)
+    assert (done["status"], done["counts"]["cancelled"]) == ("finished", 1)
+    (event,) = rig.events(task.id)
+    assert event["status"] == "cancelled"
+    assert texts(event)[-1] == f"revoked; terminated by signal {int(signal.SIGTERM)}"
+
+
+def test_a_job_that_expired_before_a_worker_took_it_ends_error(rig: CeleryRig) -> None:
+    expiring = rig.submittable("celery_jobs.expiring")
+    task = rig.create(expiring, [0, 1])
+    time.sleep(EXPIRES + 0.5)
+    rig.start_worker(concurrency=1)
+
+    done = rig.wait_settled(task.id)
+    assert (done["status"], done["counts"]["error"]) == ("finished_with_errors", 2)
+    assert all(texts(event) == ["expired before it started"] for event in rig.events(task.id))
+    assert rig.runs_of("start") == []
 
 
 @pytest.mark.alone
