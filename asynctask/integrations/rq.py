@@ -31,7 +31,7 @@ from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.timeouts import JobTimeoutException
-from rq.worker import SimpleWorker, Worker
+from rq.worker import SimpleWorker, SpawnWorker, Worker
 from rq.worker.base import BaseWorker
 
 from asynctask.errors import JobFailed
@@ -96,6 +96,13 @@ def next_retry(job: Job) -> tuple[int, int] | None:
 class TrackingWorkerMixin(BaseWorker):
     """The tracking half of ``TrackedWorker``; mix it before any RQ worker class
     (``class MyWorker(TrackingWorkerMixin, HerokuWorker)``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if issubclass(cls, SpawnWorker):
+            # Its work horse is a new interpreter that builds a plain rq.Worker: the jobs would
+            # run untracked and their events wait in "enqueue" forever.
+            raise TypeError(f"{cls.__name__}: RQ's SpawnWorker cannot be tracked; use Worker or SimpleWorker")
 
     def __init__(self, *args: Any, tracking: AttachedTracking | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

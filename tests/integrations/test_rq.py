@@ -18,10 +18,11 @@ from flask import Flask
 from rq.command import send_stop_job_command
 from rq.job import Job
 from rq.registry import CanceledJobRegistry, FailedJobRegistry
+from rq.worker import SpawnWorker
 
 from asynctask import Client, TaskView, Tracking, default_registry
 from asynctask.db.engine import create_database_engine
-from asynctask.integrations.rq import TASK_META
+from asynctask.integrations.rq import TASK_META, TrackingWorkerMixin
 from asynctask.middleware import Chain
 from asynctask.tokens import create_token
 from tests.conftest import wait_until
@@ -351,6 +352,14 @@ def test_the_simple_worker_tracks_jobs_it_runs_in_its_own_process(stack: RqStack
     assert [m.text for m in events[2].messages][-1] == "no retries left"
     # Every run was in the worker process itself: no work horse.
     assert {int(line.split()[2]) for line in written_lines(stack.runs)} == {worker.pid}
+
+
+def test_a_spawning_worker_class_is_refused_where_it_is_defined() -> None:
+    # Its jobs would run in a plain rq.Worker of a new interpreter, untracked.
+    with pytest.raises(TypeError, match="SpawnWorker cannot be tracked"):
+
+        class Spawning(TrackingWorkerMixin, SpawnWorker):
+            pass
 
 
 def test_untracked_jobs_run_as_under_rq_s_own_worker(stack: RqStack, tracking: Tracking) -> None:
