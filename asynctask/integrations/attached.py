@@ -96,7 +96,7 @@ class _ProcessTracking:
                 daemon=True,
             )
             self._checker.start()
-        self.tracker.start(on_demand=sender_on_demand and self.flushes)
+        self.tracker.start(on_demand=sender_on_demand)
 
     def take_news(self, parent: _ProcessTracking) -> None:
         """Start from the cancellation news of the process this one was forked from."""

@@ -63,7 +63,7 @@ class Tracker:
         """Queue what running job code recorded (its log, its progress, its items): written by the
         sender within ``SEND_INTERVAL``, while the job still runs."""
         self.record(*transitions)
-        if self._on_demand:
+        if self._on_demand and self._sender.ident is None:
             self._start_sender()
 
     def record_pending(self, transition: Transition) -> None:
