@@ -88,6 +88,36 @@ def test_an_ordinary_transition_is_encoded_unchanged() -> None:
     assert json.loads(transition.encode()) == ["j1", "log", 1.5, "imported 5 rows 日本"]
 
 
+@pytest.mark.parametrize(
+    ("jid", "text"),
+    [
+        ("0123456789abcdef01234567", "started"),
+        ("6f1c2a3e-9b8d-4c7e-a1f2-3b4c5d6e7f80", "waiting for retry 1 of 2"),
+        ('a"b', "finished"),
+        ("a\\b", "finished"),
+        ("j1", 'say "hi"'),
+        ("j1", "tab\there"),
+        ("j\u00e9", "finished"),
+        ("j1", "日本"),
+        ("j1", ""),
+    ],
+)
+def test_a_status_transition_is_the_json_of_its_fields(jid: str, text: str) -> None:
+    for kind in EventStatus:
+        transition = Transition(jid, kind.value, 1795632246.9102843, text)
+        encoded = transition.encode()
+        assert encoded == json.dumps(
+            [jid, kind.value, 1795632246.9102843, text], ensure_ascii=False, separators=(",", ":")
+        )
+        (decoded,) = decode_entry(1, f"[{encoded}]")
+        assert (decoded.jid, decoded.kind, decoded.at, decoded.text) == (jid, kind.value, transition.at, text)
+
+
+def test_a_status_text_longer_than_the_limit_is_cut() -> None:
+    encoded = status("j1", EventStatus.FINISH, "finished " * 20).encode(limit=40)
+    assert "truncated" in json.loads(encoded)[3]
+
+
 def test_decoding_escapes_what_another_writer_left_in_the_stream() -> None:
     raw = json.dumps(
         [["j1", "log", 1.0, "a\x00b"], ["j2", "error", 2.0, "\ud800", "E\x00", None, "J\x00", ["p\x00"]]]

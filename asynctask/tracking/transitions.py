@@ -34,6 +34,9 @@ _STATUSES = frozenset(s.value for s in EventStatus)
 NAME_LIMIT = 200
 #: What in encoded JSON needs ``storable``: an escaped U+0000 or a raw lone surrogate.
 _UNSTORABLE_JSON = re.compile(r"\\u0000|[\ud800-\udfff]")
+#: A string JSON spells as it is, between quotes: job ids, and texts such as "started".
+_VERBATIM = re.compile(r"[\w .:-]*\Z", re.ASCII)
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,21 @@ class Transition:
     def encode(self, limit: int = DEFAULT_TEXT_LIMIT) -> str:
         """The transition as JSON text every store can hold: strings made ``storable`` (each
         at most ``limit`` bytes), names cut to fit their columns."""
+        text = self.text
+        if (
+            # Every job's ``working`` and ``finish`` in a task: spelled out, without the encoder,
+            # exactly as ``dumps`` spells them.
+            self.task is None
+            and self.error_class is None
+            and self.name is None
+            and self.params is None
+            and text is not None
+            and len(text) * 4 <= limit
+            and self.kind in _STATUSES
+            and _VERBATIM.match(text) is not None
+            and _VERBATIM.match(self.jid) is not None
+        ):
+            return f'["{self.jid}","{self.kind}",{self.at!r},"{text}"]'
         encoded = self.dumps()
         # The common case, short texts of plain characters, costs one scan of the result. The
         # JSON encoder spells U+0000 as an escape and leaves lone surrogates raw.
@@ -97,7 +115,7 @@ class Transition:
             fields += (self.task, self.name, self.params)
             while fields[-1] is None:
                 fields.pop()
-        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+        return _encoder.encode(fields)
 
 
 def _name(value: str | None) -> str | None:
