@@ -10,6 +10,7 @@ and tracked with ``track(app)`` from ``ASYNCTASK_*``; the test process makes its
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from celery import Celery, Task
@@ -81,6 +82,18 @@ def sleepy(chunk: list[int]) -> None:
     time.sleep(30)
 
 
+def fragile(chunk: list[int]) -> None:
+    """Kills its own pool process on its first ``chunk[0]`` runs, then returns. It waits first
+    for what the process recorded to go out: acknowledged early, a run whose process dies
+    takes what the process recorded in its last ``SEND_INTERVAL`` with it."""
+    note("start")
+    time.sleep(0.3)
+    with open(os.environ["CELERY_TEST_RUNS"]) as runs:
+        ran = sum(line.split()[:2] == ["start", current_job().jid] for line in runs)
+    if ran <= chunk[0]:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def plain(self: Task, chunk: list[int]) -> None:
     """Writes whether it ran as a tracked job: ``tracked``/``untracked`` and Celery's task id."""
     try:
@@ -113,7 +126,7 @@ def make_app(broker: str, queue: str) -> Celery:
         # looked for every second, under a lock that a worker killed while holding it holds
         # for two seconds at most.
         broker_transport_options={
-            "visibility_timeout": 4,
+            "visibility_timeout": int(os.environ.get("CELERY_TEST_VISIBILITY_TIMEOUT", "4")),
             "unacked_restore_interval": 1,
             "unacked_mutex_expire": 2,
         },
@@ -128,6 +141,9 @@ def make_app(broker: str, queue: str) -> Celery:
     app.task(name="celery_jobs.sleepy")(sleepy)
     app.task(name="celery_jobs.expiring", expires=EXPIRES)(slow)
     app.task(name="celery_jobs.plain", bind=True)(plain)
+    # Retried at once (no delay): by the worker's main process, when the pool process died.
+    lost = {"retry_on_worker_lost": True, "max_retries": 2, "default_retry_delay": None}
+    app.task(name="celery_jobs.fragile", **lost)(fragile)
     app.task(name="celery_jobs.picky")(picky)
     return app
 

@@ -274,6 +274,33 @@ def test_a_job_that_expired_before_a_worker_took_it_ends_error(rig: CeleryRig) -
     assert rig.runs_of("start") == []
 
 
+def test_a_job_whose_pool_process_died_is_retried_by_retry_on_worker_lost(redis_rig: CeleryRig) -> None:
+    rig = redis_rig
+    fragile = rig.submittable("celery_jobs.fragile")
+    # Celery's Redis transport would deliver a retry again once it waited unacknowledged past
+    # the visibility timeout (a few seconds in these tests), and run it twice.
+    rig.start_worker(concurrency=1, CELERY_TEST_VISIBILITY_TIMEOUT="3600")
+    # Item n: the job's first n runs die with their pool process. Two retries are allowed.
+    task = rig.create(fragile, [0, 2, 3])
+
+    done = rig.wait_settled(task.id, timeout=60)
+    assert (done["counts"]["finish"], done["counts"]["error"]) == (2, 1)
+    events = by_item(rig.events(task.id))
+    assert (events[0]["status"], texts(events[0])) == ("finish", ["started", "finished"])
+    lost = "WorkerLostError: Worker exited prematurely: signal 9 (SIGKILL)"
+    twice = texts(events[2])
+    assert events[2]["status"] == "finish" and events[2]["attempt"] == 3
+    assert [t.split(" Job:")[0] for t in twice] == [
+        *("started", lost, "waiting for retry 1 of 2"),
+        *("started", lost, "waiting for retry 2 of 2"),
+        *("started", "finished"),
+    ]
+    always = texts(events[3])
+    assert events[3]["status"] == "error" and events[3]["error_class"].endswith("WorkerLostError")
+    assert [t.split(" Job:")[0] for t in always][-3:] == ["started", lost, "no retries left"]
+    assert len(rig.runs_of("start")) == 1 + 3 + 3
+
+
 @pytest.mark.alone
 @pytest.mark.slow
 def test_a_worker_killed_mid_task_loses_no_transition(redis_rig: CeleryRig) -> None:
