@@ -78,10 +78,11 @@ class Transition:
             and self.name is None
             and self.params is None
             and text is not None
-            and len(text) * 4 <= limit
             and self.kind in _STATUSES
             and _VERBATIM.match(text) is not None
             and _VERBATIM.match(self.jid) is not None
+            # ASCII, one byte a character: within the limit, ``storable`` leaves it as it is.
+            and len(text) <= limit
         ):
             return f'["{self.jid}","{self.kind}",{self.at!r},"{text}"]'
         encoded = self.dumps()
