@@ -142,8 +142,8 @@ def make_app(broker: str, queue: str) -> Celery:
     app.task(name="celery_jobs.expiring", expires=EXPIRES)(slow)
     app.task(name="celery_jobs.plain", bind=True)(plain)
     # Retried at once (no delay): by the worker's main process, when the pool process died.
-    lost = {"retry_on_worker_lost": True, "max_retries": 2, "default_retry_delay": None}
-    app.task(name="celery_jobs.fragile", **lost)(fragile)
+    retried_when_lost = {"retry_on_worker_lost": True, "max_retries": 2, "default_retry_delay": None}
+    app.task(name="celery_jobs.fragile", **retried_when_lost)(fragile)
     app.task(name="celery_jobs.picky")(picky)
     return app
 
