@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Self
 
 from redis import Redis
 from sqlalchemy import Engine
@@ -16,7 +17,8 @@ from sqlalchemy import Engine
 from asynctask.api.backend import ReadBackend
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.connection import connect
-from asynctask.client import default_client
+from asynctask.brokers.sql import SqlBroker
+from asynctask.client import Client, default_client
 from asynctask.db.engine import create_database_engine
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -63,6 +65,21 @@ class Context:
         return cls(RedisReader(connection, keys or Keys(settings.namespace), settings), settings)
 
 
+def of_client(client: Client) -> Context:
+    """The context of a client's own broker: its Redis connection and keys, or its SQL engine
+    (a reader then takes its connections from the broker's pool, not from one of its own)."""
+    # Imported here, as in ``Context.resolve``.
+    from asynctask.api.backends.redis import RedisReader
+    from asynctask.api.backends.sql import SqlReader
+
+    broker = client.broker
+    if isinstance(broker, RedisBroker):
+        return Context(RedisReader(broker.redis, broker.keys, client.settings), client.settings)
+    if isinstance(broker, SqlBroker):
+        return Context(SqlReader(broker.engine, client.settings), client.settings)
+    return Context.resolve(settings=client.settings)
+
+
 class Reader:
     """Base of the read-model classes: what they read from, resolved once."""
 
@@ -74,6 +91,13 @@ class Reader:
         settings: Settings | None = None,
     ) -> None:
         self.context = Context.resolve(connection, keys, settings)
+
+    @classmethod
+    def over(cls, context: Context) -> Self:
+        """A reader of an already resolved ``context``."""
+        reader = cls.__new__(cls)
+        reader.context = context
+        return reader
 
     @property
     def backend(self) -> ReadBackend:

@@ -10,7 +10,9 @@ processes, made once per ``create_task`` or ``asynctask enqueue``, never per job
 from __future__ import annotations
 
 import logging
+from weakref import WeakKeyDictionary
 
+from asynctask.api.context import of_client
 from asynctask.api.processes import ProcessSet
 from asynctask.client import Client
 from asynctask.tracking.views import TaskWarning
@@ -21,11 +23,19 @@ logger = logging.getLogger("asynctask")
 NO_WORKER = "no_worker"
 
 
+#: Each client's reader of the live processes, over the client's own broker connections,
+#: made on its first task (an API process asks on every submission).
+_process_sets: WeakKeyDictionary[Client, ProcessSet] = WeakKeyDictionary()
+
+
 def listened_queues(client: Client) -> frozenset[str] | None:
     """The queues a live worker process of the client's broker takes jobs from; None when the
     broker did not answer (the caller then has nothing to say, rather than a false alarm)."""
     try:
-        return ProcessSet(settings=client.settings).listened_queues()
+        processes = _process_sets.get(client)
+        if processes is None:
+            processes = _process_sets.setdefault(client, ProcessSet.over(of_client(client)))
+        return processes.listened_queues()
     except client.broker.errors as exc:
         logger.debug("could not read the live worker processes: %s", exc)
         return None
