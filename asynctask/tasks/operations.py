@@ -218,17 +218,25 @@ def create_task(
                     if chunks is None:
                         break
                     jobs = _jobs(client, head, definition.name, created, chunks, flow)
-            connection.execute(
-                update(Task)
-                .where(Task.id == task_id)
-                .values(total=total, count_enqueue=total, items=items_total)
-            )
+            counts: dict[str, Any] = {"total": total, "count_enqueue": total, "items": items_total}
+            if staging.commits_with_task:
+                counts["state"] = TaskState.READY.value
+            connection.execute(update(Task).where(Task.id == task_id).values(counts))
+            try:
+                staging.finish(connection)
+            except client.broker.errors as exc:
+                staging_error = exc
+                raise
     except BaseException:
         staging.discard()
         if staging_error is not None:
             _record_aborted(engine, {**task_row, "state": TaskState.ABORTED.value})
         raise
 
+    if staging.commits_with_task:
+        # The jobs became claimable with the task, ready: nothing is left that could fail them.
+        staging.publish()
+        return task_id
     try:
         staging.publish()
     except JobsNotSent:

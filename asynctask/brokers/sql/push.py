@@ -6,7 +6,7 @@ Payloads are the JSON Redis would hold (``payload.dumps``), under the same size 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
@@ -104,6 +104,8 @@ class SqlStaging(Staging):
     the rows are tagged whether or not the workers serve the queue fairly, so that the claim
     alone decides."""
 
+    commits_with_task = True
+
     def __init__(
         self,
         store: Store,
@@ -121,8 +123,10 @@ class SqlStaging(Staging):
         self._next: dict[str, int] = {}
         self._created = False
         self._count = 0
+        #: The queues the task's transaction makes jobs claimable in, each announced once in it.
         self._queues: set[str] = set()
         self._enqueued_at: float | None = None
+        self._kept: list[tuple[payload.JobDict, JobRow]] | None = None
 
     def encode(self, jobs: Sequence[payload.JobDict]) -> list[tuple[payload.JobDict, JobRow]]:
         """The jobs' rows; every job of the task gets the time its first batch was encoded."""
@@ -136,11 +140,26 @@ class SqlStaging(Staging):
         return rows
 
     def write(self, encoded: list[tuple[payload.JobDict, JobRow]], connection: Connection) -> None:
+        """Write the batch before this one, and keep this one back for the next write or
+        ``finish``: a tenant's row of turns, locked from the first batch written until the
+        commit, is then not held while the task's events and counts are written."""
+        if self._kept is not None:
+            self._write(self._kept, connection)
+        self._kept = encoded
+
+    def finish(self, connection: Connection) -> None:
+        if self._kept is not None:
+            self._write(self._kept, connection)
+            self._kept = None
+
+    def _write(self, encoded: list[tuple[payload.JobDict, JobRow]], connection: Connection) -> None:
         if self._fed is not None:
             self._write_held(*self._fed, [r for _, r in encoded], connection)
             return
         rows = [r for _, r in encoded]
         lanes: list[str] = []
+        # Before the share's row is locked; a queue whose jobs are all refused wakes for nothing.
+        self._announce(connection, {r[1] for r in rows if r[2] == QUEUED})
         # The share's row first: a tenant's tasks then queue for it before taking any key.
         starts = self._reserve(connection, [r[1] for r in rows])
         if any(r[7] is not None or "unique_key" in job for job, r in encoded):
@@ -148,8 +167,7 @@ class SqlStaging(Staging):
             _, rows, lanes = self._flow.admit(connection, encoded, payload.now())
         self._store.insert_jobs(connection, rows, turns=_turns(starts, rows))
         self._count += len(rows)
-        self._queues.update(r[1] for r in rows if r[2] == QUEUED)
-        self._queues.update(self._flow.promote(connection, lanes))
+        self._announce(connection, self._flow.promote(connection, lanes))
 
     def _write_held(
         self, feeds: SqlFeeds, task_id: str, feed: Feed, rows: list[JobRow], connection: Connection
@@ -165,7 +183,14 @@ class SqlStaging(Staging):
         self._count += len(rows)
         tx = Tx(connection)
         feeds.release(tx, feeds.lock(connection, [task_id]), payload.now(), first=True)
-        self._queues.update(tx.queues)
+        self._announce(connection, tx.queues)
+
+    def _announce(self, connection: Connection, queues: Iterable[str]) -> None:
+        """Wake the workers of queues new to the transaction when it commits: in it, so that
+        no connection of its own is taken after."""
+        fresh = set(queues) - self._queues
+        self._store.notify(connection, fresh)
+        self._queues.update(fresh)
 
     def _reserve(self, connection: Connection, queues: Sequence[str]) -> dict[str, int]:
         """Reserve turns for a batch's rows (their queues): the first turn of each queue, for
@@ -190,8 +215,10 @@ class SqlStaging(Staging):
         return starts
 
     def publish(self) -> int:
-        """The jobs committed with the task: wake the workers of their queues."""
-        self._store.announce(self._queues)
+        """The jobs committed with the task, their workers woken by its commit (on SQLite, the
+        workers of this process are woken here; the others poll)."""
+        if self._queues and self._store.bell is not None:
+            self._store.bell.ring()
         return self._count
 
     def discard(self) -> None:

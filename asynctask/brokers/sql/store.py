@@ -127,7 +127,7 @@ class Store:
                 with opened as connection:
                     tx = Tx(connection)
                     yield tx
-                    self._notify(connection, tx.queues)
+                    self.notify(connection, tx.queues)
             finally:
                 if self._serial is not None:
                     self._serial.release()
@@ -206,17 +206,6 @@ class Store:
         with self._missing_tables(), self._autocommit.connect() as connection:
             yield connection
 
-    def announce(self, queues: Iterable[str]) -> None:
-        """Wake workers of ``queues`` for jobs committed by someone else's transaction."""
-        wanted = set(queues)
-        if not wanted:
-            return
-        if self.bell is not None:
-            self.bell.ring()
-            return
-        with self.read() as connection:
-            self._notify(connection, wanted)
-
     def insert_jobs(
         self,
         connection: Connection,
@@ -287,7 +276,9 @@ class Store:
         numbers = sorted(int(n) for n in connection.execute(self.sql.next_seqs, {"n": count}).scalars())
         return [replace(t, seq=n) for t, n in zip(decode_entry(0, pack(encoded)), numbers, strict=True)]
 
-    def _notify(self, connection: Connection, queues: set[str]) -> None:
+    def notify(self, connection: Connection, queues: set[str]) -> None:
+        """Wake the workers of ``queues`` when ``connection``'s transaction commits (PostgreSQL;
+        SQLite's bell is rung after the commit instead)."""
         if queues and self.sql.notify is not None:
             connection.execute(self.sql.notify, {"queues": sorted(queues)})
 
