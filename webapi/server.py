@@ -50,6 +50,7 @@ def serve(
 ) -> None:
     """Run gunicorn until it stops; ``on_ready`` is called once it listens."""
     from webapi.app import create_app
+    from webapi.warmup import warm_up
 
     config = replace(config, threads=threads)
     streams = stream_cap(config.max_streams, threads)
@@ -73,4 +74,4 @@ def serve(
     }
     if on_ready is not None:
         options["when_ready"] = lambda _arbiter: on_ready()
-    ApiServer(lambda: create_app(config), options).run()
+    ApiServer(lambda: warm_up(create_app(config)), options).run()
