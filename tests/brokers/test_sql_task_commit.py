@@ -6,6 +6,7 @@ events."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -29,7 +30,9 @@ def client(make_client: MakeClient, registry: Registry) -> Client:
     return make_client()
 
 
+@contextmanager
 def statements(engine: Engine) -> Iterator[list[str]]:
+    """The statements ``engine`` runs within the block, whitespace collapsed."""
     seen: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
@@ -62,10 +65,8 @@ def test_the_task_commits_ready_with_its_jobs_in_its_one_transaction(client: Cli
 def test_a_tenant_s_row_of_turns_is_taken_by_the_last_statements_before_the_commit(
     client: Client, engine: Engine
 ) -> None:
-    recorded = statements(engine)
-    seen = next(recorded)
-    tasks.create_task(engine, client, "load", range(10), chunk_size=2, tenant="acme")
-    recorded.close()
+    with statements(engine) as seen:
+        tasks.create_task(engine, client, "load", range(10), chunk_size=2, tenant="acme")
 
     [taken] = [i for i, s in enumerate(seen) if s.startswith("INSERT INTO asynctask_share")]
     counted = max(i for i, s in enumerate(seen) if s.startswith("UPDATE asynctask_task"))
