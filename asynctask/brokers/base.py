@@ -123,9 +123,8 @@ class Staging(ABC):
     """One task's jobs, written batch by batch where no worker takes them, then published all
     at once (see ``tasks.operations.create_task``).
 
-    ``encode`` (no I/O; refuses a job over the size limit), then ``write`` per batch and
-    ``finish`` once inside the task's SQL transaction, ``publish`` once after it committed, or
-    ``discard``.
+    ``encode`` (no I/O; refuses a job over the size limit), then ``write`` per batch inside
+    the task's SQL transaction, ``publish`` once after it committed, or ``discard``.
     """
 
     #: Whether the jobs become claimable by the task's own commit (they are rows of its
@@ -137,10 +136,6 @@ class Staging(ABC):
 
     @abstractmethod
     def write(self, encoded: Any, connection: Connection) -> None: ...
-
-    @abstractmethod
-    def finish(self, connection: Connection) -> None:
-        """Write what ``write`` kept back, as the last statements before the task's commit."""
 
     @abstractmethod
     def publish(self) -> int: ...

@@ -222,11 +222,6 @@ def create_task(
             if staging.commits_with_task:
                 counts["state"] = TaskState.READY.value
             connection.execute(update(Task).where(Task.id == task_id).values(counts))
-            try:
-                staging.finish(connection)
-            except client.broker.errors as exc:
-                staging_error = exc
-                raise
     except BaseException:
         staging.discard()
         if staging_error is not None:

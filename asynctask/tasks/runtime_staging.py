@@ -38,9 +38,6 @@ class RuntimeStaging(Staging):
     def write(self, encoded: Any, connection: Connection) -> None:
         self._pending.extend(encoded)
 
-    def finish(self, connection: Connection) -> None:
-        """Nothing is written in the task's transaction: the jobs are sent after it."""
-
     def publish(self) -> int:
         pending, self._pending = self._pending, []
         for start in range(0, len(pending), SEND_BATCH):

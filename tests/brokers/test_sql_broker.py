@@ -344,7 +344,6 @@ def test_staged_jobs_appear_with_the_commit_and_vanish_with_a_rollback(broker: S
     with writer(broker.engine).begin() as connection:
         staging.write(staging.encode([job("S1"), job("S2")]), connection)
         staging.write(staging.encode([job("S3", queue="other")]), connection)
-        staging.finish(connection)
         assert rows(broker) == []
     assert staging.publish() == 3
     stored = rows(broker)
@@ -354,7 +353,6 @@ def test_staged_jobs_appear_with_the_commit_and_vanish_with_a_rollback(broker: S
     aborted = broker.staging("aborted")
     with pytest.raises(RuntimeError), writer(broker.engine).begin() as connection:
         aborted.write(aborted.encode([job("Gone")]), connection)
-        aborted.finish(connection)
         raise RuntimeError("the task failed")
     aborted.discard()
     assert len(rows(broker)) == 3

@@ -49,7 +49,6 @@ def stage(
     with broker.engine.begin() as connection:
         for start in range(0, count, size):
             staging.write(staging.encode(jobs[start : start + size]), connection)
-        staging.finish(connection)
     assert staging.publish() == count
 
 

@@ -243,7 +243,6 @@ def test_staged_jobs_go_through_lines_and_unique_keys(broker: SqlBroker) -> None
     jobs = [keyed(), keyed(), job(unique_key="u", unique_for=60), job(unique_key="u", unique_for=60)]
     with broker.engine.begin() as connection:
         staging.write(staging.encode(jobs), connection)
-        staging.finish(connection)
     assert staging.publish() == 3
     assert [(r.state, r.holds) for r in rows(broker)] == [
         ("queued", True),

@@ -177,9 +177,6 @@ class RedisStaging(Staging):
             else:
                 self.counts[queue] = self.counts.get(queue, 0) + len(encoded)
 
-    def finish(self, connection: Connection) -> None:
-        """Nothing is kept back: every batch is on its staging list already."""
-
     def publish(self) -> int:
         """Move every staged job onto its queue, atomically; return how many moved.
 
@@ -252,9 +249,6 @@ class RedisFeedStaging(Staging):
         self._touched = True
         pipe.execute()
         self.count += len(encoded)
-
-    def finish(self, connection: Connection) -> None:
-        """Nothing is kept back: every batch is on its staging list already."""
 
     def publish(self) -> int:
         """Hold every staged job in the new feed and release the first ones, atomically;

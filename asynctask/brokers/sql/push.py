@@ -5,6 +5,7 @@ Payloads are the JSON Redis would hold (``payload.dumps``), under the same size 
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -21,6 +22,8 @@ from asynctask.feeds import Feed
 
 if TYPE_CHECKING:
     from asynctask.brokers.sql.feeds import SqlFeeds
+
+logger = logging.getLogger("asynctask")
 
 #: The ``priority`` column's range (a 32-bit integer); a payload's priority is clamped to it.
 PRIORITY_MIN = -(2**31)
@@ -126,7 +129,8 @@ class SqlStaging(Staging):
         #: The queues the task's transaction makes jobs claimable in, each announced once in it.
         self._queues: set[str] = set()
         self._enqueued_at: float | None = None
-        self._kept: list[tuple[payload.JobDict, JobRow]] | None = None
+        #: The turns taken in statements of their own, given back if the task rolls back.
+        self._taken: list[tuple[str, int, int]] = []
 
     def encode(self, jobs: Sequence[payload.JobDict]) -> list[tuple[payload.JobDict, JobRow]]:
         """The jobs' rows; every job of the task gets the time its first batch was encoded."""
@@ -140,19 +144,6 @@ class SqlStaging(Staging):
         return rows
 
     def write(self, encoded: list[tuple[payload.JobDict, JobRow]], connection: Connection) -> None:
-        """Write the batch before this one, and keep this one back for the next write or
-        ``finish``: a tenant's row of turns, locked from the first batch written until the
-        commit, is then not held while the task's events and counts are written."""
-        if self._kept is not None:
-            self._write(self._kept, connection)
-        self._kept = encoded
-
-    def finish(self, connection: Connection) -> None:
-        if self._kept is not None:
-            self._write(self._kept, connection)
-            self._kept = None
-
-    def _write(self, encoded: list[tuple[payload.JobDict, JobRow]], connection: Connection) -> None:
         if self._fed is not None:
             self._write_held(*self._fed, [r for _, r in encoded], connection)
             return
@@ -198,7 +189,7 @@ class SqlStaging(Staging):
 
         A queue's first batch starts at the queue's head turn (``start_turn``), or, for a
         tenant, after the tenant's last turn if that is later; the next batches go on from
-        where the one before stopped (the tenant's row stays locked by this transaction)."""
+        where the one before stopped, or after the turns of the tenant's tasks made meanwhile."""
         sql = self._store.sql
         starts: dict[str, int] = {}
         remembered = self._share is not None and self._share.startswith(REMEMBERED_SHARE)
@@ -208,11 +199,27 @@ class SqlStaging(Staging):
             if start is None:
                 start = int(connection.execute(sql.start_turn, {"queue": queue}).scalar_one())
             if remembered:
-                values = {"queue": queue, "share": self._share, "start": start, "n": count}
-                start = int(connection.execute(sql.take_turns, values).scalar_one()) - count
+                start = self._take_turns(connection, queue, start, count)
             starts[queue] = start
             self._next[queue] = start + count
         return starts
+
+    def _take_turns(self, connection: Connection, queue: str, start: int, count: int) -> int:
+        """The first of ``count`` turns of the tenant's row, from ``start`` at the earliest.
+
+        On PostgreSQL, in a statement of its own, committed at once: in the task's transaction,
+        the row's lock would be held until the task commits, and a tenant's submissions would
+        wait for each other's whole transactions (an API serving one tenant, one at a time).
+        Each task still gets turns of its own, after those taken before; a task that rolls
+        back gives them back (``discard``). SQLite has one writer at a time: the task's own
+        transaction takes them."""
+        values = {"queue": queue, "share": self._share, "start": start, "n": count}
+        if not self._store.postgres:
+            return int(connection.execute(self._store.sql.take_turns, values).scalar_one()) - count
+        with self._store.write(single_statement=True) as tx:
+            taken = int(tx.connection.execute(self._store.sql.take_turns, values).scalar_one()) - count
+        self._taken.append((queue, taken, count))
+        return taken
 
     def publish(self) -> int:
         """The jobs committed with the task, their workers woken by its commit (on SQLite, the
@@ -222,7 +229,19 @@ class SqlStaging(Staging):
         return self._count
 
     def discard(self) -> None:
-        """Nothing to undo: the rows roll back with the task's transaction."""
+        """The rows roll back with the task's transaction; the turns taken in statements of
+        their own are given back, the last first, where no later task took turns after them
+        (a gap in a tenant's turns would only put its next tasks that much later)."""
+        taken, self._taken = self._taken, []
+        if not taken:
+            return
+        try:
+            with self._store.write() as tx:
+                for queue, start, count in reversed(taken):
+                    values = {"queue": queue, "share": self._share, "start": start, "n": count}
+                    tx.connection.execute(self._store.sql.give_back_turns, values)
+        except self._store.errors as exc:
+            logger.warning("could not give back a rolled-back task's turns: %s", exc)
 
 
 def _turns(starts: dict[str, int], rows: Sequence[JobRow]) -> list[int]:

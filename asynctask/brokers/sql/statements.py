@@ -143,6 +143,11 @@ class Statements:
             f"ON CONFLICT (queue, share) DO UPDATE SET last_turn = {'GREATEST' if pg else 'max'}("
             f"asynctask_share.last_turn, {start}) + {n} RETURNING last_turn"
         )
+        # A rolled-back task's turns, given back unless a later task of its tenant took turns after them.
+        self.give_back_turns = text(
+            f"UPDATE asynctask_share SET last_turn = {start} "
+            f"WHERE queue = :queue AND share = :share AND last_turn = {start} + {n}"
+        )
 
         # A task's place (``SqlBroker.jobs_ahead``), each part one index probe: the head's turn,
         # how many shares have a job in the head's round, and whether plain jobs wait.
