@@ -19,6 +19,7 @@ import pytest
 import asynctask
 from asynctask import JobFailed, JobsNotSent, Settings, Tracking, current_job
 from asynctask.brokers.redis.flusher import Flusher
+from asynctask.integrations import attached as attached_module
 from asynctask.integrations.attached import AttachedTracking
 from asynctask.tasks import runtime
 from asynctask.tasks.runtime import OutgoingJob, PartlySent, RuntimeJob
@@ -269,10 +270,17 @@ def test_a_forked_child_records_through_the_broker_its_parent_opened(
 
 
 def test_a_child_forked_for_one_job_records_with_what_its_parent_prepared(
-    settings: Settings, tracking: Tracking, sender: ListRuntime, job: RuntimeJob
+    settings: Settings,
+    tracking: Tracking,
+    sender: ListRuntime,
+    job: RuntimeJob,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if not settings.uses_redis:
         pytest.skip("a SQL engine's pooled connections cannot be shared with a fork: the child opens its own")
+    # News that stays fresh through the test: on a loaded machine the fork and the child's first
+    # steps may take longer than the 50 ms after which a child rightly asks again.
+    monkeypatch.setattr(attached_module, "CANCEL_NEWS_AGE", 30.0)
     made = AttachedTracking(Settings(**{**settings.__dict__, "flusher": "thread"}))
     made.start(forks_per_job=True)
     try:
