@@ -75,9 +75,9 @@ def of_client(client: Client) -> Context:
     broker = client.broker
     if isinstance(broker, RedisBroker):
         return Context(RedisReader(broker.redis, broker.keys, client.settings), client.settings)
-    if isinstance(broker, SqlBroker):
-        return Context(SqlReader(broker.engine, client.settings), client.settings)
-    return Context.resolve(settings=client.settings)
+    if not isinstance(broker, SqlBroker):
+        raise TypeError(f"no read model reads a {type(broker).__name__}")
+    return Context(SqlReader(broker.engine, client.settings), client.settings)
 
 
 class Reader:

@@ -149,16 +149,17 @@ class SqlStaging(Staging):
             return
         rows = [r for _, r in encoded]
         lanes: list[str] = []
-        # Before the share's row is locked; a queue whose jobs are all refused wakes for nothing.
-        self._announce(connection, {r[1] for r in rows if r[2] == QUEUED})
-        # The share's row first: a tenant's tasks then queue for it before taking any key.
+        # Turns before keys: on SQLite, where the transaction takes the share's row, a tenant's
+        # tasks then queue for that row before taking any key.
         starts = self._reserve(connection, [r[1] for r in rows])
         if any(r[7] is not None or "unique_key" in job for job, r in encoded):
             # A job whose unique key is held is not inserted: the last turns stay unused.
             _, rows, lanes = self._flow.admit(connection, encoded, payload.now())
         self._store.insert_jobs(connection, rows, turns=_turns(starts, rows))
         self._count += len(rows)
-        self._announce(connection, self._flow.promote(connection, lanes))
+        queues = {r[1] for r in rows if r[2] == QUEUED}
+        queues.update(self._flow.promote(connection, lanes))
+        self._announce(connection, queues)
 
     def _write_held(
         self, feeds: SqlFeeds, task_id: str, feed: Feed, rows: list[JobRow], connection: Connection
