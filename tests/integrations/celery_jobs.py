@@ -48,6 +48,13 @@ def handle(chunk: list[int]) -> None:
         check(n)
 
 
+def paced(chunk: list[int]) -> None:
+    """``handle``, after ``CELERY_TEST_PAUSE`` seconds, noted as a start."""
+    note("start")
+    time.sleep(float(os.environ.get("CELERY_TEST_PAUSE", "0.25")))
+    handle(chunk)
+
+
 def explicit(self: Task, chunk: list[int]) -> None:
     """The same outcomes, retried by an explicit ``self.retry`` of every exception."""
     try:
@@ -133,6 +140,7 @@ def make_app(broker: str, queue: str) -> Celery:
     )
     retried = {"autoretry_for": (Exception,), "max_retries": 2, "retry_kwargs": {"countdown": 0.05}}
     app.task(name="celery_jobs.handle", **retried)(handle)
+    app.task(name="celery_jobs.paced", **retried)(paced)
     app.task(name="celery_jobs.explicit", bind=True, max_retries=2)(explicit)
     app.task(name="celery_jobs.slow")(slow)
     app.task(name="celery_jobs.steady", acks_late=True, reject_on_worker_lost=True)(steady)

@@ -144,10 +144,14 @@ class CeleryRig:
 
 
 @contextmanager
-def celery_rig(setup: str, claimed_db: int, tmp_path: Path) -> Iterator[CeleryRig]:
+def celery_rig(
+    setup: str, claimed_db: int, tmp_path: Path, database_url: str | None = None
+) -> Iterator[CeleryRig]:
+    """The rig; tracking in ``database_url`` when given (a private server), else in a fresh
+    schema of the shared one."""
     queue = f"attest-celery-{uuid.uuid4().hex[:10]}"
     with ExitStack() as stack:
-        database_url = stack.enter_context(fresh_postgres_schema())
+        database_url = database_url or stack.enter_context(fresh_postgres_schema())
         upgrade(database_url)
         if setup == "rabbitmq-sql":
             # No Redis anywhere: the SQL broker's store for cancellations, the writer thread for tracking.

@@ -42,8 +42,10 @@ def _note(event: str) -> None:
 
 
 def mixed(chunk: list[dict[str, Any]]) -> None:
-    """Process items: "ok" ones succeed, "failed" ones are refused, "error" ones crash."""
+    """Process items: "ok" ones succeed, "failed" ones are refused, "error" ones crash; each
+    chunk first takes ``RQ_TEST_PAUSE`` seconds (default none)."""
     _note("start")
+    time.sleep(float(os.environ.get("RQ_TEST_PAUSE", "0")))
     for item in chunk:
         current_job().log(f"item {item['n']}: {item['kind']}")
         if item["kind"] == "failed":

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,10 +120,13 @@ class RqStack:
 
 
 @contextmanager
-def rq_stack(claimed_db: int, tmp_path: Path) -> Iterator[RqStack]:
+def rq_stack(claimed_db: int, tmp_path: Path, database_url: str | None = None) -> Iterator[RqStack]:
+    """The stack; tracking in ``database_url`` when given (a private server), else in a fresh
+    schema of the shared one."""
     url = db_url(claimed_db)
     conn = redis.Redis.from_url(url)
-    with fresh_postgres_schema() as database:
+    with ExitStack() as schemas:
+        database = database_url or schemas.enter_context(fresh_postgres_schema())
         upgrade(database)
         settings = Settings(redis_url=url, namespace=NAMESPACE, database_url=database)
         stack = RqStack(url, settings, tmp_path / "runs.txt", tmp_path / "workers.log", conn)
