@@ -3,8 +3,8 @@
 Both drains run one ``dramatiq`` worker process with Dramatiq's default 8 threads, on a
 ``RedisBroker`` with Dramatiq's default middleware, draining no-op jobs queued before it
 started. Tracked: the jobs are the chunks of one task (``create_task``, ``chunk_size=1``) and
-the worker has ``Tracking`` attached, with its defaults (the flusher is a thread of the worker
-process). Untracked: the same messages sent with ``group(...).run()`` (Dramatiq has no bulk
+the worker has ``Tracking`` attached, with its defaults (the flusher is a child process of the
+worker process). Untracked: the same messages sent with ``group(...).run()`` (Dramatiq has no bulk
 enqueue: a group sends one message per job) to a worker without it.
 
 The worker processes load this module (``dramatiq bench.integrations.dramatiq:worker_broker``)
