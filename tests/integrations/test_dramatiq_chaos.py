@@ -117,7 +117,6 @@ def postgres_server() -> Iterator[PrivatePostgres]:
         yield server
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_a_postgres_outage_mid_task_loses_no_transition(
     claimed_db: int, postgres_server: PrivatePostgres, registry: Registry, tmp_path: Path
