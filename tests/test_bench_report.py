@@ -3,10 +3,15 @@ the fair share section's pairs and order of drains, the periodic section's pairs
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bench.core import document
 from bench.core.drain import REDIS
+from bench.core.system import ROOT
 from bench.fair import report as fair_report
 from bench.fair.create import sizes
 from bench.fair.section import FairResults, FairRun, case_name, order
@@ -14,7 +19,7 @@ from bench.periodic import report as periodic_report
 from bench.periodic.jobs import NAME_PREFIX
 from bench.periodic.section import BASELINE, SCHEDULED, PeriodicResults, PeriodicRun, check
 from bench.periodic.section import order as periodic_order
-from bench.runtime import report
+from bench.runtime import asynctask_system, report
 from bench.runtime.runner import EnqueueRun, ProcessRun
 
 
@@ -62,6 +67,35 @@ def test_configurations_are_told_apart_by_process_count() -> None:
     table = report.scaling_table(found)
     assert "| AsyncTask | 10 | 8 000 | 9 000 | 1.12x |" in table
     assert "| Huey | 10 | 4 000 | - | - |" in table
+
+
+def test_the_ab_reference_is_compared_per_repetition_and_is_no_python_peer() -> None:
+    reference = "AsyncTask @ 4518557e01"
+    found = results(
+        [drain("AsyncTask", 9000, 2e-5), drain(reference, 6000, 4e-5), drain("Huey", 4500)],
+        [drain(reference, 5000, 4e-5), drain("AsyncTask", 10000, 1e-5), drain("Huey", 4000)],
+    )
+    # AsyncTask at an older commit is not the fastest Python peer, even when it is faster.
+    assert report.paired(found, (1, 10), report.FASTEST_PYTHON, lambda r: r.steady_rate) == [2.0, 2.5]
+    ab = report.ab_table(found)
+    assert ab[0].startswith(f"| AsyncTask ÷ {reference} | steady jobs/s |")
+    # Steady 1.5x and 2.0x, CPU per job 0.5x and 0.25x: medians of the per-repetition ratios.
+    assert ab[2].startswith("| 1 proc x 10 | 1.75x (1.50x-2.00x) | ")
+    assert "| 0.38x (0.25x-0.50x) |" in ab[2]
+    assert not any(reference in line for line in report.ratio_table(found))
+
+
+def test_an_ab_reference_is_the_package_of_that_commit_run_from_its_own_directory(tmp_path: Path) -> None:
+    reference = asynctask_system.at_ref("HEAD", tmp_path)
+    commit = reference.name.removeprefix(asynctask_system.AT_REF_PREFIX)
+    assert (reference.cwd / "asynctask" / "__init__.py").is_file()
+    assert reference.cwd == tmp_path / f"asynctask-{commit}"
+    env = reference.env("redis://127.0.0.1:1/0", None)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(reference.cwd)
+    argv = reference.worker_argv(10)
+    assert argv[argv.index("-r") + 1] == str(ROOT / "bench" / "core" / "noop_jobs.py")
+    with pytest.raises(SystemExit, match="--ab: git rev-parse failed"):
+        asynctask_system.at_ref("no-such-ref-anywhere", tmp_path)
 
 
 def test_a_first_section_goes_right_after_the_machine_list() -> None:

@@ -4,8 +4,9 @@ Order of work, so that noise hits every configuration alike (each section is a p
 ``bench/``):
 
 1. runtime: for each repetition, every (worker processes, system) drain of N no-op jobs in
-   turn (each starts with the system's bulk enqueue; AsyncTask, Ruby Sidekiq and the Python
-   peers of ``bench/runtime/redis_peers.py``, installed by the bench into
+   turn, in an order reversed every other repetition (each starts with the system's bulk
+   enqueue; AsyncTask, with ``--ab REF`` AsyncTask as of git REF right after it, Ruby Sidekiq
+   and the Python peers of ``bench/runtime/redis_peers.py``, installed by the bench into
    ``bench/.peers-venv``), then every system's one-call-per-job enqueue pass; then one
    Redis-command-count pass per system;
 2. latency: enqueue-to-start latency at a steady rate, every system in turn, per repetition;
@@ -55,7 +56,7 @@ from bench.api import server as api_server
 from bench.ceiling import section as ceiling
 from bench.core import document, machine, plots, postgres, procs, sections, targets
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT
+from bench.core.system import ROOT, System
 from bench.fair import section as fair
 from bench.feeds import section as feeds
 from bench.flow import section as flow
@@ -64,8 +65,8 @@ from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.periodic import section as periodic
 from bench.resumable import section as resumable
+from bench.runtime import asynctask_system, systems
 from bench.runtime import section as runtime
-from bench.runtime import systems
 from bench.sql import section as sql
 from bench.sse import section as sse
 from bench.tracking import section as tracking
@@ -110,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         "--systems",
         default=",".join(systems.NAMES),
         help="comma-separated systems to compare (default all: %(default)s)",
+    )
+    runtime_options.add_argument(
+        "--ab",
+        metavar="REF",
+        help="also run AsyncTask as of git REF (branch, tag or commit) right after this tree's, in an order "
+        "reversed every other repetition, and give this tree ÷ REF per repetition",
     )
     runtime_options.add_argument("--jobs", type=int, help="jobs per drain (default 20000; --quick: 100)")
     runtime_options.add_argument(
@@ -286,6 +293,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "concurrency": _ints(args.concurrency),
             "processes": _ints(pick(args.processes, "1,2,4", "1")),
             "nproc": nproc,
+            "ab": args.ab,
         },
         "latency": {
             "quick": quick,
@@ -462,7 +470,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if {"runtime", "latency", "memory"} & chosen:
             wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
             run.systems, run.runtime.skipped = systems.available(wanted)
+            if args.ab is not None:
+                run.systems = _with_reference(run.systems, args.ab, workdir)
             run.runtime.configs = {system.name: system.describe() for system in run.systems}
+        elif args.ab is not None:
+            raise SystemExit("--ab compares drains: it needs the runtime, latency or memory section")
         with RedisServer(workdir) as server:
             _run_sections(run, chosen, server, workdir, args.pg_url)
             run.machine = machine.describe(server, run.systems, load_at_start)
@@ -481,6 +493,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _write(run, out_dir)
     print(f"wrote RESULTS.md, raw data and plots to {out_dir}", file=sys.stderr)
     return 1 if run.errors() else 0
+
+
+def _with_reference(chosen: list[System], ref: str, workdir: Path) -> list[System]:
+    """``chosen`` with AsyncTask as of ``ref`` right after this tree's AsyncTask."""
+    names = [system.name for system in chosen]
+    if asynctask_system.SYSTEM.name not in names:
+        raise SystemExit("--ab compares with this tree's AsyncTask: keep AsyncTask in --systems")
+    at = names.index(asynctask_system.SYSTEM.name) + 1
+    return [*chosen[:at], asynctask_system.at_ref(ref, workdir), *chosen[at:]]
 
 
 def _run_sections(

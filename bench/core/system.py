@@ -83,6 +83,8 @@ class System:
     #: At most this many jobs per drain (0: no cap), for systems so slow that the common N
     #: would take minutes; RESULTS.md shows each system's N.
     max_jobs: int = 0
+    #: Where its processes run: a ``python -m`` process imports first from there.
+    cwd: Path = ROOT
 
     def jobs(self, wanted: int) -> int:
         return min(wanted, self.max_jobs) if self.max_jobs else wanted

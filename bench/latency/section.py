@@ -26,7 +26,7 @@ from typing import Any
 from bench.core import document, procs
 from bench.core.fmt import fixed, rate, spread
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, System, only
+from bench.core.system import System, only
 from bench.core.timing import STOP_GRACE
 
 #: Size of one latency record: ``b"%15.6f\n"``.
@@ -109,7 +109,7 @@ def measure(
     with server.client() as conn:
         conn.flushall()
     worker = procs.spawn(
-        system.worker_argv(concurrency), env=system.env(server.url, marker), cwd=ROOT, log=log
+        system.worker_argv(concurrency), env=system.env(server.url, marker), cwd=system.cwd, log=log
     )
     try:
         _enqueue(system.enqueue_argv(server.url, "bulk", 1, 1), system, server)
@@ -137,7 +137,7 @@ def _enqueue(argv: list[str], system: System, server: RedisServer, expected_s: f
     out = subprocess.run(
         argv,
         env=system.env(server.url, None),
-        cwd=ROOT,
+        cwd=system.cwd,
         capture_output=True,
         text=True,
         timeout=2 * expected_s + 60,

@@ -28,7 +28,7 @@ import psutil
 
 from bench.core import document, procs
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, System, only
+from bench.core.system import System, only
 from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE
 
 MIB = 2**20
@@ -156,7 +156,7 @@ def _enqueue(
     system: System, server: RedisServer, count: int, batch: int, log: Path
 ) -> subprocess.Popen[bytes]:
     argv = system.enqueue_argv(server.url, "bulk", count, batch)
-    return procs.spawn(argv, env=system.env(server.url, None), cwd=ROOT, log=log)
+    return procs.spawn(argv, env=system.env(server.url, None), cwd=system.cwd, log=log)
 
 
 def run(
@@ -198,7 +198,7 @@ def measure(
     spawned = time.monotonic()
     try:
         worker = procs.spawn(
-            system.worker_argv(concurrency), env=system.env(server.url, marker), cwd=ROOT, log=log
+            system.worker_argv(concurrency), env=system.env(server.url, marker), cwd=system.cwd, log=log
         )
     except OSError as exc:
         result.error = f"worker did not start: {exc}"

@@ -1,12 +1,21 @@
-"""AsyncTask under test: ``perform_bulk``/``perform_async`` to enqueue, the CLI worker to process."""
+"""AsyncTask under test: ``perform_bulk``/``perform_async`` to enqueue, the CLI worker to process;
+and AsyncTask as it was at a git commit (``at_ref``), for an A/B of a change in one interleaved run."""
 
 from __future__ import annotations
 
+import io
+import os
+import subprocess
 import sys
+import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 from asynctask import Settings
 from bench.core.system import ROOT, System, clean_env
+
+#: The name of AsyncTask at a commit: ``AsyncTask @ <commit>``.
+AT_REF_PREFIX = "AsyncTask @ "
 
 
 def enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
@@ -60,3 +69,52 @@ SYSTEM = System(
     inflight_pattern="asynctask:inflight|*",
     processed_stat=True,
 )
+
+
+def at_ref(ref: str, workdir: Path) -> System:
+    """AsyncTask as of git ``ref``: the package ``asynctask`` of that commit, exported into
+    ``workdir``, run by this tree's interpreter, jobs module and enqueuer, the same commands
+    otherwise. Its processes run in the export, so they import its package, not this tree's.
+
+    Raises ``SystemExit`` when ``ref`` names no commit or the export fails.
+    """
+    commit = _git("rev-parse", "--verify", "--short=10", f"{ref}^{{commit}}").decode().strip()
+    tree = workdir / f"asynctask-{commit}"
+    with tarfile.open(fileobj=io.BytesIO(_git("archive", commit, "asynctask"))) as archive:
+        archive.extractall(tree, filter="data")
+    jobs_module = str(ROOT / "bench" / "core" / "noop_jobs.py")
+
+    def exported_worker_argv(concurrency: int) -> list[str]:
+        argv = worker_argv(concurrency)
+        argv[argv.index("bench/core/noop_jobs.py")] = jobs_module
+        return argv
+
+    def exported_env(url: str, marker: Path | None) -> dict[str, str]:
+        # The export first (for the supervisor's children too), then this tree for the bench's code.
+        return env(url, marker) | {"PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"}
+
+    def exported_describe() -> list[str]:
+        return [
+            f"the same commands and settings with the package `asynctask` of commit {commit} "
+            f"(`{ref}`, exported with `git archive`) in place of this tree's",
+        ]
+
+    return replace(
+        SYSTEM,
+        name=f"{AT_REF_PREFIX}{commit}",
+        worker_argv=exported_worker_argv,
+        env=exported_env,
+        describe=exported_describe,
+        cwd=tree,
+    )
+
+
+def _git(*args: str) -> bytes:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=False)
+    except OSError as exc:
+        raise SystemExit(f"python -m bench --ab: cannot run git: {exc}") from None
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip()
+        raise SystemExit(f"python -m bench --ab: git {args[0]} failed: {detail}")
+    return done.stdout

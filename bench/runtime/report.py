@@ -1,7 +1,7 @@
 """The runtime section of RESULTS.md and stdout, and ``runtime.json``.
 
 Every figure is the median of the repetitions with (min-max) beside it. Ratios are taken
-per repetition, between runs that were interleaved (A B A B ...), and only then summarised:
+per repetition, between runs that were interleaved (A B, then B A, ...), and only then summarised:
 on a shared, noisy machine two runs seconds apart compare better than two medians.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.core import document
 from bench.core.fmt import fixed, rate, ratio, spread
+from bench.runtime.asynctask_system import AT_REF_PREFIX
 from bench.runtime.runner import EnqueueRun, ProcessRun
 
 MIB = 2**20
@@ -160,8 +161,12 @@ def enqueue_table(results: Results) -> list[str]:
 
 def fastest_python_peer(runs: dict[str, ProcessRun]) -> ProcessRun | None:
     """The Python peer with the best steady drain rate in one repetition's ``runs``."""
-    peers = [run for name, run in runs.items() if name not in NOT_PYTHON_PEERS]
+    peers = [run for name, run in runs.items() if is_python_peer(name)]
     return max(peers, key=lambda run: run.steady_rate, default=None)
+
+
+def is_python_peer(system: str) -> bool:
+    return system not in NOT_PYTHON_PEERS and not system.startswith(AT_REF_PREFIX)
 
 
 def paired(
@@ -189,11 +194,39 @@ def paired(
 FASTEST_PYTHON = "fastest Python peer"
 
 
+#: What the A/B table compares, by column: (heading, the value of one run).
+AB_METRICS: tuple[tuple[str, Callable[[ProcessRun], float]], ...] = (
+    ("steady jobs/s", lambda r: r.steady_rate),
+    ("jobs/s incl. start-up", lambda r: r.total_rate),
+    ("worker CPU per job (lower is better)", lambda r: r.worker_steady.cpu / r.jobs),
+    ("peak RSS of one worker (lower is better)", lambda r: float(r.peak_worker_rss)),
+    ("start-up s (lower is better)", lambda r: r.startup_s),
+)
+
+
+def ab_table(results: Results) -> list[str]:
+    """This tree's AsyncTask ÷ AsyncTask at the ``--ab`` commit, per configuration, each ratio
+    taken per repetition."""
+    references = [s for s in results.systems() if s.startswith(AT_REF_PREFIX)]
+    if "AsyncTask" not in results.systems():
+        return []
+    lines: list[str] = []
+    for reference in references:
+        lines += [
+            f"| AsyncTask ÷ {reference} | " + " | ".join(heading for heading, _ in AB_METRICS) + " |",
+            "|---|" + "---|" * len(AB_METRICS),
+        ]
+        for config in results.configurations():
+            cells = [spread(paired(results, config, reference, metric), ratio) for _, metric in AB_METRICS]
+            lines.append(f"| {_label(config)} | {' | '.join(cells)} |")
+    return lines
+
+
 def ratio_table(results: Results) -> list[str]:
-    others = [s for s in results.systems() if s != "AsyncTask"]
+    others = [s for s in results.systems() if s != "AsyncTask" and not s.startswith(AT_REF_PREFIX)]
     if "AsyncTask" not in results.systems() or not others:
         return []
-    if any(s not in NOT_PYTHON_PEERS for s in others):
+    if any(is_python_peer(s) for s in others):
         others.append(FASTEST_PYTHON)
     configs = results.configurations()
     lines = [
@@ -238,6 +271,9 @@ def tables(results: Results) -> str:
         "",
         *processing_table(results),
     ]
+    ab = ab_table(results)
+    if ab:
+        parts += ["", "This tree against the `--ab` commit, per repetition then median (min-max):", "", *ab]
     ratios = ratio_table(results)
     if ratios:
         parts += ["", "Ratios of drain throughput, per repetition then median (min-max):", "", *ratios]
@@ -283,7 +319,8 @@ METHOD = """\
   appends one byte to an O_APPEND marker file (one `write(2)`, the only work the job does);
   the bench polls the file's size every 2 ms. *steady* = first job done -> last job done,
   *incl. start-up* = spawn -> last job done. Rates are N divided by those times.
-- Configurations run interleaved, A B A B ..., in every repetition.
+- Configurations run interleaved, in an order reversed every other repetition (A B C, C B A,
+  ...): two systems compared run next to each other, each first half of the time.
 - **Memory**: peak RSS of the largest worker process tree, sampled every 100 ms with psutil;
   in brackets the peak of all workers' summed RSS and PSS.
 - **CPU µs/job**: user + system CPU of the worker tree, and of redis-server, between first

@@ -20,7 +20,7 @@ import redis
 
 from bench.core import procs
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, System
+from bench.core.system import System
 from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
 
 
@@ -71,7 +71,7 @@ def enqueue(system: System, server: RedisServer, mode: str, jobs: int, batch: in
         out = subprocess.run(
             system.enqueue_argv(server.url, mode, jobs, batch),
             env=system.env(server.url, None),
-            cwd=ROOT,
+            cwd=system.cwd,
             capture_output=True,
             text=True,
             timeout=600,
@@ -106,7 +106,7 @@ def process(
         spawned = time.monotonic()
         workers = [
             procs.spawn(
-                system.worker_argv(concurrency), env=system.env(server.url, marker), cwd=ROOT, log=log
+                system.worker_argv(concurrency), env=system.env(server.url, marker), cwd=system.cwd, log=log
             )
             for _ in range(processes)
         ]

@@ -1,8 +1,10 @@
 """The runtime section's order of work, so that noise hits every configuration alike.
 
 For each repetition: every (worker processes, job slots, system) drain of N no-op jobs in
-turn, each starting with the system's bulk enqueue; then every system's one-call-per-job
-enqueue pass. Last, one Redis-command-count pass per system.
+turn, each starting with the system's bulk enqueue, the systems in an order reversed every
+other repetition (a system drained right after another in one repetition runs right before it
+in the next); then every system's one-call-per-job enqueue pass. Last, one
+Redis-command-count pass per system.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ def run(results: Results, systems: list[System], server: RedisServer, workdir: P
     """Every pass of ``results.settings``, appended to ``results`` as it ends."""
     s = results.settings
     for rep in range(s["reps"]):
+        in_turn = systems if rep % 2 == 0 else systems[::-1]
         for processes in s["processes"]:
             for concurrency in s["concurrency"]:
-                for system in systems:
+                for system in in_turn:
                     jobs = system.jobs(s["jobs"])
                     drain = runner.process(system, server, concurrency, jobs, workdir, processes)
                     results.process.append((rep, drain))
                     _progress(f"rep {rep + 1}/{s['reps']} {system.name} {processes}x{concurrency}", drain)
-        for system in systems if s["single_jobs"] else []:
+        for system in in_turn if s["single_jobs"] else []:
             single = runner.enqueue(system, server, "single", s["single_jobs"])
             results.single.append((rep, single))
             print(
