@@ -5,7 +5,9 @@ __version__ = "0.1.0"
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from asynctask.context import JobContext, current_job
+# ``job`` and ``periodic`` are bound at import: each shares its name with a submodule, which,
+# once imported by anyone, would take that name in this package before a lazy lookup could.
+# Their modules bring the errors and the registry along.
 from asynctask.errors import (
     AsyncTaskError,
     InvalidName,
@@ -24,28 +26,31 @@ from asynctask.errors import (
     TaskNotFound,
     TaskStateError,
 )
-from asynctask.items import ItemsRun, each
 from asynctask.job import JobDefinition, JobOptions, job
-from asynctask.middleware import Chain, client_chain, server_chain
 from asynctask.periodic import Schedule, Schedules, default_schedules, periodic
 from asynctask.registry import Registry, default_registry
-from asynctask.settings import QueueSpec, Settings
-from asynctask.tracking.status import EventStatus, TaskStatus
-from asynctask.tracking.views import (
-    EventView,
-    FailedItemView,
-    ItemCounts,
-    MessageView,
-    Page,
-    TaskView,
-    TaskWarning,
-)
 
-#: Names imported on first use, with their module: they need SQLAlchemy (the tracking
-#: database), which a client or a Redis worker with tracking off never loads otherwise.
-# Loaded on first use: the client brings the Redis client library, tracking SQLAlchemy, and
-# a process that needs neither (the worker supervisor, the CLI's help) stays small.
+# The rest is imported on first use: the client brings the Redis client library, tracking
+# SQLAlchemy, and a process that needs neither (the worker's supervisor, the CLI's help) starts
+# sooner and stays smaller without them.
 _LAZY = {
+    **{name: "asynctask.context" for name in ("JobContext", "current_job")},
+    **{name: "asynctask.items" for name in ("ItemsRun", "each")},
+    **{name: "asynctask.middleware" for name in ("Chain", "client_chain", "server_chain")},
+    **{name: "asynctask.settings" for name in ("QueueSpec", "Settings")},
+    **{name: "asynctask.tracking.status" for name in ("EventStatus", "TaskStatus")},
+    **{
+        name: "asynctask.tracking.views"
+        for name in (
+            "EventView",
+            "FailedItemView",
+            "ItemCounts",
+            "MessageView",
+            "Page",
+            "TaskView",
+            "TaskWarning",
+        )
+    },
     **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
     **{
         name: "asynctask.tasks.service"
@@ -54,7 +59,6 @@ _LAZY = {
             "cancel_task",
             "create_task",
             "default_tracking",
-            "each",
             "get_task",
             "list_events",
             "list_failed_items",
@@ -71,6 +75,10 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from asynctask.client import Client, configure, default_client
+    from asynctask.context import JobContext, current_job
+    from asynctask.items import ItemsRun, each
+    from asynctask.middleware import Chain, client_chain, server_chain
+    from asynctask.settings import QueueSpec, Settings
     from asynctask.tasks.service import (
         Tracking,
         cancel_task,
@@ -86,6 +94,16 @@ if TYPE_CHECKING:
         retry_task,
         stop_job,
         update_task,
+    )
+    from asynctask.tracking.status import EventStatus, TaskStatus
+    from asynctask.tracking.views import (
+        EventView,
+        FailedItemView,
+        ItemCounts,
+        MessageView,
+        Page,
+        TaskView,
+        TaskWarning,
     )
 else:
     # Out of type checkers' sight: they would give any misspelt name of this package the type

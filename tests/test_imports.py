@@ -82,6 +82,31 @@ print("ok")
 """
 
 
+#: What the worker's supervisor loads: the command line, the settings, the supervisor; never the
+#: Redis client, the job context or the installed packages' metadata, which its child loads.
+SUPERVISOR = """
+import sys
+
+import asynctask.cli
+from asynctask.worker import supervisor
+
+heavy = ("redis", "importlib.metadata", "asynctask.context", "asynctask.tracking.views", "asynctask.client")
+print(",".join(m for m in heavy if m in sys.modules))
+"""
+
+#: Every name of the package imported on first use is its module's own.
+EVERY_LAZY_NAME = """
+import importlib
+
+import asynctask
+
+for name, module in asynctask._LAZY.items():
+    assert name in asynctask.__all__, name
+    assert getattr(asynctask, name) is getattr(importlib.import_module(module), name), name
+print("ok")
+"""
+
+
 def run_python(code: str, namespace: str, *argv: str, **settings: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")}
     env |= {
@@ -137,3 +162,11 @@ def test_importing_an_integration_loads_no_sql_code(namespace: str) -> None:
     for runtime in ("celery", "rq", "dramatiq"):
         code = f"import sys, asynctask.integrations.{runtime}\n" + LOADED
         assert run_python(code, namespace) == "", runtime
+
+
+def test_the_worker_supervisor_loads_neither_the_redis_client_nor_the_job_context(namespace: str) -> None:
+    assert run_python(SUPERVISOR, namespace) == ""
+
+
+def test_every_name_imported_on_first_use_is_its_module_s(namespace: str) -> None:
+    assert run_python(EVERY_LAZY_NAME, namespace) == "ok"

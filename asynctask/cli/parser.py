@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from asynctask import __version__
@@ -385,6 +384,9 @@ def _provided(name: str) -> Callable[[argparse.Namespace], int]:
     never imports that package itself."""
 
     def run(args: argparse.Namespace) -> int:
+        # Imported here: importlib.metadata would add a tenth of every other command's start-up.
+        from importlib.metadata import entry_points
+
         found = entry_points(group="asynctask.commands", name=name)
         if not found:
             raise CommandError(
