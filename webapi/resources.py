@@ -4,15 +4,14 @@ slots, the broker's readers), kept in ``app.extensions``, and the request's own 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from flask import current_app, g
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Connection, Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
-from asynctask.api.context import Reader
-from asynctask.brokers.redis import RedisBroker
+from asynctask.api.context import Context, Reader, of_client
 from asynctask.client import Client
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
@@ -49,17 +48,15 @@ class Resources:
     secret_key: str
 
 
-def broker_location(client: Client) -> dict[str, Any]:
-    """Where the read model finds the client's broker, as keyword arguments of its classes: on
-    Redis its connection and keys, on SQL the settings (the shared engine of their URL)."""
-    if isinstance(client.broker, RedisBroker):
-        return {"connection": client.broker.redis, "keys": client.broker.keys, "settings": client.settings}
-    return {"settings": client.settings}
+def broker_context(client: Client) -> Context:
+    """Where the read model finds the client's broker: its Redis connection and keys, or its SQL
+    engine, whose pool the readers share with the client (``of_client``)."""
+    return of_client(client)
 
 
 def broker_reader(kind: type[R], client: Client) -> R:
-    """A read-model reader over the client's broker (``broker_location``)."""
-    return kind(**broker_location(client))
+    """A read-model reader over the client's broker (``broker_context``)."""
+    return kind.over(broker_context(client))
 
 
 def resources() -> Resources:

@@ -91,13 +91,18 @@ class Reader:
         settings: Settings | None = None,
     ) -> None:
         self.context = Context.resolve(connection, keys, settings)
+        self._bound()
 
     @classmethod
     def over(cls, context: Context) -> Self:
         """A reader of an already resolved ``context``."""
         reader = cls.__new__(cls)
         reader.context = context
+        reader._bound()
         return reader
+
+    def _bound(self) -> None:
+        """Set up what a reader derives from its context, however it was made."""
 
     @property
     def backend(self) -> ReadBackend:

@@ -50,8 +50,17 @@ class Queue:
         cleared); SQL knows the queues that hold jobs, waiting or in flight. Both list the
         paused queues, empty or not.
         """
-        ctx = Context.resolve(connection, keys, settings)
-        return [cls._of(name, ctx) for name in ctx.backend.queue_names()]
+        return cls.all_over(Context.resolve(connection, keys, settings))
+
+    @classmethod
+    def over(cls, context: Context, name: str = "default") -> Queue:
+        """Queue ``name`` of an already resolved ``context``."""
+        return cls._of(name, context)
+
+    @classmethod
+    def all_over(cls, context: Context) -> list[Queue]:
+        """``all`` of an already resolved ``context``."""
+        return [cls._of(name, context) for name in context.backend.queue_names()]
 
     @classmethod
     def _of(cls, name: str, context: Context) -> Queue:

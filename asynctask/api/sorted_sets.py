@@ -12,15 +12,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-import redis
-
 from asynctask import payload
 from asynctask.api.backend import Move, Scored, SetName
 from asynctask.api.context import Reader
 from asynctask.api.records import JobRecord
 from asynctask.errors import PayloadError
-from asynctask.keys import Keys
-from asynctask.settings import Settings
 
 #: Entries moved per round trip by the set-wide actions.
 BATCH = 100
@@ -82,14 +78,7 @@ class JobSet(Reader):
     #: Entries read per round trip while iterating.
     page_size = 50
 
-    def __init__(
-        self,
-        connection: redis.Redis | None = None,
-        keys: Keys | None = None,
-        *,
-        settings: Settings | None = None,
-    ) -> None:
-        super().__init__(connection, keys, settings=settings)
+    def _bound(self) -> None:
         #: Where the set lives in the store (its key on Redis).
         self.key = self.backend.set_key(self.name)
 

@@ -5,12 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-import redis
-
 from asynctask.api.backend import Backlog, Snapshot
 from asynctask.api.context import Reader
-from asynctask.keys import Keys
-from asynctask.settings import Settings
 
 #: Queue whose latency the dashboard shows, as in Sidekiq.
 DEFAULT_QUEUE = "default"
@@ -30,15 +26,10 @@ class Stats(Reader):
     A constant number of round trips whatever the number of queues and processes.
     """
 
-    def __init__(
-        self,
-        connection: redis.Redis | None = None,
-        keys: Keys | None = None,
-        *,
-        settings: Settings | None = None,
-    ) -> None:
-        super().__init__(connection, keys, settings=settings)
-        self._snapshot: Snapshot | None = None
+    _snapshot: Snapshot | None
+
+    def _bound(self) -> None:
+        self._snapshot = None
 
     def refresh(self) -> Stats:
         self._snapshot = self._read()

@@ -1,0 +1,45 @@
+"""Readers made over a client's own broker (``of_client``, as the HTTP API makes them): they read
+what the store holds, through the client's connection or pool, and a reader made that way is set
+up as fully as one made from settings."""
+
+from __future__ import annotations
+
+from asynctask import Client, Registry
+from asynctask.api import DeadSet, Queue, RetrySet, Stats
+from asynctask.api.backends.sql import SqlReader
+from asynctask.api.context import of_client
+from asynctask.brokers.sql import SqlBroker
+from asynctask.middleware import Chain
+from tests.api.conftest import sidekiq_job
+from tests.api.stores import SqlStore, Store
+from webapi.resources import broker_reader
+
+
+def test_readers_over_a_client_s_broker_read_its_store(store: Store, store_client: Client) -> None:
+    store.push(sidekiq_job(), "mail")
+    store.add("retry", sidekiq_job(), 100.0)
+    store.set_stat("processed", 7)
+    context = of_client(store_client)
+
+    stats = Stats.over(context)
+    assert (stats.processed, stats.retry_size) == (7, 1)
+    assert stats.refresh().processed == 7
+    assert RetrySet.over(context).key == RetrySet(settings=store.settings).key
+    assert RetrySet.over(context).size == 1
+    assert DeadSet.over(context).size == 0
+    assert [queue.name for queue in Queue.all_over(context)] == ["mail"]
+    assert Queue.over(context, "mail").size == 1
+    assert Queue.over(context, "mail") == Queue("mail", settings=store.settings)
+
+
+def test_a_sql_broker_s_readers_take_connections_from_the_client_s_pool(
+    sql_store: SqlStore, registry: Registry
+) -> None:
+    client = Client(sql_store.settings, registry=registry, middleware=Chain())
+    try:
+        # As the HTTP API makes its readers.
+        backend = broker_reader(Stats, client).backend
+        assert isinstance(backend, SqlReader) and isinstance(client.broker, SqlBroker)
+        assert backend.engine is client.broker.engine
+    finally:
+        client.broker.close()
