@@ -27,7 +27,7 @@ from asynctask.cli import main
 from asynctask.db import migrate
 from asynctask.keys import Keys
 from asynctask.modules import load_module
-from tests.conftest import POSTGRES_URL, REDIS_URL, wait_until
+from tests.conftest import POSTGRES_URL, REDIS_URL, fresh_postgres_schema, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Servers with nothing listening.
@@ -529,6 +529,27 @@ def test_the_api_says_where_it_listens_and_warns_without_jobs(
     else:
         assert listening["jobs"] == "" and len(warned) == 1
     assert api.stop() == 0
+
+
+def test_the_api_warns_when_its_pools_may_hold_more_postgresql_connections_than_are_left(
+    background: Callable[..., Process],
+) -> None:
+    """Tracking and the broker in one PostgreSQL database: the pools of 200 threads (204
+    connections for tracking, 210 for the broker) cannot fit in the test server's 100."""
+    with fresh_postgres_schema() as database:
+        migrate.upgrade(database)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        argv = ["api", "--database-url", database, "--port", str(port), "--workers", "1"]
+        api = background(*argv, "--threads", "200", "-r", API_JOBS)
+        api.line("api listening")
+        warned = [fields(line) for line in api.lines if "connections to PostgreSQL" in line]
+        assert api.stop() == 0
+    [warning] = warned
+    assert warning["level"] == "warning"
+    assert warning["msg"].startswith("the API may hold 414 connections to PostgreSQL at ")
+    assert "(1 worker(s) x 200 threads), but the server has " in warning["msg"]
 
 
 def test_the_api_will_not_start_on_a_port_in_use(run: Run, tmp_path: Path, busy_port: int) -> None:

@@ -53,6 +53,8 @@ def _run_api(args: argparse.Namespace) -> int:
     # Past every reason not to start: what follows only warns.
     if unreachable is not None:
         logger.warning("%s; the API answers 503 until it does", unreachable)
+    else:
+        _check_connections(settings, args.workers, args.threads)
     submittable = sorted((d for d in default_registry if d.api), key=lambda d: d.name)
     if not submittable:
         logger.warning(
@@ -77,6 +79,57 @@ def _run_api(args: argparse.Namespace) -> int:
         on_ready=lambda: logging.getLogger(log.LIFECYCLE).info("api listening", extra={"fields": fields}),
     )
     return 0
+
+
+def _check_connections(settings: Settings, workers: int, threads: int) -> None:
+    """Warn when the API's pools may hold more connections than a PostgreSQL server has left:
+    under load its requests would fail (503) and the server would refuse every other client,
+    the workers included."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    from asynctask.db.engine import create_database_engine, normalize_url
+    from webapi.embed import most_connections
+
+    per_server: dict[tuple[str | None, int | None], tuple[str, int]] = {}
+    for url, count in most_connections(settings, threads).items():
+        parsed = normalize_url(url)
+        if parsed.get_backend_name() == "postgresql":
+            server = (parsed.host, parsed.port)
+            per_server[server] = (url, per_server.get(server, (url, 0))[1] + workers * count)
+    for url, wanted in per_server.values():
+        engine = create_database_engine(url, poolclass=NullPool)
+        try:
+            with engine.connect() as connection:
+                allowed = int(connection.execute(text("SHOW max_connections")).scalar_one())
+                reserved = int(connection.execute(text("SHOW superuser_reserved_connections")).scalar_one())
+                in_use = int(
+                    connection.execute(
+                        text("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")
+                    ).scalar_one()
+                )
+        except SQLAlchemyError as exc:
+            logger.debug("connections of %s not checked: %s", shown_url(url), exc)
+            continue
+        finally:
+            engine.dispose()
+        # This check's own connection is closed by now.
+        left = allowed - reserved - (in_use - 1)
+        if wanted > left:
+            logger.warning(
+                "the API may hold %d connections to PostgreSQL at %s (%d worker(s) x %d threads), but the "
+                "server has %d left (max_connections %d, %d in use): under load requests would fail with "
+                "503 and the server would refuse other clients; lower --workers or --threads, or raise "
+                "max_connections",
+                wanted,
+                shown_url(url),
+                workers,
+                threads,
+                left,
+                allowed,
+                in_use - 1,
+            )
 
 
 def _served(settings: Settings) -> dict[str, str]:

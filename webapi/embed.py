@@ -22,9 +22,11 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
+from asynctask.brokers.sql import SqlBroker
 from asynctask.client import Client
 from asynctask.db.engine import autocommit, create_database_engine
 from asynctask.modules import load_module
+from asynctask.settings import Settings
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
@@ -63,6 +65,16 @@ _PROTECTED = {
 #: Connections of the tracking database beyond the request threads: the stream watcher and the
 #: metrics collectors read on threads of their own.
 SPARE_CONNECTIONS = 4
+
+
+def most_connections(settings: Settings, threads: int) -> dict[str, int]:
+    """The most connections one API process's pools hold, per database URL: the tracking
+    database's engine, and a SQL broker's own pool (``mount``)."""
+    found = {settings.database_url: threads + SPARE_CONNECTIONS}
+    if not settings.uses_redis:
+        broker = SqlBroker.most_connections(replace(settings, concurrency=threads))
+        found[settings.broker] = found.get(settings.broker, 0) + broker
+    return found
 
 
 def init_app(
