@@ -21,6 +21,8 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import dq_name, xq_name
 
+# As in an application's broker module: importing the integration lets create_task take an actor.
+import asynctask.integrations.dramatiq  # noqa: F401
 from asynctask import Settings
 from tests.integrations.dramatiq_jobs import MAX_RETRIES, QUEUE, Actors, declare
 from tests.processes import stop_groups
