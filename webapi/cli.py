@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+from collections import Counter
 
 from asynctask import log
 from asynctask.cli.commands import settings_from
@@ -92,13 +93,17 @@ def _check_connections(settings: Settings, workers: int, threads: int) -> None:
     from asynctask.db.engine import create_database_engine, normalize_url
     from webapi.embed import most_connections
 
-    per_server: dict[tuple[str | None, int | None], tuple[str, int]] = {}
+    # Per server: one of its URLs (to ask it), and the connections wanted of it.
+    urls: dict[tuple[str | None, int | None], str] = {}
+    wanted_of: Counter[tuple[str | None, int | None]] = Counter()
     for url, count in most_connections(settings, threads).items():
         parsed = normalize_url(url)
         if parsed.get_backend_name() == "postgresql":
             server = (parsed.host, parsed.port)
-            per_server[server] = (url, per_server.get(server, (url, 0))[1] + workers * count)
-    for url, wanted in per_server.values():
+            urls.setdefault(server, url)
+            wanted_of[server] += workers * count
+    for server, url in urls.items():
+        wanted = wanted_of[server]
         engine = create_database_engine(url, poolclass=NullPool)
         try:
             with engine.connect() as connection:

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
+from asynctask.api.context import of_client
 from asynctask.brokers.sql import SqlBroker
 from asynctask.client import Client
 from asynctask.db.engine import autocommit, create_database_engine
@@ -47,7 +48,7 @@ from webapi.dashboard import dashboard as operators_dashboard
 from webapi.headers import add_security_headers, allow_cors
 from webapi.metrics import BrokerCollector, TaskCollector
 from webapi.requestmetrics import TimedRequests, request_durations
-from webapi.resources import EXTENSION, Resources, broker_reader, release_db, resources
+from webapi.resources import EXTENSION, Resources, release_db, resources
 from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
 
@@ -166,6 +167,7 @@ def mount(
     app.register_blueprint(api, url_prefix=prefix or None)
     _refuse_shadowed_routes(app)
     registry = _metrics(client, engine)
+    context = of_client(client)
     app.extensions[EXTENSION] = Resources(
         config=config,
         client=client,
@@ -176,8 +178,9 @@ def mount(
         errors=FirstErrorsCache(config.errors_cache_seconds),
         watcher=TaskWatcher(engine, config.stream_interval, lambda view: with_held(view, client)),
         streams=StreamSlots(config.max_streams, config.max_tenant_streams),
-        busy_keys=broker_reader(BusyKeys, client),
-        periodic=broker_reader(PeriodicSet, client),
+        broker_context=context,
+        busy_keys=BusyKeys.over(context),
+        periodic=PeriodicSet.over(context),
         metrics=registry,
         url_prefix=prefix,
         secret_key=config.secret_key or secrets.token_urlsafe(32),

@@ -4,14 +4,13 @@ slots, the broker's readers), kept in ``app.extensions``, and the request's own 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
 
 from flask import current_app, g
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Connection, Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
-from asynctask.api.context import Context, Reader, of_client
+from asynctask.api.context import Context
 from asynctask.client import Client
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache
@@ -21,8 +20,6 @@ from webapi.streamslots import StreamSlots
 from webapi.watch import TaskWatcher
 
 EXTENSION = "asynctask"
-
-R = TypeVar("R", bound=Reader)
 
 
 @dataclass(frozen=True)
@@ -38,6 +35,9 @@ class Resources:
     errors: FirstErrorsCache
     watcher: TaskWatcher
     streams: StreamSlots
+    #: The client's broker as the read model reads it (``of_client``: its Redis connection, or
+    #: its SQL engine, whose pool the readers share), resolved once.
+    broker_context: Context
     busy_keys: BusyKeys
     periodic: PeriodicSet
     #: What ``/metrics`` reports, read at each scrape.
@@ -46,17 +46,6 @@ class Resources:
     url_prefix: str
     #: Signs the dashboard's cookie: ``ApiConfig.secret_key``, or one made for this app.
     secret_key: str
-
-
-def broker_context(client: Client) -> Context:
-    """Where the read model finds the client's broker: its Redis connection and keys, or its SQL
-    engine, whose pool the readers share with the client (``of_client``)."""
-    return of_client(client)
-
-
-def broker_reader(kind: type[R], client: Client) -> R:
-    """A read-model reader over the client's broker (``broker_context``)."""
-    return kind.over(broker_context(client))
 
 
 def resources() -> Resources:

@@ -165,8 +165,13 @@ def fastest_python_peer(runs: dict[str, ProcessRun]) -> ProcessRun | None:
     return max(peers, key=lambda run: run.steady_rate, default=None)
 
 
+def is_reference(system: str) -> bool:
+    """Whether ``system`` is AsyncTask at the ``--ab`` commit."""
+    return system.startswith(AT_REF_PREFIX)
+
+
 def is_python_peer(system: str) -> bool:
-    return system not in NOT_PYTHON_PEERS and not system.startswith(AT_REF_PREFIX)
+    return system not in NOT_PYTHON_PEERS and not is_reference(system)
 
 
 def paired(
@@ -207,7 +212,7 @@ AB_METRICS: tuple[tuple[str, Callable[[ProcessRun], float]], ...] = (
 def ab_table(results: Results) -> list[str]:
     """This tree's AsyncTask ÷ AsyncTask at the ``--ab`` commit, per configuration, each ratio
     taken per repetition."""
-    references = [s for s in results.systems() if s.startswith(AT_REF_PREFIX)]
+    references = [s for s in results.systems() if is_reference(s)]
     if "AsyncTask" not in results.systems():
         return []
     lines: list[str] = []
@@ -223,7 +228,7 @@ def ab_table(results: Results) -> list[str]:
 
 
 def ratio_table(results: Results) -> list[str]:
-    others = [s for s in results.systems() if s != "AsyncTask" and not s.startswith(AT_REF_PREFIX)]
+    others = [s for s in results.systems() if s != "AsyncTask" and not is_reference(s)]
     if "AsyncTask" not in results.systems() or not others:
         return []
     if any(is_python_peer(s) for s in others):

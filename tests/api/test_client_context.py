@@ -12,7 +12,9 @@ from asynctask.brokers.sql import SqlBroker
 from asynctask.middleware import Chain
 from tests.api.conftest import sidekiq_job
 from tests.api.stores import SqlStore, Store
-from webapi.resources import broker_reader
+from tests.webapi.conftest import close_watchers
+from webapi import create_app
+from webapi.resources import EXTENSION
 
 
 def test_readers_over_a_client_s_broker_read_its_store(store: Store, store_client: Client) -> None:
@@ -32,14 +34,16 @@ def test_readers_over_a_client_s_broker_read_its_store(store: Store, store_clien
     assert Queue.over(context, "mail") == Queue("mail", settings=store.settings)
 
 
-def test_a_sql_broker_s_readers_take_connections_from_the_client_s_pool(
+def test_the_api_reads_a_sql_broker_through_the_client_s_own_pool(
     sql_store: SqlStore, registry: Registry
 ) -> None:
     client = Client(sql_store.settings, registry=registry, middleware=Chain())
+    app = create_app({"settings": sql_store.settings}, client=client, engine=sql_store.engine)
     try:
-        # As the HTTP API makes its readers.
-        backend = broker_reader(Stats, client).backend
-        assert isinstance(backend, SqlReader) and isinstance(client.broker, SqlBroker)
-        assert backend.engine is client.broker.engine
+        found = app.extensions[EXTENSION]
+        assert isinstance(client.broker, SqlBroker)
+        for backend in (found.broker_context.backend, found.busy_keys.backend, found.periodic.backend):
+            assert isinstance(backend, SqlReader) and backend.engine is client.broker.engine
     finally:
+        close_watchers([app])
         client.broker.close()

@@ -20,7 +20,7 @@ from asynctask.api import Queue
 from asynctask.payload import MAX_QUEUE
 from webapi.auth import require_operator
 from webapi.errors import ApiError
-from webapi.resources import broker_context, resources
+from webapi.resources import resources
 from webapi.responses import json_response
 
 queues = Blueprint("queues", __name__, url_prefix="/api/queues")
@@ -34,7 +34,7 @@ QUEUE_PATH_NAME = re.compile(f"[ -.0-~]{{1,{MAX_QUEUE}}}")
 def index() -> Response:
     found = resources()
     require_operator(found.config.operator_tenants)
-    listed = Queue.all_over(broker_context(found.client))
+    listed = Queue.all_over(found.broker_context)
     return json_response({"queues": [queue_json(queue) for queue in listed]})
 
 
@@ -78,4 +78,4 @@ def _queue(name: str) -> Queue:
             f"a queue name here is 1 to {MAX_QUEUE} printable ASCII characters other than /",
             {"field": "name"},
         )
-    return Queue.over(broker_context(found.client), name)
+    return Queue.over(found.broker_context, name)

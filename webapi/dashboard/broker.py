@@ -1,4 +1,4 @@
-"""The read-model objects the pages use, over the app's broker (``resources.broker_context``)."""
+"""The read-model objects the pages use, over the app's broker (``Resources.broker_context``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from asynctask import payload
 from asynctask.api import ProcessSet, Queue
 from asynctask.api.context import Reader
 from webapi.dashboard.cookie import flash
-from webapi.resources import broker_context, broker_reader, resources
+from webapi.resources import resources
 
 R = TypeVar("R", bound=Reader)
 
@@ -20,11 +20,11 @@ PAGE_SIZE = 25
 
 
 def reader(kind: type[R]) -> R:
-    return broker_reader(kind, resources().client)
+    return kind.over(resources().broker_context)
 
 
 def all_queues() -> list[Queue]:
-    return Queue.all_over(broker_context(resources().client))
+    return Queue.all_over(resources().broker_context)
 
 
 def listened_queues() -> frozenset[str]:
@@ -37,7 +37,7 @@ def queue(name: str) -> Queue:
     """The queue ``name``; 404 for a name no job can carry."""
     if payload.valid_queue(name) is None:
         abort(404)
-    return Queue.over(broker_context(resources().client), name)
+    return Queue.over(resources().broker_context, name)
 
 
 def checked_jid(jid: str) -> str:
