@@ -20,19 +20,16 @@ transition of a task's job proves its jobs exist).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
-    Connection,
     Engine,
     case,
     insert,
@@ -47,15 +44,15 @@ from asynctask.db.engine import writer
 from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.fairness import share_of
 from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
-from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
 from asynctask.tasks import jobs, runtime
+from asynctask.tasks.event_rows import event_rows, shown_key, write_waiting
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
 from asynctask.tasks.runtime import OutgoingJob, RuntimeJob
-from asynctask.tracking import apply_sqlite, transitions
+from asynctask.tracking import transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
-from asynctask.tracking.models import Event, EventMessage, Task
+from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import UNDONE, EventStatus, TaskState
 from asynctask.tracking.store import CANCEL_NEWS_AGE
 
@@ -64,19 +61,6 @@ logger = logging.getLogger("asynctask.tracking")
 #: Items per batch of ``create_task`` (``BATCH // chunk_size`` jobs, at least one): read,
 #: checked, run through the client middleware, written to SQL and staged by the broker together.
 BATCH = 2000
-EVENT_COLUMNS = (
-    "job_id",
-    "task_id",
-    "job_name",
-    "status",
-    "params",
-    "flow",
-    "attempt",
-    "seq",
-    "progress_seq",
-    "enqueued_at",
-    "updated_at",
-)
 
 
 def new_task_id() -> str:
@@ -200,13 +184,16 @@ def create_task(
         with writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
             total = items_total = 0
-            writer_of = _event_writer(connection, task_id, definition.name, at, flow.active)
-            with writer_of as write_events:
+            waiting = flow.keyed or flow.options.concurrency_key is not None
+            with event_rows(connection, task_id, definition.name, at, flow.active) as events:
                 while True:
+                    events.write(jobs)
+                    # Encoded while the database stores the batch's events.
                     encoded = staging.encode(jobs)
-                    write_events(jobs)
-                    if flow.keyed or flow.options.concurrency_key is not None:
-                        _write_waiting(connection, jobs, key_of.prefix if key_of else "", at)
+                    if waiting or staging.commits_with_task:
+                        events.settle()
+                    if waiting:
+                        write_waiting(connection, jobs, key_of.prefix if key_of else "", at)
                     try:
                         staging.write(encoded, connection)
                     except client.broker.errors as exc:
@@ -369,112 +356,6 @@ def _jobs(
     ]
 
 
-@contextmanager
-def _event_writer(
-    connection: Connection, task_id: str, name: str, at: datetime, flowing: bool
-) -> Iterator[Callable[[list[payload.JobDict]], None]]:
-    """A function writing the ``enqueue`` events of a batch of jobs, valid inside the block.
-
-    PostgreSQL: one COPY per batch, several times faster than INSERTs. SQLite: one
-    executemany INSERT per batch.
-    """
-    if connection.dialect.name != "postgresql":
-
-        def insert_rows(jobs: list[payload.JobDict]) -> None:
-            rows = [
-                {
-                    "job_id": item["jid"],
-                    "task_id": task_id,
-                    "job_name": name,
-                    "status": EventStatus.ENQUEUE.value,
-                    "params": item["args"],
-                    "attempt": 0,
-                    "seq": 0,
-                    "progress_seq": 0,
-                    "enqueued_at": at,
-                    "updated_at": at,
-                }
-                for item in jobs
-            ]
-            if flowing:
-                # Left out otherwise: the column's NULL costs nothing per row, a JSON null does.
-                for row, item in zip(rows, jobs, strict=True):
-                    row["flow"] = _flow_of(item)
-            connection.execute(insert(Event), rows)
-
-        yield insert_rows
-        return
-    # Ids, status, numbers and the timestamp never need escaping; the name and params may.
-    head = f"\t{task_id}\t{_copy_text(name)}\t{EventStatus.ENQUEUE.value}\t"
-    stamp = at.isoformat()
-    tail = f"\t0\t0\t0\t{stamp}\t{stamp}\n"
-    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    statement = f"COPY {Event.__tablename__} ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
-
-    def copy_rows(jobs: list[payload.JobDict]) -> None:
-        # One COPY per batch, closed before the broker stages the batch: an open COPY holds the
-        # connection, and the SQL broker stages its job rows on this same connection.
-        with cursor.copy(statement) as copy:
-            copy.write(
-                "".join(
-                    item["jid"]
-                    + head
-                    + _copy_text(json.dumps(item["args"], ensure_ascii=False))
-                    + (_copy_flow(item) if flowing else "\t\\N")
-                    + tail
-                    for item in jobs
-                )
-            )
-
-    yield copy_rows
-
-
-def _flow_of(item: payload.JobDict) -> dict[str, Any] | None:
-    """The job's flow-control payload keys, or None (most jobs: one lookup per key)."""
-    flow = {name: item[name] for name in FLOW_FIELDS if name in item}
-    return flow or None
-
-
-def _copy_flow(item: payload.JobDict) -> str:
-    """The ``flow`` field of a COPY row, with its leading tab: ``\\N`` (NULL) or the JSON."""
-    flow = _flow_of(item)
-    return "\t\\N" if flow is None else "\t" + _copy_text(json.dumps(flow, ensure_ascii=False))
-
-
-def _write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: str, at: datetime) -> None:
-    """The first message of each keyed job's event: the key whose line it may wait in (as its
-    tenant wrote it). Sequence 0 comes before any transition the stream numbers (from 1).
-
-    Per batch: one SELECT of the events' ids, then one COPY (PostgreSQL) or one executemany of
-    plain tuples (SQLite): these rows cost as much as the events themselves otherwise."""
-    texts = {
-        item["jid"]: f"waiting for {_shown_key(item['concurrency_key'], prefix)}"
-        for item in jobs
-        if isinstance(item.get("concurrency_key"), str)
-    }
-    if not texts:
-        return
-    ids = connection.execute(select(Event.job_id, Event.id).where(Event.job_id.in_(list(texts)))).all()
-    status = EventStatus.ENQUEUE.value
-    columns = "event_id, seq, at, status, text"
-    if connection.dialect.name == "postgresql":
-        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        stamp = at.isoformat()
-        with cursor.copy(f"COPY {EventMessage.__tablename__} ({columns}) FROM STDIN") as copy:
-            head = f"\t0\t{stamp}\t{status}\t"
-            copy.write("".join(f"{id_}{head}{_copy_text(texts[jid])}\n" for jid, id_ in ids))
-        return
-    stored_at = apply_sqlite.to_text(at)
-    connection.exec_driver_sql(
-        f"INSERT INTO {EventMessage.__tablename__} ({columns}) VALUES (?, 0, ?, ?, ?)",
-        [(id_, stored_at, status, texts[jid]) for jid, id_ in ids],
-    )
-
-
-def _shown_key(key: str, prefix: str) -> str:
-    return key[len(prefix) :] if key.startswith(prefix) else key
-
-
 def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:
     """Record a task whose jobs the broker refused to stage: the task alone, ``aborted``, no job."""
     try:
@@ -482,13 +363,6 @@ def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:
             connection.execute(insert(Task).values(task_row))
     except SQLAlchemyError as exc:
         logger.warning("task %s: could not record it aborted: %s", task_row["id"], exc)
-
-
-def _copy_text(value: str) -> str:
-    """Escape a value for COPY's text format (backslash, and the tab/newline separators)."""
-    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
-        return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return value
 
 
 def _through_middleware(client: Client, item: payload.JobDict) -> payload.JobDict:
@@ -679,7 +553,7 @@ def _retried(item: payload.JobDict, tenant: str | None) -> str:
     key = item.get("concurrency_key")
     if not isinstance(key, str):
         return "retried by request"
-    return f"retried by request; waiting for {_shown_key(key, tenant_prefix(tenant))}"
+    return f"retried by request; waiting for {shown_key(key, tenant_prefix(tenant))}"
 
 
 def _show_retried(engine: Engine, task_id: str, position: int) -> None:
