@@ -200,10 +200,11 @@ class _Lines:
     def __init__(self, stream: IO[bytes], limit: int) -> None:
         self.stream = stream
         self.limit = limit
-        self.decoder = codecs.getincrementaldecoder("utf-8-sig")()
         self.number = 0
         self.used = 0
         self.ended = False
+        self.at_start = True
+        #: Pieces of the last line still to hand out, last first (only a bare CR makes several).
         self.pending: list[str] = []
 
     def __iter__(self) -> _Lines:
@@ -217,17 +218,30 @@ class _Lines:
             self.used += len(raw)
             if self.used > self.limit:
                 raise _RecordTooLong
+            if not raw:
+                self.ended = True
+                raise StopIteration
+            if self.at_start:
+                # A byte order mark is not part of the first column's name.
+                self.at_start = False
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            # A line is whole here (or the body's last bytes), so it decodes on its own.
             try:
-                text = self.decoder.decode(raw, final=not raw)
+                text = raw.decode()
             except UnicodeDecodeError as exc:
                 raise _NotUtf8(
                     self.number + 1 + len(_BARE_CR.findall(raw[: exc.start].decode("latin-1")))
                 ) from None
-            self.ended = not raw
-            pieces = _BARE_CR.split(text) if "\r" in text else [text]
-            self.pending = [piece for piece in pieces if piece]
+            cr = text.find("\r")
+            # No CR, or only the one of a CRLF ending (as Python's csv module writes lines).
+            if cr == -1 or (cr == len(text) - 2 and text[-1] == "\n"):
+                if text:
+                    self.number += 1
+                    return text
+                continue
+            self.pending = [piece for piece in reversed(_BARE_CR.split(text)) if piece]
         self.number += 1
-        return self.pending.pop(0)
+        return self.pending.pop()
 
 
 def _check_closed(lines: _Lines, start: int) -> None:

@@ -127,6 +127,17 @@ def test_post_csv_body_streams_rows_as_objects(api: Api) -> None:
     ]
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_column_name(api: Api) -> None:
+    """Spreadsheet programs save CSV with one; only the body's first three bytes are one."""
+    response = api.post(
+        "/api/tasks?job=import_products&queue=imports",
+        data="\ufeffsku,price\r\n\ufeffA1,1\r\n".encode(),
+        content_type="text/csv",
+    )
+    assert response.status_code == 202, response.get_json()
+    assert [job["args"] for job in queued(api, "imports")] == [[[{"sku": "\ufeffA1", "price": "1"}]]]
+
+
 def test_post_ndjson_body(api: Api) -> None:
     lines = "\n".join(json.dumps(row) for row in ROWS[:3]) + "\n\n"
     response = api.post("/api/tasks?job=import_products", data=lines, content_type="application/x-ndjson")
