@@ -1,5 +1,5 @@
-"""How a worker process paces its claims (asynctask.brokers.pacing): while jobs are scarce, few
-claims under way, each asking for a batch when jobs run shorter than a claim's round trip."""
+"""How a worker process paces its claims (asynctask.brokers.pacing): few claims under way, each
+asking for a batch when jobs run shorter than a claim's round trip."""
 
 from __future__ import annotations
 
@@ -10,46 +10,40 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from asynctask.brokers.base import Fetcher, UnitOfWork
-from asynctask.brokers.pacing import PREFETCH_LIMIT, SCARCE_CLAIMS, ClaimPacing
+from asynctask.brokers.pacing import CLAIMS_UNDER_WAY, PREFETCH_LIMIT, ClaimPacing
 from asynctask.settings import QueueSpec
 
 
-def test_while_jobs_are_plentiful_a_claim_asks_for_the_waiting_threads() -> None:
+def test_before_any_job_ran_a_claim_asks_for_the_waiting_threads() -> None:
     pacing = ClaimPacing()
     assert (pacing.wanted(3, 10, True), pacing.must_wait()) == (3, False)
-    pacing.ran(0.0001)
-    pacing.claimed(3, 3, 0.002)
-    pacing.claiming = SCARCE_CLAIMS
-    assert (pacing.scarce, pacing.wanted(3, 10, True), pacing.must_wait()) == (False, 3, False)
 
 
-def test_while_jobs_are_scarce_short_jobs_are_claimed_in_batches_by_few_claims() -> None:
+def test_short_jobs_are_claimed_in_batches_by_few_claims() -> None:
     pacing = ClaimPacing()
     pacing.ran(0.0001)
-    pacing.claimed(3, 1, 0.002)
-    assert pacing.scarce
+    pacing.claimed(3, 0.002)
     assert pacing.wanted(3, 10, True) == 10 * PREFETCH_LIMIT
-    pacing.claiming = SCARCE_CLAIMS - 1
+    pacing.claiming = CLAIMS_UNDER_WAY - 1
     assert not pacing.must_wait()
-    pacing.claiming = SCARCE_CLAIMS
+    pacing.claiming = CLAIMS_UNDER_WAY
     assert pacing.must_wait()
-    # A claim that found all it asked for: jobs are plentiful again.
-    pacing.claimed(60, 60, 0.002)
-    assert (pacing.scarce, pacing.must_wait(), pacing.wanted(3, 10, True)) == (False, False, 3)
+    # A claim that found all it asked for: the next one batches all the same.
+    pacing.claimed(60, 0.002)
+    assert pacing.wanted(3, 10, True) == 10 * PREFETCH_LIMIT
 
 
 def test_a_batch_is_what_the_threads_run_in_a_round_trip() -> None:
     pacing = ClaimPacing()
     pacing.ran(0.001)
-    pacing.claimed(3, 1, 0.002)
+    pacing.claimed(1, 0.002)
     assert pacing.wanted(3, 10, True) == 20
 
 
 def test_jobs_longer_than_a_round_trip_are_claimed_one_per_waiting_thread() -> None:
     pacing = ClaimPacing()
     pacing.ran(0.05)
-    pacing.claimed(3, 1, 0.002)
-    assert pacing.scarce
+    pacing.claimed(1, 0.002)
     assert pacing.wanted(3, 10, True) == 3
 
 
@@ -58,14 +52,13 @@ def test_idle_threads_after_a_claim_that_found_nothing_ask_for_themselves_only()
     another process's idle threads could start it."""
     pacing = ClaimPacing()
     pacing.ran(0.0001)
-    pacing.claimed(3, 0, 0.002)
-    assert pacing.scarce
+    pacing.claimed(0, 0.002)
     assert pacing.wanted(2, 2, False) == 2
     # A claim carrying finished jobs: they flow through this process (a feed's slots all out
     # until these ends free them), so it batches.
     assert pacing.wanted(2, 2, True) == 2 * PREFETCH_LIMIT
     # The last claim found some, fewer than wanted: a batch with or without acknowledgements.
-    pacing.claimed(2, 1, 0.002)
+    pacing.claimed(1, 0.002)
     assert pacing.wanted(2, 2, False) == 2 * PREFETCH_LIMIT
 
 
@@ -80,25 +73,27 @@ def test_the_averages_follow_the_measurements() -> None:
 
 class SlotFetcher(Fetcher):
     """Claims from an endless supply, at most as many jobs as the claim acknowledges (and one
-    more): a fed task whose slots are all out, each end freeing one. Records each claim."""
+    more): a fed task whose slots are all out, each end freeing one; ``plentiful``: as many as
+    the claim wants. Records each claim."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, plentiful: bool = False) -> None:
         super().__init__("pacing-test", [QueueSpec("default")], None)
         self.seconds = seconds
+        self.plentiful = plentiful
         self.ids = itertools.count()
         self.record_lock = threading.Lock()
         self.under_way = 0
-        #: (claims under way with this one, whether jobs were scarce, jobs wanted) per claim.
-        self.claims: list[tuple[int, bool, int]] = []
+        #: (claims under way with this one, jobs wanted) per claim.
+        self.claims: list[tuple[int, int]] = []
 
     def claim(self, wanted: int, acks: list[UnitOfWork], transitions: list[str]) -> list[UnitOfWork]:
         with self.record_lock:
             self.under_way += 1
-            self.claims.append((self.under_way, self._pacing.scarce, wanted))
+            self.claims.append((self.under_way, wanted))
         time.sleep(self.seconds)
         with self.record_lock:
             self.under_way -= 1
-            found = min(wanted, len(acks) + 1)
+            found = wanted if self.plentiful else min(wanted, len(acks) + 1)
             return [UnitOfWork("default", b"{}", str(next(self.ids))) for _ in range(found)]
 
     def wait(self, block_on: int) -> UnitOfWork | None:
@@ -138,15 +133,23 @@ def run_threads(fetcher: SlotFetcher, threads: int, jobs: int, job_seconds: floa
 def test_scarce_short_jobs_go_through_few_claims_of_a_batch_each() -> None:
     fetcher = SlotFetcher(seconds=0.003)
     assert run_threads(fetcher, threads=8, jobs=100, job_seconds=0) == 800
-    scarce = [(under_way, wanted) for under_way, was_scarce, wanted in fetcher.claims if was_scarce]
-    assert scarce
-    assert max(under_way for under_way, _ in scarce) <= SCARCE_CLAIMS
-    assert max(wanted for _, wanted in scarce) == 8 * PREFETCH_LIMIT
+    assert max(under_way for under_way, _ in fetcher.claims) <= CLAIMS_UNDER_WAY
+    assert max(wanted for _, wanted in fetcher.claims) == 8 * PREFETCH_LIMIT
     # Each claim acknowledges the many jobs run meanwhile, and so brings many.
     assert len(fetcher.claims) < 800 / 4
+
+
+def test_plentiful_short_jobs_go_through_few_claims_of_a_batch_each() -> None:
+    """Not a claim per waiting thread: one process's threads took a batch only while jobs were
+    scarce, and spent a round trip per few jobs while they were plentiful."""
+    fetcher = SlotFetcher(seconds=0.003, plentiful=True)
+    assert run_threads(fetcher, threads=8, jobs=100, job_seconds=0.0001) >= 800
+    assert max(under_way for under_way, _ in fetcher.claims) <= CLAIMS_UNDER_WAY
+    assert max(wanted for _, wanted in fetcher.claims) > 8
+    assert len(fetcher.claims) < 800 / 8
 
 
 def test_scarce_long_jobs_are_claimed_one_per_waiting_thread() -> None:
     fetcher = SlotFetcher(seconds=0.001)
     run_threads(fetcher, threads=4, jobs=15, job_seconds=0.01)
-    assert max(wanted for _, _, wanted in fetcher.claims) <= 4
+    assert max(wanted for _, wanted in fetcher.claims) <= 4

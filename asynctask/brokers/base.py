@@ -26,7 +26,7 @@ from asynctask import payload
 from asynctask.brokers.checkpoints import Checkpoints
 from asynctask.brokers.clock import BrokerClock
 from asynctask.brokers.feeds import Feeds
-from asynctask.brokers.pacing import SCARCE_WAIT, ClaimPacing
+from asynctask.brokers.pacing import CLAIM_WAIT, ClaimPacing
 from asynctask.brokers.periodic import PeriodicStore
 from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.payload import JobDict
@@ -148,8 +148,8 @@ class Fetcher(ABC):
     """A worker process's claims on jobs, shared by its processor threads.
 
     One round trip acknowledges every job finished since the last one, writes the pending
-    tracking transitions and claims as many jobs as threads are waiting for, into a buffer the
-    threads take from; while jobs are scarce, fewer round trips of more jobs (``pacing``). A
+    tracking transitions and claims jobs for the threads waiting (a batch of them when jobs are
+    short, ``pacing``) into a buffer the threads take from. A
     claimed job stays claimed by this process (never lost) until it is acknowledged, moved to
     the retry or dead set, or given back.
 
@@ -241,7 +241,7 @@ class Fetcher(ABC):
                 self._acks.append(ack)
             self._waiting += 1
             while not self._buffer and self._pacing.must_wait():
-                self._ready.wait(SCARCE_WAIT)
+                self._ready.wait(CLAIM_WAIT)
             if self._buffer:
                 self._waiting -= 1
                 return self._hand(thread, self._buffer.popleft())
@@ -258,8 +258,8 @@ class Fetcher(ABC):
             finally:
                 with self._lock:
                     self._pacing.claiming -= 1
-                    self._pacing.claimed(wanted, len(units), time.monotonic() - started)
-                    # A thread waiting for this claim may claim now, if jobs are still scarce.
+                    self._pacing.claimed(len(units), time.monotonic() - started)
+                    # A thread waiting for this claim may claim now, if it brought too few.
                     self._ready.notify()
             found = units[0] if units else self.wait(block_on)
             with self._lock:
