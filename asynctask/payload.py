@@ -43,6 +43,11 @@ MAX_CLIENT_JID = 64
 MAX_CLASS = 255
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# The same encoder's C half, built once: ``JSONEncoder.encode`` builds it again for every call,
+# which costs a third of encoding a job. No circular-reference markers (see below).
+_encode_c = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+)
 #: A digit followed by an exponent, as Python prints 1e+20; only then is the slow encoder needed.
 _BARE_EXPONENT = re.compile(r"[0-9]e[+-]")
 
@@ -64,7 +69,7 @@ def now() -> float:
 
 def dumps(job: Mapping[str, Any]) -> str:
     """Compact JSON with raw UTF-8, as Ruby's ``JSON.generate`` writes it."""
-    encoded = _encoder.encode(job)
+    encoded: str = "".join(_encode_c(job, 0))
     # Two substring scans cost less than one search of the pattern, and nearly always settle it.
     if ("e+" not in encoded and "e-" not in encoded) or _BARE_EXPONENT.search(encoded) is None:
         return encoded
