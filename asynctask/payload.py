@@ -14,7 +14,6 @@ import math
 import os
 import re
 import reprlib
-import secrets
 import time
 import zlib
 from collections.abc import Mapping
@@ -54,7 +53,7 @@ _BARE_EXPONENT = re.compile(r"[0-9]e[+-]")
 
 def new_jid() -> str:
     """24 lowercase hex characters, like Ruby's ``SecureRandom.hex(12)``."""
-    return secrets.token_hex(12)
+    return os.urandom(12).hex()
 
 
 def new_jids(count: int) -> list[str]:

@@ -83,14 +83,18 @@ print("ok")
 
 
 #: What the worker's supervisor loads: the command line, the settings, the supervisor; never the
-#: Redis client, the job context or the installed packages' metadata, which its child loads.
+#: Redis client, the job context or the installed packages' metadata, which its child loads, nor
+#: the cron and time zone code that only a schedule needs.
 SUPERVISOR = """
 import sys
 
 import asynctask.cli
 from asynctask.worker import supervisor
 
-heavy = ("redis", "importlib.metadata", "asynctask.context", "asynctask.tracking.views", "asynctask.client")
+heavy = (
+    "redis", "importlib.metadata", "asynctask.context", "asynctask.tracking.views", "asynctask.client",
+    "cronsim", "zoneinfo", "secrets",
+)
 print(",".join(m for m in heavy if m in sys.modules))
 """
 
