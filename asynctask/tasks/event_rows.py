@@ -66,6 +66,7 @@ class _InsertedRows:
         self.fixed = (task_id, name, EventStatus.ENQUEUE.value)
         stamp = apply_sqlite.to_text(at)
         self.stamps = (stamp, stamp)
+        # Without flow keys the column is left out: its NULL costs nothing per row, a JSON null does.
         columns = EVENT_COLUMNS if flowing else tuple(column for column in EVENT_COLUMNS if column != "flow")
         values = ", ".join("0" if column in ("attempt", "seq", "progress_seq") else "?" for column in columns)
         self.statement = f"INSERT INTO {Event.__tablename__} ({', '.join(columns)}) VALUES ({values})"
@@ -101,7 +102,7 @@ class _CopiedRows:
         self.flowing = flowing
         self.open_copy = open_copy
         # Ids, status, numbers and the timestamp never need escaping; the name and params may.
-        self.head = f"\t{task_id}\t{copy_text(name)}\t{EventStatus.ENQUEUE.value}\t"
+        self.head = f"\t{task_id}\t{_copy_text(name)}\t{EventStatus.ENQUEUE.value}\t"
         stamp = at.isoformat()
         self.tail = f"\t0\t0\t0\t{stamp}\t{stamp}\n"
         self.statement = f"COPY {Event.__tablename__} ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
@@ -114,7 +115,7 @@ class _CopiedRows:
             "".join(
                 item["jid"]
                 + head
-                + copy_text(json.dumps(item["args"], ensure_ascii=False))
+                + _copy_text(json.dumps(item["args"], ensure_ascii=False))
                 + (_copied_flow(item) if flowing else "\t\\N")
                 + tail
                 for item in jobs
@@ -147,7 +148,7 @@ def write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: s
         stamp = at.isoformat()
         with cursor.copy(f"COPY {EventMessage.__tablename__} ({columns}) FROM STDIN") as copy:
             head = f"\t0\t{stamp}\t{status}\t"
-            copy.write("".join(f"{id_}{head}{copy_text(texts[jid])}\n" for jid, id_ in ids))
+            copy.write("".join(f"{id_}{head}{_copy_text(texts[jid])}\n" for jid, id_ in ids))
         return
     stored_at = apply_sqlite.to_text(at)
     connection.exec_driver_sql(
@@ -161,24 +162,24 @@ def shown_key(key: str, prefix: str) -> str:
     return key[len(prefix) :] if key.startswith(prefix) else key
 
 
-def flow_of(item: payload.JobDict) -> dict[str, Any] | None:
+def _flow_of(item: payload.JobDict) -> dict[str, Any] | None:
     """The job's flow-control payload keys, or None (most jobs: one lookup per key)."""
     flow = {name: item[name] for name in FLOW_FIELDS if name in item}
     return flow or None
 
 
 def _flow_json(item: payload.JobDict) -> str | None:
-    flow = flow_of(item)
+    flow = _flow_of(item)
     return None if flow is None else json.dumps(flow)
 
 
 def _copied_flow(item: payload.JobDict) -> str:
     """The ``flow`` field of a COPY row, with its leading tab: ``\\N`` (NULL) or the JSON."""
-    flow = flow_of(item)
-    return "\t\\N" if flow is None else "\t" + copy_text(json.dumps(flow, ensure_ascii=False))
+    flow = _flow_of(item)
+    return "\t\\N" if flow is None else "\t" + _copy_text(json.dumps(flow, ensure_ascii=False))
 
 
-def copy_text(value: str) -> str:
+def _copy_text(value: str) -> str:
     """Escape a value for COPY's text format (backslash, and the tab/newline separators)."""
     if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
         return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
