@@ -42,11 +42,19 @@ MAX_CLIENT_JID = 64
 MAX_CLASS = 255
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-# The same encoder's C half, built once: ``JSONEncoder.encode`` builds it again for every call,
-# which costs a third of encoding a job. No circular-reference markers (see below).
-_encode_c = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-    None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-)
+
+
+def compact_encoder(*, allow_nan: bool) -> Any:
+    """The C half of ``JSONEncoder(separators=(",", ":"), ensure_ascii=False)``, built once by
+    the caller: ``JSONEncoder.encode`` builds it again for every call, a third of the cost of
+    encoding a job. ``encoder(value, 0)`` gives the JSON in pieces to join. No
+    circular-reference markers: payloads and transitions are JSON trees."""
+    return json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, allow_nan
+    )
+
+
+_encode_c = compact_encoder(allow_nan=False)
 #: A digit followed by an exponent, as Python prints 1e+20; only then is the slow encoder needed.
 _BARE_EXPONENT = re.compile(r"[0-9]e[+-]")
 
@@ -411,52 +419,38 @@ def check_args(args: Any) -> list[Any]:
     """
     if not isinstance(args, list):
         raise TypeError(f"job args must be a list, got {type(args).__name__}")
-    if not _native(args):
-        _check_value(args, "args")
+    foreign = _foreign(args)
+    if foreign is not None:
+        steps, what = foreign
+        raise TypeError(f"args{''.join(reversed(steps))} {what}")
     return args
 
 
-def _native(value: Any) -> bool:
-    """Whether ``value`` is JSON-native: ``_check_value`` without building a path per value."""
+def _foreign(value: Any) -> tuple[list[str], str] | None:
+    """None if ``value`` is JSON-native; else where its first other value is (index and key
+    steps, innermost first: built only on the way back from it) and what is wrong with it."""
     if value is None or isinstance(value, str | bool | int):
-        return True
+        return None
     if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        for item in value:
-            if not _native(item):
-                return False
-        return True
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str) or not _native(item):
-                return False
-        return True
-    return False
-
-
-def _check_value(value: Any, path: str) -> None:
-    """Raise the TypeError naming the first value of ``value`` that is not JSON-native."""
-    if value is None or isinstance(value, str | bool | int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TypeError(f"{path} is {value!r}, which JSON cannot represent")
-        return
+        return None if math.isfinite(value) else ([], f"is {value!r}, which JSON cannot represent")
     if isinstance(value, list):
         for index, item in enumerate(value):
-            _check_value(item, f"{path}[{index}]")
-        return
+            found = _foreign(item)
+            if found is not None:
+                found[0].append(f"[{index}]")
+                return found
+        return None
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(
-                    f"{path} has a {type(key).__name__} key {key!r}; JSON object keys must be str"
-                )
-            _check_value(item, f"{path}[{key!r}]")
-        return
-    raise TypeError(
-        f"{path} is a {type(value).__name__}, which is not JSON-native "
+                return [], f"has a {type(key).__name__} key {key!r}; JSON object keys must be str"
+            found = _foreign(item)
+            if found is not None:
+                found[0].append(f"[{key!r}]")
+                return found
+        return None
+    return [], (
+        f"is a {type(value).__name__}, which is not JSON-native "
         "(use str, int, float, bool, None, list or dict with str keys)"
     )
 

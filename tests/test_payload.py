@@ -45,6 +45,7 @@ def test_epoch_floats_print_as_ruby_prints_them() -> None:
         ([{1: "a"}], "int key 1"),
         ([float("nan")], "nan"),
         ([{"a": [b"x"]}], r"args\[0\]\['a'\]\[0\] is a bytes"),
+        ([0, {"b": [b"x"]}], r"args\[1\]\['b'\]\[0\] is a bytes"),
         ([{1, 2}], "is a set"),
         ([object()], "is a object"),
     ],

@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from asynctask import storable
+from asynctask import payload, storable
 from asynctask.storable import DEFAULT_TEXT_LIMIT
 from asynctask.tracking.status import EventStatus
 
@@ -36,12 +36,7 @@ NAME_LIMIT = 200
 _UNSTORABLE_JSON = re.compile(r"\\u0000|[\ud800-\udfff]")
 #: A string JSON spells as it is, between quotes: job ids, and texts such as "started".
 _VERBATIM = re.compile(r"[\w .:-]*\Z", re.ASCII)
-#: Compact JSON with raw UTF-8: ``JSONEncoder(ensure_ascii=False, separators=(",", ":"))``'s
-#: C half, built once rather than at every call, without circular-reference markers (fields
-#: are JSON trees).
-_encode_c = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-    None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",", False, False, True
-)
+_encode_c = payload.compact_encoder(allow_nan=True)
 
 
 # Not frozen: a frozen dataclass is built four times slower, and two are built for every
