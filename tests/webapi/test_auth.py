@@ -7,16 +7,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, insert
 
 from asynctask import Client, Registry, Settings, Tracking, job
 from asynctask.db.engine import writer
+from asynctask.db.migrate import upgrade
 from asynctask.tokens import create_token, hash_token, revoke_token
 from asynctask.tracking.models import ApiToken
 from tests.conftest import wait_until
-from tests.webapi.conftest import Api
+from tests.webapi.conftest import Api, close_watchers
 from webapi import create_app
 from webapi.embed import SPARE_CONNECTIONS
 
@@ -128,4 +130,26 @@ def test_a_request_that_finds_every_connection_taken_gets_503_with_retry_after_a
             connection.close()
     response = app.test_client().get("/api/tasks", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200
+    pool.dispose()
+
+
+def test_a_sql_broker_draws_from_the_apis_own_pool(tmp_path: Path) -> None:
+    """One pool per process, sized to its threads: a SQL broker built by the API reads through
+    it, so a process never asks the database for a second pool's worth of connections."""
+    url = f"sqlite:///{tmp_path / 'api.db'}"
+    upgrade(url)
+    settings = Settings(broker_url=url, database_url=url)
+    app = create_app({"settings": settings, "auth": False, "threads": 1, "pool_timeout": 0.2})
+    pool = app.extensions["asynctask"].engine
+    held = [pool.connect() for _ in range(1 + SPARE_CONNECTIONS)]
+    try:
+        response = app.test_client().get("/api/queues")
+        assert response.status_code == 503
+        assert response.get_json()["error"]["code"] == "database_busy"
+    finally:
+        for connection in held:
+            connection.close()
+    assert app.test_client().get("/api/queues").status_code == 200
+    close_watchers([app])
+    app.extensions["asynctask"].client.close()
     pool.dispose()
