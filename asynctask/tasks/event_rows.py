@@ -8,7 +8,6 @@ process builds the next. SQLite: one executemany of plain tuples per batch.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
@@ -21,6 +20,11 @@ from asynctask.flow.options import FIELDS as FLOW_FIELDS
 from asynctask.tracking import apply_sqlite
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.status import EventStatus
+
+#: ``json.dumps``'s spelling, with the encoder built once (``json.dumps`` builds it per call):
+#: SQLAlchemy's JSON type writes SQLite's columns so, and PostgreSQL's are given raw UTF-8.
+_as_sqlalchemy_json = payload.c_encoder(allow_nan=True, compact=False, ensure_ascii=True)
+_as_json_text = payload.c_encoder(allow_nan=True, compact=False)
 
 EVENT_COLUMNS = (
     "job_id",
@@ -74,14 +78,12 @@ class _InsertedRows:
     def write(self, jobs: list[payload.JobDict]) -> None:
         # Plain tuples through the driver: SQLAlchemy's per-row parameter processing would cost
         # as much as the rows themselves. The JSON is spelled as SQLAlchemy's JSON type does it.
-        fixed, stamps = self.fixed, self.stamps
+        fixed, stamps, spelled = self.fixed, self.stamps, _as_sqlalchemy_json
         rows: list[tuple[Any, ...]]
         if self.flowing:
-            rows = [
-                (item["jid"], *fixed, json.dumps(item["args"]), _flow_json(item), *stamps) for item in jobs
-            ]
+            rows = [(item["jid"], *fixed, spelled(item["args"]), _flow_json(item), *stamps) for item in jobs]
         else:
-            rows = [(item["jid"], *fixed, json.dumps(item["args"]), *stamps) for item in jobs]
+            rows = [(item["jid"], *fixed, spelled(item["args"]), *stamps) for item in jobs]
         self.connection.exec_driver_sql(self.statement, rows)
 
     def settle(self) -> None:
@@ -110,12 +112,12 @@ class _CopiedRows:
     def write(self, jobs: list[payload.JobDict]) -> None:
         self.settle()
         copy = self.open_copy.enter_context(self.cursor.copy(self.statement))
-        head, tail, flowing = self.head, self.tail, self.flowing
+        head, tail, flowing, spelled = self.head, self.tail, self.flowing, _as_json_text
         copy.write(
             "".join(
                 item["jid"]
                 + head
-                + _copy_text(json.dumps(item["args"], ensure_ascii=False))
+                + _copy_text(spelled(item["args"]))
                 + (_copied_flow(item) if flowing else "\t\\N")
                 + tail
                 for item in jobs
@@ -170,13 +172,13 @@ def _flow_of(item: payload.JobDict) -> dict[str, Any] | None:
 
 def _flow_json(item: payload.JobDict) -> str | None:
     flow = _flow_of(item)
-    return None if flow is None else json.dumps(flow)
+    return None if flow is None else _as_sqlalchemy_json(flow)
 
 
 def _copied_flow(item: payload.JobDict) -> str:
     """The ``flow`` field of a COPY row, with its leading tab: ``\\N`` (NULL) or the JSON."""
     flow = _flow_of(item)
-    return "\t\\N" if flow is None else "\t" + _copy_text(json.dumps(flow, ensure_ascii=False))
+    return "\t\\N" if flow is None else "\t" + _copy_text(_as_json_text(flow))
 
 
 def _copy_text(value: str) -> str:

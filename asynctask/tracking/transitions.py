@@ -36,7 +36,7 @@ NAME_LIMIT = 200
 _UNSTORABLE_JSON = re.compile(r"\\u0000|[\ud800-\udfff]")
 #: A string JSON spells as it is, between quotes: job ids, and texts such as "started".
 _VERBATIM = re.compile(r"[\w .:-]*\Z", re.ASCII)
-_encode_c = payload.compact_encoder(allow_nan=True)
+_encode = payload.c_encoder(allow_nan=True)
 
 
 # Not frozen: a frozen dataclass is built four times slower, and two are built for every
@@ -118,7 +118,7 @@ class Transition:
             fields += (self.task, self.name, self.params)
             while fields[-1] is None:
                 fields.pop()
-        encoded: str = "".join(_encode_c(fields, 0))
+        encoded = _encode(fields)
         return encoded
 
 
