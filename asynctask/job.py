@@ -9,6 +9,7 @@ sees them and middleware can read them (``job.get("track")``).
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -100,6 +101,23 @@ def _refuse_async(name: str, func: Callable[..., Any]) -> None:
             )
 
 
+def _positional_counts(signature: inspect.Signature) -> tuple[int, float] | None:
+    """The fewest and most positional arguments ``signature.bind(*args)`` takes, when their
+    count alone decides it (no keyword-only parameter without a default): every push and every
+    run checks a job's arguments, and binding costs microseconds where comparing costs none."""
+    least, most = 0, 0.0
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            most += 1
+            if parameter.default is parameter.empty:
+                least += 1
+        elif parameter.kind == parameter.VAR_POSITIONAL:
+            most = math.inf
+        elif parameter.kind == parameter.KEYWORD_ONLY and parameter.default is parameter.empty:
+            return None
+    return least, most
+
+
 class JobDefinition(Generic[P]):
     """A registered job. Calling it runs the function inline; ``perform_*`` enqueue it.
 
@@ -130,6 +148,7 @@ class JobDefinition(Generic[P]):
         #: that continues an earlier one is called with ``cursor=`` the last (see
         #: ``worker.resumable``); the first run gets ``cursor=None``.
         self.resumable = inspect.isgeneratorfunction(func)
+        self._counts = None if self.resumable else _positional_counts(self.signature)
         if self.resumable:
             cursor = self.signature.parameters.get("cursor")
             if cursor is None or cursor.kind not in (cursor.POSITIONAL_OR_KEYWORD, cursor.KEYWORD_ONLY):
@@ -155,6 +174,9 @@ class JobDefinition(Generic[P]):
 
     def check_args(self, args: Sequence[Any]) -> None:
         """Raise JobArgumentsError if the function cannot be called with ``args``."""
+        counts = self._counts
+        if counts is not None and counts[0] <= len(args) <= counts[1]:
+            return
         try:
             self._bind(args)
         except TypeError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -52,3 +53,29 @@ def test_a_plain_function_and_a_generator_are_jobs() -> None:
 
     assert not asynctask.job(name="plain", registry=registry)(plain).resumable
     assert asynctask.job(name="resumable", registry=registry)(resumable).resumable
+
+
+def no_args() -> None: ...
+def two(a: int, b: int) -> None: ...
+def one_optional(a: int, b: int = 0) -> None: ...
+def rest(a: int, *more: int) -> None: ...
+def positional_only(a: int, /, b: int = 0) -> None: ...
+def keywords(a: int, *, flag: bool = False, **extra: Any) -> None: ...
+def keyword_required(a: int, *, flag: bool) -> None: ...
+
+
+@pytest.mark.parametrize(
+    "func", [no_args, two, one_optional, rest, positional_only, keywords, keyword_required]
+)
+def test_arguments_are_accepted_exactly_when_the_function_could_take_them(func: Callable[..., Any]) -> None:
+    definition = asynctask.job(name=func.__name__, registry=Registry())(func)
+    signature = inspect.signature(func)
+    for count in range(5):
+        args = list(range(count))
+        try:
+            signature.bind(*args)
+        except TypeError:
+            with pytest.raises(asynctask.JobArgumentsError, match=f"cannot take {count} argument"):
+                definition.check_args(args)
+        else:
+            definition.check_args(args)
