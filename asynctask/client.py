@@ -119,16 +119,20 @@ class Client:
         for start in range(0, len(all_args), batch_size):
             entries: list[tuple[payload.JobDict, float | None]] = []
             positions: list[int] = []
-            transitions: list[str] = []
-            for index in range(start, min(start + batch_size, len(all_args))):
-                job = {**normalized.job, "args": all_args[index], "jid": payload.new_jid()}
-                when = _run_at(at[index] if isinstance(at, list) else at)
-                passed = through(normalized, job, self.middleware)
-                jids.append(None)
-                if passed is not None:
-                    positions.append(len(jids) - 1)
-                    entries.append((passed[0], when))
-                    transitions += passed[1]
+            end = min(start + batch_size, len(all_args))
+            # One collection for the batch: what a dropped job recorded is cut back out.
+            with outbox.collect() as transitions:
+                for index, jid in zip(range(start, end), payload.new_jids(end - start), strict=True):
+                    job = {**normalized.job, "args": all_args[index], "jid": jid}
+                    when = _run_at(at[index] if isinstance(at, list) else at)
+                    recorded = len(transitions)
+                    pushed = _invoke(normalized, job, self.middleware)
+                    jids.append(None)
+                    if pushed is None:
+                        del transitions[recorded:]
+                    else:
+                        positions.append(len(jids) - 1)
+                        entries.append((pushed, when))
             if entries:
                 stored = self.broker.push(entries, transitions=transitions)
                 for position, jid in zip(positions, stored, strict=True):
@@ -167,11 +171,18 @@ def through(
     """``job`` (the template's job, or a copy of it) with its flow keys resolved, through the
     client ``middleware``; with the tracking transitions the middleware collected. None if a
     middleware dropped it."""
+    with outbox.collect() as transitions:
+        pushed = _invoke(template, job, middleware)
+    return None if pushed is None else (pushed, tuple(transitions))
+
+
+def _invoke(
+    template: Template, job: payload.JobDict, middleware: Chain[payload.JobDict]
+) -> payload.JobDict | None:
+    """``through`` inside a collection of transitions already open."""
     if template.flow.active:
         job.update(template.flow.payload_fields(job["class"], job["args"], template.signature))
-    with outbox.collect() as transitions:
-        pushed = middleware.invoke(job, job["queue"], final=_returning(job))
-    return None if pushed is None else (pushed, tuple(transitions))
+    return middleware.invoke(job, job["queue"], final=_returning(job))
 
 
 def _signature(job: payload.JobDict, registry: Registry, given: Signature | None) -> Signature | None:

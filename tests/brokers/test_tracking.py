@@ -108,6 +108,29 @@ def test_a_tracked_unique_job_pushed_twice_has_one_event(
     wait_until(lambda: statuses() == ["finish"], 10)
 
 
+def test_a_bulk_job_an_outer_middleware_drops_leaves_no_event(
+    make_client: MakeClient, registry: Registry, engine: Engine, start_worker: Callable[..., Worker]
+) -> None:
+    @job(registry=registry, track=True)
+    def sync(account: int) -> None: ...
+
+    def drop_odd_after(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        # Around the tracking middleware: it recorded the job's event before this drops it.
+        pushed = call_next()
+        return None if job["args"][0] % 2 else pushed
+
+    client = make_client(middleware=Chain([drop_odd_after, TrackingClientMiddleware()]))
+    assert len(sync.set(client=client).perform_bulk([[n] for n in range(6)], batch_size=4)) == 3
+    start_tracked(start_worker)
+
+    def params() -> list[Any]:
+        with engine.connect() as connection:
+            rows = connection.execute(select(Event.params, Event.status).where(Event.job_name == "sync"))
+            return sorted((p[0], status) for p, status in rows)
+
+    wait_until(lambda: params() == [(0, "finish"), (2, "finish"), (4, "finish")], 10)
+
+
 def test_an_error_that_a_middleware_swallows_is_still_recorded(
     tracking: Tracking, registry: Registry, start_worker: Callable[..., Worker]
 ) -> None:
