@@ -3,11 +3,10 @@
 __version__ = "0.1.0"
 
 import importlib
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-# ``job`` and ``periodic`` are bound at import: each shares its name with a submodule, which,
-# once imported by anyone, would take that name in this package before a lazy lookup could.
-# Their modules bring the errors and the registry along.
 from asynctask.errors import (
     AsyncTaskError,
     InvalidName,
@@ -26,14 +25,14 @@ from asynctask.errors import (
     TaskNotFound,
     TaskStateError,
 )
-from asynctask.job import JobDefinition, JobOptions, job
-from asynctask.periodic import Schedule, Schedules, default_schedules, periodic
 from asynctask.registry import Registry, default_registry
 
 # The rest is imported on first use: the client brings the Redis client library, tracking
-# SQLAlchemy, and a process that needs neither (the worker's supervisor, the CLI's help) starts
-# sooner and stays smaller without them.
+# SQLAlchemy, job definitions their checks, and a process that needs none of them (the worker's
+# supervisor, the CLI's help) starts sooner and stays smaller without them.
 _LAZY = {
+    **{name: "asynctask.job" for name in ("JobDefinition", "JobOptions")},
+    **{name: "asynctask.periodic.schedule" for name in ("Schedule", "Schedules", "default_schedules")},
     **{name: "asynctask.context" for name in ("JobContext", "current_job")},
     **{name: "asynctask.items" for name in ("ItemsRun", "each")},
     **{name: "asynctask.middleware" for name in ("Chain", "client_chain", "server_chain")},
@@ -73,11 +72,47 @@ _LAZY = {
     },
 }
 
+#: The decorators named like a submodule of this package (``asynctask.job``, ``asynctask.periodic``).
+_DECORATORS = {"job": "asynctask.job", "periodic": "asynctask.periodic.schedule"}
+
+
+class _Package(ModuleType):
+    """This package, whose ``job`` and ``periodic`` stay the decorators, loaded on first use.
+
+    Importing a submodule sets the package's attribute of its name to the submodule; these
+    properties take that assignment and drop it (the submodule stays in ``sys.modules``, where
+    every ``from asynctask.job import ...`` finds it)."""
+
+    @property
+    def job(self) -> Any:
+        return _decorator("job")
+
+    @job.setter
+    def job(self, _submodule: ModuleType) -> None:
+        pass
+
+    @property
+    def periodic(self) -> Any:
+        return _decorator("periodic")
+
+    @periodic.setter
+    def periodic(self, _submodule: ModuleType) -> None:
+        pass
+
+
+def _decorator(name: str) -> Any:
+    return getattr(importlib.import_module(_DECORATORS[name]), name)
+
+
+sys.modules[__name__].__class__ = _Package
+
 if TYPE_CHECKING:
     from asynctask.client import Client, configure, default_client
     from asynctask.context import JobContext, current_job
     from asynctask.items import ItemsRun, each
+    from asynctask.job import JobDefinition, JobOptions, job
     from asynctask.middleware import Chain, client_chain, server_chain
+    from asynctask.periodic.schedule import Schedule, Schedules, default_schedules, periodic
     from asynctask.settings import QueueSpec, Settings
     from asynctask.tasks.service import (
         Tracking,
@@ -117,7 +152,7 @@ else:
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+        return sorted({*globals(), *_LAZY, *_DECORATORS})
 
 
 __all__ = [

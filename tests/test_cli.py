@@ -534,8 +534,8 @@ def test_the_api_says_where_it_listens_and_warns_without_jobs(
 def test_the_api_warns_when_its_pools_may_hold_more_postgresql_connections_than_are_left(
     background: Callable[..., Process],
 ) -> None:
-    """Tracking and the broker in one PostgreSQL database: the pools of 200 threads (204
-    connections for tracking, 210 for the broker) cannot fit in the test server's 100."""
+    """Tracking and the broker in one PostgreSQL database, sharing one pool: 200 threads (204
+    connections) cannot fit in the test server's 100."""
     with fresh_postgres_schema() as database:
         migrate.upgrade(database)
         with socket.socket() as probe:
@@ -548,7 +548,7 @@ def test_the_api_warns_when_its_pools_may_hold_more_postgresql_connections_than_
         assert api.stop() == 0
     [warning] = warned
     assert warning["level"] == "warning"
-    assert warning["msg"].startswith("the API may hold 414 connections to PostgreSQL at ")
+    assert warning["msg"].startswith("the API may hold 204 connections to PostgreSQL at ")
     assert "(1 worker(s) x 200 threads), but the server has " in warning["msg"]
 
 

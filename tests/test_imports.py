@@ -82,20 +82,29 @@ print("ok")
 """
 
 
-#: What the worker's supervisor loads: the command line, the settings, the supervisor; never the
-#: Redis client, the job context or the installed packages' metadata, which its child loads, nor
-#: the cron and time zone code that only a schedule needs.
+#: What the worker's supervisor loads before it starts its child, through the command line's own
+#: entry: the supervisor alone; never the command line's parser nor the settings, which the child
+#: reads first, nor the job definitions, the Redis client, the job context or the installed
+#: packages' metadata, which the child loads, nor the cron and time zone code of schedules.
 SUPERVISOR = """
 import sys
 
-import asynctask.cli
 from asynctask.worker import supervisor
 
 heavy = (
+    "argparse", "asynctask.cli.parser", "asynctask.settings", "asynctask.job", "asynctask.payload",
     "redis", "importlib.metadata", "asynctask.context", "asynctask.tracking.views", "asynctask.client",
     "cronsim", "zoneinfo", "secrets",
 )
-print(",".join(m for m in heavy if m in sys.modules))
+
+def started(self):
+    print(",".join(m for m in heavy if m in sys.modules))
+    return 0
+
+supervisor.Supervisor.run = started
+from asynctask.cli import main
+
+sys.exit(main(["worker", "-c", "3"]))
 """
 
 #: Every name of the package imported on first use is its module's own.

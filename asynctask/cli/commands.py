@@ -58,7 +58,8 @@ def store_settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def run_worker(args: argparse.Namespace) -> int:
+def worker_settings(args: argparse.Namespace) -> Settings:
+    """A ``worker`` command's settings; logging is set up as they say."""
     queues = tuple(QueueSpec.parse(q) for q in args.queue) or None
     settings = settings_from(
         args,
@@ -73,12 +74,12 @@ def run_worker(args: argparse.Namespace) -> int:
         log_format=args.log_format,
     )
     log.setup(settings.log_level, settings.log_format)
-    from asynctask.worker import supervisor
+    return settings
 
-    if not supervisor.in_worker_child():
-        # The child runs this same command line; what fails there is said there, on the
-        # stderr both share, and its exit status becomes the supervisor's.
-        return supervisor.supervise(args.argv, settings)
+
+def run_worker(args: argparse.Namespace) -> int:
+    """The worker child of ``asynctask worker`` (its supervisor starts it: ``asynctask.cli``)."""
+    settings = worker_settings(args)
     for module in settings.require:
         load_module(module)
     named = bool(args.database_url or os.environ.get("ASYNCTASK_DATABASE_URL"))

@@ -20,6 +20,11 @@ RECYCLE_EXIT = 75
 UNWIND_TIMEOUT = 3.0
 
 
+def in_worker_child() -> bool:
+    """Whether this process is a worker child started by a supervisor."""
+    return IDENTITY_ENV in os.environ
+
+
 def new_identity(pid: int) -> str:
     """A process identity as Sidekiq writes it: ``hostname:pid:random``."""
     hostname = os.environ.get("DYNO") or socket.gethostname()

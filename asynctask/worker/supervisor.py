@@ -19,6 +19,12 @@ runs jobs) and only:
 - otherwise exits with the child's exit code (a remote TERM, sent through the broker to
   the child, ends both).
 
+The parent starts its first child before it reads its command line: the child parses the
+same arguments, loads the settings and says what is wrong with them, and the parent reads them
+only when it needs them (a stop signal's deadline, a dead child's jobs, a line to log). A worker
+thus starts as soon as one interpreter has loaded the runtime, and the parent holds little more
+than an interpreter.
+
 The parent gives each child its identity (holding the parent's pid, the one to signal),
 so that it knows whose jobs to give back. On Linux the child is killed if the parent dies,
 even of SIGKILL (``PR_SET_PDEATHSIG``): nothing is left behind, and the child's jobs are
@@ -36,9 +42,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from asynctask.settings import Settings
 from asynctask.worker.contract import IDENTITY_ENV, RECYCLE_EXIT, UNWIND_TIMEOUT, new_identity
+
+if TYPE_CHECKING:
+    from asynctask.settings import Settings
 
 logger = logging.getLogger("asynctask.supervisor")
 
@@ -53,21 +62,18 @@ STOPPING = (signal.SIGTERM, signal.SIGINT)
 PR_SET_PDEATHSIG = 1
 
 
-def in_worker_child() -> bool:
-    """Whether this process is a worker child started by a supervisor."""
-    return IDENTITY_ENV in os.environ
-
-
-def supervise(argv: Sequence[str], settings: Settings) -> int:
+def supervise(argv: Sequence[str], read_settings: Callable[[], Settings]) -> int:
     """Run ``asynctask <argv>`` (a ``worker`` command) as supervised children until it stops;
-    return the exit code."""
-    return Supervisor([sys.executable, "-m", "asynctask", *argv], settings).run()
+    return the exit code. ``read_settings`` gives the command's settings, with logging set up
+    as they say; it is called once, when first needed."""
+    return Supervisor([sys.executable, "-m", "asynctask", *argv], read_settings).run()
 
 
 class Supervisor:
-    def __init__(self, command: list[str], settings: Settings) -> None:
+    def __init__(self, command: list[str], read_settings: Callable[[], Settings]) -> None:
         self.command = command
-        self.settings = settings
+        self._read_settings = read_settings
+        self._settings: Settings | None = None
         #: When the child gets killed: ``timeout + GRACE`` after the first TERM or INT.
         self.deadline: float | None = None
         #: Whether the supervisor killed the child (at the deadline).
@@ -91,6 +97,14 @@ class Supervisor:
             os.close(self._wakeup)
             os.close(self._wakeup_write)
 
+    @property
+    def settings(self) -> Settings:
+        """The command's settings, read on first use; logging is set up by then, so every line
+        the parent logs reads it first."""
+        if self._settings is None:
+            self._settings = self._read_settings()
+        return self._settings
+
     def _supervise(self) -> int:
         child, identity = self._spawn()
         while True:
@@ -100,13 +114,14 @@ class Supervisor:
                     self._wait(child, identity)
                     continue
                 if code < 0:
+                    settings = self.settings
                     if not self._killed:
                         logger.error(
                             "worker process died of %s",
                             signal.Signals(-code).name,
                             extra={"fields": {"pid": child.pid, "identity": identity}},
                         )
-                    self._give_back(identity)
+                    self._give_back(identity, settings)
                     return 128 - code
                 if code == RECYCLE_EXIT:
                     if self.deadline is not None:
@@ -116,6 +131,7 @@ class Supervisor:
                 return code
             except Exception:
                 # The parent must outlive whatever goes wrong, or the child dies with it.
+                self._settings_for_logging()
                 logger.exception("supervisor error", extra={"fields": {"pid": child.pid}})
                 time.sleep(0.1)
 
@@ -130,10 +146,12 @@ class Supervisor:
         for signum in received:
             if signum not in FORWARDED:
                 continue
-            if signum in STOPPING and self.deadline is None:
-                self.deadline = time.monotonic() + self.settings.timeout + GRACE
             if child.poll() is None:
                 child.send_signal(signum)
+            if signum in STOPPING and self.deadline is None:
+                # Timed from the signal: the settings may be read only now, after forwarding it.
+                stopped_at = time.monotonic()
+                self.deadline = stopped_at + self.settings.timeout + GRACE
         if self.deadline is not None and time.monotonic() >= self.deadline and child.poll() is None:
             logger.warning(
                 "worker process still running %.0f s after the stop signal (a job holding the "
@@ -158,13 +176,20 @@ class Supervisor:
         )
         return child, identity
 
-    def _give_back(self, identity: str) -> None:
+    def _settings_for_logging(self) -> None:
+        try:
+            _ = self.settings
+        except Exception:
+            # Logged as Python logs without a set-up: the line is not lost.
+            logger.exception("could not read the worker's settings")
+
+    def _give_back(self, identity: str, settings: Settings) -> None:
         """The child is dead: push its jobs back and remove its record (its peers would, but
         only once its heartbeat expired)."""
         from asynctask.brokers import open_broker
 
         try:
-            broker = open_broker(self.settings)
+            broker = open_broker(settings)
             try:
                 moved = broker.requeue_process(identity)
             finally:
