@@ -1,15 +1,19 @@
-"""Redis connections: what a new one costs, and when another library's client may carry
-AsyncTask's tracking writes instead of a connection of AsyncTask's own."""
+"""Redis connections: what a new one costs, when another library's client may carry
+AsyncTask's tracking writes instead of a connection of AsyncTask's own, and a push's round trip
+(without redis-py's pipeline) on a connection the server refused or dropped."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import redis
 import redis.utils
 
-from asynctask import Settings
+from asynctask import Client, Registry, Settings
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.connection import connect, same_database
+from asynctask.middleware import Chain
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
 from tests.conftest import REDIS_URL
@@ -68,3 +72,32 @@ def test_the_tracking_store_writes_through_a_client_of_the_same_database_only(
         assert broker.tracking.through(object()) is broker.tracking
     finally:
         broker.close()
+
+
+def test_a_push_refused_by_the_server_leaves_its_connection_in_step(
+    client: Client, conn: redis.Redis
+) -> None:
+    """Both replies of a push (SADD, LPUSH) are read before the refusal is raised: the pooled
+    connection's next command reads its own reply."""
+    conn.set(client.keys.queues, "not a set")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        client.push({"class": "Refused", "args": []})
+    assert json.loads(conn.lpop(client.keys.queue("default")) or b"")["class"] == "Refused"
+    conn.delete(client.keys.queues)
+    jid = client.push({"class": "Pushed", "args": [1]})
+    assert conn.smembers(client.keys.queues) == {b"default"}
+    assert json.loads(conn.lpop(client.keys.queue("default")) or b"")["jid"] == jid
+
+
+def test_a_push_after_the_server_dropped_its_connection_goes_through(
+    settings: Settings, registry: Registry, conn: redis.Redis
+) -> None:
+    client = Client(settings, registry=registry, middleware=Chain())
+    try:
+        client.push({"class": "First", "args": []})
+        # The pool's one connection, the one the next push takes.
+        conn.client_kill_filter(_id=client.redis.client_id())
+        jid = client.push({"class": "Second", "args": []})
+        assert json.loads(conn.lindex(client.keys.queue("default"), 0) or b"")["jid"] == jid
+    finally:
+        client.close()

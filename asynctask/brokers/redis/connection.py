@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -34,6 +35,40 @@ def connect(url: str, *, max_connections: int | None = None, longest_block: floa
         client_name=f"asynctask:{socket.gethostname()}:{os.getpid()}",
         **_driver_info(),
     )
+
+
+def round_trip(client: redis.Redis, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
+    """Send ``commands`` in one write on a connection of ``client``'s pool and read their
+    replies, retried on a connection error as redis-py retries a pipeline; raise the first error
+    reply once every reply is read (the connection goes back to the pool in step).
+
+    A plain push's path: redis-py's ``Pipeline`` costs as much Python as the round trip itself
+    (about 45 µs of a one-job push), for features a push of queued jobs does not use."""
+    pool = client.connection_pool
+    connection = pool.get_connection()
+
+    def send() -> list[Any]:
+        packed = connection.pack_commands(commands)  # type: ignore[no-untyped-call]
+        connection.send_packed_command(packed)  # type: ignore[no-untyped-call]
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(connection.read_response())
+            except redis.ResponseError as exc:
+                replies.append(exc)
+        return replies
+
+    try:
+        replies: list[Any] = connection.retry.call_with_retry(
+            send,
+            lambda _error: connection.disconnect(),  # type: ignore[no-untyped-call]
+        )
+    finally:
+        pool.release(connection)
+    for reply in replies:
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+    return replies
 
 
 @cache
