@@ -27,6 +27,7 @@ TITLE = "Targets"
 TRACKING_COST = 0.30
 LATENCY_P99_MS = 5.0
 PYTHON_PEER_RATIO = 1.5
+BULLMQ_RATIO = 2.0
 
 
 def _verdict(met: bool) -> str:
@@ -37,7 +38,11 @@ def runtime_rows(results: report.Results) -> list[str]:
     rows: list[str] = []
     for config in results.configurations():
         label = f"{config[0]} proc x {config[1]}"
-        for other, floor in (("Sidekiq", 1.0), (report.FASTEST_PYTHON, PYTHON_PEER_RATIO)):
+        for other, floor in (
+            ("Sidekiq", 1.0),
+            ("BullMQ", BULLMQ_RATIO),
+            (report.FASTEST_PYTHON, PYTHON_PEER_RATIO),
+        ):
             ratios = report.paired(results, config, other, lambda r: r.steady_rate)
             if not ratios:
                 continue

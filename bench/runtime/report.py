@@ -21,8 +21,8 @@ from bench.runtime.runner import EnqueueRun, ProcessRun
 MIB = 2**20
 
 
-#: The systems that are not Python peers: ours, and the Ruby reference.
-NOT_PYTHON_PEERS = ("AsyncTask", "Sidekiq")
+#: The systems that are not Python peers: ours, the Ruby reference and Node's BullMQ.
+NOT_PYTHON_PEERS = ("AsyncTask", "Sidekiq", "BullMQ")
 #: A worker configuration: (processes, job slots per process).
 Config = tuple[int, int]
 
@@ -376,5 +376,5 @@ def write(results: Results, machine: dict[str, str], out_dir: Path) -> None:
         document.write_section(out_dir, TITLE, markdown(results), JSON_FILE, raw(results, machine))
 
 
-TITLE = "Job runtime: no-op throughput against Sidekiq and the Python peers"
+TITLE = "Job runtime: no-op throughput against Sidekiq, BullMQ and the Python peers"
 JSON_FILE = "runtime.json"

@@ -5,17 +5,22 @@ from __future__ import annotations
 import sys
 
 from bench.core.system import System
-from bench.runtime import asynctask_system, redis_peers, sidekiq_system
+from bench.runtime import asynctask_system, bullmq_system, redis_peers, sidekiq_system
 
-ALL: tuple[System, ...] = (asynctask_system.SYSTEM, sidekiq_system.SYSTEM, *redis_peers.SYSTEMS)
+ALL: tuple[System, ...] = (
+    asynctask_system.SYSTEM,
+    sidekiq_system.SYSTEM,
+    bullmq_system.SYSTEM,
+    *redis_peers.SYSTEMS,
+)
 NAMES = tuple(system.name for system in ALL)
 
 
 def available(wanted: list[str]) -> tuple[list[System], dict[str, str]]:
     """The systems of ``wanted`` (names) that can run, and the reason for each that cannot.
 
-    Sidekiq needs Debian's ``ruby-sidekiq``; the Python peers need the peers' virtualenv,
-    which this call builds (or finds up to date) first.
+    Sidekiq needs Debian's ``ruby-sidekiq``; BullMQ needs Node and npm, and its packages, which
+    this call installs (or finds up to date) first, as it does the Python peers' virtualenv.
     """
     unknown = set(wanted) - set(NAMES)
     if unknown:
@@ -26,6 +31,17 @@ def available(wanted: list[str]) -> tuple[list[System], dict[str, str]]:
         skipped[sidekiq_system.SYSTEM.name] = (
             "`ruby` or `sidekiq` not on PATH: install Debian's ruby-sidekiq (apt-get install ruby-sidekiq)"
         )
+    if bullmq_system.SYSTEM in chosen:
+        if not bullmq_system.available():
+            skipped[bullmq_system.SYSTEM.name] = "`node` or `npm` not on PATH: install Debian's nodejs, npm"
+        else:
+            try:
+                seconds = bullmq_system.ensure()
+            except RuntimeError as exc:
+                skipped[bullmq_system.SYSTEM.name] = f"its packages could not be installed: {exc}"
+            else:
+                if seconds:
+                    print(f"installed BullMQ's packages in {seconds:.0f} s", file=sys.stderr)
     if any(system in chosen for system in redis_peers.SYSTEMS):
         try:
             seconds = redis_peers.ensure()
