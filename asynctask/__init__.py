@@ -76,32 +76,26 @@ _LAZY = {
 _DECORATORS = {"job": "asynctask.job", "periodic": "asynctask.periodic.schedule"}
 
 
+def _decorator(name: str) -> property:
+    """The decorator ``name`` of ``_DECORATORS``, loaded on first use; setting the attribute
+    (as the import system does when the submodule of that name loads) changes nothing."""
+
+    def get(_package: ModuleType) -> Any:
+        return getattr(importlib.import_module(_DECORATORS[name]), name)
+
+    def keep(_package: ModuleType, _submodule: ModuleType) -> None:
+        pass
+
+    return property(get, keep)
+
+
 class _Package(ModuleType):
-    """This package, whose ``job`` and ``periodic`` stay the decorators, loaded on first use.
+    """This package, whose ``job`` and ``periodic`` stay the decorators: importing a submodule
+    sets the package's attribute of its name to the submodule, which every ``from asynctask.job
+    import ...`` still finds in ``sys.modules``."""
 
-    Importing a submodule sets the package's attribute of its name to the submodule; these
-    properties take that assignment and drop it (the submodule stays in ``sys.modules``, where
-    every ``from asynctask.job import ...`` finds it)."""
-
-    @property
-    def job(self) -> Any:
-        return _decorator("job")
-
-    @job.setter
-    def job(self, _submodule: ModuleType) -> None:
-        pass
-
-    @property
-    def periodic(self) -> Any:
-        return _decorator("periodic")
-
-    @periodic.setter
-    def periodic(self, _submodule: ModuleType) -> None:
-        pass
-
-
-def _decorator(name: str) -> Any:
-    return getattr(importlib.import_module(_DECORATORS[name]), name)
+    job = _decorator("job")
+    periodic = _decorator("periodic")
 
 
 sys.modules[__name__].__class__ = _Package

@@ -120,6 +120,24 @@ print("ok")
 """
 
 
+#: The decorators named like submodules stay the decorators, loaded first or after those modules.
+DECORATORS = """
+import asynctask
+import asynctask.job
+import asynctask.periodic.schedule
+from asynctask.job import JobOptions
+
+assert "asynctask.job" in __import__("sys").modules
+assert asynctask.job is asynctask.job.__globals__["job"], asynctask.job
+assert asynctask.periodic is asynctask.periodic.__globals__["periodic"], asynctask.periodic
+
+@asynctask.job
+def greet(name: str) -> None: ...
+
+print(type(greet).__name__, "greet" in asynctask.default_registry)
+"""
+
+
 def run_python(code: str, namespace: str, *argv: str, **settings: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_")}
     env |= {
@@ -183,3 +201,7 @@ def test_the_worker_supervisor_loads_neither_the_redis_client_nor_the_job_contex
 
 def test_every_name_imported_on_first_use_is_its_module_s(namespace: str) -> None:
     assert run_python(EVERY_LAZY_NAME, namespace) == "ok"
+
+
+def test_job_and_periodic_stay_the_decorators_when_their_modules_load(namespace: str) -> None:
+    assert run_python(DECORATORS, namespace) == "JobDefinition True"
