@@ -1,5 +1,6 @@
-"""The bench's report arithmetic: ratios per repetition, the fastest Python peer, section order,
-the fair share section's pairs and order of drains, the periodic section's pairs and checks."""
+"""The bench's report arithmetic: ratios per repetition, the fastest Python peer (never Sidekiq or
+BullMQ), section order, the fair share section's pairs and order of drains, the periodic section's
+pairs and checks."""
 
 from __future__ import annotations
 
@@ -56,6 +57,16 @@ def test_the_fastest_python_peer_is_chosen_per_repetition_and_kept_for_every_met
     # CPU per job compares with that same peer, not with the peer of the lowest CPU.
     cpu = report.paired(found, (1, 10), fastest, lambda r: r.worker_steady.cpu / r.jobs)
     assert [round(value, 6) for value in cpu] == [1.0, 0.1]
+
+
+def test_bullmq_is_compared_on_its_own_and_is_no_python_peer() -> None:
+    found = results(
+        [drain("AsyncTask", 6000), drain("BullMQ", 5000), drain("Huey", 3000)],
+        [drain("AsyncTask", 6000), drain("BullMQ", 4000), drain("Huey", 2000)],
+    )
+    assert report.paired(found, (1, 10), "BullMQ", lambda r: r.steady_rate) == [1.2, 1.5]
+    # Faster than every Python peer, it is still not the one AsyncTask is held against.
+    assert report.paired(found, (1, 10), report.FASTEST_PYTHON, lambda r: r.steady_rate) == [2.0, 3.0]
 
 
 def test_configurations_are_told_apart_by_process_count() -> None:
