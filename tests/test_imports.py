@@ -98,13 +98,13 @@ heavy = (
 )
 
 def started(self):
-    print(",".join(m for m in heavy if m in sys.modules))
+    print(self.command[3:], ",".join(m for m in heavy if m in sys.modules))
     return 0
 
 supervisor.Supervisor.run = started
 from asynctask.cli import main
 
-sys.exit(main(["worker", "-c", "3"]))
+sys.exit(main(sys.argv[1:]))
 """
 
 #: Every name of the package imported on first use is its module's own.
@@ -196,7 +196,9 @@ def test_importing_an_integration_loads_no_sql_code(namespace: str) -> None:
 
 
 def test_the_worker_supervisor_loads_neither_the_redis_client_nor_the_job_context(namespace: str) -> None:
-    assert run_python(SUPERVISOR, namespace) == ""
+    assert run_python(SUPERVISOR, namespace, "worker", "-c", "3") == "['worker', '-c', '3']"
+    # The options every command takes may come first: the supervisor runs all the same.
+    assert run_python(SUPERVISOR, namespace, "-v", "worker") == "['-v', 'worker']"
 
 
 def test_every_name_imported_on_first_use_is_its_module_s(namespace: str) -> None:

@@ -24,7 +24,7 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["worker"] and not in_worker_child():
+    if _command(arguments) == "worker" and not in_worker_child():
         # The supervisor: its child runs this command line and says what is wrong with it.
         from asynctask.worker.supervisor import supervise
 
@@ -43,6 +43,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"asynctask: {failure}", file=sys.stderr, flush=True)
         return failure.status
+
+
+def _command(arguments: list[str]) -> str | None:
+    """The command named in ``arguments``, after the options every command takes."""
+    for argument in arguments:
+        if argument not in ("-v", "--verbose"):
+            return argument
+    return None
 
 
 def _worker_settings(arguments: list[str]) -> Settings:
