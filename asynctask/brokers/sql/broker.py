@@ -58,11 +58,6 @@ class SqlBroker(Broker):
     errors = (SQLAlchemyError, OSError)
     feeds: SqlFeeds
 
-    @staticmethod
-    def most_connections(settings: Settings) -> int:
-        """The most connections the pool of a broker made from ``settings`` holds at once."""
-        return settings.concurrency + 2 * SPARE_CONNECTIONS
-
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
         self._owns_engine = engine is None
