@@ -62,38 +62,36 @@ def push_jobs(
     none.
     """
     now = payload.now()
+    plain = _PlainJobs(keys)
     if not atomic and not transitions and not any(is_flow(job) for job, _ in entries):
-        return _push_plain(conn, keys, entries, max_payload_bytes, now)
+        # Plain commands only: one ``round_trip``, without redis-py's pipeline (a one-job push's
+        # largest cost after the round trip itself).
+        for job, at in entries:
+            plain.add(job, payload.schedule(job, at, now), payload.dumps_within(job, max_payload_bytes))
+        round_trip(conn, [*plain.take_queued(), *plain.take_scheduled()])
+        return [str(job["jid"]) for job, _ in entries]
     pipe = conn.pipeline(transaction=atomic)
     unique = {str(job["jid"]) for job, _ in entries if "unique_key" in job}
     transitions, own = split_by_job(transitions, unique)
     if transitions:
         scripts.record_transitions(keys, pipe, transitions)
     commands = 1 if transitions else 0
-    by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
     #: Entry index -> the index of its push script's reply.
     flow: dict[int, int] = {}
 
-    def flush() -> int:
-        for queue, batch in by_queue.items():
-            pipe.sadd(keys.queues, queue)
-            pipe.lpush(keys.queue(queue), *batch)
-        count = 2 * len(by_queue)
-        by_queue.clear()
-        return count
+    def send(taken: list[tuple[str | float, ...]]) -> int:
+        for command in taken:
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+        return len(taken)
 
     for index, (job, at) in enumerate(entries):
         due = payload.schedule(job, at, now)
         encoded = payload.dumps_within(job, max_payload_bytes)
         if not is_flow(job):
-            if due is not None:
-                scheduled[encoded] = due
-            else:
-                by_queue.setdefault(job["queue"], []).append(encoded)
+            plain.add(job, due, encoded)
             continue
         # Queued jobs pushed before this one are queued before it, as the caller ordered them.
-        commands += flush()
+        commands += send(plain.take_queued())
         when, delay = ("", 0.0) if due is None else (repr(due), due - now)
         mine = own.get(str(job["jid"]), [])
         scripts.push(
@@ -102,9 +100,7 @@ def push_jobs(
         )
         flow[index] = commands
         commands += 1
-    flush()
-    if scheduled:
-        pipe.zadd(keys.schedule, scheduled)
+    send([*plain.take_queued(), *plain.take_scheduled()])
     replies = pipe.execute()
     jids = [str(job["jid"]) for job, _ in entries]
     for index, reply in flow.items():
@@ -113,32 +109,35 @@ def push_jobs(
     return jids
 
 
-def _push_plain(
-    conn: redis.Redis,
-    keys: Keys,
-    entries: Sequence[tuple[payload.JobDict, float | None]],
-    max_payload_bytes: int,
-    now: float,
-) -> list[str]:
-    """``push_jobs`` of jobs that are only queued or scheduled, outside a transaction: plain
-    commands in one ``round_trip``, without redis-py's pipeline (a one-job push's largest cost
-    after the round trip itself)."""
-    by_queue: dict[str, list[str]] = {}
-    scheduled: list[str | float] = []
-    for job, at in entries:
-        due = payload.schedule(job, at, now)
-        encoded = payload.dumps_within(job, max_payload_bytes)
+class _PlainJobs:
+    """Encoded jobs that are only queued (grouped by queue) or scheduled, and the plain commands
+    that push them: ``SADD queues`` and one ``LPUSH`` per queue, one ``ZADD``."""
+
+    def __init__(self, keys: Keys) -> None:
+        self._keys = keys
+        self._queued: dict[str, list[str]] = {}
+        self._scheduled: dict[str, float] = {}
+
+    def add(self, job: payload.JobDict, due: float | None, encoded: str) -> None:
         if due is None:
-            by_queue.setdefault(job["queue"], []).append(encoded)
+            self._queued.setdefault(job["queue"], []).append(encoded)
         else:
-            scheduled += (due, encoded)
-    commands: list[tuple[str | float, ...]] = []
-    for queue, batch in by_queue.items():
-        commands += (("SADD", keys.queues, queue), ("LPUSH", keys.queue(queue), *batch))
-    if scheduled:
-        commands.append(("ZADD", keys.schedule, *scheduled))
-    round_trip(conn, commands)
-    return [str(job["jid"]) for job, _ in entries]
+            self._scheduled[encoded] = due
+
+    def take_queued(self) -> list[tuple[str | float, ...]]:
+        keys = self._keys
+        commands: list[tuple[str | float, ...]] = []
+        for queue, batch in self._queued.items():
+            commands += (("SADD", keys.queues, queue), ("LPUSH", keys.queue(queue), *batch))
+        self._queued.clear()
+        return commands
+
+    def take_scheduled(self) -> list[tuple[str | float, ...]]:
+        scheduled, self._scheduled = self._scheduled, {}
+        if not scheduled:
+            return []
+        pairs = (item for member, due in scheduled.items() for item in (due, member))
+        return [("ZADD", self._keys.schedule, *pairs)]
 
 
 class RedisStaging(Staging):
