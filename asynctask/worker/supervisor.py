@@ -65,7 +65,8 @@ PR_SET_PDEATHSIG = 1
 def supervise(argv: Sequence[str], read_settings: Callable[[], Settings]) -> int:
     """Run ``asynctask <argv>`` (a ``worker`` command) as supervised children until it stops;
     return the exit code. ``read_settings`` gives the command's settings, with logging set up
-    as they say; it is called once, when first needed."""
+    as they say, and never raises (defaults where the command line is wrong: the child says
+    so); it is called once, when first needed."""
     return Supervisor([sys.executable, "-m", "asynctask", *argv], read_settings).run()
 
 
@@ -99,11 +100,15 @@ class Supervisor:
 
     @property
     def settings(self) -> Settings:
-        """The command's settings, read on first use; logging is set up by then, so every line
-        the parent logs reads it first."""
+        """The command's settings, read on first use (logging is set up as they say then)."""
         if self._settings is None:
             self._settings = self._read_settings()
         return self._settings
+
+    def _logger(self) -> logging.Logger:
+        """The parent's logger, once the settings have set logging up."""
+        _ = self.settings
+        return logger
 
     def _supervise(self) -> int:
         child, identity = self._spawn()
@@ -114,14 +119,13 @@ class Supervisor:
                     self._wait(child, identity)
                     continue
                 if code < 0:
-                    settings = self.settings
                     if not self._killed:
-                        logger.error(
+                        self._logger().error(
                             "worker process died of %s",
                             signal.Signals(-code).name,
                             extra={"fields": {"pid": child.pid, "identity": identity}},
                         )
-                    self._give_back(identity, settings)
+                    self._give_back(identity)
                     return 128 - code
                 if code == RECYCLE_EXIT:
                     if self.deadline is not None:
@@ -131,8 +135,7 @@ class Supervisor:
                 return code
             except Exception:
                 # The parent must outlive whatever goes wrong, or the child dies with it.
-                self._settings_for_logging()
-                logger.exception("supervisor error", extra={"fields": {"pid": child.pid}})
+                self._logger().exception("supervisor error", extra={"fields": {"pid": child.pid}})
                 time.sleep(0.1)
 
     def _wait(self, child: subprocess.Popen[bytes], identity: str) -> None:
@@ -149,9 +152,8 @@ class Supervisor:
             if child.poll() is None:
                 child.send_signal(signum)
             if signum in STOPPING and self.deadline is None:
-                # Timed from the signal: the settings may be read only now, after forwarding it.
-                stopped_at = time.monotonic()
-                self.deadline = stopped_at + self.settings.timeout + GRACE
+                # Timed from the signal (read first): the settings may be read only now.
+                self.deadline = time.monotonic() + self.settings.timeout + GRACE
         if self.deadline is not None and time.monotonic() >= self.deadline and child.poll() is None:
             logger.warning(
                 "worker process still running %.0f s after the stop signal (a job holding the "
@@ -176,20 +178,13 @@ class Supervisor:
         )
         return child, identity
 
-    def _settings_for_logging(self) -> None:
-        try:
-            _ = self.settings
-        except Exception:
-            # Logged as Python logs without a set-up: the line is not lost.
-            logger.exception("could not read the worker's settings")
-
-    def _give_back(self, identity: str, settings: Settings) -> None:
+    def _give_back(self, identity: str) -> None:
         """The child is dead: push its jobs back and remove its record (its peers would, but
         only once its heartbeat expired)."""
         from asynctask.brokers import open_broker
 
         try:
-            broker = open_broker(settings)
+            broker = open_broker(self.settings)
             try:
                 moved = broker.requeue_process(identity)
             finally:
