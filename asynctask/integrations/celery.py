@@ -26,10 +26,12 @@ How it attaches:
 from __future__ import annotations
 
 import logging
+import os
+import select
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakValueDictionary
 
 from celery import Celery, Task, signals
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded, WorkerLostError
@@ -57,6 +59,8 @@ _MARK = "_asynctask_app"
 _attached: WeakKeyDictionary[Celery, AttachedTracking] = WeakKeyDictionary()
 #: The attribute of a Celery task that holds the RuntimeJob ``submittable`` made of it.
 _JOB = "_asynctask_job"
+#: Seconds a revoke that terminated a run waits for its pool process to exit (see ``_exited``).
+EXIT_WAIT = 2.0
 
 
 def track(app: Celery, settings: Settings | None = None) -> AttachedTracking:
@@ -265,6 +269,14 @@ def _connect(app: Celery, tracking: AttachedTracking) -> None:
         args = request.args
         return tracking.run(request.id, task_id, task.name, list(args) if args is not None else None)
 
+    #: The requests of this app's tracked jobs that the worker holds, by Celery task id: a revoke
+    #: that terminates one needs its pool process (see ``revoked``).
+    held: WeakValueDictionary[str, Any] = WeakValueDictionary()
+
+    def received(sender: Any = None, request: Any = None, **_: Any) -> None:
+        if ours(getattr(request, "task", None)) and HEADER in request.request_dict:
+            held[request.id] = request
+
     def worker_init(sender: Any = None, **_: Any) -> None:
         if ours(sender):
             _wrap_tasks(app, tracking)
@@ -285,6 +297,8 @@ def _connect(app: Celery, tracking: AttachedTracking) -> None:
         if expired:
             run.ended(EventStatus.ERROR, "expired before it started")
         elif terminated:
+            request_held = held.get(request.id)
+            _exited(getattr(request_held, "worker_pid", None), run.jid)
             run.ended(EventStatus.CANCELLED, f"revoked; terminated by signal {signum}")
         else:
             run.ended(EventStatus.CANCELLED, "revoked")
@@ -318,12 +332,40 @@ def _connect(app: Celery, tracking: AttachedTracking) -> None:
     def process_shutdown(**_: Any) -> None:
         tracking.close()
 
+    signals.task_received.connect(received, weak=False)
     signals.worker_init.connect(worker_init, weak=False)
     signals.task_revoked.connect(revoked, weak=False)
     signals.task_failure.connect(failure, weak=False)
     signals.task_retry.connect(lost_and_retried, weak=False)
     signals.worker_process_shutdown.connect(process_shutdown, weak=False)
     signals.worker_shutdown.connect(process_shutdown, weak=False)
+
+
+def _exited(pid: int | None, jid: str) -> None:
+    """Wait for the pool process ``pid`` that a revoke just signalled to exit.
+
+    The process writes what the run recorded and had not written yet (its start among them) as
+    it exits: the end recorded after this is then numbered after it, and stays the job's status.
+    """
+    if pid is None or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        # The handle turns readable when the process has exited.
+        readable, _, _ = select.select([handle], [], [], EXIT_WAIT)
+    finally:
+        os.close(handle)
+    if not readable:
+        logger.warning(
+            "job %s: its pool process %d has not exited %.0f s after the revoke; its cancel is "
+            "recorded now, and a start it writes later may show the job working",
+            jid,
+            pid,
+            EXIT_WAIT,
+        )
 
 
 class CelerySender:

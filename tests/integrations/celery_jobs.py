@@ -17,6 +17,7 @@ from celery import Celery, Task
 
 from asynctask import JobFailed, current_job
 from asynctask.integrations.celery import track
+from asynctask.tracking import tracker
 
 #: Items of the 100-item task that are business failures, and those that always break.
 FAILED = frozenset(n for n in range(100) if n % 20 in (3, 7, 11))
@@ -84,9 +85,12 @@ def limited(chunk: list[int]) -> None:
 
 
 def sleepy(chunk: list[int]) -> None:
-    """Runs until stopped (at most 30 s)."""
+    """Runs until stopped (at most 30 s), then takes a moment to clean up."""
     note("start")
-    time.sleep(30)
+    try:
+        time.sleep(30)
+    finally:
+        time.sleep(0.5)
 
 
 def fragile(chunk: list[int]) -> None:
@@ -160,3 +164,7 @@ app = make_app(
     os.environ.get("CELERY_TEST_BROKER", "memory://"), os.environ.get("CELERY_TEST_QUEUE", "celery")
 )
 track(app)
+if "CELERY_TEST_SEND_INTERVAL" in os.environ:
+    # What a run records then waits in its pool process for a write that is not the sender's:
+    # its end, or the process's exit.
+    tracker.SEND_INTERVAL = float(os.environ["CELERY_TEST_SEND_INTERVAL"])
