@@ -5,6 +5,10 @@ AsyncTask's tracking writes instead of a connection of AsyncTask's own, and a pu
 from __future__ import annotations
 
 import json
+import os
+import threading
+import uuid
+from typing import Any
 
 import pytest
 import redis
@@ -16,7 +20,7 @@ from asynctask.brokers.redis.connection import connect, same_database
 from asynctask.middleware import Chain
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, wait_until
 
 
 def test_a_new_connection_does_not_read_the_client_library_s_version_again(
@@ -95,9 +99,107 @@ def test_a_push_after_the_server_dropped_its_connection_goes_through(
     client = Client(settings, registry=registry, middleware=Chain())
     try:
         client.push({"class": "First", "args": []})
-        # The pool's one connection, the one the next push takes.
-        conn.client_kill_filter(_id=client.redis.client_id())
+        # Every connection of the client, the one the next push takes among them.
+        for connection in own_connections(conn, client.redis):
+            conn.client_kill_filter(_id=connection["id"])
         jid = client.push({"class": "Second", "args": []})
         assert json.loads(conn.lindex(client.keys.queue("default"), 0) or b"")["jid"] == jid
+    finally:
+        client.close()
+
+
+def own_connections(conn: redis.Redis, client: redis.Redis) -> list[dict[str, Any]]:
+    """The server's entries of ``client``'s connections (they carry its name)."""
+    name = client.connection_pool.connection_kwargs["client_name"]
+    return [entry for entry in conn.client_list() if entry["name"] == name]
+
+
+def test_pushes_take_a_connection_per_thread_pushing_at_once_and_close_closes_them(
+    settings: Settings, registry: Registry, conn: redis.Redis
+) -> None:
+    named = redis.Redis.from_url(REDIS_URL, client_name=f"pushes-{uuid.uuid4().hex}")
+    client = Client(settings, connection=named, registry=registry, middleware=Chain())
+    for n in range(200):
+        client.push({"class": "Alone", "args": [n]})
+    assert len(own_connections(conn, named)) == 1
+    start = threading.Barrier(4)
+
+    def push() -> None:
+        start.wait()
+        for n in range(200):
+            client.push({"class": "Together", "args": [n]})
+
+    threads = [threading.Thread(target=push) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert 1 <= len(own_connections(conn, named)) <= 4
+    assert conn.llen(client.keys.queue("default")) == 1000
+    client.close()
+    # The server drops a closed connection at its next turn.
+    wait_until(lambda: own_connections(conn, named) == [], 5)
+    named.close()
+
+
+class FailingOnce(redis.Connection):
+    """A real connection; the first one made fails after reading one reply, as an interrupted
+    read would."""
+
+    made = 0
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        FailingOnce.made += 1
+        self.failing = FailingOnce.made == 1
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        reply = super().read_response(*args, **kwargs)
+        if self.failing:
+            self.failing = False
+            raise RuntimeError("interrupted after one reply")
+        return reply
+
+
+def test_a_push_connection_left_half_read_is_never_used_again(
+    settings: Settings, registry: Registry, conn: redis.Redis
+) -> None:
+    FailingOnce.made = 0
+    failing = redis.Redis.from_url(REDIS_URL, connection_class=FailingOnce)
+    client = Client(settings, connection=failing, registry=registry, middleware=Chain())
+    try:
+        with pytest.raises(RuntimeError, match="interrupted"):
+            client.push({"class": "Interrupted", "args": []})
+        # Its LPUSH's reply is still unread on that connection: a new one carries the next push.
+        jid = client.push({"class": "Next", "args": []})
+        assert FailingOnce.made == 2
+        assert json.loads(conn.lindex(client.keys.queue("default"), 0) or b"")["jid"] == jid
+    finally:
+        client.close()
+        failing.close()
+
+
+def test_a_forked_child_pushes_on_connections_of_its_own(
+    settings: Settings, registry: Registry, conn: redis.Redis
+) -> None:
+    client = Client(settings, registry=registry, middleware=Chain())
+    client.push({"class": "Parent", "args": [-1]})
+    child = os.fork()
+    if child == 0:
+        # The parent pushes on its connection meanwhile: sharing it, the two would read each
+        # other's replies.
+        code = 1
+        try:
+            for n in range(500):
+                client.push({"class": "Child", "args": [n]})
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        for n in range(500):
+            client.push({"class": "Parent", "args": [n]})
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert conn.llen(client.keys.queue("default")) == 1001
     finally:
         client.close()

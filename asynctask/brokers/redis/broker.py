@@ -11,7 +11,7 @@ from asynctask import fairness, payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.checkpoints import RedisCheckpoints
-from asynctask.brokers.redis.connection import connect
+from asynctask.brokers.redis.connection import PlainRoundTrips, connect
 from asynctask.brokers.redis.feeds import RedisFeeds
 from asynctask.brokers.redis.fetch import ReliableFetch, release
 from asynctask.brokers.redis.periodic import RedisPeriodic
@@ -46,13 +46,15 @@ class RedisBroker(Broker):
             )
         )
         self.scripts = Scripts(self.redis)
+        self.plain_round_trips = PlainRoundTrips(self.redis)
         self.tracking = RedisTrackingStore(self.redis, self.keys, self.scripts, settings)
         self.feeds = RedisFeeds(self.redis, self.keys, self.scripts)
         self.periodic = RedisPeriodic(self.redis, self.keys, self.scripts)
         self.checkpoints = RedisCheckpoints(self.redis, self.keys)
 
     def close(self) -> None:
-        """Close the connection pool, if this broker opened it."""
+        """Close the connection pool, if this broker opened it, and the push connections."""
+        self.plain_round_trips.close()
         if self._owns_connection:
             self.redis.close()
 
@@ -77,6 +79,7 @@ class RedisBroker(Broker):
         """
         return push_jobs(
             self.redis,
+            self.plain_round_trips,
             self.keys,
             self.scripts,
             entries,

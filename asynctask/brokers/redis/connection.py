@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+import hiredis
 import redis
 
 #: Seconds to wait for a connection; a down Redis is reported instead of hanging forever.
@@ -37,38 +38,75 @@ def connect(url: str, *, max_connections: int | None = None, longest_block: floa
     )
 
 
-def round_trip(client: redis.Redis, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
-    """Send ``commands`` in one write on a connection of ``client``'s pool and read their
-    replies, retried on a connection error as redis-py retries a pipeline; raise the first error
-    reply once every reply is read (the connection goes back to the pool in step).
+class PlainRoundTrips:
+    """Plain commands sent in one write and their replies read, on connections of their own: a
+    push of queued jobs' path.
 
-    A plain push's path: redis-py's ``Pipeline`` costs as much Python as the round trip itself
-    (about 45 µs of a one-job push), for features a push of queued jobs does not use."""
-    pool = client.connection_pool
-    connection = pool.get_connection()
+    redis-py's pipeline costs as much Python as the round trip itself, and its pool's taking
+    and giving back of a connection (a lock, a readiness check that is a system call, usage
+    metrics) about a third of it. These connections are made with the pool's settings but
+    outside its count, taken from and given back to a list of idle ones: there are at most as
+    many as threads that pushed at the same moment. Every reply is read before a connection
+    goes back, and one that failed half-way is dropped, so none ever holds a reply that is not
+    its caller's.
+    """
 
-    def send() -> list[Any]:
-        packed = connection.pack_commands(commands)  # type: ignore[no-untyped-call]
-        connection.send_packed_command(packed)  # type: ignore[no-untyped-call]
-        replies: list[Any] = []
-        for _ in commands:
+    def __init__(self, client: redis.Redis) -> None:
+        self._pool = client.connection_pool
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
+
+    def send(self, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
+        """The replies of ``commands``, retried on a connection error as redis-py retries a
+        pipeline; the first error reply is raised once every reply is read."""
+        if self._pid != os.getpid():
+            # The parent's connections, which the parent goes on using.
+            self._idle, self._pid = [], os.getpid()
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            pool = self._pool
+            connection = pool.connection_class(**pool.connection_kwargs)
+        else:
+            # A connection the server closed while it was idle reads as ready (an end of file):
+            # it is opened again before the push is sent, never retried after, which could
+            # push twice. redis-py's pool checks the same as it hands out a connection.
             try:
-                replies.append(connection.read_response())
-            except redis.ResponseError as exc:
-                replies.append(exc)
+                closed = connection.can_read()
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                closed = True
+            if closed:
+                connection.disconnect()
+        # hiredis's stub types a command as a tuple of one argument.
+        packed = b"".join([hiredis.pack_command(command) for command in commands])  # type: ignore[arg-type]
+
+        def exchange() -> list[Any]:
+            connection.send_packed_command([packed])
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        try:
+            replies: list[Any] = connection.retry.call_with_retry(
+                exchange, lambda _error: connection.disconnect()
+            )
+        except BaseException:
+            connection.disconnect()
+            raise
+        self._idle.append(connection)
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
         return replies
 
-    try:
-        replies: list[Any] = connection.retry.call_with_retry(
-            send,
-            lambda _error: connection.disconnect(),  # type: ignore[no-untyped-call]
-        )
-    finally:
-        pool.release(connection)
-    for reply in replies:
-        if isinstance(reply, redis.ResponseError):
-            raise reply
-    return replies
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.disconnect()
 
 
 @cache

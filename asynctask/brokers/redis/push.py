@@ -10,7 +10,7 @@ import redis
 
 from asynctask import payload
 from asynctask.brokers.base import Staging
-from asynctask.brokers.redis.connection import round_trip
+from asynctask.brokers.redis.connection import PlainRoundTrips
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.keys import Keys
@@ -42,6 +42,7 @@ def held_entry(job: payload.JobDict, encoded: str) -> str:
 
 def push_jobs(
     conn: redis.Redis,
+    plain_round_trips: PlainRoundTrips,
     keys: Keys,
     scripts: Scripts,
     entries: Sequence[tuple[payload.JobDict, float | None]],
@@ -64,11 +65,11 @@ def push_jobs(
     now = payload.now()
     plain = _PlainJobs(keys)
     if not atomic and not transitions and not any(is_flow(job) for job, _ in entries):
-        # Plain commands only: one ``round_trip``, without redis-py's pipeline (a one-job push's
+        # Plain commands only: one round trip without redis-py's pipeline (a one-job push's
         # largest cost after the round trip itself).
         for job, at in entries:
             plain.add(job, payload.schedule(job, at, now), payload.dumps_within(job, max_payload_bytes))
-        round_trip(conn, [*plain.take_queued(), *plain.take_scheduled()])
+        plain_round_trips.send([*plain.take_queued(), *plain.take_scheduled()])
         return [str(job["jid"]) for job, _ in entries]
     pipe = conn.pipeline(transaction=atomic)
     unique = {str(job["jid"]) for job, _ in entries if "unique_key" in job}
