@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -216,7 +217,12 @@ def normalize(
     defaults = definition.options.payload_head() if definition is not None else _SIDEKIQ_DEFAULTS
     job: payload.JobDict = {**defaults, **item, "class": name, "args": args}
     base = flow if flow is not None else definition.options.flow if definition is not None else FlowOptions()
-    options = base.merged({k: job.pop(k) for k in FLOW_OPTION_NAMES if k in job})
+    # Most items name no flow option: they are not looked up one by one.
+    options = (
+        base
+        if _FLOW_OPTIONS.isdisjoint(job)
+        else base.merged({k: job.pop(k) for k in FLOW_OPTION_NAMES if k in job})
+    )
     at = _run_at(job.pop("at", None))
     if not isinstance(job["queue"], str) or not job["queue"]:
         raise TypeError("'queue' must be a non-empty string")
@@ -248,7 +254,18 @@ def _run_at(value: Any) -> float | None:
 
 def _check_header(job: payload.JobDict) -> None:
     """Every key but args (checked on their own) must be JSON-native too."""
-    payload.check_args([{k: v for k, v in job.items() if k != "args"}])
+    for key, value in job.items():
+        kind = type(value)
+        if type(key) is not str or not (kind in _SCALARS or (kind is float and math.isfinite(value))):
+            if key != "args":
+                # The whole check, which names the culprit if there is one.
+                payload.check_args([{k: v for k, v in job.items() if k != "args"}])
+                return
+
+
+#: The header values that pass as they are: every job's retry, queue, class, jid.
+_SCALARS = frozenset({str, bool, int, type(None)})
+_FLOW_OPTIONS = frozenset(FLOW_OPTION_NAMES)
 
 
 _default_lock = threading.Lock()

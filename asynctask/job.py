@@ -273,9 +273,17 @@ class JobSetter:
     def _client(self) -> Client:
         if self.client is not None:
             return self.client
-        from asynctask.client import default_client
+        return _default_client()
 
-        return default_client()
+
+def _default_client() -> Client:
+    """``client.default_client()``: imported at the first push, since the client module imports
+    this one, and kept, since an import statement per push costs half a microsecond."""
+    global _default_client
+    from asynctask.client import default_client
+
+    _default_client = default_client
+    return default_client()
 
 
 @overload

@@ -16,6 +16,7 @@ from asynctask import Client, Registry, Settings
 from asynctask.keys import Keys
 from asynctask.middleware import Chain
 from tests.conftest import REDIS_URL
+from tests.redis_sockets import WatchedConnection
 
 CAPTURED_PUSH = (
     '{"retry":true,"queue":"default","args":[1,"ünï"],"class":"PlainJob",'
@@ -140,24 +141,14 @@ def test_oversized_payload_is_refused_at_push(namespace: str, conn: redis.Redis)
     assert conn.exists(client.keys.queue("default")) == 0
 
 
-class CountingConnection(redis.Connection):
-    """A real connection that counts its writes: the round trips of a push."""
-
-    sent = 0
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        CountingConnection.sent += 1
-        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
-
-
 def test_push_bulk_is_one_round_trip_per_thousand_jobs(settings: Settings, registry: Registry) -> None:
-    conn = redis.Redis.from_url(settings.redis_url, connection_class=CountingConnection)
+    conn = redis.Redis.from_url(settings.redis_url, connection_class=WatchedConnection)
     client = Client(settings, connection=conn, registry=registry, middleware=Chain())
     # A first push opens the connection pushes use: its handshake is not the pushes'.
     client.push_bulk({"class": "Bulk", "args": [[-1]], "queue": "warm-up"})
-    CountingConnection.sent = 0
+    WatchedConnection.reset()
     jids = client.push_bulk({"class": "Bulk", "args": [[i] for i in range(2500)], "queue": "bulk"})
-    assert CountingConnection.sent == 3
+    assert WatchedConnection.writes == 3
     assert len(set(jids)) == 2500
     assert conn.llen(client.keys.queue("bulk")) == 2500
     # FIFO: the first job pushed is the first a worker (RPOP side) takes.

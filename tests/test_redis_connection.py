@@ -21,6 +21,7 @@ from asynctask.middleware import Chain
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
 from tests.conftest import REDIS_URL, wait_until
+from tests.redis_sockets import WatchedConnection
 
 
 def test_a_new_connection_does_not_read_the_client_library_s_version_again(
@@ -142,41 +143,31 @@ def test_pushes_take_a_connection_per_thread_pushing_at_once_and_close_closes_th
     named.close()
 
 
-class FailingOnce(redis.Connection):
-    """A real connection; the first one made fails after reading one reply, as an interrupted
-    read would."""
-
-    made = 0
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
-        FailingOnce.made += 1
-        self.failing = FailingOnce.made == 1
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        reply = super().read_response(*args, **kwargs)
-        if self.failing:
-            self.failing = False
-            raise RuntimeError("interrupted after one reply")
-        return reply
-
-
-def test_a_push_connection_left_half_read_is_never_used_again(
-    settings: Settings, registry: Registry, conn: redis.Redis
+@pytest.mark.parametrize("cut", ["read", "write"])
+def test_a_push_connection_cut_short_is_never_used_again(
+    cut: str, settings: Settings, registry: Registry, conn: redis.Redis
 ) -> None:
-    FailingOnce.made = 0
-    failing = redis.Redis.from_url(REDIS_URL, connection_class=FailingOnce)
-    client = Client(settings, connection=failing, registry=registry, middleware=Chain())
+    """A push that failed before its replies were read leaves them on its connection; one that
+    failed half-way through its write leaves the server waiting for the rest of a command."""
+    watched = redis.Redis.from_url(REDIS_URL, connection_class=WatchedConnection)
+    client = Client(settings, connection=watched, registry=registry, middleware=Chain())
     try:
+        client.push({"class": "First", "args": []})
+        WatchedConnection.reset()
+        if cut == "read":
+            WatchedConnection.fail_reads = 1
+        else:
+            WatchedConnection.fail_writes = 1
         with pytest.raises(RuntimeError, match="interrupted"):
             client.push({"class": "Interrupted", "args": []})
-        # Its LPUSH's reply is still unread on that connection: a new one carries the next push.
         jid = client.push({"class": "Next", "args": []})
-        assert FailingOnce.made == 2
+        assert WatchedConnection.made == 1
+        pushed = [json.loads(job)["class"] for job in conn.lrange(client.keys.queue("default"), 0, -1)]
+        assert pushed == (["Next", "Interrupted", "First"] if cut == "read" else ["Next", "First"])
         assert json.loads(conn.lindex(client.keys.queue("default"), 0) or b"")["jid"] == jid
     finally:
         client.close()
-        failing.close()
+        watched.close()
 
 
 def test_a_forked_child_pushes_on_connections_of_its_own(

@@ -138,15 +138,24 @@ _collected: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
 )
 
 
-@contextmanager
-def collect() -> Iterator[list[str]]:
-    """Gather the transitions recorded (by ``record_on_push``) while pushing jobs."""
-    entries: list[str] = []
-    token = _collected.set(entries)
-    try:
-        yield entries
-    finally:
-        _collected.reset(token)
+class Collection:
+    """The transitions recorded (by ``record_on_push``) in a ``with`` block, while pushing jobs.
+    A class rather than a generator-made context manager: every push opens one."""
+
+    __slots__ = ("_entries", "_token")
+
+    def __enter__(self) -> list[str]:
+        self._entries: list[str] = []
+        self._token = _collected.set(self._entries)
+        return self._entries
+
+    def __exit__(self, *_: object) -> None:
+        _collected.reset(self._token)
+
+
+def collect() -> Collection:
+    """Gather the transitions recorded while pushing jobs: ``with collect() as transitions``."""
+    return Collection()
 
 
 def record_on_push(transition: Transition) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
+import ssl
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
 import hiredis
 import redis
+from redis._parsers import BaseParser
 
 #: Seconds to wait for a connection; a down Redis is reported instead of hanging forever.
 CONNECT_TIMEOUT = 5.0
@@ -42,13 +45,16 @@ class PlainRoundTrips:
     """Plain commands sent in one write and their replies read, on connections of their own: a
     push of queued jobs' path.
 
-    redis-py's pipeline costs as much Python as the round trip itself, and its pool's taking
-    and giving back of a connection (a lock, a readiness check that is a system call, usage
-    metrics) about a third of it. These connections are made with the pool's settings but
+    redis-py's pipeline costs as much Python as the round trip itself; its pool's taking and
+    giving back of a connection (a lock, a readiness check of three system calls, usage
+    metrics) and its reply reading, a third of it. These connections are made with the pool's
+    settings (and so connect, authenticate and select the database as redis-py does) but
     outside its count, taken from and given back to a list of idle ones: there are at most as
-    many as threads that pushed at the same moment. Every reply is read before a connection
-    goes back, and one that failed half-way is dropped, so none ever holds a reply that is not
-    its caller's.
+    many as threads that pushed at the same moment. Their replies are read from the socket
+    redis-py opened (``Connection._sock``) by a hiredis reader of each round trip's own, errors
+    made into redis-py's exceptions by redis-py's own rule. Every reply is read before a
+    connection goes back, and one that failed half-way is dropped, so none ever holds a reply
+    that is not its caller's.
     """
 
     def __init__(self, client: redis.Redis) -> None:
@@ -58,7 +64,8 @@ class PlainRoundTrips:
 
     def send(self, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
         """The replies of ``commands``, retried on a connection error as redis-py retries a
-        pipeline; the first error reply is raised once every reply is read."""
+        pipeline; the first error reply (of any kind: a server still loading its data refuses a
+        push as surely as a key of the wrong type) is raised once every reply is read."""
         if self._pid != os.getpid():
             # The parent's connections, which the parent goes on using.
             self._idle, self._pid = [], os.getpid()
@@ -67,39 +74,19 @@ class PlainRoundTrips:
         except IndexError:
             pool = self._pool
             connection = pool.connection_class(**pool.connection_kwargs)
-        else:
-            # A connection the server closed while it was idle reads as ready (an end of file):
-            # it is opened again before the push is sent, never retried after, which could
-            # push twice. redis-py's pool checks the same as it hands out a connection.
-            try:
-                closed = connection.can_read()
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                closed = True
-            if closed:
-                connection.disconnect()
         # hiredis's stub types a command as a tuple of one argument.
         packed = b"".join([hiredis.pack_command(command) for command in commands])  # type: ignore[arg-type]
-
-        def exchange() -> list[Any]:
-            connection.send_packed_command([packed])
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(connection.read_response())
-                except redis.ResponseError as exc:
-                    replies.append(exc)
-            return replies
-
         try:
             replies: list[Any] = connection.retry.call_with_retry(
-                exchange, lambda _error: connection.disconnect()
+                lambda: _exchange(connection, packed, len(commands)),
+                lambda _error: connection.disconnect(),
             )
         except BaseException:
             connection.disconnect()
             raise
         self._idle.append(connection)
         for reply in replies:
-            if isinstance(reply, redis.ResponseError):
+            if isinstance(reply, redis.RedisError):
                 raise reply
         return replies
 
@@ -107,6 +94,52 @@ class PlainRoundTrips:
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.disconnect()
+
+
+def _exchange(connection: Any, packed: bytes, count: int) -> list[Any]:
+    """Write ``packed`` and read ``count`` replies; error replies come back as redis-py's
+    exceptions, raised by the caller once every reply is read."""
+    sock = _open_socket(connection)
+    reader = hiredis.Reader(protocolError=redis.InvalidResponse, replyError=BaseParser.parse_error)
+    replies: list[Any] = []
+    try:
+        sock.sendall(packed)
+        while len(replies) < count:
+            reply = reader.gets()
+            if reply is False:
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    raise redis.ConnectionError("Connection closed by server.")
+                reader.feed(data)
+            else:
+                replies.append(reply)
+    except TimeoutError as exc:
+        raise redis.TimeoutError(f"Timeout reading from {connection!r}") from exc
+    except OSError as exc:
+        raise redis.ConnectionError(f"Error talking to {connection!r}: {exc}") from exc
+    return replies
+
+
+def _open_socket(connection: Any) -> socket.socket:
+    """The connection's socket, connected again if the server closed it while it was idle: a
+    push is never sent on a closed connection and retried, which could push it twice (redis-py's
+    pool checks the same as it hands out a connection)."""
+    sock: socket.socket | None = connection._sock
+    if sock is not None:
+        # Readable while idle is an end of file or a stray reply: never a state to push in. A
+        # TLS socket may also hold decrypted bytes the system does not see.
+        ready = select.poll()
+        ready.register(sock, select.POLLIN)
+        if not ready.poll(0) and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            return sock
+        connection.disconnect()
+    connection.connect()
+    opened: socket.socket = connection._sock
+    return opened
+
+
+#: Bytes asked of the socket per read: a push's replies are a few bytes each.
+_READ_SIZE = 65536
 
 
 @cache
