@@ -112,6 +112,8 @@ def test_client_push_of_an_unregistered_ruby_class_uses_sidekiq_defaults(
         ({"class": "X", "args": [], "retry": "yes"}, "'retry' must be"),
         ({"class": "X", "args": [], "at": "soon"}, "'at' must be"),
         ({"class": "X", "args": [], "extra": {1, 2}}, "is a set"),
+        ({"class": "X", "args": [], "weight": float("nan")}, "is nan, which JSON cannot represent"),
+        ({"class": "X", "args": [], 7: "seven"}, "has a int key 7"),
     ],
 )
 def test_bad_items_are_refused_before_anything_is_written(
