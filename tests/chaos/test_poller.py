@@ -40,7 +40,13 @@ def poller_survives(
         start()
         # Readiness: the worker fetches again (a job pushed now runs).
         ready = push_one(client)
-        wait_until(lambda: runs.first_done(ready), timeout=30)
+        try:
+            wait_until(lambda: runs.first_done(ready), timeout=30)
+        except AssertionError:
+            where = state.locate([ready])
+            raise AssertionError(
+                f"the job pushed after the outage did not run (it is in {where})\n{pool.logs()}"
+            ) from None
         scheduled = push_one(client, at=time.time() + SCHEDULED_AHEAD)
         flaky = push_one(client, FLAKY_JOB)
     finally:
