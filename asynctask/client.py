@@ -255,12 +255,13 @@ def _run_at(value: Any) -> float | None:
 def _check_header(job: payload.JobDict) -> None:
     """Every key but args (checked on their own) must be JSON-native too."""
     for key, value in job.items():
+        if key == "args":
+            continue
         kind = type(value)
         if type(key) is not str or not (kind in _SCALARS or (kind is float and math.isfinite(value))):
-            if key != "args":
-                # The whole check, which names the culprit if there is one.
-                payload.check_args([{k: v for k, v in job.items() if k != "args"}])
-                return
+            # The whole check, which names the culprit if there is one.
+            payload.check_args([{k: v for k, v in job.items() if k != "args"}])
+            return
 
 
 #: The header values that pass as they are: every job's retry, queue, class, jid.

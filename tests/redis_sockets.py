@@ -12,24 +12,21 @@ import redis
 class WatchedSocket:
     """A connected socket that counts its writes and can fail its next reads or writes."""
 
-    def __init__(self, sock: socket.socket, owner: WatchedConnection) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._owner = owner
 
     def sendall(self, data: Any, *args: Any) -> None:
-        owner = type(self._owner)
-        owner.writes += 1
-        if owner.fail_writes:
-            owner.fail_writes -= 1
+        WatchedConnection.writes += 1
+        if WatchedConnection.fail_writes:
+            WatchedConnection.fail_writes -= 1
             # Inside the first command: the server has nothing to answer yet, and waits for more.
             self._sock.sendall(data[:10], *args)
             raise RuntimeError("interrupted in the middle of a write")
         self._sock.sendall(data, *args)
 
     def recv(self, size: int, *args: Any) -> bytes:
-        owner = type(self._owner)
-        if owner.fail_reads:
-            owner.fail_reads -= 1
+        if WatchedConnection.fail_reads:
+            WatchedConnection.fail_reads -= 1
             raise RuntimeError("interrupted before the replies were read")
         return self._sock.recv(size, *args)
 
@@ -49,7 +46,7 @@ class WatchedConnection(redis.Connection):
 
     def _connect(self) -> Any:
         WatchedConnection.made += 1
-        return WatchedSocket(super()._connect(), self)  # type: ignore[no-untyped-call]
+        return WatchedSocket(super()._connect())  # type: ignore[no-untyped-call]
 
     @classmethod
     def reset(cls) -> None:

@@ -354,8 +354,10 @@ def _exited(pid: int | None, jid: str) -> None:
     except ProcessLookupError:
         return
     try:
-        # The handle turns readable when the process has exited.
-        readable, _, _ = select.select([handle], [], [], EXIT_WAIT)
+        # The handle turns readable when the process has exited (poll: any descriptor number).
+        exited = select.poll()
+        exited.register(handle, select.POLLIN)
+        readable = exited.poll(EXIT_WAIT * 1000)
     finally:
         os.close(handle)
     if not readable:
