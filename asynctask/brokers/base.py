@@ -186,9 +186,9 @@ class Fetcher(ABC):
         self._round_trips: dict[int, list[UnitOfWork]] = {}
         self._round_trip_numbers = itertools.count(1)
         self._last_round_trip = 0
-        #: Claims that no thread held at the last ``reconcile``, and the last round trip then.
-        self._suspects: Counter[UnitOfWork] = Counter()
-        self._suspects_mark = 0
+        #: Claims that no thread held at the last ``reconcile``, by the last round trip
+        #: started when each was first seen unheld (oldest first).
+        self._suspects: dict[int, Counter[UnitOfWork]] = {}
 
     def queue_order(self) -> list[str]:
         """The order to try the queues in for one claim: as listed when strict, else weighted
@@ -308,10 +308,12 @@ class Fetcher(ABC):
         """Give back the jobs this process holds that none of its threads has or will have;
         return how many went back. Called at every heartbeat.
 
-        A job is given back when the store listed it as this process's at two consecutive
-        calls while no thread had it, the buffer did not hold it and no acknowledgement
-        carried it, and every round trip under way at the first call has returned since: a
-        claim's reply still on its way is never mistaken for a lost one.
+        A job is given back when the store has listed it as this process's at every call
+        since one where no thread had it, the buffer did not hold it and no acknowledgement
+        carried it, and every round trip under way at that first call has returned since: a
+        claim's reply still on its way is never mistaken for a lost one. Round trips that
+        outlast a heartbeat (a thread blocked waiting for jobs) only delay the give-back:
+        each suspect keeps the mark of the call that first saw it.
         """
         stored = Counter(self.held())
         with self._lock:
@@ -328,8 +330,19 @@ class Fetcher(ABC):
             oldest_under_way = min(self._round_trips, default=self._last_round_trip + 1)
             mark = self._last_round_trip
         unknown = stored - known
-        stuck = unknown & self._suspects if oldest_under_way > self._suspects_mark else Counter()
-        self._suspects, self._suspects_mark = unknown - stuck, mark
+        stuck: Counter[UnitOfWork] = Counter()
+        suspects: dict[int, Counter[UnitOfWork]] = {}
+        for first_seen, units in self._suspects.items():
+            still = units & unknown
+            unknown -= still
+            if first_seen < oldest_under_way:
+                stuck += still
+            elif still:
+                suspects[first_seen] = still
+        if unknown:
+            # No round trip since the last call: the mark is the one of suspects seen then.
+            suspects[mark] = suspects.get(mark, Counter()) + unknown
+        self._suspects = suspects
         if not stuck:
             return 0
         moved = self.requeue(list(stuck.elements()))

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -57,7 +58,9 @@ def test_a_claim_whose_reply_was_lost_goes_back_to_its_queue_and_runs(
 
     # A record that outlives any stall of a loaded machine: had it expired, the worker's own
     # orphan recovery would take the claim back first, without the give-back this is about.
-    worker = make_worker(process_ttl=60)
+    # Idle threads wait for jobs four heartbeats at a time, so that some round trip is always
+    # under way across a heartbeat.
+    worker = make_worker(process_ttl=60, fetch_timeout=4 * settings.heartbeat_interval)
     note.set(client=client).perform_async("lost")
     # The claim happens in the store, but its answer never reaches a thread: as when the
     # connection dropped after the server ran it.
@@ -66,11 +69,63 @@ def test_a_claim_whose_reply_was_lost_goes_back_to_its_queue_and_runs(
     with caplog.at_level(logging.WARNING, logger="asynctask.fetch"):
         # Captured from the worker's start: a heartbeat may come as soon as it runs.
         make_worker.run(worker)
-        # Two heartbeats (0.5 s apart) see it unheld; a few more allow for a slow machine.
-        wait_until(lambda: runs == ["lost"], timeout=5 * settings.heartbeat_interval + 3)
+        # Two heartbeats see it unheld, with the round trips under way at the first (a watching
+        # thread's: up to twice the fetch timeout) returned in between; and a slow machine.
+        wait_until(lambda: runs == ["lost"], timeout=11 * settings.heartbeat_interval + 3)
         wait_until(lambda: not worker.fetch.held())
     assert any("gave back 1 claimed job" in r.getMessage() for r in caplog.records)
     assert runs == ["lost"]
+
+
+def test_a_claim_is_given_back_only_once_every_round_trip_under_way_when_first_seen_returned(
+    registry: Registry, client: Client, settings: Settings
+) -> None:
+    """Round trips overlap across every check (as threads blocked waiting for jobs keep them
+    under way): the claim goes back as soon as those under way when it was first seen unheld
+    have all returned, however many started since."""
+
+    @asynctask.job(registry=registry)
+    def note() -> None:
+        pass
+
+    fetcher = client.broker.fetcher("round-trips")
+    fetcher.register()
+    note.set(client=client).perform_async()
+    # Round trips a to d, each started before the one before it returns.
+    with ExitStack() as a, ExitStack() as b, ExitStack() as c, ExitStack() as d:
+        a.enter_context(fetcher._round_trip([]))
+        b.enter_context(fetcher._round_trip([]))
+        # The claim's reply may still be on its way in a or b, as far as the checks can tell.
+        assert len(fetcher.claim(1, [], [])) == 1
+        assert fetcher.reconcile() == 0
+        c.enter_context(fetcher._round_trip([]))
+        a.close()
+        assert fetcher.reconcile() == 0, "b, under way at the first check, has not returned"
+        d.enter_context(fetcher._round_trip([]))
+        b.close()
+        assert fetcher.reconcile() == 1
+    assert Queue("default", settings=settings).size == 1
+    assert fetcher.held() == []
+
+
+def test_a_suspect_claim_that_a_thread_then_holds_stays_with_it(
+    registry: Registry, client: Client, settings: Settings
+) -> None:
+    @asynctask.job(registry=registry)
+    def note() -> None:
+        pass
+
+    fetcher = client.broker.fetcher("taken-later")
+    fetcher.register()
+    note.set(client=client).perform_async()
+    [unit] = fetcher.claim(1, [], [])
+    assert fetcher.reconcile() == 0
+    # Between two checks the job reaches a thread (here: given back, then fetched again).
+    assert fetcher.requeue([unit]) == 1
+    assert fetcher.fetch(None, 0) == unit
+    assert fetcher.reconcile() == 0
+    assert fetcher.reconcile() == 0
+    assert fetcher.held() == [unit]
 
 
 def test_the_job_of_a_thread_that_died_goes_back_to_its_queue(

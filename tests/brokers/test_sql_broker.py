@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from asynctask import payload
 from asynctask.brokers.base import Beat, BeatReply, UnitOfWork
-from asynctask.brokers.sql import SqlBroker
+from asynctask.brokers.sql import SqlBroker, wake
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.models import (
     CancelledTask,
@@ -483,6 +483,34 @@ def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBr
     # Each thread got its own job, long before the 5 s fetch timeout.
     assert time.monotonic() - started < 1.5
     assert sorted(classes([u for u in got if u is not None])) == ["Wake0", "Wake1", "Wake2"]
+
+
+def test_a_claim_made_after_the_listening_connection_broke_hands_out_its_jobs(
+    broker: SqlBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim commits before the pending notifications are read off: a broken listening
+    connection (a server restart, a cut) must not turn the committed claim into an error."""
+    if not broker.store.postgres:
+        pytest.skip("SQLite polls; only PostgreSQL listens")
+    monkeypatch.setattr(wake, "DRAIN_INTERVAL", 0.0)
+    fetcher = broker.fetcher("me")
+    listener = fetcher._wake
+    assert isinstance(listener, wake.PgListener)
+    assert claim_all(fetcher) == []
+    assert listener._connection is not None
+    with broker.engine.begin() as connection:
+        connection.execute(
+            text("SELECT pg_terminate_backend(:pid)"), {"pid": listener._connection.info.backend_pid}
+        )
+    with caplog.at_level(logging.WARNING, logger="asynctask.fetch"):
+        # psycopg may first read the server's goodbye and report the loss at the next read.
+        for n in range(3):
+            broker.push([(job(f"AfterTheCut{n}"), None)])
+            assert classes(claim_all(fetcher)) == [f"AfterTheCut{n}"]
+    assert any("listening for new jobs broke" in r.getMessage() for r in caplog.records)
+    # The next claim listens again, on a new connection.
+    assert claim_all(fetcher) == []
+    assert listener._connection is not None and not listener._connection.closed
 
 
 @pytest.mark.alone

@@ -180,7 +180,11 @@ class PgListener(Wake):
 
     def drain(self) -> None:
         """A busy worker seldom waits, so notifications pile up on its connection (and hold
-        the server's notification queue back): read them off now and then."""
+        the server's notification queue back): read them off now and then.
+
+        Never raises: it runs after a claim has committed, and an error here would lose the
+        claim's jobs to the thread (until the claim check gives them back). A broken
+        connection is dropped; the next claim or wait opens another."""
         if self._connection is None or time.monotonic() - self._drained < DRAIN_INTERVAL:
             return
         if not self._lock.acquire(blocking=False):
@@ -188,6 +192,8 @@ class PgListener(Wake):
         try:
             with self._errors():
                 self._discard_pending(self._connection)
+        except OperationalError as exc:
+            logger.warning("the connection listening for new jobs broke (another is opened): %s", exc.orig)
         finally:
             self._lock.release()
 
