@@ -45,7 +45,8 @@ def poller_survives(
         except AssertionError:
             where = state.locate([ready])
             raise AssertionError(
-                f"the job pushed after the outage did not run (it is in {where})\n{pool.logs()}"
+                f"the job pushed after the outage did not run (it is in {where})\n{pool.logs()}\n"
+                + worker.thread_stacks()
             ) from None
         scheduled = push_one(client, at=time.time() + SCHEDULED_AHEAD)
         flaky = push_one(client, FLAKY_JOB)

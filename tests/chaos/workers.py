@@ -77,6 +77,13 @@ class WorkerProc:
         except OSError:
             return ""
 
+    def thread_stacks(self) -> str:
+        """Every thread's stack, which the worker logs on SIGTTIN (for a failure's message)."""
+        before = len(self.log_text())
+        os.kill(self.pid, signal.SIGTTIN)
+        time.sleep(1.0)
+        return self.log_text()[before:]
+
     def log_tail(self, lines: int = 15) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
