@@ -11,12 +11,13 @@ from __future__ import annotations
 import base64
 import json
 import math
+import operator
 import os
 import re
 import reprlib
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from json.scanner import make_scanner
 from typing import Any, NoReturn
 
@@ -69,6 +70,7 @@ def c_encoder(*, allow_nan: bool, compact: bool = True, ensure_ascii: bool = Fal
 
 
 _encode = c_encoder(allow_nan=False)
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring
 #: A digit followed by an exponent, as Python prints 1e+20; only then is the slow encoder needed.
 _BARE_EXPONENT = re.compile(r"[0-9]e[+-]")
 
@@ -127,6 +129,89 @@ def dumps_within(job: Mapping[str, Any], limit: int) -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: Fewer jobs than this are encoded one by one: finding what they share would cost more.
+_ALIKE_FROM = 4
+
+
+def dumps_many_within(jobs: Sequence[Mapping[str, Any]], limit: int) -> list[str]:
+    """``dumps_within`` of each of ``jobs``, the same text, faster when they are alike.
+
+    The jobs of one bulk push or one task hold the same objects for most of their fields
+    (queue, class, options, the times, the task); only args and jid differ. When the first two
+    jobs have the same keys in the same order, the values both hold (the same objects) are
+    encoded once, between the texts of the values of their own: a job whose keys and shared
+    values match is then two or three small encodings and a join, against a whole encoding
+    (which the C encoder does at about 100 ns per field). A job that does not match is encoded
+    whole."""
+    alike = _Alike.of(jobs[0], jobs[1]) if len(jobs) >= _ALIKE_FROM else None
+    if alike is None:
+        return [dumps_within(job, limit) for job in jobs]
+    return [alike.dumps_within(job, limit) for job in jobs]
+
+
+class _Alike:
+    """The text of what alike jobs share, and the keys of the values each job encodes."""
+
+    def __init__(self, keys: tuple[str, ...], shared: dict[str, Any], texts: list[str]) -> None:
+        self.keys = keys
+        self.shared_of = operator.itemgetter(*shared)
+        self.shared_values = self.shared_of(shared)
+        own = [key for key in keys if key not in shared]
+        #: A tuple of the job's own values, however many there are.
+        self.own_of: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
+            operator.itemgetter(*own) if len(own) > 1 else lambda job: (job[own[0]],)
+        )
+        #: ``texts[i]`` comes before own value ``i``; the last one ends the object.
+        self.texts = texts[:-1]
+        self.end = texts[-1]
+
+    @classmethod
+    def of(cls, first: Mapping[str, Any], second: Mapping[str, Any]) -> _Alike | None:
+        keys = tuple(first)
+        if tuple(second) != keys or not all(type(key) is str for key in keys):
+            return None
+        shared = {key: first[key] for key in keys if first[key] is second[key]}
+        if len(shared) < 2 or len(shared) == len(keys):
+            return None
+        texts: list[str] = []
+        text = "{"
+        for key in keys:
+            if text != "{":
+                text += ","
+            text += _encode(key) + ":"
+            if key in shared:
+                text += _encode(shared[key])
+            else:
+                texts.append(text)
+                text = ""
+        texts.append(text + "}")
+        if any(_BARE_EXPONENT.search(text) for text in texts):
+            # A shared float in exponent form: ``dumps`` spells it Ruby's way, job by job.
+            return None
+        return cls(keys, shared, texts)
+
+    def dumps_within(self, job: Mapping[str, Any], limit: int) -> str:
+        if tuple(job) != self.keys or not all(map(operator.is_, self.shared_of(job), self.shared_values)):
+            return dumps_within(job, limit)
+        parts: list[str] = []
+        for text, value in zip(self.texts, self.own_of(job), strict=True):
+            parts.append(text)
+            if type(value) is str:
+                # A jid: the string encoder alone, without the whole encoder's set-up.
+                parts.append(_encode_string(value))
+                continue
+            own = _encode(value)
+            if ("e+" in own or "e-" in own) and _BARE_EXPONENT.search(own) is not None:
+                # As ``dumps``: a float in exponent form takes Ruby's spelling.
+                return dumps_within(job, limit)
+            parts.append(own)
+        parts.append(self.end)
+        encoded = "".join(parts)
+        if not encoded.isascii() and _SURROGATE.search(encoded) is not None:
+            _refuse_surrogate(job)
+        if len(encoded) * 4 > limit and len(encoded.encode()) > limit:
+            return dumps_within(job, limit)
+        return encoded
 
 
 def _refuse_surrogate(job: Mapping[str, Any]) -> None:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from asynctask import payload
-from asynctask.errors import PayloadError
+from asynctask.errors import InvalidString, PayloadError
 from asynctask.worker.retry import default_delay
 
 
@@ -235,3 +235,56 @@ def test_exponent_floats_are_spelled_as_ruby_spells_them() -> None:
     assert encoded == '{"args":[1.0e+20,1.0e-05,1.5e-07,2.0,1000000000000000.0,0.0001,"1e+5 stays text"]}'
     with pytest.raises(ValueError, match="not JSON compliant"):
         payload.dumps({"args": [1e20, float("inf")]})
+
+
+def _alike_jobs(count: int) -> list[payload.JobDict]:
+    """Jobs as one task or bulk push builds them: shared objects but for args and jid."""
+    created = 1795264797.8023384
+    head = {"retry": True, "queue": "default", "task": "f86a83425dc02d8090c916d1cc55c658"}
+    return [
+        {**head, "args": [[n]], "class": "Work", "jid": payload.new_jid(), "created_at": created}
+        for n in range(count)
+    ]
+
+
+def _odd_ones(jobs: list[payload.JobDict]) -> None:
+    """Jobs that differ from the first two where a shared encoding would go wrong."""
+    jobs[3]["retry"] = 1  # equal to True, not the same object, and written differently
+    jobs[4] = {"queue": jobs[4]["queue"], **{k: v for k, v in jobs[4].items() if k != "queue"}}  # key order
+    jobs[5]["args"] = [[1e20, "ünï", 1.5e-07]]  # Ruby's exponent spelling in an own value
+    jobs[6]["created_at"] = 1795264797.8023384  # equal, another object: encoded whole, same text
+    jobs[7]["extra"] = "field"
+    jobs[8]["jid"] = "1e+5 is no float"
+
+
+def test_alike_jobs_are_encoded_as_each_alone() -> None:
+    jobs = _alike_jobs(12)
+    _odd_ones(jobs)
+    assert payload.dumps_many_within(jobs, 10_000) == [payload.dumps_within(job, 10_000) for job in jobs]
+    assert payload.dumps_many_within(jobs, 10_000)[3].startswith('{"retry":1,')
+
+
+@pytest.mark.parametrize(
+    "first_two",
+    [
+        {"created_at": 1e20},  # a shared float Ruby spells otherwise
+        {"args": [[0]]},  # nothing of their own but the jid
+    ],
+)
+def test_alike_jobs_whose_shared_values_need_care_are_encoded_as_each_alone(
+    first_two: dict[str, object],
+) -> None:
+    jobs = _alike_jobs(6)
+    for job in jobs[:2]:
+        job.update(first_two)
+    assert payload.dumps_many_within(jobs, 10_000) == [payload.dumps_within(job, 10_000) for job in jobs]
+
+
+def test_alike_jobs_are_refused_as_each_alone() -> None:
+    jobs = _alike_jobs(6)
+    jobs[4]["args"] = [["x" * 500]]
+    with pytest.raises(ValueError, match="over the 400-byte limit"):
+        payload.dumps_many_within(jobs, 400)
+    jobs[4]["args"] = [["\ud800"]]
+    with pytest.raises(InvalidString, match=r"args\[0\]\[0\] holds a lone surrogate"):
+        payload.dumps_many_within(jobs, 10_000)

@@ -67,8 +67,12 @@ def push_jobs(
     if not atomic and not transitions and not any(is_flow(job) for job, _ in entries):
         # Plain commands only: one round trip without redis-py's pipeline (a one-job push's
         # largest cost after the round trip itself).
-        for job, at in entries:
-            plain.add(job, payload.schedule(job, at, now), payload.dumps_within(job, max_payload_bytes))
+        dues = [payload.schedule(job, at, now) for job, at in entries]
+        jobs = [job for job, _ in entries]
+        for job, due, encoded in zip(
+            jobs, dues, payload.dumps_many_within(jobs, max_payload_bytes), strict=True
+        ):
+            plain.add(job, due, encoded)
         plain_round_trips.send([*plain.take_queued(), *plain.take_scheduled()])
         return [str(job["jid"]) for job, _ in entries]
     pipe = conn.pipeline(transaction=atomic)
@@ -182,8 +186,8 @@ class RedisStaging(Staging):
         by_queue: dict[str | None, list[str]] = {}
         for job in jobs:
             job["enqueued_at"] = self._enqueued_at
-            target = None if is_flow(job) else job["queue"]
-            by_queue.setdefault(target, []).append(payload.dumps_within(job, self.max_payload_bytes))
+        for job, encoded in zip(jobs, payload.dumps_many_within(jobs, self.max_payload_bytes), strict=True):
+            by_queue.setdefault(None if is_flow(job) else job["queue"], []).append(encoded)
         return by_queue
 
     def _staging(self, queue: str | None) -> str:

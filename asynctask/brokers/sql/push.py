@@ -83,12 +83,14 @@ def push_rows(
     """The rows of pushed jobs, scheduled or queued by ``payload.schedule`` (every queued
     job gets the same fresh ``enqueued_at``). Raises ValueError for a job over the size limit."""
     now = payload.now()
-    rows: list[JobRow] = []
-    for job, at in entries:
-        due = payload.schedule(job, at, now)
-        encoded = payload.dumps_within(job, max_payload_bytes)
-        rows.append(row(job, QUEUED, now, encoded) if due is None else row(job, SCHEDULED, due, encoded))
-    return rows
+    dues = [payload.schedule(job, at, now) for job, at in entries]
+    jobs = [job for job, _ in entries]
+    return [
+        row(job, QUEUED, now, encoded) if due is None else row(job, SCHEDULED, due, encoded)
+        for job, due, encoded in zip(
+            jobs, dues, payload.dumps_many_within(jobs, max_payload_bytes), strict=True
+        )
+    ]
 
 
 class SqlStaging(Staging):
@@ -136,12 +138,13 @@ class SqlStaging(Staging):
         """The jobs' rows; every job of the task gets the time its first batch was encoded."""
         if self._enqueued_at is None:
             self._enqueued_at = payload.now()
-        rows = []
         for job in jobs:
             job["enqueued_at"] = self._enqueued_at
-            encoded = payload.dumps_within(job, self._max_payload_bytes)
-            rows.append((job, row(job, QUEUED if self._fed is None else HELD, self._enqueued_at, encoded)))
-        return rows
+        state = QUEUED if self._fed is None else HELD
+        encoded = payload.dumps_many_within(jobs, self._max_payload_bytes)
+        return [
+            (job, row(job, state, self._enqueued_at, text)) for job, text in zip(jobs, encoded, strict=True)
+        ]
 
     def write(self, encoded: list[tuple[payload.JobDict, JobRow]], connection: Connection) -> None:
         if self._fed is not None:
