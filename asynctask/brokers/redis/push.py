@@ -67,12 +67,17 @@ def push_jobs(
     if not atomic and not transitions and not any(is_flow(job) for job, _ in entries):
         # Plain commands only: one round trip without redis-py's pipeline (a one-job push's
         # largest cost after the round trip itself).
-        dues = [payload.schedule(job, at, now) for job, at in entries]
-        jobs = [job for job, _ in entries]
-        for job, due, encoded in zip(
-            jobs, dues, payload.dumps_many_within(jobs, max_payload_bytes), strict=True
-        ):
-            plain.add(job, due, encoded)
+        if len(entries) == 1:
+            # perform_async: no lists built for one job.
+            [(job, at)] = entries
+            plain.add(job, payload.schedule(job, at, now), payload.dumps_within(job, max_payload_bytes))
+        else:
+            dues = [payload.schedule(job, at, now) for job, at in entries]
+            jobs = [job for job, _ in entries]
+            for job, due, encoded in zip(
+                jobs, dues, payload.dumps_many_within(jobs, max_payload_bytes), strict=True
+            ):
+                plain.add(job, due, encoded)
         plain_round_trips.send([*plain.take_queued(), *plain.take_scheduled()])
         return [str(job["jid"]) for job, _ in entries]
     pipe = conn.pipeline(transaction=atomic)
