@@ -56,7 +56,7 @@ from bench.api import server as api_server
 from bench.ceiling import section as ceiling
 from bench.core import document, machine, plots, postgres, procs, sections, targets
 from bench.core.redis_server import RedisServer
-from bench.core.system import ROOT, System
+from bench.core.system import ROOT, System, byte_compile
 from bench.fair import section as fair
 from bench.feeds import section as feeds
 from bench.flow import section as flow
@@ -463,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)
+    # Every process the bench starts imports this tree's packages: as installed, compiled.
+    byte_compile(ROOT / "asynctask", ROOT / "bench", ROOT / "webapi")
     load_at_start = machine.load_average()
     workdir = Path(tempfile.mkdtemp(prefix="asynctask-bench-"))
     run = sections.Run(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,16 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Variables that would point a child at another Redis or change its settings behind our back.
 _SCRUBBED_PREFIXES = ("ASYNCTASK_", "SIDEKIQ_", "BENCH_")
 _SCRUBBED = ("REDIS_URL", "REDIS_PROVIDER", "RUBYOPT", "PYTHONPATH", "PYTHONSTARTUP")
+
+
+def byte_compile(*trees: Path) -> None:
+    """Write the bytecode of every module under ``trees``, as pip does when it installs a
+    package: workers then start as an installed AsyncTask does. An editable install never
+    writes it when ``PYTHONDONTWRITEBYTECODE`` is set, and a worker would compile each of its
+    modules at every start (about 60 ms on this machine's reference run)."""
+    for tree in trees:
+        if not compileall.compile_dir(tree, quiet=1):
+            raise SystemExit(f"python -m bench: could not byte-compile {tree}")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from asynctask import Settings
-from bench.core.system import ROOT, System, clean_env
+from bench.core.system import ROOT, System, byte_compile, clean_env
 
 #: The name of AsyncTask at a commit: ``AsyncTask @ <commit>``.
 AT_REF_PREFIX = "AsyncTask @ "
@@ -82,6 +82,7 @@ def at_ref(ref: str, workdir: Path) -> System:
     tree = workdir / f"asynctask-{commit}"
     with tarfile.open(fileobj=io.BytesIO(_git("archive", commit, "asynctask"))) as archive:
         archive.extractall(tree, filter="data")
+    byte_compile(tree)
     jobs_module = str(ROOT / "bench" / "core" / "noop_jobs.py")
 
     def exported_worker_argv(concurrency: int) -> list[str]:
