@@ -3,6 +3,7 @@ all or nothing wherever in the stream it fails, and jobs queued in item order.""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -226,3 +227,31 @@ def test_params_with_separators_survive_batched_copy(tracking: Tracking, rows: J
     with tracking.engine.connect() as connection:
         params = connection.execute(select(Event.params).order_by(Event.id)).scalars().all()
     assert params == [[[item]] for item in items] and task.total == 4100
+
+
+def test_the_collector_is_paused_while_batches_are_written_and_left_as_found(
+    tracking: Tracking, rows: JobDefinition[Any]
+) -> None:
+    """Items are read batch by batch: a batch read after the first is read with the cyclic
+    collector paused, and create_task leaves it as it found it, whether it ends or fails."""
+    seen: list[bool] = []
+
+    def items(count: int, fail: bool = False) -> Iterator[int]:
+        for index in range(count):
+            if index == 5_000:
+                seen.append(gc.isenabled())
+                if fail:
+                    raise RuntimeError("the source broke")
+            yield index
+
+    tracking.create_task(rows, items(6_000))
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError, match="the source broke"):
+        tracking.create_task(rows, items(6_000, fail=True))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        tracking.create_task(rows, items(6_000))
+        assert not gc.isenabled(), "a collector paused by the caller stays paused"
+    finally:
+        gc.enable()
