@@ -157,8 +157,9 @@ def test_parallel_changes_while_the_task_runs(
     assert done.status == "finished" and done_seqs(runs_file, "t") == list(range(200))
     runs = runs_of(runs_file)
     assert overlap_between(runs, 0, raised) <= 2
-    assert overlap_between(runs, raised, raised + 1) == 10
-    assert overlap_between(runs, raised, lowered) <= 10
+    # Raised: ten at once before it is lowered again (1.5 s, five job lengths: on a loaded
+    # machine each slot is briefly empty between a job's end and the next one's start).
+    assert overlap_between(runs, raised, lowered) == 10
     assert overlap_between(runs, lowered + 1, lowered + 2.5) == 1
 
 
