@@ -17,6 +17,7 @@ from sqlalchemy import text
 import asynctask
 from asynctask import Client, Registry, Settings
 from asynctask.api import Queue
+from asynctask.brokers import Fetcher
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.sql import SqlBroker
 from asynctask.middleware import Chain
@@ -77,6 +78,19 @@ def test_a_claim_whose_reply_was_lost_goes_back_to_its_queue_and_runs(
     assert runs == ["lost"]
 
 
+def fetcher_with_a_job(registry: Registry, client: Client, identity: str) -> Fetcher:
+    """A registered fetcher of process ``identity``, not running, and one job in its queue."""
+
+    @asynctask.job(registry=registry)
+    def note() -> None:
+        pass
+
+    fetcher = client.broker.fetcher(identity)
+    fetcher.register()
+    note.set(client=client).perform_async()
+    return fetcher
+
+
 def test_a_claim_is_given_back_only_once_every_round_trip_under_way_when_first_seen_returned(
     registry: Registry, client: Client, settings: Settings
 ) -> None:
@@ -84,13 +98,7 @@ def test_a_claim_is_given_back_only_once_every_round_trip_under_way_when_first_s
     under way): the claim goes back as soon as those under way when it was first seen unheld
     have all returned, however many started since."""
 
-    @asynctask.job(registry=registry)
-    def note() -> None:
-        pass
-
-    fetcher = client.broker.fetcher("round-trips")
-    fetcher.register()
-    note.set(client=client).perform_async()
+    fetcher = fetcher_with_a_job(registry, client, "round-trips")
     # Round trips a to d, each started before the one before it returns.
     with ExitStack() as a, ExitStack() as b, ExitStack() as c, ExitStack() as d:
         a.enter_context(fetcher._round_trip([]))
@@ -111,13 +119,7 @@ def test_a_claim_is_given_back_only_once_every_round_trip_under_way_when_first_s
 def test_a_suspect_claim_that_a_thread_then_holds_stays_with_it(
     registry: Registry, client: Client, settings: Settings
 ) -> None:
-    @asynctask.job(registry=registry)
-    def note() -> None:
-        pass
-
-    fetcher = client.broker.fetcher("taken-later")
-    fetcher.register()
-    note.set(client=client).perform_async()
+    fetcher = fetcher_with_a_job(registry, client, "taken-later")
     [unit] = fetcher.claim(1, [], [])
     assert fetcher.reconcile() == 0
     # Between two checks the job reaches a thread (here: given back, then fetched again).
