@@ -80,19 +80,14 @@ def get_task(
 EARLIER_TASKS = 1000
 
 
-def earlier_waiting(connection: Connection, view: TaskView) -> int:
-    """Jobs of the tenant's tasks created before ``view``'s in its queue that have not started:
-    in a fair queue they run before the task's, in the tenant's turns (0 without a tenant). The
-    tenant's last ``EARLIER_TASKS`` tasks are read, newest first, by the tenant's index."""
-    if view.tenant is None:
-        return 0
+def _earlier_waiting() -> Select[Any]:
     earlier = (
         select(Task.count_enqueue, Task.queue)
         .where(
-            Task.tenant == view.tenant,
+            Task.tenant == bindparam("tenant"),
             or_(
-                Task.created_at < view.created_at,
-                and_(Task.created_at == view.created_at, Task.id < view.id),
+                Task.created_at < bindparam("created_at"),
+                and_(Task.created_at == bindparam("created_at"), Task.id < bindparam("id")),
             ),
         )
         .order_by(Task.created_at.desc(), Task.id.desc())
@@ -100,9 +95,24 @@ def earlier_waiting(connection: Connection, view: TaskView) -> int:
         .subquery()
     )
     # The queue is filtered after the limit: the index orders a tenant's tasks, not its queues'.
-    waiting = select(func.coalesce(func.sum(earlier.c.count_enqueue), 0)).where(earlier.c.queue == view.queue)
-    total = connection.execute(waiting).scalar_one()
-    return int(total)
+    return select(func.coalesce(func.sum(earlier.c.count_enqueue), 0)).where(
+        earlier.c.queue == bindparam("queue")
+    )
+
+
+#: Built once, as the task reads are: a status poll of a waiting task runs it, and building it
+#: cost more than running it.
+_EARLIER_WAITING = _earlier_waiting()
+
+
+def earlier_waiting(connection: Connection, view: TaskView) -> int:
+    """Jobs of the tenant's tasks created before ``view``'s in its queue that have not started:
+    in a fair queue they run before the task's, in the tenant's turns (0 without a tenant). The
+    tenant's last ``EARLIER_TASKS`` tasks are read, newest first, by the tenant's index."""
+    if view.tenant is None:
+        return 0
+    params = {"tenant": view.tenant, "created_at": view.created_at, "id": view.id, "queue": view.queue}
+    return int(connection.execute(_EARLIER_WAITING, params).scalar_one())
 
 
 @functools.lru_cache(maxsize=128)
