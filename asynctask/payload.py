@@ -115,7 +115,11 @@ def schedule(job: JobDict, at: float | None, now: float) -> float | None:
 def dumps_within(job: Mapping[str, Any], limit: int) -> str:
     """``dumps``, refusing (ValueError) a job whose UTF-8 payload is over ``limit`` bytes, and
     (InvalidString) one holding a lone surrogate, which no UTF-8 encodes."""
-    encoded = dumps(job)
+    return _within(job, dumps(job), limit)
+
+
+def _within(job: Mapping[str, Any], encoded: str, limit: int) -> str:
+    """``encoded`` (the text of ``job``), refused as ``dumps_within`` says."""
     # isascii() reads a flag of the string: only a payload with other characters is searched.
     if not encoded.isascii() and _SURROGATE.search(encoded) is not None:
         _refuse_surrogate(job)
@@ -206,12 +210,7 @@ class _Alike:
                 return dumps_within(job, limit)
             parts.append(own)
         parts.append(self.end)
-        encoded = "".join(parts)
-        if not encoded.isascii() and _SURROGATE.search(encoded) is not None:
-            _refuse_surrogate(job)
-        if len(encoded) * 4 > limit and len(encoded.encode()) > limit:
-            return dumps_within(job, limit)
-        return encoded
+        return _within(job, "".join(parts), limit)
 
 
 def _refuse_surrogate(job: Mapping[str, Any]) -> None:
