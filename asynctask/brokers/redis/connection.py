@@ -16,6 +16,8 @@ from redis._parsers import BaseParser
 
 #: Seconds to wait for a connection; a down Redis is reported instead of hanging forever.
 CONNECT_TIMEOUT = 5.0
+#: Bytes asked of a push connection's socket per read: a push's replies are a few bytes each.
+_READ_SIZE = 65536
 #: Seconds a reply may take beyond the longest a command blocks on purpose (BLMOVE's
 #: timeout). A paused or unreachable server then fails the command instead of holding the
 #: thread forever; a claim whose reply was lost this way is given back (``Fetcher.reconcile``).
@@ -136,10 +138,6 @@ def _open_socket(connection: Any) -> socket.socket:
     connection.connect()
     opened: socket.socket = connection._sock
     return opened
-
-
-#: Bytes asked of the socket per read: a push's replies are a few bytes each.
-_READ_SIZE = 65536
 
 
 @cache
