@@ -193,6 +193,11 @@ class Settings:
             object.__setattr__(self, "database_url", broker)
 
     @property
+    def database_named(self) -> bool:
+        """Whether a tracking database was given (the default one may never be used)."""
+        return self.database_url != DEFAULT_DATABASE_URL
+
+    @property
     def broker(self) -> str:
         """The broker's URL: ``broker_url``, else ``redis_url``, else the tracking database."""
         return self.broker_url or self.redis_url or self.database_url

@@ -96,20 +96,30 @@ def _check_worker_database(settings: Settings, *, explicit: bool) -> None:
 
     A Redis worker needs its tracking database only for tracked jobs, and runs the others
     without it: what is wrong with it is a warning, and only when one was named (an unused
-    default is nothing to warn about)."""
+    default is nothing to warn about). A flusher process that starts with the worker checks it
+    instead (``run_flusher``), so that the worker's start never waits for SQLAlchemy."""
     if not settings.uses_redis:
         with suppress(DatabaseUnreachable):
             require_database(settings.broker)
         return
-    if settings.tracking and explicit:
-        try:
-            require_database(settings.database_url)
-        except DatabaseUnreachable:
-            pass
-        except CommandError as exc:
-            logging.getLogger("asynctask.tracking").warning(
-                "%s; until then, tracked jobs run but their progress is not recorded", exc
-            )
+    if settings.tracking and explicit and not (settings.flusher == "process" and settings.database_named):
+        problem = _tracking_database_problem(settings.database_url)
+        if problem is not None:
+            from asynctask.brokers.redis.flusher_process import UNTRACKED_MEANWHILE
+
+            logging.getLogger("asynctask.tracking").warning("%s; %s", problem, UNTRACKED_MEANWHILE)
+
+
+def _tracking_database_problem(url: str) -> str | None:
+    """What stops tracking into the database at ``url`` (missing, not migrated), or None; a
+    server that does not answer yet is not one: writes wait for it."""
+    try:
+        require_database(url)
+    except DatabaseUnreachable:
+        return None
+    except CommandError as exc:
+        return str(exc)
+    return None
 
 
 def run_flusher(args: argparse.Namespace) -> int:
@@ -119,9 +129,8 @@ def run_flusher(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     log.setup(settings.log_level, settings.log_format)
-    with suppress(DatabaseUnreachable):
-        require_database(settings.database_url)
-    run_flusher(settings, args.consumer or f"{socket.gethostname()}:{os.getpid()}", args.parent)
+    consumer = args.consumer or f"{socket.gethostname()}:{os.getpid()}"
+    run_flusher(settings, consumer, args.parent, lambda: _tracking_database_problem(settings.database_url))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -131,6 +132,41 @@ def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
     assert decode_entry(5, pack(good))[1].seq == 6
     with engine.connect() as connection:
         assert connection.execute(select(Event.seq).where(Event.job_id == jid)).scalar() == 3
+
+
+def test_a_flusher_with_several_threads_applies_batches_side_by_side_and_counts_stay_exact(
+    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
+) -> None:
+    task_id, jids = make_task(tracking, registry, 240)
+    keys = tracking.client.keys
+    # A job's start and its end in different entries, which threads may apply in any order.
+    seq = 0
+    for kind in (EventStatus.WORKING, EventStatus.FINISH):
+        for jid in jids:
+            seq += 1
+            conn.xadd(keys.tracking_stream, {"s": seq, "d": pack([status(jid, kind, kind.value).encode()])})
+    flusher = Flusher(conn, keys, writer(engine), "test-flusher", threads=3)
+    appliers: set[str] = set()
+    write = flusher._write
+
+    def slow_write(*args: Any) -> None:
+        appliers.add(threading.current_thread().name)
+        # Each batch takes long enough for the other threads to read the next ones.
+        time.sleep(0.05)
+        write(*args)
+
+    flusher._write = slow_write  # type: ignore[method-assign, assignment]
+    flusher.start()
+    try:
+        deadline = time.monotonic() + 30
+        while conn.xlen(keys.tracking_stream) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        flusher.stop()
+    assert len(appliers) == 3
+    view = tracking.get_task(task_id)
+    assert view.counts["finish"] == 240 and view.counts["working"] == 0 and view.status == "finished"
+    assert {e.attempt for e in tracking.list_events(task_id, limit=240).items} == {1}
 
 
 def test_entries_written_one_by_one_in_quick_succession_share_one_transaction(

@@ -1,5 +1,5 @@
-"""The flusher child process: started when there is something to flush, restarted when it dies,
-gone when its worker is killed."""
+"""The flusher child process: started with a worker given a tracking database, or else when there
+is something to flush; restarted when it dies, gone when its worker is killed."""
 
 from __future__ import annotations
 
@@ -7,14 +7,23 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import psutil
 import pytest
+import redis
+from sqlalchemy import select
 
 from asynctask import Client, Settings
 from asynctask.api import ProcessSet
+from asynctask.db import migrate
+from asynctask.db.engine import create_database_engine
+from asynctask.keys import Keys
 from asynctask.middleware import Chain, TrackingClientMiddleware
+from asynctask.tracking.models import Event
 from tests.conftest import wait_for_beats, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,21 +41,40 @@ def flusher_children(worker: subprocess.Popen[bytes]) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def worker(settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
+def start_worker(
+    settings: Settings, cwd: Path, log: BinaryIO | None = None, **env: str
+) -> subprocess.Popen[bytes]:
+    """``asynctask worker`` with ``env`` (no tracking database named unless it names one)."""
+    inherited = {k: v for k, v in os.environ.items() if k != "ASYNCTASK_DATABASE_URL"}
+    environment = {
+        **inherited,
         "ASYNCTASK_REDIS_URL": settings.redis_url,
         "ASYNCTASK_NAMESPACE": settings.namespace,
-        "ASYNCTASK_DATABASE_URL": f"sqlite:///{tmp_path / 'tracking.db'}",
         "ASYNCTASK_HEARTBEAT_INTERVAL": "0.5",
         "ASYNCTASK_PROCESS_TTL": "3",
+        **env,
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "asynctask", "worker", "-c", "2"], env=env, cwd=ROOT, start_new_session=True
+    return subprocess.Popen(
+        [sys.executable, "-m", "asynctask", "worker", "-c", "2"],
+        env=environment,
+        cwd=cwd,
+        start_new_session=True,
+        stderr=log,
     )
-    # A worker starts its flusher only once there is something to flush: not at its start,
-    # nor at a heartbeat that finds the tracking stream empty.
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+@pytest.fixture
+def worker(settings: Settings, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    # The default database (a file in the working directory): the worker may never track.
+    proc = start_worker(settings, tmp_path)
+    # Such a worker starts its flusher only once there is something to flush: not at its
+    # start, nor at a heartbeat that finds the tracking stream empty.
     processes = ProcessSet(settings=settings)
     [process] = wait_until(lambda: list(processes), timeout=15)
     wait_for_beats(lambda: getattr(processes.get(process.identity), "beat", None))
@@ -55,9 +83,7 @@ def worker(settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:
     tracked.push({"class": "Elsewhere", "args": [], "queue": "nobody-reads-this", "track": True})
     tracked.broker.close()
     yield proc
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
+    stop(proc)
 
 
 def test_a_dead_flusher_is_restarted_and_a_killed_worker_takes_its_flusher_along(
@@ -79,3 +105,50 @@ def test_term_stops_the_worker_and_its_flusher_cleanly(worker: subprocess.Popen[
     # Not our child, so psutil cannot tell its exit code; the worker waited for it to exit.
     child.wait(5)
     assert not child.is_running()
+
+
+def test_a_worker_given_a_tracking_database_starts_its_flusher_with_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    database = f"sqlite:///{tmp_path / 'tracking.db'}"
+    migrate.upgrade(database)
+    proc = start_worker(settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
+    try:
+        # Nothing tracked, nothing in the stream: the child is there to be ready when it is.
+        wait_until(lambda: flusher_children(proc), timeout=15)
+    finally:
+        stop(proc)
+
+
+def test_a_flusher_waits_for_a_database_that_does_not_exist_yet_then_applies(
+    settings: Settings, tmp_path: Path, conn: redis.Redis
+) -> None:
+    database = f"sqlite:///{tmp_path / 'tracking.db'}"
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = start_worker(settings, tmp_path, out, ASYNCTASK_DATABASE_URL=database)
+    try:
+        wait_until(lambda: flusher_children(proc), timeout=15)
+        tracked = Client(settings, middleware=Chain([TrackingClientMiddleware()]))
+        jid = tracked.push({"class": "Elsewhere", "args": [], "queue": "nobody-reads-this", "track": True})
+        tracked.broker.close()
+        stream = Keys(settings.namespace).tracking_stream
+        time.sleep(1)
+        assert conn.xlen(stream) == 1 and flusher_children(proc)
+        migrate.upgrade(database)
+        engine = create_database_engine(database)
+        try:
+            query = select(Event.status).where(Event.job_id == jid)
+
+            def applied() -> bool:
+                with engine.connect() as connection:
+                    return connection.execute(query).scalar() == "enqueue"
+
+            wait_until(applied, timeout=15)
+        finally:
+            engine.dispose()
+        assert conn.xlen(stream) == 0
+    finally:
+        stop(proc)
+    # Said once, by a flusher that waited, rather than by every flusher restarted meanwhile.
+    assert log.read_text().count("does not exist") == 1

@@ -16,16 +16,21 @@ logger = logging.getLogger("asynctask.tracking")
 
 
 class FlusherProcessApplier(TrackingApplier):
-    """Starts the child with the first transition, or when a heartbeat finds the stream not
-    empty (another worker's leftovers); a worker that never tracks costs no process."""
+    """Starts the child with the worker when it was given a tracking database; otherwise with
+    the first transition, or when a heartbeat finds the stream not empty (another worker's
+    leftovers), so that a worker that never tracks costs no process."""
 
     def __init__(self, conn: redis.Redis, keys: Keys, settings: Settings, identity: str) -> None:
         self.redis = conn
         self.keys = keys
+        self.settings = settings
         self.process = FlusherProcess(settings, f"{identity}:flusher")
 
     def start(self) -> None:
-        """Nothing yet: the child starts when there is something to apply."""
+        # A worker named a database to track into: the child's imports and connections, half a
+        # second, are made while the worker starts, not while the first tracked jobs wait.
+        if self.settings.database_named:
+            self.process.ensure_started()
 
     def wake(self) -> None:
         self.process.ensure_started()

@@ -1,7 +1,10 @@
 """The flusher: reads the tracking stream and applies it to SQL in batches.
 
-Every worker runs one (a thread); they share the stream through the consumer group
-``flushers``, so each entry goes to one of them. An entry is acknowledged and deleted only
+Every worker runs one (in its flusher process, or in a thread of its own); they share the
+stream through the consumer group ``flushers``, so each entry goes to one of them. A flusher
+may apply with several threads, each its own transactions: a batch's rows are locked in a
+fixed order and applying is safe in any order (see ``tracking.apply``), so they are as safe as
+separate flushers. An entry is acknowledged and deleted only
 after the SQL transaction that applied it committed. While SQL is down the flusher keeps its
 batch and retries with backoff; the transitions wait in Redis, and jobs keep running. A
 flusher that dies holding entries loses nothing: after ``CLAIM_IDLE_MS`` another flusher
@@ -46,6 +49,11 @@ CLAIM_IDLE_MS = 60_000
 CLAIM_EVERY = 10.0
 #: Seconds a stopping flusher spends applying the last entries before leaving them to others.
 FINAL_FLUSH_SECONDS = 2.0
+#: Threads a flusher process applies with, by database: PostgreSQL runs several
+#: transactions at once, and one thread prepares its batch while PostgreSQL runs another's;
+#: SQLite has one writer at a time. A flusher thread in the worker is one: it shares the GIL
+#: with the jobs.
+APPLY_THREADS = {"postgresql": 3, "sqlite": 1}
 #: Backoff (seconds) after a failed batch: doubles from the first value up to the second.
 RETRY_BACKOFF = (0.2, 5.0)
 
@@ -53,7 +61,9 @@ Entry = tuple[bytes, dict[bytes, bytes]]
 
 
 class Flusher:
-    def __init__(self, conn: redis.Redis, keys: Keys, engine: Engine, consumer: str) -> None:
+    def __init__(
+        self, conn: redis.Redis, keys: Keys, engine: Engine, consumer: str, threads: int = 1
+    ) -> None:
         self.redis = conn
         self.keys = keys
         self.engine = engine
@@ -61,16 +71,22 @@ class Flusher:
         self._stopped = threading.Event()
         self._group_ready = False
         self._next_claim = 0.0
-        self.thread = threading.Thread(target=self.run, name="asynctask-tracking-flusher", daemon=True)
+        self._claim_lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self.run, name=f"asynctask-tracking-flusher-{n}", daemon=True)
+            for n in range(threads)
+        ]
 
     def start(self) -> None:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
 
     def stop(self) -> None:
-        """Stop the thread, then apply what the worker wrote last (its final transitions)."""
+        """Stop the threads, then apply what the worker wrote last (its final transitions)."""
         self._stopped.set()
-        if self.thread.is_alive():
-            self.thread.join()
+        for thread in self.threads:
+            if thread.is_alive():
+                thread.join()
         try:
             self.flush(deadline=time.monotonic() + FINAL_FLUSH_SECONDS)
         except (SQLAlchemyError, redis.RedisError) as exc:
@@ -126,8 +142,11 @@ class Flusher:
 
     def _read(self, *, block: bool) -> list[Entry]:
         self._ensure_group()
-        if time.monotonic() >= self._next_claim:
-            self._next_claim = time.monotonic() + CLAIM_EVERY
+        with self._claim_lock:
+            due = time.monotonic() >= self._next_claim
+            if due:
+                self._next_claim = time.monotonic() + CLAIM_EVERY
+        if due:
             orphans = self._claim_orphans()
             if orphans:
                 return orphans

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from asynctask.brokers.redis.connection import connect
@@ -29,6 +30,10 @@ logger = logging.getLogger("asynctask.tracking")
 STOP_TIMEOUT = 15.0
 #: Seconds between the child's checks that its worker is still alive.
 PARENT_CHECK_INTERVAL = 0.5
+#: Seconds between checks of a tracking database that is missing or not migrated.
+DATABASE_RECHECK_INTERVAL = 5.0
+#: What a warning about an unusable tracking database adds.
+UNTRACKED_MEANWHILE = "until then, tracked jobs run but their progress is not recorded"
 
 
 class FlusherProcess:
@@ -100,8 +105,15 @@ class FlusherProcess:
             process.wait()
 
 
-def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
-    """Body of ``asynctask flusher``: apply the stream until TERM/INT or the parent is gone."""
+def run_flusher(
+    settings: Settings, consumer: str, parent: int | None, database_problem: Callable[[], str | None]
+) -> None:
+    """Body of ``asynctask flusher``: apply the stream until TERM/INT or the parent is gone.
+
+    ``database_problem`` says what keeps the tracking database from being used (it does not
+    exist, or was never migrated), or None: while it says something, the flusher warns once
+    and checks again every ``DATABASE_RECHECK_INTERVAL``, and the transitions wait in the
+    stream."""
     if not settings.uses_redis:
         raise ValueError(
             f"the broker {settings.broker!r} is SQL: it applies tracking itself, no flusher is needed"
@@ -116,20 +128,40 @@ def run_flusher(settings: Settings, consumer: str, parent: int | None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Blocked by the worker that started this child (see ``FlusherProcess._spawn``).
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    problem = database_problem()
+    if problem is not None:
+        logger.warning("%s; %s", problem, UNTRACKED_MEANWHILE)
+        while problem is not None:
+            recheck = time.monotonic() + DATABASE_RECHECK_INTERVAL
+            while time.monotonic() < recheck:
+                if not _wait(stop, parent, PARENT_CHECK_INTERVAL):
+                    return
+            problem = database_problem()
+        logger.info("the tracking database is ready; applying tracked jobs' transitions")
     # Imported here, in the child: the worker that starts it never loads SQLAlchemy for it.
-    from asynctask.brokers.redis.flusher import Flusher
+    from asynctask.brokers.redis.flusher import APPLY_THREADS, Flusher
     from asynctask.db.engine import create_database_engine, writer
 
-    conn = connect(settings.broker, max_connections=4)
     engine = create_database_engine(settings.database_url)
-    flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer)
+    threads = APPLY_THREADS.get(engine.dialect.name, 1)
+    # A connection per applying thread (each holds one while its read blocks), one to spare.
+    conn = connect(settings.broker, max_connections=threads + 1)
+    flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer, threads)
     flusher.start()
     try:
-        while not stop.wait(PARENT_CHECK_INTERVAL):
-            if parent is not None and os.getppid() != parent:
-                logger.warning("worker %d is gone; tracking flusher stopping", parent)
-                break
+        while _wait(stop, parent, PARENT_CHECK_INTERVAL):
+            pass
     finally:
         flusher.stop()
         engine.dispose()
         conn.close()
+
+
+def _wait(stop: threading.Event, parent: int | None, seconds: float) -> bool:
+    """Wait ``seconds``; False if the flusher is to stop (TERM, or its worker is gone)."""
+    if stop.wait(seconds):
+        return False
+    if parent is not None and os.getppid() != parent:
+        logger.warning("worker %d is gone; tracking flusher stopping", parent)
+        return False
+    return True
