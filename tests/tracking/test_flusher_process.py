@@ -16,17 +16,20 @@ import psutil
 import pytest
 import redis
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
-from asynctask import Client, Settings
+from asynctask import Client, Settings, Tracking, job
 from asynctask.api import ProcessSet
 from asynctask.db import migrate
 from asynctask.db.engine import create_database_engine
 from asynctask.keys import Keys
 from asynctask.middleware import Chain, TrackingClientMiddleware
+from asynctask.registry import Registry
 from asynctask.tracking.models import Event
-from tests.conftest import wait_for_beats, wait_until
+from tests.conftest import POSTGRES_URL, fresh_postgres_schema, wait_for_beats, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+POSTGRES_PORT = make_url(POSTGRES_URL).port or 5432
 
 
 def flusher_children(worker: subprocess.Popen[bytes]) -> list[psutil.Process]:
@@ -152,3 +155,45 @@ def test_a_flusher_waits_for_a_database_that_does_not_exist_yet_then_applies(
         stop(proc)
     # Said once, by a flusher that waited, rather than by every flusher restarted meanwhile.
     assert log.read_text().count("does not exist") == 1
+
+
+def database_connections(process: psutil.Process) -> int:
+    return sum(1 for c in process.net_connections("tcp") if c.raddr and c.raddr.port == POSTGRES_PORT)
+
+
+def test_a_flusher_on_postgresql_works_through_a_backlog_on_several_connections_then_keeps_one(
+    settings: Settings, tmp_path: Path, conn: redis.Redis, registry: Registry
+) -> None:
+    @job(registry=registry, queue="nobody-reads-this")
+    def noop(items: list[int]) -> None:
+        pass
+
+    with fresh_postgres_schema() as database:
+        migrate.upgrade(database)
+        engine = create_database_engine(database)
+        try:
+            tracking = Tracking(Client(settings, registry=registry), engine)
+            task = tracking.create_task(noop, range(1000), chunk_size=1)
+            jids = [e.job_id for e in tracking.list_events(task.id, limit=1000).items]
+            stream = Keys(settings.namespace).tracking_stream
+            # One entry per transition: a backlog of 40 batches, which the threads share.
+            for kind in ("working", "finish"):
+                for jid in jids:
+                    conn.xadd(
+                        stream,
+                        {"s": conn.incr(f"{settings.namespace}:probe-seq"), "d": f'[["{jid}","{kind}",1.0]]'},
+                    )
+            proc = start_worker(settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
+            try:
+                (flusher,) = wait_until(lambda: flusher_children(proc), timeout=15)
+                most = 0
+                while conn.xlen(stream):
+                    most = max(most, database_connections(flusher))
+                    time.sleep(0.005)
+                time.sleep(0.5)
+                assert most >= 2 and database_connections(flusher) == 1
+            finally:
+                stop(proc)
+            assert tracking.get_task(task.id).counts["finish"] == 1000
+        finally:
+            engine.dispose()
