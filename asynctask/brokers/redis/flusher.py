@@ -2,15 +2,15 @@
 
 Every worker runs one (in its flusher process, or in a thread of its own); they share the
 stream through the consumer group ``flushers``, so each entry goes to one of them. A flusher
-may apply with several threads, each its own transactions: a batch's rows are locked in a
+may apply with several threads, each with its own transactions: a batch's rows are locked in a
 fixed order and applying is safe in any order (see ``tracking.apply``), so they are as safe as
-separate flushers. An entry is acknowledged and deleted only
-after the SQL transaction that applied it committed. While SQL is down the flusher keeps its
-batch and retries with backoff; the transitions wait in Redis, and jobs keep running. A
-flusher that dies holding entries loses nothing: after ``CLAIM_IDLE_MS`` another flusher
-claims them. Applying an entry twice is harmless (see ``tracking.apply``). A batch the database
-refuses for its data is applied without what it refuses, which is set aside (``tracking.isolate``):
-only connection errors are retried.
+separate flushers. An entry is acknowledged and deleted only after the SQL transaction that
+applied it committed. While SQL is down the flusher keeps its batch and retries with backoff;
+the transitions wait in Redis, and jobs keep running. A flusher that dies holding entries
+loses nothing: after ``CLAIM_IDLE_MS`` another flusher claims them. Applying an entry twice is
+harmless (see ``tracking.apply``). A batch the database refuses for its data is applied
+without what it refuses, which is set aside (``tracking.isolate``): only connection errors are
+retried.
 """
 
 from __future__ import annotations
