@@ -166,15 +166,14 @@ def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
         state.status, state.seq = t.kind, t.seq
         changes: dict[str, Any] = {"status": t.kind, "seq": t.seq, "updated_at": at}
         if t.kind == EventStatus.WORKING:
+            if state.progress_seq:
+                # A new run starts without the last one's progress. An event whose
+                # ``progress_seq`` is still 0 never had any (every report sets it): nothing to
+                # clear, and a first run's update sends two columns fewer.
+                changes.update(progress_done=None, progress_total=None)
             state.progress_seq = t.seq
             state.started_at = at
-            changes.update(
-                started_at=at,
-                finished_at=None,
-                progress_done=None,
-                progress_total=None,
-                progress_seq=t.seq,
-            )
+            changes.update(started_at=at, finished_at=None, progress_seq=t.seq)
         elif t.kind == EventStatus.ENQUEUE:
             changes.update(enqueued_at=at, finished_at=None)
         elif t.kind != EventStatus.STOPPED:

@@ -176,9 +176,20 @@ def decode_entry(first_seq: int, data: bytes | str) -> list[Transition]:
 
 
 def _decode(item: Any, seq: int) -> Transition:
-    if not isinstance(item, list) or len(item) < 3 or not isinstance(item[0], str):
+    if (
+        not isinstance(item, list)
+        or len(item) < 3
+        or not isinstance(item[0], str)
+        or not isinstance(item[1], str)
+        or isinstance(item[2], bool)
+        or not isinstance(item[2], int | float)
+    ):
         raise ValueError(f"malformed transition {item!r}")
     jid, kind, at = item[0], item[1], float(item[2])
+    if len(item) <= 4 and kind in _STATUSES:
+        # Nearly every transition: a job's start or end in a task, a status and its text. The
+        # general path below would build its padded list and check four absent fields.
+        return Transition(jid, kind, at, _text(item[3]) if len(item) == 4 else None, seq=seq)
     padded = [*item, None, None, None, None, None][:8]
     if kind == PROGRESS:
         return Transition(jid, kind, at, done=_int(padded[4]), total=_int(padded[5]), seq=seq)

@@ -125,8 +125,11 @@ def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
         status(jid, EventStatus.FINISH, "ok").encode(),
     ]
     conn.xadd(keys.tracking_stream, {"s": 2, "d": pack(good)})
+    # A status or a time of the wrong type: malformed too, not an error that stops every batch.
+    conn.xadd(keys.tracking_stream, {"s": 4, "d": f'[["{jid}", ["finish"], 1.0]]'})
+    conn.xadd(keys.tracking_stream, {"s": 5, "d": f'[["{jid}", "finish", null]]'})
     flusher = Flusher(conn, keys, writer(engine), "test-flusher")
-    assert flusher.flush() == 2
+    assert flusher.flush() == 4
     assert tracking.get_task(task_id).status == "finished"
     assert conn.xlen(keys.tracking_stream) == 0
     assert decode_entry(5, pack(good))[1].seq == 6
@@ -134,39 +137,58 @@ def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
         assert connection.execute(select(Event.seq).where(Event.job_id == jid)).scalar() == 3
 
 
-def test_a_flusher_with_several_threads_applies_batches_side_by_side_and_counts_stay_exact(
+def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
     tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
 ) -> None:
-    task_id, jids = make_task(tracking, registry, 240)
+    task_id, jids = make_task(tracking, registry, 900)
     keys = tracking.client.keys
-    # A job's start and its end in different entries, which threads may apply in any order.
-    seq = 0
-    for kind in (EventStatus.WORKING, EventStatus.FINISH):
-        for jid in jids:
-            seq += 1
-            conn.xadd(keys.tracking_stream, {"s": seq, "d": pack([status(jid, kind, kind.value).encode()])})
-    flusher = Flusher(conn, keys, writer(engine), "test-flusher", threads=3)
-    appliers: set[str] = set()
+    # Nine entries of a hundred jobs each, every job's start, log line and end together: one
+    # batch of 2,700 transitions.
+    seq = 1
+    for start in range(0, 900, 100):
+        chunk = [
+            encoded
+            for jid in jids[start : start + 100]
+            for encoded in (
+                status(jid, EventStatus.WORKING, "started").encode(),
+                Transition(jid, LOG, time.time(), "step").encode(),
+                status(jid, EventStatus.FINISH, "finish").encode(),
+            )
+        ]
+        conn.xadd(keys.tracking_stream, {"s": seq, "d": pack(chunk)})
+        seq += len(chunk)
+    flusher = Flusher(conn, keys, writer(engine), "test-flusher", parallel=3)
+    parts: list[tuple[str, set[str]]] = []
+    running = [0, 0]  # now, most at once
+    lock = threading.Lock()
     write = flusher._write
 
-    def slow_write(*args: Any) -> None:
-        appliers.add(threading.current_thread().name)
-        # Each batch takes long enough for the other threads to read the next ones.
-        time.sleep(0.05)
-        write(*args)
+    def watched_write(apply: Any, batch: Sequence[Transition], malformed: Any) -> None:
+        with lock:
+            parts.append((threading.current_thread().name, {t.jid for t in batch}))
+            running[0] += 1
+            running[1] = max(running)
+        # Long enough for the other parts to start meanwhile.
+        time.sleep(0.1)
+        try:
+            write(apply, batch, malformed)
+        finally:
+            with lock:
+                running[0] -= 1
 
-    flusher._write = slow_write  # type: ignore[method-assign, assignment]
-    flusher.start()
+    flusher._write = watched_write  # type: ignore[method-assign]
     try:
-        deadline = time.monotonic() + 30
-        while conn.xlen(keys.tracking_stream) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert flusher.flush() == 9
     finally:
         flusher.stop()
-    assert len(appliers) == 3
+    assert len(parts) == 3 and running[1] == 3
+    assert len({name for name, _ in parts}) == 3
+    assert sum(len(part) for _, part in parts) == len(set().union(*(part for _, part in parts))) == 900
     view = tracking.get_task(task_id)
-    assert view.counts["finish"] == 240 and view.counts["working"] == 0 and view.status == "finished"
-    assert {e.attempt for e in tracking.list_events(task_id, limit=240).items} == {1}
+    assert view.counts["finish"] == 900 and view.counts["working"] == 0 and view.status == "finished"
+    events = tracking.list_events(task_id, limit=900).items
+    assert {e.attempt for e in events} == {1}
+    assert {tuple(m.text for m in e.messages) for e in events} == {("started", "step", "finish")}
 
 
 def test_entries_written_one_by_one_in_quick_succession_share_one_transaction(

@@ -161,7 +161,7 @@ def database_connections(process: psutil.Process) -> int:
     return sum(1 for c in process.net_connections("tcp") if c.raddr and c.raddr.port == POSTGRES_PORT)
 
 
-def test_a_flusher_on_postgresql_works_through_a_backlog_on_several_connections_then_keeps_one(
+def test_a_flusher_on_postgresql_applies_a_large_batch_on_several_connections_then_keeps_one(
     settings: Settings, tmp_path: Path, conn: redis.Redis, registry: Registry
 ) -> None:
     @job(registry=registry, queue="nobody-reads-this")
@@ -176,13 +176,15 @@ def test_a_flusher_on_postgresql_works_through_a_backlog_on_several_connections_
             task = tracking.create_task(noop, range(1000), chunk_size=1)
             jids = [e.job_id for e in tracking.list_events(task.id, limit=1000).items]
             stream = Keys(settings.namespace).tracking_stream
-            # One entry per transition: a backlog of 40 batches, which the threads share.
-            for kind in ("working", "finish"):
-                for jid in jids:
-                    conn.xadd(
-                        stream,
-                        {"s": conn.incr(f"{settings.namespace}:probe-seq"), "d": f'[["{jid}","{kind}",1.0]]'},
-                    )
+            # Entries of fifty jobs' starts and ends, as a busy worker writes them: batches
+            # large enough to be applied in parts.
+            for start in range(0, 1000, 50):
+                chunk = ",".join(
+                    f'["{jid}","{kind}",1.0]'
+                    for jid in jids[start : start + 50]
+                    for kind in ("working", "finish")
+                )
+                conn.xadd(stream, {"s": 1 + 2 * start, "d": f"[{chunk}]"})
             proc = start_worker(settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
             try:
                 (flusher,) = wait_until(lambda: flusher_children(proc), timeout=15)

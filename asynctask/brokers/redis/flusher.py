@@ -2,15 +2,15 @@
 
 Every worker runs one (in its flusher process, or in a thread of its own); they share the
 stream through the consumer group ``flushers``, so each entry goes to one of them. A flusher
-may apply with several threads, each with its own transactions: a batch's rows are locked in a
-fixed order and applying is safe in any order (see ``tracking.apply``), so they are as safe as
-separate flushers. An entry is acknowledged and deleted only after the SQL transaction that
-applied it committed. While SQL is down the flusher keeps its batch and retries with backoff;
-the transitions wait in Redis, and jobs keep running. A flusher that dies holding entries
-loses nothing: after ``CLAIM_IDLE_MS`` another flusher claims them. Applying an entry twice is
-harmless (see ``tracking.apply``). A batch the database refuses for its data is applied
-without what it refuses, which is set aside (``tracking.isolate``): only connection errors are
-retried.
+applies its batches one after another, in the order it read them; a large batch may be split by
+job among a few transactions run at once (``parallel``), each holding all of its jobs'
+transitions, and the batch counts as applied when all of them committed. An entry is
+acknowledged and deleted only after that. While SQL is down the flusher keeps its batch and
+retries with backoff; the transitions wait in Redis, and jobs keep running. A flusher that dies
+holding entries loses nothing: after ``CLAIM_IDLE_MS`` another flusher claims them. Applying an
+entry twice is harmless (see ``tracking.apply``), so is a batch applied in part before it
+failed. A batch the database refuses for its data is applied without what it refuses, which is
+set aside (``tracking.isolate``): only connection errors are retried.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, cast
 
 import redis
@@ -49,11 +50,12 @@ CLAIM_IDLE_MS = 60_000
 CLAIM_EVERY = 10.0
 #: Seconds a stopping flusher spends applying the last entries before leaving them to others.
 FINAL_FLUSH_SECONDS = 2.0
-#: Threads a flusher process applies with, by database: PostgreSQL runs several
-#: transactions at once, and one thread prepares its batch while PostgreSQL runs another's;
-#: SQLite has one writer at a time. A flusher thread in the worker is one: it shares the GIL
-#: with the jobs.
-APPLY_THREADS = {"postgresql": 3, "sqlite": 1}
+#: Transactions a flusher process applies one batch with, by database: PostgreSQL runs them
+#: at once, and one prepares its part while PostgreSQL runs another's; SQLite has one writer
+#: at a time. A flusher thread in the worker uses one: it shares the GIL with the jobs.
+PARALLEL_PARTS = {"postgresql": 3, "sqlite": 1}
+#: Transitions a part holds at least: a small batch is one transaction, not several tiny ones.
+PART_MIN_TRANSITIONS = 500
 #: Backoff (seconds) after a failed batch: doubles from the first value up to the second.
 RETRY_BACKOFF = (0.2, 5.0)
 
@@ -62,35 +64,34 @@ Entry = tuple[bytes, dict[bytes, bytes]]
 
 class Flusher:
     def __init__(
-        self, conn: redis.Redis, keys: Keys, engine: Engine, consumer: str, threads: int = 1
+        self, conn: redis.Redis, keys: Keys, engine: Engine, consumer: str, parallel: int = 1
     ) -> None:
         self.redis = conn
         self.keys = keys
         self.engine = engine
         self.consumer = consumer
+        self.parallel = parallel
+        self._parts = ThreadPoolExecutor(parallel, "asynctask-tracking-part") if parallel > 1 else None
         self._stopped = threading.Event()
         self._group_ready = False
         self._next_claim = 0.0
-        self._claim_lock = threading.Lock()
-        self.threads = [
-            threading.Thread(target=self.run, name=f"asynctask-tracking-flusher-{n}", daemon=True)
-            for n in range(threads)
-        ]
+        self.thread = threading.Thread(target=self.run, name="asynctask-tracking-flusher", daemon=True)
 
     def start(self) -> None:
-        for thread in self.threads:
-            thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
-        """Stop the threads, then apply what the worker wrote last (its final transitions)."""
+        """Stop the thread, then apply what the worker wrote last (its final transitions)."""
         self._stopped.set()
-        for thread in self.threads:
-            if thread.is_alive():
-                thread.join()
+        if self.thread.is_alive():
+            self.thread.join()
         try:
             self.flush(deadline=time.monotonic() + FINAL_FLUSH_SECONDS)
         except (SQLAlchemyError, redis.RedisError) as exc:
             logger.warning("tracking entries left for another flusher: %s", _first_line(exc))
+        finally:
+            if self._parts is not None:
+                self._parts.shutdown()
 
     def run(self) -> None:
         backoff = RETRY_BACKOFF[0]
@@ -142,11 +143,8 @@ class Flusher:
 
     def _read(self, *, block: bool) -> list[Entry]:
         self._ensure_group()
-        with self._claim_lock:
-            due = time.monotonic() >= self._next_claim
-            if due:
-                self._next_claim = time.monotonic() + CLAIM_EVERY
-        if due:
+        if time.monotonic() >= self._next_claim:
+            self._next_claim = time.monotonic() + CLAIM_EVERY
             orphans = self._claim_orphans()
             if orphans:
                 return orphans
@@ -182,23 +180,51 @@ class Flusher:
             except (KeyError, ValueError) as exc:
                 # Applying it can never succeed; keeping it would stop every later transition.
                 malformed.append((None, fields.get(b"d", b""), f"malformed entry {entry_id.decode()}: {exc}"))
+        parts = self._split(batch)
+        if self._parts is None or len(parts) == 1:
+            self._apply_part(batch, malformed)
+        else:
+            running = [
+                self._parts.submit(self._apply_part, part, malformed if n == 0 else ())
+                for n, part in enumerate(parts)
+            ]
+            # Every part ended before the batch is acknowledged, or retried: a retry never runs
+            # beside a part of the same batch still under way.
+            wait(running)
+            for part in running:
+                part.result()
+        ids = [entry_id for entry_id, _ in entries]
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xack(self.keys.tracking_stream, GROUP, *ids)
+        pipe.xdel(self.keys.tracking_stream, *ids)
+        pipe.execute()
+
+    def _split(self, batch: list[Transition]) -> list[list[Transition]]:
+        """``batch`` in parts by job (a job's transitions all in one part), as many as
+        ``parallel`` allows and ``PART_MIN_TRANSITIONS`` fills."""
+        count = min(self.parallel, len(batch) // PART_MIN_TRANSITIONS)
+        if count <= 1:
+            return [batch]
+        parts: list[list[Transition]] = [[] for _ in range(count)]
+        for transition in batch:
+            parts[hash(transition.jid) % count].append(transition)
+        return [part for part in parts if part]
+
+    def _apply_part(
+        self, batch: Sequence[Transition], malformed: Sequence[tuple[str | None, bytes, str]]
+    ) -> None:
         try:
             self._write(apply_transitions, batch, malformed)
         except Exception as exc:
             if not is_data_error(exc):
                 raise
             logger.warning(
-                "the database refused %d tracking entries for their data (%s); "
+                "the database refused %d tracking transitions for their data (%s); "
                 "applying them without what it refuses",
-                len(entries),
+                len(batch),
                 first_line(exc),
             )
             self._write(apply_isolating, batch, malformed)
-        ids = [entry_id for entry_id, _ in entries]
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.xack(self.keys.tracking_stream, GROUP, *ids)
-        pipe.xdel(self.keys.tracking_stream, *ids)
-        pipe.execute()
 
     def _write(
         self,

@@ -139,17 +139,16 @@ def run_flusher(
             problem = database_problem()
         logger.info("the tracking database is ready; applying tracked jobs' transitions")
     # Imported here, in the child: the worker that starts it never loads SQLAlchemy for it.
-    from asynctask.brokers.redis.flusher import APPLY_THREADS, Flusher
+    from asynctask.brokers.redis.flusher import PARALLEL_PARTS, Flusher
     from asynctask.db.engine import create_database_engine, normalize_url, writer
 
-    threads = APPLY_THREADS.get(normalize_url(settings.database_url).get_backend_name(), 1)
-    # One database connection kept: the others are opened while the threads work through a
-    # backlog together and closed when they are given back, so that a quiet flusher holds one
-    # of the server's connections, as it did with one thread.
-    engine = create_database_engine(settings.database_url, pool_size=1, max_overflow=threads - 1)
-    # A connection per applying thread (each holds one while its read blocks), one to spare.
-    conn = connect(settings.broker, max_connections=threads + 1)
-    flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer, threads)
+    parallel = PARALLEL_PARTS.get(normalize_url(settings.database_url).get_backend_name(), 1)
+    # One database connection kept: the others are opened while large batches are applied in
+    # parts and closed when they are given back, so that a quiet flusher holds one of the
+    # server's connections.
+    engine = create_database_engine(settings.database_url, pool_size=1, max_overflow=parallel - 1)
+    conn = connect(settings.broker, max_connections=4)
+    flusher = Flusher(conn, Keys(settings.namespace), writer(engine), consumer, parallel)
     flusher.start()
     try:
         while _wait(stop, parent, PARENT_CHECK_INTERVAL):
