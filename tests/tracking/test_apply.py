@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import redis
 from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import OperationalError
 
 from asynctask import Tracking, job
 from asynctask.brokers.redis.flusher import Flusher
@@ -189,6 +191,42 @@ def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
     events = tracking.list_events(task_id, limit=900).items
     assert {e.attempt for e in events} == {1}
     assert {tuple(m.text for m in e.messages) for e in events} == {("started", "step", "finish")}
+
+
+def test_a_batch_whose_part_fails_is_retried_only_once_every_part_has_ended(
+    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
+) -> None:
+    task_id, jids = make_task(tracking, registry, 600)
+    keys = tracking.client.keys
+    # 1,200 transitions: two parts.
+    started = [
+        status(jid, kind, kind.value).encode()
+        for jid in jids
+        for kind in (EventStatus.WORKING, EventStatus.FINISH)
+    ]
+    conn.xadd(keys.tracking_stream, {"s": 1, "d": pack(started)})
+    flusher = Flusher(conn, keys, writer(engine), "test-flusher", parallel=2)
+    ended: list[str] = []
+    write = flusher._write
+
+    def one_part_fails(apply: Any, batch: Sequence[Transition], malformed: Any) -> None:
+        if batch[0].jid == flusher._split(list(decode_entry(1, pack(started))))[0][0].jid:
+            raise OperationalError("SELECT 1", {}, Exception("connection lost"))
+        time.sleep(0.3)
+        write(apply, batch, malformed)
+        ended.append(batch[0].jid)
+
+    flusher._write = one_part_fails  # type: ignore[method-assign]
+    entries = flusher._read(block=False)
+    with pytest.raises(OperationalError):
+        flusher._apply(entries)
+    # The other part had committed when the batch failed: its retry would not run beside it.
+    assert len(ended) == 1
+    assert conn.xlen(keys.tracking_stream) == 1
+    flusher._write = write  # type: ignore[method-assign]
+    flusher._apply(entries)
+    flusher.stop()
+    assert tracking.get_task(task_id).counts["finish"] == 600
 
 
 def test_entries_written_one_by_one_in_quick_succession_share_one_transaction(
