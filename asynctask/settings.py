@@ -193,9 +193,11 @@ class Settings:
             object.__setattr__(self, "database_url", broker)
 
     @property
-    def database_named(self) -> bool:
-        """Whether a tracking database was given (the default one may never be used)."""
-        return self.database_url != DEFAULT_DATABASE_URL
+    def flusher_starts_with_worker(self) -> bool:
+        """Whether a worker's flusher process starts with it, and checks the tracking database
+        itself: the worker applies through one and was given a database (the default one may
+        never be used)."""
+        return self.flusher == "process" and self.tracking and self.database_url != DEFAULT_DATABASE_URL
 
     @property
     def broker(self) -> str:

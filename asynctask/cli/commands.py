@@ -102,7 +102,7 @@ def _check_worker_database(settings: Settings, *, explicit: bool) -> None:
         with suppress(DatabaseUnreachable):
             require_database(settings.broker)
         return
-    if settings.tracking and explicit and not (settings.flusher == "process" and settings.database_named):
+    if settings.tracking and explicit and not settings.flusher_starts_with_worker:
         problem = _tracking_database_problem(settings.database_url)
         if problem is not None:
             from asynctask.brokers.redis.flusher_process import UNTRACKED_MEANWHILE

@@ -29,7 +29,7 @@ class FlusherProcessApplier(TrackingApplier):
     def start(self) -> None:
         # A worker named a database to track into: the child's imports and connections, half a
         # second, are made while the worker starts, not while the first tracked jobs wait.
-        if self.settings.database_named:
+        if self.settings.flusher_starts_with_worker:
             self.process.ensure_started()
 
     def wake(self) -> None:
