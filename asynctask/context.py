@@ -1,10 +1,14 @@
-"""The job being run by the current worker thread, for job code: ``asynctask.current_job()``."""
+"""The job being run, for job code: ``asynctask.current_job()``.
+
+A context variable, not a thread-local: each thread has its own, and so has each asyncio task,
+so async jobs awaited side by side on one event loop each see their own.
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from asynctask.payload import JobDict
@@ -95,22 +99,21 @@ class JobContext:
         return task is not None and self.tracker is not None and self.tracker.is_cancelled_now(task)
 
 
-_local = threading.local()
+_current: ContextVar[JobContext | None] = ContextVar("asynctask_current_job", default=None)
 
 
 def current_job() -> JobContext:
-    """The job running in this thread; RuntimeError outside a job."""
-    context: JobContext | None = getattr(_local, "context", None)
+    """The job running in this thread (or asyncio task); RuntimeError outside a job."""
+    context = _current.get()
     if context is None:
         raise RuntimeError("current_job() is only available inside a running job")
     return context
 
 
 def current_or_none() -> JobContext | None:
-    """The job running in this thread, or None."""
-    context: JobContext | None = getattr(_local, "context", None)
-    return context
+    """The job running in this thread (or asyncio task), or None."""
+    return _current.get()
 
 
 def enter(context: JobContext | None) -> None:
-    _local.context = context
+    _current.set(context)

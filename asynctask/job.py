@@ -88,16 +88,19 @@ class JobOptions:
         return head
 
 
-def _refuse_async(name: str, func: Callable[..., Any]) -> None:
-    """An ``async def`` job would run as a call that returns an unawaited coroutine: its code
+def _is_coroutine_function(func: Callable[..., Any]) -> bool:
+    return any(inspect.iscoroutinefunction(candidate) for candidate in (func, inspect.unwrap(func)))
+
+
+def _refuse_async_generator(name: str, func: Callable[..., Any]) -> None:
+    """An async generator would run as a call that returns an un-iterated generator: its code
     would never run while the job counted as done. Refused where it is defined instead."""
     for candidate in (func, inspect.unwrap(func)):
-        if inspect.iscoroutinefunction(candidate) or inspect.isasyncgenfunction(candidate):
+        if inspect.isasyncgenfunction(candidate):
             shown = getattr(func, "__qualname__", func)
             raise TypeError(
-                f"job {name!r}: {shown} is an async function; AsyncTask's workers run plain "
-                "functions and generators only (call the coroutine with asyncio.run inside a "
-                "plain function)"
+                f"job {name!r}: {shown} is an async generator; a job is a plain function, a "
+                "generator (resumable) or an async def function"
             )
 
 
@@ -142,7 +145,9 @@ class JobDefinition(Generic[P]):
         self.api = api
         self.item_schema = dict(item_schema) if item_schema is not None else None
         self.item_validator = _compile_schema(name, self.item_schema)
-        _refuse_async(name, func)
+        _refuse_async_generator(name, func)
+        #: An ``async def`` job: awaited on the worker's event loop, not run on a thread.
+        self.is_async = _is_coroutine_function(func)
         self.signature = inspect.signature(func)
         #: A generator function is resumable: each value it yields is a checkpoint, and a run
         #: that continues an earlier one is called with ``cursor=`` the last (see

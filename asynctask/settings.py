@@ -73,6 +73,8 @@ class Settings:
     fifo_queues: tuple[str, ...] = ()
     #: Processor threads per worker process.
     concurrency: int = 10
+    #: Async jobs awaited at once on a worker process's event loop.
+    async_concurrency: int = 100
     #: Seconds a TERM waits for busy jobs before they are pushed back to their queues.
     timeout: float = 25.0
     #: Replace the worker process (gracefully) once it ran this many jobs; 0: never.
@@ -155,6 +157,7 @@ class Settings:
                 "ASYNCTASK_",
                 {
                     "concurrency": int,
+                    "async_concurrency": int,
                     "timeout": float,
                     "max_jobs": int,
                     "max_memory_mb": int,
@@ -211,6 +214,8 @@ class Settings:
     def validated(self) -> Settings:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if self.async_concurrency < 1:
+            raise ValueError("async_concurrency must be at least 1")
         if not self.queues:
             raise ValueError("at least one queue is needed")
         if self.timeout < 0:

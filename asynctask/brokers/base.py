@@ -180,6 +180,8 @@ class Fetcher(ABC):
         self._waiting = 0
         #: The job each processor thread was last handed, and when (until it asks for the next one).
         self._handed: dict[threading.Thread, tuple[UnitOfWork, float]] = {}
+        #: Jobs handed on by their thread to the event loop (async jobs), until they are settled.
+        self._detached: Counter[UnitOfWork] = Counter()
         #: How many jobs a claim asks for and how many claims are under way at once.
         self._pacing = ClaimPacing()
         #: Round trips under way (numbered as they start), with the acknowledgements they carry.
@@ -285,6 +287,26 @@ class Fetcher(ABC):
         self._handed[thread] = (unit, time.monotonic())
         return unit
 
+    def detach(self, unit: UnitOfWork) -> None:
+        """The calling thread handed ``unit`` on (to the event loop): it is held until
+        ``reattached``, whatever the thread fetches meanwhile."""
+        thread = threading.current_thread()
+        with self._lock:
+            handed = self._handed.pop(thread, None)
+            if handed is not None:
+                self._pacing.ran(time.monotonic() - handed[1])
+            self._detached[unit] += 1
+
+    def reattached(self, unit: UnitOfWork, *, ack: bool) -> None:
+        """A detached ``unit`` is settled: queued for acknowledgement (``ack``), or settled
+        already (moved to retry, buried, left for the shutdown's requeue)."""
+        with self._lock:
+            self._detached[unit] -= 1
+            if not self._detached[unit]:
+                del self._detached[unit]
+            if ack:
+                self._acks.append(unit)
+
     def acknowledge(self, unit: UnitOfWork) -> None:
         """Acknowledge ``unit`` and any others waiting, now."""
         with self._lock:
@@ -324,6 +346,7 @@ class Fetcher(ABC):
                     self._buffer,
                     self._acks,
                     (unit for unit, _ in self._handed.values()),
+                    self._detached.elements(),
                     *self._round_trips.values(),
                 )
             )

@@ -65,6 +65,7 @@ def worker_settings(args: argparse.Namespace) -> Settings:
         args,
         queues=queues,
         concurrency=args.concurrency,
+        async_concurrency=args.async_concurrency,
         timeout=args.timeout,
         max_jobs=args.max_jobs,
         max_memory_mb=args.max_memory,

@@ -84,6 +84,14 @@ def _worker(group: Commands) -> None:
     )
     worker.add_argument("-c", "--concurrency", type=int, help="processor threads (default 10)")
     worker.add_argument(
+        "-a",
+        "--async-concurrency",
+        type=int,
+        metavar="N",
+        help="async jobs awaited at once on the process's event loop (env ASYNCTASK_ASYNC_CONCURRENCY; "
+        "default 100)",
+    )
+    worker.add_argument(
         "-t",
         "--timeout",
         type=float,

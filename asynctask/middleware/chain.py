@@ -10,8 +10,11 @@ so they must keep per-job state on the stack, not on ``self``.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from functools import partial
 from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any, Generic, TypeVar
@@ -80,6 +83,23 @@ class Chain(Generic[R]):
 
         return call(0)
 
+    async def ainvoke(self, *args: Any, final: Callable[[], Awaitable[R]]) -> R | None:
+        """Run the chain around the awaitable ``final`` (an async job), on the running loop."""
+        entries = self._entries
+
+        async def call(index: int) -> R | None:
+            if index == len(entries):
+                return await final()
+            entry = entries[index]
+            rest: Callable[[], Awaitable[R | None]] = lambda: call(index + 1)  # noqa: E731
+            around = getattr(entry, "acall", None)
+            if around is not None:
+                outcome: R | None = await around(*args, rest)
+                return outcome
+            return await _around_on_thread(entry, args, rest)
+
+        return await call(0)
+
     def _insert(self, existing: type | Middleware, middleware: Middleware, offset: int) -> None:
         with self._lock:
             kept = [e for e in self._entries if _kind(e) != _kind(middleware)]
@@ -90,6 +110,53 @@ class Chain(Generic[R]):
             else:
                 raise ValueError(f"{existing!r} is not in the chain")
             self._entries = tuple(kept)
+
+
+#: Threads that run sync middleware around async jobs (made on first use, one per job in flight).
+_threads: concurrent.futures.ThreadPoolExecutor | None = None
+_threads_lock = threading.Lock()
+
+
+def _middleware_threads() -> concurrent.futures.ThreadPoolExecutor:
+    global _threads
+    with _threads_lock:
+        if _threads is None:
+            # Bounded by the worker's async slots, not by this pool: a job waits for none.
+            _threads = concurrent.futures.ThreadPoolExecutor(1024, thread_name_prefix="asynctask-middleware")
+        return _threads
+
+
+async def _around_on_thread(
+    entry: Middleware, args: tuple[Any, ...], rest: Callable[[], Awaitable[R | None]]
+) -> R | None:
+    """Run a sync middleware on a thread; its ``call_next`` awaits the rest of the chain on the loop."""
+    loop = asyncio.get_running_loop()
+    inner: list[concurrent.futures.Future[R | None]] = []
+
+    def call_next() -> R | None:
+        # Scheduled from the middleware's thread, in its context: the job's context goes along.
+        future = asyncio.run_coroutine_threadsafe(_awaited(rest), loop)
+        inner.append(future)
+        return future.result()
+
+    job_context = contextvars.copy_context()
+
+    def around() -> R | None:
+        outcome: R | None = job_context.run(entry, *args, call_next)
+        return outcome
+
+    try:
+        outcome = await loop.run_in_executor(_middleware_threads(), around)
+    except asyncio.CancelledError:
+        # The job is being interrupted: so is the part of the chain the thread waits for.
+        for future in inner:
+            future.cancel()
+        raise
+    return outcome
+
+
+async def _awaited(rest: Callable[[], Awaitable[R | None]]) -> R | None:
+    return await rest()
 
 
 def _kind(entry: Middleware) -> object:

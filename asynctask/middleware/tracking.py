@@ -10,7 +10,8 @@ Server (``TrackingServerMiddleware``), for a tracked job (``track=True``, or par
   a ``retry_in`` hook that kills the job is reported truthfully). The ``error`` is held back
   until then and written together with that decision, so no poll sees the job ended (and
   its task finished) in between;
-- a shutdown interrupts it -> ``error`` "interrupted", then ``enqueue``: it runs again;
+- a shutdown interrupts it (an async job: cancels it) -> ``error`` "interrupted", then
+  ``enqueue``: it runs again;
 - a resumable job handed back between iterations (``JobInterrupted``) -> ``stopped`` "stopped
   at <cursor>", ``cancelled``, or (its task paused, the worker stopping) ``enqueue``: it
   continues from there.
@@ -27,7 +28,8 @@ to a chain of your own to track jobs pushed or run through it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asynctask import payload, storable
@@ -35,7 +37,7 @@ from asynctask.context import current_job
 from asynctask.errors import JobFailed, JobInterrupted, Shutdown
 from asynctask.tracking import outbox, rules, transitions
 from asynctask.tracking.status import EventStatus
-from asynctask.tracking.tracker import is_tracked
+from asynctask.tracking.tracker import Tracker, is_tracked
 
 
 def _interrupted(jid: str, exc: JobInterrupted) -> transitions.Transition:
@@ -86,28 +88,63 @@ class TrackingServerMiddleware:
         if tracker is None or not is_tracked(job):
             return call_next()
         jid = job["jid"]
-        task = context.task_id
-        if task is not None and tracker.was_cancelled(task):
-            tracker.record(rules.not_run(jid))
+        if not _started(tracker, jid, context.task_id, job):
             return None
-        tracker.record(rules.started(jid, job))
         try:
             result = call_next()
-        except JobFailed as exc:
-            tracker.record(rules.failed(jid, exc))
-            raise
-        except Shutdown:
-            tracker.record(
-                transitions.status(jid, EventStatus.ERROR, "interrupted by shutdown"),
-                transitions.status(jid, EventStatus.ENQUEUE, "pushed back to its queue; it will run again"),
-            )
-            raise
-        except JobInterrupted as exc:
-            tracker.record(_interrupted(jid, exc))
-            raise
         except BaseException as exc:
-            # Written with the runtime's decision (a retry's "waiting for retry"), never alone.
-            tracker.record_pending(rules.errored(jid, exc))
+            _ended(tracker, jid, exc, interrupted=isinstance(exc, Shutdown))
             raise
         tracker.record(rules.finished(jid))
         return result
+
+    async def acall(
+        self, definition: Any, job: payload.JobDict, queue: str, call_next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """The same, around an async job: a cancellation from outside the job (the worker
+        stopping) is the async job's shutdown."""
+        context = current_job()
+        tracker = context.tracker
+        if tracker is None or not is_tracked(job):
+            return await call_next()
+        jid = job["jid"]
+        if not _started(tracker, jid, context.task_id, job):
+            return None
+        try:
+            result = await call_next()
+        except BaseException as exc:
+            interrupted = isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside()
+            _ended(tracker, jid, exc, interrupted=interrupted)
+            raise
+        tracker.record(rules.finished(jid))
+        return result
+
+
+def _started(tracker: Tracker, jid: str, task: str | None, job: payload.JobDict) -> bool:
+    """Record the start of a run; False, with ``cancelled`` recorded, if its task was cancelled."""
+    if task is not None and tracker.was_cancelled(task):
+        tracker.record(rules.not_run(jid))
+        return False
+    tracker.record(rules.started(jid, job))
+    return True
+
+
+def _ended(tracker: Tracker, jid: str, exc: BaseException, *, interrupted: bool) -> None:
+    """Record a run that raised ``exc``."""
+    if interrupted:
+        tracker.record(
+            transitions.status(jid, EventStatus.ERROR, "interrupted by shutdown"),
+            transitions.status(jid, EventStatus.ENQUEUE, "pushed back to its queue; it will run again"),
+        )
+    elif isinstance(exc, JobFailed):
+        tracker.record(rules.failed(jid, exc))
+    elif isinstance(exc, JobInterrupted):
+        tracker.record(_interrupted(jid, exc))
+    else:
+        # Written with the runtime's decision (a retry's "waiting for retry"), never alone.
+        tracker.record_pending(rules.errored(jid, exc))
+
+
+def _cancelled_from_outside() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

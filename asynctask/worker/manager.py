@@ -10,6 +10,10 @@
   acknowledged, then every job this process still holds goes back to its queue. Requeueing
   last means a thread that claimed a job while being interrupted cannot leave it behind.
   Jobs run at least once: a job interrupted here runs again, it is never lost.
+
+Async jobs are awaited on an event loop the manager starts with the first one fetched
+(``asyncjobs``); stopping waits for them as for the threads, and cancels those still awaited
+at the deadline.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from asynctask.registry import Registry
 from asynctask.settings import Settings
 from asynctask.supervision import Activity, backoff
 from asynctask.tracking.tracker import Tracker
+from asynctask.worker.asyncjobs import AsyncJobs
 from asynctask.worker.contract import UNWIND_TIMEOUT
 from asynctask.worker.processor import Processor
 from asynctask.worker.retry import Retrier
@@ -68,6 +73,7 @@ class Manager:
         #: Processor deaths in a row (none more than ``DEATHS_FORGOTTEN_AFTER`` apart).
         self._deaths = 0
         self._last_death = 0.0
+        self._async_jobs: AsyncJobs | None = None
         #: The processors' fetches: an outage is logged once for all of them.
         self.fetching = Activity("fetch", logging.getLogger("asynctask.processor"), broker.errors)
 
@@ -75,10 +81,18 @@ class Manager:
         for index in range(self.settings.concurrency):
             self._spawn(index)
 
+    def async_jobs(self) -> AsyncJobs:
+        """The event loop that runs async jobs, started by the first one."""
+        with self._lock:
+            if self._async_jobs is None:
+                self._async_jobs = AsyncJobs(self)
+            return self._async_jobs
+
     @property
     def busy(self) -> int:
         with self._lock:
-            return sum(1 for p in self._processors if p.unit is not None)
+            threads = sum(1 for p in self._processors if p.unit is not None)
+            return threads + (self._async_jobs.busy if self._async_jobs is not None else 0)
 
     def quiet(self) -> None:
         if not self.quieting.is_set():
@@ -98,11 +112,14 @@ class Manager:
         self.quiet()
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._processors:
+                async_jobs = self._async_jobs
+                if not self._processors and (async_jobs is None or not async_jobs.busy):
                     break
             time.sleep(PAUSE)
         else:
             self._interrupt_busy()
+        if self._async_jobs is not None:
+            self._async_jobs.stop()
         try:
             self.fetch.flush_acks()
             if self.tracker is not None:
@@ -150,9 +167,15 @@ class Manager:
     def _interrupt_busy(self) -> None:
         with self._lock:
             remaining = list(self._processors)
+            async_jobs = self._async_jobs
+        awaited = async_jobs.busy if async_jobs is not None else 0
         logger.warning(
-            "timeout reached: interrupting %d busy job(s)", sum(1 for p in remaining if p.unit is not None)
+            "timeout reached: interrupting %d busy job(s)",
+            sum(1 for p in remaining if p.unit is not None) + awaited,
         )
+        if async_jobs is not None:
+            # Cancelled first: the threads' unwinding below is then also the loop's.
+            async_jobs.interrupt(UNWIND_TIMEOUT)
         for processor in remaining:
             ident = processor.thread.ident
             if ident is not None and processor.thread.is_alive():

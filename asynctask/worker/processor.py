@@ -138,19 +138,23 @@ class Processor:
         self.job = job
         # Read before the middleware could change the dict: the broker trusts it to match the bytes.
         unit = unit.decoded(job)
+        try:
+            definition = manager.registry.get(job["class"])
+            definition.check_args(job["args"])
+        except (JobNotRegistered, JobArgumentsError) as exc:
+            # Retrying cannot help a job this process cannot run: bury it at once.
+            manager.stats.count(failed=True)
+            self._log_failure("job buried", job, unit, exc, 0.0, level=logging.ERROR)
+            manager.retrier.bury(unit, job, exc)
+            return None
+        if definition.is_async:
+            manager.async_jobs().submit(unit, job, definition)
+            return None
         tid = self.tid
         manager.stats.started(tid, Work(unit.queue, unit.payload, int(time.time())))
         self.unit = unit
         failed = True
         try:
-            try:
-                definition = manager.registry.get(job["class"])
-                definition.check_args(job["args"])
-            except (JobNotRegistered, JobArgumentsError) as exc:
-                # Retrying cannot help a job this process cannot run: bury it at once.
-                self._log_failure("job buried", job, unit, exc, 0.0, level=logging.ERROR)
-                manager.retrier.bury(unit, job, exc)
-                return None
             outcome = self._run(unit, job, definition)
             failed = outcome == "failed"
             return unit if outcome == "ack" else None
@@ -175,21 +179,8 @@ class Processor:
             self.manager.server_chain.invoke(definition, job, unit.queue, final=final)
         except Shutdown:
             raise
-        except JobInterrupted as exc:
-            return self._interrupted(unit, job, exc)
-        except JobFailed as exc:
-            # A business outcome, not a fault: done, not retried, not counted as failed.
-            if verbose:
-                logger.info(
-                    "job failed: %s",
-                    exc,
-                    extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}},
-                )
-            return self._done(unit, job, iteration)
-        except (Exception, SystemExit) as exc:
-            self._log_failure("fail", job, unit, exc, time.perf_counter() - start, level=logging.WARNING)
-            self.manager.retrier.failed(unit, job, definition, exc)
-            return "failed"
+        except (Exception, SystemExit, JobInterrupted) as exc:
+            return self.ended_by(unit, job, definition, iteration, exc, start)
         finally:
             context.enter(None)
             jid = job.get("jid")
@@ -199,6 +190,60 @@ class Processor:
         if verbose:
             logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
         return self._done(unit, job, iteration)
+
+    def ended_by(
+        self,
+        unit: UnitOfWork,
+        job: payload.JobDict,
+        definition: JobDefinition[Any],
+        iteration: Iteration | None,
+        exc: BaseException,
+        start: float,
+    ) -> Outcome:
+        """Settle a run that raised ``exc`` (not a shutdown)."""
+        if isinstance(exc, JobInterrupted):
+            return self._interrupted(unit, job, exc)
+        if isinstance(exc, JobFailed):
+            # A business outcome, not a fault: done, not retried, not counted as failed.
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(
+                    "job failed: %s",
+                    exc,
+                    extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}},
+                )
+            return self._done(unit, job, iteration)
+        self._log_failure("fail", job, unit, exc, time.perf_counter() - start, level=logging.WARNING)
+        self.manager.retrier.failed(unit, job, definition, exc)
+        return "failed"
+
+    def settle_run(
+        self,
+        unit: UnitOfWork,
+        job: payload.JobDict,
+        definition: JobDefinition[Any],
+        error: BaseException | None,
+        start: float,
+    ) -> Outcome | None:
+        """Settle an async job's run (``error``: what it raised), on the settle thread: what
+        ``process`` does once a sync job has run, with the same rule that no payload ends the
+        thread. None if the job could not be settled (buried instead, or left to the claim check)."""
+        self.job = job
+        try:
+            if error is None:
+                if logger.isEnabledFor(logging.INFO):
+                    logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
+                return "ack"
+            return self.ended_by(unit, job, definition, None, error, start)
+        except self.manager.broker.errors as exc:
+            self._store_failed(unit, exc)
+        except Exception as exc:
+            self._bury_raw(unit, exc, job)
+        finally:
+            self.job = None
+            jid = job.get("jid")
+            if self.manager.tracker is not None and isinstance(jid, str):
+                self.manager.tracker.settled(jid)
+        return None
 
     def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]) -> None:
         """Run a resumable job from its checkpoint (the middleware's ``final``)."""

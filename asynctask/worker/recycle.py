@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asynctask.worker.contract import RECYCLE_EXIT
@@ -40,6 +40,15 @@ class Recycler:
         try:
             return call_next()
         finally:
+            self._check()
+
+    async def acall(
+        self, definition: Any, job: Any, queue: str, call_next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        try:
+            return await call_next()
+        finally:
+            # On the loop: an RSS read is a small file read, and the recycle only signals a stop.
             self._check()
 
     def _check(self) -> None:

@@ -1,5 +1,6 @@
-"""AsyncTask under test: ``perform_bulk``/``perform_async`` to enqueue, the CLI worker to process;
-and AsyncTask as it was at a git commit (``at_ref``), for an A/B of a change in one interleaved run."""
+"""AsyncTask under test: ``perform_bulk``/``perform_async`` to enqueue, the CLI worker to process
+(sync jobs, or async ones: ``ASYNC_SYSTEM``); and AsyncTask as it was at a git commit
+(``at_ref``), for an A/B of a change in one interleaved run."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ def worker_argv(concurrency: int) -> list[str]:
     return [
         sys.executable, "-m", "asynctask", "worker",
         "-r", "bench/core/noop_jobs.py", "-c", str(concurrency), "-q", "default",
+    ]  # fmt: skip
+
+
+def async_worker_argv(concurrency: int) -> list[str]:
+    # The same jobs as async def: C of them awaited at once on the event loop, default threads.
+    return [
+        sys.executable, "-m", "asynctask", "worker",
+        "-r", "bench/core/async_noop_jobs.py", "-a", str(concurrency), "-q", "default",
     ]  # fmt: skip
 
 
@@ -68,6 +77,20 @@ SYSTEM = System(
     describe=describe,
     inflight_pattern="asynctask:inflight|*",
     processed_stat=True,
+)
+
+
+def describe_async() -> list[str]:
+    return [
+        "the same enqueuer and settings; the jobs `NoopJob` and `LatencyJob` as `async def` "
+        "(`bench/core/async_noop_jobs.py`)",
+        "worker: `python -m asynctask worker -r bench/core/async_noop_jobs.py -a C -q default`: "
+        "C jobs awaited at once on the process's event loop, fetched by its 10 processor threads",
+    ]
+
+
+ASYNC_SYSTEM = replace(
+    SYSTEM, name="AsyncTask (async)", worker_argv=async_worker_argv, describe=describe_async
 )
 
 

@@ -9,6 +9,7 @@ from bench.runtime import asynctask_system, bullmq_system, redis_peers, sidekiq_
 
 ALL: tuple[System, ...] = (
     asynctask_system.SYSTEM,
+    asynctask_system.ASYNC_SYSTEM,
     sidekiq_system.SYSTEM,
     bullmq_system.SYSTEM,
     *redis_peers.SYSTEMS,

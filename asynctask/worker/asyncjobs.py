@@ -1,0 +1,280 @@
+"""Async jobs: an ``async def`` job is awaited on the worker process's event loop (a thread of
+its own), up to ``async_concurrency`` at once, beside the processor threads that run sync jobs.
+
+- A processor thread that fetched an async job hands it over once a slot is free and goes back
+  to fetching. The job stays claimed by this process, counted as held by the fetcher
+  (``Fetcher.detach``), until it is settled: nothing gives it back while it runs.
+- Settling (an acknowledgement, a retry, a burial) talks to the broker, which the loop must
+  never wait for: the settle thread does it, and acknowledges every job that ended meanwhile
+  in one round trip.
+- At a hard shutdown the jobs still awaited are cancelled (``asyncio.CancelledError`` at their
+  next await) and stay claimed: the shutdown gives them back to their queues with the rest.
+  A ``CancelledError`` the job raises by itself is a failure like any other.
+- A job that blocks the loop (a sync call: ``time.sleep``, a blocking driver) stalls every
+  async job of the process. The watch thread sees the loop late by more than
+  ``BLOCKED_AFTER`` seconds and names the job whose code holds the loop, once per job name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any
+
+from asynctask import context, payload
+from asynctask.brokers import UnitOfWork
+from asynctask.context import JobContext
+from asynctask.job import JobDefinition
+from asynctask.worker.processor import Processor
+from asynctask.worker.stats import Work
+
+if TYPE_CHECKING:
+    from asynctask.worker.manager import Manager
+
+logger = logging.getLogger("asynctask.asyncjobs")
+
+#: Seconds the loop may be late before the job holding it is reported.
+BLOCKED_AFTER = 0.1
+#: Seconds between the loop's ticks, which the watch thread checks.
+TICK = 0.02
+#: Seconds the tasks left when the loop stops get to end.
+LAST_UNWIND = 1.0
+#: Seconds a processor thread waits for a free slot before it checks whether to stop.
+SLOT_WAIT = 0.1
+
+
+@dataclass(slots=True)
+class _Ended:
+    unit: UnitOfWork
+    job: payload.JobDict
+    definition: JobDefinition[Any]
+    #: What the run raised, or None.
+    error: BaseException | None
+    #: Cancelled by the shutdown: left claimed for its requeue.
+    interrupted: bool
+    start: float
+    #: The job's entry in the process's busy list.
+    key: str
+
+
+class AsyncJobs:
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+        self._slots = threading.BoundedSemaphore(manager.settings.async_concurrency)
+        self._loop = asyncio.new_event_loop()
+        #: The jobs being awaited (read and written on the loop only).
+        self._running: dict[asyncio.Task[None], UnitOfWork] = {}
+        #: Jobs handed over and not started yet; the loop is woken once for all those that
+        #: come while it is busy (each wake-up is a write to its self-pipe).
+        self._incoming: deque[tuple[UnitOfWork, payload.JobDict, JobDefinition[Any], str]] = deque()
+        self._woken = False
+        #: Runs that ended during this turn of the loop: handed to the settle thread together.
+        self._ending: list[_Ended] = []
+        self._ended: queue.SimpleQueue[list[_Ended] | None] = queue.SimpleQueue()
+        #: Jobs handed to the loop and not settled yet.
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        # Its thread is never started: the settle thread calls its settling methods.
+        self._settler = Processor(manager, -1)
+        self._numbers = itertools.count(1)
+        #: Each async job function's code, by job name: how a blocking job is found on the stack.
+        self._codes: dict[CodeType, str] = {}
+        self._reported: set[str] = set()
+        self._last_tick = time.monotonic()
+        self._stopped = threading.Event()
+        self._loop_thread = threading.Thread(target=self._run_loop, name="asynctask-event-loop", daemon=True)
+        self._settle_thread = threading.Thread(
+            target=self._settle_loop, name="asynctask-async-settle", daemon=True
+        )
+        self._watch_thread = threading.Thread(target=self._watch, name="asynctask-loop-watch", daemon=True)
+        self._loop_thread.start()
+        self._settle_thread.start()
+        self._watch_thread.start()
+
+    @property
+    def busy(self) -> int:
+        return self._in_flight
+
+    def submit(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> None:
+        """Hand ``unit`` to the loop (from the processor thread that fetched it), once a slot is free."""
+        manager = self.manager
+        while not self._slots.acquire(timeout=SLOT_WAIT):
+            if manager.quieting.is_set():
+                # Not started: it goes back to its queue, as unstarted claims do when quieting.
+                manager.fetch.requeue([unit])
+                return
+        code = getattr(definition.func, "__code__", None)
+        if code is not None and code not in self._codes:
+            self._codes[code] = definition.name
+        key = f"async-{next(self._numbers)}"
+        manager.fetch.detach(unit)
+        with self._in_flight_lock:
+            self._in_flight += 1
+        manager.stats.started(key, Work(unit.queue, unit.payload, int(time.time())))
+        self._loop.call_soon_threadsafe(self._start, unit, job, definition, key)
+
+    def _start(
+        self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], key: str
+    ) -> None:
+        task = self._loop.create_task(self._run(unit, job, definition, key))
+        self._running[task] = unit
+
+    async def _run(
+        self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], key: str
+    ) -> None:
+        start = time.perf_counter()
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("start", extra={"fields": _fields(job, unit)})
+        args = job["args"]
+        context.enter(JobContext(job, unit.queue, self.manager.tracker))
+        error: BaseException | None = None
+        interrupted = False
+        task = asyncio.current_task()
+        try:
+            await self.manager.server_chain.ainvoke(
+                definition, job, unit.queue, final=lambda: definition.func(*args)
+            )
+        except BaseException as exc:
+            error = exc
+            interrupted = (
+                isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+            )
+        finally:
+            if task is not None:
+                del self._running[task]
+            self._slots.release()
+        self._ending.append(_Ended(unit, job, definition, error, interrupted, start, key))
+        if len(self._ending) == 1:
+            self._loop.call_soon(self._hand_ended)
+
+    def _hand_ended(self) -> None:
+        ending, self._ending = self._ending, []
+        self._ended.put(ending)
+
+    def _settle_loop(self) -> None:
+        manager = self.manager
+        while True:
+            batches = [self._ended.get()]
+            while True:
+                try:
+                    batches.append(self._ended.get_nowait())
+                except queue.Empty:
+                    break
+            acknowledged = False
+            for batch in batches:
+                for ended in batch or ():
+                    acknowledged |= self._settle(ended)
+            if acknowledged:
+                try:
+                    manager.fetch.flush_acks()
+                except manager.broker.errors as exc:
+                    # The acknowledgements stay queued: the next claim of any thread carries them.
+                    manager.fetching.failed(exc)
+            if None in batches:
+                return
+
+    def _settle(self, ended: _Ended) -> bool:
+        """Settle one run; True if it waits for acknowledgement."""
+        manager = self.manager
+        outcome = None
+        if not ended.interrupted:
+            outcome = self._settler.settle_run(
+                ended.unit, ended.job, ended.definition, ended.error, ended.start
+            )
+        elif manager.tracker is not None:
+            manager.tracker.settled(ended.job["jid"])
+        manager.fetch.reattached(ended.unit, ack=outcome == "ack")
+        manager.stats.finished(ended.key, failed=outcome in (None, "failed"))
+        with self._in_flight_lock:
+            self._in_flight -= 1
+        return outcome == "ack"
+
+    def interrupt(self, timeout: float) -> None:
+        """Cancel every job still awaited, and wait up to ``timeout`` seconds for them to unwind."""
+        cancelled = threading.Event()
+
+        def cancel() -> None:
+            for task in self._running:
+                task.cancel()
+            cancelled.set()
+
+        self._loop.call_soon_threadsafe(cancel)
+        cancelled.wait(timeout)
+        end = time.monotonic() + timeout
+        while self._running and time.monotonic() < end:
+            time.sleep(0.01)
+        if self._running:
+            logger.warning("%d async job(s) did not unwind after being cancelled", len(self._running))
+
+    def stop(self) -> None:
+        """Stop the loop, then settle what ended (the jobs have ended or were interrupted)."""
+        self._stopped.set()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        # A job stuck in a blocking call holds the loop for good: its claim goes back with the rest.
+        self._loop_thread.join(LAST_UNWIND + 1)
+        self._watch_thread.join()
+        self._ended.put(None)
+        self._settle_thread.join()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.create_task(self._tick())
+        try:
+            self._loop.run_forever()
+        finally:
+            # Left after the shutdown's interruption: the ticker, and jobs that would not unwind
+            # (they are claimed still, and go back to their queues with the rest).
+            left = asyncio.all_tasks(self._loop)
+            for task in left:
+                task.cancel()
+            if left:
+                self._loop.run_until_complete(asyncio.wait(left, timeout=LAST_UNWIND))
+            if self._ending:
+                self._hand_ended()
+            self._loop.close()
+
+    async def _tick(self) -> None:
+        while True:
+            self._last_tick = time.monotonic()
+            await asyncio.sleep(TICK)
+
+    def _watch(self) -> None:
+        """Report the job blocking the loop: checked on a thread, since the loop cannot tell while blocked."""
+        while not self._stopped.wait(TICK):
+            lag = time.monotonic() - self._last_tick - TICK
+            if lag > BLOCKED_AFTER:
+                self._report_blocking(lag)
+
+    def _report_blocking(self, lag: float) -> None:
+        frame = sys._current_frames().get(self._loop_thread.ident or -1)
+        name = self._job_on_stack(frame)
+        if name is None or name in self._reported:
+            return
+        self._reported.add(name)
+        logger.warning(
+            "async job %s blocked the event loop for %.2f s so far: every async job of this process "
+            "waits meanwhile (run blocking calls with asyncio.to_thread)",
+            name,
+            lag,
+            extra={"fields": {"class": name, "blocked": round(lag, 3)}},
+        )
+
+    def _job_on_stack(self, frame: FrameType | None) -> str | None:
+        while frame is not None:
+            name = self._codes.get(frame.f_code)
+            if name is not None:
+                return name
+            frame = frame.f_back
+        return None
+
+
+def _fields(job: payload.JobDict, unit: UnitOfWork) -> dict[str, Any]:
+    return {"class": job.get("class"), "jid": job.get("jid"), "queue": unit.queue}

@@ -1,0 +1,305 @@
+"""Async jobs on every backend: awaited side by side on the worker's event loop, beyond its
+thread count, each with its own ``current_job()``; settled as sync jobs are (acknowledged,
+retried, tracked); held by the process while they run; cancelled and pushed back by a hard
+shutdown; and a job that blocks the loop is named."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+import asynctask
+from asynctask import Client, Registry, Settings, Tracking
+from asynctask.api import ProcessSet, Queue, RetrySet, Stats
+from asynctask.middleware import Chain, TrackingServerMiddleware
+from asynctask.tracking.models import Event
+from asynctask.worker import Worker
+from tests.conftest import wait_for_beats, wait_until
+from tests.tracking_fixtures import wait_for_task
+
+StartWorker = Callable[..., Worker]
+
+
+def test_async_jobs_are_awaited_together_beyond_the_thread_count(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    seen: dict[int, str] = {}
+    awaiting = 0
+    most = 0
+
+    @asynctask.job(registry=registry)
+    async def fetch(n: int) -> None:
+        nonlocal awaiting, most
+        awaiting += 1
+        most = max(most, awaiting)
+        await asyncio.sleep(0.3)
+        awaiting -= 1
+        # Read after the others started: each job still sees its own context.
+        seen[n] = asynctask.current_job().jid
+
+    jids = fetch.set(client=client).perform_bulk([[n] for n in range(40)])
+    stats = Stats(settings=settings)
+    start = time.monotonic()
+    start_worker(concurrency=2, async_concurrency=40)
+    wait_until(lambda: stats.refresh().processed == 40, 15)
+    # 40 jobs of 0.3 s on 2 threads would take 6 s.
+    assert time.monotonic() - start < 4
+    assert most > 10
+    assert seen == dict(enumerate(jids))
+    assert (stats.failed, stats.retry_size, stats.enqueued) == (0, 0, 0)
+
+
+def test_async_concurrency_bounds_the_jobs_awaited_at_once(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    awaiting = 0
+    most = 0
+
+    @asynctask.job(registry=registry)
+    async def fetch(n: int) -> None:
+        nonlocal awaiting, most
+        awaiting += 1
+        most = max(most, awaiting)
+        await asyncio.sleep(0.05)
+        awaiting -= 1
+
+    fetch.set(client=client).perform_bulk([[n] for n in range(60)])
+    stats = Stats(settings=settings)
+    start_worker(concurrency=4, async_concurrency=5)
+    wait_until(lambda: stats.refresh().processed == 60, 15)
+    assert most == 5
+
+
+def test_a_failing_async_job_is_retried_with_its_error(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    @asynctask.job(registry=registry)
+    async def flaky(n: int) -> None:
+        await asyncio.sleep(0)
+        raise ValueError(f"bad input {n}")
+
+    jid = flaky.set(client=client).perform_async(7)
+    start_worker()
+    retries = RetrySet(settings=settings)
+    [entry] = wait_until(lambda: list(retries))
+    assert (entry.jid, entry.error_class, entry.error_message, entry.retry_count) == (
+        jid,
+        "ValueError",
+        "bad input 7",
+        0,
+    )
+    stats = Stats(settings=settings)
+    wait_until(lambda: stats.refresh().failed == 1)
+
+
+def test_an_async_job_holds_its_claim_while_it_runs(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    """The claim check gives back jobs no thread holds; one awaited on the loop is held."""
+    runs: list[str] = []
+
+    @asynctask.job(registry=registry)
+    async def slow() -> None:
+        runs.append(asynctask.current_job().jid)
+        await asyncio.sleep(3 * settings.heartbeat_interval + 1)
+
+    jid = slow.set(client=client).perform_async()
+    stats = Stats(settings=settings)
+    worker = start_worker()
+    wait_until(lambda: runs == [jid])
+    wait_for_beats(lambda: getattr(ProcessSet(settings=settings).get(worker.identity), "beat", None), count=4)
+    wait_until(lambda: stats.refresh().processed == 1, 10)
+    assert runs == [jid]
+    assert Queue("default", settings=settings).size == 0
+
+
+def test_a_hard_shutdown_cancels_an_async_job_and_pushes_it_back(
+    registry: Registry,
+    tracking: Tracking,
+    settings: Settings,
+    engine: Engine,
+    start_worker: StartWorker,
+) -> None:
+    started = threading.Event()
+    outcome: list[str] = []
+
+    @asynctask.job(registry=registry, track=True)
+    async def long_call() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+
+    jid = long_call.set(client=tracking.client).perform_async()
+    worker = start_worker(
+        server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread", timeout=0.5
+    )
+    assert started.wait(10)
+    begun = time.monotonic()
+    worker.stop()
+    wait_until(lambda: worker._stopped.is_set(), 10)
+    assert time.monotonic() - begun < 5
+    assert outcome == ["cancelled"]
+    [pushed_back] = list(Queue("default", settings=settings))
+    assert pushed_back.jid == jid
+    stats = Stats(settings=settings)
+    assert (stats.retry_size, stats.dead_size) == (0, 0)
+
+    def event() -> tuple[str, int, str | None]:
+        with engine.connect() as connection:
+            query = select(Event.status, Event.attempt, Event.error).where(Event.job_id == jid)
+            return tuple(connection.execute(query).one())
+
+    wait_until(lambda: event() == ("enqueue", 1, "interrupted by shutdown"), 10)
+
+
+def test_a_tracked_async_job_records_its_run_and_its_log(
+    registry: Registry, tracking: Tracking, engine: Engine, start_worker: StartWorker
+) -> None:
+    @asynctask.job(registry=registry, retry=0)
+    async def rows(chunk: list[int]) -> None:
+        await asyncio.sleep(0.01)
+        if chunk[0] == 4:
+            raise asynctask.JobFailed("row 4 breaks a rule")
+        if chunk[0] == 6:
+            raise RuntimeError("broken")
+        asynctask.current_job().log(f"imported {len(chunk)} rows")
+
+    task = tracking.create_task(rows, range(8), chunk_size=2)
+    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
+    done = wait_for_task(tracking, task.id, timeout=15)
+    assert done.status == "finished_with_errors"
+    assert {k: v for k, v in done.counts.items() if v} == {"finish": 2, "failed": 1, "error": 1}
+    events = {e.params[0][0]: e for e in tracking.list_events(task.id).items if e.params}
+    assert events[4].error == "row 4 breaks a rule"
+    assert events[6].error_class == "RuntimeError"
+    assert "imported 2 rows" in [m.text for m in events[0].messages]
+
+
+def test_a_sync_middleware_wraps_an_async_job_and_sees_it(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    calls: list[tuple[str, str, str]] = []
+
+    def around(definition: Any, job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        calls.append(("before", asynctask.current_job().jid, threading.current_thread().name))
+        try:
+            return call_next()
+        finally:
+            calls.append(("after", job["jid"], ""))
+
+    @asynctask.job(registry=registry)
+    async def fetch() -> None:
+        await asyncio.sleep(0.01)
+        calls.append(("job", asynctask.current_job().jid, threading.current_thread().name))
+
+    jid = fetch.set(client=client).perform_async()
+    stats = Stats(settings=settings)
+    start_worker(server_middleware=Chain([around]))
+    wait_until(lambda: stats.refresh().processed == 1, 10)
+    assert [(step, seen) for step, seen, _ in calls] == [("before", jid), ("job", jid), ("after", jid)]
+    assert calls[0][2].startswith("asynctask-middleware")
+    assert calls[1][2] == "asynctask-event-loop"
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+def test_an_async_job_that_blocks_the_loop_is_named_once(
+    registry: Registry,
+    client: Client,
+    settings: Settings,
+    start_worker: StartWorker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @asynctask.job(registry=registry)
+    async def blocker() -> None:
+        time.sleep(0.5)
+
+    @asynctask.job(registry=registry)
+    async def polite(n: int) -> None:
+        await asyncio.sleep(0.01)
+
+    stats = Stats(settings=settings)
+    caplog.set_level(logging.WARNING, logger="asynctask.asyncjobs")
+    blocker.set(client=client).perform_bulk([[], []])
+    start_worker(concurrency=1)
+    wait_until(lambda: stats.refresh().processed == 2, 10)
+    polite.set(client=client).perform_bulk([[n] for n in range(20)])
+    wait_until(lambda: stats.refresh().processed == 22, 10)
+    reports = [r for r in caplog.records if r.name == "asynctask.asyncjobs"]
+    assert len(reports) == 1
+    assert "async job blocker blocked the event loop" in reports[0].getMessage()
+
+
+def test_a_concurrency_key_bounds_its_async_jobs(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    awaiting = 0
+    most = 0
+    ran: list[int] = []
+
+    @asynctask.job(registry=registry, concurrency_key="device:{device}", concurrency_limit=2)
+    async def call_device(device: str, n: int) -> None:
+        nonlocal awaiting, most
+        awaiting += 1
+        most = max(most, awaiting)
+        await asyncio.sleep(0.05)
+        awaiting -= 1
+        ran.append(n)
+
+    call_device.set(client=client).perform_bulk([["d1", n] for n in range(12)])
+    stats = Stats(settings=settings)
+    start_worker(concurrency=4, async_concurrency=50)
+    wait_until(lambda: stats.refresh().processed == 12, 15)
+    assert sorted(ran) == list(range(12))
+    assert most == 2
+
+
+def test_a_fed_task_of_async_jobs_runs_at_most_parallel_at_once(
+    registry: Registry, tracking: Tracking, start_worker: StartWorker
+) -> None:
+    awaiting = 0
+    most = 0
+
+    @asynctask.job(registry=registry)
+    async def call_device(chunk: list[int]) -> None:
+        nonlocal awaiting, most
+        awaiting += 1
+        most = max(most, awaiting)
+        await asyncio.sleep(0.05)
+        awaiting -= 1
+
+    task = tracking.create_task(call_device, range(15), chunk_size=1, parallel=3)
+    start_worker(
+        server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread", async_concurrency=50
+    )
+    done = wait_for_task(tracking, task.id, timeout=30)
+    assert done.status == "finished" and done.counts["finish"] == 15
+    assert most == 3
+
+
+def test_a_cancelled_tasks_async_jobs_never_run(
+    registry: Registry, tracking: Tracking, settings: Settings, start_worker: StartWorker
+) -> None:
+    ran: list[int] = []
+
+    @asynctask.job(registry=registry)
+    async def call_device(chunk: list[int]) -> None:
+        ran.extend(chunk)
+
+    task = tracking.create_task(call_device, range(10), chunk_size=2)
+    tracking.cancel_task(task.id)
+    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
+    queue = Queue("default", settings=settings)
+    wait_until(lambda: queue.size == 0, 10)
+    wait_for_beats(lambda: getattr(next(iter(ProcessSet(settings=settings)), None), "beat", None))
+    assert ran == []
+    assert tracking.get_task(task.id).counts["cancelled"] == 5
