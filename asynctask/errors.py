@@ -110,6 +110,11 @@ class JobInterrupted(BaseException):
         self.cursor = cursor
 
 
+#: The message of the ``asyncio.CancelledError`` a running async job gets when its task was
+#: cancelled (any other cancellation from the runtime is the worker's shutdown).
+TASK_CANCELLED = "asynctask: task cancelled"
+
+
 class JobFailed(Exception):
     """Raised by job code for a business failure: the job did its work and the answer is no.
 

@@ -12,6 +12,7 @@ Server (``TrackingServerMiddleware``), for a tracked job (``track=True``, or par
   its task finished) in between;
 - a shutdown interrupts it (an async job: cancels it) -> ``error`` "interrupted", then
   ``enqueue``: it runs again;
+- an async job cancelled because its task was cancelled -> ``cancelled``;
 - a resumable job handed back between iterations (``JobInterrupted``) -> ``stopped`` "stopped
   at <cursor>", ``cancelled``, or (its task paused, the worker stopping) ``enqueue``: it
   continues from there.
@@ -34,7 +35,7 @@ from typing import Any
 
 from asynctask import payload, storable
 from asynctask.context import current_job
-from asynctask.errors import JobFailed, JobInterrupted, Shutdown
+from asynctask.errors import TASK_CANCELLED, JobFailed, JobInterrupted, Shutdown
 from asynctask.tracking import outbox, rules, transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.tracker import Tracker, is_tracked
@@ -101,8 +102,9 @@ class TrackingServerMiddleware:
     async def acall(
         self, definition: Any, job: payload.JobDict, queue: str, call_next: Callable[[], Awaitable[Any]]
     ) -> Any:
-        """The same, around an async job: a cancellation from outside the job (the worker
-        stopping) is the async job's shutdown."""
+        """The same, around an async job. A cancellation from outside the job is the runtime's:
+        its task was cancelled (``TASK_CANCELLED``: ``cancelled``), or the worker is stopping
+        (the async job's shutdown)."""
         context = current_job()
         tracker = context.tracker
         if tracker is None or not is_tracked(job):
@@ -112,9 +114,18 @@ class TrackingServerMiddleware:
             return None
         try:
             result = await call_next()
+        except asyncio.CancelledError as exc:
+            if not _cancelled_from_outside():
+                _ended(tracker, jid, exc, interrupted=False)
+            elif exc.args == (TASK_CANCELLED,):
+                tracker.record(
+                    transitions.status(jid, EventStatus.CANCELLED, "task cancelled; cancelled while running")
+                )
+            else:
+                _ended(tracker, jid, exc, interrupted=True)
+            raise
         except BaseException as exc:
-            interrupted = isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside()
-            _ended(tracker, jid, exc, interrupted=interrupted)
+            _ended(tracker, jid, exc, interrupted=False)
             raise
         tracker.record(rules.finished(jid))
         return result

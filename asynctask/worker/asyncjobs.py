@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
 from asynctask.context import JobContext
+from asynctask.errors import TASK_CANCELLED
 from asynctask.job import JobDefinition
+from asynctask.supervision import Activity
 from asynctask.worker.processor import Processor
 from asynctask.worker.stats import Work
 
@@ -45,10 +47,24 @@ logger = logging.getLogger("asynctask.asyncjobs")
 BLOCKED_AFTER = 0.1
 #: Seconds between the loop's ticks, which the watch thread checks.
 TICK = 0.02
+#: Seconds between checks for running jobs whose task was cancelled.
+CANCEL_CHECK = 0.5
+#: Seconds a running job whose task was cancelled gets to end by itself (it may check
+#: ``current_job().cancelled``) before it is cancelled.
+CANCEL_GRACE = 2.0
 #: Seconds the tasks left when the loop stops get to end.
 LAST_UNWIND = 1.0
 #: Seconds a processor thread waits for a free slot before it checks whether to stop.
 SLOT_WAIT = 0.1
+
+
+@dataclass(slots=True)
+class _Running:
+    unit: UnitOfWork
+    #: The job's task id, if it has one (a string), to check whether it was cancelled.
+    task: object
+    #: When the watch thread first saw its task cancelled (monotonic).
+    cancel_seen: float | None = None
 
 
 @dataclass(slots=True)
@@ -58,8 +74,9 @@ class _Ended:
     definition: JobDefinition[Any]
     #: What the run raised, or None.
     error: BaseException | None
-    #: Cancelled by the shutdown: left claimed for its requeue.
-    interrupted: bool
+    #: Why the runtime cancelled it, if it did: "shutdown" (left claimed for the shutdown's
+    #: requeue) or "cancel" (its task was cancelled: acknowledged).
+    interrupted: str | None
     start: float
     #: The job's entry in the process's busy list.
     key: str
@@ -70,8 +87,8 @@ class AsyncJobs:
         self.manager = manager
         self._slots = threading.BoundedSemaphore(manager.settings.async_concurrency)
         self._loop = asyncio.new_event_loop()
-        #: The jobs being awaited (read and written on the loop only).
-        self._running: dict[asyncio.Task[None], UnitOfWork] = {}
+        #: The jobs being awaited (written on the loop only).
+        self._running: dict[asyncio.Task[None], _Running] = {}
         #: Jobs handed over and not started yet; the loop is woken once for all those that
         #: come while it is busy (each wake-up is a write to its self-pipe).
         self._incoming: deque[tuple[UnitOfWork, payload.JobDict, JobDefinition[Any], str]] = deque()
@@ -90,6 +107,8 @@ class AsyncJobs:
         self._reported: set[str] = set()
         self._last_tick = time.monotonic()
         self._stopped = threading.Event()
+        errors = manager.tracker.store.errors if manager.tracker is not None else manager.broker.errors
+        self._cancel_checking = Activity("cancelled tasks check", logger, errors)
         self._loop_thread = threading.Thread(target=self._run_loop, name="asynctask-event-loop", daemon=True)
         self._settle_thread = threading.Thread(
             target=self._settle_loop, name="asynctask-async-settle", daemon=True
@@ -119,13 +138,19 @@ class AsyncJobs:
         with self._in_flight_lock:
             self._in_flight += 1
         manager.stats.started(key, Work(unit.queue, unit.payload, int(time.time())))
-        self._loop.call_soon_threadsafe(self._start, unit, job, definition, key)
+        self._incoming.append((unit, job, definition, key))
+        if not self._woken:
+            self._woken = True
+            self._loop.call_soon_threadsafe(self._start_incoming)
 
-    def _start(
-        self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], key: str
-    ) -> None:
-        task = self._loop.create_task(self._run(unit, job, definition, key))
-        self._running[task] = unit
+    def _start_incoming(self) -> None:
+        # Cleared before taking: a job handed over from now on wakes the loop again.
+        self._woken = False
+        incoming = self._incoming
+        while incoming:
+            unit, job, definition, key = incoming.popleft()
+            task = self._loop.create_task(self._run(unit, job, definition, key))
+            self._running[task] = _Running(unit, job.get("task"))
 
     async def _run(
         self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], key: str
@@ -136,7 +161,7 @@ class AsyncJobs:
         args = job["args"]
         context.enter(JobContext(job, unit.queue, self.manager.tracker))
         error: BaseException | None = None
-        interrupted = False
+        interrupted = None
         task = asyncio.current_task()
         try:
             await self.manager.server_chain.ainvoke(
@@ -144,9 +169,8 @@ class AsyncJobs:
             )
         except BaseException as exc:
             error = exc
-            interrupted = (
-                isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0
-            )
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0:
+                interrupted = "cancel" if exc.args == (TASK_CANCELLED,) else "shutdown"
         finally:
             if task is not None:
                 del self._running[task]
@@ -185,12 +209,15 @@ class AsyncJobs:
         """Settle one run; True if it waits for acknowledgement."""
         manager = self.manager
         outcome = None
-        if not ended.interrupted:
+        if ended.interrupted is None:
             outcome = self._settler.settle_run(
                 ended.unit, ended.job, ended.definition, ended.error, ended.start
             )
-        elif manager.tracker is not None:
-            manager.tracker.settled(ended.job["jid"])
+        else:
+            if ended.interrupted == "cancel":
+                outcome = "ack"
+            if manager.tracker is not None:
+                manager.tracker.settled(ended.job["jid"])
         manager.fetch.reattached(ended.unit, ack=outcome == "ack")
         manager.stats.finished(ended.key, failed=outcome in (None, "failed"))
         with self._in_flight_lock:
@@ -203,7 +230,7 @@ class AsyncJobs:
 
         def cancel() -> None:
             for task in self._running:
-                task.cancel()
+                task.cancel("shutdown")
             cancelled.set()
 
         self._loop.call_soon_threadsafe(cancel)
@@ -247,11 +274,32 @@ class AsyncJobs:
             await asyncio.sleep(TICK)
 
     def _watch(self) -> None:
-        """Report the job blocking the loop: checked on a thread, since the loop cannot tell while blocked."""
+        """Report the job blocking the loop (checked on a thread: the loop cannot tell while it
+        is blocked), and cancel the jobs of cancelled tasks."""
+        next_cancel_check = time.monotonic()
         while not self._stopped.wait(TICK):
-            lag = time.monotonic() - self._last_tick - TICK
+            now = time.monotonic()
+            lag = now - self._last_tick - TICK
             if lag > BLOCKED_AFTER:
                 self._report_blocking(lag)
+            if now >= next_cancel_check and self.manager.tracker is not None:
+                next_cancel_check = now + CANCEL_CHECK
+                self._cancel_checking.attempt(self._cancel_jobs_of_cancelled_tasks)
+
+    def _cancel_jobs_of_cancelled_tasks(self) -> None:
+        """Cancel the running jobs whose task was cancelled at least ``CANCEL_GRACE`` seconds
+        ago (as this process learnt it: with its claims), with ``TASK_CANCELLED``."""
+        tracker = self.manager.tracker
+        assert tracker is not None
+        now = time.monotonic()
+        # One step of C under the GIL: a consistent copy while the loop adds and removes jobs.
+        for task, running in list(self._running.items()):
+            if not isinstance(running.task, str) or not tracker.was_cancelled(running.task):
+                continue
+            if running.cancel_seen is None:
+                running.cancel_seen = now
+            elif now - running.cancel_seen >= CANCEL_GRACE:
+                self._loop.call_soon_threadsafe(task.cancel, TASK_CANCELLED)
 
     def _report_blocking(self, lag: float) -> None:
         frame = sys._current_frames().get(self._loop_thread.ident or -1)

@@ -1,7 +1,8 @@
 """Async jobs on every backend: awaited side by side on the worker's event loop, beyond its
 thread count, each with its own ``current_job()``; settled as sync jobs are (acknowledged,
-retried, tracked); held by the process while they run; cancelled and pushed back by a hard
-shutdown; and a job that blocks the loop is named."""
+retried, tracked, bounded by flow control and feeds); held by the process while they run;
+cancelled and pushed back by a hard shutdown, cancelled for good when their task is; and a job
+that blocks the loop is named."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from asynctask.api import ProcessSet, Queue, RetrySet, Stats
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.tracking.models import Event
 from asynctask.worker import Worker
+from asynctask.worker.asyncjobs import CANCEL_GRACE
 from tests.conftest import wait_for_beats, wait_until
 from tests.tracking_fixtures import wait_for_task
 
@@ -303,3 +305,36 @@ def test_a_cancelled_tasks_async_jobs_never_run(
     wait_for_beats(lambda: getattr(next(iter(ProcessSet(settings=settings)), None), "beat", None))
     assert ran == []
     assert tracking.get_task(task.id).counts["cancelled"] == 5
+
+
+def test_a_running_async_job_of_a_cancelled_task_is_cancelled_after_the_grace(
+    registry: Registry, tracking: Tracking, settings: Settings, start_worker: StartWorker
+) -> None:
+    started = threading.Event()
+    cancelled_at: list[float] = []
+
+    @asynctask.job(registry=registry)
+    async def sweep(chunk: list[int]) -> None:
+        started.set()
+        try:
+            while True:
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            cancelled_at.append(time.monotonic())
+            raise
+
+    task = tracking.create_task(sweep, [1], chunk_size=1)
+    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
+    assert started.wait(10)
+    asked = time.monotonic()
+    tracking.cancel_task(task.id)
+    wait_until(lambda: cancelled_at, 10)
+    # Not before the grace; then within a check and a claim's news of the cancel.
+    assert CANCEL_GRACE <= cancelled_at[0] - asked <= CANCEL_GRACE + 3
+    [event] = wait_until(
+        lambda: [e for e in tracking.list_events(task.id).items if e.status == "cancelled"], 10
+    )
+    assert "task cancelled; cancelled while running" in [m.text for m in event.messages]
+    stats = Stats(settings=settings)
+    wait_until(lambda: stats.refresh().processed == 1, 10)
+    assert (stats.failed, stats.retry_size, stats.dead_size, stats.enqueued) == (0, 0, 0, 0)
