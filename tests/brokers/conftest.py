@@ -7,6 +7,8 @@ SQLite file, or a fresh PostgreSQL schema. Everything else goes through the publ
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -14,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 from sqlalchemy import Engine
@@ -48,6 +50,28 @@ def fast_settings(**fields: Any) -> Settings:
         fetch_timeout=0.2,
         **fields,
     )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@pytest.fixture(params=["sync", "async"])
+def job_kind(request: pytest.FixtureRequest) -> Callable[[F], F]:
+    """A decorator for a test's job function, under ``@asynctask.job``: the function itself, or
+    an ``async def`` job (same name and signature) that awaits once, then does what it does.
+    A test using it runs once for each kind of job."""
+    if request.param == "sync":
+        return lambda func: func
+
+    def awaited(func: F) -> F:
+        @functools.wraps(func)
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            return func(*args, **kwargs)
+
+        return cast(F, run)
+
+    return awaited
 
 
 @pytest.fixture(params=BACKENDS)
@@ -90,6 +114,8 @@ def backend_settings(backend: str, request: pytest.FixtureRequest, tmp_path: Pat
 
 
 MakeClient = Callable[..., Client]
+#: ``job_kind``: the decorator making a test's job sync or async.
+JobKind = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 @pytest.fixture

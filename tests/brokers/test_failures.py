@@ -12,7 +12,7 @@ from asynctask import Client, JobFailed, Registry, Settings
 from asynctask.api import DeadSet, Queue, RetrySet, SortedEntry, Stats
 from asynctask.payload import decompress_backtrace
 from asynctask.worker import Worker
-from tests.brokers.conftest import MakeClient
+from tests.brokers.conftest import JobKind, MakeClient
 from tests.conftest import wait_until
 
 StartWorker = Callable[..., Worker]
@@ -106,12 +106,13 @@ def test_later_failures_back_off_by_their_retry_count(
 
 
 def test_a_due_retry_runs_again_then_the_job_dies_and_the_hook_runs(
-    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker, job_kind: JobKind
 ) -> None:
     attempts: list[int | None] = []
     exhausted: list[tuple[str, str, int]] = []
 
     @asynctask.job(registry=registry, retry=1)
+    @job_kind
     def always_fails() -> None:
         attempts.append(asynctask.current_job().retry_count)
         raise RuntimeError("nope")
@@ -203,11 +204,12 @@ def test_the_dead_set_is_trimmed_by_count_and_by_age(
 
 
 def test_a_business_failure_is_done_not_retried_nor_counted_failed(
-    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker, job_kind: JobKind
 ) -> None:
     ran: list[str] = []
 
     @asynctask.job(registry=registry)
+    @job_kind
     def refuse() -> None:
         ran.append(asynctask.current_job().jid)
         raise JobFailed("seller does not qualify")

@@ -17,7 +17,7 @@ from asynctask import Client, Registry, Settings
 from asynctask.api import Queue, ScheduledSet
 from asynctask.settings import QueueSpec
 from asynctask.worker import Worker
-from tests.brokers.conftest import MakeClient
+from tests.brokers.conftest import JobKind, MakeClient
 from tests.conftest import wait_until
 
 StartWorker = Callable[..., Worker]
@@ -48,11 +48,12 @@ AWKWARD_ARGS: list[Any] = [
 
 
 def test_a_job_runs_with_its_context_and_leaves_the_queue(
-    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker, job_kind: JobKind
 ) -> None:
     seen: list[tuple[Any, ...]] = []
 
     @asynctask.job(registry=registry)
+    @job_kind
     def add(a: int, b: int) -> None:
         ctx = asynctask.current_job()
         seen.append((a + b, ctx.jid, ctx.queue, ctx.retry_count))

@@ -10,7 +10,7 @@ from asynctask import Client, Registry, Settings
 from asynctask.api import ProcessSet, Queue, RetrySet
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
-from tests.brokers.conftest import MakeClient
+from tests.brokers.conftest import JobKind, MakeClient
 from tests.conftest import wait_until
 
 StartWorker = Callable[..., Worker]
@@ -50,11 +50,12 @@ def test_client_middleware_modifies_and_drops_pushes_and_wraps_the_pollers_pushe
 
 
 def test_server_middleware_wraps_sees_errors_and_can_skip(
-    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker, job_kind: JobKind
 ) -> None:
     events: list[str] = []
 
     @asynctask.job(registry=registry)
+    @job_kind
     def work(n: int) -> None:
         events.append(f"job {n}")
         if n == 2:
@@ -74,7 +75,7 @@ def test_server_middleware_wraps_sees_errors_and_can_skip(
         events.append(f"after {n}")
 
     work.set(client=client).perform_bulk([[1], [2], [3]])
-    start_worker(concurrency=1, server_middleware=Chain([around]))
+    start_worker(concurrency=1, async_concurrency=1, server_middleware=Chain([around]))
     wait_until(lambda: len(events) == 7)
     assert events == [
         "before 1 work default", "job 1", "after 1",
@@ -86,11 +87,12 @@ def test_server_middleware_wraps_sees_errors_and_can_skip(
 
 
 def test_a_middleware_that_raises_sends_the_job_to_retry(
-    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker, job_kind: JobKind
 ) -> None:
     ran: list[str] = []
 
     @asynctask.job(registry=registry)
+    @job_kind
     def fine() -> None:
         ran.append("fine")
 
