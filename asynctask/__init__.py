@@ -51,6 +51,7 @@ _LAZY = {
         )
     },
     **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
+    **{name: "asynctask.async_client" for name in ("AsyncClient", "default_async_client")},
     **{
         name: "asynctask.tasks.service"
         for name in (
@@ -101,6 +102,7 @@ class _Package(ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 if TYPE_CHECKING:
+    from asynctask.async_client import AsyncClient, default_async_client
     from asynctask.client import Client, configure, default_client
     from asynctask.context import JobContext, current_job
     from asynctask.items import ItemsRun, each
@@ -150,6 +152,7 @@ else:
 
 
 __all__ = [
+    "AsyncClient",
     "AsyncTaskError",
     "Chain",
     "Client",
@@ -193,6 +196,7 @@ __all__ = [
     "configure",
     "create_task",
     "current_job",
+    "default_async_client",
     "default_client",
     "default_registry",
     "default_schedules",

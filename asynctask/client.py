@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from inspect import Signature
 from typing import Any
@@ -24,6 +24,8 @@ from asynctask.settings import Settings
 from asynctask.tracking import outbox
 
 _SIDEKIQ_DEFAULTS: payload.JobDict = {"retry": True, "queue": "default"}
+#: Jobs of a bulk push prepared between two pauses (``bulk_batches``).
+PAUSE_EVERY = 100
 
 
 class Client:
@@ -102,43 +104,68 @@ class Client:
         the holder's jid where a unique job's key was taken). ``flow`` and ``signature`` as
         for ``push``.
         """
-        all_args = item.get("args")
-        if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
-            raise TypeError("push_bulk needs 'args' as a list of argument lists")
-        for args in all_args:
-            payload.check_args(args)
-        at = item.get("at")
-        if isinstance(at, list) and len(at) != len(all_args):
-            raise ValueError("push_bulk 'at' must have one timestamp per job")
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        # Every job of the call shares one normalized, checked header (and created_at), as in
-        # Sidekiq; each copy gets its own args and jid, in the header's key positions.
-        shared = {**{k: v for k, v in item.items() if k not in ("at", "jid")}, "args": []}
-        normalized = template(shared, self.registry, flow=flow, signature=signature)
         jids: list[str | None] = []
-        for start in range(0, len(all_args), batch_size):
-            entries: list[tuple[payload.JobDict, float | None]] = []
-            positions: list[int] = []
-            end = min(start + batch_size, len(all_args))
-            # One collection for the batch: what a dropped job recorded is cut back out.
-            with outbox.collect() as transitions:
-                for index, jid in zip(range(start, end), payload.new_jids(end - start), strict=True):
-                    job = {**normalized.job, "args": all_args[index], "jid": jid}
-                    when = _run_at(at[index] if isinstance(at, list) else at)
-                    recorded = len(transitions)
-                    pushed = _invoke(normalized, job, self.middleware)
-                    jids.append(None)
-                    if pushed is None:
-                        del transitions[recorded:]
-                    else:
-                        positions.append(len(jids) - 1)
-                        entries.append((pushed, when))
-            if entries:
-                stored = self.broker.push(entries, transitions=transitions)
-                for position, jid in zip(positions, stored, strict=True):
-                    jids[position] = jid
+        for batch in bulk_batches(
+            item, batch_size, self.registry, self.middleware, jids, flow=flow, signature=signature
+        ):
+            if batch is None:
+                continue
+            entries, transitions, positions = batch
+            stored = self.broker.push(entries, transitions=transitions)
+            for position, jid in zip(positions, stored, strict=True):
+                jids[position] = jid
         return jids
+
+
+def bulk_batches(
+    item: Mapping[str, Any],
+    batch_size: int,
+    registry: Registry,
+    middleware: Chain[payload.JobDict],
+    jids: list[str | None],
+    *,
+    flow: FlowOptions | None,
+    signature: Signature | None,
+) -> Iterator[tuple[list[tuple[payload.JobDict, float | None]], list[str], list[int]] | None]:
+    """``push_bulk``'s batches, checked: each batch's entries to push, the tracking transitions
+    its middleware collected, and where in ``jids`` each entry's stored jid goes (``jids``
+    gets a None per job, left for one a middleware dropped). A None every ``PAUSE_EVERY`` jobs
+    between them is where an event loop's caller lets the loop run."""
+    all_args = item.get("args")
+    if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
+        raise TypeError("push_bulk needs 'args' as a list of argument lists")
+    for args in all_args:
+        payload.check_args(args)
+    at = item.get("at")
+    if isinstance(at, list) and len(at) != len(all_args):
+        raise ValueError("push_bulk 'at' must have one timestamp per job")
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    # Every job of the call shares one normalized, checked header (and created_at), as in
+    # Sidekiq; each copy gets its own args and jid, in the header's key positions.
+    shared = {**{k: v for k, v in item.items() if k not in ("at", "jid")}, "args": []}
+    normalized = template(shared, registry, flow=flow, signature=signature)
+    for start in range(0, len(all_args), batch_size):
+        entries: list[tuple[payload.JobDict, float | None]] = []
+        positions: list[int] = []
+        end = min(start + batch_size, len(all_args))
+        # One collection for the batch: what a dropped job recorded is cut back out.
+        with outbox.collect() as transitions:
+            for index, jid in zip(range(start, end), payload.new_jids(end - start), strict=True):
+                job = {**normalized.job, "args": all_args[index], "jid": jid}
+                when = _run_at(at[index] if isinstance(at, list) else at)
+                if index % PAUSE_EVERY == PAUSE_EVERY - 1:
+                    yield None
+                recorded = len(transitions)
+                pushed = _invoke(normalized, job, middleware)
+                jids.append(None)
+                if pushed is None:
+                    del transitions[recorded:]
+                else:
+                    positions.append(len(jids) - 1)
+                    entries.append((pushed, when))
+        if entries:
+            yield entries, transitions, positions
 
 
 @dataclass(frozen=True)
@@ -279,6 +306,12 @@ def default_client() -> Client:
     with _default_lock:
         if _default is None:
             _default = Client()
+        return _default
+
+
+def configured() -> Client | None:
+    """The default client if ``configure()`` set one (or a push made one)."""
+    with _default_lock:
         return _default
 
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from asynctask import payload
 from asynctask.errors import JobArgumentsError
@@ -24,6 +24,7 @@ from asynctask.registry import Registry, default_registry
 if TYPE_CHECKING:
     import jsonschema_rs
 
+    from asynctask.async_client import AsyncClient
     from asynctask.client import Client
 
 P = ParamSpec("P")
@@ -203,8 +204,9 @@ class JobDefinition(Generic[P]):
         self.retries_exhausted_handler = handler
         return handler
 
-    def set(self, *, client: Client | None = None, **options: Any) -> JobSetter:
-        """Per-call options (queue, retry, ... or extra payload keys), as Sidekiq's ``set``."""
+    def set(self, *, client: Client | AsyncClient | None = None, **options: Any) -> JobSetter:
+        """Per-call options (queue, retry, ... or extra payload keys), as Sidekiq's ``set``;
+        ``client``: a ``Client`` for ``perform_*``, an ``AsyncClient`` for ``aperform_*``."""
         # Only real options make this Ruby's Setter (args before class); a client alone does not.
         return JobSetter(self, self.options.merged(options), client, via_set=bool(options))
 
@@ -220,6 +222,19 @@ class JobDefinition(Generic[P]):
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
         return JobSetter(self, self.options, None).perform_bulk(args_list, batch_size)
 
+    async def aperform_async(self, *args: Any) -> str:
+        """``perform_async`` from an event loop (``asynctask.async_client``)."""
+        return await JobSetter(self, self.options, None).aperform_async(*args)
+
+    async def aperform_in(self, interval: float, *args: Any) -> str:
+        return await JobSetter(self, self.options, None).aperform_in(interval, *args)
+
+    async def aperform_at(self, when: float | datetime, *args: Any) -> str:
+        return await JobSetter(self, self.options, None).aperform_at(when, *args)
+
+    async def aperform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
+        return await JobSetter(self, self.options, None).aperform_bulk(args_list, batch_size)
+
 
 class JobSetter:
     """A job with per-call options; what ``JobDefinition.set`` returns."""
@@ -228,7 +243,7 @@ class JobSetter:
         self,
         definition: JobDefinition[Any],
         options: JobOptions,
-        client: Client | None,
+        client: Client | AsyncClient | None,
         *,
         via_set: bool = False,
     ) -> None:
@@ -250,18 +265,50 @@ class JobSetter:
         return self._push(list(args), at)
 
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
-        all_args = [list(args) for args in args_list]
-        for args in all_args:
-            self.definition.check_args(args)
         jids = self._client().push_bulk(
-            {**self.options.payload_head(), "class": self.definition.name, "args": all_args},
+            self._bulk_item(args_list),
             batch_size=batch_size,
             flow=self.options.flow,
             signature=self.definition.signature,
         )
         return [jid for jid in jids if jid is not None]
 
+    async def aperform_async(self, *args: Any) -> str:
+        return await self._apush(list(args), None)
+
+    async def aperform_in(self, interval: float, *args: Any) -> str:
+        at = float(interval) if interval >= 1_000_000_000 else payload.now() + float(interval)
+        return await self._apush(list(args), at)
+
+    async def aperform_at(self, when: float | datetime, *args: Any) -> str:
+        at = when.timestamp() if isinstance(when, datetime) else float(when)
+        return await self._apush(list(args), at)
+
+    async def aperform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
+        jids = await self._async_client().apush_bulk(
+            self._bulk_item(args_list),
+            batch_size=batch_size,
+            flow=self.options.flow,
+            signature=self.definition.signature,
+        )
+        return [jid for jid in jids if jid is not None]
+
+    def _bulk_item(self, args_list: Iterable[Sequence[Any]]) -> payload.JobDict:
+        all_args = [list(args) for args in args_list]
+        for args in all_args:
+            self.definition.check_args(args)
+        return {**self.options.payload_head(), "class": self.definition.name, "args": all_args}
+
     def _push(self, args: list[Any], at: float | None) -> str:
+        item = self._item(args, at)
+        return self._client().push(item, flow=self.options.flow, signature=self.definition.signature) or ""
+
+    async def _apush(self, args: list[Any], at: float | None) -> str:
+        item = self._item(args, at)
+        client = self._async_client()
+        return await client.apush(item, flow=self.options.flow, signature=self.definition.signature) or ""
+
+    def _item(self, args: list[Any], at: float | None) -> payload.JobDict:
         self.definition.check_args(args)
         head = self.options.payload_head()
         name = self.definition.name
@@ -273,12 +320,25 @@ class JobSetter:
             item = {**head, "class": name, "args": args}
         if at is not None:
             item["at"] = at
-        return self._client().push(item, flow=self.options.flow, signature=self.definition.signature) or ""
+        return item
 
     def _client(self) -> Client:
-        if self.client is not None:
-            return self.client
-        return _default_client()
+        client = self.client
+        if client is None:
+            return _default_client()
+        if not hasattr(client, "push"):
+            raise TypeError("perform_* needs a Client; an AsyncClient serves aperform_*")
+        return cast("Client", client)
+
+    def _async_client(self) -> AsyncClient:
+        client = self.client
+        if client is None:
+            from asynctask.async_client import default_async_client
+
+            return default_async_client()
+        if not hasattr(client, "apush"):
+            raise TypeError("aperform_* needs an AsyncClient; a Client serves perform_*")
+        return cast("AsyncClient", client)
 
 
 def _default_client() -> Client:

@@ -44,6 +44,7 @@ PARTS = {
     "asynctask.job": "client",
     "asynctask.registry": "client",
     "asynctask.client": "client",
+    "asynctask.async_client": "client",
     # Schedules name registered jobs, as definitions do: declared beside them.
     "asynctask.periodic": "client",
     "asynctask.tasks": "tasks",

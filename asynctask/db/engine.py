@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 #: Seconds a SQLite writer waits for another process's write lock before giving up.
 SQLITE_BUSY_TIMEOUT = 30.0
@@ -37,6 +38,20 @@ def create_database_engine(url: str | URL, **kwargs: Any) -> Engine:
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(parsed, **kwargs)
+
+
+def create_async_database_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
+    """``create_database_engine``'s asyncio twin (SQLAlchemy's asyncio extension): psycopg's
+    async mode for PostgreSQL, aiosqlite for SQLite, configured the same way."""
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        kwargs.setdefault("connect_args", {})
+        kwargs["connect_args"].setdefault("timeout", SQLITE_BUSY_TIMEOUT)
+        engine = create_async_engine(parsed.set(drivername="sqlite+aiosqlite"), **kwargs)
+        _configure_sqlite(engine.sync_engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_async_engine(parsed, **kwargs)
 
 
 def writer(engine: Engine) -> Engine:

@@ -26,6 +26,7 @@ from asynctask.registry import Registry, default_registry
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from asynctask.async_client import AsyncClient
     from asynctask.client import Client
     from asynctask.tasks.runtime_staging import RuntimeStaging
 
@@ -80,7 +81,7 @@ class RuntimeJob(JobDefinition[Any]):
     def __repr__(self) -> str:
         return f"<{self.runtime} job {self.name} queue={self.options.queue}>"
 
-    def set(self, *, client: Client | None = None, **options: Any) -> JobSetter:
+    def set(self, *, client: Client | AsyncClient | None = None, **options: Any) -> JobSetter:
         raise self._elsewhere()
 
     def perform_async(self, *args: Any) -> str:
@@ -93,6 +94,18 @@ class RuntimeJob(JobDefinition[Any]):
         raise self._elsewhere()
 
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
+        raise self._elsewhere()
+
+    async def aperform_async(self, *args: Any) -> str:
+        raise self._elsewhere()
+
+    async def aperform_in(self, interval: float, *args: Any) -> str:
+        raise self._elsewhere()
+
+    async def aperform_at(self, when: float | datetime, *args: Any) -> str:
+        raise self._elsewhere()
+
+    async def aperform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
         raise self._elsewhere()
 
     def _elsewhere(self) -> TypeError:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import redis
 
@@ -40,33 +41,60 @@ def held_entry(job: payload.JobDict, encoded: str) -> str:
     return f"{len(jid.encode())}:{jid}{len(queue.encode())}:{queue}{encoded}"
 
 
-def push_jobs(
-    conn: redis.Redis,
-    plain_round_trips: PlainRoundTrips,
+Command = tuple[str | float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """A script run by name (``Scripts`` attribute), queued on a pipeline among the commands."""
+
+    name: Literal["record", "push"]
+    keys: Sequence[str]
+    args: Sequence[str | int | float]
+
+
+@dataclass(frozen=True, slots=True)
+class PushPlan:
+    """What pushing some jobs sends, for a connection of either kind to run (``push_jobs``, or
+    an asyncio client's pusher): ``plain`` commands alone (one write, no pipeline object), or
+    pipelined ``steps``; either way, ``jids`` with the reply each flow job's holder is in."""
+
+    jids: list[str]
+    plain: list[Command] | None = None
+    steps: list[Command | ScriptCall] = field(default_factory=list)
+    #: Entry index -> the index of its push script's reply among the steps'.
+    flow: dict[int, int] = field(default_factory=dict)
+
+    def holders(self, replies: Sequence[object]) -> list[str]:
+        """The jids the store holds, given the pipelined steps' replies."""
+        jids = list(self.jids)
+        for index, reply in self.flow.items():
+            holder = replies[reply]
+            jids[index] = holder.decode() if isinstance(holder, bytes) else str(holder)
+        return jids
+
+
+def plan_push(
     keys: Keys,
-    scripts: Scripts,
     entries: Sequence[tuple[payload.JobDict, float | None]],
     max_payload_bytes: int,
     *,
     transitions: Sequence[str] = (),
     atomic: bool = False,
-) -> list[str]:
-    """Push jobs in one pipelined round trip: ``SADD queues`` + one ``LPUSH`` per queue, one
-    ``ZADD``, and one ``push`` script call per job with a concurrency or unique key (through
-    its key's line; not pushed at all if its unique key is held). Returns the jid the store
-    holds for each entry: its own, or the unique key's holder.
+) -> PushPlan:
+    """Push jobs in one round trip: ``SADD queues`` + one ``LPUSH`` per queue, one ``ZADD``,
+    and one ``push`` script call per job with a concurrency or unique key (through its key's
+    line; not pushed at all if its unique key is held).
 
     Each job is scheduled or queued by ``payload.schedule`` (every queued job gets the same
-    fresh ``enqueued_at``). Tracking ``transitions`` (encoded) are recorded first, in the same
-    pipeline, by the ``record`` script; those of a unique job by its push script, only if it
-    is stored. ``atomic`` wraps everything in MULTI/EXEC: all jobs or
-    none.
+    fresh ``enqueued_at``). Tracking ``transitions`` (encoded) are recorded first by the
+    ``record`` script; those of a unique job by its push script, only if it is stored.
+    ``atomic`` (the caller's MULTI/EXEC) needs the pipelined steps.
     """
     now = payload.now()
     plain = _PlainJobs(keys)
+    jids = [str(job["jid"]) for job, _ in entries]
     if not atomic and not transitions and not any(is_flow(job) for job, _ in entries):
-        # Plain commands only: one round trip without redis-py's pipeline (a one-job push's
-        # largest cost after the round trip itself).
         if len(entries) == 1:
             # perform_async: no lists built for one job.
             [(job, at)] = entries
@@ -78,22 +106,17 @@ def push_jobs(
                 jobs, dues, payload.dumps_many_within(jobs, max_payload_bytes), strict=True
             ):
                 plain.add(job, due, encoded)
-        plain_round_trips.send([*plain.take_queued(), *plain.take_scheduled()])
-        return [str(job["jid"]) for job, _ in entries]
-    pipe = conn.pipeline(transaction=atomic)
+        return PushPlan(jids, plain=[*plain.take_queued(), *plain.take_scheduled()])
+    plan = PushPlan(jids)
+    steps = plan.steps
     unique = {str(job["jid"]) for job, _ in entries if "unique_key" in job}
     transitions, own = split_by_job(transitions, unique)
     if transitions:
-        scripts.record_transitions(keys, pipe, transitions)
-    commands = 1 if transitions else 0
-    #: Entry index -> the index of its push script's reply.
-    flow: dict[int, int] = {}
-
-    def send(taken: list[tuple[str | float, ...]]) -> int:
-        for command in taken:
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-        return len(taken)
-
+        steps.append(
+            ScriptCall(
+                "record", [keys.tracking_stream, keys.tracking_seq], [len(transitions), pack(transitions)]
+            )
+        )
     for index, (job, at) in enumerate(entries):
         due = payload.schedule(job, at, now)
         encoded = payload.dumps_within(job, max_payload_bytes)
@@ -101,22 +124,46 @@ def push_jobs(
             plain.add(job, due, encoded)
             continue
         # Queued jobs pushed before this one are queued before it, as the caller ordered them.
-        commands += send(plain.take_queued())
+        steps += plain.take_queued()
         when, delay = ("", 0.0) if due is None else (repr(due), due - now)
         mine = own.get(str(job["jid"]), [])
-        scripts.push(
-            args=[keys.prefix, encoded, when, repr(delay), str(job["jid"]), len(mine), pack(mine)],
-            client=pipe,
+        plan.flow[index] = len(steps)
+        steps.append(
+            ScriptCall(
+                "push", [], [keys.prefix, encoded, when, repr(delay), str(job["jid"]), len(mine), pack(mine)]
+            )
         )
-        flow[index] = commands
-        commands += 1
-    send([*plain.take_queued(), *plain.take_scheduled()])
-    replies = pipe.execute()
-    jids = [str(job["jid"]) for job, _ in entries]
-    for index, reply in flow.items():
-        holder = replies[reply]
-        jids[index] = holder.decode() if isinstance(holder, bytes) else str(holder)
-    return jids
+    steps += [*plain.take_queued(), *plain.take_scheduled()]
+    return plan
+
+
+def push_jobs(
+    conn: redis.Redis,
+    plain_round_trips: PlainRoundTrips,
+    keys: Keys,
+    scripts: Scripts,
+    entries: Sequence[tuple[payload.JobDict, float | None]],
+    max_payload_bytes: int,
+    *,
+    transitions: Sequence[str] = (),
+    atomic: bool = False,
+) -> list[str]:
+    """Push jobs as ``plan_push`` says, in one round trip; returns the jid the store holds for
+    each entry: its own, or the unique key's holder. ``atomic`` wraps everything in
+    MULTI/EXEC: all jobs or none."""
+    plan = plan_push(keys, entries, max_payload_bytes, transitions=transitions, atomic=atomic)
+    if plan.plain is not None:
+        # Plain commands only: one round trip without redis-py's pipeline (a one-job push's
+        # largest cost after the round trip itself).
+        plain_round_trips.send(plan.plain)
+        return plan.jids
+    pipe = conn.pipeline(transaction=atomic)
+    for step in plan.steps:
+        if isinstance(step, ScriptCall):
+            getattr(scripts, step.name)(keys=step.keys, args=step.args, client=pipe)
+        else:
+            pipe.execute_command(*step)  # type: ignore[no-untyped-call]
+    return plan.holders(pipe.execute())
 
 
 class _PlainJobs:
@@ -134,15 +181,15 @@ class _PlainJobs:
         else:
             self._scheduled[encoded] = due
 
-    def take_queued(self) -> list[tuple[str | float, ...]]:
+    def take_queued(self) -> list[Command]:
         keys = self._keys
-        commands: list[tuple[str | float, ...]] = []
+        commands: list[Command] = []
         for queue, batch in self._queued.items():
             commands += (("SADD", keys.queues, queue), ("LPUSH", keys.queue(queue), *batch))
         self._queued.clear()
         return commands
 
-    def take_scheduled(self) -> list[tuple[str | float, ...]]:
+    def take_scheduled(self) -> list[Command]:
         scheduled, self._scheduled = self._scheduled, {}
         if not scheduled:
             return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
+from typing import Literal
 
 import redis
 from redis.client import Pipeline
@@ -33,6 +34,11 @@ def _with_seq(name: str) -> str:
     return _source("tracking_seq") + "\n" + _source(name)
 
 
+def script_source(name: Literal["record", "push"]) -> str:
+    """The source of a script an asyncio client runs, as ``Scripts`` registers it."""
+    return _with_seq("record") if name == "record" else _with_flow("push")
+
+
 class Scripts:
     """The scripts bound to one connection pool."""
 
@@ -41,9 +47,9 @@ class Scripts:
         self.requeue: Script = conn.register_script(_source("requeue"))
         self.give_back: Script = conn.register_script(_source("give_back"))
         self.enqueue_due: Script = conn.register_script(_with_flow("enqueue_due"))
-        self.record: Script = conn.register_script(_with_seq("record"))
+        self.record: Script = conn.register_script(script_source("record"))
         self.publish: Script = conn.register_script(_with_flow("publish"))
-        self.push: Script = conn.register_script(_with_flow("push"))
+        self.push: Script = conn.register_script(script_source("push"))
         self.finish: Script = conn.register_script(_with_flow("finish"))
         self.admit: Script = conn.register_script(_with_flow("admit"))
         self.clear: Script = conn.register_script(_with_flow("clear"))

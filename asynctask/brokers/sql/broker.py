@@ -114,15 +114,25 @@ class SqlBroker(Broker):
         its holder's jid is returned in its place. A job of a fed task whose feed exists (a
         task's retry) joins the front of its feed's held jobs, and the feed releases."""
         rows = push_rows(entries, self.settings.max_payload_bytes)
+        with self.store.write() as tx:
+            return self.push_rows_in(tx, entries, rows, transitions)
+
+    def push_rows_in(
+        self,
+        tx: Tx,
+        entries: Sequence[tuple[payload.JobDict, float | None]],
+        rows: list[JobRow],
+        transitions: Sequence[str],
+    ) -> list[str]:
+        """``push`` inside the caller's transaction ``tx`` (an asyncio client's, say)."""
         fed = {
             i: feed
             for i, (job, _) in enumerate(entries)
             if FEED_FIELD in job and rows[i][2] == QUEUED and (feed := feed_of(job)) is not None
         }
-        with self.store.write() as tx:
-            if fed:
-                return self._push_fed(tx, entries, rows, transitions, fed)
-            return self._push(tx, entries, rows, transitions)
+        if fed:
+            return self._push_fed(tx, entries, rows, transitions, fed)
+        return self._push(tx, entries, rows, transitions)
 
     def push_in(
         self,

@@ -1,0 +1,153 @@
+"""The client for code on an event loop: ``await job.aperform_async(...)``, ``aperform_in``,
+``aperform_at``, ``aperform_bulk``, or an ``AsyncClient`` of one's own.
+
+The same checks, middleware and payloads as ``Client`` (the client middleware runs on the
+loop: it must not block), and the same all-or-nothing per round trip, awaited on an asyncio
+driver: redis-py's asyncio client on Redis; SQLAlchemy's asyncio extension on SQL (psycopg's
+async mode for PostgreSQL, aiosqlite for SQLite).
+
+A client belongs to the event loop it was first used on, as its connections do: the default
+one (``default_async_client``) is one per loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import deque
+from collections.abc import Mapping, Sequence
+from inspect import Signature
+from typing import Any, Protocol
+
+from asynctask import payload
+from asynctask.client import bulk_batches, template, through
+from asynctask.flow.options import FlowOptions
+from asynctask.middleware import Chain, client_chain
+from asynctask.registry import Registry, default_registry
+from asynctask.settings import Settings
+
+#: Pushes prepared in one turn of the loop at most: about 1 ms of work.
+PUSHES_PER_TURN = 20
+
+
+class AsyncPusher(Protocol):
+    """What a broker offers an event loop: ``Broker.push``, awaited."""
+
+    async def push(
+        self, entries: Sequence[tuple[payload.JobDict, float | None]], *, transitions: Sequence[str] = ()
+    ) -> list[str]: ...
+
+    async def close(self) -> None: ...
+
+
+class AsyncClient:
+    """Pushes jobs from an event loop; many coroutines may share one."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        middleware: Chain[payload.JobDict] | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.middleware = client_chain if middleware is None else middleware
+        self.registry = default_registry if registry is None else registry
+        self.pusher = _open_pusher(self.settings)
+        #: Pushes prepared in this turn of the loop, and those waiting for a later turn.
+        self._this_turn = 0
+        self._next_turns: deque[asyncio.Future[None]] = deque()
+
+    async def _turn(self) -> None:
+        """Wait until this turn of the loop has room for one more push's preparation: a
+        thousand coroutines pushing at once would otherwise each prepare theirs in one turn,
+        and hold the loop for all of them."""
+        if self._this_turn == 0:
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        if self._this_turn < PUSHES_PER_TURN and not self._next_turns:
+            self._this_turn += 1
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._next_turns.append(turn)
+        await turn
+
+    def _next_turn(self) -> None:
+        self._this_turn = 0
+        waiting = self._next_turns
+        while waiting and self._this_turn < PUSHES_PER_TURN:
+            turn = waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                self._this_turn += 1
+        if waiting or self._this_turn:
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    async def aclose(self) -> None:
+        await self.pusher.close()
+
+    async def apush(
+        self, item: Mapping[str, Any], *, flow: FlowOptions | None = None, signature: Signature | None = None
+    ) -> str | None:
+        """``Client.push``, awaited."""
+        await self._turn()
+        normalized = template(item, self.registry, flow=flow, signature=signature)
+        passed = through(normalized, normalized.job, self.middleware)
+        if passed is None:
+            return None
+        pushed, transitions = passed
+        return (await self.pusher.push([(pushed, normalized.at)], transitions=transitions))[0]
+
+    async def apush_bulk(
+        self,
+        item: Mapping[str, Any],
+        batch_size: int = 1000,
+        *,
+        flow: FlowOptions | None = None,
+        signature: Signature | None = None,
+    ) -> list[str | None]:
+        """``Client.push_bulk``, awaited: one round trip per ``batch_size`` jobs."""
+        jids: list[str | None] = []
+        for batch in bulk_batches(
+            item, batch_size, self.registry, self.middleware, jids, flow=flow, signature=signature
+        ):
+            if batch is None:
+                # Preparing a big batch would hold the loop: other coroutines run meanwhile.
+                await asyncio.sleep(0)
+                continue
+            entries, transitions, positions = batch
+            stored = await self.pusher.push(entries, transitions=transitions)
+            for position, jid in zip(positions, stored, strict=True):
+                jids[position] = jid
+        return jids
+
+
+def _open_pusher(settings: Settings) -> AsyncPusher:
+    if settings.uses_redis:
+        from asynctask.brokers.redis.async_push import AsyncRedisPusher
+
+        return AsyncRedisPusher(settings)
+    from asynctask.brokers.sql.async_push import AsyncSqlPusher
+
+    return AsyncSqlPusher(settings)
+
+
+_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = weakref.WeakKeyDictionary()
+
+
+def default_async_client() -> AsyncClient:
+    """The client ``aperform_async`` uses on the running loop: with the settings, middleware and
+    registry of the default client when ``configure()`` set one, else from the environment."""
+    loop = asyncio.get_running_loop()
+    client = _defaults.get(loop)
+    if client is None:
+        from asynctask import client as sync_client
+
+        configured = sync_client.configured()
+        if configured is None:
+            client = AsyncClient()
+        else:
+            client = AsyncClient(
+                configured.settings, middleware=configured.middleware, registry=configured.registry
+            )
+        _defaults[loop] = client
+    return client

@@ -1,0 +1,159 @@
+"""The asyncio client on every backend: ``aperform_*`` push what ``perform_*`` push (queued,
+scheduled, in bulk, tracked, unique), from many coroutines at once on one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Engine, select
+
+import asynctask
+from asynctask import AsyncClient, Client, Registry, Settings
+from asynctask.api import Queue, ScheduledSet
+from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
+from asynctask.tracking.models import Event
+from asynctask.worker import Worker
+from tests.conftest import wait_until
+
+StartWorker = Callable[..., Worker]
+
+
+def run(
+    coroutine_function: Callable[[AsyncClient], Any], settings: Settings, registry: Registry, **kwargs: Any
+) -> Any:
+    """Run ``coroutine_function(client)`` on a fresh loop with a client of its own."""
+
+    async def main() -> Any:
+        client = AsyncClient(settings, registry=registry, middleware=kwargs.get("middleware", Chain()))
+        try:
+            return await coroutine_function(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def test_aperform_pushes_jobs_a_worker_runs(
+    registry: Registry, settings: Settings, start_worker: StartWorker
+) -> None:
+    ran: list[tuple[str, list[Any]]] = []
+
+    @asynctask.job(registry=registry)
+    def add(a: int, b: int) -> None:
+        ran.append((asynctask.current_job().jid, [a, b]))
+
+    async def push(client: AsyncClient) -> tuple[str, list[str], str]:
+        one = await add.set(client=client).aperform_async(1, 2)
+        many = await add.set(client=client).aperform_bulk([[n, n] for n in range(5)])
+        later = await add.set(client=client).aperform_in(3600, 9, 9)
+        return one, many, later
+
+    one, many, later = run(push, settings, registry)
+    assert Queue("default", settings=settings).size == 6
+    [scheduled] = list(ScheduledSet(settings=settings))
+    assert scheduled.jid == later and scheduled.args == [9, 9]
+    assert 3590 < scheduled.score - time.time() <= 3600
+    start_worker()
+    wait_until(lambda: len(ran) == 6)
+    assert sorted(ran) == sorted([(one, [1, 2]), *((jid, [n, n]) for n, jid in enumerate(many))])
+
+
+def test_a_thousand_coroutines_pushing_at_once_each_push_once(registry: Registry, settings: Settings) -> None:
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    async def push(client: AsyncClient) -> list[str]:
+        return list(await asyncio.gather(*(note.set(client=client).aperform_async(n) for n in range(1000))))
+
+    jids = run(push, settings, registry)
+    assert len(set(jids)) == 1000
+    queued = {record.jid: record.args for record in Queue("default", settings=settings)}
+    assert queued == {jid: [n] for n, jid in enumerate(jids)}
+
+
+def test_a_tracked_job_and_a_unique_one_go_through_the_async_client(
+    registry: Registry, settings: Settings, engine: Engine, start_worker: StartWorker
+) -> None:
+    @asynctask.job(registry=registry, track=True)
+    def tracked(n: int) -> None: ...
+
+    @asynctask.job(registry=registry, unique_for=60)
+    def once(n: int) -> None: ...
+
+    async def push(client: AsyncClient) -> tuple[str, str, str]:
+        jid = await tracked.set(client=client).aperform_async(1)
+        first = await once.set(client=client).aperform_async(7)
+        second = await once.set(client=client).aperform_async(7)
+        return jid, first, second
+
+    jid, first, second = run(push, settings, registry, middleware=Chain([TrackingClientMiddleware()]))
+    assert second == first
+    assert Queue("default", settings=settings).size == 2
+
+    def status() -> str | None:
+        with engine.connect() as connection:
+            return connection.execute(select(Event.status).where(Event.job_id == jid)).scalar_one_or_none()
+
+    # Recorded with the push: an enqueue, then the worker's run.
+    assert settings.uses_redis or status() == "enqueue"
+    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
+    wait_until(lambda: status() == "finish", 10)
+
+
+def test_a_client_of_the_other_kind_is_refused(registry: Registry, settings: Settings) -> None:
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    client = Client(settings, registry=registry, middleware=Chain())
+    with pytest.raises(TypeError, match="aperform_\\* needs an AsyncClient"):
+        asyncio.run(note.set(client=client).aperform_async(1))
+
+    async def refused(async_client: AsyncClient) -> None:
+        with pytest.raises(TypeError, match="perform_\\* needs a Client"):
+            note.set(client=async_client).perform_async(1)
+
+    run(refused, settings, registry)
+    client.close()
+
+
+def test_a_payload_over_the_limit_is_refused_before_anything_is_pushed(
+    registry: Registry, settings: Settings
+) -> None:
+    @asynctask.job(registry=registry)
+    def note(text: str) -> None: ...
+
+    async def push(client: AsyncClient) -> None:
+        with pytest.raises(ValueError, match="limit"):
+            await note.set(client=client).aperform_bulk([["x"], ["y" * (settings.max_payload_bytes + 1)]])
+
+    run(push, settings, registry)
+    assert Queue("default", settings=settings).size == 0
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+def test_a_push_sent_with_others_fails_alone(registry: Registry, settings: Settings) -> None:
+    """Plain pushes made side by side share a round trip: each still gets its own outcome."""
+
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    blocker = redis.Redis.from_url(settings.redis_url)
+    blocker.set(f"{settings.namespace}:queue:broken", "not a list")
+
+    async def push(client: AsyncClient) -> list[Any]:
+        pushes = [
+            note.set(client=client, queue="broken" if n == 3 else "default").aperform_async(n)
+            for n in range(6)
+        ]
+        return list(await asyncio.gather(*pushes, return_exceptions=True))
+
+    outcomes = run(push, settings, registry)
+    assert isinstance(outcomes[3], redis.ResponseError) and "WRONGTYPE" in str(outcomes[3])
+    pushed = [jid for n, jid in enumerate(outcomes) if n != 3]
+    assert sorted(r.jid for r in Queue("default", settings=settings)) == sorted(pushed)
+    blocker.close()
