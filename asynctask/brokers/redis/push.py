@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import redis
@@ -53,17 +53,18 @@ class ScriptCall:
     args: Sequence[str | int | float]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass is built several times slower, and one is built per push.
+@dataclass(slots=True)
 class PushPlan:
     """What pushing some jobs sends, for a connection of either kind to run (``push_jobs``, or
     an asyncio client's pusher): ``plain`` commands alone (one write, no pipeline object), or
     pipelined ``steps``; either way, ``jids`` with the reply each flow job's holder is in."""
 
     jids: list[str]
-    plain: list[Command] | None = None
-    steps: list[Command | ScriptCall] = field(default_factory=list)
+    plain: list[Command] | None
+    steps: list[Command | ScriptCall]
     #: Entry index -> the index of its push script's reply among the steps'.
-    flow: dict[int, int] = field(default_factory=dict)
+    flow: dict[int, int]
 
     def holders(self, replies: Sequence[object]) -> list[str]:
         """The jids the store holds, given the pipelined steps' replies."""
@@ -106,8 +107,8 @@ def plan_push(
                 jobs, dues, payload.dumps_many_within(jobs, max_payload_bytes), strict=True
             ):
                 plain.add(job, due, encoded)
-        return PushPlan(jids, plain=[*plain.take_queued(), *plain.take_scheduled()])
-    plan = PushPlan(jids)
+        return PushPlan(jids, [*plain.take_queued(), *plain.take_scheduled()], [], {})
+    plan = PushPlan(jids, None, [], {})
     steps = plan.steps
     unique = {str(job["jid"]) for job, _ in entries if "unique_key" in job}
     transitions, own = split_by_job(transitions, unique)
