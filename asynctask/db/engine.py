@@ -8,11 +8,13 @@ writing one file queue up for the lock instead of failing halfway through a tran
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 #: Seconds a SQLite writer waits for another process's write lock before giving up.
 SQLITE_BUSY_TIMEOUT = 30.0
@@ -43,6 +45,9 @@ def create_database_engine(url: str | URL, **kwargs: Any) -> Engine:
 def create_async_database_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
     """``create_database_engine``'s asyncio twin (SQLAlchemy's asyncio extension): psycopg's
     async mode for PostgreSQL, aiosqlite for SQLite, configured the same way."""
+    # Only asyncio clients load the extension (and greenlet, which it runs on).
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     parsed = normalize_url(url)
     if parsed.get_backend_name() == "sqlite":
         kwargs.setdefault("connect_args", {})
