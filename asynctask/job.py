@@ -93,16 +93,8 @@ def _is_coroutine_function(func: Callable[..., Any]) -> bool:
     return any(inspect.iscoroutinefunction(candidate) for candidate in (func, inspect.unwrap(func)))
 
 
-def _refuse_async_generator(name: str, func: Callable[..., Any]) -> None:
-    """An async generator would run as a call that returns an un-iterated generator: its code
-    would never run while the job counted as done. Refused where it is defined instead."""
-    for candidate in (func, inspect.unwrap(func)):
-        if inspect.isasyncgenfunction(candidate):
-            shown = getattr(func, "__qualname__", func)
-            raise TypeError(
-                f"job {name!r}: {shown} is an async generator; a job is a plain function, a "
-                "generator (resumable) or an async def function"
-            )
+def _is_async_generator_function(func: Callable[..., Any]) -> bool:
+    return any(inspect.isasyncgenfunction(candidate) for candidate in (func, inspect.unwrap(func)))
 
 
 def _positional_counts(signature: inspect.Signature) -> tuple[int, float] | None:
@@ -146,14 +138,15 @@ class JobDefinition(Generic[P]):
         self.api = api
         self.item_schema = dict(item_schema) if item_schema is not None else None
         self.item_validator = _compile_schema(name, self.item_schema)
-        _refuse_async_generator(name, func)
-        #: An ``async def`` job: awaited on the worker's event loop, not run on a thread.
-        self.is_async = _is_coroutine_function(func)
+        async_generator = _is_async_generator_function(func)
+        #: An ``async def`` job (an async generator too): awaited on the worker's event loop,
+        #: not run on a thread.
+        self.is_async = async_generator or _is_coroutine_function(func)
         self.signature = inspect.signature(func)
         #: A generator function is resumable: each value it yields is a checkpoint, and a run
         #: that continues an earlier one is called with ``cursor=`` the last (see
-        #: ``worker.resumable``); the first run gets ``cursor=None``.
-        self.resumable = inspect.isgeneratorfunction(func)
+        #: ``worker.resumable``); the first run gets ``cursor=None``. So is an async generator.
+        self.resumable = async_generator or inspect.isgeneratorfunction(func)
         self._counts = None if self.resumable else _positional_counts(self.signature)
         if self.resumable:
             cursor = self.signature.parameters.get("cursor")

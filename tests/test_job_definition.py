@@ -37,12 +37,17 @@ def test_an_async_function_is_an_async_job(func: Callable[..., Any]) -> None:
     assert definition.is_async and not definition.resumable
 
 
-def test_an_async_generator_is_refused_as_a_job() -> None:
-    registry = Registry()
-    with pytest.raises(TypeError, match="is an async generator") as refused:
-        asynctask.job(name="stream", registry=registry)(stream)
-    assert "\n" not in str(refused.value)
-    assert "stream" not in registry
+def test_an_async_generator_is_a_resumable_async_job() -> None:
+    definition = asynctask.job(name="stream", registry=Registry())(stream)
+    assert definition.is_async and definition.resumable
+
+
+def test_an_async_generator_without_a_cursor_is_refused() -> None:
+    async def endless(chunk: list[Any]) -> AsyncIterator[int]:
+        yield 1
+
+    with pytest.raises(ValueError, match="'cursor' keyword argument"):
+        asynctask.job(name="endless", registry=Registry())(endless)
 
 
 def test_a_plain_function_and_a_generator_are_jobs() -> None:

@@ -25,17 +25,19 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
-from asynctask.context import JobContext
+from asynctask.context import Iteration, JobContext
 from asynctask.errors import TASK_CANCELLED
 from asynctask.job import JobDefinition
 from asynctask.supervision import Activity
 from asynctask.worker.processor import Processor
+from asynctask.worker.resumable import begin
 from asynctask.worker.stats import Work
 
 if TYPE_CHECKING:
@@ -72,6 +74,8 @@ class _Ended:
     unit: UnitOfWork
     job: payload.JobDict
     definition: JobDefinition[Any]
+    #: A resumable job's run, or None.
+    iteration: Iteration | None
     #: What the run raised, or None.
     error: BaseException | None
     #: Why the runtime cancelled it, if it did: "shutdown" (left claimed for the shutdown's
@@ -159,14 +163,17 @@ class AsyncJobs:
         if logger.isEnabledFor(logging.INFO):
             logger.info("start", extra={"fields": _fields(job, unit)})
         args = job["args"]
-        context.enter(JobContext(job, unit.queue, self.manager.tracker))
+        iteration = Iteration(None, 0) if definition.resumable else None
+        job_context = JobContext(job, unit.queue, self.manager.tracker, iteration)
+        context.enter(job_context)
+        final: Callable[[], Awaitable[Any]] = lambda: definition.func(*args)  # noqa: E731
+        if iteration is not None:
+            final = lambda: self._iterate(job_context, iteration, definition)  # noqa: E731
         error: BaseException | None = None
         interrupted = None
         task = asyncio.current_task()
         try:
-            await self.manager.server_chain.ainvoke(
-                definition, job, unit.queue, final=lambda: definition.func(*args)
-            )
+            await self.manager.server_chain.ainvoke(definition, job, unit.queue, final=final)
         except BaseException as exc:
             error = exc
             if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0:
@@ -175,9 +182,18 @@ class AsyncJobs:
             if task is not None:
                 del self._running[task]
             self._slots.release()
-        self._ending.append(_Ended(unit, job, definition, error, interrupted, start, key))
+        self._ending.append(_Ended(unit, job, definition, iteration, error, interrupted, start, key))
         if len(self._ending) == 1:
             self._loop.call_soon(self._hand_ended)
+
+    async def _iterate(
+        self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]
+    ) -> None:
+        """Run a resumable async job from its checkpoint (the middleware's ``final``)."""
+        job = job_context.job
+        stored = await asyncio.to_thread(self.manager.broker.checkpoints.load, job_context.jid)
+        cursor = begin(job, stored, iteration)
+        await self._settler.runner(job_context, iteration).arun(definition.func(*job["args"], cursor=cursor))
 
     def _hand_ended(self) -> None:
         ending, self._ending = self._ending, []
@@ -211,11 +227,14 @@ class AsyncJobs:
         outcome = None
         if ended.interrupted is None:
             outcome = self._settler.settle_run(
-                ended.unit, ended.job, ended.definition, ended.error, ended.start
+                ended.unit, ended.job, ended.definition, ended.iteration, ended.error, ended.start
             )
         else:
             if ended.interrupted == "cancel":
                 outcome = "ack"
+                if ended.iteration is not None:
+                    # Its task is cancelled: no run continues from the checkpoint.
+                    self._clear_checkpoint(ended.job["jid"])
             if manager.tracker is not None:
                 manager.tracker.settled(ended.job["jid"])
         manager.fetch.reattached(ended.unit, ack=outcome == "ack")
@@ -223,6 +242,16 @@ class AsyncJobs:
         with self._in_flight_lock:
             self._in_flight -= 1
         return outcome == "ack"
+
+    def _clear_checkpoint(self, jid: str) -> None:
+        manager = self.manager
+        try:
+            manager.broker.checkpoints.clear(jid)
+        except manager.broker.checkpoints.errors as exc:
+            # Left behind, it expires with its TTL; no run reads it, the job is acknowledged.
+            logger.warning(
+                "could not drop a cancelled job's checkpoint: %s", exc, extra={"fields": {"jid": jid}}
+            )
 
     def interrupt(self, timeout: float) -> None:
         """Cancel every job still awaited, and wait up to ``timeout`` seconds for them to unwind."""

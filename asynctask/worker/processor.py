@@ -42,7 +42,7 @@ from asynctask.errors import (
 )
 from asynctask.feeds import FEED_FIELD
 from asynctask.job import JobDefinition
-from asynctask.worker.resumable import Runner, start_cursor
+from asynctask.worker.resumable import Runner, begin
 from asynctask.worker.retry import describe
 from asynctask.worker.stats import Work, thread_tid
 
@@ -221,6 +221,7 @@ class Processor:
         unit: UnitOfWork,
         job: payload.JobDict,
         definition: JobDefinition[Any],
+        iteration: Iteration | None,
         error: BaseException | None,
         start: float,
     ) -> Outcome | None:
@@ -232,8 +233,8 @@ class Processor:
             if error is None:
                 if logger.isEnabledFor(logging.INFO):
                     logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
-                return "ack"
-            return self.ended_by(unit, job, definition, None, error, start)
+                return self._done(unit, job, iteration)
+            return self.ended_by(unit, job, definition, iteration, error, start)
         except self.manager.broker.errors as exc:
             self._store_failed(unit, exc)
         except Exception as exc:
@@ -247,25 +248,23 @@ class Processor:
 
     def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]) -> None:
         """Run a resumable job from its checkpoint (the middleware's ``final``)."""
+        job = job_context.job
+        cursor = begin(job, self.manager.broker.checkpoints.load(job_context.jid), iteration)
+        self.runner(job_context, iteration).run(definition.func(*job["args"], cursor=cursor))
+
+    def runner(self, job_context: JobContext, iteration: Iteration) -> Runner:
+        """The runner of a resumable job's run, from ``iteration``."""
         manager = self.manager
-        job, jid = job_context.job, job_context.jid
-        stored = manager.broker.checkpoints.load(jid)
-        iteration.cursor = start_cursor(job, stored.cursor)
-        iteration.iterations = stored.iterations
-        if stored.stop:
-            raise JobInterrupted("stop", iteration.cursor)
-        cursor = json.loads(iteration.cursor) if iteration.cursor is not None else None
-        runner = Runner(
-            jid,
+        return Runner(
+            job_context.jid,
             manager.broker.checkpoints,
             iteration,
             interval=manager.settings.checkpoint_interval,
             stopping=manager.stopping,
             cancelled=lambda: job_context.cancelled,
-            paused=lambda: self._feed_paused(job),
+            paused=lambda: self._feed_paused(job_context.job),
             progress=job_context.progress,
         )
-        runner.run(definition.func(*job["args"], cursor=cursor))
 
     def _feed_paused(self, job: payload.JobDict) -> bool:
         feed = job.get(FEED_FIELD)

@@ -17,18 +17,19 @@ plain job, while a job of slow iterations is still checked between any two of th
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from types import GeneratorType
 from typing import Any
 
 from asynctask import payload
-from asynctask.brokers.checkpoints import Checkpoints
+from asynctask.brokers.checkpoints import Checkpoint, Checkpoints
 from asynctask.context import Iteration
 from asynctask.errors import JobInterrupted
 
@@ -55,6 +56,16 @@ def start_cursor(job: payload.JobDict, stored: str | None) -> str | None:
     if stored is not None:
         return stored
     return encode_cursor(job["cursor"]) if "cursor" in job else None
+
+
+def begin(job: payload.JobDict, stored: Checkpoint, iteration: Iteration) -> Any:
+    """Set ``iteration`` to where the run starts (``stored``, or the payload's cursor) and
+    return the cursor to call the job with; ``JobInterrupted`` if a stop came meanwhile."""
+    iteration.cursor = start_cursor(job, stored.cursor)
+    iteration.iterations = stored.iterations
+    if stored.stop:
+        raise JobInterrupted("stop", iteration.cursor)
+    return json.loads(iteration.cursor) if iteration.cursor is not None else None
 
 
 class Runner:
@@ -116,6 +127,30 @@ class Runner:
             # A failure (or a hard shutdown) keeps the work done so far: the retry continues from it.
             self._store_or_log()
             raise
+
+    async def arun(self, generator: AsyncGenerator[Any, None]) -> None:
+        """``run`` for an async generator, one iteration at a time (each one awaits anyway); the
+        checkpoints' round trips go to a thread, never on the event loop."""
+        state = self.state
+        next_store = time.monotonic() + self.interval
+        try:
+            async for value in generator:
+                state.cursor = encode_cursor(value)
+                state.iterations += 1
+                if self.stopping.is_set():
+                    await asyncio.to_thread(self._store_or_log)
+                    raise JobInterrupted("shutdown", state.cursor)
+                if time.monotonic() >= next_store:
+                    await asyncio.to_thread(self._checkpoint)
+                    next_store = time.monotonic() + self.interval
+        except JobInterrupted:
+            raise
+        except BaseException:
+            # A failure (or a shutdown's cancel) keeps the work done so far, as ``run`` does.
+            await asyncio.shield(asyncio.to_thread(self._store_or_log))
+            raise
+        finally:
+            await generator.aclose()
 
     def _checkpoint(self) -> None:
         state = self.state

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 import signal
 import subprocess
@@ -58,12 +59,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 @pytest.fixture(params=["sync", "async"])
 def job_kind(request: pytest.FixtureRequest) -> Callable[[F], F]:
     """A decorator for a test's job function, under ``@asynctask.job``: the function itself, or
-    an ``async def`` job (same name and signature) that awaits once, then does what it does.
+    an ``async def`` job (same name and signature) that awaits once, then does what it does (a
+    generator: an async generator awaiting before each of its values).
     A test using it runs once for each kind of job."""
     if request.param == "sync":
         return lambda func: func
 
     def awaited(func: F) -> F:
+        if inspect.isgeneratorfunction(func):
+
+            @functools.wraps(func)
+            async def iterate(*args: Any, **kwargs: Any) -> Any:
+                for value in func(*args, **kwargs):
+                    await asyncio.sleep(0)
+                    yield value
+
+            return cast(F, iterate)
+
         @functools.wraps(func)
         async def run(*args: Any, **kwargs: Any) -> Any:
             await asyncio.sleep(0)

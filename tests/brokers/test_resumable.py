@@ -20,7 +20,7 @@ from asynctask.cli import main
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.tasks.jobs import StopState
 from asynctask.worker import Worker
-from tests.brokers.conftest import ROOT, SpawnWorker
+from tests.brokers.conftest import ROOT, JobKind, SpawnWorker
 from tests.conftest import wait_until
 from tests.records import written_lines
 
@@ -28,13 +28,15 @@ RESUMABLE_JOBS = ROOT / "tests" / "jobs" / "resumable_jobs.py"
 
 
 @pytest.fixture
-def counted(registry: Registry) -> tuple[list[int], threading.Event]:
+def counted(registry: Registry, job_kind: JobKind) -> tuple[list[int], threading.Event]:
     """``counting(total, pause_ms)``, a resumable job recording each iteration's index, and
-    the event it sets once it has run ``total`` iterations over all its runs."""
+    the event it sets once it has run ``total`` iterations over all its runs (a generator, or
+    an async generator)."""
     seen: list[int] = []
     done = threading.Event()
 
     @job(registry=registry)
+    @job_kind
     def counting(total: int, pause_ms: int, cursor: int | None = None) -> Iterator[int]:
         for index in range(0 if cursor is None else cursor + 1, total):
             time.sleep(pause_ms / 1000)
@@ -129,11 +131,12 @@ def test_a_plain_job_cannot_be_stopped(
     assert not client.broker.checkpoints.load(jid).stop
 
 
+@pytest.mark.parametrize("name", ["count", "count_async"])
 def test_term_hands_the_job_back_at_its_checkpoint_and_the_next_worker_continues(
-    client: Client, settings: Settings, spawn_worker: SpawnWorker, tmp_path: Path
+    name: str, client: Client, settings: Settings, spawn_worker: SpawnWorker, tmp_path: Path
 ) -> None:
     iterations = tmp_path / "iterations.txt"
-    jid = client.push({"class": "count", "args": [300, 10]})
+    jid = client.push({"class": name, "args": [300, 10]})
     first = spawn_worker(
         concurrency=2, timeout=5, jobs=RESUMABLE_JOBS, ASYNCTASK_TEST_ITERATIONS=str(iterations)
     )
@@ -223,11 +226,12 @@ def test_the_shell_stops_lists_and_resumes_a_job(
 
 
 def test_pausing_a_fed_task_hands_its_running_job_back_to_the_feed_until_resumed(
-    tracking: Tracking, registry: Registry, start_worker: Callable[..., Worker]
+    tracking: Tracking, registry: Registry, start_worker: Callable[..., Worker], job_kind: JobKind
 ) -> None:
     seen: list[int] = []
 
     @job(registry=registry)
+    @job_kind
     def sweep(items: list[int], cursor: int | None = None) -> Iterator[int]:
         for index in range(0 if cursor is None else cursor + 1, len(items)):
             time.sleep(0.01)
