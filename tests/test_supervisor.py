@@ -163,17 +163,18 @@ def test_a_worker_child_dies_with_its_killed_supervisor(redis_settings: Settings
     assert alive == []
 
 
+@pytest.mark.parametrize("name", ["record", "record_async"])
 def test_max_jobs_replaces_the_worker_process_after_that_many_jobs(
-    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+    name: str, redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
 ) -> None:
-    proc = spawn(redis_settings, "-c", "1", "--max-jobs", "3")
+    proc = spawn(redis_settings, "-c", "1", "-a", "1", "--max-jobs", "3")
     wait_registered(redis_settings)
-    jids = [push(redis_settings, "record") for _ in range(7)]
+    jids = [push(redis_settings, name) for _ in range(7)]
     wait_until(lambda: len(read_runs(runs_file)) >= 7, timeout=30)
 
     runs = read_runs(runs_file)
     assert Counter(run.jid for run in runs) == Counter(jids), "every job ran, once"
-    # One processor thread: each child runs exactly three jobs, then a fresh one takes over.
+    # One job at a time: each child runs exactly three jobs, then a fresh one takes over.
     per_child = Counter(run.pid for run in runs)
     assert list(per_child.values()) == [3, 3, 1]
     assert proc.pid not in per_child and proc.poll() is None

@@ -134,6 +134,11 @@ class AsyncJobs:
                 # Not started: it goes back to its queue, as unstarted claims do when quieting.
                 manager.fetch.requeue([unit])
                 return
+        if manager.quieting.is_set():
+            # The slot came free as the process went quiet (a recycle after the job that held it).
+            self._slots.release()
+            manager.fetch.requeue([unit])
+            return
         code = getattr(definition.func, "__code__", None)
         if code is not None and code not in self._codes:
             self._codes[code] = definition.name

@@ -10,6 +10,7 @@ The jobs report to the test through keys of the test's own Redis database (the w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -52,6 +53,11 @@ def define(registry: Registry) -> dict[str, JobDefinition[Any]]:
     def record(*args: Any) -> None:
         _redis().rpush(PERFORMED_KEY, json.dumps(list(args), ensure_ascii=False))
 
+    @asynctask.job(name="InteropAsyncRecorder", registry=registry)
+    async def record_awaited(*args: Any) -> None:
+        await asyncio.sleep(0)
+        _redis().rpush(PERFORMED_KEY, json.dumps(list(args), ensure_ascii=False))
+
     @asynctask.job(name="InteropFailer", backtrace=True, registry=registry)
     def fail(message: str) -> None:
         _explode(message)
@@ -78,7 +84,7 @@ def define(registry: Registry) -> dict[str, JobDefinition[Any]]:
             _redis().rpush(COUNTED_KEY, index)
             yield index
 
-    return {d.name: d for d in (record, fail, fail_now, sleep_until_released, count)}
+    return {d.name: d for d in (record, record_awaited, fail, fail_now, sleep_until_released, count)}
 
 
 if __name__ == "interop_jobs":  # loaded by the worker's -r

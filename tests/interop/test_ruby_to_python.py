@@ -44,15 +44,17 @@ def performed(db: redis.Redis) -> list[Any]:
     return [json.loads(raw) for raw in db.lrange(PERFORMED_KEY, 0, -1)]
 
 
+@pytest.mark.parametrize("name", ["InteropRecorder", "InteropAsyncRecorder"])
 def test_ruby_client_push_is_performed_by_asynctask_worker(
-    ruby: RunRuby, services: Services, db: redis.Redis
+    name: str, ruby: RunRuby, services: Services, db: redis.Redis
 ) -> None:
+    """By a plain job, and by an async one (awaited on the worker's event loop)."""
     services.python_worker()
     jids = ruby(
         "push.rb",
         stdin=[
-            {"class": "InteropRecorder", "args": RICH_ARGS},
-            {"class": "InteropRecorder", "args": ["second", {"k": [None]}], "queue": "default", "retry": 3},
+            {"class": name, "args": RICH_ARGS},
+            {"class": name, "args": ["second", {"k": [None]}], "queue": "default", "retry": 3},
         ],
     )
     assert len(jids) == 2 and all(isinstance(jid, str) and len(jid) == 24 for jid in jids)

@@ -7,6 +7,7 @@ that ran them: the supervisor's child, so that a test can tell children apart.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import time
@@ -24,6 +25,12 @@ def _note(event: str) -> None:
 
 @asynctask.job
 def record() -> None:
+    _note("done")
+
+
+@asynctask.job
+async def record_async() -> None:
+    await asyncio.sleep(0)
     _note("done")
 
 
