@@ -338,3 +338,40 @@ def test_a_running_async_job_of_a_cancelled_task_is_cancelled_after_the_grace(
     stats = Stats(settings=settings)
     wait_until(lambda: stats.refresh().processed == 1, 10)
     assert (stats.failed, stats.retry_size, stats.dead_size, stats.enqueued) == (0, 0, 0, 0)
+
+
+def test_a_slot_freed_as_the_process_goes_quiet_starts_no_job(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    """As a recycle does: the job that held the only slot ends by making the process quiet; the
+    job a thread holds, waiting for that slot, goes back to its queue unstarted."""
+    ran: list[int] = []
+    workers: list[Worker] = []
+
+    class QuietAfterEachJob:
+        def __call__(
+            self, definition: Any, job: dict[str, Any], queue: str, call_next: Callable[[], Any]
+        ) -> Any:
+            return call_next()
+
+        async def acall(
+            self, definition: Any, job: dict[str, Any], queue: str, call_next: Callable[[], Any]
+        ) -> Any:
+            try:
+                return await call_next()
+            finally:
+                workers[0].quiet()
+
+    @asynctask.job(registry=registry)
+    async def step(n: int) -> None:
+        ran.append(n)
+        await asyncio.sleep(0.3)
+
+    _, second = step.set(client=client).perform_bulk([[1], [2]])
+    workers.append(
+        start_worker(concurrency=1, async_concurrency=1, server_middleware=Chain([QuietAfterEachJob()]))
+    )
+    wait_until(lambda: workers[0].manager.quieting.is_set(), 10)
+    wait_for_beats(lambda: getattr(ProcessSet(settings=settings).get(workers[0].identity), "beat", None))
+    assert ran == [1]
+    assert [record.jid for record in Queue("default", settings=settings)] == [second]
