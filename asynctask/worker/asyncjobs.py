@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
 from asynctask.context import Iteration, JobContext
-from asynctask.errors import TASK_CANCELLED
+from asynctask.errors import TASK_CANCELLED, JobInterrupted
 from asynctask.job import JobDefinition
 from asynctask.supervision import Activity
-from asynctask.worker.processor import Processor
+from asynctask.worker.processor import Processor, log_start
 from asynctask.worker.resumable import begin
 from asynctask.worker.stats import Work
 
@@ -62,7 +62,6 @@ SLOT_WAIT = 0.1
 
 @dataclass(slots=True)
 class _Running:
-    unit: UnitOfWork
     #: The job's task id, if it has one (a string), to check whether it was cancelled.
     task: object
     #: When the watch thread first saw its task cancelled (monotonic).
@@ -76,11 +75,11 @@ class _Ended:
     definition: JobDefinition[Any]
     #: A resumable job's run, or None.
     iteration: Iteration | None
-    #: What the run raised, or None.
+    #: What the run raised, or None; a cancel by the runtime as the ``JobInterrupted`` it
+    #: stands for, which the processor settles as a resumable job's.
     error: BaseException | None
-    #: Why the runtime cancelled it, if it did: "shutdown" (left claimed for the shutdown's
-    #: requeue) or "cancel" (its task was cancelled: acknowledged).
-    interrupted: str | None
+    #: Cancelled by a hard shutdown: counted as failed, as an interrupted thread's job is.
+    interrupted: bool
     start: float
     #: The job's entry in the process's busy list.
     key: str
@@ -159,14 +158,13 @@ class AsyncJobs:
         while incoming:
             unit, job, definition, key = incoming.popleft()
             task = self._loop.create_task(self._run(unit, job, definition, key))
-            self._running[task] = _Running(unit, job.get("task"))
+            self._running[task] = _Running(job.get("task"))
 
     async def _run(
         self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], key: str
     ) -> None:
         start = time.perf_counter()
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("start", extra={"fields": _fields(job, unit)})
+        log_start(job, unit)
         args = job["args"]
         iteration = Iteration(None, 0) if definition.resumable else None
         job_context = JobContext(job, unit.queue, self.manager.tracker, iteration)
@@ -175,14 +173,18 @@ class AsyncJobs:
         if iteration is not None:
             final = lambda: self._iterate(job_context, iteration, definition)  # noqa: E731
         error: BaseException | None = None
-        interrupted = None
+        interrupted = False
         task = asyncio.current_task()
         try:
             await self.manager.server_chain.ainvoke(definition, job, unit.queue, final=final)
         except BaseException as exc:
             error = exc
             if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0:
-                interrupted = "cancel" if exc.args == (TASK_CANCELLED,) else "shutdown"
+                # The runtime's cancel: the job's task was cancelled (acknowledged, its checkpoint
+                # dropped) or the worker is stopping (left claimed for the shutdown's requeue).
+                interrupted = exc.args != (TASK_CANCELLED,)
+                cursor = iteration.cursor if iteration is not None else None
+                error = JobInterrupted("shutdown" if interrupted else "cancel", cursor)
         finally:
             if task is not None:
                 del self._running[task]
@@ -229,37 +231,18 @@ class AsyncJobs:
     def _settle(self, ended: _Ended) -> bool:
         """Settle one run; True if it waits for acknowledgement."""
         manager = self.manager
-        outcome = None
-        if ended.interrupted is None:
-            outcome = self._settler.settle_run(
-                ended.unit, ended.job, ended.definition, ended.iteration, ended.error, ended.start
-            )
-        else:
-            if ended.interrupted == "cancel":
-                outcome = "ack"
-                if ended.iteration is not None:
-                    # Its task is cancelled: no run continues from the checkpoint.
-                    self._clear_checkpoint(ended.job["jid"])
-            if manager.tracker is not None:
-                manager.tracker.settled(ended.job["jid"])
+        outcome = self._settler.settle_run(
+            ended.unit, ended.job, ended.definition, ended.iteration, ended.error, ended.start
+        )
         manager.fetch.reattached(ended.unit, ack=outcome == "ack")
-        manager.stats.finished(ended.key, failed=outcome in (None, "failed"))
+        manager.stats.finished(ended.key, failed=ended.interrupted or outcome in (None, "failed"))
         with self._in_flight_lock:
             self._in_flight -= 1
         return outcome == "ack"
 
-    def _clear_checkpoint(self, jid: str) -> None:
-        manager = self.manager
-        try:
-            manager.broker.checkpoints.clear(jid)
-        except manager.broker.checkpoints.errors as exc:
-            # Left behind, it expires with its TTL; no run reads it, the job is acknowledged.
-            logger.warning(
-                "could not drop a cancelled job's checkpoint: %s", exc, extra={"fields": {"jid": jid}}
-            )
-
     def interrupt(self, timeout: float) -> None:
         """Cancel every job still awaited, and wait up to ``timeout`` seconds for them to unwind."""
+        end = time.monotonic() + timeout
         cancelled = threading.Event()
 
         def cancel() -> None:
@@ -269,7 +252,6 @@ class AsyncJobs:
 
         self._loop.call_soon_threadsafe(cancel)
         cancelled.wait(timeout)
-        end = time.monotonic() + timeout
         while self._running and time.monotonic() < end:
             time.sleep(0.01)
         if self._running:
@@ -356,7 +338,3 @@ class AsyncJobs:
                 return name
             frame = frame.f_back
         return None
-
-
-def _fields(job: payload.JobDict, unit: UnitOfWork) -> dict[str, Any]:
-    return {"class": job.get("class"), "jid": job.get("jid"), "queue": unit.queue}

@@ -168,7 +168,7 @@ class Processor:
         start = time.perf_counter()
         verbose = logger.isEnabledFor(logging.INFO)
         if verbose:
-            logger.info("start", extra={"fields": _fields(job, unit)})
+            log_start(job, unit)
         iteration = Iteration(None, 0) if definition.resumable else None
         job_context = JobContext(job, unit.queue, self.manager.tracker, iteration)
         context.enter(job_context)
@@ -183,12 +183,9 @@ class Processor:
             return self.ended_by(unit, job, definition, iteration, exc, start)
         finally:
             context.enter(None)
-            jid = job.get("jid")
-            if self.manager.tracker is not None and isinstance(jid, str):
-                # Whatever the failure's handling did, an ``error`` held for it goes out now.
-                self.manager.tracker.settled(jid)
+            self._release_held(job)
         if verbose:
-            logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
+            _log_done(job, unit, start)
         return self._done(unit, job, iteration)
 
     def ended_by(
@@ -232,7 +229,7 @@ class Processor:
         try:
             if error is None:
                 if logger.isEnabledFor(logging.INFO):
-                    logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
+                    _log_done(job, unit, start)
                 return self._done(unit, job, iteration)
             return self.ended_by(unit, job, definition, iteration, error, start)
         except self.manager.broker.errors as exc:
@@ -241,10 +238,14 @@ class Processor:
             self._bury_raw(unit, exc, job)
         finally:
             self.job = None
-            jid = job.get("jid")
-            if self.manager.tracker is not None and isinstance(jid, str):
-                self.manager.tracker.settled(jid)
+            self._release_held(job)
         return None
+
+    def _release_held(self, job: payload.JobDict) -> None:
+        """Whatever the failure's handling did, an ``error`` held for the run goes out now."""
+        jid = job.get("jid")
+        if self.manager.tracker is not None and isinstance(jid, str):
+            self.manager.tracker.settled(jid)
 
     def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]) -> None:
         """Run a resumable job from its checkpoint (the middleware's ``final``)."""
@@ -363,6 +364,16 @@ class Processor:
         if logger.isEnabledFor(level):
             fields = {**_fields(job, unit), "elapsed": round(elapsed, 6), "error": describe(exc)}
             logger.log(level, msg, extra={"fields": fields})
+
+
+def log_start(job: payload.JobDict, unit: UnitOfWork) -> None:
+    """The ``-v`` line of a job's start."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("start", extra={"fields": _fields(job, unit)})
+
+
+def _log_done(job: payload.JobDict, unit: UnitOfWork, start: float) -> None:
+    logger.info("done", extra={"fields": {**_fields(job, unit), "elapsed": _elapsed(start)}})
 
 
 def _fields(job: payload.JobDict, unit: UnitOfWork) -> dict[str, Any]:
