@@ -66,6 +66,8 @@ class _Running:
     task: object
     #: When the watch thread first saw its task cancelled (monotonic).
     cancel_seen: float | None = None
+    #: Whether the job was cancelled for it (once: a second cancel would break its unwinding).
+    cancel_sent: bool = False
 
 
 @dataclass(slots=True)
@@ -314,7 +316,8 @@ class AsyncJobs:
                 continue
             if running.cancel_seen is None:
                 running.cancel_seen = now
-            elif now - running.cancel_seen >= CANCEL_GRACE:
+            elif now - running.cancel_seen >= CANCEL_GRACE and not running.cancel_sent:
+                running.cancel_sent = True
                 self._loop.call_soon_threadsafe(task.cancel, TASK_CANCELLED)
 
     def _report_blocking(self, lag: float) -> None:

@@ -380,3 +380,31 @@ def test_a_slot_freed_as_the_process_goes_quiet_starts_no_job(
     wait_for_beats(lambda: getattr(ProcessSet(settings=settings).get(workers[0].identity), "beat", None))
     assert ran == [1]
     assert [record.jid for record in Queue("default", settings=settings)] == [second]
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+def test_a_cancelled_tasks_job_is_cancelled_once_and_may_clean_up(
+    registry: Registry, tracking: Tracking, settings: Settings, start_worker: StartWorker
+) -> None:
+    started = threading.Event()
+    steps: list[str] = []
+
+    @asynctask.job(registry=registry)
+    async def sweep(chunk: list[int]) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            steps.append("cancelled")
+            # Longer than the checks between two cancels: a second cancel would cut it short.
+            await asyncio.sleep(1.5)
+            steps.append("cleaned up")
+            raise
+
+    task = tracking.create_task(sweep, [1], chunk_size=1)
+    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
+    assert started.wait(10)
+    tracking.cancel_task(task.id)
+    # The job's end, cut short or not.
+    wait_until(lambda: Stats(settings=settings).processed == 1, 15)
+    assert steps == ["cancelled", "cleaned up"]
