@@ -89,12 +89,9 @@ class JobOptions:
         return head
 
 
-def _is_coroutine_function(func: Callable[..., Any]) -> bool:
-    return any(inspect.iscoroutinefunction(candidate) for candidate in (func, inspect.unwrap(func)))
-
-
-def _is_async_generator_function(func: Callable[..., Any]) -> bool:
-    return any(inspect.isasyncgenfunction(candidate) for candidate in (func, inspect.unwrap(func)))
+def _is_or_wraps(func: Callable[..., Any], kind: Callable[[Any], bool]) -> bool:
+    """Whether ``func``, or the function it wraps (``functools.wraps``), is of ``kind``."""
+    return kind(func) or kind(inspect.unwrap(func))
 
 
 def _positional_counts(signature: inspect.Signature) -> tuple[int, float] | None:
@@ -138,10 +135,10 @@ class JobDefinition(Generic[P]):
         self.api = api
         self.item_schema = dict(item_schema) if item_schema is not None else None
         self.item_validator = _compile_schema(name, self.item_schema)
-        async_generator = _is_async_generator_function(func)
+        async_generator = _is_or_wraps(func, inspect.isasyncgenfunction)
         #: An ``async def`` job (an async generator too): awaited on the worker's event loop,
         #: not run on a thread.
-        self.is_async = async_generator or _is_coroutine_function(func)
+        self.is_async = async_generator or _is_or_wraps(func, inspect.iscoroutinefunction)
         self.signature = inspect.signature(func)
         #: A generator function is resumable: each value it yields is a checkpoint, and a run
         #: that continues an earlier one is called with ``cursor=`` the last (see
@@ -250,12 +247,10 @@ class JobSetter:
 
     def perform_in(self, interval: float, *args: Any) -> str:
         """Run after ``interval`` seconds (values of 1e9 and more are taken as timestamps, as in Sidekiq)."""
-        at = float(interval) if interval >= 1_000_000_000 else payload.now() + float(interval)
-        return self._push(list(args), at)
+        return self._push(list(args), _after(interval))
 
     def perform_at(self, when: float | datetime, *args: Any) -> str:
-        at = when.timestamp() if isinstance(when, datetime) else float(when)
-        return self._push(list(args), at)
+        return self._push(list(args), _epoch(when))
 
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
         jids = self._client().push_bulk(
@@ -270,12 +265,10 @@ class JobSetter:
         return await self._apush(list(args), None)
 
     async def aperform_in(self, interval: float, *args: Any) -> str:
-        at = float(interval) if interval >= 1_000_000_000 else payload.now() + float(interval)
-        return await self._apush(list(args), at)
+        return await self._apush(list(args), _after(interval))
 
     async def aperform_at(self, when: float | datetime, *args: Any) -> str:
-        at = when.timestamp() if isinstance(when, datetime) else float(when)
-        return await self._apush(list(args), at)
+        return await self._apush(list(args), _epoch(when))
 
     async def aperform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
         jids = await self._async_client().apush_bulk(
@@ -332,6 +325,15 @@ class JobSetter:
         if not hasattr(client, "apush"):
             raise TypeError("aperform_* needs an AsyncClient; a Client serves perform_*")
         return cast("AsyncClient", client)
+
+
+def _after(interval: float) -> float:
+    """When a job pushed to run in ``interval`` seconds runs (1e9 and more: a timestamp, as in Sidekiq)."""
+    return float(interval) if interval >= 1_000_000_000 else payload.now() + float(interval)
+
+
+def _epoch(when: float | datetime) -> float:
+    return when.timestamp() if isinstance(when, datetime) else float(when)
 
 
 def _default_client() -> Client:
