@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from functools import partial
 from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any, Generic, TypeVar
@@ -91,7 +91,7 @@ class Chain(Generic[R]):
             if index == len(entries):
                 return await final()
             entry = entries[index]
-            rest: Callable[[], Awaitable[R | None]] = lambda: call(index + 1)  # noqa: E731
+            rest: Callable[[], Coroutine[Any, Any, R | None]] = lambda: call(index + 1)  # noqa: E731
             around = getattr(entry, "acall", None)
             if around is not None:
                 outcome: R | None = await around(*args, rest)
@@ -127,7 +127,7 @@ def _middleware_threads() -> concurrent.futures.ThreadPoolExecutor:
 
 
 async def _around_on_thread(
-    entry: Middleware, args: tuple[Any, ...], rest: Callable[[], Awaitable[R | None]]
+    entry: Middleware, args: tuple[Any, ...], rest: Callable[[], Coroutine[Any, Any, R | None]]
 ) -> R | None:
     """Run a sync middleware on a thread; its ``call_next`` awaits the rest of the chain on the loop."""
     loop = asyncio.get_running_loop()
@@ -135,7 +135,7 @@ async def _around_on_thread(
 
     def call_next() -> R | None:
         # Scheduled from the middleware's thread, in its context: the job's context goes along.
-        future = asyncio.run_coroutine_threadsafe(_awaited(rest), loop)
+        future = asyncio.run_coroutine_threadsafe(rest(), loop)
         inner.append(future)
         return future.result()
 
@@ -153,10 +153,6 @@ async def _around_on_thread(
             future.cancel()
         raise
     return outcome
-
-
-async def _awaited(rest: Callable[[], Awaitable[R | None]]) -> R | None:
-    return await rest()
 
 
 def _kind(entry: Middleware) -> object:
