@@ -78,7 +78,7 @@ class SqlBroker(Broker):
         self.feeds = SqlFeeds(self.store, self.flow)
         self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
-        self.periodic = SqlPeriodic(self.store, self.push_in)
+        self.periodic = SqlPeriodic(self.store, self.push_rows_in)
         self._checkpoints = SqlCheckpoints(self.store)
         self.checkpoints = self._checkpoints
         self._fetchers: list[SqlFetcher] = []
@@ -124,7 +124,8 @@ class SqlBroker(Broker):
         rows: list[JobRow],
         transitions: Sequence[str],
     ) -> list[str]:
-        """``push`` inside the caller's transaction ``tx`` (an asyncio client's, say)."""
+        """``push`` of the jobs' ``rows`` (built by the caller) inside the caller's transaction
+        ``tx``: a periodic tick's, or an asyncio client's."""
         fed = {
             i: feed
             for i, (job, _) in enumerate(entries)
@@ -132,17 +133,6 @@ class SqlBroker(Broker):
         }
         if fed:
             return self._push_fed(tx, entries, rows, transitions, fed)
-        return self._push(tx, entries, rows, transitions)
-
-    def push_in(
-        self,
-        tx: Tx,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
-        rows: list[JobRow],
-        transitions: Sequence[str],
-    ) -> list[str]:
-        """``push`` of the jobs' ``rows`` (built by the caller) inside the caller's transaction
-        ``tx``, for jobs of no feed."""
         return self._push(tx, entries, rows, transitions)
 
     def _push(

@@ -93,7 +93,7 @@ WHERE asynctask_periodic_scheduler.beat < excluded.beat
 RETURNING identity
 """
 
-#: Pushes jobs, given their rows, inside a write transaction (``SqlBroker.push_in``); returns
+#: Pushes jobs, given their rows, inside a write transaction (``SqlBroker.push_rows_in``); returns
 #: the stored jids.
 Entries = Sequence[tuple[payload.JobDict, float | None]]
 PushIn = Callable[[Tx, Entries, list[JobRow], Sequence[str]], list[str]]
