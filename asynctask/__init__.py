@@ -53,6 +53,25 @@ _LAZY = {
     **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
     **{name: "asynctask.async_client" for name in ("AsyncClient", "default_async_client")},
     **{
+        name: "asynctask.tasks.async_service"
+        for name in (
+            "AsyncTracking",
+            "acancel_task",
+            "acreate_task",
+            "aget_task",
+            "alist_events",
+            "alist_failed_items",
+            "alist_tasks",
+            "apause_task",
+            "aresume_job",
+            "aresume_task",
+            "aretry_task",
+            "astop_job",
+            "aupdate_task",
+            "default_async_tracking",
+        )
+    },
+    **{
         name: "asynctask.tasks.service"
         for name in (
             "Tracking",
@@ -110,6 +129,22 @@ if TYPE_CHECKING:
     from asynctask.middleware import Chain, client_chain, server_chain
     from asynctask.periodic.schedule import Schedule, Schedules, default_schedules, periodic
     from asynctask.settings import QueueSpec, Settings
+    from asynctask.tasks.async_service import (
+        AsyncTracking,
+        acancel_task,
+        acreate_task,
+        aget_task,
+        alist_events,
+        alist_failed_items,
+        alist_tasks,
+        apause_task,
+        aresume_job,
+        aresume_task,
+        aretry_task,
+        astop_job,
+        aupdate_task,
+        default_async_tracking,
+    )
     from asynctask.tasks.service import (
         Tracking,
         cancel_task,
@@ -154,6 +189,7 @@ else:
 __all__ = [
     "AsyncClient",
     "AsyncTaskError",
+    "AsyncTracking",
     "Chain",
     "Client",
     "EventStatus",
@@ -191,12 +227,25 @@ __all__ = [
     "TaskWarning",
     "Tracking",
     "__version__",
+    "acancel_task",
+    "acreate_task",
+    "aget_task",
+    "alist_events",
+    "alist_failed_items",
+    "alist_tasks",
+    "apause_task",
+    "aresume_job",
+    "aresume_task",
+    "aretry_task",
+    "astop_job",
+    "aupdate_task",
     "cancel_task",
     "client_chain",
     "configure",
     "create_task",
     "current_job",
     "default_async_client",
+    "default_async_tracking",
     "default_client",
     "default_registry",
     "default_schedules",

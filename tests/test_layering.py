@@ -74,7 +74,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"core", "brokers", "middleware", "tracking"},
     # Stopping a job finds it in the queues and job sets, and moves it, through the read model.
     # A task sent through another runtime is staged behind the brokers' own staging port.
-    "tasks": {"core", "db", "tracking", "client", "api", "brokers"},
+    "tasks": {"core", "db", "tracking", "middleware", "client", "api", "brokers"},
     "tokens": {"core", "db", "tracking"},
     "api": {"core", "db", "brokers", "client"},
     # The heartbeat reports the package's ``__version__``.

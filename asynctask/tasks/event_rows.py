@@ -54,7 +54,9 @@ def event_rows(
     connection: Connection, task_id: str, name: str, at: datetime, flowing: bool
 ) -> Iterator[EventRows]:
     """An ``EventRows`` on ``connection``, valid inside the block; leaving it settles."""
-    if connection.dialect.name != "postgresql":
+    # psycopg's COPY is a coroutine in its async mode, which SQLAlchemy's adapter does not
+    # expose: an asyncio engine inserts its rows.
+    if connection.dialect.name != "postgresql" or connection.dialect.is_async:
         yield _InsertedRows(connection, task_id, name, at, flowing)
         return
     with ExitStack() as open_copy:
@@ -68,11 +70,14 @@ class _InsertedRows:
         self.connection = connection
         self.flowing = flowing
         self.fixed = (task_id, name, EventStatus.ENQUEUE.value)
-        stamp = apply_sqlite.to_text(at)
+        stamp = _stamp(connection, at)
         self.stamps = (stamp, stamp)
         # Without flow keys the column is left out: its NULL costs nothing per row, a JSON null does.
         columns = EVENT_COLUMNS if flowing else tuple(column for column in EVENT_COLUMNS if column != "flow")
-        values = ", ".join("0" if column in ("attempt", "seq", "progress_seq") else "?" for column in columns)
+        mark = _placeholder(connection)
+        values = ", ".join(
+            "0" if column in ("attempt", "seq", "progress_seq") else mark for column in columns
+        )
         self.statement = f"INSERT INTO {Event.__tablename__} ({', '.join(columns)}) VALUES ({values})"
 
     def write(self, jobs: list[payload.JobDict]) -> None:
@@ -145,18 +150,28 @@ def write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: s
     ids = connection.execute(select(Event.job_id, Event.id).where(Event.job_id.in_(list(texts)))).all()
     status = EventStatus.ENQUEUE.value
     columns = "event_id, seq, at, status, text"
-    if connection.dialect.name == "postgresql":
+    if connection.dialect.name == "postgresql" and not connection.dialect.is_async:
         cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         stamp = at.isoformat()
         with cursor.copy(f"COPY {EventMessage.__tablename__} ({columns}) FROM STDIN") as copy:
             head = f"\t0\t{stamp}\t{status}\t"
             copy.write("".join(f"{id_}{head}{_copy_text(texts[jid])}\n" for jid, id_ in ids))
         return
-    stored_at = apply_sqlite.to_text(at)
+    stored_at = _stamp(connection, at)
+    mark = _placeholder(connection)
     connection.exec_driver_sql(
-        f"INSERT INTO {EventMessage.__tablename__} ({columns}) VALUES (?, 0, ?, ?, ?)",
+        f"INSERT INTO {EventMessage.__tablename__} ({columns}) VALUES ({mark}, 0, {mark}, {mark}, {mark})",
         [(id_, stored_at, status, texts[jid]) for jid, id_ in ids],
     )
+
+
+def _placeholder(connection: Connection) -> str:
+    return "?" if connection.dialect.paramstyle == "qmark" else "%s"
+
+
+def _stamp(connection: Connection, at: datetime) -> datetime | str | None:
+    """A time as the driver takes it for a timestamp column: SQLite's text, or the datetime."""
+    return apply_sqlite.to_text(at) if connection.dialect.name == "sqlite" else at
 
 
 def shown_key(key: str, prefix: str) -> str:

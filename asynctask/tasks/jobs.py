@@ -26,6 +26,7 @@ from sqlalchemy import Engine, select
 
 from asynctask import payload, storable
 from asynctask.api.backend import ReadBackend, Scored, SetName, Stored
+from asynctask.api.context import of_client
 from asynctask.api.sorted_sets import StoppedSet
 from asynctask.client import Client
 from asynctask.errors import JobNotFound, JobStateError, PayloadError
@@ -56,7 +57,7 @@ def stop_job(engine: Engine, client: Client, jid: str, *, tenant: str | None = N
         _require_resumable(client, jid, event.job_name)
     if event is not None and EventStatus(event.status) in TERMINAL:
         raise JobStateError("job_ended", f"job {jid!r} has ended ({event.status}); there is nothing to stop")
-    stopped = StoppedSet(settings=client.settings)
+    stopped = StoppedSet.over(of_client(client))
     if stopped.find_job(jid) is not None:
         return StopState.STOPPED
     checkpoints = client.broker.checkpoints
@@ -88,7 +89,7 @@ def resume_job(engine: Engine, client: Client, jid: str, *, tenant: str | None =
     Raises JobNotFound, or JobStateError ``job_not_stopped``."""
     _require_possible(jid)
     event = _event(engine, jid, tenant)
-    stopped = StoppedSet(settings=client.settings)
+    stopped = StoppedSet.over(of_client(client))
     entry = stopped.find_job(jid)
     if entry is None:
         known = event is not None or client.broker.checkpoints.is_claimed(jid)
@@ -109,7 +110,7 @@ def resume_job(engine: Engine, client: Client, jid: str, *, tenant: str | None =
 def drop_stopped(client: Client, task_id: str) -> int:
     """Delete a cancelled task's stopped jobs, which never run again, and their checkpoints;
     return how many. Reads the stopped set once (a scan for the task id), then deletes."""
-    stopped = StoppedSet(settings=client.settings)
+    stopped = StoppedSet.over(of_client(client))
     found = [entry for entry in stopped.scan(task_id) if entry.get("task") == task_id]
     dropped = 0
     for entry in found:

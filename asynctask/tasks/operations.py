@@ -404,7 +404,14 @@ def _set_state(engine: Engine, task_id: str, state: TaskState) -> None:
         logger.warning("task %s: could not mark it %s: %s", task_id, state.value, exc)
 
 
-def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | None = None) -> int:
+def cancel_task(
+    engine: Engine,
+    client: Client,
+    task_id: str,
+    *,
+    tenant: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Cancel a task: its waiting and stopped jobs never run and become ``cancelled``; return
     how many.
 
@@ -421,7 +428,7 @@ def cancel_task(engine: Engine, client: Client, task_id: str, *, tenant: str | N
     if task.runtime is not None:
         # Another runtime's workers start jobs on cancellation news at most this old: after
         # the wait, none of them starts a job of the task.
-        time.sleep(CANCEL_NEWS_AGE)
+        sleep(CANCEL_NEWS_AGE)
     if task.feed is not None:
         # After the mark: a job released meanwhile is skipped by the worker that claims it.
         client.broker.feeds.cancel(task_id)

@@ -7,6 +7,7 @@ the default client (``asynctask.configure``) and ``ASYNCTASK_DATABASE_URL``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Literal
@@ -34,6 +35,9 @@ class Tracking:
         self.client = client if client is not None else default_client()
         settings = settings or self.client.settings
         self.engine = engine if engine is not None else create_database_engine(settings.database_url)
+        #: How a call waits (``cancel_task``, for another runtime's workers): an event loop's
+        #: tracking awaits instead.
+        self.sleep: Callable[[float], None] = time.sleep
 
     def create_task(
         self,
@@ -113,7 +117,7 @@ class Tracking:
             )
 
     def cancel_task(self, task_id: str, *, tenant: str | None = None) -> TaskView:
-        tasks.cancel_task(self.engine, self.client, task_id, tenant=tenant)
+        tasks.cancel_task(self.engine, self.client, task_id, tenant=tenant, sleep=self.sleep)
         return self.get_task(task_id)
 
     def retry_task(self, task_id: str, *, tenant: str | None = None) -> int:

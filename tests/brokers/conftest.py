@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 import pytest
 from sqlalchemy import Engine
 
-from asynctask import Client, Registry, Settings, Tracking
+from asynctask import AsyncTracking, Client, Registry, Settings, Tracking
 from asynctask.api.context import close_shared
 from asynctask.brokers.sql import SqlBroker
 from asynctask.db.engine import create_database_engine
@@ -242,6 +242,41 @@ def engine(settings: Settings) -> Iterator[Engine]:
 def tracking(make_client: MakeClient, engine: Engine) -> Tracking:
     """Task tracking through this test's broker, recording pushes of tracked jobs."""
     return Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
+
+
+class AwaitedTracking:
+    """``Tracking``'s calls made through ``AsyncTracking`` (``create_task`` awaits
+    ``acreate_task``), each on an event loop of this object's own: a test written against the
+    sync calls checks the awaited ones."""
+
+    def __init__(self, settings: Settings, registry: Registry) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.awaited = AsyncTracking(
+            settings, middleware=Chain([TrackingClientMiddleware()]), registry=registry
+        )
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        call = getattr(self.awaited, "a" + name)
+        return lambda *args, **kwargs: self.loop.run_until_complete(call(*args, **kwargs))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.awaited.aclose())
+        self.loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def any_tracking(
+    request: pytest.FixtureRequest, settings: Settings, registry: Registry
+) -> Iterator[Tracking]:
+    """``tracking``, and the same calls awaited on an event loop (``AwaitedTracking``)."""
+    engine: Engine = request.getfixturevalue("engine")
+    if request.param == "sync":
+        make_client: MakeClient = request.getfixturevalue("make_client")
+        yield Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
+        return
+    awaited = AwaitedTracking(settings, registry)
+    yield cast(Tracking, awaited)
+    awaited.close()
 
 
 # The SQL broker's own tests (tests/brokers/test_sql_*.py) drive a broker directly, on

@@ -41,6 +41,12 @@ def rows(registry: Registry) -> JobDefinition[Any]:
     return rows
 
 
+@pytest.fixture
+def tracking(any_tracking: Tracking) -> Tracking:
+    """The task calls of these tests, made both ways: called, and awaited on an event loop."""
+    return any_tracking
+
+
 def start_tracked(start_worker: Callable[..., Worker]) -> Worker:
     # The flusher thread (Redis only; SQL applies transitions itself) starts with the worker.
     return start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")

@@ -111,7 +111,11 @@ class Store:
             # One file, however its URL spells it (relative to the working directory or not).
             path = os.path.abspath(database) if database and database != ":memory:" else ":memory:"
             shared = _sqlite_file(path)
-            self._serial, self.bell = shared.lock, shared.bell
+            # A lock held across awaited statements would stop an event loop for every other
+            # coroutine: an asyncio engine's writers wait for each other in SQLite's busy
+            # timeout instead, on the driver's own thread.
+            self._serial = None if engine.dialect.is_async else shared.lock
+            self.bell = shared.bell
 
     @contextmanager
     def write(self, *, single_statement: bool = False) -> Iterator[Tx]:
