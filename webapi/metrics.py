@@ -113,8 +113,15 @@ def _processes(processes: ProcessSet) -> Iterator[Metric]:
     concurrency = GaugeMetricFamily(
         "asynctask_process_concurrency", "Job threads of the process.", labels=["identity", "hostname"]
     )
+    loop_lag = GaugeMetricFamily(
+        "asynctask_process_event_loop_lag_seconds",
+        "The longest the process's event loop (its async jobs') was late between its last two heartbeats.",
+        labels=["identity", "hostname"],
+    )
     for process in live:
         busy.add_metric([process.identity, process.hostname], process.busy)
         concurrency.add_metric([process.identity, process.hostname], process.concurrency)
+        loop_lag.add_metric([process.identity, process.hostname], process.loop_lag_us / 1_000_000)
     yield busy
     yield concurrency
+    yield loop_lag

@@ -76,6 +76,7 @@ class ProcessRecord:
     quiet: bool
     rss: int
     rtt_us: int
+    loop_lag_us: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,9 @@ class Process:
     rss: int
     #: Round trip to the broker in microseconds.
     rtt_us: int
+    #: The longest its event loop was late between its last two beats, in microseconds (0
+    #: for a process that runs no async job: see docs/guide/asyncio.md).
+    loop_lag_us: int
     context: Context = field(repr=False, compare=False)
 
     @property
@@ -106,6 +109,7 @@ class ProcessSet(Reader):
             is_quiet=record.quiet,
             rss=record.rss,
             rtt_us=record.rtt_us,
+            loop_lag_us=record.loop_lag_us,
             context=self.context,
         )
 

@@ -84,6 +84,9 @@ class Beat:
     failed: int
     #: Thread id -> JSON of the job it runs (``{"queue", "payload", "run_at"}``).
     work: dict[str, str]
+    #: The longest its event loop was late since the previous beat, in microseconds (0 for
+    #: a process that runs no async job).
+    loop_lag_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,6 +111,9 @@ class AsyncJobs:
         self._codes: dict[CodeType, str] = {}
         self._reported: set[str] = set()
         self._last_tick = time.monotonic()
+        #: The longest a tick came late since ``take_worst_lag`` last read it.
+        self._worst_lag = 0.0
+        self._worst_lag_lock = threading.Lock()
         self._stopped = threading.Event()
         errors = manager.tracker.store.errors if manager.tracker is not None else manager.broker.errors
         self._cancel_checking = Activity("cancelled tasks check", logger, errors)
@@ -287,9 +290,22 @@ class AsyncJobs:
             self._loop.close()
 
     async def _tick(self) -> None:
+        self._last_tick = time.monotonic()
         while True:
-            self._last_tick = time.monotonic()
             await asyncio.sleep(TICK)
+            now = time.monotonic()
+            lag = now - self._last_tick - TICK
+            self._last_tick = now
+            if lag > self._worst_lag:
+                with self._worst_lag_lock:
+                    self._worst_lag = max(self._worst_lag, lag)
+
+    def take_worst_lag(self) -> float:
+        """Seconds: the longest the loop was late since the last call (what the heartbeat
+        reports); a stall still going on counts up to now."""
+        with self._worst_lag_lock:
+            worst, self._worst_lag = self._worst_lag, 0.0
+        return max(worst, time.monotonic() - self._last_tick - TICK, 0.0)
 
     def _watch(self) -> None:
         """Report the job blocking the loop (checked on a thread: the loop cannot tell while it

@@ -56,6 +56,7 @@ class Heartbeat:
         busy: Callable[[], int],
         on_signal: Callable[[str], None],
         clock: BrokerClock,
+        loop_lag: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.broker = broker
         self.clock = clock
@@ -64,6 +65,8 @@ class Heartbeat:
         self.stats = stats
         self.busy = busy
         self.on_signal = on_signal
+        #: Seconds: the longest the event loop was late since it was last asked.
+        self.loop_lag = loop_lag
         self.quiet = False
         self._beaten = False
         self._info_json = json.dumps(self._info(), separators=(",", ":"), ensure_ascii=False)
@@ -82,7 +85,15 @@ class Heartbeat:
             for tid, w in self.stats.snapshot().items()
         }
         beat = Beat(
-            self.info.identity, self._info_json, self.busy(), self.quiet, rss_kb(), processed, failed, work
+            self.info.identity,
+            self._info_json,
+            self.busy(),
+            self.quiet,
+            rss_kb(),
+            processed,
+            failed,
+            work,
+            int(self.loop_lag() * 1_000_000),
         )
         try:
             reply = self.broker.beat(beat)

@@ -115,6 +115,7 @@ class Worker:
             lambda: self.manager.busy,
             self.handle_signal,
             self.broker.clock,
+            self.manager.loop_lag,
         )
         self._stopping = threading.Event()
         self._stopped = threading.Event()

@@ -88,6 +88,12 @@ class Manager:
                 self._async_jobs = AsyncJobs(self)
             return self._async_jobs
 
+    def loop_lag(self) -> float:
+        """Seconds: the longest the async jobs' event loop was late since the last call (0
+        before the first async job)."""
+        async_jobs = self._async_jobs
+        return async_jobs.take_worst_lag() if async_jobs is not None else 0.0
+
     @property
     def busy(self) -> int:
         with self._lock:

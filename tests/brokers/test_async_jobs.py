@@ -223,7 +223,8 @@ def test_an_async_job_that_blocks_the_loop_is_named_once(
 ) -> None:
     @asynctask.job(registry=registry)
     async def blocker() -> None:
-        time.sleep(0.5)
+        # Longer than a heartbeat interval (0.5 s): a beat falls after the block, not only in it.
+        time.sleep(0.7)
 
     @asynctask.job(registry=registry)
     async def polite(n: int) -> None:
@@ -231,8 +232,13 @@ def test_an_async_job_that_blocks_the_loop_is_named_once(
 
     stats = Stats(settings=settings)
     caplog.set_level(logging.WARNING, logger="asynctask.asyncjobs")
-    blocker.set(client=client).perform_bulk([[], []])
+    blocker.set(client=client).perform_async()
     start_worker(concurrency=1)
+    processes = ProcessSet(settings=settings)
+    # The heartbeat after a block reports all of it (``/metrics``' event loop lag): the tick
+    # before the block came at most TICK (20 ms) before it.
+    wait_until(lambda: any(p.loop_lag_us >= 680_000 for p in processes.processes()), 10, interval=0.05)
+    blocker.set(client=client).perform_async()
     wait_until(lambda: stats.refresh().processed == 2, 10)
     polite.set(client=client).perform_bulk([[n] for n in range(20)])
     wait_until(lambda: stats.refresh().processed == 22, 10)

@@ -32,7 +32,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0017"
+HEAD = "0018"
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import asynctask
 from asynctask import Client, Registry, Tracking, payload
 from asynctask.api import DeadSet
 from asynctask.api.context import shared_engine
+from asynctask.brokers.base import Beat
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.sql.broker import SqlBroker
 from asynctask.tasks.operations import new_task_id
@@ -98,6 +99,19 @@ def test_an_operator_reads_queues_sets_and_counters(make: MakeApi) -> None:
     assert samples[("asynctask_processes", ())] == 0
     tracked = ("asynctask_tracking_backlog", ()) in samples
     assert tracked == isinstance(api.client.broker, RedisBroker)
+
+
+def test_each_process_reports_its_event_loop_lag(make: MakeApi) -> None:
+    api = make(operator_tenants=OPERATORS)
+    info = '{"hostname":"box","pid":7,"concurrency":10,"queues":["default"]}'
+    for identity, lag_us in (("box:7:aa", 250_000), ("box:8:bb", 0)):
+        api.client.broker.beat(Beat(identity, info, 0, False, 1024, 0, 0, {}, lag_us))
+
+    samples = scraped(api)
+
+    lag = "asynctask_process_event_loop_lag_seconds"
+    assert samples[(lag, (("hostname", "box"), ("identity", "box:7:aa")))] == 0.25
+    assert samples[(lag, (("hostname", "box"), ("identity", "box:8:bb")))] == 0
 
 
 def test_a_tenant_token_is_refused_and_no_token_is_unauthorized(make: MakeApi) -> None:

@@ -37,7 +37,7 @@ from asynctask.keys import Keys
 from asynctask.settings import Settings
 
 #: The process hash fields read for each process, in this order.
-FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
+FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "loop_lag_us")
 #: Seconds a signal waits in ``<identity>-signals`` for the process's next heartbeat.
 SIGNAL_TTL = 60
 #: Jobs or entries read per round trip by the scans that look for a jid or a text.
@@ -605,7 +605,7 @@ def payload_latency(raw: bytes | str | None) -> float:
 
 
 def _process(identity: str, values: list[Any]) -> ProcessRecord:
-    info, busy, beat, quiet, rss, rtt_us = values
+    info, busy, beat, quiet, rss, rtt_us, loop_lag_us = values
     return ProcessRecord(
         identity=identity,
         info=as_text(info),
@@ -614,6 +614,7 @@ def _process(identity: str, values: list[Any]) -> ProcessRecord:
         quiet=quiet is not None and as_text(quiet) == "true",
         rss=_int(rss),
         rtt_us=_int(rtt_us),
+        loop_lag_us=_int(loop_lag_us),
     )
 
 

@@ -536,8 +536,8 @@ def _since(moment: float | None, now: float | None = None) -> float:
     return max(0.0, (payload.now() if now is None else now) - moment)
 
 
-def _process_query() -> Select[str, str, int, float, bool, int, int]:
-    return select(P.identity, P.info, P.busy, P.beat, P.quiet, P.rss, P.rtt_us)
+def _process_query() -> Select[str, str, int, float, bool, int, int, int]:
+    return select(P.identity, P.info, P.busy, P.beat, P.quiet, P.rss, P.rtt_us, P.loop_lag_us)
 
 
 def _process(row: Any) -> ProcessRecord:
@@ -549,6 +549,7 @@ def _process(row: Any) -> ProcessRecord:
         quiet=bool(row.quiet),
         rss=int(row.rss or 0),
         rtt_us=int(row.rtt_us or 0),
+        loop_lag_us=int(row.loop_lag_us or 0),
     )
 
 

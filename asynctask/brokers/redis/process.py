@@ -45,6 +45,7 @@ def write_beat(conn: redis.Redis, keys: Keys, beat: Beat, ttl: int) -> BeatReply
             "rtt_us": rtt_us,
             "quiet": "true" if beat.quiet else "false",
             "rss": beat.rss_kb,
+            "loop_lag_us": beat.loop_lag_us,
         },
     )
     pipe.expire(keys.process(beat.identity), ttl)

@@ -199,6 +199,8 @@ class WorkerProcess(Base):
     quiet: Mapped[bool] = mapped_column(Boolean, default=False)
     rss: Mapped[int] = mapped_column(BigInteger, default=0)
     rtt_us: Mapped[int] = mapped_column(Integer, default=0)
+    #: The longest its event loop was late since the previous beat (0 without async jobs).
+    loop_lag_us: Mapped[int] = mapped_column(BigInteger, default=0)
     expires_at: Mapped[float] = mapped_column(Float)
     #: JSON object: thread id -> JSON of the job it runs (Sidekiq's ``<identity>:work`` hash).
     work: Mapped[str] = mapped_column(Text, default="{}")

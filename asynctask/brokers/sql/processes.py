@@ -46,6 +46,7 @@ def write_beat(store: Store, beat: Beat, ttl: int) -> BeatReply:
                 "quiet": beat.quiet,
                 "rss": beat.rss_kb,
                 "rtt_us": rtt_us,
+                "loop_lag_us": beat.loop_lag_us,
                 "now": now,
                 "ttl": ttl,
                 "work": json.dumps(beat.work, separators=(",", ":"), ensure_ascii=False),

@@ -243,17 +243,17 @@ class Statements:
             "WHERE identity NOT IN (SELECT identity FROM asynctask_process)"
         )
 
-        process_columns = "identity, info, busy, beat, quiet, rss, rtt_us, expires_at, work"
+        process_columns = "identity, info, busy, beat, quiet, rss, rtt_us, loop_lag_us, expires_at, work"
         self.beat = text(
             f"INSERT INTO asynctask_process ({process_columns}) VALUES (:identity, :info, :busy, :beat, "
-            f":quiet, :rss, :rtt_us, {now} + :ttl, :work) ON CONFLICT (identity) DO UPDATE SET "
-            "info = excluded.info, busy = excluded.busy, beat = excluded.beat, quiet = excluded.quiet, "
-            "rss = excluded.rss, rtt_us = excluded.rtt_us, expires_at = excluded.expires_at, "
-            "work = excluded.work"
+            f":quiet, :rss, :rtt_us, :loop_lag_us, {now} + :ttl, :work) ON CONFLICT (identity) DO UPDATE "
+            "SET info = excluded.info, busy = excluded.busy, beat = excluded.beat, quiet = excluded.quiet, "
+            "rss = excluded.rss, rtt_us = excluded.rtt_us, loop_lag_us = excluded.loop_lag_us, "
+            "expires_at = excluded.expires_at, work = excluded.work"
         )
         self.register = text(
             f"INSERT INTO asynctask_process ({process_columns}) VALUES (:identity, '{{}}', 0, :beat, "
-            f":quiet, 0, 0, {now} + :ttl, '{{}}') ON CONFLICT (identity) DO UPDATE SET "
+            f":quiet, 0, 0, 0, {now} + :ttl, '{{}}') ON CONFLICT (identity) DO UPDATE SET "
             "expires_at = excluded.expires_at"
         )
         self.pop_signal = text(
