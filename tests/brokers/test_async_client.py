@@ -4,6 +4,8 @@ scheduled, in bulk, tracked, unique), from many coroutines at once on one loop."
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -157,3 +159,26 @@ def test_a_push_sent_with_others_fails_alone(registry: Registry, settings: Setti
     pushed = [jid for n, jid in enumerate(outcomes) if n != 3]
     assert sorted(r.jid for r in Queue("default", settings=settings)) == sorted(pushed)
     blocker.close()
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+def test_a_push_after_the_server_closed_an_idle_connection_is_sent_once(
+    registry: Registry, settings: Settings
+) -> None:
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    admin = redis.Redis.from_url(settings.redis_url)
+    name = f"asynctask:{socket.gethostname()}:{os.getpid()}"
+
+    async def push(client: AsyncClient) -> list[str]:
+        first = await note.set(client=client).aperform_async(1)
+        for entry in admin.client_list():
+            if entry["name"] == name:
+                admin.client_kill_filter(_id=entry["id"])
+        await asyncio.sleep(0.05)
+        return [first, await note.set(client=client).aperform_async(2)]
+
+    jids = run(push, settings, registry)
+    assert sorted(r.jid for r in Queue("default", settings=settings)) == sorted(jids)
+    admin.close()

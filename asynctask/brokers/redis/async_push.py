@@ -11,13 +11,18 @@ side by side then cost one round trip per turn of the loop, not one each; a send
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 
+import hiredis
+import redis
 import redis.asyncio
+from redis._parsers import BaseParser
 
 from asynctask import payload
-from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, REPLY_MARGIN
+from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, READ_SIZE, REPLY_MARGIN
 from asynctask.brokers.redis.push import Command, ScriptCall, plan_push
 from asynctask.brokers.redis.scripts import script_source
 from asynctask.keys import Keys
@@ -34,10 +39,13 @@ class AsyncRedisPusher:
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=REPLY_MARGIN,
             socket_keepalive=True,
+            # Named as the process's other connections are (``CLIENT LIST`` shows who is who).
+            client_name=f"asynctask:{socket.gethostname()}:{os.getpid()}",
         )
         self.keys = Keys(settings.namespace)
         self.max_payload_bytes = settings.max_payload_bytes
         self._scripts = {name: self.redis.register_script(script_source(name)) for name in ("record", "push")}
+        self._plain = AsyncPlainRoundTrips(self.redis)
         #: Plain pushes waiting for the next send: their commands, and the future each awaits.
         self._waiting: list[tuple[list[Command], asyncio.Future[None]]] = []
         self._sends: set[asyncio.Task[None]] = set()
@@ -65,6 +73,7 @@ class AsyncRedisPusher:
     async def close(self) -> None:
         if self._sends:
             await asyncio.wait(self._sends)
+        await self._plain.close()
         await self.redis.aclose()
 
     async def _send_with_others(self, commands: list[Command]) -> None:
@@ -82,12 +91,8 @@ class AsyncRedisPusher:
             task.add_done_callback(self._sends.discard)
 
     async def _send(self, pushes: list[tuple[list[Command], asyncio.Future[None]]]) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        for commands, _ in pushes:
-            for command in commands:
-                pipe.execute_command(*command)
         try:
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            replies = await self._plain.send([command for commands, _ in pushes for command in commands])
         except BaseException as exc:
             for _, done in pushes:
                 if not done.done():
@@ -106,3 +111,69 @@ class AsyncRedisPusher:
                 done.set_exception(failed)
             else:
                 done.set_result(None)
+
+
+class AsyncPlainRoundTrips:
+    """Plain commands sent in one write and their replies read, on connections of their own:
+    ``connection.PlainRoundTrips`` for an event loop.
+
+    redis-py's asyncio pipeline packs each command in Python and reads each reply under a
+    timer of its own, most of a plain push's cost: here hiredis packs them all and parses the
+    replies, and one timer bounds each read of the socket. The connections are redis-py's own
+    (made by the client's pool, so they connect, authenticate and select the database as it
+    does), outside the pool's count, at most as many as sends in flight at once. A connection
+    the server closed while it was idle is connected again before anything is sent on it, and
+    one that failed half-way is dropped: none ever holds a reply that is not its caller's.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._pool = client.connection_pool
+        self._timeout = self._pool.connection_kwargs.get("socket_timeout") or REPLY_MARGIN
+        self._idle: list[Any] = []
+
+    async def send(self, commands: Sequence[Command]) -> list[Any]:
+        """The replies of ``commands``, error replies as redis-py's exceptions (not raised)."""
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        # hiredis's stub types a command as a tuple of one argument.
+        packed = b"".join([hiredis.pack_command(command) for command in commands])  # type: ignore[arg-type]
+        try:
+            replies = await self._exchange(connection, packed, len(commands))
+        except BaseException:
+            await connection.disconnect()
+            raise
+        self._idle.append(connection)
+        return replies
+
+    async def _exchange(self, connection: Any, packed: bytes, count: int) -> list[Any]:
+        if not connection.is_connected or connection._reader.at_eof():
+            # Closed by the server while idle (the loop has read its end of file): never sent on.
+            await connection.disconnect()
+            await connection.connect()
+        reader = hiredis.Reader(protocolError=redis.InvalidResponse, replyError=BaseParser.parse_error)
+        connection._writer.write(packed)
+        replies: list[Any] = []
+        try:
+            async with asyncio.timeout(self._timeout):
+                await connection._writer.drain()
+                while len(replies) < count:
+                    reply = reader.gets()
+                    if reply is False:
+                        data = await connection._reader.read(READ_SIZE)
+                        if not data:
+                            raise redis.ConnectionError("Connection closed by server.")
+                        reader.feed(data)
+                    else:
+                        replies.append(reply)
+        except TimeoutError as exc:
+            raise redis.TimeoutError(f"Timeout reading from {connection!r}") from exc
+        except OSError as exc:
+            raise redis.ConnectionError(f"Error talking to {connection!r}: {exc}") from exc
+        return replies
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.disconnect()

@@ -17,7 +17,7 @@ from redis._parsers import BaseParser
 #: Seconds to wait for a connection; a down Redis is reported instead of hanging forever.
 CONNECT_TIMEOUT = 5.0
 #: Bytes asked of a push connection's socket per read: a push's replies are a few bytes each.
-_READ_SIZE = 65536
+READ_SIZE = 65536
 #: Seconds a reply may take beyond the longest a command blocks on purpose (BLMOVE's
 #: timeout). A paused or unreachable server then fails the command instead of holding the
 #: thread forever; a claim whose reply was lost this way is given back (``Fetcher.reconcile``).
@@ -109,7 +109,7 @@ def _exchange(connection: Any, packed: bytes, count: int) -> list[Any]:
         while len(replies) < count:
             reply = reader.gets()
             if reply is False:
-                data = sock.recv(_READ_SIZE)
+                data = sock.recv(READ_SIZE)
                 if not data:
                     raise redis.ConnectionError("Connection closed by server.")
                 reader.feed(data)
