@@ -56,34 +56,34 @@ def fast_settings(**fields: Any) -> Settings:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def awaited_job(func: F) -> F:
+    """An ``async def`` job function (same name and signature) that awaits once, then does what
+    ``func`` does (a generator: an async generator awaiting before each of its values)."""
+    if inspect.isgeneratorfunction(func):
+
+        @functools.wraps(func)
+        async def iterate(*args: Any, **kwargs: Any) -> Any:
+            for value in func(*args, **kwargs):
+                await asyncio.sleep(0)
+                yield value
+
+        return cast(F, iterate)
+
+    @functools.wraps(func)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0)
+        return func(*args, **kwargs)
+
+    return cast(F, run)
+
+
 @pytest.fixture(params=["sync", "async"])
 def job_kind(request: pytest.FixtureRequest) -> Callable[[F], F]:
     """A decorator for a test's job function, under ``@asynctask.job``: the function itself, or
-    an ``async def`` job (same name and signature) that awaits once, then does what it does (a
-    generator: an async generator awaiting before each of its values).
-    A test using it runs once for each kind of job."""
+    its ``awaited_job``. A test using it runs once for each kind of job."""
     if request.param == "sync":
         return lambda func: func
-
-    def awaited(func: F) -> F:
-        if inspect.isgeneratorfunction(func):
-
-            @functools.wraps(func)
-            async def iterate(*args: Any, **kwargs: Any) -> Any:
-                for value in func(*args, **kwargs):
-                    await asyncio.sleep(0)
-                    yield value
-
-            return cast(F, iterate)
-
-        @functools.wraps(func)
-        async def run(*args: Any, **kwargs: Any) -> Any:
-            await asyncio.sleep(0)
-            return func(*args, **kwargs)
-
-        return cast(F, run)
-
-    return awaited
+    return awaited_job
 
 
 @pytest.fixture(params=BACKENDS)
@@ -262,21 +262,6 @@ class AwaitedTracking:
     def close(self) -> None:
         self.loop.run_until_complete(self.awaited.aclose())
         self.loop.close()
-
-
-@pytest.fixture(params=["sync", "async"])
-def any_tracking(
-    request: pytest.FixtureRequest, settings: Settings, registry: Registry
-) -> Iterator[Tracking]:
-    """``tracking``, and the same calls awaited on an event loop (``AwaitedTracking``)."""
-    engine: Engine = request.getfixturevalue("engine")
-    if request.param == "sync":
-        make_client: MakeClient = request.getfixturevalue("make_client")
-        yield Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
-        return
-    awaited = AwaitedTracking(settings, registry)
-    yield cast(Tracking, awaited)
-    awaited.close()
 
 
 # The SQL broker's own tests (tests/brokers/test_sql_*.py) drive a broker directly, on

@@ -4,6 +4,7 @@ shows the key's holder and line while they wait."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -44,19 +45,38 @@ def start_tracked(start_worker: Callable[..., Worker]) -> Worker:
     )
 
 
-@pytest.fixture
-def runs(registry: Registry) -> Runs:
+@pytest.fixture(params=["sync", "async"])
+def runs(request: pytest.FixtureRequest, registry: Registry) -> Runs:
+    """The chunk job ``step``: a sync job, then an async one (its waits awaited)."""
     seen = Runs()
 
-    @job(registry=registry, retry=False)
-    def step(chunk: list[dict[str, Any]]) -> None:
+    def started(chunk: list[dict[str, Any]]) -> str:
         key = str(chunk[0]["op"])
         with seen.lock:
             seen.log.append(("start", key, chunk[0]["n"]))
-        seen.gate.wait(10)
-        time.sleep(0.02)
+        return key
+
+    def ended(key: str, chunk: list[dict[str, Any]]) -> None:
         with seen.lock:
             seen.log.append(("end", key, chunk[0]["n"]))
+
+    if request.param == "sync":
+
+        @job(registry=registry, retry=False)
+        def step(chunk: list[dict[str, Any]]) -> None:
+            key = started(chunk)
+            seen.gate.wait(10)
+            time.sleep(0.02)
+            ended(key, chunk)
+
+    else:
+
+        @job(registry=registry, retry=False, name="step")
+        async def async_step(chunk: list[dict[str, Any]]) -> None:
+            key = started(chunk)
+            await asyncio.to_thread(seen.gate.wait, 10)
+            await asyncio.sleep(0.02)
+            ended(key, chunk)
 
     return seen
 

@@ -4,8 +4,8 @@ same way whether they live in Redis (transitions through the stream and a flushe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import Engine, func, select
@@ -16,14 +16,32 @@ from asynctask.job import JobDefinition
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
-from tests.brokers.conftest import MakeClient
+from tests.brokers.conftest import AwaitedTracking, MakeClient, awaited_job
 from tests.conftest import wait_until
 from tests.tracking_fixtures import wait_for_task
 
 
+@pytest.fixture(params=["sync", "async"])
+def side(request: pytest.FixtureRequest) -> str:
+    """Each test runs twice: sync jobs created and read with the sync calls, then async jobs
+    created and read with the awaited ones (``acreate_task``...)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def rows(registry: Registry) -> JobDefinition[Any]:
-    @job(registry=registry, retry=1)
+def tracking(
+    side: str, make_client: MakeClient, engine: Engine, settings: Settings, registry: Registry
+) -> Iterator[Tracking]:
+    if side == "sync":
+        yield Tracking(make_client(middleware=Chain([TrackingClientMiddleware()])), engine)
+        return
+    awaited = AwaitedTracking(settings, registry)
+    yield cast(Tracking, awaited)
+    awaited.close()
+
+
+@pytest.fixture
+def rows(side: str, registry: Registry) -> JobDefinition[Any]:
     def rows(chunk: list[int]) -> None:
         first = chunk[0]
         if first == 5:
@@ -34,17 +52,13 @@ def rows(registry: Registry) -> JobDefinition[Any]:
             raise ValueError("always broken")
         current_job().log(f"imported {len(chunk)} rows")
 
-    @rows.retry_in
+    definition = job(registry=registry, retry=1)(rows if side == "sync" else awaited_job(rows))
+
+    @definition.retry_in
     def _soon(count: int, exc: BaseException, job: dict[str, Any]) -> float:
         return 0.01
 
-    return rows
-
-
-@pytest.fixture
-def tracking(any_tracking: Tracking) -> Tracking:
-    """The task calls of these tests, made both ways: called, and awaited on an event loop."""
-    return any_tracking
+    return definition
 
 
 def start_tracked(start_worker: Callable[..., Worker]) -> Worker:
