@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 
 import asynctask
 from asynctask import Client, Registry, Settings, Tracking
-from asynctask.api import ProcessSet, Queue, RetrySet, Stats
+from asynctask.api import ProcessSet, Queue, Stats
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.tracking.models import Event
 from asynctask.worker import Worker
@@ -77,28 +77,6 @@ def test_async_concurrency_bounds_the_jobs_awaited_at_once(
     start_worker(concurrency=4, async_concurrency=5)
     wait_until(lambda: stats.refresh().processed == 60, 15)
     assert most == 5
-
-
-def test_a_failing_async_job_is_retried_with_its_error(
-    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
-) -> None:
-    @asynctask.job(registry=registry)
-    async def flaky(n: int) -> None:
-        await asyncio.sleep(0)
-        raise ValueError(f"bad input {n}")
-
-    jid = flaky.set(client=client).perform_async(7)
-    start_worker()
-    retries = RetrySet(settings=settings)
-    [entry] = wait_until(lambda: list(retries))
-    assert (entry.jid, entry.error_class, entry.error_message, entry.retry_count) == (
-        jid,
-        "ValueError",
-        "bad input 7",
-        0,
-    )
-    stats = Stats(settings=settings)
-    wait_until(lambda: stats.refresh().failed == 1)
 
 
 def test_an_async_job_holds_its_claim_while_it_runs(
@@ -162,29 +140,6 @@ def test_a_hard_shutdown_cancels_an_async_job_and_pushes_it_back(
             return tuple(connection.execute(query).one())
 
     wait_until(lambda: event() == ("enqueue", 1, "interrupted by shutdown"), 10)
-
-
-def test_a_tracked_async_job_records_its_run_and_its_log(
-    registry: Registry, tracking: Tracking, engine: Engine, start_worker: StartWorker
-) -> None:
-    @asynctask.job(registry=registry, retry=0)
-    async def rows(chunk: list[int]) -> None:
-        await asyncio.sleep(0.01)
-        if chunk[0] == 4:
-            raise asynctask.JobFailed("row 4 breaks a rule")
-        if chunk[0] == 6:
-            raise RuntimeError("broken")
-        asynctask.current_job().log(f"imported {len(chunk)} rows")
-
-    task = tracking.create_task(rows, range(8), chunk_size=2)
-    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
-    done = wait_for_task(tracking, task.id, timeout=15)
-    assert done.status == "finished_with_errors"
-    assert {k: v for k, v in done.counts.items() if v} == {"finish": 2, "failed": 1, "error": 1}
-    events = {e.params[0][0]: e for e in tracking.list_events(task.id).items if e.params}
-    assert events[4].error == "row 4 breaks a rule"
-    assert events[6].error_class == "RuntimeError"
-    assert "imported 2 rows" in [m.text for m in events[0].messages]
 
 
 def test_a_sync_middleware_wraps_an_async_job_and_sees_it(
@@ -292,25 +247,6 @@ def test_a_fed_task_of_async_jobs_runs_at_most_parallel_at_once(
     done = wait_for_task(tracking, task.id, timeout=30)
     assert done.status == "finished" and done.counts["finish"] == 15
     assert most == 3
-
-
-def test_a_cancelled_tasks_async_jobs_never_run(
-    registry: Registry, tracking: Tracking, settings: Settings, start_worker: StartWorker
-) -> None:
-    ran: list[int] = []
-
-    @asynctask.job(registry=registry)
-    async def call_device(chunk: list[int]) -> None:
-        ran.extend(chunk)
-
-    task = tracking.create_task(call_device, range(10), chunk_size=2)
-    tracking.cancel_task(task.id)
-    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread")
-    queue = Queue("default", settings=settings)
-    wait_until(lambda: queue.size == 0, 10)
-    wait_for_beats(lambda: getattr(next(iter(ProcessSet(settings=settings)), None), "beat", None))
-    assert ran == []
-    assert tracking.get_task(task.id).counts["cancelled"] == 5
 
 
 def test_a_running_async_job_of_a_cancelled_task_is_cancelled_after_the_grace(

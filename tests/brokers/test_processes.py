@@ -3,6 +3,7 @@ graceful shutdown."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -188,26 +189,44 @@ def test_tstp_quiets_and_term_stops_a_worker_process(
     assert processes.size == 0
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_shutdown_pushes_back_jobs_running_at_the_timeout_and_they_run_again(
-    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+    kind: str, registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
 ) -> None:
+    """A sync job gets ``Shutdown`` at the timeout, an async one ``CancelledError`` at its next
+    await: either way it is pushed back, and runs again."""
     finish = threading.Event()
     interrupted: list[str] = []
     completed: list[str] = []
 
-    @asynctask.job(registry=registry)
-    def hold(n: int) -> None:
-        jid = asynctask.current_job().jid
-        try:
-            while not finish.is_set():
-                time.sleep(0.01)
-        except asynctask.Shutdown:
-            interrupted.append(jid)
-            raise
-        completed.append(jid)
+    if kind == "sync":
 
-    jids = hold.set(client=client).perform_bulk([[n] for n in range(6)])
-    worker = start_worker(concurrency=3, timeout=0.5)
+        @asynctask.job(registry=registry)
+        def hold(n: int) -> None:
+            jid = asynctask.current_job().jid
+            try:
+                while not finish.is_set():
+                    time.sleep(0.01)
+            except asynctask.Shutdown:
+                interrupted.append(jid)
+                raise
+            completed.append(jid)
+
+    else:
+
+        @asynctask.job(registry=registry, name="hold")
+        async def async_hold(n: int) -> None:
+            jid = asynctask.current_job().jid
+            try:
+                while not finish.is_set():
+                    await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                interrupted.append(jid)
+                raise
+            completed.append(jid)
+
+    jids = client.push_bulk({"class": "hold", "args": [[n] for n in range(6)]})
+    worker = start_worker(concurrency=3, async_concurrency=3, timeout=0.5)
     processes = ProcessSet(settings=settings)
     wait_until(lambda: [p.busy for p in processes] == [3])
     stopping = time.monotonic()
