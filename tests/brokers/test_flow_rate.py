@@ -4,14 +4,16 @@ the limit postponed, never failed."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from asynctask import Settings
+from asynctask.job import JobDefinition
 from tests.brokers.conftest import MakeClient, SpawnWorker
 from tests.brokers.flow_support import done_jids, flow_client, most_in_window, read_events, start_flow_workers
 from tests.conftest import wait_until
-from tests.jobs.flow_jobs import RATE_PER_SECOND, rate_step
+from tests.jobs.flow_jobs import RATE_PER_SECOND, async_rate_step, rate_step
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -23,12 +25,17 @@ JOBS = 200
 RECORDING_SLACK = 0.05
 
 
+@pytest.mark.parametrize("step", [rate_step, async_rate_step], ids=["sync", "async"])
 def test_no_window_of_a_second_holds_more_starts_than_the_limit(
-    make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
+    step: JobDefinition[Any],
+    make_client: MakeClient,
+    settings: Settings,
+    spawn_worker: SpawnWorker,
+    runs_file: Path,
 ) -> None:
     client = flow_client(make_client)
     start_flow_workers(spawn_worker, settings, processes=2, concurrency=10)
-    jids = rate_step.set(client=client).perform_bulk([["rate", seq, 0.0] for seq in range(JOBS)])
+    jids = step.set(client=client).perform_bulk([["rate", seq, 0.0] for seq in range(JOBS)])
     # The limit makes the run last JOBS / RATE_PER_SECOND seconds at least.
     wait_until(lambda: done_jids(runs_file) >= set(jids), timeout=60, interval=0.2)
 

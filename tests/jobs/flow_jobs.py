@@ -11,6 +11,7 @@ appended with one ``write`` each, whole, as in tests/jobs/broker_jobs.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import threading
@@ -85,6 +86,14 @@ RATE_PER_SECOND = 20
 @asynctask.job(rate_limit=f"{RATE_PER_SECOND}/s", rate_key="flow-rate")
 def rate_step(key: str, seq: int, seconds: float) -> None:
     _step(key, seq, seconds)
+
+
+@asynctask.job(rate_limit=f"{RATE_PER_SECOND}/s", rate_key="flow-rate")
+async def async_rate_step(key: str, seq: int, seconds: float) -> None:
+    """``rate_step`` as an async job: its starts count in the same window."""
+    _note("start", key, seq)
+    await asyncio.sleep(seconds)
+    _note("done", key, seq)
 
 
 @asynctask.job(unique_for=60)
