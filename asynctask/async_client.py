@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from inspect import Signature
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from asynctask import payload
 from asynctask.client import bulk_batches, template, through
@@ -132,23 +132,50 @@ def _open_pusher(settings: Settings) -> AsyncPusher:
     return AsyncSqlPusher(settings)
 
 
-_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = weakref.WeakKeyDictionary()
+class Configured(Protocol):
+    """What ``PerLoop`` makes: something made from settings, client middleware and a registry."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        middleware: Chain[payload.JobDict] | None = None,
+        registry: Registry | None = None,
+    ) -> None: ...
+
+
+C = TypeVar("C", bound=Configured)
+
+
+class PerLoop(Generic[C]):
+    """One ``C`` per event loop (its connections belong to the loop), made on the loop's first
+    ``get``: with the settings, middleware and registry of the default client when
+    ``configure()`` set one, else from the environment."""
+
+    def __init__(self, make: type[C]) -> None:
+        self._make = make
+        self._made: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, C] = weakref.WeakKeyDictionary()
+
+    def get(self) -> C:
+        loop = asyncio.get_running_loop()
+        made = self._made.get(loop)
+        if made is None:
+            from asynctask import client as sync_client
+
+            configured = sync_client.configured()
+            if configured is None:
+                made = self._make()
+            else:
+                made = self._make(
+                    configured.settings, middleware=configured.middleware, registry=configured.registry
+                )
+            self._made[loop] = made
+        return made
+
+
+_defaults = PerLoop(AsyncClient)
 
 
 def default_async_client() -> AsyncClient:
-    """The client ``aperform_async`` uses on the running loop: with the settings, middleware and
-    registry of the default client when ``configure()`` set one, else from the environment."""
-    loop = asyncio.get_running_loop()
-    client = _defaults.get(loop)
-    if client is None:
-        from asynctask import client as sync_client
-
-        configured = sync_client.configured()
-        if configured is None:
-            client = AsyncClient()
-        else:
-            client = AsyncClient(
-                configured.settings, middleware=configured.middleware, registry=configured.registry
-            )
-        _defaults[loop] = client
-    return client
+    """The client ``aperform_async`` uses on the running loop (see ``PerLoop``)."""
+    return _defaults.get()

@@ -16,14 +16,13 @@ writes its items in batches of ``BATCH`` items, each a few milliseconds of work.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.util import await_only, greenlet_spawn
 
-from asynctask import client as sync_client
+from asynctask.async_client import PerLoop
 from asynctask.client import Client
 from asynctask.db.engine import create_async_database_engine
 from asynctask.middleware import Chain
@@ -111,24 +110,12 @@ class AsyncTracking:
         await self.database.dispose()
 
 
-_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncTracking] = weakref.WeakKeyDictionary()
+_defaults = PerLoop(AsyncTracking)
 
 
 def default_async_tracking() -> AsyncTracking:
-    """The ``AsyncTracking`` of the running loop: with the settings, middleware and registry of
-    the default client when ``configure()`` set one, else from the environment."""
-    loop = asyncio.get_running_loop()
-    tracking = _defaults.get(loop)
-    if tracking is None:
-        configured = sync_client.configured()
-        if configured is None:
-            tracking = AsyncTracking()
-        else:
-            tracking = AsyncTracking(
-                configured.settings, middleware=configured.middleware, registry=configured.registry
-            )
-        _defaults[loop] = tracking
-    return tracking
+    """The ``AsyncTracking`` of the running loop (see ``async_client.PerLoop``)."""
+    return _defaults.get()
 
 
 def _on_default(

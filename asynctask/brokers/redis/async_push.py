@@ -19,10 +19,9 @@ from typing import Any
 import hiredis
 import redis
 import redis.asyncio
-from redis._parsers import BaseParser
 
 from asynctask import payload
-from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, READ_SIZE, REPLY_MARGIN
+from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, READ_SIZE, REPLY_MARGIN, Replies
 from asynctask.brokers.redis.push import Command, ScriptCall, plan_push
 from asynctask.brokers.redis.scripts import script_source
 from asynctask.keys import Keys
@@ -152,26 +151,18 @@ class AsyncPlainRoundTrips:
             # Closed by the server while idle (the loop has read its end of file): never sent on.
             await connection.disconnect()
             await connection.connect()
-        reader = hiredis.Reader(protocolError=redis.InvalidResponse, replyError=BaseParser.parse_error)
         connection._writer.write(packed)
-        replies: list[Any] = []
+        replies = Replies(count)
         try:
             async with asyncio.timeout(self._timeout):
                 await connection._writer.drain()
-                while len(replies) < count:
-                    reply = reader.gets()
-                    if reply is False:
-                        data = await connection._reader.read(READ_SIZE)
-                        if not data:
-                            raise redis.ConnectionError("Connection closed by server.")
-                        reader.feed(data)
-                    else:
-                        replies.append(reply)
+                while not replies.complete():
+                    replies.feed(await connection._reader.read(READ_SIZE))
         except TimeoutError as exc:
             raise redis.TimeoutError(f"Timeout reading from {connection!r}") from exc
         except OSError as exc:
             raise redis.ConnectionError(f"Error talking to {connection!r}: {exc}") from exc
-        return replies
+        return replies.replies
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []

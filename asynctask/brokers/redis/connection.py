@@ -102,24 +102,41 @@ def _exchange(connection: Any, packed: bytes, count: int) -> list[Any]:
     """Write ``packed`` and read ``count`` replies; error replies come back as redis-py's
     exceptions, raised by the caller once every reply is read."""
     sock = _open_socket(connection)
-    reader = hiredis.Reader(protocolError=redis.InvalidResponse, replyError=BaseParser.parse_error)
-    replies: list[Any] = []
+    replies = Replies(count)
     try:
         sock.sendall(packed)
-        while len(replies) < count:
-            reply = reader.gets()
-            if reply is False:
-                data = sock.recv(READ_SIZE)
-                if not data:
-                    raise redis.ConnectionError("Connection closed by server.")
-                reader.feed(data)
-            else:
-                replies.append(reply)
+        while not replies.complete():
+            replies.feed(sock.recv(READ_SIZE))
     except TimeoutError as exc:
         raise redis.TimeoutError(f"Timeout reading from {connection!r}") from exc
     except OSError as exc:
         raise redis.ConnectionError(f"Error talking to {connection!r}: {exc}") from exc
-    return replies
+    return replies.replies
+
+
+class Replies:
+    """The replies of ``count`` commands sent in one write, parsed by hiredis as their bytes
+    come, error replies as redis-py's exceptions (returned, not raised)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.replies: list[Any] = []
+        self._reader = hiredis.Reader(protocolError=redis.InvalidResponse, replyError=BaseParser.parse_error)
+
+    def complete(self) -> bool:
+        """Take every whole reply fed so far; whether all of them have come."""
+        while len(self.replies) < self.count:
+            reply = self._reader.gets()
+            if reply is False:
+                return False
+            self.replies.append(reply)
+        return True
+
+    def feed(self, data: bytes) -> None:
+        """Bytes read from the connection: none means the server closed it."""
+        if not data:
+            raise redis.ConnectionError("Connection closed by server.")
+        self._reader.feed(data)
 
 
 def _open_socket(connection: Any) -> socket.socket:
