@@ -193,7 +193,6 @@ class AsyncJobs:
         finally:
             if task is not None:
                 del self._running[task]
-            self._slots.release()
         self._ending.append(_Ended(unit, job, definition, iteration, error, interrupted, start, key))
         if len(self._ending) == 1:
             self._loop.call_soon(self._hand_ended)
@@ -209,6 +208,8 @@ class AsyncJobs:
 
     def _hand_ended(self) -> None:
         ending, self._ending = self._ending, []
+        # The slots of a turn's ended runs, freed together: each release wakes a waiting thread.
+        self._slots.release(len(ending))
         self._ended.put(ending)
 
     def _settle_loop(self) -> None:
