@@ -83,10 +83,23 @@ class Chain(Generic[R]):
 
         return call(0)
 
-    async def ainvoke(self, *args: Any, final: Callable[[], Awaitable[R]]) -> R | None:
-        """Run the chain around the awaitable ``final`` (an async job), on the running loop."""
+    def ainvoke(self, *args: Any, final: Callable[[], Awaitable[R]]) -> Awaitable[R | None]:
+        """Run the chain around the awaitable ``final`` (an async job), on the running loop: the
+        awaitable of the outermost middleware (of the job itself, for an empty chain)."""
         entries = self._entries
+        if not entries:
+            return final()
+        around = getattr(entries[0], "acall", None)
+        if len(entries) == 1 and around is not None:
+            # The common case (the default chain holds only the tracking middleware), with no
+            # coroutine of the chain's own: each layer is passed through at every await of the job.
+            outcome: Awaitable[R | None] = around(*args, final)
+            return outcome
+        return self._ainvoke(entries, args, final)
 
+    async def _ainvoke(
+        self, entries: tuple[Middleware, ...], args: tuple[Any, ...], final: Callable[[], Awaitable[R]]
+    ) -> R | None:
         async def call(index: int) -> R | None:
             if index == len(entries):
                 return await final()

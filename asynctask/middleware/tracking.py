@@ -99,36 +99,44 @@ class TrackingServerMiddleware:
         tracker.record(rules.finished(jid))
         return result
 
-    async def acall(
+    def acall(
         self, definition: Any, job: payload.JobDict, queue: str, call_next: Callable[[], Awaitable[Any]]
-    ) -> Any:
-        """The same, around an async job. A cancellation from outside the job is the runtime's:
-        its task was cancelled (``TASK_CANCELLED``: ``cancelled``), or the worker is stopping
-        (the async job's shutdown)."""
+    ) -> Awaitable[Any]:
+        """The same, around an async job: an untracked one is awaited as it is, with no
+        coroutine of this middleware around it (each is passed through at every await)."""
         context = current_job()
         tracker = context.tracker
         if tracker is None or not is_tracked(job):
-            return await call_next()
-        jid = job["jid"]
-        if not _started(tracker, jid, context.task_id, job):
-            return None
-        try:
-            result = await call_next()
-        except asyncio.CancelledError as exc:
-            if not _cancelled_from_outside():
-                _ended(tracker, jid, exc, interrupted=False)
-            elif exc.args == (TASK_CANCELLED,):
-                tracker.record(
-                    transitions.status(jid, EventStatus.CANCELLED, "task cancelled; cancelled while running")
-                )
-            else:
-                _ended(tracker, jid, exc, interrupted=True)
-            raise
-        except BaseException as exc:
+            return call_next()
+        return _around_tracked(tracker, context.task_id, job, call_next)
+
+
+async def _around_tracked(
+    tracker: Tracker, task_id: str | None, job: payload.JobDict, call_next: Callable[[], Awaitable[Any]]
+) -> Any:
+    """Around a tracked async job. A cancellation from outside the job is the runtime's: its
+    task was cancelled (``TASK_CANCELLED``: ``cancelled``), or the worker is stopping (the
+    async job's shutdown)."""
+    jid = job["jid"]
+    if not _started(tracker, jid, task_id, job):
+        return None
+    try:
+        result = await call_next()
+    except asyncio.CancelledError as exc:
+        if not _cancelled_from_outside():
             _ended(tracker, jid, exc, interrupted=False)
-            raise
-        tracker.record(rules.finished(jid))
-        return result
+        elif exc.args == (TASK_CANCELLED,):
+            tracker.record(
+                transitions.status(jid, EventStatus.CANCELLED, "task cancelled; cancelled while running")
+            )
+        else:
+            _ended(tracker, jid, exc, interrupted=True)
+        raise
+    except BaseException as exc:
+        _ended(tracker, jid, exc, interrupted=False)
+        raise
+    tracker.record(rules.finished(jid))
+    return result
 
 
 def _started(tracker: Tracker, jid: str, task: str | None, job: payload.JobDict) -> bool:
