@@ -84,6 +84,7 @@ class AsyncTracking:
         client = Client(settings, connection=connection, middleware=middleware, registry=registry)
         self.tracking = Tracking(client, self.database.sync_engine)
         self.tracking.sleep = _sleep_awaited
+        self.tracking.sends_elsewhere = False
 
     acreate_task = _awaited(Tracking.create_task)
     aget_task = _awaited(Tracking.get_task)

@@ -476,7 +476,9 @@ def cancel_task(
     return int(cancelled)
 
 
-def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | None = None) -> int:
+def retry_task(
+    engine: Engine, client: Client, task_id: str, *, tenant: str | None = None, sends_elsewhere: bool = True
+) -> int:
     """Run the task's ``failed`` and ``error`` jobs again (same jids and args); return how many.
 
     Each goes back to ``enqueue`` through the tracking stream, recorded in the same broker
@@ -487,6 +489,10 @@ def retry_task(engine: Engine, client: Client, task_id: str, *, tenant: str | No
     task = _require(engine, task_id, tenant)
     if task.state == TaskState.CANCELLED:
         raise TaskStateError(f"task {task_id} is cancelled; its jobs cannot be retried")
+    if task.runtime is not None and not sends_elsewhere:
+        raise TypeError(
+            f"task {task_id}'s jobs run on {task.runtime}, whose client blocks: retry it in a thread"
+        )
     # Read before the events: an event still failed/error at or below this position when SQL
     # is updated below was among those read, so it was pushed again.
     position = client.broker.tracking.position()

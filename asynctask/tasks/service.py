@@ -38,6 +38,9 @@ class Tracking:
         #: How a call waits (``cancel_task``, for another runtime's workers): an event loop's
         #: tracking awaits instead.
         self.sleep: Callable[[float], None] = time.sleep
+        #: Whether tasks of another runtime's jobs are sent here, with that runtime's own client,
+        #: which blocks: an event loop's tracking refuses them.
+        self.sends_elsewhere = True
 
     def create_task(
         self,
@@ -55,6 +58,9 @@ class Tracking:
         interval: float = 0,
         priority: int | None = None,
     ) -> TaskView:
+        elsewhere = isinstance(runtime.resolve(job, self.client.registry), RuntimeJob)
+        if elsewhere and not self.sends_elsewhere:
+            raise TypeError(_SENT_BLOCKING)
         task_id = tasks.create_task(
             self.engine,
             self.client,
@@ -72,7 +78,7 @@ class Tracking:
             priority=priority,
         )
         view = self.get_task(task_id)
-        if isinstance(runtime.resolve(job, self.client.registry), RuntimeJob):
+        if elsewhere:
             # Another runtime's workers are not AsyncTask's to see.
             return view
         warning = listeners.no_worker(self.client, view.queue)
@@ -122,7 +128,9 @@ class Tracking:
 
     def retry_task(self, task_id: str, *, tenant: str | None = None) -> int:
         """Re-enqueue the task's failed and error jobs; return how many (counts follow within a flush)."""
-        return tasks.retry_task(self.engine, self.client, task_id, tenant=tenant)
+        return tasks.retry_task(
+            self.engine, self.client, task_id, tenant=tenant, sends_elsewhere=self.sends_elsewhere
+        )
 
     def update_task(
         self,
@@ -152,6 +160,11 @@ class Tracking:
         """Send a stopped job back to its queue, to continue from its checkpoint; its queue."""
         return jobs.resume_job(self.engine, self.client, jid, tenant=tenant)
 
+
+_SENT_BLOCKING = (
+    "another runtime's jobs are sent with its own client, which blocks: call create_task and "
+    "retry_task for them in a thread (asyncio.to_thread)"
+)
 
 _lock = threading.Lock()
 _default: Tracking | None = None

@@ -19,6 +19,8 @@ from asynctask import AsyncTracking, Client, Registry, Settings
 from asynctask import client as client_module
 from asynctask.api import Queue
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
+from asynctask.tasks import runtime
+from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 
@@ -199,3 +201,29 @@ def test_tasks_cancelled_side_by_side_on_one_loop_are_each_cancelled(
     thread.join(30)
     assert not thread.is_alive(), "the loop hung"
     assert outcome == [[10, 10, 10, 10]]
+
+
+class _Unsent:
+    """A runtime's client that must never be reached: the refusal comes first."""
+
+    def send(self, batch: Any) -> None:
+        raise AssertionError("sent")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_another_runtimes_jobs_are_refused_on_a_loop_before_anything_is_written(
+    run_on_loop: Callable[..., Any], registry: Registry, engine: Engine
+) -> None:
+    """Their runtime's client blocks: such a task is created with ``create_task``, in a thread."""
+    elsewhere = runtime.register(
+        RuntimeJob(lambda chunk: None, "celery_rows", runtime="celery", queue="default", sender=_Unsent()),
+        registry,
+    )
+
+    async def create(tracking: AsyncTracking) -> None:
+        with pytest.raises(TypeError, match="in a thread"):
+            await tracking.acreate_task(elsewhere, range(3))
+
+    run_on_loop(create)
+    with engine.connect() as connection:
+        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0

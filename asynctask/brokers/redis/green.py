@@ -22,9 +22,11 @@ from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, REPLY_MARGIN
 
 class GreenRedis(redis.Redis):
     def __init__(self, url: str) -> None:
-        # The sync pool is never connected: it holds the URL's settings, which the few
-        # callers that make connections of their own read (``PlainRoundTrips``).
-        super().__init__(connection_pool=redis.ConnectionPool.from_url(url))
+        # The sync pool only holds the URL's settings: a caller that would make a connection
+        # of its own from it (``PlainRoundTrips``) would block the loop, and fails instead.
+        super().__init__(
+            connection_pool=redis.ConnectionPool.from_url(url, connection_class=NoBlockingConnection)
+        )
         self.awaited = redis.asyncio.Redis.from_url(
             url,
             socket_connect_timeout=CONNECT_TIMEOUT,
@@ -41,6 +43,13 @@ class GreenRedis(redis.Redis):
     def close(self) -> None:
         await_only(self.awaited.aclose())
         super().close()
+
+
+class NoBlockingConnection:
+    """The connection a ``GreenRedis``'s sync pool makes: none."""
+
+    def __init__(self, **_settings: Any) -> None:
+        raise RuntimeError("a blocking Redis connection was asked for by a call awaited on an event loop")
 
 
 class GreenPipeline(Pipeline):
