@@ -10,7 +10,7 @@ meanwhile and no thread is involved. The guarantees are the sync calls': ``acrea
 all or nothing, and a cancelled task's jobs never start.
 
 Work between round trips (building a batch of jobs, say) runs on the loop: ``acreate_task``
-writes its items in batches of ``BATCH`` items, each a few milliseconds of work.
+writes its items in batches of ``BATCH`` items, each up to a few tens of milliseconds of work.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.util import await_only, greenlet_spawn
 
@@ -30,6 +30,11 @@ from asynctask.payload import JobDict
 from asynctask.registry import Registry
 from asynctask.settings import Settings
 from asynctask.tasks.service import Tracking
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from asynctask.brokers.redis.green import GreenRedis
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,12 +77,13 @@ class AsyncTracking:
         settings = settings or Settings.from_env()
         self.database = create_async_database_engine(settings.database_url)
         connection: Any
+        self._redis: GreenRedis | None = None
+        self._broker_database: AsyncEngine | None = None
         if settings.uses_redis:
             # Imported here: a SQL broker's process never loads the Redis asyncio client.
             from asynctask.brokers.redis.green import GreenRedis
 
-            connection = GreenRedis(settings.broker)
-            self._broker_database = None
+            connection = self._redis = GreenRedis(settings.broker)
         else:
             self._broker_database = create_async_database_engine(settings.broker)
             connection = self._broker_database.sync_engine
@@ -102,10 +108,8 @@ class AsyncTracking:
     async def aclose(self) -> None:
         """Close its connections (the client's, and the engines')."""
         await greenlet_spawn(self.tracking.client.close)
-        broker = self.tracking.client.broker
-        redis = getattr(broker, "redis", None)
-        if redis is not None:
-            await greenlet_spawn(redis.close)
+        if self._redis is not None:
+            await greenlet_spawn(self._redis.close)
         if self._broker_database is not None:
             await self._broker_database.dispose()
         await self.database.dispose()

@@ -490,9 +490,7 @@ def retry_task(
     if task.state == TaskState.CANCELLED:
         raise TaskStateError(f"task {task_id} is cancelled; its jobs cannot be retried")
     if task.runtime is not None and not sends_elsewhere:
-        raise TypeError(
-            f"task {task_id}'s jobs run on {task.runtime}, whose client blocks: retry it in a thread"
-        )
+        raise sent_blocking(task.runtime)
     # Read before the events: an event still failed/error at or below this position when SQL
     # is updated below was among those read, so it was pushed again.
     position = client.broker.tracking.position()
@@ -577,6 +575,15 @@ def _retry_elsewhere(
         )
         raise JobsNotSent(task.id, sent, len(outgoing), reason) from exc
     return len(outgoing)
+
+
+def sent_blocking(runtime_name: str) -> TypeError:
+    """The refusal of a call awaited on an event loop that would send jobs with another
+    runtime's own client, which blocks."""
+    return TypeError(
+        f"jobs of {runtime_name} are sent with its own client, which blocks: call create_task and "
+        "retry_task for them in a thread (asyncio.to_thread)"
+    )
 
 
 def _retried(item: payload.JobDict, tenant: str | None) -> str:

@@ -58,9 +58,10 @@ class Tracking:
         interval: float = 0,
         priority: int | None = None,
     ) -> TaskView:
-        elsewhere = isinstance(runtime.resolve(job, self.client.registry), RuntimeJob)
-        if elsewhere and not self.sends_elsewhere:
-            raise TypeError(_SENT_BLOCKING)
+        definition = runtime.resolve(job, self.client.registry)
+        elsewhere = definition if isinstance(definition, RuntimeJob) else None
+        if elsewhere is not None and not self.sends_elsewhere:
+            raise tasks.sent_blocking(elsewhere.runtime)
         task_id = tasks.create_task(
             self.engine,
             self.client,
@@ -78,7 +79,7 @@ class Tracking:
             priority=priority,
         )
         view = self.get_task(task_id)
-        if elsewhere:
+        if elsewhere is not None:
             # Another runtime's workers are not AsyncTask's to see.
             return view
         warning = listeners.no_worker(self.client, view.queue)
@@ -160,11 +161,6 @@ class Tracking:
         """Send a stopped job back to its queue, to continue from its checkpoint; its queue."""
         return jobs.resume_job(self.engine, self.client, jid, tenant=tenant)
 
-
-_SENT_BLOCKING = (
-    "another runtime's jobs are sent with its own client, which blocks: call create_task and "
-    "retry_task for them in a thread (asyncio.to_thread)"
-)
 
 _lock = threading.Lock()
 _default: Tracking | None = None

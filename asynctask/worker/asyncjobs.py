@@ -295,7 +295,7 @@ class AsyncJobs:
         while True:
             await asyncio.sleep(TICK)
             now = time.monotonic()
-            lag = now - self._last_tick - TICK
+            lag = self._late(now)
             self._last_tick = now
             if lag > self._worst_lag:
                 with self._worst_lag_lock:
@@ -306,7 +306,11 @@ class AsyncJobs:
         reports); a stall still going on counts up to now."""
         with self._worst_lag_lock:
             worst, self._worst_lag = self._worst_lag, 0.0
-        return max(worst, time.monotonic() - self._last_tick - TICK, 0.0)
+        return max(worst, self._late(time.monotonic()), 0.0)
+
+    def _late(self, now: float) -> float:
+        """Seconds the loop's next tick is late at ``now`` (negative before it is due)."""
+        return now - self._last_tick - TICK
 
     def _watch(self) -> None:
         """Report the job blocking the loop (checked on a thread: the loop cannot tell while it
@@ -314,7 +318,7 @@ class AsyncJobs:
         next_cancel_check = time.monotonic()
         while not self._stopped.wait(TICK):
             now = time.monotonic()
-            lag = now - self._last_tick - TICK
+            lag = self._late(now)
             if lag > BLOCKED_AFTER:
                 self._report_blocking(lag)
             if now >= next_cancel_check and self.manager.tracker is not None:
