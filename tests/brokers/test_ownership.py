@@ -74,6 +74,9 @@ def test_a_claim_whose_reply_was_lost_goes_back_to_its_queue_and_runs(
         # thread's: up to twice the fetch timeout) returned in between; and a slow machine.
         wait_until(lambda: runs == ["lost"], timeout=11 * settings.heartbeat_interval + 3)
         wait_until(lambda: not worker.fetch.held())
+        # The give-back is logged after the requeue, which a loaded machine may see run the job
+        # and empty the claims first.
+        wait_until(lambda: any("gave back 1 claimed job" in r.getMessage() for r in caplog.records))
     assert any("gave back 1 claimed job" in r.getMessage() for r in caplog.records)
     assert runs == ["lost"]
 
