@@ -41,7 +41,7 @@ JOB = feed_step.name
 JOB_SECONDS = 0.005
 #: The large task: long enough that a small task created behind it would wait for minutes in
 #: a queue served in push order... of seconds here, on this machine's brokers.
-LARGE = 20_000
+LARGE = 10_000
 SMALL = 10
 
 

@@ -23,9 +23,6 @@ from tests.brokers.conftest import ROOT, SpawnWorker, fast_settings, worker_env
 from tests.conftest import REDIS_URL, fresh_postgres_schema, wait_until
 from tests.records import written_lines
 
-# Times what it checks: runs alone (see the marker in pyproject.toml).
-pytestmark = pytest.mark.alone
-
 JOBS = ROOT / "tests" / "jobs" / "periodic_jobs.py"
 #: The catch-up rules, each the name of the job module's schedule that follows it.
 RULES = ("latest", "all", "none")
@@ -68,6 +65,7 @@ def every_broker(namespace: str, tmp_path: Path) -> Iterator[dict[str, Settings]
         close_shared()
 
 
+# Runs beside other tests: it checks that each tick runs once, not how soon.
 @pytest.mark.slow
 def test_kill_9_of_two_of_three_workers_loses_and_doubles_no_tick(
     every_broker: dict[str, Settings], tmp_path: Path
@@ -121,6 +119,8 @@ def test_kill_9_of_two_of_three_workers_loses_and_doubles_no_tick(
         assert {t: jids for t, jids in found.items() if t in window and len(jids) > 1} == {}, name
 
 
+# Times what it checks: runs alone (see the marker in pyproject.toml).
+@pytest.mark.alone
 def test_ticks_missed_while_every_worker_was_down_follow_catch_up(
     settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
@@ -163,6 +163,7 @@ def test_ticks_missed_while_every_worker_was_down_follow_catch_up(
         raise AssertionError((started, last_before, {r: sorted(f) for r, f in found.items()}, outcomes))
 
 
+@pytest.mark.alone
 def test_pause_stops_the_ticks_on_every_worker_within_a_tick_and_resume_restarts_them(
     settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
