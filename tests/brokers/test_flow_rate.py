@@ -18,7 +18,7 @@ from tests.jobs.flow_jobs import RATE_PER_SECOND, async_rate_step, rate_step
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
 
-JOBS = 200
+JOBS = 100
 #: A job records its start a few milliseconds after its claim, which is what the limit
 #: counts; the windows checked are shorter by that much. A fixed-window counter still shows:
 #: it lets twice the limit start around each boundary.
