@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from inspect import Signature
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -59,18 +59,18 @@ class AsyncClient:
         self._this_turn = 0
         self._next_turns: deque[asyncio.Future[None]] = deque()
 
-    async def _turn(self) -> None:
-        """Wait until this turn of the loop has room for one more push's preparation: a
-        thousand coroutines pushing at once would otherwise each prepare theirs in one turn,
-        and hold the loop for all of them."""
+    def _turn(self) -> asyncio.Future[None] | None:
+        """What to wait for until this turn of the loop has room for one more push's
+        preparation (None: it has room now). A thousand coroutines pushing at once would
+        otherwise each prepare theirs in one turn, and hold the loop for all of them."""
         if self._this_turn == 0:
             asyncio.get_running_loop().call_soon(self._next_turn)
         if self._this_turn < PUSHES_PER_TURN and not self._next_turns:
             self._this_turn += 1
-            return
+            return None
         turn = asyncio.get_running_loop().create_future()
         self._next_turns.append(turn)
-        await turn
+        return turn
 
     def _next_turn(self) -> None:
         self._this_turn = 0
@@ -90,8 +90,21 @@ class AsyncClient:
         self, item: Mapping[str, Any], *, flow: FlowOptions | None = None, signature: Signature | None = None
     ) -> str | None:
         """``Client.push``, awaited."""
-        await self._turn()
-        normalized = template(item, self.registry, flow=flow, signature=signature)
+        return await self.apush_made(lambda: item, flow=flow, signature=signature)
+
+    async def apush_made(
+        self,
+        make: Callable[[], Mapping[str, Any]],
+        *,
+        flow: FlowOptions | None = None,
+        signature: Signature | None = None,
+    ) -> str | None:
+        """``apush`` of the item ``make`` returns, made once this turn of the loop has room for
+        it: coroutines started together then each do next to nothing in their first step."""
+        turn = self._turn()
+        if turn is not None:
+            await turn
+        normalized = template(make(), self.registry, flow=flow, signature=signature)
         passed = through(normalized, normalized.job, self.middleware)
         if passed is None:
             return None

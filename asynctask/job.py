@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from asynctask import payload
@@ -197,8 +198,11 @@ class JobDefinition(Generic[P]):
     def set(self, *, client: Client | AsyncClient | None = None, **options: Any) -> JobSetter:
         """Per-call options (queue, retry, ... or extra payload keys), as Sidekiq's ``set``;
         ``client``: a ``Client`` for ``perform_*``, an ``AsyncClient`` for ``aperform_*``."""
-        # Only real options make this Ruby's Setter (args before class); a client alone does not.
-        return JobSetter(self, self.options.merged(options), client, via_set=bool(options))
+        # Only real options make this Ruby's Setter (args before class); a client alone does not,
+        # nor does it change the options (merging and checking them costs microseconds).
+        if not options:
+            return JobSetter(self, self.options, client)
+        return JobSetter(self, self.options.merged(options), client, via_set=True)
 
     def perform_async(self, *args: Any) -> str:
         return JobSetter(self, self.options, None).perform_async(*args)
@@ -214,13 +218,13 @@ class JobDefinition(Generic[P]):
 
     async def aperform_async(self, *args: Any) -> str:
         """``perform_async`` from an event loop (``asynctask.async_client``)."""
-        return await JobSetter(self, self.options, None).aperform_async(*args)
+        return await JobSetter(self, self.options, None)._apush(list(args), None)
 
     async def aperform_in(self, interval: float, *args: Any) -> str:
-        return await JobSetter(self, self.options, None).aperform_in(interval, *args)
+        return await JobSetter(self, self.options, None)._apush(list(args), _after(interval))
 
     async def aperform_at(self, when: float | datetime, *args: Any) -> str:
-        return await JobSetter(self, self.options, None).aperform_at(when, *args)
+        return await JobSetter(self, self.options, None)._apush(list(args), _epoch(when))
 
     async def aperform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
         return await JobSetter(self, self.options, None).aperform_bulk(args_list, batch_size)
@@ -290,9 +294,11 @@ class JobSetter:
         return self._client().push(item, flow=self.options.flow, signature=self.definition.signature) or ""
 
     async def _apush(self, args: list[Any], at: float | None) -> str:
-        item = self._item(args, at)
         client = self._async_client()
-        return await client.apush(item, flow=self.options.flow, signature=self.definition.signature) or ""
+        made = await client.apush_made(
+            partial(self._item, args, at), flow=self.options.flow, signature=self.definition.signature
+        )
+        return made or ""
 
     def _item(self, args: list[Any], at: float | None) -> payload.JobDict:
         self.definition.check_args(args)
@@ -319,9 +325,7 @@ class JobSetter:
     def _async_client(self) -> AsyncClient:
         client = self.client
         if client is None:
-            from asynctask.async_client import default_async_client
-
-            return default_async_client()
+            return _default_async_client()
         if not hasattr(client, "apush"):
             raise TypeError("aperform_* needs an AsyncClient; a Client serves perform_*")
         return cast("AsyncClient", client)
@@ -344,6 +348,15 @@ def _default_client() -> Client:
 
     _default_client = default_client
     return default_client()
+
+
+def _default_async_client() -> AsyncClient:
+    """``async_client.default_async_client()``, imported and kept as ``_default_client`` is."""
+    global _default_async_client
+    from asynctask.async_client import default_async_client
+
+    _default_async_client = default_async_client
+    return default_async_client()
 
 
 @overload

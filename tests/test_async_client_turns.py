@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
-from asynctask import AsyncClient, Settings
+import pytest
+
+from asynctask import AsyncClient, Registry, Settings, job, payload
 from asynctask.async_client import PUSHES_PER_TURN
+from asynctask.job import JobSetter
+from asynctask.middleware import Chain
 from tests.conftest import REDIS_URL
 
 
@@ -27,7 +32,9 @@ def test_pushes_are_prepared_at_most_a_few_per_turn_of_the_loop() -> None:
         prepared: Counter[int] = Counter()
 
         async def push() -> None:
-            await client._turn()
+            wait = client._turn()
+            if wait is not None:
+                await wait
             prepared[turn] += 1
 
         await asyncio.gather(*(push() for _ in range(500)))
@@ -38,3 +45,40 @@ def test_pushes_are_prepared_at_most_a_few_per_turn_of_the_loop() -> None:
     assert sum(prepared.values()) == 500
     assert max(prepared.values()) <= PUSHES_PER_TURN
     assert len(prepared) >= 500 // PUSHES_PER_TURN
+
+
+def test_a_job_pushed_from_many_coroutines_is_made_in_its_turn_not_in_their_first_step(
+    settings: Settings, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @job(registry=registry, queue="turns")
+    def note(n: int) -> None:
+        pass
+
+    made_in: Counter[int] = Counter()
+    make = JobSetter._item
+
+    async def main() -> None:
+        client = AsyncClient(settings, registry=registry, middleware=Chain())
+        loop = asyncio.get_running_loop()
+        turn = 0
+
+        def count_turns() -> None:
+            nonlocal turn
+            turn += 1
+            loop.call_soon(count_turns)
+
+        def made(setter: JobSetter, args: list[Any], at: float | None) -> payload.JobDict:
+            made_in[turn] += 1
+            return make(setter, args, at)
+
+        monkeypatch.setattr(JobSetter, "_item", made)
+        loop.call_soon(count_turns)
+        pushing = note.set(client=client)
+        await asyncio.gather(*(pushing.aperform_async(n) for n in range(500)))
+        await client.aclose()
+
+    asyncio.run(main())
+    assert sum(made_in.values()) == 500
+    # The first step of each coroutine only waits: made all in it, the five hundred would be
+    # in one turn.
+    assert max(made_in.values()) <= PUSHES_PER_TURN
