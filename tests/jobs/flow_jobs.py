@@ -114,3 +114,13 @@ def feed_step(chunk: list[dict[str, Any]]) -> None:
     (``seq``) and how long it works (``seconds``)."""
     first = chunk[0]
     _step(str(first["key"]), int(first["seq"]), float(first["seconds"]))
+
+
+@asynctask.job(retry=5)
+async def async_feed_step(chunk: list[dict[str, Any]]) -> None:
+    """``feed_step`` as an async job."""
+    first = chunk[0]
+    key, seq = str(first["key"]), int(first["seq"])
+    _note("start", key, seq)
+    await asyncio.sleep(float(first["seconds"]))
+    _note("done", key, seq)
