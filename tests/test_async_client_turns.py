@@ -16,26 +16,31 @@ from asynctask.middleware import Chain
 from tests.conftest import REDIS_URL
 
 
+class Turns:
+    """The running loop's turns, counted from ``Turns()``: ``now`` is the current one."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self._loop = asyncio.get_running_loop()
+        self._loop.call_soon(self._next)
+
+    def _next(self) -> None:
+        self.now += 1
+        self._loop.call_soon(self._next)
+
+
 def test_pushes_are_prepared_at_most_a_few_per_turn_of_the_loop() -> None:
     async def main() -> Counter[int]:
         # No push is made: only the turns are taken (the client connects at its first push).
         client = AsyncClient(Settings(redis_url=REDIS_URL))
-        loop = asyncio.get_running_loop()
-        turn = 0
-
-        def count_turns() -> None:
-            nonlocal turn
-            turn += 1
-            loop.call_soon(count_turns)
-
-        loop.call_soon(count_turns)
+        turns = Turns()
         prepared: Counter[int] = Counter()
 
         async def push() -> None:
             wait = client._turn()
             if wait is not None:
                 await wait
-            prepared[turn] += 1
+            prepared[turns.now] += 1
 
         await asyncio.gather(*(push() for _ in range(500)))
         await client.aclose()
@@ -59,20 +64,13 @@ def test_a_job_pushed_from_many_coroutines_is_made_in_its_turn_not_in_their_firs
 
     async def main() -> None:
         client = AsyncClient(settings, registry=registry, middleware=Chain())
-        loop = asyncio.get_running_loop()
-        turn = 0
-
-        def count_turns() -> None:
-            nonlocal turn
-            turn += 1
-            loop.call_soon(count_turns)
+        turns = Turns()
 
         def made(setter: JobSetter, args: list[Any], at: float | None) -> payload.JobDict:
-            made_in[turn] += 1
+            made_in[turns.now] += 1
             return make(setter, args, at)
 
         monkeypatch.setattr(JobSetter, "_item", made)
-        loop.call_soon(count_turns)
         pushing = note.set(client=client)
         await asyncio.gather(*(pushing.aperform_async(n) for n in range(500)))
         await client.aclose()
