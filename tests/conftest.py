@@ -30,6 +30,13 @@ POSTGRES_URL = os.environ.get("ASYNCTASK_TEST_POSTGRES_URL", "postgresql://postg
 FIRST_TEST_DB = 4
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests (marked ``slow``: the chaos drains, the bench's smoke run) first, in their
+    order, the others after them in theirs: pytest-xdist hands tests out in this order, so the
+    long ones start while the short ones fill the other workers, rather than last, alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def restored_logging() -> Iterator[None]:
     """Put AsyncTask's loggers back as they were after each test: a command run in the test
