@@ -132,10 +132,11 @@ def flow_client(make_client: MakeClient) -> Client:
 
 
 def start_flow_workers(
-    spawn_worker: SpawnWorker, settings: Settings, processes: int, concurrency: int
+    spawn_worker: SpawnWorker, settings: Settings, processes: int, concurrency: int, **extra: str
 ) -> list[subprocess.Popen[bytes]]:
-    """``processes`` workers running tests/jobs/flow_jobs.py, once all of them are fetching."""
-    workers = [spawn_worker(concurrency=concurrency, jobs=FLOW_JOBS) for _ in range(processes)]
+    """``processes`` workers running tests/jobs/flow_jobs.py (with ``extra`` environment
+    variables), once all of them are fetching."""
+    workers = [spawn_worker(concurrency=concurrency, jobs=FLOW_JOBS, **extra) for _ in range(processes)]
     live = ProcessSet(settings=settings)
     wait_until(lambda: live.size == processes, timeout=30)
     return workers

@@ -8,7 +8,6 @@ measures are taken on those records, not on what the broker says of itself.
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import time
@@ -30,7 +29,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.brokers.conftest import MakeClient, SpawnWorker, worker_env
-from tests.brokers.flow_support import FLOW_JOBS, Event, read_events
+from tests.brokers.flow_support import FLOW_JOBS, Event, read_events, start_flow_workers
 from tests.conftest import fresh_postgres_schema, wait_until
 from tests.jobs.flow_jobs import async_feed_step, feed_step
 
@@ -170,8 +169,7 @@ def test_a_small_task_finishes_within_two_seconds_behind_another_tenants_large_t
 def test_a_queue_served_in_push_order_makes_the_small_task_wait_for_the_large_one(
     fair: Tracking, spawn_worker: SpawnWorker, settings: Settings, runs_file: Path
 ) -> None:
-    spawn_worker(concurrency=10, jobs=FLOW_JOBS, ASYNCTASK_FIFO_QUEUES="default")
-    wait_until(lambda: ProcessSet(settings=settings).size == 1, timeout=30)
+    start_flow_workers(spawn_worker, settings, processes=1, concurrency=10, ASYNCTASK_FIFO_QUEUES="default")
     fair.create_task(JOB, items("large", LARGE), tenant="a")
     time.sleep(1)
     fair.create_task(JOB, items("small", SMALL), tenant="b")
@@ -183,9 +181,16 @@ def test_a_queue_served_in_push_order_makes_the_small_task_wait_for_the_large_on
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", [feed_step, async_feed_step], ids=["sync", "async"])
+# Async jobs are claimed by the threads, each holding one until the loop has a free slot: two
+# threads keep the jobs claimed ahead of the loop's ten to about one turn's worth.
+@pytest.mark.parametrize(("step", "threads"), [(feed_step, 10), (async_feed_step, 2)], ids=["sync", "async"])
 def test_three_tenants_tasks_finish_smallest_first_and_take_turns(
-    step: JobDefinition[Any], fair: Tracking, spawn_worker: SpawnWorker, settings: Settings, runs_file: Path
+    step: JobDefinition[Any],
+    threads: int,
+    fair: Tracking,
+    spawn_worker: SpawnWorker,
+    settings: Settings,
+    runs_file: Path,
 ) -> None:
     sizes = {"big": 5_000, "mid": 500, "small": 50}
     # Created before the worker starts, so that they start together: on a SQL broker a task
@@ -193,11 +198,9 @@ def test_three_tenants_tasks_finish_smallest_first_and_take_turns(
     # (docs/internals/fair-share-sql.md, Limits).
     for tenant, size in sizes.items():
         fair.create_task(step.name, items(tenant, size), tenant=tenant)
-    # Async jobs are claimed by the threads, each holding one until the loop has a free slot:
-    # two threads keep the jobs claimed ahead of the loop's ten to about one turn's worth.
-    threads = 2 if inspect.iscoroutinefunction(step.func) else 10
-    spawn_worker(concurrency=threads, jobs=FLOW_JOBS, ASYNCTASK_ASYNC_CONCURRENCY="10")
-    wait_until(lambda: ProcessSet(settings=settings).size == 1, timeout=30)
+    start_flow_workers(
+        spawn_worker, settings, processes=1, concurrency=threads, ASYNCTASK_ASYNC_CONCURRENCY="10"
+    )
     events = wait_done(runs_file, "big", sizes["big"], timeout=300)
 
     last_done = {tenant: of(events, tenant, "done")[-1] for tenant in sizes}

@@ -62,6 +62,13 @@ def _step(key: str, seq: int, seconds: float, failures: int = 0) -> None:
     _note("done", key, seq)
 
 
+async def _awaited_step(key: str, seq: int, seconds: float) -> None:
+    """``_step`` of an async job: record the start, await ``seconds``, record the end."""
+    _note("start", key, seq)
+    await asyncio.sleep(seconds)
+    _note("done", key, seq)
+
+
 @asynctask.job(concurrency_key="flow:{key}", retry=5)
 def lane_step(key: str, seq: int, seconds: float, failures: int = 0) -> None:
     """One job of the line of ``key`` (limit 1 unless the push says otherwise)."""
@@ -91,9 +98,7 @@ def rate_step(key: str, seq: int, seconds: float) -> None:
 @asynctask.job(rate_limit=f"{RATE_PER_SECOND}/s", rate_key="flow-rate")
 async def async_rate_step(key: str, seq: int, seconds: float) -> None:
     """``rate_step`` as an async job: its starts count in the same window."""
-    _note("start", key, seq)
-    await asyncio.sleep(seconds)
-    _note("done", key, seq)
+    await _awaited_step(key, seq, seconds)
 
 
 @asynctask.job(unique_for=60)
@@ -120,7 +125,4 @@ def feed_step(chunk: list[dict[str, Any]]) -> None:
 async def async_feed_step(chunk: list[dict[str, Any]]) -> None:
     """``feed_step`` as an async job."""
     first = chunk[0]
-    key, seq = str(first["key"]), int(first["seq"])
-    _note("start", key, seq)
-    await asyncio.sleep(float(first["seconds"]))
-    _note("done", key, seq)
+    await _awaited_step(str(first["key"]), int(first["seq"]), float(first["seconds"]))
