@@ -93,7 +93,10 @@ class Supervisor:
             return self._supervise()
         finally:
             for signum, handler in previous.items():
-                signal.signal(signum, handler)
+                # Once stopping, a late copy of the stop signal (the group's, a second Ctrl-C)
+                # must not kill the process on its way out.
+                stopped = signum in STOPPING and self.deadline is not None
+                signal.signal(signum, signal.SIG_IGN if stopped else handler)
             signal.set_wakeup_fd(previous_fd)
             os.close(self._wakeup)
             os.close(self._wakeup_write)
