@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from inspect import Signature
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -156,6 +156,8 @@ class Configured(Protocol):
         registry: Registry | None = None,
     ) -> None: ...
 
+    async def aclose(self) -> None: ...
+
 
 C = TypeVar("C", bound=Configured)
 
@@ -167,23 +169,50 @@ class PerLoop(Generic[C]):
 
     def __init__(self, make: type[C]) -> None:
         self._make = make
-        self._made: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, C] = weakref.WeakKeyDictionary()
+        #: What each loop got, and what closes it when the loop shuts down.
+        self._made: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[C, AsyncGenerator[None]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def get(self) -> C:
         loop = asyncio.get_running_loop()
-        made = self._made.get(loop)
-        if made is None:
-            from asynctask import client as sync_client
+        entry = self._made.get(loop)
+        if entry is not None:
+            return entry[0]
+        from asynctask import client as sync_client
 
-            configured = sync_client.configured()
-            if configured is None:
-                made = self._make()
-            else:
-                made = self._make(
-                    configured.settings, middleware=configured.middleware, registry=configured.registry
-                )
-            self._made[loop] = made
+        configured = sync_client.configured()
+        if configured is None:
+            made = self._make()
+        else:
+            made = self._make(
+                configured.settings, middleware=configured.middleware, registry=configured.registry
+            )
+        self._made[loop] = (made, _closed_at_shutdown(made))
         return made
+
+
+def _closed_at_shutdown(made: Configured) -> AsyncGenerator[None]:
+    """A generator suspended on the running loop until the loop shuts down, then closing
+    ``made``: ``asyncio.run`` (and any runner) closes the async generators still suspended on
+    its loop before it closes the loop, and nobody else knows when a loop's life ends. The
+    caller keeps it: the loop holds it weakly."""
+
+    async def closing() -> AsyncGenerator[None]:
+        try:
+            yield
+        finally:
+            await made.aclose()
+
+    generator = closing()
+    # Stepped by hand to its first yield (it awaits nothing before): that registers it with
+    # the loop, from a caller that cannot await.
+    first = generator.asend(None)
+    try:
+        first.send(None)
+    except StopIteration:
+        pass
+    return generator
 
 
 _defaults = PerLoop(AsyncClient)

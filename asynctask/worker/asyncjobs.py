@@ -288,6 +288,9 @@ class AsyncJobs:
                 self._loop.run_until_complete(asyncio.wait(left, timeout=LAST_UNWIND))
             if self._ending:
                 self._hand_ended()
+            # What its jobs left open on the loop (the default async client's connections)
+            # closes here, as under asyncio.run.
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
     async def _tick(self) -> None:

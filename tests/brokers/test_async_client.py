@@ -4,9 +4,11 @@ scheduled, in bulk, tracked, unique), from many coroutines at once on one loop."
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,9 @@ from sqlalchemy import Engine, select
 
 import asynctask
 from asynctask import AsyncClient, Client, Registry, Settings
+from asynctask import client as client_module
 from asynctask.api import Queue, ScheduledSet
+from asynctask.async_client import default_async_client
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
 from asynctask.tracking.models import Event
 from asynctask.worker import Worker
@@ -182,3 +186,73 @@ def test_a_push_after_the_server_closed_an_idle_connection_is_sent_once(
     jids = run(push, settings, registry)
     assert sorted(r.jid for r in Queue("default", settings=settings)) == sorted(jids)
     admin.close()
+
+
+@pytest.fixture
+def closed(monkeypatch: pytest.MonkeyPatch) -> list[AsyncClient]:
+    """The async clients closed during the test, in order."""
+    seen: list[AsyncClient] = []
+    close = AsyncClient.aclose
+
+    async def aclose(self: AsyncClient) -> None:
+        seen.append(self)
+        await close(self)
+
+    monkeypatch.setattr(AsyncClient, "aclose", aclose)
+    return seen
+
+
+def test_the_default_client_of_a_loop_closes_its_connections_when_the_loop_ends(
+    registry: Registry, settings: Settings, monkeypatch: pytest.MonkeyPatch, closed: list[AsyncClient]
+) -> None:
+    configured = Client(settings, registry=registry)
+    monkeypatch.setattr(client_module, "_default", configured)
+
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None:
+        pass
+
+    async def push() -> AsyncClient:
+        # No client named, none closed: the loop's default one is the user's to forget.
+        await note.aperform_async(1)
+        return default_async_client()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        used = asyncio.run(push())
+        gc.collect()
+    configured.close()
+    assert closed == [used]
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert Queue("default", settings=settings).size == 1
+
+
+def test_an_async_job_s_pushes_leave_no_connection_open_once_its_worker_stopped(
+    registry: Registry,
+    settings: Settings,
+    start_worker: StartWorker,
+    client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    closed: list[AsyncClient],
+) -> None:
+    # As a worker process's jobs push to the broker of its environment.
+    monkeypatch.setattr(client_module, "_default", client)
+    used: list[AsyncClient] = []
+
+    @asynctask.job(registry=registry, queue="later")
+    def note(n: int) -> None:
+        pass
+
+    @asynctask.job(registry=registry)
+    async def fan_out(n: int) -> None:
+        await note.aperform_async(n)
+        used.append(default_async_client())
+
+    fan_out.perform_async(1)
+    worker = start_worker()
+    wait_until(lambda: used, 20)
+    assert closed == []
+    worker.stop()
+    wait_until(lambda: worker._stopped.is_set(), 30)
+    assert closed == used
+    assert Queue("later", settings=settings).size == 1

@@ -208,7 +208,11 @@ class PgListener(Wake):
         if self._connection is None:
             args, kwargs = self._connect_args()
             connection: psycopg.Connection[TupleRow] = psycopg.connect(*args, **kwargs, autocommit=True)
-            connection.execute(f"LISTEN {CHANNEL}")
+            try:
+                connection.execute(f"LISTEN {CHANNEL}")
+            except BaseException:
+                connection.close()
+                raise
             self._connection = connection
         return self._connection
 
