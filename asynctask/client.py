@@ -7,13 +7,10 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from inspect import Signature
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from asynctask import payload
 from asynctask.brokers import Broker, open_broker
-from asynctask.brokers.redis import RedisBroker
 from asynctask.flow.options import OPTION_NAMES as FLOW_OPTION_NAMES
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition
@@ -22,6 +19,11 @@ from asynctask.middleware import Chain, client_chain
 from asynctask.registry import Registry, default_registry
 from asynctask.settings import Settings
 from asynctask.tracking import outbox
+
+if TYPE_CHECKING:
+    import redis
+
+    from asynctask.brokers.redis import RedisBroker
 
 _SIDEKIQ_DEFAULTS: payload.JobDict = {"retry": True, "queue": "default"}
 #: Jobs of a bulk push prepared between two pauses (``bulk_batches``).
@@ -67,6 +69,9 @@ class Client:
         return self._redis_broker().keys
 
     def _redis_broker(self) -> RedisBroker:
+        # Imported here: a SQL broker's client never loads redis-py.
+        from asynctask.brokers.redis import RedisBroker
+
         if not isinstance(self.broker, RedisBroker):
             raise AttributeError(f"the broker at {self.settings.broker!r} is not Redis")
         return self.broker

@@ -16,7 +16,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.keys import Keys
 from asynctask.tracking.models import Event
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -207,3 +207,46 @@ def test_every_name_imported_on_first_use_is_its_module_s(namespace: str) -> Non
 
 def test_job_and_periodic_stay_the_decorators_when_their_modules_load(namespace: str) -> None:
     assert run_python(DECORATORS, namespace) == "JobDefinition True"
+
+
+#: A job that writes which of the modules a SQL worker has no use for its process has loaded.
+SQL_WORKER_JOBS = """
+import sys
+
+import asynctask
+
+@asynctask.job
+def report(path: str) -> None:
+    unused = ("redis", "asynctask.brokers.redis")
+    with open(path, "w") as out:
+        out.write(",".join(m for m in unused if m in sys.modules))
+"""
+
+
+def test_a_sql_worker_never_loads_redis(tmp_path: Path) -> None:
+    """redis-py takes a tenth of a second to load: a SQL worker, from its command line to its
+    first job, has no use for it."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    upgrade(url)
+    (tmp_path / "sql_worker_jobs.py").write_text(SQL_WORKER_JOBS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASYNCTASK_") and k != "REDIS_URL"}
+    env |= {"ASYNCTASK_BROKER_URL": url, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    report = tmp_path / "loaded.txt"
+    submit = (
+        "import sql_worker_jobs\nfrom asynctask import Client\n"
+        f"sql_worker_jobs.report.set(client=Client()).perform_async({str(report)!r})"
+    )
+    subprocess.run([sys.executable, "-c", submit], env=env, cwd=tmp_path, check=True, timeout=60)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "asynctask", "worker", "-r", "sql_worker_jobs"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(report.exists, 30)
+    finally:
+        worker.terminate()
+        worker.wait(60)
+    assert report.read_text() == ""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis import Redis
-
 from asynctask.brokers.base import Beat, Broker, DueJobs, Fetcher, ProcessRecords, Staging, UnitOfWork
 from asynctask.settings import Settings
 
@@ -17,6 +15,7 @@ __all__ = [
     "ProcessRecords",
     "Staging",
     "UnitOfWork",
+    "is_redis_client",
     "open_broker",
 ]
 
@@ -25,10 +24,20 @@ def open_broker(settings: Settings, connection: Any = None) -> Broker:
     """The Redis broker for ``redis://`` URLs, the SQL broker for ``sqlite:///`` and
     ``postgresql://`` ones. ``connection``: a Redis client or SQLAlchemy engine to use instead
     of opening one (the caller keeps closing it); a Redis client means the Redis broker."""
-    if settings.uses_redis or isinstance(connection, Redis):
+    if settings.uses_redis or is_redis_client(connection):
         from asynctask.brokers.redis import RedisBroker
 
         return RedisBroker(settings, connection)
     from asynctask.brokers.sql import SqlBroker
 
     return SqlBroker(settings, connection)
+
+
+def is_redis_client(connection: Any) -> bool:
+    """Whether ``connection`` (as ``open_broker`` takes it) is a Redis client; redis-py is
+    loaded only to answer for one: it takes a tenth of a second, which a SQL worker never needs."""
+    if connection is None:
+        return False
+    from redis import Redis
+
+    return isinstance(connection, Redis)

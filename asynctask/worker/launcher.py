@@ -24,11 +24,10 @@ import time
 import traceback
 from collections import deque
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from asynctask import log, middleware, payload
-from asynctask.brokers import open_broker
-from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers import is_redis_client, open_broker
 from asynctask.middleware import Chain
 from asynctask.periodic import Schedules, default_schedules
 from asynctask.registry import Registry, default_registry
@@ -38,11 +37,13 @@ from asynctask.tracking.store import TrackingApplier
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.feeds import FeedTicker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
-from asynctask.worker.lost import LossWatch
 from asynctask.worker.manager import Manager
 from asynctask.worker.periodic import Scheduler
 from asynctask.worker.scheduled import Poller
 from asynctask.worker.stats import Stats
+
+if TYPE_CHECKING:
+    from asynctask.worker.lost import LossWatch
 
 logger = logging.getLogger("asynctask.worker")
 lifecycle = logging.getLogger(log.LIFECYCLE)
@@ -100,13 +101,7 @@ class Worker:
             clock=self.broker.clock.now,
         )
         self.feed_ticker = FeedTicker(self.broker.feeds)
-        #: Redis alone keeps its jobs: losing its data loses them (a SQL broker's jobs and
-        #: tracking share a database, lost or kept together).
-        self.loss_watch = (
-            LossWatch(self.broker, self.settings, self.tracker)
-            if isinstance(self.broker, RedisBroker)
-            else None
-        )
+        self.loss_watch = self._loss_watch(connection)
         self.heartbeat = Heartbeat(
             self.broker,
             self.settings,
@@ -128,6 +123,17 @@ class Worker:
         self._applier_check = Activity("tracking applier check", logger, errors)
         self._recovering = Activity("orphan recovery", logger, errors)
         self._reconciling = Activity("claim check", logger, errors)
+
+    def _loss_watch(self, connection: Any) -> LossWatch | None:
+        """Redis alone keeps its jobs in memory: losing its data loses them (a SQL broker's jobs
+        and tracking share a database, lost or kept together)."""
+        if not (self.settings.uses_redis or is_redis_client(connection)):
+            return None
+        # Loaded only here: it loads redis-py, which a SQL worker never needs.
+        from asynctask.brokers.redis import RedisBroker
+        from asynctask.worker.lost import LossWatch
+
+        return LossWatch(cast(RedisBroker, self.broker), self.settings, self.tracker)
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Start, then block until TERM/INT (or ``stop()``), then shut down gracefully."""
