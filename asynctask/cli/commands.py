@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -88,7 +89,18 @@ def run_worker(args: argparse.Namespace) -> int:
     from asynctask.worker import Worker
     from asynctask.worker.recycle import run_recycling
 
-    return run_recycling(Worker(settings))
+    code = run_recycling(Worker(settings))
+    _ignore_late_stops()
+    return code
+
+
+def _ignore_late_stops() -> None:
+    """The worker has stopped and its process exits: a stop signal still on its way (the process
+    group's copy, or the one the supervisor forwards) has nothing left to stop. Python puts the
+    default action back while the interpreter exits, which would make that late copy kill the
+    process and turn a clean stop into a death by signal."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _check_worker_database(settings: Settings, *, explicit: bool) -> None:

@@ -144,8 +144,6 @@ class Worker:
             self._wait_for_stop(None)
         finally:
             self.shutdown()
-            if install_signal_handlers:
-                _ignore_late_stops()
 
     def start(self) -> None:
         """Start every thread, once the broker answered (waiting for it, unless stopped first)."""
@@ -308,12 +306,3 @@ class Worker:
 
         for name in ("SIGTERM", "SIGINT", "SIGTSTP", "SIGTTIN"):
             signal.signal(getattr(signal, name), handler)
-
-
-def _ignore_late_stops() -> None:
-    """The worker has stopped: a stop signal still on its way (the process group's copy, or the
-    one the supervisor forwards) has nothing left to stop. Python puts the default action back
-    while the interpreter exits, which would make that late copy kill the process and turn a
-    clean stop into a death by signal."""
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, signal.SIG_IGN)
