@@ -32,6 +32,8 @@ from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_post
 
 #: How long after its last heartbeat the broker takes a worker for dead (the default is 60 s).
 HEARTBEAT_MS = 3000
+#: Threads of the worker killed mid-task: at most that many runs are cut short at once.
+VICTIM_THREADS = 8
 OUTAGE_SECONDS = 30.0
 
 
@@ -74,7 +76,7 @@ def test_a_worker_killed_mid_task_loses_no_transition_once_its_messages_run_agai
             # would leave the entries it held for another to claim a minute later.
             runtime.spawn_flusher()
             extra = {"DRAMATIQ_TEST_HEARTBEAT_MS": str(HEARTBEAT_MS), "ASYNCTASK_FLUSHER": "off"}
-            victim = runtime.spawn(**extra)
+            victim = runtime.spawn(threads=VICTIM_THREADS, **extra)
             wait_until(lambda: len(runtime.starts()) >= 400, 30)
             runtime.kill9(victim)
             killed_at = len(runtime.starts())
@@ -97,7 +99,11 @@ def test_a_worker_killed_mid_task_loses_no_transition_once_its_messages_run_agai
                 # A run the worker started but never acknowledged is run again; its record may
                 # lack what the kill cut short, never what an acknowledged run recorded.
                 assert texts[-1] == "finished" and texts.count("finished") <= starts[event.job_id]
-                assert 1 <= event.attempt <= starts[event.job_id]
+                assert 1 <= event.attempt <= starts[event.job_id] + 1
+            # The kill may land between a run's start, recorded by tracking, and the job's own
+            # note of it: at most once per thread of the killed worker.
+            unnoted = [e.job_id for e in events if e.attempt > starts[e.job_id]]
+            assert len(unnoted) <= VICTIM_THREADS, unnoted
             print(
                 f"\nkill -9 after {killed_at} starts of {jobs}: {len(rerun)} job(s) ran again, "
                 f"{sum(starts.values())} starts in all"

@@ -32,6 +32,7 @@ from playwright.sync_api import ConsoleMessage, Dialog, Locator, Page, Response,
 from asynctask import Client, Settings
 from asynctask.api import DeadSet, PeriodicSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, WorkSet
 from asynctask.api.context import close_shared
+from asynctask.brokers.pacing import CLAIMS_UNDER_WAY, PREFETCH_LIMIT
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain
@@ -51,6 +52,8 @@ from tests.webapi.test_browser import (
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "jobs" / "dashboard_jobs.py"
 HOSTILE = "<img src=x onerror=alert(1)>"
+#: Threads of each of the two worker processes.
+THREADS = 2
 #: For what waits on workers, in milliseconds (Playwright) or seconds (``wait_until``).
 LIVE_TIMEOUT = 30_000
 LIVE_SECONDS = 30.0
@@ -140,7 +143,7 @@ def running_board(broker: str, namespace: str, tmp_path: Path) -> Iterator[Board
     client = Client(settings, middleware=Chain())
     files = tmp_path / "files"
     files.mkdir()
-    worker = ["worker", "-r", str(JOBS), "-q", "default", "-q", "reports", "-c", "2", "-t", "2"]
+    worker = ["worker", "-r", str(JOBS), "-q", "default", "-q", "reports", "-c", str(THREADS), "-t", "2"]
     try:
         with serving({"worker-a": worker, "worker-b": worker}, env, tmp_path, JOBS) as served:
             url, workers, logs = served.base_url, served.procs[:2], served.logs
@@ -343,10 +346,11 @@ def busy_threads_and_a_paused_queue(page: Page, watch: Watch, board: Board, tmp_
     new ones too, while the workers take from ``default``; resumed, they run."""
     hold = board.gate("hold")
     held = jobs.dashboard_hold.set(client=board.client)
-    # More than the four threads: a process claims jobs for its idle threads in one call, and
-    # one it claimed for a thread that took a job another way meanwhile waits in that
-    # process's buffer, while an idle thread of the other process needs one in the queue.
-    for _ in range(6):
+    # More than the four threads: a process whose threads ran instant jobs a moment ago may
+    # claim a batch of them into its buffer (asynctask.brokers.pacing), at most PREFETCH_LIMIT
+    # per thread in each of its claims under way; past what one process can take, the other
+    # one's threads still find two.
+    for _ in range(CLAIMS_UNDER_WAY * PREFETCH_LIMIT * THREADS + THREADS):
         held.perform_async(HOSTILE, hold)
     works = WorkSet(settings=board.settings)
     board.wait("four busy threads", lambda: len(works.works()) == 4 and board.busy() == 4)
