@@ -188,25 +188,31 @@ class PerLoop(Generic[C]):
             made = self._make(
                 configured.settings, middleware=configured.middleware, registry=configured.registry
             )
-        self._made[loop] = (made, _closed_at_shutdown(made))
+        self._made[loop] = (made, self._closed_at_shutdown(loop, made))
         return made
 
+    def _closed_at_shutdown(self, loop: asyncio.AbstractEventLoop, made: C) -> AsyncGenerator[None]:
+        """A generator suspended on ``loop`` until the loop shuts down, then closing ``made`` and
+        forgetting it: ``asyncio.run`` (and any runner) closes the async generators still
+        suspended on its loop before it closes the loop, and nobody else knows when a loop's
+        life ends. The loop holds it weakly, and it holds the loop: this object keeps it until
+        then, and lets both go after."""
 
-def _closed_at_shutdown(made: Configured) -> AsyncGenerator[None]:
-    """A generator suspended on the running loop until the loop shuts down, then closing
-    ``made``: ``asyncio.run`` (and any runner) closes the async generators still suspended on
-    its loop before it closes the loop, and nobody else knows when a loop's life ends. The
-    caller keeps it: the loop holds it weakly."""
+        async def closing() -> AsyncGenerator[None]:
+            try:
+                yield
+            finally:
+                try:
+                    await made.aclose()
+                finally:
+                    self._made.pop(loop, None)
 
-    async def closing() -> AsyncGenerator[None]:
-        try:
-            yield
-        finally:
-            await made.aclose()
+        return _started(closing())
 
-    generator = closing()
-    # Stepped by hand to its first yield (it awaits nothing before): that registers it with
-    # the loop, from a caller that cannot await.
+
+def _started(generator: AsyncGenerator[None]) -> AsyncGenerator[None]:
+    """``generator``, run to its first yield: that registers it with the running loop."""
+    # Stepped by hand (it awaits nothing before its yield), from a caller that cannot await.
     first = generator.asend(None)
     try:
         first.send(None)

@@ -9,6 +9,7 @@ import os
 import socket
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -212,17 +213,19 @@ def test_the_default_client_of_a_loop_closes_its_connections_when_the_loop_ends(
     def note(n: int) -> None:
         pass
 
-    async def push() -> AsyncClient:
+    async def push() -> tuple[AsyncClient, weakref.ref[asyncio.AbstractEventLoop]]:
         # No client named, none closed: the loop's default one is the user's to forget.
         await note.aperform_async(1)
-        return default_async_client()
+        return default_async_client(), weakref.ref(asyncio.get_running_loop())
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
-        used = asyncio.run(push())
+        used, loop = asyncio.run(push())
         gc.collect()
     configured.close()
     assert closed == [used]
+    # Neither the loop nor its client outlives it.
+    assert loop() is None
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
     assert Queue("default", settings=settings).size == 1
 
