@@ -15,7 +15,6 @@ __all__ = [
     "ProcessRecords",
     "Staging",
     "UnitOfWork",
-    "is_redis_client",
     "open_broker",
 ]
 
@@ -24,7 +23,7 @@ def open_broker(settings: Settings, connection: Any = None) -> Broker:
     """The Redis broker for ``redis://`` URLs, the SQL broker for ``sqlite:///`` and
     ``postgresql://`` ones. ``connection``: a Redis client or SQLAlchemy engine to use instead
     of opening one (the caller keeps closing it); a Redis client means the Redis broker."""
-    if settings.uses_redis or is_redis_client(connection):
+    if settings.uses_redis or _is_redis_client(connection):
         from asynctask.brokers.redis import RedisBroker
 
         return RedisBroker(settings, connection)
@@ -33,9 +32,9 @@ def open_broker(settings: Settings, connection: Any = None) -> Broker:
     return SqlBroker(settings, connection)
 
 
-def is_redis_client(connection: Any) -> bool:
-    """Whether ``connection`` (as ``open_broker`` takes it) is a Redis client; redis-py is
-    loaded only to answer for one: it takes a tenth of a second, which a SQL worker never needs."""
+def _is_redis_client(connection: Any) -> bool:
+    # redis-py is loaded only to answer for a connection given: it takes a tenth of a second,
+    # which a SQL worker never needs.
     if connection is None:
         return False
     from redis import Redis

@@ -430,6 +430,9 @@ class Broker(ABC):
     #: Errors that mean this broker's store is unreachable or refused a command: the worker
     #: logs them and tries again, it never dies of them.
     errors: ClassVar[tuple[type[BaseException], ...]]
+    #: Whether its store may lose every job at once and come back empty (a server that keeps
+    #: them in memory, restarted): its workers then watch for that (``asynctask.worker.lost``).
+    loses_data_on_restart: ClassVar[bool] = False
 
     @abstractmethod
     def close(self) -> None:

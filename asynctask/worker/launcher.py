@@ -27,7 +27,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 from asynctask import log, middleware, payload
-from asynctask.brokers import is_redis_client, open_broker
+from asynctask.brokers import open_broker
 from asynctask.middleware import Chain
 from asynctask.periodic import Schedules, default_schedules
 from asynctask.registry import Registry, default_registry
@@ -101,7 +101,7 @@ class Worker:
             clock=self.broker.clock.now,
         )
         self.feed_ticker = FeedTicker(self.broker.feeds)
-        self.loss_watch = self._loss_watch(connection)
+        self.loss_watch = self._loss_watch()
         self.heartbeat = Heartbeat(
             self.broker,
             self.settings,
@@ -124,10 +124,10 @@ class Worker:
         self._recovering = Activity("orphan recovery", logger, errors)
         self._reconciling = Activity("claim check", logger, errors)
 
-    def _loss_watch(self, connection: Any) -> LossWatch | None:
-        """Redis alone keeps its jobs in memory: losing its data loses them (a SQL broker's jobs
-        and tracking share a database, lost or kept together)."""
-        if not (self.settings.uses_redis or is_redis_client(connection)):
+    def _loss_watch(self) -> LossWatch | None:
+        """A watch for a broker that may come back empty (Redis); a SQL broker's jobs and
+        tracking share one database, lost or kept together."""
+        if not self.broker.loses_data_on_restart:
             return None
         # Loaded only here: it loads redis-py, which a SQL worker never needs.
         from asynctask.brokers.redis import RedisBroker
