@@ -143,6 +143,22 @@ def test_a_payload_over_the_limit_is_refused_before_anything_is_pushed(
 
 
 @pytest.mark.parametrize("backend", ["redis"])
+def test_a_redis_broker_named_by_its_broker_url_takes_async_pushes(
+    registry: Registry, settings: Settings
+) -> None:
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    named = Settings(**{**settings.__dict__, "redis_url": "", "broker_url": settings.redis_url})
+
+    async def push(client: AsyncClient) -> str:
+        return await note.set(client=client).aperform_async(1)
+
+    jid = run(push, named, registry)
+    assert [r.jid for r in Queue("default", settings=settings)] == [jid]
+
+
+@pytest.mark.parametrize("backend", ["redis"])
 def test_a_push_sent_with_others_fails_alone(registry: Registry, settings: Settings) -> None:
     """Plain pushes made side by side share a round trip: each still gets its own outcome."""
 

@@ -34,7 +34,7 @@ MOST_PER_SEND = 200
 class AsyncRedisPusher:
     def __init__(self, settings: Settings) -> None:
         self.redis = redis.asyncio.Redis.from_url(
-            settings.redis_url,
+            settings.broker,
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=REPLY_MARGIN,
             socket_keepalive=True,
