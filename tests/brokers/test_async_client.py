@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, event, select
+from sqlalchemy.exc import DataError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import asynctask
 from asynctask import AsyncClient, Client, Registry, Settings
@@ -81,6 +83,48 @@ def test_a_thousand_coroutines_pushing_at_once_each_push_once(registry: Registry
     assert len(set(jids)) == 1000
     queued = {record.jid: record.args for record in Queue("default", settings=settings)}
     assert queued == {jid: [n] for n, jid in enumerate(jids)}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_coroutines_pushing_side_by_side_share_transactions(registry: Registry, settings: Settings) -> None:
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    commits: list[int] = []
+
+    async def push(client: AsyncClient) -> list[str]:
+        engine: AsyncEngine = client.pusher.engine  # type: ignore[attr-defined]
+        event.listen(engine.sync_engine, "commit", lambda connection: commits.append(1))
+        return list(await asyncio.gather(*(note.set(client=client).aperform_async(n) for n in range(500))))
+
+    jids = run(push, settings, registry)
+    assert {record.jid for record in Queue("default", settings=settings)} == set(jids)
+    # One transaction each would be 500.
+    assert 0 < len(commits) <= 500 // 5
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_push_committed_with_others_fails_alone(registry: Registry, settings: Settings) -> None:
+    """Plain pushes made side by side share a transaction: a row the database refuses fails
+    only the push it belongs to."""
+
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    def misplace(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        if job["args"] == [3]:
+            # A middleware's queue is not checked again: wider than the column, it is refused.
+            job["queue"] = "q" * 300
+        return call_next()
+
+    async def push(client: AsyncClient) -> list[Any]:
+        pushes = [note.set(client=client).aperform_async(n) for n in range(6)]
+        return list(await asyncio.gather(*pushes, return_exceptions=True))
+
+    outcomes = run(push, settings, registry, middleware=Chain([misplace]))
+    assert isinstance(outcomes[3], DataError)
+    pushed = [jid for n, jid in enumerate(outcomes) if n != 3]
+    assert sorted(r.jid for r in Queue("default", settings=settings)) == sorted(pushed)
 
 
 def test_a_tracked_job_and_a_unique_one_go_through_the_async_client(

@@ -1,11 +1,8 @@
 """Pushing jobs from an event loop, on redis-py's asyncio client: the commands and scripts of
 ``push.plan_push``, awaited.
 
-Pushes of plain jobs (no flow key, nothing tracked) made while the loop is busy are sent
-together: the first schedules a send for the loop's next turn, and every plain push made
-until then rides in the same pipeline, each waiting for its own replies. Coroutines pushing
-side by side then cost one round trip per turn of the loop, not one each; a send takes at most
-``MOST_PER_SEND`` pushes, so that packing them never holds the loop for long.
+Pushes of plain jobs (no flow key, nothing tracked) made in one turn of the loop share one
+write and its replies (``SharedTrips``), each push getting its own outcome.
 """
 
 from __future__ import annotations
@@ -24,11 +21,14 @@ from asynctask import payload
 from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, READ_SIZE, REPLY_MARGIN, Replies
 from asynctask.brokers.redis.push import Command, ScriptCall, plan_push
 from asynctask.brokers.redis.scripts import script_source
+from asynctask.brokers.shared_trips import Outcome, SharedTrips
 from asynctask.keys import Keys
 from asynctask.settings import Settings
 
-#: Plain pushes sent in one pipeline at most.
+#: Plain pushes sent in one write at most, and such writes under way at once: one, as Redis
+#: runs commands one after another anyway; what comes meanwhile goes in the next.
 MOST_PER_SEND = 200
+SENDS_AT_ONCE = 1
 
 
 class AsyncRedisPusher:
@@ -45,9 +45,7 @@ class AsyncRedisPusher:
         self.max_payload_bytes = settings.max_payload_bytes
         self._scripts = {name: self.redis.register_script(script_source(name)) for name in ("record", "push")}
         self._plain = AsyncPlainRoundTrips(self.redis)
-        #: Plain pushes waiting for the next send: their commands, and the future each awaits.
-        self._waiting: list[tuple[list[Command], asyncio.Future[None]]] = []
-        self._sends: set[asyncio.Task[None]] = set()
+        self._shared = SharedTrips(self._send_plain, MOST_PER_SEND, SENDS_AT_ONCE)
 
     async def push(
         self, entries: Sequence[tuple[payload.JobDict, float | None]], *, transitions: Sequence[str] = ()
@@ -55,7 +53,7 @@ class AsyncRedisPusher:
         """``RedisBroker.push``, awaited: the jid the store holds for each entry."""
         plan = plan_push(self.keys, entries, self.max_payload_bytes, transitions=transitions)
         if plan.plain is not None:
-            await self._send_with_others(plan.plain)
+            await self._shared.join(plan.plain)
             return plan.jids
         pipe = self.redis.pipeline(transaction=False)
         for step in plan.steps:
@@ -70,46 +68,20 @@ class AsyncRedisPusher:
         return plan.holders(await pipe.execute())
 
     async def close(self) -> None:
-        if self._sends:
-            await asyncio.wait(self._sends)
+        await self._shared.close()
         await self._plain.close()
         await self.redis.aclose()
 
-    async def _send_with_others(self, commands: list[Command]) -> None:
-        done = asyncio.get_running_loop().create_future()
-        if not self._waiting:
-            asyncio.get_running_loop().call_soon(self._send_waiting)
-        self._waiting.append((commands, done))
-        await done
-
-    def _send_waiting(self) -> None:
-        waiting, self._waiting = self._waiting, []
-        for start in range(0, len(waiting), MOST_PER_SEND):
-            task = asyncio.get_running_loop().create_task(self._send(waiting[start : start + MOST_PER_SEND]))
-            self._sends.add(task)
-            task.add_done_callback(self._sends.discard)
-
-    async def _send(self, pushes: list[tuple[list[Command], asyncio.Future[None]]]) -> None:
-        try:
-            replies = await self._plain.send([command for commands, _ in pushes for command in commands])
-        except BaseException as exc:
-            for _, done in pushes:
-                if not done.done():
-                    done.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
+    async def _send_plain(self, pushes: list[list[Command]]) -> list[Outcome]:
+        """Plain pushes' commands in one write: each push fails with its first error reply."""
+        replies = await self._plain.send([command for commands in pushes for command in commands])
+        outcomes: list[Outcome] = []
         offset = 0
-        for commands, done in pushes:
+        for commands in pushes:
             mine = replies[offset : offset + len(commands)]
             offset += len(commands)
-            failed = next((reply for reply in mine if isinstance(reply, Exception)), None)
-            if done.done():
-                continue
-            if failed is not None:
-                done.set_exception(failed)
-            else:
-                done.set_result(None)
+            outcomes.append(next((reply for reply in mine if isinstance(reply, Exception)), None))
+        return outcomes
 
 
 class AsyncPlainRoundTrips:

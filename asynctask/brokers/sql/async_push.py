@@ -7,20 +7,38 @@ SQLAlchemy runs on the async connection without a thread). Two things differ fro
 worker's process: SQLite's in-process writer lock is not taken (its ``BEGIN IMMEDIATE`` waits
 for other writers in a thread of the driver's, not on the loop), and a fed task's release
 deferred to after the commit is left to the feed's ticker, which releases it at its next tick.
+
+Plain pushes (no feed, flow key or tracking) made in one turn of the loop share one
+transaction (``SharedTrips``): a thousand coroutines pushing side by side commit a few times
+per turn, not once each.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DataError, IntegrityError
 
 from asynctask import payload
+from asynctask.brokers.shared_trips import Outcome, SharedTrips
 from asynctask.brokers.sql.broker import SqlBroker
 from asynctask.brokers.sql.push import push_rows
 from asynctask.brokers.sql.store import JobRow, Tx
 from asynctask.db.engine import create_async_database_engine
+from asynctask.feeds import FEED_FIELD
 from asynctask.settings import Settings
+
+#: What one push writes: jobs with the time each is due (None: now).
+Entries = Sequence[tuple[payload.JobDict, float | None]]
+#: A plain push's entries and their rows.
+Plain = tuple[Entries, list[JobRow]]
+
+#: Plain pushes written in one transaction at most, and such transactions under way at once:
+#: two, so that one is being prepared while the database commits the other.
+MOST_PER_TRANSACTION = 200
+TRANSACTIONS_AT_ONCE = 2
 
 
 class AsyncSqlPusher:
@@ -30,12 +48,19 @@ class AsyncSqlPusher:
         self.engine = create_async_database_engine(settings.broker)
         self._writer = self.engine.execution_options(asynctask_immediate=True)
         self.max_payload_bytes = settings.max_payload_bytes
+        self._shared = SharedTrips(self._push_together, MOST_PER_TRANSACTION, TRANSACTIONS_AT_ONCE)
 
-    async def push(
-        self, entries: Sequence[tuple[payload.JobDict, float | None]], *, transitions: Sequence[str] = ()
-    ) -> list[str]:
+    async def push(self, entries: Entries, *, transitions: Sequence[str] = ()) -> list[str]:
         """``SqlBroker.push``, awaited: one transaction, all the jobs or none."""
         rows = push_rows(entries, self.max_payload_bytes)
+        if transitions or not all(_plain(job, r) for (job, _), r in zip(entries, rows, strict=True)):
+            return await self._push_alone(entries, rows, transitions)
+        await self._shared.join((entries, rows))
+        return [str(job["jid"]) for job, _ in entries]
+
+    async def _push_alone(
+        self, entries: Entries, rows: list[JobRow], transitions: Sequence[str]
+    ) -> list[str]:
         async with self._writer.begin() as connection:
             stored, tx = await connection.run_sync(self._push, entries, rows, transitions)
         bell = self.broker.store.bell
@@ -43,10 +68,26 @@ class AsyncSqlPusher:
             bell.ring()
         return stored
 
+    async def _push_together(self, pushes: list[Plain]) -> list[Outcome]:
+        """Plain pushes in one transaction; when the database refused a row, each push in a
+        transaction of its own, so that only the push it belongs to fails."""
+        try:
+            together = [entry for entries, _ in pushes for entry in entries]
+            await self._push_alone(together, [r for _, rows in pushes for r in rows], ())
+        except (IntegrityError, DataError):
+            if len(pushes) == 1:
+                raise
+        else:
+            return [None] * len(pushes)
+        alone = await asyncio.gather(
+            *(self._push_alone(entries, rows, ()) for entries, rows in pushes), return_exceptions=True
+        )
+        return [outcome if isinstance(outcome, BaseException) else None for outcome in alone]
+
     def _push(
         self,
         connection: Connection,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
+        entries: Entries,
         rows: list[JobRow],
         transitions: Sequence[str],
     ) -> tuple[list[str], Tx]:
@@ -56,5 +97,12 @@ class AsyncSqlPusher:
         return stored, tx
 
     async def close(self) -> None:
+        await self._shared.close()
         await self.engine.dispose()
         self.broker.close()
+
+
+def _plain(job: payload.JobDict, job_row: JobRow) -> bool:
+    """Whether a job needs nothing of its transaction but its row: no feed, concurrency key
+    or unique key (whose checks read what other pushes wrote)."""
+    return FEED_FIELD not in job and job_row[7] is None and "unique_key" not in job
