@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from inspect import Signature
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -59,7 +59,7 @@ class AsyncClient:
         self._this_turn = 0
         self._next_turns: deque[asyncio.Future[None]] = deque()
 
-    def _turn(self) -> asyncio.Future[None] | None:
+    def turn(self) -> asyncio.Future[None] | None:
         """What to wait for until this turn of the loop has room for one more push's
         preparation (None: it has room now). A thousand coroutines pushing at once would
         otherwise each prepare theirs in one turn, and hold the loop for all of them."""
@@ -89,22 +89,19 @@ class AsyncClient:
     async def apush(
         self, item: Mapping[str, Any], *, flow: FlowOptions | None = None, signature: Signature | None = None
     ) -> str | None:
-        """``Client.push``, awaited."""
-        return await self.apush_made(lambda: item, flow=flow, signature=signature)
-
-    async def apush_made(
-        self,
-        make: Callable[[], Mapping[str, Any]],
-        *,
-        flow: FlowOptions | None = None,
-        signature: Signature | None = None,
-    ) -> str | None:
-        """``apush`` of the item ``make`` returns, made once this turn of the loop has room for
-        it: coroutines started together then each do next to nothing in their first step."""
-        turn = self._turn()
+        """``Client.push``, awaited, once this turn of the loop has room for it (``turn``)."""
+        turn = self.turn()
         if turn is not None:
             await turn
-        normalized = template(make(), self.registry, flow=flow, signature=signature)
+        return await self.apush_in_turn(item, flow=flow, signature=signature)
+
+    async def apush_in_turn(
+        self, item: Mapping[str, Any], *, flow: FlowOptions | None = None, signature: Signature | None = None
+    ) -> str | None:
+        """``apush`` from a coroutine whose turn it is: one that waited for ``turn()`` before it
+        made ``item``, so that coroutines started together each do next to nothing in their
+        first step."""
+        normalized = template(item, self.registry, flow=flow, signature=signature)
         passed = through(normalized, normalized.job, self.middleware)
         if passed is None:
             return None

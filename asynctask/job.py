@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from asynctask import payload
@@ -216,18 +215,23 @@ class JobDefinition(Generic[P]):
     def perform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
         return JobSetter(self, self.options, None).perform_bulk(args_list, batch_size)
 
-    async def aperform_async(self, *args: Any) -> str:
-        """``perform_async`` from an event loop (``asynctask.async_client``)."""
-        return await JobSetter(self, self.options, None)._apush(list(args), None)
+    # The ``aperform_*`` return their setter's coroutine rather than await it in one of their
+    # own: a coroutine fewer for each push a thousand coroutines have under way.
 
-    async def aperform_in(self, interval: float, *args: Any) -> str:
-        return await JobSetter(self, self.options, None)._apush(list(args), _after(interval))
+    def aperform_async(self, *args: Any) -> Coroutine[Any, Any, str]:
+        """``perform_async`` from an event loop (``asynctask.async_client``), to be awaited."""
+        return JobSetter(self, self.options, None)._apush(list(args), None)
 
-    async def aperform_at(self, when: float | datetime, *args: Any) -> str:
-        return await JobSetter(self, self.options, None)._apush(list(args), _epoch(when))
+    def aperform_in(self, interval: float, *args: Any) -> Coroutine[Any, Any, str]:
+        return JobSetter(self, self.options, None)._apush(list(args), _after(interval))
 
-    async def aperform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
-        return await JobSetter(self, self.options, None).aperform_bulk(args_list, batch_size)
+    def aperform_at(self, when: float | datetime, *args: Any) -> Coroutine[Any, Any, str]:
+        return JobSetter(self, self.options, None)._apush(list(args), _epoch(when))
+
+    def aperform_bulk(
+        self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000
+    ) -> Coroutine[Any, Any, list[str]]:
+        return JobSetter(self, self.options, None).aperform_bulk(args_list, batch_size)
 
 
 class JobSetter:
@@ -265,14 +269,14 @@ class JobSetter:
         )
         return [jid for jid in jids if jid is not None]
 
-    async def aperform_async(self, *args: Any) -> str:
-        return await self._apush(list(args), None)
+    def aperform_async(self, *args: Any) -> Coroutine[Any, Any, str]:
+        return self._apush(list(args), None)
 
-    async def aperform_in(self, interval: float, *args: Any) -> str:
-        return await self._apush(list(args), _after(interval))
+    def aperform_in(self, interval: float, *args: Any) -> Coroutine[Any, Any, str]:
+        return self._apush(list(args), _after(interval))
 
-    async def aperform_at(self, when: float | datetime, *args: Any) -> str:
-        return await self._apush(list(args), _epoch(when))
+    def aperform_at(self, when: float | datetime, *args: Any) -> Coroutine[Any, Any, str]:
+        return self._apush(list(args), _epoch(when))
 
     async def aperform_bulk(self, args_list: Iterable[Sequence[Any]], batch_size: int = 1000) -> list[str]:
         jids = await self._async_client().apush_bulk(
@@ -295,10 +299,14 @@ class JobSetter:
 
     async def _apush(self, args: list[Any], at: float | None) -> str:
         client = self._async_client()
-        made = await client.apush_made(
-            partial(self._item, args, at), flow=self.options.flow, signature=self.definition.signature
+        # The job is made in its turn: see ``AsyncClient.turn``.
+        turn = client.turn()
+        if turn is not None:
+            await turn
+        pushed = await client.apush_in_turn(
+            self._item(args, at), flow=self.options.flow, signature=self.definition.signature
         )
-        return made or ""
+        return pushed or ""
 
     def _item(self, args: list[Any], at: float | None) -> payload.JobDict:
         self.definition.check_args(args)

@@ -37,7 +37,7 @@ def test_pushes_are_prepared_at_most_a_few_per_turn_of_the_loop() -> None:
         prepared: Counter[int] = Counter()
 
         async def push() -> None:
-            wait = client._turn()
+            wait = client.turn()
             if wait is not None:
                 await wait
             prepared[turns.now] += 1
