@@ -80,17 +80,28 @@ SYSTEM = System(
 )
 
 
+def async_enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
+    # One call per job from an event loop: ``aperform_async``, by many coroutines at once.
+    return enqueue_argv(url, "coroutines" if mode == "single" else mode, jobs, batch)
+
+
 def describe_async() -> list[str]:
     return [
         "the same enqueuer and settings; the jobs `NoopJob` and `LatencyJob` as `async def` "
         "(`bench/core/async_noop_jobs.py`)",
+        "single: `await NoopJob.aperform_async()` from 1,000 coroutines on one event loop, with the "
+        "loop's longest stall (how late a 1 ms timer on it woke, at most)",
         "worker: `python -m asynctask worker -r bench/core/async_noop_jobs.py -a C -q default`: "
         "C jobs awaited at once on the process's event loop, fetched by its 10 processor threads",
     ]
 
 
 ASYNC_SYSTEM = replace(
-    SYSTEM, name="AsyncTask (async)", worker_argv=async_worker_argv, describe=describe_async
+    SYSTEM,
+    name="AsyncTask (async)",
+    enqueue_argv=async_enqueue_argv,
+    worker_argv=async_worker_argv,
+    describe=describe_async,
 )
 
 

@@ -151,11 +151,15 @@ def enqueue_table(results: Results) -> list[str]:
     single_title = (
         f"one call per job, jobs/s (N = {single_jobs})" if single_jobs else "one call per job (not run)"
     )
-    lines = [f"| system | bulk enqueue jobs/s (N as above) | {single_title} |", "|---|---|---|"]
+    stall_title = "its event loop's longest stall, ms"
+    header = f"| system | bulk enqueue jobs/s (N as above) | {single_title} | {stall_title} |"
+    lines = [header, "|---|---|---|---|"]
     for system in results.systems():
         bulk = [r.enqueue.rate for _, r in results.process if r.system == system]
         single = [r.rate for _, r in results.single if r.system == system]
-        lines.append(f"| {system} | {spread(bulk, rate)} | {spread(single, rate)} |")
+        stalls = [r.stall_ms for _, r in results.single if r.system == system and r.stall_ms is not None]
+        stall = spread(stalls, lambda ms: f"{ms:.1f}")
+        lines.append(f"| {system} | {spread(bulk, rate)} | {spread(single, rate)} | {stall} |")
     return lines
 
 

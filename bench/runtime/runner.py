@@ -31,6 +31,8 @@ class EnqueueRun:
     jobs: int
     seconds: float
     redis_cmds: int
+    #: How late a 1 ms timer on the enqueuer's event loop woke at most (pushes from coroutines).
+    stall_ms: float | None = None
 
     @property
     def rate(self) -> float:
@@ -85,7 +87,12 @@ def enqueue(system: System, server: RedisServer, mode: str, jobs: int, batch: in
     if int(result["jobs"]) != jobs or queued != jobs:
         raise RuntimeError(f"{system.name} enqueue: asked {jobs}, reported {result['jobs']}, queued {queued}")
     return EnqueueRun(
-        system.name, mode, jobs, float(result["seconds"]), sum(after.values()) - sum(before.values())
+        system.name,
+        mode,
+        jobs,
+        float(result["seconds"]),
+        sum(after.values()) - sum(before.values()),
+        result.get("stall_ms"),
     )
 
 
