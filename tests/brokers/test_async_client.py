@@ -10,6 +10,7 @@ import socket
 import time
 import warnings
 import weakref
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -125,6 +126,43 @@ def test_a_push_committed_with_others_fails_alone(registry: Registry, settings: 
     assert isinstance(outcomes[3], DataError)
     pushed = [jid for n, jid in enumerate(outcomes) if n != 3]
     assert sorted(r.jid for r in Queue("default", settings=settings)) == sorted(pushed)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_thousand_coroutines_pushing_set_off_no_full_collection(
+    registry: Registry, settings: Settings
+) -> None:
+    """The coroutines of the trips under way make their next pushes together: trips too full
+    would set off a young collection each, keep every push under way for the oldest generation,
+    and soon a full collection, which walks every object of the process (SQLAlchemy's too)."""
+
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    collected: list[int] = []
+
+    def note_collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    async def push(client: AsyncClient) -> None:
+        pushing = note.set(client=client)
+        await pushing.aperform_async(-1)
+
+        async def twenty(n: int) -> None:
+            for _ in range(20):
+                await pushing.aperform_async(n)
+
+        gc.collect()
+        gc.callbacks.append(note_collection)
+        try:
+            await asyncio.gather(*(twenty(n) for n in range(1000)))
+        finally:
+            gc.callbacks.remove(note_collection)
+
+    run(push, settings, registry)
+    assert Queue("default", settings=settings).size == 20_001
+    assert collected.count(2) == 0, f"collections by generation: {Counter(collected)}"
 
 
 def test_a_tracked_job_and_a_unique_one_go_through_the_async_client(

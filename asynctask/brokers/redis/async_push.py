@@ -25,11 +25,6 @@ from asynctask.brokers.shared_trips import Outcome, SharedTrips
 from asynctask.keys import Keys
 from asynctask.settings import Settings
 
-#: Plain pushes sent in one write at most, and such writes under way at once: one, as Redis
-#: runs commands one after another anyway; what comes meanwhile goes in the next.
-MOST_PER_SEND = 200
-SENDS_AT_ONCE = 1
-
 
 class AsyncRedisPusher:
     def __init__(self, settings: Settings) -> None:
@@ -45,7 +40,7 @@ class AsyncRedisPusher:
         self.max_payload_bytes = settings.max_payload_bytes
         self._scripts = {name: self.redis.register_script(script_source(name)) for name in ("record", "push")}
         self._plain = AsyncPlainRoundTrips(self.redis)
-        self._shared = SharedTrips(self._send_plain, MOST_PER_SEND, SENDS_AT_ONCE)
+        self._shared = SharedTrips(self._send_plain)
 
     async def push(
         self, entries: Sequence[tuple[payload.JobDict, float | None]], *, transitions: Sequence[str] = ()

@@ -35,11 +35,6 @@ Entries = Sequence[tuple[payload.JobDict, float | None]]
 #: A plain push's entries and their rows.
 Plain = tuple[Entries, list[JobRow]]
 
-#: Plain pushes written in one transaction at most, and such transactions under way at once:
-#: two, so that one is being prepared while the database commits the other.
-MOST_PER_TRANSACTION = 200
-TRANSACTIONS_AT_ONCE = 2
-
 
 class AsyncSqlPusher:
     def __init__(self, settings: Settings) -> None:
@@ -48,7 +43,7 @@ class AsyncSqlPusher:
         self.engine = create_async_database_engine(settings.broker)
         self._writer = self.engine.execution_options(asynctask_immediate=True)
         self.max_payload_bytes = settings.max_payload_bytes
-        self._shared = SharedTrips(self._push_together, MOST_PER_TRANSACTION, TRANSACTIONS_AT_ONCE)
+        self._shared = SharedTrips(self._push_together)
 
     async def push(self, entries: Entries, *, transitions: Sequence[str] = ()) -> list[str]:
         """``SqlBroker.push``, awaited: one transaction, all the jobs or none."""
