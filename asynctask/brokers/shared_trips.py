@@ -1,9 +1,10 @@
-"""Round trips that the coroutines of one event loop share: what they hand in during one turn
-of the loop goes out together at the start of the next, and each of them gets its own outcome.
+"""Round trips that the coroutines of one event loop share: what they hand in goes out together
+in the next trip, and each of them gets its own outcome.
 
-A thousand coroutines pushing side by side then cost a round trip per trip, not one each,
-and the loop resumes them from a single reply. What is handed in while ``TRIPS_AT_ONCE`` trips
-are under way waits for the next one, as a database's group commit does.
+A trip sets off at the loop's next turn, unless ``TRIPS_AT_ONCE`` are under way: what is handed
+in meanwhile waits for one of them to end, as a database's group commit does. A thousand
+coroutines pushing side by side then cost a round trip per trip, not one each, and the loop
+resumes them from a single reply.
 """
 
 from __future__ import annotations

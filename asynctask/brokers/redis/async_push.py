@@ -1,8 +1,8 @@
 """Pushing jobs from an event loop, on redis-py's asyncio client: the commands and scripts of
 ``push.plan_push``, awaited.
 
-Pushes of plain jobs (no flow key, nothing tracked) made in one turn of the loop share one
-write and its replies (``SharedTrips``), each push getting its own outcome.
+Pushes of plain jobs (no flow key, nothing tracked) made side by side share one write and its
+replies (``SharedTrips``), each push getting its own outcome.
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ worker's process: SQLite's in-process writer lock is not taken (its ``BEGIN IMME
 for other writers in a thread of the driver's, not on the loop), and a fed task's release
 deferred to after the commit is left to the feed's ticker, which releases it at its next tick.
 
-Plain pushes (no feed, flow key or tracking) made in one turn of the loop share one
-transaction (``SharedTrips``): a thousand coroutines pushing side by side commit a few times
-per turn, not once each.
+Plain pushes (no feed, flow key or tracking) made side by side share a transaction
+(``SharedTrips``): a thousand coroutines pushing at once commit once per trip, not once each.
 """
 
 from __future__ import annotations
