@@ -63,8 +63,8 @@ class SharedTrips(Generic[T]):
                 await asyncio.sleep(0)
 
     def _schedule(self) -> None:
-        """Set off the waiting items at the loop's next turn, if a trip can start."""
-        if self._waiting and not self._set_off_soon and len(self._trips) < self._at_once:
+        """Set off the waiting items at the loop's next turn (``_set_off`` starts what may)."""
+        if self._waiting and not self._set_off_soon:
             self._set_off_soon = True
             asyncio.get_running_loop().call_soon(self._set_off)
 

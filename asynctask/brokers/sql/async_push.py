@@ -23,7 +23,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from asynctask import payload
 from asynctask.brokers.shared_trips import Outcome, SharedTrips
 from asynctask.brokers.sql.broker import SqlBroker
-from asynctask.brokers.sql.push import push_rows
+from asynctask.brokers.sql.push import is_keyed, push_rows
 from asynctask.brokers.sql.store import JobRow, Tx
 from asynctask.db.engine import create_async_database_engine
 from asynctask.feeds import FEED_FIELD
@@ -97,6 +97,5 @@ class AsyncSqlPusher:
 
 
 def _plain(job: payload.JobDict, job_row: JobRow) -> bool:
-    """Whether a job needs nothing of its transaction but its row: no feed, concurrency key
-    or unique key (whose checks read what other pushes wrote)."""
-    return FEED_FIELD not in job and job_row[7] is None and "unique_key" not in job
+    """Whether a job needs nothing of its transaction but its row: no feed, no flow keys."""
+    return FEED_FIELD not in job and not is_keyed(job, job_row)

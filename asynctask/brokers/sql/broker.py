@@ -27,7 +27,7 @@ from asynctask.brokers.sql.flow import Flow, is_flow
 from asynctask.brokers.sql.flowjob import LaneOf, lane_of
 from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED, STOPPED
 from asynctask.brokers.sql.periodic import SqlPeriodic
-from asynctask.brokers.sql.push import SqlStaging, jid, priority, push_rows, row
+from asynctask.brokers.sql.push import SqlStaging, is_keyed, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
 from asynctask.brokers.sql.store import JobRow, Store, Tx
 from asynctask.brokers.sql.tracking import SqlTrackingStore
@@ -143,7 +143,7 @@ class SqlBroker(Broker):
         transitions: Sequence[str],
     ) -> list[str]:
         pairs = [(job, r) for (job, _), r in zip(entries, rows, strict=True)]
-        if not any(r[7] is not None or "unique_key" in job for job, r in pairs):
+        if not any(is_keyed(job, r) for job, r in pairs):
             self.store.record(tx.connection, transitions)
             self.store.insert_jobs(tx.connection, rows)
             tx.announce(r[1] for r in rows if r[2] == QUEUED)

@@ -68,6 +68,12 @@ def row(job: payload.JobDict, state: str, run_at: float, encoded: str, *, holds:
     )
 
 
+def is_keyed(job: payload.JobDict, job_row: JobRow) -> bool:
+    """Whether a job's row needs the flow checks of its transaction: it has a concurrency key
+    (a lane) or a unique key, whose checks read what other pushes wrote."""
+    return job_row[7] is not None or "unique_key" in job
+
+
 def _storable(text: str) -> str:
     """``text`` as any text column takes it: an error message may quote a job's NUL
     characters (PostgreSQL refuses them) or lone surrogates (UTF-8 cannot encode them);
@@ -155,7 +161,7 @@ class SqlStaging(Staging):
         # Turns before keys: on SQLite, where the transaction takes the share's row, a tenant's
         # tasks then queue for that row before taking any key.
         starts = self._reserve(connection, [r[1] for r in rows])
-        if any(r[7] is not None or "unique_key" in job for job, r in encoded):
+        if any(is_keyed(job, r) for job, r in encoded):
             # A job whose unique key is held is not inserted: the last turns stay unused.
             _, rows, lanes = self._flow.admit(connection, encoded, payload.now())
         self._store.insert_jobs(connection, rows, turns=_turns(starts, rows))
