@@ -28,8 +28,8 @@ from asynctask.errors import (
 from asynctask.registry import Registry, default_registry
 
 # The rest is imported on first use: the client brings the Redis client library, tracking
-# SQLAlchemy, job definitions their checks, and a process that needs none of them (the worker's
-# supervisor, the CLI's help) starts sooner and stays smaller without them.
+# SQLAlchemy, job definitions their checks, and a process that needs none of them (the CLI's
+# help, a command that fails on its arguments) starts sooner and stays smaller without them.
 _LAZY = {
     **{name: "asynctask.job" for name in ("JobDefinition", "JobOptions")},
     **{name: "asynctask.periodic.schedule" for name in ("Schedule", "Schedules", "default_schedules")},

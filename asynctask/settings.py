@@ -260,7 +260,7 @@ def check_url(setting: str, url: str, kind: str) -> None:
     ``URL_KINDS``): one of its schemes and ``://``, a SQL one maybe with a ``+driver``, which
     must then be installed.
 
-    Read by eye, not parsed: a worker's supervisor loads neither SQLAlchemy nor redis-py; and a
+    Read by eye, not parsed: checking a command line loads neither SQLAlchemy nor redis-py; and a
     mistyped Redis URL is not a database URL that SQLAlchemy then fails to parse."""
     schemes = URL_KINDS[kind]
     scheme, separator, _ = url.partition("://")

@@ -198,7 +198,6 @@ def test_a_bad_module_is_one_line(
 ) -> None:
     for name, text in files.items():
         write(tmp_path / name, text)
-    # The worker's supervisor leaves the modules to its child: the line comes from there.
     line = run(command, "-r", require).one_line()
     assert line.startswith(message), line
 
@@ -472,9 +471,9 @@ def test_a_stop_signalled_to_the_whole_process_group_is_logged_once(
     migrate.upgrade(database)
     worker = background("worker", "--database-url", database)
     worker.line("worker started")
-    # As a terminal's Ctrl-C or systemd's stop do: every process of the group gets the signal, so
-    # the worker child gets it from the system and again from its supervisor; and more stops come
-    # until the last process is gone, as they may while the interpreters exit.
+    # As a terminal's Ctrl-C or systemd's stop do: every process of the group gets the signal (the
+    # worker and its watchdog); and more stops come until the last process is gone, as they may
+    # while the interpreter exits.
     while worker.process.poll() is None:
         try:
             os.killpg(worker.process.pid, signal.SIGTERM)

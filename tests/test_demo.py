@@ -313,7 +313,7 @@ def family(pid: int) -> list[psutil.Process]:
     """The demo, its worker and API, and every process they started."""
     demo = psutil.Process(pid)
     processes = [demo, *demo.children(recursive=True)]
-    # The worker's supervisor and its child, gunicorn's master and its worker at least.
+    # The worker and its watchdog, gunicorn's master and its worker at least.
     assert len(processes) >= 5, processes
     return processes
 

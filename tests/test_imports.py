@@ -16,6 +16,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.keys import Keys
 from asynctask.tracking.models import Event
+from asynctask.worker import watchdog_process
 from tests.conftest import REDIS_URL, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,29 +83,13 @@ print("ok")
 """
 
 
-#: What the worker's supervisor loads before it starts its child, through the command line's own
-#: entry: the supervisor alone; never the command line's parser nor the settings, which the child
-#: reads first, nor the job definitions, the Redis client, the job context or the installed
-#: packages' metadata, which the child loads, nor the cron and time zone code of schedules.
-SUPERVISOR = """
-import sys
+#: What the worker's watchdog process loads: its program alone, run as a file the way the worker
+#: runs it (``-I -S``), with none of the package's modules; it lives as long as the worker.
+WATCHDOG = """
+import runpy, sys
 
-from asynctask.worker import supervisor
-
-heavy = (
-    "argparse", "asynctask.cli.parser", "asynctask.settings", "asynctask.job", "asynctask.payload",
-    "redis", "importlib.metadata", "asynctask.context", "asynctask.tracking.views", "asynctask.client",
-    "cronsim", "zoneinfo", "secrets",
-)
-
-def started(self):
-    print(self.command[3:], ",".join(m for m in heavy if m in sys.modules))
-    return 0
-
-supervisor.Supervisor.run = started
-from asynctask.cli import main
-
-sys.exit(main(sys.argv[1:]))
+runpy.run_path(sys.argv[1], run_name="watchdog")
+print(",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("asynctask", "redis"))))
 """
 
 #: Every name of the package imported on first use is its module's own.
@@ -195,10 +180,13 @@ def test_importing_an_integration_loads_no_sql_code(namespace: str) -> None:
         assert run_python(code, namespace) == "", runtime
 
 
-def test_the_worker_supervisor_loads_neither_the_redis_client_nor_the_job_context(namespace: str) -> None:
-    assert run_python(SUPERVISOR, namespace, "worker", "-c", "3") == "['worker', '-c', '3']"
-    # The options every command takes may come first: the supervisor runs all the same.
-    assert run_python(SUPERVISOR, namespace, "-v", "worker") == "['-v', 'worker']"
+def test_the_worker_s_watchdog_process_loads_no_module_of_the_package() -> None:
+    program = str(Path(watchdog_process.__file__))
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", WATCHDOG, program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
 
 
 def test_every_name_imported_on_first_use_is_its_module_s(namespace: str) -> None:

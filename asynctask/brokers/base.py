@@ -515,7 +515,7 @@ class Broker(ABC):
 
     @abstractmethod
     def requeue_process(self, identity: str) -> int:
-        """Worker process ``identity`` is known dead (its supervisor killed it): give every job
+        """Worker process ``identity`` is known dead (its watchdog saw it go): give every job
         it held back to its queue and remove its record at once, rather than after its
         heartbeat expires; return how many jobs went back."""
 

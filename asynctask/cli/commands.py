@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from asynctask.tokens import TokenInfo
 
 
+#: The signals that stop a worker.
+STOPS = (signal.SIGTERM, signal.SIGINT)
 #: The options that give a URL, with their ``Settings`` field and the kind of URL they take.
 URL_OPTIONS = (
     ("--broker", "broker", "broker"),
@@ -80,7 +82,8 @@ def worker_settings(args: argparse.Namespace) -> Settings:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    """The worker child of ``asynctask worker`` (its supervisor starts it: ``asynctask.cli``)."""
+    """The worker, in this process, with its watchdog beside it; recycled, it runs again in a fresh
+    interpreter that takes this process's place."""
     settings = worker_settings(args)
     for module in settings.require:
         load_module(module)
@@ -88,18 +91,39 @@ def run_worker(args: argparse.Namespace) -> int:
     _check_worker_database(settings, explicit=named)
     from asynctask.worker import Worker
     from asynctask.worker.recycle import run_recycling
+    from asynctask.worker.watchdog import Watchdog
 
-    code = run_recycling(Worker(settings))
+    worker = Worker(settings)
+    watchdog = Watchdog.start(worker.identity, settings.timeout, args.arguments)
+    try:
+        recycled = run_recycling(worker)
+    finally:
+        watchdog.end()
+    if recycled:
+        # Held until the fresh worker's handlers are set (it unblocks them): a stop that comes
+        # while this one gives way is then obeyed by that one, not lost between the two.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+        if not worker.stop_signalled:
+            _replace_process(args.arguments)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     _ignore_late_stops()
-    return code
+    return 0
+
+
+def _replace_process(arguments: list[str]) -> None:
+    """Run the worker command again in this process (same pid, fresh memory)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "asynctask", *arguments])
 
 
 def _ignore_late_stops() -> None:
     """The worker has stopped and its process exits: a stop signal still on its way (the process
-    group's copy, or the one the supervisor forwards) has nothing left to stop. Python puts the
-    default action back while the interpreter exits, which would make that late copy kill the
-    process and turn a clean stop into a death by signal."""
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    group's copy of one) has nothing left to stop. Python puts the default action back while the
+    interpreter exits, which would make that late copy kill the process and turn a clean stop
+    into a death by signal."""
+    for signum in STOPS:
         signal.signal(signum, signal.SIG_IGN)
 
 

@@ -1,7 +1,7 @@
 """The worker runtime: launcher -> manager -> processors, with the poller and the heartbeat.
 
-``Worker`` is imported on first use: the supervisor of ``asynctask worker`` lives in this
-package and must not load the runtime it supervises.
+``Worker`` is imported on first use: a module of this package runs on its own without the
+whole runtime (``watchdog_process``, run as a file, imports no module of the package at all).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from asynctask import __version__
 from asynctask.brokers import Beat, ProcessRecords
 from asynctask.brokers.clock import BrokerClock
 from asynctask.settings import Settings
-from asynctask.worker.contract import IDENTITY_ENV, new_identity
 from asynctask.worker.stats import Stats
 
 logger = logging.getLogger("asynctask.heartbeat")
@@ -38,12 +38,10 @@ class ProcessInfo:
 
     @classmethod
     def for_this_process(cls) -> ProcessInfo:
-        """This process's identity, or the one its supervisor gave it: that one holds the
-        supervisor's pid, the pid people see in the process list and signal. The variable is
-        taken out of the environment, so that processes a job starts do not inherit it."""
-        identity = os.environ.pop(IDENTITY_ENV, "") or new_identity(os.getpid())
-        hostname, pid, _ = identity.rsplit(":", 2)
-        return cls(identity, hostname, int(pid), time.time())
+        """A new identity for this process, as Sidekiq writes it: ``hostname:pid:random``."""
+        hostname = os.environ.get("DYNO") or socket.gethostname()
+        pid = os.getpid()
+        return cls(f"{hostname}:{pid}:{os.urandom(6).hex()}", hostname, pid, time.time())
 
 
 class Heartbeat:

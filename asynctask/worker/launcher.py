@@ -117,6 +117,7 @@ class Worker:
         self._started = False
         #: Signals received, handled by the main thread (see _install_signal_handlers).
         self._signals: deque[str] = deque()
+        self._stop_signalled = False
         self._beat_thread = threading.Thread(target=self._beat_loop, name="asynctask-heartbeat", daemon=True)
         errors = self.broker.errors
         self._beating = Activity("heartbeat", logger, errors)
@@ -216,15 +217,21 @@ class Worker:
         self.broker.close()
         lifecycle.info("worker stopped", extra={"fields": {"identity": self.identity}})
 
+    @property
+    def stop_signalled(self) -> bool:
+        """Whether TERM or INT came, from the OS or through the broker, acted on or not yet."""
+        return self._stop_signalled or any(name in ("TERM", "INT") for name in self._signals)
+
     def handle_signal(self, name: str) -> None:
         # A signal often comes twice: a terminal's Ctrl-C or Ctrl-Z, or systemd's stop, signals
-        # the whole process group, and the supervisor forwards what it got to this process too.
-        # The second changes nothing, and says nothing.
+        # the whole process group, and a second Ctrl-C may follow the first. The second changes
+        # nothing, and says nothing.
         if name == "TSTP":
             if not self.manager.quieting.is_set():
                 logger.warning("TSTP: going quiet")
             self.quiet()
         elif name in ("TERM", "INT"):
+            self._stop_signalled = True
             if not self._stopping.is_set():
                 logger.warning("%s: shutting down", name)
             self.stop()
@@ -306,3 +313,5 @@ class Worker:
 
         for name in ("SIGTERM", "SIGINT", "SIGTSTP", "SIGTTIN"):
             signal.signal(getattr(signal, name), handler)
+        # A worker command that replaced its process to recycle it holds them until now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})

@@ -32,7 +32,6 @@ from asynctask.settings import Settings
 from asynctask.supervision import Activity, backoff
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.asyncjobs import AsyncJobs
-from asynctask.worker.contract import UNWIND_TIMEOUT
 from asynctask.worker.processor import Processor
 from asynctask.worker.retry import Retrier
 from asynctask.worker.stats import Stats
@@ -43,6 +42,9 @@ logger = logging.getLogger("asynctask.manager")
 PAUSE = 0.1
 #: Seconds without a processor death after which the pause before a replacement starts over.
 DEATHS_FORGOTTEN_AFTER = 60.0
+#: Seconds interrupted jobs get to unwind after the shutdown timeout, before their jobs are
+#: pushed back.
+UNWIND_TIMEOUT = 3.0
 
 
 class Manager:

@@ -1,12 +1,12 @@
 """Recycling: a worker process that ran ``max_jobs`` jobs, or that a job left above
-``max_memory_mb`` of RSS, stops gracefully so that its supervisor starts a fresh one, as
+``max_memory_mb`` of RSS, stops gracefully so that the worker command starts afresh, as
 Celery's ``max_tasks_per_child`` / ``max_memory_per_child`` do. A job that leaks (or a
 library that caches without bound) then costs a restart, not the machine's memory.
 
 The check runs after each job (as server middleware, so it sees every job that ran): past
 either bound the process goes quiet at once, so that the thread that finished the job starts
 no other, then stops as on TERM (running jobs finish within ``timeout``, unstarted ones go
-back to their queues) and exits with ``RECYCLE_EXIT``.
+back to their queues); the command then replaces its process with a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asynctask.worker.contract import RECYCLE_EXIT
 from asynctask.worker.heartbeat import rss_kb
 from asynctask.worker.launcher import Worker
 
@@ -66,15 +65,14 @@ class Recycler:
         self.recycle()
 
 
-def run_recycling(worker: Worker) -> int:
-    """Run ``worker`` until it stops; return its exit code: ``RECYCLE_EXIT`` if it stopped to
-    be replaced, else 0."""
+def run_recycling(worker: Worker) -> bool:
+    """Run ``worker`` until it stops; return whether it stopped to be replaced."""
     settings = worker.settings
     recycler = Recycler(settings.max_jobs, settings.max_memory_mb, lambda: _recycle(worker))
     if settings.max_jobs or settings.max_memory_mb:
         worker.manager.server_chain.prepend(recycler)
     worker.run()
-    return 0 if recycler.reason is None else RECYCLE_EXIT
+    return recycler.reason is not None
 
 
 def _recycle(worker: Worker) -> None:

@@ -117,7 +117,7 @@ def test_order_and_every_job_survive_a_killed_worker_holding_keys(
         return None
 
     doomed = wait_until(mid_job, timeout=30, interval=0.01)
-    # The whole process group: the supervisor and the child running the jobs.
+    # The whole process group: the worker and its watchdog (which would give the jobs back at once).
     os.killpg(doomed.pid, signal.SIGKILL)
     doomed.wait(10)
     killed_at = time.time()

@@ -1,4 +1,4 @@
-"""``Broker.requeue_process``: what the worker's supervisor calls after killing its child."""
+"""``Broker.requeue_process``: what the worker's watchdog has done once the worker is gone."""
 
 from __future__ import annotations
 

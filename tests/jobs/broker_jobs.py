@@ -2,8 +2,8 @@
 
 They record what they do as lines ``<event> <jid> <pid> <epoch time>`` in the file named by
 ASYNCTASK_TEST_RUNS, whatever the broker, so a test can tell which process ran which job and
-how often. The pid is the ``asynctask worker`` process the test started, whose child (see
-``asynctask.worker.supervisor``) runs the jobs. The file is opened with O_APPEND and each
+how often. The pid is the ``asynctask worker`` process the test started, which runs the jobs
+itself. The file is opened with O_APPEND and each
 line goes out in one ``write`` of a few dozen bytes: Linux appends it whole, so lines of
 concurrent processes never interleave.
 """
@@ -20,7 +20,7 @@ _runs = os.open(os.environ["ASYNCTASK_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | o
 
 
 def _note(event: str) -> None:
-    os.write(_runs, f"{event} {asynctask.current_job().jid} {os.getppid()} {time.time()!r}\n".encode())
+    os.write(_runs, f"{event} {asynctask.current_job().jid} {os.getpid()} {time.time()!r}\n".encode())
 
 
 @asynctask.job

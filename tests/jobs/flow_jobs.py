@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
 import threading
 import time
 from typing import Any
 
 import asynctask
 from asynctask.worker import retry
-from asynctask.worker.contract import IDENTITY_ENV
 
 _lock = threading.Lock()
 _runs: int | None = None
@@ -34,9 +34,9 @@ class _NoJitter(random.Random):
         return 0
 
 
-# Only in the worker processes (their supervisor names them): the tests import this module too,
-# and the test process's own retries must keep Sidekiq's jitter, which other tests check.
-if os.environ.get(IDENTITY_ENV):
+# Only in the worker processes (``asynctask worker``): the tests import this module too, and the
+# test process's own retries must keep Sidekiq's jitter, which other tests check.
+if "worker" in sys.argv[1:3]:
     retry.random = _NoJitter()  # type: ignore[attr-defined,assignment]
 
 
@@ -47,7 +47,7 @@ def _note(event: str, key: str, seq: int) -> None:
             _runs = os.open(os.environ["ASYNCTASK_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     job = asynctask.current_job()
     count = job.retry_count
-    line = f"{event} {job.jid} {os.getppid()} {time.time()!r} {key} {seq} {-1 if count is None else count}\n"
+    line = f"{event} {job.jid} {os.getpid()} {time.time()!r} {key} {seq} {-1 if count is None else count}\n"
     os.write(_runs, line.encode())
 
 

@@ -19,7 +19,7 @@ _runs = os.open(os.environ["ASYNCTASK_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | o
 @asynctask.job
 def every_second() -> None:
     job = asynctask.current_job().job
-    line = f"tick {job['periodic']} {job['periodic_at']} {job['jid']} {os.getppid()} {time.time()!r}\n"
+    line = f"tick {job['periodic']} {job['periodic_at']} {job['jid']} {os.getpid()} {time.time()!r}\n"
     os.write(_runs, line.encode())
 
 

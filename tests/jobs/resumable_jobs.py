@@ -24,7 +24,7 @@ def count(total: int, pause_ms: int, cursor: int | None = None) -> Iterator[int]
     jid = asynctask.current_job().jid
     for index in range(0 if cursor is None else cursor + 1, total):
         time.sleep(pause_ms / 1000)
-        os.write(_iterations, f"{jid} {index} {os.getppid()}\n".encode())
+        os.write(_iterations, f"{jid} {index} {os.getpid()}\n".encode())
         yield index
 
 
@@ -34,5 +34,5 @@ async def count_async(total: int, pause_ms: int, cursor: int | None = None) -> A
     jid = asynctask.current_job().jid
     for index in range(0 if cursor is None else cursor + 1, total):
         await asyncio.sleep(pause_ms / 1000)
-        os.write(_iterations, f"{jid} {index} {os.getppid()}\n".encode())
+        os.write(_iterations, f"{jid} {index} {os.getpid()}\n".encode())
         yield index

@@ -34,7 +34,7 @@ POSTGRES_PORT = make_url(POSTGRES_URL).port or 5432
 
 def flusher_children(worker: subprocess.Popen[bytes]) -> list[psutil.Process]:
     found = []
-    # The worker runs in a child of the process started (its supervisor): the flusher is below.
+    # The worker's children: its watchdog and the flusher.
     for child in psutil.Process(worker.pid).children(recursive=True):
         try:
             if "flusher" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:

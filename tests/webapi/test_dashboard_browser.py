@@ -96,7 +96,7 @@ class Board:
             fail_with_logs(f"{what}: not within {timeout} s", self.logs)
 
     def identity(self, worker: subprocess.Popen[bytes]) -> str:
-        # The process record names the supervisor's pid, the one ``asynctask worker`` runs as.
+        # The process record names the pid of the ``asynctask worker`` process.
         return next(p.identity for p in ProcessSet(settings=self.settings) if p.pid == worker.pid)
 
     def busy(self) -> int:

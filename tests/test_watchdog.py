@@ -1,6 +1,6 @@
-"""``asynctask worker`` as a supervisor and its worker child: the hard stop past ``-t``, no
-child outliving its parent, recycling after ``--max-jobs`` / ``--max-memory``, and the
-signals it forwards."""
+"""``asynctask worker`` and its watchdog process: the hard stop past ``-t``, the jobs of a worker
+killed by anyone given back at once, no watchdog outliving its worker; recycling after
+``--max-jobs`` / ``--max-memory`` in the same process; the signals the worker obeys."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.keys import Keys
 from asynctask.middleware import Chain
+from asynctask.worker.watchdog import PROGRAM
 from tests.brokers.conftest import read_runs, worker_env
 from tests.conftest import REDIS_URL, wait_until
 
@@ -32,10 +33,12 @@ from tests.conftest import REDIS_URL, wait_until
 pytestmark = pytest.mark.alone
 
 ROOT = Path(__file__).resolve().parent.parent
-JOBS = ROOT / "tests" / "jobs" / "supervisor_jobs.py"
+JOBS = ROOT / "tests" / "jobs" / "watchdog_jobs.py"
 #: How long after TERM a worker whose job holds the GIL may take to be gone: the tests' -t (3 s at most)
-#: plus the supervisor's 5 s and its half second for the stack dump, with some slack.
+#: plus the watchdog's 5 s and its half second for the stack dump, with some slack.
 HARD_STOP_BOUND = 10.5
+#: The most memory the watchdog process may hold.
+WATCHDOG_RSS = 11 << 20
 
 Spawn = Callable[..., "subprocess.Popen[bytes]"]
 
@@ -67,7 +70,7 @@ def runs_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def spawn(tmp_path: Path, runs_file: Path) -> Iterator[Spawn]:
-    """Start ``asynctask worker -r tests/jobs/supervisor_jobs.py ARGS...`` in a session of its
+    """Start ``asynctask worker -r tests/jobs/watchdog_jobs.py ARGS...`` in a session of its
     own, logging to ``<tmp>/worker-N.log``; at teardown its whole process group is killed
     (with anything a job left running)."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -93,6 +96,13 @@ def spawn(tmp_path: Path, runs_file: Path) -> Iterator[Spawn]:
         except ProcessLookupError:
             pass
         proc.wait(10)
+
+
+def watchdog_of(worker: subprocess.Popen[bytes]) -> psutil.Process:
+    """The watchdog process of ``worker``."""
+    children = psutil.Process(worker.pid).children()
+    [watchdog] = [child for child in children if str(PROGRAM) in child.cmdline()]
+    return watchdog
 
 
 def worker_log(tmp_path: Path, index: int = 0) -> str:
@@ -134,7 +144,12 @@ def wait_registered(settings: Settings) -> None:
 
 @pytest.mark.parametrize(("backend", "timeout"), [("redis", 3.0), ("sqlite", 1.0)])
 def test_term_stops_a_worker_whose_job_holds_the_gil_within_the_timeout_and_gives_the_job_back(
-    backend: str, timeout: float, request: pytest.FixtureRequest, spawn: Spawn, runs_file: Path
+    backend: str,
+    timeout: float,
+    request: pytest.FixtureRequest,
+    spawn: Spawn,
+    runs_file: Path,
+    tmp_path: Path,
 ) -> None:
     settings: Settings = request.getfixturevalue(f"{backend}_settings")
     proc = spawn(settings, "-c", "2", "-t", str(timeout))
@@ -145,22 +160,51 @@ def test_term_stops_a_worker_whose_job_holds_the_gil_within_the_timeout_and_give
 
     stopping = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)
-    # SIGKILLed past the timeout and its grace: exit status as a shell reports it.
-    assert proc.wait(HARD_STOP_BOUND) == 128 + signal.SIGKILL
+    # SIGKILLed by its watchdog past the timeout and its grace.
+    assert proc.wait(HARD_STOP_BOUND) == -signal.SIGKILL
     assert time.monotonic() - stopping < HARD_STOP_BOUND
-    assert [str(job.jid) for job in Queue("default", settings=settings)] == [jid]
+    # Given back by the watchdog once the worker is gone: long before the heartbeat expires.
+    wait_until(lambda: [str(job.jid) for job in Queue("default", settings=settings)] == [jid], timeout=15)
     assert held_jobs(settings) == 0
     assert ProcessSet(settings=settings).size == 0
+    assert "killed it" in worker_log(tmp_path)
 
 
-def test_a_worker_child_dies_with_its_killed_supervisor(redis_settings: Settings, spawn: Spawn) -> None:
-    proc = spawn(redis_settings, "-c", "1")
+def test_the_jobs_of_a_worker_killed_by_anyone_are_given_back_by_its_watchdog(
+    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+) -> None:
+    proc = spawn(redis_settings, "-c", "2")
     wait_registered(redis_settings)
-    [child] = psutil.Process(proc.pid).children()
+    watchdog = watchdog_of(proc)
+    jid = push(redis_settings, "hold_gil", 60)
+    wait_until(lambda: [(run.event, run.jid) for run in read_runs(runs_file)] == [("start", jid)])
+
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(5) == -signal.SIGKILL
-    _, alive = psutil.wait_procs([child], timeout=5)
+    # The process record lives 60 s: only the watchdog can have given the job back this soon.
+    queue = Queue("default", settings=redis_settings)
+    wait_until(lambda: [str(job.jid) for job in queue] == [jid], timeout=15)
+    assert held_jobs(redis_settings) == 0
+    assert ProcessSet(settings=redis_settings).size == 0
+    assert "worker process died without stopping" in worker_log(tmp_path)
+    _, alive = psutil.wait_procs([watchdog], timeout=5)
     assert alive == []
+
+
+def test_the_watchdog_is_small_and_leaves_with_its_worker(
+    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    proc = spawn(redis_settings, "-c", "1")
+    wait_registered(redis_settings)
+    watchdog = watchdog_of(proc)
+    # A bare interpreter is about 8.5 MiB here: the watchdog loads a few built-in modules only.
+    assert watchdog.memory_info().rss < WATCHDOG_RSS
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(15) == 0
+    _, alive = psutil.wait_procs([watchdog], timeout=5)
+    assert alive == []
+    # Told that the worker ended: it neither took the exit for a death nor gave anything back.
+    assert "died" not in worker_log(tmp_path) and "pushed back" not in worker_log(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["record", "record_async"])
@@ -174,10 +218,12 @@ def test_max_jobs_replaces_the_worker_process_after_that_many_jobs(
 
     runs = read_runs(runs_file)
     assert Counter(run.jid for run in runs) == Counter(jids), "every job ran, once"
-    # One job at a time: each child runs exactly three jobs, then a fresh one takes over.
-    per_child = Counter(run.pid for run in runs)
-    assert list(per_child.values()) == [3, 3, 1]
-    assert proc.pid not in per_child and proc.poll() is None
+    # One job at a time: each interpreter runs exactly three jobs, then a fresh one takes over,
+    # in the same process: the one started, and the pid its process record gives.
+    per_image = Counter(run.pid for run in runs)
+    assert list(per_image.values()) == [3, 3, 1]
+    assert proc.poll() is None
+    assert [p.pid for p in ProcessSet(settings=redis_settings)] == [proc.pid]
     assert worker_log(tmp_path).count("recycling the worker process: 3 jobs run (max jobs 3)") == 2
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(15) == 0
@@ -200,9 +246,18 @@ def test_max_memory_replaces_a_worker_process_a_job_left_above_it(
     assert proc.poll() is None
 
 
-def test_tstp_and_ttin_sent_to_the_supervisor_reach_the_worker(
-    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+def test_a_stop_signal_that_comes_while_the_worker_recycles_ends_it(
+    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
 ) -> None:
+    proc = spawn(redis_settings, "-c", "1", "--max-jobs", "1")
+    wait_registered(redis_settings)
+    push(redis_settings, "stop_own_process")
+    assert proc.wait(15) == 0
+    assert "recycling the worker process" in worker_log(tmp_path)
+    assert ProcessSet(settings=redis_settings).size == 0
+
+
+def test_tstp_and_ttin_reach_the_worker(redis_settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
     proc = spawn(redis_settings, "-c", "1")
     wait_registered(redis_settings)
     os.kill(proc.pid, signal.SIGTTIN)
@@ -221,14 +276,3 @@ def test_recycling_bounds_come_from_the_environment_and_must_not_be_negative() -
     assert (settings.max_jobs, settings.max_memory_mb) == (500, 300)
     with pytest.raises(ValueError, match="must not be negative"):
         Settings.from_env(env, max_jobs=-1)
-
-
-def test_the_supervisor_loads_none_of_the_runtime_it_supervises() -> None:
-    # It lives as long as the worker: every library it imported would be paid for twice.
-    probe = (
-        "import sys, asynctask.cli, asynctask.worker.supervisor\n"
-        "print(sorted(m for m in ('redis', 'sqlalchemy', 'flask', 'asynctask.brokers',"
-        " 'asynctask.worker.launcher') if m in sys.modules))"
-    )
-    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert loaded.stdout.strip() == "[]"

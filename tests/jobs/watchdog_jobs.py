@@ -1,8 +1,9 @@
-"""Jobs for the supervisor's tests (``asynctask worker -r tests/jobs/supervisor_jobs.py``).
+"""Jobs for the watchdog's and recycling's tests (``asynctask worker -r tests/jobs/watchdog_jobs.py``).
 
-They record what they do as lines ``<event> <jid> <pid> <epoch time>`` in the file named by
-ASYNCTASK_TEST_RUNS (as tests/jobs/broker_jobs.py does), with the pid of the worker process
-that ran them: the supervisor's child, so that a test can tell children apart.
+They record what they do as lines ``<event> <jid> <image> <epoch time>`` in the file named by
+ASYNCTASK_TEST_RUNS (as tests/jobs/broker_jobs.py does, in the place of its pid): ``image`` is a
+number drawn when the worker's interpreter loads this module, so that a test can tell apart the
+interpreters of a worker that replaced itself, all under one pid.
 """
 
 from __future__ import annotations
@@ -10,17 +11,20 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import signal
 import time
 
 import asynctask
 
 _runs = os.open(os.environ["ASYNCTASK_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+#: This interpreter's number.
+_image = int.from_bytes(os.urandom(6), "big")
 #: What ``leak`` keeps alive for good.
 _leaked: list[bytearray] = []
 
 
 def _note(event: str) -> None:
-    os.write(_runs, f"{event} {asynctask.current_job().jid} {os.getpid()} {time.time()!r}\n".encode())
+    os.write(_runs, f"{event} {asynctask.current_job().jid} {_image} {time.time()!r}\n".encode())
 
 
 @asynctask.job
@@ -49,4 +53,11 @@ def hold_gil(seconds: int) -> None:
 def leak(megabytes: int) -> None:
     """Keep ``megabytes`` of touched memory for the rest of the process's life."""
     _leaked.append(bytearray(b"\x01") * (megabytes << 20))
+    _note("done")
+
+
+@asynctask.job
+def stop_own_process() -> None:
+    """Send TERM to the worker process running it, as an operator would."""
+    os.kill(os.getpid(), signal.SIGTERM)
     _note("done")
