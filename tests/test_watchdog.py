@@ -5,6 +5,7 @@ killed by anyone given back at once, no watchdog outliving its worker; recycling
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -255,6 +256,22 @@ def test_a_stop_signal_that_comes_while_the_worker_recycles_ends_it(
     assert proc.wait(15) == 0
     assert "recycling the worker process" in worker_log(tmp_path)
     assert ProcessSet(settings=redis_settings).size == 0
+
+
+def test_the_threads_of_a_worker_share_two_malloc_arenas(
+    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+) -> None:
+    proc = spawn(redis_settings, "-c", "10")
+    wait_registered(redis_settings)
+    for _ in range(200):
+        push(redis_settings, "allocate")
+    wait_until(lambda: len(read_runs(runs_file)) == 200, timeout=30)
+    push(redis_settings, "print_malloc_arenas")
+    wait_until(lambda: "Total (incl. mmap):" in worker_log(tmp_path))
+    arenas = re.findall(r"^Arena \d+:$", worker_log(tmp_path), re.MULTILINE)
+    assert len(arenas) == 2, arenas
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(15) == 0
 
 
 def test_tstp_and_ttin_reach_the_worker(redis_settings: Settings, spawn: Spawn, tmp_path: Path) -> None:

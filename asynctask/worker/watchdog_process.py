@@ -18,13 +18,15 @@ stopped. This process then:
 
 It runs as ``python -I -S`` on this file alone, importing a few built-in modules and not the
 package: it lives as long as the worker, so that all it loads is memory the worker's tree holds
-for good. The signals a terminal or systemd sends to the whole group are ignored: the worker
-tells this process what it needs through the pipe.
+for good (``signal``'s enums alone would add 0.8 MiB to the 8.5 of a bare interpreter: this file
+takes the plain numbers of ``_signal``, the module beneath it). The signals a terminal or systemd
+sends to the whole group are ignored: the worker tells this process what it needs through the
+pipe.
 """
 
+import _signal as signal  # type: ignore[import-not-found]
 import os
 import select
-import signal
 import sys
 import time
 

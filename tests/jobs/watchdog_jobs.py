@@ -61,3 +61,19 @@ def stop_own_process() -> None:
     """Send TERM to the worker process running it, as an operator would."""
     os.kill(os.getpid(), signal.SIGTERM)
     _note("done")
+
+
+@asynctask.job
+def allocate() -> None:
+    """Hold a block from malloc (not Python's small-object allocator) for a moment, as most jobs do."""
+    block = bytearray(1 << 17)
+    time.sleep(0.01)
+    del block
+    _note("done")
+
+
+@asynctask.job
+def print_malloc_arenas() -> None:
+    """glibc's malloc_stats(): one ``Arena N:`` section per malloc arena, on the worker's stderr."""
+    ctypes.CDLL(None).malloc_stats()
+    _note("done")
