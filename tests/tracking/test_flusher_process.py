@@ -25,7 +25,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.keys import Keys
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.registry import Registry
-from asynctask.tracking.models import Event
+from asynctask.tracking.models import Event, Task
 from tests.conftest import POSTGRES_URL, fresh_postgres_schema, wait_for_beats, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,17 +186,21 @@ def test_a_flusher_on_postgresql_applies_a_large_batch_on_several_connections_th
                     for kind in ("working", "finish")
                 )
                 conn.xadd(stream, {"s": 1 + 2 * start, "d": f"[{chunk}]"})
-            proc = start_worker(settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
-            try:
-                (flusher,) = wait_until(lambda: flusher_children(proc), timeout=15)
-                most = 0
-                while conn.xlen(stream):
-                    most = max(most, database_connections(flusher))
-                    time.sleep(0.005)
-                time.sleep(0.5)
-                assert most >= 2 and database_connections(flusher) == 1
-            finally:
-                stop(proc)
+            # Every part of the batch ends by updating the task's counts: while this transaction
+            # holds the task's row, each part waits there on its own connection, long enough to be
+            # counted (unheld, the parts are over within milliseconds, between two looks).
+            with engine.connect() as holder:
+                holder.execute(select(Task.id).where(Task.id == task.id).with_for_update())
+                proc = start_worker(settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
+                try:
+                    (flusher,) = wait_until(lambda: flusher_children(proc), timeout=15)
+                    wait_until(lambda: database_connections(flusher) >= 2, timeout=30)
+                    holder.rollback()
+                    wait_until(lambda: conn.xlen(stream) == 0, timeout=30)
+                    # The connections opened for the parts are closed once they are given back.
+                    wait_until(lambda: database_connections(flusher) == 1, timeout=10)
+                finally:
+                    stop(proc)
             assert tracking.get_task(task.id).counts["finish"] == 1000
         finally:
             engine.dispose()
