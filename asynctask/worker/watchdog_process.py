@@ -63,14 +63,13 @@ def watch(pipe: int, worker: int, bound: float) -> str | None:
     deadline: float | None = None
     while True:
         wait = PARENT_CHECK_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
-        if select.select([pipe], [], [], min(wait, PARENT_CHECK_INTERVAL))[0]:
-            received = os.read(pipe, 256)
-            if ENDED in received:
-                return None
-            if not received:
-                return "died"
-            if deadline is None and (signal.SIGTERM in received or signal.SIGINT in received):
-                deadline = time.monotonic() + bound
+        received = _receive(pipe, min(wait, PARENT_CHECK_INTERVAL))
+        if received is None:
+            return "died"
+        if ENDED in received:
+            return None
+        if deadline is None and (signal.SIGTERM in received or signal.SIGINT in received):
+            deadline = time.monotonic() + bound
         if os.getppid() != worker:
             return "died"
         if deadline is not None and time.monotonic() >= deadline:
@@ -91,14 +90,21 @@ def _ended_within(pipe: int, worker: int, seconds: float) -> bool:
     """Wait up to ``seconds`` for the worker to be gone; True if it wrote ``ENDED`` first."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0 and os.getppid() == worker:
-        if select.select([pipe], [], [], min(left, 0.05))[0]:
-            received = os.read(pipe, 256)
-            if ENDED in received:
-                return True
-            if not received:
-                # The end of file comes from the kernel as the process goes: its parent changes next.
-                time.sleep(0.001)
+        received = _receive(pipe, min(left, 0.05))
+        if received is None:
+            # The end of file comes from the kernel as the process goes: its parent changes next.
+            time.sleep(0.001)
+        elif ENDED in received:
+            return True
     return False
+
+
+def _receive(pipe: int, seconds: float) -> bytes | None:
+    """What the worker writes within ``seconds`` (``b""`` if nothing), or None at the pipe's end
+    of file: the worker is gone."""
+    if not select.select([pipe], [], [], seconds)[0]:
+        return b""
+    return os.read(pipe, 256) or None
 
 
 if __name__ == "__main__":
