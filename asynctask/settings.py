@@ -81,6 +81,9 @@ class Settings:
     max_jobs: int = 0
     #: Replace the worker process (gracefully) once a job leaves it above this RSS, in MB; 0: never.
     max_memory_mb: int = 0
+    #: Keep a worker process's job threads on one CPU while its jobs are short
+    #: (``asynctask.worker.placement``).
+    cpu_pinning: bool = True
     #: Seconds between heartbeats (Sidekiq 6.x: 5).
     heartbeat_interval: float = 5.0
     #: Seconds the process hash lives without a heartbeat; after that its in-flight jobs are recovered.
@@ -142,6 +145,8 @@ class Settings:
             values["namespace"] = env["ASYNCTASK_NAMESPACE"]
         if env.get("ASYNCTASK_TRACKING"):
             values["tracking"] = parse_bool("ASYNCTASK_TRACKING", env["ASYNCTASK_TRACKING"])
+        if env.get("ASYNCTASK_CPU_PINNING"):
+            values["cpu_pinning"] = parse_bool("ASYNCTASK_CPU_PINNING", env["ASYNCTASK_CPU_PINNING"])
         if env.get("ASYNCTASK_FLUSHER"):
             values["flusher"] = env["ASYNCTASK_FLUSHER"]
         if env.get("ASYNCTASK_REQUIRE"):

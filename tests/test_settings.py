@@ -26,6 +26,13 @@ def test_explicit_overrides_win_and_none_means_unset() -> None:
     assert settings.timeout == 25.0
 
 
+def test_cpu_pinning_is_on_unless_a_variable_turns_it_off() -> None:
+    assert Settings.from_env({}).cpu_pinning
+    assert not Settings.from_env({"ASYNCTASK_CPU_PINNING": "false"}).cpu_pinning
+    with pytest.raises(ValueError, match="ASYNCTASK_CPU_PINNING='maybe' is not a boolean"):
+        Settings.from_env({"ASYNCTASK_CPU_PINNING": "maybe"})
+
+
 def test_bad_values_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="ASYNCTASK_CONCURRENCY='x' is not a valid int"):
         Settings.from_env({"ASYNCTASK_CONCURRENCY": "x"})

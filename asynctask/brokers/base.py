@@ -285,6 +285,10 @@ class Fetcher(ABC):
                 self._waiting -= 1
                 del self._round_trips[number]
 
+    def jobs_are_short(self) -> bool:
+        """Whether the jobs run shorter than a claim's round trip (so they come in batches)."""
+        return self._pacing.short
+
     def _hand(self, thread: threading.Thread, unit: UnitOfWork) -> UnitOfWork:
         """Record ``unit`` as ``thread``'s, and when (hold ``_lock``)."""
         self._handed[thread] = (unit, time.monotonic())

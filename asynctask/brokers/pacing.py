@@ -52,6 +52,8 @@ class ClaimPacing:
     found_any: bool = False
     #: Claims under way now.
     claiming: int = 0
+    #: Whether the jobs run shorter than a claim's round trip, as of the last claim.
+    short: bool = False
     #: Running averages: seconds from handing a job to a thread to that thread's next
     #: fetch, and seconds of a claim's round trip.
     job_seconds: float = 0.0
@@ -74,6 +76,7 @@ class ClaimPacing:
     def claimed(self, found: int, seconds: float) -> None:
         self.found_any = found > 0
         self.claim_seconds = _averaged(self.claim_seconds, seconds)
+        self.short = 0 < self.job_seconds < self.claim_seconds
 
 
 def _averaged(average: float, value: float) -> float:

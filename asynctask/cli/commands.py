@@ -76,6 +76,7 @@ def worker_settings(args: argparse.Namespace) -> Settings:
         timeout=args.timeout,
         max_jobs=args.max_jobs,
         max_memory_mb=args.max_memory,
+        cpu_pinning=args.cpu_pinning,
         tag=args.tag,
         require=tuple(args.require) or None,
         log_level="INFO" if args.verbose else None,

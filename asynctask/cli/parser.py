@@ -111,6 +111,13 @@ def _worker(group: Commands) -> None:
         help="replace the worker process when a job leaves it above MB of RSS "
         "(env ASYNCTASK_MAX_MEMORY_MB; default: never)",
     )
+    worker.add_argument(
+        "--no-cpu-pinning",
+        dest="cpu_pinning",
+        action="store_false",
+        default=None,
+        help="let job threads run on every CPU even while jobs are short (env ASYNCTASK_CPU_PINNING=false)",
+    )
     worker.add_argument("-g", "--tag", help="tag shown in Sidekiq's Web UI")
     _verbose_option(worker, "log every job start and finish; show the traceback of an error")
     worker.add_argument("--log-format", choices=["logfmt", "json"], help="log line format (default logfmt)")

@@ -298,6 +298,7 @@ class Worker:
         self._recovering.attempt(lambda: self.broker.recover_orphans(self.identity))
         if not self._stopping.is_set():
             self._reconciling.attempt(self.fetch.reconcile)
+        self.manager.placement.review()
 
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: FrameType | None) -> None:

@@ -32,6 +32,7 @@ from asynctask.settings import Settings
 from asynctask.supervision import Activity, backoff
 from asynctask.tracking.tracker import Tracker
 from asynctask.worker.asyncjobs import AsyncJobs
+from asynctask.worker.placement import Placement
 from asynctask.worker.processor import Processor
 from asynctask.worker.retry import Retrier
 from asynctask.worker.stats import Stats
@@ -59,6 +60,8 @@ class Manager:
         tracker: Tracker | None = None,
     ) -> None:
         self.settings = settings
+        #: Where the processor threads run (``placement``).
+        self.placement = Placement(settings.cpu_pinning)
         self.broker = broker
         self.fetch = fetch
         self.registry = registry
@@ -87,7 +90,9 @@ class Manager:
         """The event loop that runs async jobs, started by the first one."""
         with self._lock:
             if self._async_jobs is None:
-                self._async_jobs = AsyncJobs(self)
+                # Started by a job thread: its threads must not inherit that thread's CPU.
+                with self.placement.freed():
+                    self._async_jobs = AsyncJobs(self)
             return self._async_jobs
 
     def loop_lag(self) -> float:

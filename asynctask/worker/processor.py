@@ -80,6 +80,9 @@ class Processor:
         self.tid = thread_tid()
         pending_ack: UnitOfWork | None = None
         cycle = self.index
+        placement = manager.placement
+        # Unknown: a thread started by a job thread runs where that one did until its first job.
+        placed = -1
         try:
             manager.quieting.wait(self.delay)
             while not manager.quieting.is_set():
@@ -98,6 +101,9 @@ class Processor:
                 if manager.quieting.is_set():
                     manager.fetch.requeue([unit])
                     break
+                wanted = placement.for_jobs(manager.fetch.jobs_are_short())
+                if wanted != placed:
+                    placed = placement.apply(wanted)
                 pending_ack = self.process(unit)
             if pending_ack is not None:
                 manager.fetch.acknowledge(pending_ack)

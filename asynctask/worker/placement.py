@@ -1,0 +1,232 @@
+"""Where a worker process's job threads run: on one CPU while its jobs are short.
+
+CPython's threads take turns holding the GIL. A thread that lets go of it for a moment (a
+write, a wait on a lock) hands it to a thread waiting on another CPU, and when its call returns
+microseconds later it waits in turn: with short jobs, every job costs two thread wake-ups
+across CPUs. Threads that share one CPU do not trade the GIL that way: the kernel runs the next
+one when the first blocks. (One process x 10 threads of no-op jobs on Redis, 2 CPUs: 57,000
+jobs/s and 15 µs of CPU per job on one CPU, 29,500 jobs/s and 38 µs spread over both; two
+processes: 84,000 jobs/s on a CPU each, 56,000 spread.)
+
+So while the jobs are short (shorter than a claim's round trip: the fetcher claims them in
+batches, ``Fetcher.jobs_are_short``), each processor thread keeps to the process's CPU. While
+they are long, the threads may run on every CPU the process may use: a long job may run native
+code on several CPUs at once, or start programs, which inherit the CPUs of the thread that
+started them. The process's other threads (heartbeat, poller, event loop) are never held.
+
+The process's CPU is the allowed one that the fewest other worker processes of this user on
+this host hold (a small file in the temporary directory, read and written under a lock), so
+that the processes of one host spread over its CPUs. Each heartbeat looks at the CPUs' use
+since the last one: when other work took more than ``CONTENDED`` of the process's CPU while
+another allowed CPU was idle more than ``MARGIN`` beyond that, the job threads move there.
+
+``cpu_pinning = False`` (``ASYNCTASK_CPU_PINNING=false``, ``--no-cpu-pinning``) leaves every
+thread on every allowed CPU.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+logger = logging.getLogger("asynctask.placement")
+
+#: Share of the process's CPU that other work took since the last look beyond which the job
+#: threads look for another CPU.
+CONTENDED = 0.3
+#: How much more of its time another CPU must have been idle than other work took of the
+#: process's CPU for the job threads to move there.
+MARGIN = 0.2
+#: Free: the generation of a job thread that may run on every allowed CPU.
+FREE = 0
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Seconds of one CPU since boot, as ``/proc/stat`` gives them."""
+
+    busy: float
+    idle: float
+
+
+def read_cpu_times(path: str = "/proc/stat") -> dict[int, CpuTimes]:
+    """Busy and idle seconds of each CPU (idle counts waiting for I/O)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    times: dict[int, CpuTimes] = {}
+    with open(path, encoding="ascii") as stat:
+        for line in stat:
+            name, _, rest = line.partition(" ")
+            if not name.startswith("cpu") or name == "cpu":
+                continue
+            fields = [int(value) for value in rest.split()]
+            idle = fields[3] + fields[4]
+            times[int(name[3:])] = CpuTimes((sum(fields[:8]) - idle) / ticks, idle / ticks)
+    return times
+
+
+def freer_cpu(
+    cpu: int, seconds: float, own: float, before: Mapping[int, CpuTimes], after: Mapping[int, CpuTimes]
+) -> int | None:
+    """The CPU the job threads should move to from ``cpu``, or None to stay: over ``seconds``,
+    the process used ``own`` seconds of CPU (all on ``cpu``) and the CPUs' times went from
+    ``before`` to ``after`` (only the CPUs the process may use)."""
+    if seconds <= 0 or cpu not in before or cpu not in after:
+        return None
+    others = (after[cpu].busy - before[cpu].busy - own) / seconds
+    if others <= CONTENDED:
+        return None
+    idle = {c: (after[c].idle - before[c].idle) / seconds for c in after if c != cpu and c in before}
+    best = max(idle, key=lambda c: (idle[c], -c), default=None)
+    if best is None or idle[best] < others + MARGIN:
+        return None
+    return best
+
+
+class CpuRegistry:
+    """Which CPU each worker process of this user on this host holds: ``{pid: cpu}`` as JSON in
+    one file, read and written under an exclusive lock; entries of processes gone are dropped."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path or os.path.join(tempfile.gettempdir(), f"asynctask-cpus-{os.getuid()}")
+
+    def hold(self, pid: int, allowed: frozenset[int], exclude: int | None = None) -> int:
+        """Record ``pid`` on the allowed CPU held by the fewest other processes (the lowest
+        numbered among equals; never ``exclude`` unless it is the only one); return it."""
+        with open(self.path, "a+", encoding="ascii") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            file.seek(0)
+            held = {p: c for p, c in _parsed(file.read()).items() if p != pid and _alive(p)}
+            counts = {c: 0 for c in allowed if c != exclude} or {c: 0 for c in allowed}
+            for other in held.values():
+                if other in counts:
+                    counts[other] += 1
+            cpu = min(counts, key=lambda c: (counts[c], c))
+            held[pid] = cpu
+            file.seek(0)
+            file.truncate()
+            file.write(json.dumps({str(p): c for p, c in held.items()}))
+            return cpu
+
+
+def _parsed(text: str) -> dict[int, int]:
+    """The registry's entries; a file another program wrote over counts as empty."""
+    try:
+        raw = json.loads(text or "{}")
+        return {int(pid): int(cpu) for pid, cpu in raw.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Placement:
+    """The CPU of one worker process's job threads.
+
+    ``generation`` names the process's current CPU: a processor thread compares the
+    generation it is at with ``for_jobs`` before each job and calls ``apply`` when they differ,
+    a syscall only when something changed.
+    """
+
+    def __init__(self, enabled: bool, registry: CpuRegistry | None = None) -> None:
+        self.allowed = frozenset(os.sched_getaffinity(0))
+        #: Off, or nothing to choose from: no thread is ever held to one CPU.
+        self.enabled = enabled and len(self.allowed) > 1
+        self.registry = registry or CpuRegistry()
+        self.cpu: int | None = None
+        self.generation = FREE
+        #: Whether the last job handed out was short: only then are the threads held.
+        self.holding = False
+        self._lock = threading.Lock()
+        #: When the CPUs' times and the process's CPU seconds were last read, and what they were.
+        self._sample: tuple[float, dict[int, CpuTimes], float] | None = None
+
+    def for_jobs(self, short: bool) -> int:
+        """The generation a processor thread should be at before its next job: ``FREE``
+        while the jobs are long or pinning is off."""
+        self.holding = short and self.enabled
+        if not self.holding:
+            return FREE
+        if self.generation == FREE:
+            self._choose(exclude=None)
+        return self.generation
+
+    def apply(self, generation: int) -> int:
+        """Hold the calling thread as ``generation`` says; return the generation it is at."""
+        cpu = self.cpu
+        mask = self.allowed if generation == FREE or cpu is None else {cpu}
+        try:
+            os.sched_setaffinity(0, mask)
+        except OSError as exc:
+            # The CPUs this process may use changed under it (a cpuset, a CPU taken offline):
+            # from now on every thread runs where the system lets it.
+            logger.warning("cannot set the CPUs of a job thread; pinning is off: %s", exc)
+            self.enabled = False
+            self.generation = FREE
+            return FREE
+        return generation if cpu is not None else FREE
+
+    @contextmanager
+    def freed(self) -> Iterator[None]:
+        """The calling thread runs on every allowed CPU meanwhile, so that the threads it
+        starts do not inherit its CPU."""
+        if not self.enabled:
+            yield
+            return
+        held = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.allowed)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, held)
+
+    def review(self) -> None:
+        """Move the job threads off a CPU that other work took much of since the last review,
+        to one that was idle; called by the heartbeat. Never raises."""
+        if self.cpu is None or not self.enabled:
+            return
+        try:
+            sample = (time.monotonic(), _allowed_times(self.allowed), time.process_time())
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot read the CPUs' times: %s", exc)
+            return
+        last, self._sample = self._sample, sample
+        if last is None or not self.holding:
+            return
+        target = freer_cpu(self.cpu, sample[0] - last[0], sample[2] - last[2], last[1], sample[1])
+        if target is not None:
+            self._choose(exclude=self.cpu)
+
+    def _choose(self, exclude: int | None) -> None:
+        with self._lock:
+            if exclude is None and self.generation != FREE:
+                return
+            previous = self.cpu
+            try:
+                cpu = self.registry.hold(os.getpid(), self.allowed, exclude)
+            except OSError as exc:
+                logger.warning("cannot read or write the CPU registry %s: %s", self.registry.path, exc)
+                cpu = min(c for c in self.allowed if c != exclude)
+            self.cpu = cpu
+            self.generation += 1
+        if previous is not None and previous != cpu:
+            logger.info("job threads moved to another CPU", extra={"fields": {"from": previous, "to": cpu}})
+
+
+def _allowed_times(allowed: frozenset[int]) -> dict[int, CpuTimes]:
+    return {cpu: times for cpu, times in read_cpu_times().items() if cpu in allowed}

@@ -1,0 +1,211 @@
+"""Where a worker's job threads run (asynctask.worker.placement): on one CPU each process, spread
+over the host's CPUs, while its jobs are short; on every CPU while they are long or when
+pinning is off."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from asynctask import Client, Settings
+from asynctask.middleware import Chain
+from asynctask.worker.placement import (
+    FREE,
+    CpuRegistry,
+    CpuTimes,
+    Placement,
+    freer_cpu,
+    read_cpu_times,
+)
+from tests.brokers.conftest import read_runs, worker_env
+from tests.conftest import REDIS_URL, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "tests" / "jobs" / "placement_jobs.py"
+CONCURRENCY = 4
+several_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+
+
+def times(**cpus: tuple[float, float]) -> dict[int, CpuTimes]:
+    return {int(name[3:]): CpuTimes(busy, idle) for name, (busy, idle) in cpus.items()}
+
+
+def test_job_threads_leave_a_cpu_that_other_work_takes_for_an_idle_one() -> None:
+    before = times(cpu0=(0, 0), cpu1=(0, 0))
+    # Over 10 s: the process used 5 s of CPU 0, other work 4 s more; CPU 1 idle 9 s.
+    after = times(cpu0=(9, 1), cpu1=(1, 9))
+    assert freer_cpu(0, 10, 5, before, after) == 1
+
+
+def test_job_threads_stay_on_a_cpu_they_use_themselves() -> None:
+    before = times(cpu0=(0, 0), cpu1=(0, 0))
+    after = times(cpu0=(10, 0), cpu1=(1, 9))
+    assert freer_cpu(0, 10, 9, before, after) is None
+
+
+def test_job_threads_stay_when_no_cpu_is_freer() -> None:
+    before = times(cpu0=(0, 0), cpu1=(0, 0), cpu2=(0, 0))
+    after = times(cpu0=(10, 0), cpu1=(8, 2), cpu2=(9, 1))
+    assert freer_cpu(0, 10, 4, before, after) is None
+
+
+def test_cpu_times_are_read_per_cpu_in_seconds(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat.write_text(
+        f"cpu  {3 * ticks} 0 0 {5 * ticks} 0 0 0 0 0 0\n"
+        f"cpu0 {ticks} 0 {ticks} {2 * ticks} {ticks} 0 0 0 0 0\n"
+        f"cpu1 0 0 0 {2 * ticks} 0 0 {ticks} 0 0 0\n"
+        "intr 1 2 3\n"
+    )
+    assert read_cpu_times(str(stat)) == {0: CpuTimes(2.0, 3.0), 1: CpuTimes(1.0, 2.0)}
+
+
+def test_a_process_takes_the_cpu_the_fewest_others_hold(tmp_path: Path) -> None:
+    registry = CpuRegistry(str(tmp_path / "cpus"))
+    (tmp_path / "cpus").write_text(f'{{"{os.getpid()}": 0}}')
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert registry.hold(os.getppid(), frozenset({0, 1})) == 1
+        # A process placed again leaves its old place.
+        assert registry.hold(os.getppid(), frozenset({0, 1})) == 1
+        assert registry.hold(sleeper.pid, frozenset({0, 1})) == 0
+        assert registry.hold(sleeper.pid, frozenset({0, 1}), exclude=0) == 1
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_processes_gone_hold_no_cpu(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / "cpus").write_text(f'{{"{gone.pid}": 0}}')
+    assert CpuRegistry(str(tmp_path / "cpus")).hold(os.getpid(), frozenset({0, 1})) == 0
+
+
+def test_a_registry_written_over_counts_as_empty(tmp_path: Path) -> None:
+    (tmp_path / "cpus").write_text("[not json")
+    assert CpuRegistry(str(tmp_path / "cpus")).hold(os.getpid(), frozenset({0, 1})) == 0
+
+
+def test_nothing_is_held_when_pinning_is_off(tmp_path: Path) -> None:
+    placement = Placement(False, CpuRegistry(str(tmp_path / "cpus")))
+    assert placement.for_jobs(True) == FREE
+    assert not (tmp_path / "cpus").exists()
+
+
+Spawn = Callable[..., "subprocess.Popen[bytes]"]
+
+
+@pytest.fixture
+def settings(namespace: str, tmp_path: Path) -> Settings:
+    return Settings(
+        redis_url=REDIS_URL,
+        namespace=namespace,
+        database_url=f"sqlite:///{tmp_path / 'tracking.db'}",
+        tracking=False,
+        heartbeat_interval=0.5,
+    )
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Spawn]:
+    """Start ``asynctask worker -r tests/jobs/placement_jobs.py -c 4 ARGS...`` with a CPU registry
+    of the test's own (its temporary directory)."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(settings: Settings, *args: str) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "asynctask", "worker", "-r", str(JOBS), "-c", str(CONCURRENCY)]
+        command += args
+        env = worker_env(settings, ASYNCTASK_TEST_RUNS=str(tmp_path / "runs.txt"), TMPDIR=str(tmp_path))
+        with open(tmp_path / f"worker-{len(procs)}.log", "wb") as log:
+            proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
+def thread_cpus(pid: int) -> dict[int, frozenset[int]]:
+    """The CPUs each thread of process ``pid`` may run on, by thread id."""
+    cpus = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        cpus[int(tid)] = frozenset(os.sched_getaffinity(int(tid)))
+    return cpus
+
+
+def held_cpus(pid: int) -> list[int]:
+    """The CPU of each thread of ``pid`` held to exactly one."""
+    return sorted(next(iter(cpus)) for cpus in thread_cpus(pid).values() if len(cpus) == 1)
+
+
+def run_jobs(settings: Settings, tmp_path: Path, count: int, *args: object, name: str = "record") -> None:
+    client = Client(settings, middleware=Chain())
+    try:
+        already = len(read_runs(tmp_path / "runs.txt")) if (tmp_path / "runs.txt").exists() else 0
+        client.push_bulk({"class": name, "args": [list(args)] * count})
+    finally:
+        client.broker.close()
+    runs = tmp_path / "runs.txt"
+    wait_until(lambda: len([r for r in read_runs(runs) if r.event == "done"]) >= already + count, timeout=60)
+
+
+@several_cpus
+def test_the_job_threads_of_a_worker_running_short_jobs_share_one_cpu(
+    settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    worker = spawn(settings)
+    run_jobs(settings, tmp_path, 3000, 0)
+    held = held_cpus(worker.pid)
+    assert len(held) == CONCURRENCY and len(set(held)) == 1
+    # The main thread is not one of them.
+    assert len(thread_cpus(worker.pid)[worker.pid]) > 1
+
+
+@several_cpus
+def test_the_threads_that_run_async_jobs_are_not_held(
+    settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    """The event loop's threads start from the job thread that fetched the first async job."""
+    worker = spawn(settings)
+    run_jobs(settings, tmp_path, 3000, 0)
+    run_jobs(settings, tmp_path, 1, name="record_async")
+    assert len(thread_cpus(worker.pid)) >= CONCURRENCY + 3
+    assert len(held_cpus(worker.pid)) == CONCURRENCY
+
+
+@several_cpus
+def test_two_workers_hold_different_cpus(settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
+    workers = [spawn(settings), spawn(settings)]
+    run_jobs(settings, tmp_path, 6000, 0)
+    wait_until(lambda: all(len(held_cpus(w.pid)) == CONCURRENCY for w in workers), timeout=30)
+    assert len({held_cpus(w.pid)[0] for w in workers}) == 2
+
+
+@several_cpus
+def test_long_jobs_run_on_every_cpu(settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
+    worker = spawn(settings)
+    run_jobs(settings, tmp_path, 3000, 0)
+    assert len(held_cpus(worker.pid)) == CONCURRENCY
+    # A thread lets go of its CPU before its next job: until every thread had one, more come.
+    for _ in range(10):
+        run_jobs(settings, tmp_path, 40, 40)
+        if not held_cpus(worker.pid):
+            break
+    assert held_cpus(worker.pid) == []
+
+
+@several_cpus
+def test_no_cpu_pinning_holds_no_thread(settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
+    worker = spawn(settings, "--no-cpu-pinning")
+    run_jobs(settings, tmp_path, 3000, 0)
+    assert held_cpus(worker.pid) == []
