@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -41,6 +42,12 @@ def test_job_threads_leave_a_cpu_that_other_work_takes_for_an_idle_one() -> None
     # Over 10 s: the process used 5 s of CPU 0, other work 4 s more; CPU 1 idle 9 s.
     after = times(cpu0=(9, 1), cpu1=(1, 9))
     assert freer_cpu(0, 10, 5, before, after) == 1
+
+
+def test_job_threads_leave_a_cpu_that_other_work_takes_whole() -> None:
+    before = times(cpu0=(0, 0), cpu1=(0, 0))
+    after = times(cpu0=(10, 0), cpu1=(0, 10))
+    assert freer_cpu(0, 10, 0, before, after) == 1
 
 
 def test_job_threads_stay_on_a_cpu_they_use_themselves() -> None:
@@ -209,3 +216,27 @@ def test_no_cpu_pinning_holds_no_thread(settings: Settings, spawn: Spawn, tmp_pa
     worker = spawn(settings, "--no-cpu-pinning")
     run_jobs(settings, tmp_path, 3000, 0)
     assert held_cpus(worker.pid) == []
+
+
+@several_cpus
+@pytest.mark.alone
+def test_job_threads_move_off_a_cpu_that_other_work_takes(
+    settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    worker = spawn(settings, "-v")
+    run_jobs(settings, tmp_path, 3000, 0)
+    [cpu] = set(held_cpus(worker.pid))
+    hog = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+    try:
+        # The heartbeat (every 0.5 s) looks at the CPUs while no job comes (pushing them would
+        # keep the other CPU busy); the threads move at their next job.
+        time.sleep(2)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and cpu in held_cpus(worker.pid):
+            run_jobs(settings, tmp_path, 100, 0)
+        assert cpu not in held_cpus(worker.pid)
+        assert len(held_cpus(worker.pid)) == CONCURRENCY
+    finally:
+        hog.kill()
+        hog.wait()
+    assert "job threads moved to another CPU" in (tmp_path / "worker-0.log").read_text()

@@ -17,8 +17,9 @@ started them. The process's other threads (heartbeat, poller, event loop) are ne
 The process's CPU is the allowed one that the fewest other worker processes of this user on
 this host hold (a small file in the temporary directory, read and written under a lock), so
 that the processes of one host spread over its CPUs. Each heartbeat looks at the CPUs' use
-since the last one: when other work took more than ``CONTENDED`` of the process's CPU while
-another allowed CPU was idle more than ``MARGIN`` beyond that, the job threads move there.
+since the last one: when other work took more than ``CONTENDED`` of the process's CPU, and
+another allowed CPU was idle for a share of the time ``MARGIN`` larger than what other work
+left of the process's CPU, the job threads move there.
 
 ``cpu_pinning = False`` (``ASYNCTASK_CPU_PINNING=false``, ``--no-cpu-pinning``) leaves every
 thread on every allowed CPU.
@@ -42,8 +43,8 @@ logger = logging.getLogger("asynctask.placement")
 #: Share of the process's CPU that other work took since the last look beyond which the job
 #: threads look for another CPU.
 CONTENDED = 0.3
-#: How much more of its time another CPU must have been idle than other work took of the
-#: process's CPU for the job threads to move there.
+#: How much larger a share of its time another CPU must have been idle than the share of the
+#: process's CPU that other work left, for the job threads to move there.
 MARGIN = 0.2
 #: Free: the generation of a job thread that may run on every allowed CPU.
 FREE = 0
@@ -85,7 +86,7 @@ def freer_cpu(
         return None
     idle = {c: (after[c].idle - before[c].idle) / seconds for c in after if c != cpu and c in before}
     best = max(idle, key=lambda c: (idle[c], -c), default=None)
-    if best is None or idle[best] < others + MARGIN:
+    if best is None or idle[best] < 1 - others + MARGIN:
         return None
     return best
 
