@@ -83,7 +83,9 @@ def test_a_process_takes_the_cpu_the_fewest_others_hold(tmp_path: Path) -> None:
         # A process placed again leaves its old place.
         assert registry.hold(os.getppid(), frozenset({0, 1})) == 1
         assert registry.hold(sleeper.pid, frozenset({0, 1})) == 0
-        assert registry.hold(sleeper.pid, frozenset({0, 1}), exclude=0) == 1
+        # A move: to the one CPU given, however many hold it.
+        assert registry.hold(sleeper.pid, frozenset({1})) == 1
+        assert registry.hold(os.getpid() + 10**7, frozenset({0, 1})) == 0
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -98,14 +98,14 @@ class CpuRegistry:
     def __init__(self, path: str | None = None) -> None:
         self.path = path or os.path.join(tempfile.gettempdir(), f"asynctask-cpus-{os.getuid()}")
 
-    def hold(self, pid: int, allowed: frozenset[int], exclude: int | None = None) -> int:
-        """Record ``pid`` on the allowed CPU held by the fewest other processes (the lowest
-        numbered among equals; never ``exclude`` unless it is the only one); return it."""
+    def hold(self, pid: int, candidates: frozenset[int]) -> int:
+        """Record ``pid`` on the candidate CPU held by the fewest other processes (the lowest
+        numbered among equals); return it."""
         with open(self.path, "a+", encoding="ascii") as file:
             fcntl.flock(file, fcntl.LOCK_EX)
             file.seek(0)
             held = {p: c for p, c in _parsed(file.read()).items() if p != pid and _alive(p)}
-            counts = {c: 0 for c in allowed if c != exclude} or {c: 0 for c in allowed}
+            counts = dict.fromkeys(candidates, 0)
             for other in held.values():
                 if other in counts:
                     counts[other] += 1
@@ -164,7 +164,7 @@ class Placement:
         if not self.holding:
             return FREE
         if self.generation == FREE:
-            self._choose(exclude=None)
+            self._choose(None)
         return self.generation
 
     def apply(self, generation: int) -> int:
@@ -198,31 +198,36 @@ class Placement:
 
     def review(self) -> None:
         """Move the job threads off a CPU that other work took much of since the last review,
-        to one that was idle; called by the heartbeat. Never raises."""
+        to one that was idle; called by the heartbeat thread, which it must not end: a failure
+        is logged, and the threads stay where they are."""
         if self.cpu is None or not self.enabled:
             return
         try:
-            sample = (time.monotonic(), _allowed_times(self.allowed), time.process_time())
-        except (OSError, ValueError) as exc:
-            logger.warning("cannot read the CPUs' times: %s", exc)
-            return
+            self._review(self.cpu)
+        except Exception:
+            logger.exception("could not review the CPU of the job threads; they stay where they are")
+
+    def _review(self, cpu: int) -> None:
+        sample = (time.monotonic(), _allowed_times(self.allowed), time.process_time())
         last, self._sample = self._sample, sample
         if last is None or not self.holding:
             return
-        target = freer_cpu(self.cpu, sample[0] - last[0], sample[2] - last[2], last[1], sample[1])
+        target = freer_cpu(cpu, sample[0] - last[0], sample[2] - last[2], last[1], sample[1])
         if target is not None:
-            self._choose(exclude=self.cpu)
+            self._choose(frozenset({target}))
 
-    def _choose(self, exclude: int | None) -> None:
+    def _choose(self, target: frozenset[int] | None) -> None:
+        """Take a CPU: the first time (``target`` None), one of the allowed; to move, ``target``."""
         with self._lock:
-            if exclude is None and self.generation != FREE:
+            if target is None and self.generation != FREE:
                 return
+            candidates = self.allowed if target is None else target
             previous = self.cpu
             try:
-                cpu = self.registry.hold(os.getpid(), self.allowed, exclude)
+                cpu = self.registry.hold(os.getpid(), candidates)
             except OSError as exc:
                 logger.warning("cannot read or write the CPU registry %s: %s", self.registry.path, exc)
-                cpu = min(c for c in self.allowed if c != exclude)
+                cpu = min(candidates)
             self.cpu = cpu
             self.generation += 1
         if previous is not None and previous != cpu:
