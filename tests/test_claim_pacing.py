@@ -62,6 +62,27 @@ def test_idle_threads_after_a_claim_that_found_nothing_ask_for_themselves_only()
     assert pacing.wanted(2, 2, False) == 2 * PREFETCH_LIMIT
 
 
+def test_jobs_come_in_batches_while_short_jobs_are_found_several_at_a_time() -> None:
+    pacing = ClaimPacing()
+    pacing.ran(0.0001)
+    pacing.claimed(5, 0.002)
+    assert pacing.batched
+    # Idle threads' claims find nothing: what the jobs were like is still so.
+    pacing.claimed(0, 0.002)
+    assert pacing.batched
+    # One job at a time: they come as they are pushed.
+    pacing.claimed(1, 0.002)
+    assert not pacing.batched
+    pacing.claimed(5, 0.002)
+    pacing.woken()
+    assert not pacing.batched
+    pacing.claimed(5, 0.002)
+    for _ in range(100):
+        pacing.ran(0.01)
+    pacing.claimed(5, 0.002)
+    assert not pacing.batched
+
+
 def test_the_averages_follow_the_measurements() -> None:
     pacing = ClaimPacing()
     pacing.ran(0.01)

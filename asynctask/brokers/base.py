@@ -270,6 +270,8 @@ class Fetcher(ABC):
                     self._ready.notify()
             found = units[0] if units else self.wait(block_on)
             with self._lock:
+                if not units and found is not None:
+                    self._pacing.woken()
                 if len(units) > 1:
                     # Claimed for every thread inside fetch(), waiting ones included: wake them,
                     # or the jobs would wait for this thread to come back.
@@ -285,9 +287,9 @@ class Fetcher(ABC):
                 self._waiting -= 1
                 del self._round_trips[number]
 
-    def jobs_are_short(self) -> bool:
-        """Whether the jobs run shorter than a claim's round trip (so they come in batches)."""
-        return self._pacing.short
+    def jobs_come_in_batches(self) -> bool:
+        """Whether the jobs run shorter than a claim's round trip, several found by each claim."""
+        return self._pacing.batched
 
     def _hand(self, thread: threading.Thread, unit: UnitOfWork) -> UnitOfWork:
         """Record ``unit`` as ``thread``'s, and when (hold ``_lock``)."""

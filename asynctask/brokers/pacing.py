@@ -52,8 +52,9 @@ class ClaimPacing:
     found_any: bool = False
     #: Claims under way now.
     claiming: int = 0
-    #: Whether the jobs run shorter than a claim's round trip, as of the last claim.
-    short: bool = False
+    #: Whether jobs come in batches: they run shorter than a claim's round trip, and the last
+    #: claim that found any found more than one.
+    batched: bool = False
     #: Running averages: seconds from handing a job to a thread to that thread's next
     #: fetch, and seconds of a claim's round trip.
     job_seconds: float = 0.0
@@ -70,13 +71,19 @@ class ClaimPacing:
             return waiting
         return max(waiting, int(threads * min(PREFETCH_LIMIT, self.claim_seconds / self.job_seconds)))
 
+    def woken(self) -> None:
+        """A job came to a thread that waited on empty queues: jobs come one at a time."""
+        self.batched = False
+
     def ran(self, seconds: float) -> None:
         self.job_seconds = _averaged(self.job_seconds, seconds)
 
     def claimed(self, found: int, seconds: float) -> None:
         self.found_any = found > 0
         self.claim_seconds = _averaged(self.claim_seconds, seconds)
-        self.short = 0 < self.job_seconds < self.claim_seconds
+        if found:
+            # A claim that found nothing says nothing of the jobs: the threads are idle.
+            self.batched = found > 1 and 0 < self.job_seconds < self.claim_seconds
 
 
 def _averaged(average: float, value: float) -> float:

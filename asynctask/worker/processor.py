@@ -81,9 +81,9 @@ class Processor:
         pending_ack: UnitOfWork | None = None
         cycle = self.index
         placement = manager.placement
-        # Unknown: a thread started by a job thread runs where that one did until its first job.
-        placed = -1
+        native_id = threading.get_native_id()
         try:
+            placement.enroll(native_id)
             manager.quieting.wait(self.delay)
             while not manager.quieting.is_set():
                 # fetch() owns the ack from here: on failure it keeps it for the next call.
@@ -101,17 +101,17 @@ class Processor:
                 if manager.quieting.is_set():
                     manager.fetch.requeue([unit])
                     break
-                wanted = placement.for_jobs(manager.fetch.jobs_are_short())
-                if wanted != placed:
-                    placed = placement.apply(wanted)
+                placement.for_jobs(manager.fetch.jobs_come_in_batches())
                 pending_ack = self.process(unit)
             if pending_ack is not None:
                 manager.fetch.acknowledge(pending_ack)
         except Shutdown:
             pass
         except BaseException as exc:
+            placement.leave(native_id)
             manager.processor_died(self, exc)
             return
+        placement.leave(native_id)
         manager.processor_stopped(self)
 
     def process(self, unit: UnitOfWork) -> UnitOfWork | None:
