@@ -50,7 +50,7 @@ CONTENDED = 0.3
 #: How much larger a share of its time another CPU must have been idle than the share of the
 #: process's CPU that other work left, for the job threads to move there.
 MARGIN = 0.2
-#: Free: the generation of a job thread that may run on every allowed CPU.
+#: The generation of job threads that may run on every allowed CPU.
 FREE = 0
 
 
@@ -149,7 +149,8 @@ class Placement:
     """
 
     def __init__(self, enabled: bool, registry: CpuRegistry | None = None) -> None:
-        self.allowed = frozenset(os.sched_getaffinity(0))
+        #: The CPUs this process may use; none known where the system has no CPU affinity (macOS).
+        self.allowed = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
         #: Off, or nothing to choose from: no thread is ever held to one CPU.
         self.enabled = enabled and len(self.allowed) > 1
         self.registry = registry or CpuRegistry()
@@ -168,6 +169,8 @@ class Placement:
     def enroll(self, tid: int) -> None:
         """A processor thread starts: it runs where the others do (not where the thread that
         started it ran)."""
+        if not self.enabled:
+            return
         with self._lock:
             self._threads.add(tid)
             self._set([tid], self._applied)
