@@ -217,3 +217,17 @@ def _batched(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
             batch = []
     if batch:
         yield batch
+
+
+@pytest.fixture
+def redis_settings(namespace: str, tmp_path: Path) -> Settings:
+    """A Redis broker under the test's namespace, tracking in the test's own SQLite file, for
+    worker subprocesses (``worker_env``): a heartbeat every half second."""
+    # A long process TTL: a record or a job that is gone was removed, not expired.
+    return Settings(
+        redis_url=REDIS_URL,
+        namespace=namespace,
+        database_url=f"sqlite:///{tmp_path / 'tracking.db'}",
+        heartbeat_interval=0.5,
+        process_ttl=60,
+    )

@@ -28,7 +28,7 @@ from asynctask.keys import Keys
 from asynctask.middleware import Chain
 from asynctask.worker.watchdog import PROGRAM
 from tests.brokers.conftest import read_runs, worker_env
-from tests.conftest import REDIS_URL, wait_until
+from tests.conftest import wait_until
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -42,18 +42,6 @@ HARD_STOP_BOUND = 10.5
 WATCHDOG_RSS = 11 << 20
 
 Spawn = Callable[..., "subprocess.Popen[bytes]"]
-
-
-@pytest.fixture
-def redis_settings(namespace: str, tmp_path: Path) -> Settings:
-    # A long process TTL: a record or a job that is gone was removed, not expired.
-    return Settings(
-        redis_url=REDIS_URL,
-        namespace=namespace,
-        database_url=f"sqlite:///{tmp_path / 'tracking.db'}",
-        heartbeat_interval=0.5,
-        process_ttl=60,
-    )
 
 
 @pytest.fixture
