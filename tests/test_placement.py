@@ -104,6 +104,15 @@ def test_a_registry_written_over_counts_as_empty(tmp_path: Path) -> None:
     assert CpuRegistry(str(tmp_path / "cpus")).hold(os.getpid(), frozenset({0, 1})) == 0
 
 
+def test_a_registry_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("someone's file")
+    (tmp_path / "cpus").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        CpuRegistry(str(tmp_path / "cpus")).hold(os.getpid(), frozenset({0, 1}))
+    assert elsewhere.read_text() == "someone's file"
+
+
 def test_nothing_is_held_when_pinning_is_off(tmp_path: Path) -> None:
     placement = Placement(False, CpuRegistry(str(tmp_path / "cpus")))
     placement.enroll(threading.get_native_id())

@@ -105,7 +105,9 @@ class CpuRegistry:
     def hold(self, pid: int, candidates: frozenset[int]) -> int:
         """Record ``pid`` on the candidate CPU held by the fewest other processes (the lowest
         numbered among equals); return it."""
-        with open(self.path, "a+", encoding="ascii") as file:
+        # Not through a link: the temporary directory is everyone's.
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with open(descriptor, "r+", encoding="ascii") as file:
             fcntl.flock(file, fcntl.LOCK_EX)
             file.seek(0)
             held = {p: c for p, c in _parsed(file.read()).items() if p != pid and _alive(p)}
