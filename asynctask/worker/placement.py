@@ -241,16 +241,17 @@ class Placement:
         last, self._sample = self._sample, sample
         if last is None or not self.holding:
             return
-        target = freer_cpu(cpu, sample[0] - last[0], sample[2] - last[2], last[1], sample[1])
-        if target is not None:
-            self._choose(frozenset({target}))
+        freer = freer_cpu(cpu, sample[0] - last[0], sample[2] - last[2], last[1], sample[1])
+        if freer is not None:
+            self._choose(frozenset({freer}))
 
-    def _choose(self, target: frozenset[int] | None) -> None:
-        """Take a CPU: the first time (``target`` None), one of the allowed; to move, ``target``."""
+    def _choose(self, destination: frozenset[int] | None) -> None:
+        """Take a CPU: the first time (``destination`` None), one of the allowed; to move, the
+        one ``destination`` holds."""
         with self._lock:
-            if target is None and self.generation != FREE:
+            if destination is None and self.generation != FREE:
                 return
-            candidates = self.allowed if target is None else target
+            candidates = self.allowed if destination is None else destination
             previous = self.cpu
             try:
                 cpu = self.registry.hold(os.getpid(), candidates)
