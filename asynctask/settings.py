@@ -81,7 +81,7 @@ class Settings:
     max_jobs: int = 0
     #: Replace the worker process (gracefully) once a job leaves it above this RSS, in MB; 0: never.
     max_memory_mb: int = 0
-    #: Keep a worker process's job threads on one CPU while its jobs are short
+    #: Keep a worker process's job threads on one CPU while its jobs come in batches
     #: (``asynctask.worker.placement``).
     cpu_pinning: bool = True
     #: Seconds between heartbeats (Sidekiq 6.x: 5).

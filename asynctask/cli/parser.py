@@ -116,7 +116,8 @@ def _worker(group: Commands) -> None:
         dest="cpu_pinning",
         action="store_false",
         default=None,
-        help="let job threads run on every CPU even while jobs are short (env ASYNCTASK_CPU_PINNING=false)",
+        help="let job threads run on every CPU even while jobs come in batches "
+        "(env ASYNCTASK_CPU_PINNING=false)",
     )
     worker.add_argument("-g", "--tag", help="tag shown in Sidekiq's Web UI")
     _verbose_option(worker, "log every job start and finish; show the traceback of an error")

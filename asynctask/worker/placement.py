@@ -50,8 +50,6 @@ CONTENDED = 0.3
 #: How much larger a share of its time another CPU must have been idle than the share of the
 #: process's CPU that other work left, for the job threads to move there.
 MARGIN = 0.2
-#: The generation of job threads that may run on every allowed CPU.
-FREE = 0
 
 
 @dataclass(frozen=True)
@@ -138,16 +136,17 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        # Alive, and another user's.
+        pass
     return True
 
 
 class Placement:
     """The CPU of one worker process's job threads, held or freed all together.
 
-    ``generation`` names the process's current CPU (``FREE``: none). Each processor thread
-    calls ``for_jobs`` before its job, which compares two numbers unless something changed,
-    and then sets the CPUs of every enrolled thread at once.
+    Each processor thread calls ``for_jobs`` before its job, which compares the CPU the
+    threads should be held to (None: free) with the one they are held to, and only when they
+    differ sets the CPUs of every enrolled thread at once.
     """
 
     def __init__(self, enabled: bool, registry: CpuRegistry | None = None) -> None:
@@ -156,12 +155,10 @@ class Placement:
         #: Off, or nothing to choose from: no thread is ever held to one CPU.
         self.enabled = enabled and len(self.allowed) > 1
         self.registry = registry or CpuRegistry()
+        #: The process's CPU, once taken.
         self.cpu: int | None = None
-        self.generation = FREE
-        #: Whether the last job handed out came in a batch: only then are the threads held.
-        self.holding = False
-        #: The generation the enrolled threads are at.
-        self._applied = FREE
+        #: The CPU the enrolled threads are held to; None: they are free.
+        self._held: int | None = None
         #: Native ids of the processor threads.
         self._threads: set[int] = set()
         self._lock = threading.Lock()
@@ -175,7 +172,7 @@ class Placement:
             return
         with self._lock:
             self._threads.add(tid)
-            self._set([tid], self._applied)
+            self._set([tid], self._held)
 
     def leave(self, tid: int) -> None:
         with self._lock:
@@ -184,19 +181,19 @@ class Placement:
     def for_jobs(self, batched: bool) -> None:
         """Before a job: hold the processor threads to the process's CPU if the jobs come in
         batches (and pinning is on), else free them."""
-        self.holding = holding = batched and self.enabled
-        if holding and self.generation == FREE:
-            self._choose(None)
-        wanted = self.generation if holding else FREE
-        if wanted != self._applied:
+        wanted = None
+        if batched and self.enabled:
+            if self.cpu is None:
+                self._choose(None)
+            wanted = self.cpu
+        if wanted != self._held:
             with self._lock:
                 self._set(list(self._threads), wanted)
-                self._applied = wanted if self.enabled else FREE
+                self._held = wanted if self.enabled else None
 
-    def _set(self, tids: list[int], generation: int) -> None:
-        """Set the CPUs of threads ``tids`` as ``generation`` says (hold ``_lock``)."""
-        cpu = self.cpu
-        mask = self.allowed if generation == FREE or cpu is None else {cpu}
+    def _set(self, tids: list[int], cpu: int | None) -> None:
+        """Hold threads ``tids`` to ``cpu``, or free them (None) (hold ``_lock``)."""
+        mask = self.allowed if cpu is None else {cpu}
         for tid in tids:
             try:
                 os.sched_setaffinity(tid, mask)
@@ -208,7 +205,6 @@ class Placement:
                 # offline): from now on every thread runs where the system lets it.
                 logger.warning("cannot set the CPUs of the job threads; pinning is off: %s", exc)
                 self.enabled = False
-                self.generation = FREE
                 return
 
     @contextmanager
@@ -239,7 +235,7 @@ class Placement:
     def _review(self, cpu: int) -> None:
         sample = (time.monotonic(), _allowed_times(self.allowed), time.process_time())
         last, self._sample = self._sample, sample
-        if last is None or not self.holding:
+        if last is None or self._held is None:
             return
         freer = freer_cpu(cpu, sample[0] - last[0], sample[2] - last[2], last[1], sample[1])
         if freer is not None:
@@ -249,7 +245,7 @@ class Placement:
         """Take a CPU: the first time (``destination`` None), one of the allowed; to move, the
         one ``destination`` holds."""
         with self._lock:
-            if destination is None and self.generation != FREE:
+            if destination is None and self.cpu is not None:
                 return
             candidates = self.allowed if destination is None else destination
             previous = self.cpu
@@ -259,7 +255,6 @@ class Placement:
                 logger.warning("cannot read or write the CPU registry %s: %s", self.registry.path, exc)
                 cpu = min(candidates)
             self.cpu = cpu
-            self.generation += 1
         if previous is not None and previous != cpu:
             logger.info("job threads moved to another CPU", extra={"fields": {"from": previous, "to": cpu}})
 

@@ -108,10 +108,10 @@ class Processor:
         except Shutdown:
             pass
         except BaseException as exc:
-            placement.leave(native_id)
             manager.processor_died(self, exc)
             return
-        placement.leave(native_id)
+        finally:
+            placement.leave(native_id)
         manager.processor_stopped(self)
 
     def process(self, unit: UnitOfWork) -> UnitOfWork | None:
