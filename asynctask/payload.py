@@ -76,8 +76,23 @@ _BARE_EXPONENT = re.compile(r"[0-9]e[+-]")
 
 
 def new_jid() -> str:
-    """24 lowercase hex characters, like Ruby's ``SecureRandom.hex(12)``."""
-    return os.urandom(12).hex()
+    """24 lowercase hex characters, like Ruby's ``SecureRandom.hex(12)``.
+
+    Taken from a stock read from the system's random source ``JIDS_PER_READ`` at a time: one
+    system call per job was a twentieth of a push's time. A forked child drops the stock it
+    inherited, which its parent goes on taking from.
+    """
+    while True:
+        try:
+            return _spare_jids.pop()
+        except IndexError:
+            _spare_jids.extend(new_jids(JIDS_PER_READ))
+
+
+#: Jids read from the system's random source at once for ``new_jid``.
+JIDS_PER_READ = 64
+_spare_jids: list[str] = []
+os.register_at_fork(after_in_child=_spare_jids.clear)
 
 
 def new_jids(count: int) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
 import re
 
@@ -288,3 +289,20 @@ def test_alike_jobs_are_refused_as_each_alone() -> None:
     jobs[4]["args"] = [["\ud800"]]
     with pytest.raises(InvalidString, match=r"args\[0\]\[0\] holds a lone surrogate"):
         payload.dumps_many_within(jobs, 10_000)
+
+
+def test_a_forked_child_takes_jids_its_parent_does_not() -> None:
+    payload.new_jid()  # the parent holds a stock of jids read ahead
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.write(write, " ".join(payload.new_jid() for _ in range(200)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    mine = {payload.new_jid() for _ in range(200)}
+    with os.fdopen(read) as pipe:
+        theirs = set(pipe.read().split())
+    os.waitpid(child, 0)
+    assert len(theirs) == 200 and not mine & theirs

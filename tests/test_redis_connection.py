@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from typing import Any
 
 import pytest
 import redis
 import redis.utils
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from asynctask import Client, Registry, Settings
 from asynctask.brokers.redis import RedisBroker
@@ -20,6 +23,7 @@ from asynctask.brokers.redis.connection import connect, same_database
 from asynctask.middleware import Chain
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
+from tests.chaos.redis_server import private_redis
 from tests.conftest import REDIS_URL, wait_until
 from tests.redis_sockets import WatchedConnection
 
@@ -194,3 +198,33 @@ def test_a_forked_child_pushes_on_connections_of_its_own(
         assert conn.llen(client.keys.queue("default")) == 1001
     finally:
         client.close()
+
+
+def test_a_push_to_a_server_that_stopped_answering_fails_within_its_reply_timeout(registry: Registry) -> None:
+    """The push connection's timeout holds, though Python no longer polls before each read."""
+    with private_redis() as server:
+        conn = redis.Redis.from_url(server.url, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+        settings = Settings(redis_url=server.url)
+        client = Client(settings, connection=conn, registry=registry, middleware=Chain())
+        client.push({"class": "First", "args": []})
+        outcome: list[BaseException] = []
+
+        def push() -> None:
+            try:
+                client.push({"class": "Unanswered", "args": []})
+            except BaseException as exc:
+                outcome.append(exc)
+
+        server.pause()
+        try:
+            started = time.monotonic()
+            pusher = threading.Thread(target=push, daemon=True)
+            pusher.start()
+            pusher.join(10)
+            took = time.monotonic() - started
+        finally:
+            server.resume()
+        assert [type(exc) for exc in outcome] == [redis.TimeoutError]
+        assert 0.4 < took < 3
+        client.close()
+        conn.close()
