@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from inspect import Signature
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +15,7 @@ from asynctask import payload
 from asynctask.brokers import Broker, open_broker
 from asynctask.flow.options import OPTION_NAMES as FLOW_OPTION_NAMES
 from asynctask.flow.options import FlowOptions
-from asynctask.job import JobDefinition
+from asynctask.job import JobDefinition, JobOptions
 from asynctask.keys import Keys
 from asynctask.middleware import Chain, client_chain
 from asynctask.registry import Registry, default_registry
@@ -53,6 +55,9 @@ class Client:
         self.broker: Broker = open_broker(self.settings, connection)
         self.middleware = client_chain if middleware is None else middleware
         self.registry = default_registry if registry is None else registry
+        #: ``push_now``'s checked header of each definition pushed, with the options and the
+        #: registered definition it was made from.
+        self._templates: dict[JobDefinition[Any], tuple[JobOptions, JobDefinition[Any] | None, Template]] = {}
 
     def close(self) -> None:
         """Close the broker's connections, if the client opened them."""
@@ -93,6 +98,32 @@ class Client:
             return None
         pushed, transitions = passed
         return self.broker.push([(pushed, normalized.at)], transitions=transitions)[0]
+
+    def push_now(self, definition: JobDefinition[Any], args: list[Any]) -> str | None:
+        """``push`` of ``definition``'s job with its own options and ``args``, to run now: what
+        ``perform_async`` sends, the same payload, without normalizing and checking its header
+        again at every call (the header is made once per definition, as ``push_bulk`` makes it
+        once per call)."""
+        definition.check_args(args)
+        payload.check_args(args)
+        options = definition.options
+        registered = self.registry.registered(definition.name)
+        cached = self._templates.get(definition)
+        if cached is not None and cached[0] is options and cached[1] is registered:
+            normalized = cached[2]
+        else:
+            item = {**options.payload_head(), "args": [], "class": definition.name}
+            normalized = template(item, self.registry, flow=options.flow, signature=definition.signature)
+            self._templates[definition] = (options, registered, normalized)
+        job = {**normalized.job, "args": args, "jid": payload.new_jid(), "created_at": payload.now()}
+        for key in normalized.mutable:
+            # A middleware may change what it is given; the next push's header stays as made.
+            job[key] = copy.deepcopy(job[key])
+        passed = through(normalized, job, self.middleware)
+        if passed is None:
+            return None
+        pushed, transitions = passed
+        return self.broker.push([(pushed, None)], transitions=transitions)[0]
 
     def push_bulk(
         self,
@@ -182,6 +213,12 @@ class Template:
     flow: FlowOptions
     #: The job function's signature, to bind its flow keys' templates (None without flow keys).
     signature: Signature | None
+
+    @cached_property
+    def mutable(self) -> tuple[str, ...]:
+        """The header's keys whose values a copy must not share (lists and dicts)."""
+        job = self.job
+        return tuple(key for key, value in job.items() if key != "args" and isinstance(value, list | dict))
 
 
 def template(

@@ -294,8 +294,11 @@ class JobSetter:
         return {**self.options.payload_head(), "class": self.definition.name, "args": all_args}
 
     def _push(self, args: list[Any], at: float | None) -> str:
+        client = self._client()
+        if at is None and self.options is self.definition.options:
+            return client.push_now(self.definition, args) or ""
         item = self._item(args, at)
-        return self._client().push(item, flow=self.options.flow, signature=self.definition.signature) or ""
+        return client.push(item, flow=self.options.flow, signature=self.definition.signature) or ""
 
     async def _apush(self, args: list[Any], at: float | None) -> str:
         client = self._async_client()

@@ -34,6 +34,10 @@ class Registry:
         except KeyError:
             raise JobNotRegistered(name) from None
 
+    def registered(self, name: str) -> JobDefinition[Any] | None:
+        """The definition registered as ``name``, if any."""
+        return self._jobs.get(name)
+
     def remove(self, name: str) -> None:
         self._jobs.pop(name, None)
 

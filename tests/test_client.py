@@ -197,3 +197,63 @@ def test_default_client_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ASYNCTASK_REDIS_URL", REDIS_URL)
     monkeypatch.setattr(asynctask.client, "_default", None)
     assert asynctask.default_client().keys.prefix == f"{namespace}:"
+
+
+def _pushed(conn: redis.Redis, client: Client, queue: str = "default") -> list[bytes]:
+    """The queue's payloads, the first pushed first."""
+    return list(reversed(conn.lrange(client.keys.queue(queue), 0, -1)))
+
+
+def test_perform_async_writes_what_a_push_of_its_item_writes(
+    registry: Registry, client: Client, conn: redis.Redis
+) -> None:
+    @asynctask.job(name="Full", queue="low", retry=5, backtrace=10, dead=False, tags=["a"], registry=registry)
+    def full(x: int, y: Any = None) -> None: ...
+
+    full.set(client=client).perform_async(1, {"k": [2.5]})
+    full.set(client=client).perform_async(2)
+    client.push({**full.options.payload_head(), "args": [1, {"k": [2.5]}], "class": "Full"})
+    first, second, pushed = map(normalized, _pushed(conn, client, "low"))
+    assert first == pushed
+    assert second == pushed.replace('[1,{"k":[2.5]}]', "[2]")
+
+
+def test_what_a_middleware_changes_in_one_perform_async_stays_out_of_the_next(
+    registry: Registry, settings: Settings, conn: redis.Redis
+) -> None:
+    def tag(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+        job["tags"].append("seen")
+        job["custom"]["count"] += 1
+        return call_next()
+
+    @asynctask.job(name="Tagged", tags=["a"], custom={"count": 0}, registry=registry)
+    def tagged() -> None: ...
+
+    client = Client(settings, connection=conn, registry=registry, middleware=Chain([tag]))
+    for _ in range(3):
+        tagged.set(client=client).perform_async()
+    jobs = [json.loads(raw) for raw in conn.lrange(client.keys.queue("default"), 0, -1)]
+    assert [(job["tags"], job["custom"]) for job in jobs] == [(["a", "seen"], {"count": 1})] * 3
+
+
+def test_perform_async_follows_new_options_and_a_new_registration_of_its_name(
+    registry: Registry, client: Client, conn: redis.Redis
+) -> None:
+    @asynctask.job(name="Moving", registry=registry)
+    def moving() -> None: ...
+
+    moving.set(client=client).perform_async()
+    moving.options = moving.options.merged({"queue": "other"})
+    moving.set(client=client).perform_async()
+    # Another definition of the name in the client's registry lends its options as defaults.
+    registry.remove("Moving")
+
+    @asynctask.job(name="Moving", queue="third", retry_queue="slow", registry=registry)
+    def replacement() -> None: ...
+
+    moving.set(client=client).perform_async()
+    default, other = _pushed(conn, client), _pushed(conn, client, "other")
+    assert [json.loads(raw)["queue"] for raw in default] == ["default"]
+    first, second = map(json.loads, other)
+    assert "retry_queue" not in first and second["retry_queue"] == "slow"
+    assert list(second)[:3] == ["retry", "queue", "retry_queue"]
