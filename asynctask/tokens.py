@@ -1,5 +1,7 @@
 """Bearer tokens of the HTTP API, each bound to one tenant (table ``asynctask_api_token``); an
-operator's token may also call the operator endpoints, for every tenant.
+operator's token may also call the operator endpoints, for every tenant. An operator's token may
+be bound to no tenant: the deployment's, which sees every tenant's tasks, as the API with
+authentication off does.
 
 A token is ``atk_`` plus 256 random bits. Only its SHA-256 is stored, so a leaked copy of the
 table (a backup, a replica) cannot be used to call the API; the secret is returned once, by
@@ -28,7 +30,7 @@ MAX_NAME_LENGTH = 200
 @dataclass(frozen=True)
 class CreatedToken:
     id: str
-    tenant: str
+    tenant: str | None
     label: str | None
     #: The secret: not stored anywhere, so this is the only time it can be read.
     token: str
@@ -38,7 +40,7 @@ class CreatedToken:
 @dataclass(frozen=True)
 class TokenInfo:
     id: str
-    tenant: str
+    tenant: str | None
     label: str | None
     created_at: datetime
     revoked_at: datetime | None
@@ -47,10 +49,14 @@ class TokenInfo:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who presented a token."""
+    """Who presented a token: a tenant's, or (``tenant`` None) the deployment's, an operator."""
 
-    tenant: str
+    tenant: str | None
     operator: bool
+
+    def __post_init__(self) -> None:
+        if self.tenant is None and not self.operator:
+            raise ValueError(NO_TENANT)
 
 
 def hash_token(token: str) -> str:
@@ -60,10 +66,18 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+#: Why a token or caller with no tenant is refused unless it is an operator's.
+NO_TENANT = "a token of no tenant is the deployment's: it must be an operator's"
+
+
 def create_token(
-    engine: Engine, tenant: str, label: str | None = None, *, operator: bool = False
+    engine: Engine, tenant: str | None, label: str | None = None, *, operator: bool = False
 ) -> CreatedToken:
-    check_name("tenant", tenant)
+    """A new token of ``tenant``; of none (the deployment's) only for an ``operator``."""
+    if tenant is not None:
+        check_name("tenant", tenant)
+    elif not operator:
+        raise ValueError(NO_TENANT)
     if label is not None:
         check_name("label", label)
     created = CreatedToken(

@@ -213,7 +213,7 @@ def test_a_bad_module_is_one_line(
         (["enqueue", "X", '{"a": 1}'], 'asynctask: ARGS must be a JSON array, not {"a": 1}'),
         (["enqueue", "X", "--retry", "maybe"], "asynctask: --retry must be true, false or a number"),
         (["db", "downgrade"], "asynctask db downgrade: the following arguments are required: revision"),
-        (["tokens", "create"], "asynctask tokens create: the following arguments are required: --tenant"),
+        (["tokens", "create"], "asynctask: tokens create needs --tenant NAME, or --operator for the "),
         (["nosuchcommand"], "asynctask: argument COMMAND: invalid choice: 'nosuchcommand'"),
         (["api", "--port", "99999"], "asynctask api: argument --port: '99999' is not a port (1 to 65535)"),
         (["db", "current", "--database-url", "not a url"], "asynctask: --database-url is not a database URL"),

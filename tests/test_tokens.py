@@ -247,6 +247,25 @@ def test_cli_creates_an_operator_token(database_url: str, tmp_path: Path) -> Non
     assert listed.stdout.splitlines()[1].split()[1:3] == ["ops", "yes"]
 
 
+def test_cli_creates_the_deployment_s_token(database_url: str, tmp_path: Path) -> None:
+    migrate.upgrade(database_url)
+    created = asynctask_tokens("tokens", "create", "--operator", database_url=database_url, cwd=tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert "for the deployment (an operator of every tenant); store it now" in created.stderr
+    engine = create_database_engine(database_url)
+    try:
+        assert tokens.caller_for(engine, created.stdout.strip()) == tokens.Caller(None, operator=True)
+    finally:
+        engine.dispose()
+    listed = asynctask_tokens("tokens", "list", database_url=database_url, cwd=tmp_path)
+    assert listed.stdout.splitlines()[1].split()[1:3] == ["-", "yes"]
+    tenantless = asynctask_tokens("tokens", "create", database_url=database_url, cwd=tmp_path)
+    assert (tenantless.returncode, tenantless.stdout) == (2, "")
+    assert tenantless.stderr.strip() == (
+        "asynctask: tokens create needs --tenant NAME, or --operator for the deployment's token"
+    )
+
+
 def test_cli_rejects_a_bad_tenant(database_url: str, tmp_path: Path) -> None:
     migrate.upgrade(database_url)
     result = asynctask_tokens("tokens", "create", "--tenant", "", database_url=database_url, cwd=tmp_path)

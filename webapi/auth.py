@@ -75,7 +75,8 @@ def identify(authenticate: Authenticate, request: Request) -> Caller:
         raise TypeError(
             f"an Authenticate callable returns a webapi.Caller or None, not {type(caller).__name__}"
         )
-    tokens.check_name("tenant", caller.tenant)
+    if caller.tenant is not None:
+        tokens.check_name("tenant", caller.tenant)
     return caller
 
 

@@ -297,6 +297,8 @@ def run_tokens(args: argparse.Namespace) -> int:
     from asynctask.db.engine import create_database_engine
     from asynctask.tracking.models import ApiToken
 
+    if args.tokens_command == "create" and args.tenant is None and not args.operator:
+        raise CommandError("tokens create needs --tenant NAME, or --operator for the deployment's token")
     url, _source, shown = _database_url(args)
     require_database(url, tables=False)
     engine = create_database_engine(url)
@@ -307,9 +309,12 @@ def run_tokens(args: argparse.Namespace) -> int:
             created = tokens.create_token(engine, args.tenant, args.label, operator=args.operator)
             # The token alone on stdout, so that a script can capture it; the rest is for people.
             print(created.token)
-            whose = (
-                f"an operator of tenant {created.tenant}" if created.operator else f"tenant {created.tenant}"
-            )
+            if created.tenant is None:
+                whose = "the deployment (an operator of every tenant)"
+            elif created.operator:
+                whose = f"an operator of tenant {created.tenant}"
+            else:
+                whose = f"tenant {created.tenant}"
             print(f"token id {created.id} for {whose}; store it now, it is not shown again", file=sys.stderr)
         elif args.tokens_command == "revoke":
             if not tokens.revoke_token(engine, args.id):
@@ -329,7 +334,7 @@ def _print_tokens(infos: list[TokenInfo]) -> None:
     rows += [
         (
             info.id,
-            info.tenant,
+            info.tenant or "-",
             "yes" if info.operator else "no",
             info.label or "-",
             info.created_at.isoformat(timespec="seconds"),

@@ -161,9 +161,14 @@ def _tokens(group: Commands) -> None:
     tokens.set_defaults(run=_help(tokens))
     tokens_commands = tokens.add_subparsers(title="commands", metavar="COMMAND", dest="tokens_command")
     create = tokens_commands.add_parser(
-        "create", help="create a token for a tenant; prints it once, on stdout"
+        "create", help="create a token for a tenant, or an operator's; prints it once, on stdout"
     )
-    create.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token acts as")
+    create.add_argument(
+        "--tenant",
+        metavar="NAME",
+        help="the tenant the token acts as (needed unless --operator: without it, an operator's "
+        "token is the deployment's and sees every tenant's tasks)",
+    )
     create.add_argument("--label", metavar="TEXT", help="a note on what the token is for")
     create.add_argument(
         "--operator",

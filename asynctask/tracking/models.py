@@ -8,8 +8,8 @@
   reads in the order things happened, and a replayed transition is recognised and skipped.
 - ``FailedItem``: an item of a job's chunk that failed (``asynctask.each``), with its message.
 - ``SetAside``: transitions the database refused for their data, kept aside with their bytes.
-- ``ApiToken``: a bearer token of the HTTP API, bound to one tenant. Only its SHA-256 is stored,
-  so the table cannot hand out working tokens (``asynctask.tokens``).
+- ``ApiToken``: a bearer token of the HTTP API, bound to one tenant or, an operator's, to none.
+  Only its SHA-256 is stored, so the table cannot hand out working tokens (``asynctask.tokens``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     ForeignKey,
     Index,
@@ -186,7 +187,8 @@ class ApiToken(Base):
 
     #: Public, short: what ``asynctask tokens list`` shows and ``tokens revoke`` takes.
     id: Mapped[str] = mapped_column(String(16), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(200), index=True)
+    #: None: the deployment's token, an operator's of every tenant.
+    tenant: Mapped[str | None] = mapped_column(String(200), index=True)
     label: Mapped[str | None] = mapped_column(String(200))
     #: Hex SHA-256 of the whole token; unique, so authenticating is one index lookup.
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -195,3 +197,7 @@ class ApiToken(Base):
     #: May call the operator endpoints (the deployment's, not one tenant's); elsewhere it
     #: acts as its tenant's.
     operator: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+    __table_args__ = (
+        CheckConstraint("tenant IS NOT NULL OR operator", name="ck_asynctask_api_token_tenant_or_operator"),
+    )

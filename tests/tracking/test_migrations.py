@@ -19,6 +19,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Engine, Integer, MetaData, delete, func, inspect, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 # Imported for its tables: the SQL broker's share Base.metadata with the tracking tables.
@@ -32,7 +33,7 @@ from tests.conftest import POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0018"
+HEAD = "0019"
 
 
 @pytest.fixture
@@ -123,6 +124,31 @@ def test_tokens_made_before_operator_tokens_stay_tenant_tokens(
     assert "operator" not in {c["name"] for c in inspect(bare_engine).get_columns("asynctask_api_token")}
     with bare_engine.connect() as connection:
         assert connection.execute(text("SELECT tenant FROM asynctask_api_token")).scalars().all() == ["acme"]
+
+
+def test_a_downgrade_before_deployment_tokens_drops_them_and_keeps_the_tenants_tokens(
+    database_url: str, bare_engine: Engine
+) -> None:
+    migrate.upgrade(database_url)
+    with pytest.raises(IntegrityError), bare_engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO asynctask_api_token (id, tenant, token_hash, created_at, operator) "
+                "VALUES ('t1', NULL, 'h', :at, false)"
+            ),
+            {"at": datetime.now(UTC)},
+        )
+    deployment = tokens.create_token(bare_engine, None, operator=True)
+    tenant = tokens.create_token(bare_engine, "acme", operator=True)
+    migrate.downgrade(database_url, "0018")
+    assert tokens.caller_for(bare_engine, deployment.token) is None
+    assert tokens.caller_for(bare_engine, tenant.token) == tokens.Caller("acme", operator=True)
+    [tenant_column] = [
+        c for c in inspect(bare_engine).get_columns("asynctask_api_token") if c["name"] == "tenant"
+    ]
+    assert tenant_column["nullable"] is False
+    migrate.upgrade(database_url)
+    assert drift(bare_engine) == []
 
 
 def test_downgrade_to_base_and_upgrade_again(database_url: str, bare_engine: Engine) -> None:

@@ -10,13 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, insert, select
+from sqlalchemy.exc import IntegrityError
 
 from asynctask import Client, Registry, Settings, Tracking, job
 from asynctask.db.engine import writer
 from asynctask.db.migrate import upgrade
-from asynctask.tokens import create_token, hash_token, revoke_token
-from asynctask.tracking.models import ApiToken
+from asynctask.tokens import Caller, create_token, hash_token, revoke_token
+from asynctask.tracking.models import ApiToken, Task
 from tests.conftest import wait_until
 from tests.webapi.conftest import Api, close_watchers
 from webapi import create_app
@@ -153,3 +154,33 @@ def test_a_sql_broker_draws_from_the_apis_own_pool(tmp_path: Path) -> None:
     close_watchers([app])
     app.extensions["asynctask"].client.close()
     pool.dispose()
+
+
+def test_the_deployment_s_token_sees_every_tenant_s_tasks_and_calls_the_operator_endpoints(
+    api: Api,
+) -> None:
+    task_id = api.post_json({"job": "echo", "items": [1]}).get_json()["task_id"]
+    deployment = create_token(api.engine, None, operator=True).token
+    response = api.get(f"/api/tasks/{task_id}", deployment)
+    assert response.status_code == 200 and response.get_json()["id"] == task_id
+    assert api.get(f"/api/tasks/{task_id}", api.globex).status_code == 404
+    assert api.get("/api/queues", deployment).status_code == 200
+    # What it creates is no tenant's, as a script's task is.
+    own = api.post_json({"job": "echo", "items": [2]}, deployment).get_json()["task_id"]
+    with api.engine.connect() as connection:
+        assert connection.execute(select(Task.tenant).where(Task.id == own)).scalar_one() is None
+    assert api.get(f"/api/tasks/{own}", api.acme).status_code == 404
+
+
+def test_a_caller_of_no_tenant_is_an_operator_or_nobody(api: Api) -> None:
+    with pytest.raises(ValueError, match="must be an operator's"):
+        Caller(None, operator=False)
+    with pytest.raises(ValueError, match="must be an operator's"):
+        create_token(api.engine, None)
+    # The table holds no such token either, whoever writes to it.
+    with pytest.raises(IntegrityError), writer(api.engine).begin() as connection:
+        connection.execute(
+            insert(ApiToken).values(
+                id="nobody", tenant=None, token_hash="0" * 64, created_at=datetime.now(UTC), operator=False
+            )
+        )
