@@ -1,4 +1,5 @@
-"""A job's flow-control fields as the SQL broker acts on them (FLOW.md's payload keys).
+"""A job's flow-control fields as the SQL broker acts on them (docs/guide/flow-control.md names
+the payload keys; docs/internals/flow-control-sql.md says what the broker does with them).
 
 The client writes these keys resolved and validated; a payload written by anyone else may
 hold anything, so every reader here checks types and treats a field it cannot use as absent
@@ -15,7 +16,7 @@ from typing import Any
 
 from asynctask import payload
 
-#: Longest concurrency key (FLOW.md).
+#: Longest concurrency key (docs/guide/flow-control.md).
 MAX_KEY = 1000
 #: Substrings of a payload that may carry a flow field (a cheap test before decoding).
 LANE_MARK = b'"concurrency_key"'
