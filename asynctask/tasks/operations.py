@@ -52,6 +52,7 @@ from asynctask.tasks import jobs, runtime
 from asynctask.tasks.event_rows import event_rows, shown_key, write_waiting
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
 from asynctask.tasks.runtime import OutgoingJob, RuntimeJob
+from asynctask.tasks.runtime_staging import RuntimeStaging
 from asynctask.tracking import transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
 from asynctask.tracking.models import Event, Task
@@ -177,7 +178,7 @@ def create_task(
     # The first batch is ready before anything is written: bad input found there costs nothing.
     jobs = _jobs(client, head, definition.name, created, chunks, flow)
     staging = (
-        elsewhere.staging(engine, task_id)
+        RuntimeStaging(elsewhere, engine, task_id)
         if elsewhere is not None
         else client.broker.staging(task_id, feed, share_of(task_id, tenant))
     )

@@ -24,11 +24,8 @@ from asynctask.job import JobDefinition, JobOptions, JobSetter
 from asynctask.registry import Registry, default_registry
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from asynctask.async_client import AsyncClient
     from asynctask.client import Client
-    from asynctask.tasks.runtime_staging import RuntimeStaging
 
 #: Jobs per call of ``Sender.send``.
 SEND_BATCH = 500
@@ -110,13 +107,6 @@ class RuntimeJob(JobDefinition[Any]):
 
     def _elsewhere(self) -> TypeError:
         return TypeError(f"{self.name} runs on {self.runtime}: send it with {self.runtime}'s own client")
-
-    def staging(self, engine: Engine, task_id: str) -> RuntimeStaging:
-        # Only create_task stages: a worker that imports this module to record its jobs' runs
-        # never loads SQLAlchemy, which would make every process it forks bigger.
-        from asynctask.tasks.runtime_staging import RuntimeStaging
-
-        return RuntimeStaging(self, engine, task_id)
 
 
 _adapters: list[Callable[[object], RuntimeJob | None]] = []

@@ -201,9 +201,12 @@ class SqlBroker(Broker):
 
     def fetcher(self, identity: str, outbox: Outbox | None = None) -> SqlFetcher:
         queues = list(dict.fromkeys(q.name for q in self.settings.queues))
-        wake: Wake = (
-            PgListener(self.engine, queues) if self.store.postgres else SqlitePoll(self.store, queues)
-        )
+        store = self.store
+        wake: Wake
+        if store.bell is None:
+            wake = PgListener(self.engine, queues)
+        else:
+            wake = SqlitePoll(store.bell, store.read, store.sql.has_work(len(queues)), queues)
         fetcher = SqlFetcher(self.store, self.flow, self.feeds, identity, self.settings, wake, outbox)
         self._fetchers.append(fetcher)
         return fetcher

@@ -14,19 +14,16 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, MutableMapping, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import psycopg
 from psycopg.rows import TupleRow
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.exc import OperationalError
 
 from asynctask.brokers.sql.statements import CHANNEL
-
-if TYPE_CHECKING:
-    from asynctask.brokers.sql.store import Store
 
 logger = logging.getLogger("asynctask.fetch")
 
@@ -81,12 +78,19 @@ class Wake(ABC):
 
 
 class SqlitePoll(Wake):
-    def __init__(self, store: Store, queues: Sequence[str]) -> None:
-        if store.bell is None:
-            raise ValueError("polling is SQLite's wake-up; PostgreSQL listens")
-        self._store = store
-        self._bell = store.bell
-        self._check = store.sql.has_work(len(queues))
+    """Reads ``check`` (a row if one of ``queues`` has work) on a connection from ``read``, and
+    waits between reads on the ``bell`` of the file's pushes in this process."""
+
+    def __init__(
+        self,
+        bell: Bell,
+        read: Callable[[], AbstractContextManager[Connection]],
+        check: TextClause,
+        queues: Sequence[str],
+    ) -> None:
+        self._bell = bell
+        self._read = read
+        self._check = check
         self._params = {f"q{i}": name for i, name in enumerate(queues)}
         #: Kept between waits: a worker idle for long checks five times a second, not faster.
         self._interval = FIRST_POLL
@@ -96,7 +100,7 @@ class SqlitePoll(Wake):
         deadline = time.monotonic() + timeout
         while True:
             seen = self._bell.rings
-            with self._store.read() as connection:
+            with self._read() as connection:
                 if connection.execute(self._check, self._params).first() is not None:
                     self._interval = FIRST_POLL
                     return True
