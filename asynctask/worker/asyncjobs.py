@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
@@ -36,12 +36,9 @@ from asynctask.context import Iteration, JobContext
 from asynctask.errors import TASK_CANCELLED, JobInterrupted
 from asynctask.job import JobDefinition
 from asynctask.supervision import Activity
-from asynctask.worker.processor import Processor, log_start
+from asynctask.worker.processor import Crew, Processor, log_start
 from asynctask.worker.resumable import begin
 from asynctask.worker.stats import Work
-
-if TYPE_CHECKING:
-    from asynctask.worker.manager import Manager
 
 logger = logging.getLogger("asynctask.asyncjobs")
 
@@ -88,9 +85,9 @@ class _Ended:
 
 
 class AsyncJobs:
-    def __init__(self, manager: Manager) -> None:
-        self.manager = manager
-        self._slots = threading.BoundedSemaphore(manager.settings.async_concurrency)
+    def __init__(self, crew: Crew) -> None:
+        self.crew = crew
+        self._slots = threading.BoundedSemaphore(crew.settings.async_concurrency)
         self._loop = asyncio.new_event_loop()
         #: The jobs being awaited (written on the loop only).
         self._running: dict[asyncio.Task[None], _Running] = {}
@@ -105,7 +102,7 @@ class AsyncJobs:
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
         # Its thread is never started: the settle thread calls its settling methods.
-        self._settler = Processor(manager, -1)
+        self._settler = Processor(crew, -1)
         self._numbers = itertools.count(1)
         #: Each async job function's code, by job name: how a blocking job is found on the stack.
         self._codes: dict[CodeType, str] = {}
@@ -115,7 +112,7 @@ class AsyncJobs:
         self._worst_lag = 0.0
         self._worst_lag_lock = threading.Lock()
         self._stopped = threading.Event()
-        errors = manager.tracker.store.errors if manager.tracker is not None else manager.broker.errors
+        errors = crew.tracker.store.errors if crew.tracker is not None else crew.broker.errors
         self._cancel_checking = Activity("cancelled tasks check", logger, errors)
         self._loop_thread = threading.Thread(target=self._run_loop, name="asynctask-event-loop", daemon=True)
         self._settle_thread = threading.Thread(
@@ -132,25 +129,25 @@ class AsyncJobs:
 
     def submit(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> None:
         """Hand ``unit`` to the loop (from the processor thread that fetched it), once a slot is free."""
-        manager = self.manager
+        crew = self.crew
         while not self._slots.acquire(timeout=SLOT_WAIT):
-            if manager.quieting.is_set():
+            if crew.quieting.is_set():
                 # Not started: it goes back to its queue, as unstarted claims do when quieting.
-                manager.fetch.requeue([unit])
+                crew.fetch.requeue([unit])
                 return
-        if manager.quieting.is_set():
+        if crew.quieting.is_set():
             # The slot came free as the process went quiet (a recycle after the job that held it).
             self._slots.release()
-            manager.fetch.requeue([unit])
+            crew.fetch.requeue([unit])
             return
         code = getattr(definition.func, "__code__", None)
         if code is not None and code not in self._codes:
             self._codes[code] = definition.name
         key = f"async-{next(self._numbers)}"
-        manager.fetch.detach(unit)
+        crew.fetch.detach(unit)
         with self._in_flight_lock:
             self._in_flight += 1
-        manager.stats.started(key, Work(unit.queue, unit.payload, int(time.time())))
+        crew.stats.started(key, Work(unit.queue, unit.payload, int(time.time())))
         self._incoming.append((unit, job, definition, key))
         if not self._woken:
             self._woken = True
@@ -172,7 +169,7 @@ class AsyncJobs:
         log_start(job, unit)
         args = job["args"]
         iteration = Iteration(None, 0) if definition.resumable else None
-        job_context = JobContext(job, unit.queue, self.manager.tracker, iteration)
+        job_context = JobContext(job, unit.queue, self.crew.tracker, iteration)
         context.enter(job_context)
         final: Callable[[], Awaitable[Any]] = lambda: definition.func(*args)  # noqa: E731
         if iteration is not None:
@@ -181,7 +178,7 @@ class AsyncJobs:
         interrupted = False
         task = asyncio.current_task()
         try:
-            await self.manager.server_chain.ainvoke(definition, job, unit.queue, final=final)
+            await self.crew.server_chain.ainvoke(definition, job, unit.queue, final=final)
         except BaseException as exc:
             error = exc
             if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0:
@@ -202,7 +199,7 @@ class AsyncJobs:
     ) -> None:
         """Run a resumable async job from its checkpoint (the middleware's ``final``)."""
         job = job_context.job
-        stored = await asyncio.to_thread(self.manager.broker.checkpoints.load, job_context.jid)
+        stored = await asyncio.to_thread(self.crew.broker.checkpoints.load, job_context.jid)
         cursor = begin(job, stored, iteration)
         await self._settler.runner(job_context, iteration).arun(definition.func(*job["args"], cursor=cursor))
 
@@ -213,7 +210,7 @@ class AsyncJobs:
         self._ended.put(ending)
 
     def _settle_loop(self) -> None:
-        manager = self.manager
+        crew = self.crew
         while True:
             batches = [self._ended.get()]
             while True:
@@ -227,21 +224,21 @@ class AsyncJobs:
                     acknowledged |= self._settle(ended)
             if acknowledged:
                 try:
-                    manager.fetch.flush_acks()
-                except manager.broker.errors as exc:
+                    crew.fetch.flush_acks()
+                except crew.broker.errors as exc:
                     # The acknowledgements stay queued: the next claim of any thread carries them.
-                    manager.fetching.failed(exc)
+                    crew.fetching.failed(exc)
             if None in batches:
                 return
 
     def _settle(self, ended: _Ended) -> bool:
         """Settle one run; True if it waits for acknowledgement."""
-        manager = self.manager
+        crew = self.crew
         outcome = self._settler.settle_run(
             ended.unit, ended.job, ended.definition, ended.iteration, ended.error, ended.start
         )
-        manager.fetch.reattached(ended.unit, ack=outcome == "ack")
-        manager.stats.finished(ended.key, failed=ended.interrupted or outcome in (None, "failed"))
+        crew.fetch.reattached(ended.unit, ack=outcome == "ack")
+        crew.stats.finished(ended.key, failed=ended.interrupted or outcome in (None, "failed"))
         with self._in_flight_lock:
             self._in_flight -= 1
         return outcome == "ack"
@@ -324,14 +321,14 @@ class AsyncJobs:
             lag = self._late(now)
             if lag > BLOCKED_AFTER:
                 self._report_blocking(lag)
-            if now >= next_cancel_check and self.manager.tracker is not None:
+            if now >= next_cancel_check and self.crew.tracker is not None:
                 next_cancel_check = now + CANCEL_CHECK
                 self._cancel_checking.attempt(self._cancel_jobs_of_cancelled_tasks)
 
     def _cancel_jobs_of_cancelled_tasks(self) -> None:
         """Cancel the running jobs whose task was cancelled at least ``CANCEL_GRACE`` seconds
         ago (as this process learnt it: with its claims), with ``TASK_CANCELLED``."""
-        tracker = self.manager.tracker
+        tracker = self.crew.tracker
         assert tracker is not None
         now = time.monotonic()
         # One step of C under the GIL: a consistent copy while the loop adds and removes jobs.

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
@@ -47,7 +47,15 @@ from asynctask.worker.retry import describe
 from asynctask.worker.stats import Work, thread_tid
 
 if TYPE_CHECKING:
-    from asynctask.worker.manager import Manager
+    from asynctask.brokers import Broker, Fetcher
+    from asynctask.middleware import Chain
+    from asynctask.registry import Registry
+    from asynctask.settings import Settings
+    from asynctask.supervision import Activity
+    from asynctask.tracking.tracker import Tracker
+    from asynctask.worker.placement import Placement
+    from asynctask.worker.retry import Retrier
+    from asynctask.worker.stats import Stats
 
 logger = logging.getLogger("asynctask.processor")
 
@@ -59,9 +67,42 @@ ERROR_PAUSE = 1.0
 Outcome = Literal["ack", "failed", "settled"]
 
 
+class AsyncRunner(Protocol):
+    """Where a processor hands an async job: the event loop of the process's async jobs."""
+
+    def submit(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> None: ...
+
+
+class Crew(Protocol):
+    """What the job runners of a worker process (its processors and async jobs) share, and
+    how a processor reports its end: the process's ``Manager``."""
+
+    settings: Settings
+    placement: Placement
+    broker: Broker
+    fetch: Fetcher
+    registry: Registry
+    server_chain: Chain[Any]
+    stats: Stats
+    tracker: Tracker | None
+    retrier: Retrier
+    #: Set when the process goes quiet: take no more jobs.
+    quieting: threading.Event
+    #: Set when the process stops (not merely goes quiet).
+    stopping: threading.Event
+    #: The fetches of the process's runners: an outage is logged once for all of them.
+    fetching: Activity
+
+    def async_jobs(self) -> AsyncRunner: ...
+
+    def processor_died(self, processor: Processor, exc: BaseException) -> None: ...
+
+    def processor_stopped(self, processor: Processor) -> None: ...
+
+
 class Processor:
-    def __init__(self, manager: Manager, index: int, delay: float = 0.0) -> None:
-        self.manager = manager
+    def __init__(self, crew: Crew, index: int, delay: float = 0.0) -> None:
+        self.crew = crew
         self.index = index
         #: Seconds to wait before the first fetch (a replacement for a thread that died).
         self.delay = delay
@@ -76,43 +117,43 @@ class Processor:
         self.thread.start()
 
     def run(self) -> None:
-        manager = self.manager
+        crew = self.crew
         self.tid = thread_tid()
         pending_ack: UnitOfWork | None = None
         cycle = self.index
-        placement = manager.placement
+        placement = crew.placement
         native_id = threading.get_native_id()
         try:
             placement.enroll(native_id)
-            manager.quieting.wait(self.delay)
-            while not manager.quieting.is_set():
+            crew.quieting.wait(self.delay)
+            while not crew.quieting.is_set():
                 # fetch() owns the ack from here: on failure it keeps it for the next call.
                 ack, pending_ack = pending_ack, None
                 try:
-                    unit = manager.fetch.fetch(ack, block_on=cycle)
-                except manager.broker.errors as exc:
-                    manager.fetching.failed(exc)
+                    unit = crew.fetch.fetch(ack, block_on=cycle)
+                except crew.broker.errors as exc:
+                    crew.fetching.failed(exc)
                     time.sleep(ERROR_PAUSE)
                     continue
-                manager.fetching.succeeded()
+                crew.fetching.succeeded()
                 if unit is None:
                     cycle += 1
                     continue
-                if manager.quieting.is_set():
-                    manager.fetch.requeue([unit])
+                if crew.quieting.is_set():
+                    crew.fetch.requeue([unit])
                     break
-                placement.for_jobs(manager.fetch.jobs_come_in_batches())
+                placement.for_jobs(crew.fetch.jobs_come_in_batches())
                 pending_ack = self.process(unit)
             if pending_ack is not None:
-                manager.fetch.acknowledge(pending_ack)
+                crew.fetch.acknowledge(pending_ack)
         except Shutdown:
             pass
         except BaseException as exc:
-            manager.processor_died(self, exc)
+            crew.processor_died(self, exc)
             return
         finally:
             placement.leave(native_id)
-        manager.processor_stopped(self)
+        crew.processor_stopped(self)
 
     def process(self, unit: UnitOfWork) -> UnitOfWork | None:
         """Run one job; return the unit if it still needs acknowledging (it succeeded).
@@ -126,7 +167,7 @@ class Processor:
             return self._process(unit)
         except Shutdown:
             raise
-        except self.manager.broker.errors as exc:
+        except self.crew.broker.errors as exc:
             self._store_failed(unit, exc)
         except Exception as exc:
             self._bury_raw(unit, exc, self.job)
@@ -135,7 +176,7 @@ class Processor:
         return None
 
     def _process(self, unit: UnitOfWork) -> UnitOfWork | None:
-        manager = self.manager
+        crew = self.crew
         try:
             job = self._decode(unit)
         except PayloadError as exc:
@@ -145,19 +186,19 @@ class Processor:
         # Read before the middleware could change the dict: the broker trusts it to match the bytes.
         unit = unit.decoded(job)
         try:
-            definition = manager.registry.get(job["class"])
+            definition = crew.registry.get(job["class"])
             definition.check_args(job["args"])
         except (JobNotRegistered, JobArgumentsError) as exc:
             # Retrying cannot help a job this process cannot run: bury it at once.
-            manager.stats.count(failed=True)
+            crew.stats.count(failed=True)
             self._log_failure("job buried", job, unit, exc, 0.0, level=logging.ERROR)
-            manager.retrier.bury(unit, job, exc)
+            crew.retrier.bury(unit, job, exc)
             return None
         if definition.is_async:
-            manager.async_jobs().submit(unit, job, definition)
+            crew.async_jobs().submit(unit, job, definition)
             return None
         tid = self.tid
-        manager.stats.started(tid, Work(unit.queue, unit.payload, int(time.time())))
+        crew.stats.started(tid, Work(unit.queue, unit.payload, int(time.time())))
         self.unit = unit
         failed = True
         try:
@@ -166,7 +207,7 @@ class Processor:
             return unit if outcome == "ack" else None
         finally:
             self.unit = None
-            manager.stats.finished(tid, failed=failed)
+            crew.stats.finished(tid, failed=failed)
 
     def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> Outcome:
         """Run the job through the server middleware."""
@@ -176,13 +217,13 @@ class Processor:
         if verbose:
             log_start(job, unit)
         iteration = Iteration(None, 0) if definition.resumable else None
-        job_context = JobContext(job, unit.queue, self.manager.tracker, iteration)
+        job_context = JobContext(job, unit.queue, self.crew.tracker, iteration)
         context.enter(job_context)
         final: Callable[[], Any] = lambda: definition.func(*args)  # noqa: E731
         if iteration is not None:
             final = lambda: self._iterate(job_context, iteration, definition)  # noqa: E731
         try:
-            self.manager.server_chain.invoke(definition, job, unit.queue, final=final)
+            self.crew.server_chain.invoke(definition, job, unit.queue, final=final)
         except Shutdown:
             raise
         except (Exception, SystemExit, JobInterrupted) as exc:
@@ -216,7 +257,7 @@ class Processor:
                 )
             return self._done(unit, job, iteration)
         self._log_failure("fail", job, unit, exc, time.perf_counter() - start, level=logging.WARNING)
-        self.manager.retrier.failed(unit, job, definition, exc)
+        self.crew.retrier.failed(unit, job, definition, exc)
         return "failed"
 
     def settle_run(
@@ -238,7 +279,7 @@ class Processor:
                     _log_done(job, unit, start)
                 return self._done(unit, job, iteration)
             return self.ended_by(unit, job, definition, iteration, error, start)
-        except self.manager.broker.errors as exc:
+        except self.crew.broker.errors as exc:
             self._store_failed(unit, exc)
         except Exception as exc:
             self._bury_raw(unit, exc, job)
@@ -250,24 +291,24 @@ class Processor:
     def _release_held(self, job: payload.JobDict) -> None:
         """Whatever the failure's handling did, an ``error`` held for the run goes out now."""
         jid = job.get("jid")
-        if self.manager.tracker is not None and isinstance(jid, str):
-            self.manager.tracker.settled(jid)
+        if self.crew.tracker is not None and isinstance(jid, str):
+            self.crew.tracker.settled(jid)
 
     def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]) -> None:
         """Run a resumable job from its checkpoint (the middleware's ``final``)."""
         job = job_context.job
-        cursor = begin(job, self.manager.broker.checkpoints.load(job_context.jid), iteration)
+        cursor = begin(job, self.crew.broker.checkpoints.load(job_context.jid), iteration)
         self.runner(job_context, iteration).run(definition.func(*job["args"], cursor=cursor))
 
     def runner(self, job_context: JobContext, iteration: Iteration) -> Runner:
         """The runner of a resumable job's run, from ``iteration``."""
-        manager = self.manager
+        crew = self.crew
         return Runner(
             job_context.jid,
-            manager.broker.checkpoints,
+            crew.broker.checkpoints,
             iteration,
-            interval=manager.settings.checkpoint_interval,
-            stopping=manager.stopping,
+            interval=crew.settings.checkpoint_interval,
+            stopping=crew.stopping,
             cancelled=lambda: job_context.cancelled,
             paused=lambda: self._feed_paused(job_context.job),
             progress=job_context.progress,
@@ -277,7 +318,7 @@ class Processor:
         feed = job.get(FEED_FIELD)
         if not isinstance(feed, str):
             return False
-        state = self.manager.broker.feeds.state(feed)
+        state = self.crew.broker.feeds.state(feed)
         return state is not None and state.feed.paused
 
     def _done(self, unit: UnitOfWork, job: payload.JobDict, iteration: Iteration | None) -> Outcome:
@@ -286,33 +327,33 @@ class Processor:
         again from the start)."""
         if iteration is None:
             return "ack"
-        self.manager.fetch.acknowledge(unit)
-        self.manager.broker.checkpoints.clear(job["jid"])
+        self.crew.fetch.acknowledge(unit)
+        self.crew.broker.checkpoints.clear(job["jid"])
         return "settled"
 
     def _interrupted(self, unit: UnitOfWork, job: payload.JobDict, exc: JobInterrupted) -> Outcome:
-        manager = self.manager
+        crew = self.crew
         # The transitions the job recorded go with its move, as a retry's do.
-        outbox = manager.tracker.outbox if manager.tracker is not None else None
+        outbox = crew.tracker.outbox if crew.tracker is not None else None
         if exc.reason == "stop":
             parked = dict(job)
             if exc.cursor is not None:
                 parked["cursor"] = json.loads(exc.cursor)
-            manager.broker.park(unit, payload.dumps_storable(parked), outbox)
+            crew.broker.park(unit, payload.dumps_storable(parked), outbox)
             return "settled"
         if exc.reason == "cancel":
-            manager.broker.checkpoints.clear(job["jid"])
+            crew.broker.checkpoints.clear(job["jid"])
             return "ack"
         if exc.reason == "pause":
             # Due at once, a fed job leaving the retry set rejoins the head of its feed's held
             # jobs: released again, first, when the task resumes. Its retry count is untouched.
-            manager.broker.retry_at(unit, job, payload.now(), outbox)
+            crew.broker.retry_at(unit, job, payload.now(), outbox)
             return "settled"
         # The worker is stopping: the shutdown gives the job back with its other claims.
         return "settled"
 
     def _decode(self, unit: UnitOfWork) -> payload.JobDict:
-        limit = self.manager.settings.max_payload_bytes
+        limit = self.crew.settings.max_payload_bytes
         if len(unit.payload) > limit:
             raise PayloadError(
                 f"payload of {len(unit.payload)} bytes is over the {limit}-byte limit (max_payload_bytes)"
@@ -322,13 +363,13 @@ class Processor:
     def _bury_undecodable(self, unit: UnitOfWork, exc: PayloadError) -> None:
         """Bury a payload that is not a job (or not a valid one) byte for byte: re-encoded, it
         would no longer show what was pushed."""
-        manager = self.manager
+        crew = self.crew
         job = exc.job
         jid = payload.valid_jid(job.get("jid")) if job is not None else None
-        manager.broker.kill_unparseable(unit, unit.payload, unit.queue, str(exc), jid)
-        if job is not None and jid is not None and manager.tracker is not None:
-            manager.tracker.buried(job, exc)
-        manager.stats.count(failed=True)
+        crew.broker.kill_unparseable(unit, unit.payload, unit.queue, str(exc), jid)
+        if job is not None and jid is not None and crew.tracker is not None:
+            crew.tracker.buried(job, exc)
+        crew.stats.count(failed=True)
         logger.error(
             "job buried: %s", exc, extra={"fields": {"queue": unit.queue, "bytes": len(unit.payload)}}
         )
@@ -337,7 +378,7 @@ class Processor:
         """The last resort: something unexpected went wrong with this job (``job`` if it was
         decoded). Bury its bytes as fetched, which needs nothing from them; if even that
         fails, log it and carry on."""
-        manager = self.manager
+        crew = self.crew
         reason = f"AsyncTask could not handle this payload ({describe(exc)})"
         if exc.__context__ is not None:
             # Raised while handling an earlier error (the job's own failure, say): name it too.
@@ -346,11 +387,11 @@ class Processor:
         fields = {"queue": unit.queue, "jid": jid, "bytes": len(unit.payload)}
         logger.error("job buried: %s", reason, exc_info=exc, extra={"fields": fields})
         try:
-            manager.broker.kill_unparseable(unit, unit.payload, unit.queue, reason, jid)
-            if job is not None and jid is not None and manager.tracker is not None:
+            crew.broker.kill_unparseable(unit, unit.payload, unit.queue, reason, jid)
+            if job is not None and jid is not None and crew.tracker is not None:
                 # After whatever its failed handling recorded (a retry that did not happen).
-                manager.tracker.buried(job, PayloadError(reason))
-        except manager.broker.errors as failure:
+                crew.tracker.buried(job, PayloadError(reason))
+        except crew.broker.errors as failure:
             self._store_failed(unit, failure)
         except Exception:
             logger.exception(
