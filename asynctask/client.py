@@ -12,7 +12,7 @@ from inspect import Signature
 from typing import TYPE_CHECKING, Any
 
 from asynctask import payload
-from asynctask.brokers import Broker, open_broker
+from asynctask.brokers import Broker, as_redis, open_broker
 from asynctask.flow.options import OPTION_NAMES as FLOW_OPTION_NAMES
 from asynctask.flow.options import FlowOptions
 from asynctask.job import JobDefinition, JobOptions
@@ -25,7 +25,6 @@ from asynctask.tracking import outbox
 if TYPE_CHECKING:
     import redis
 
-    from asynctask.brokers.redis import RedisBroker
 
 _SIDEKIQ_DEFAULTS: payload.JobDict = {"retry": True, "queue": "default"}
 #: Jobs of a bulk push prepared between two pauses (``bulk_batches``).
@@ -66,20 +65,12 @@ class Client:
     @property
     def redis(self) -> redis.Redis:
         """The Redis connection of a Redis broker, for Sidekiq-level inspection."""
-        return self._redis_broker().redis
+        return as_redis(self.broker).redis
 
     @property
     def keys(self) -> Keys:
         """The Redis key names of a Redis broker."""
-        return self._redis_broker().keys
-
-    def _redis_broker(self) -> RedisBroker:
-        # Imported here: a SQL broker's client never loads redis-py.
-        from asynctask.brokers.redis import RedisBroker
-
-        if not isinstance(self.broker, RedisBroker):
-            raise AttributeError(f"the broker at {self.settings.broker!r} is not Redis")
-        return self.broker
+        return as_redis(self.broker).keys
 
     def push(
         self, item: Mapping[str, Any], *, flow: FlowOptions | None = None, signature: Signature | None = None

@@ -20,11 +20,11 @@ import pytest
 
 from asynctask import Settings, payload
 from asynctask.api import Queue, Stats
-from asynctask.api.backend import Stored
-from asynctask.api.backends.redis import RedisReader
 from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.reads import Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch
+from asynctask.brokers.redis.reads import RedisReader
 from asynctask.feeds import Feed, FeedChange
 from asynctask.settings import QueueSpec
 from tests.brokers.conftest import BROKER_JOBS, ROOT, read_runs, worker_env
@@ -476,7 +476,7 @@ def test_a_killed_worker_loses_no_share_job(
 
 
 def test_stats_load_the_sizes_script_when_redis_lacks_it(broker: RedisBroker, reader: RedisReader) -> None:
-    from asynctask.api.backends.redis import SIZES
+    from asynctask.brokers.redis.reads import SIZES
     from asynctask.brokers.redis.scripts import with_flow
 
     publish(broker, "ta", ["a0", "a1"], "task:ta")

@@ -15,11 +15,11 @@ import pytest
 
 import asynctask
 from asynctask import Registry, Settings, payload
-from asynctask.api.backend import Stored
-from asynctask.api.backends.redis import RedisReader
 from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.reads import Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch, ends_flow
+from asynctask.brokers.redis.reads import RedisReader
 from asynctask.feeds import Feed, FeedChange
 from asynctask.worker import Worker
 from tests.conftest import wait_until

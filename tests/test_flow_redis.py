@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from asynctask import Settings, payload
-from asynctask.api.backend import Move, Scored, Stored
-from asynctask.api.backends.redis import RedisReader
 from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.reads import Move, Scored, Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch
+from asynctask.brokers.redis.reads import RedisReader
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ LIBRARY = {"core", "db", "tracking", "brokers", "context", "middleware", "client
 
 #: What each part may import besides itself. Tracking defines the store it needs
 #: (``tracking.store``) and the brokers implement it, so brokers depend on tracking and never
-#: the reverse; the read API's backends live in ``api`` and read the brokers' storage.
+#: the reverse; each broker implements the read API's port beside itself (``brokers.reads``).
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "db": {"core"},

@@ -7,7 +7,6 @@ imported by the worker runtime. Each class takes a Redis ``(connection, keys)``,
 ``settings=`` (the broker is the settings' broker URL), or nothing for the default client's.
 """
 
-from asynctask.api.backend import Backlog, BusyKey, Snapshot
 from asynctask.api.context import Context
 from asynctask.api.keys import BusyKeys, busy_keys
 from asynctask.api.periodic import PeriodicEntry, PeriodicSet
@@ -17,6 +16,7 @@ from asynctask.api.records import JobRecord
 from asynctask.api.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry, StoppedSet
 from asynctask.api.stats import History, Stats
 from asynctask.api.work import Work, WorkSet
+from asynctask.brokers.reads import Backlog, BusyKey, Snapshot
 
 __all__ = [
     "Backlog",

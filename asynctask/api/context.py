@@ -14,10 +14,9 @@ from typing import Self
 from redis import Redis
 from sqlalchemy import Engine
 
-from asynctask.api.backend import ReadBackend
-from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers import read_backend
+from asynctask.brokers.reads import ReadBackend
 from asynctask.brokers.redis.connection import connect
-from asynctask.brokers.sql import SqlBroker
 from asynctask.client import Client, default_client
 from asynctask.db.engine import create_database_engine
 from asynctask.keys import Keys
@@ -45,16 +44,12 @@ class Context:
         connection without settings or keys means no namespace. Settings alone open (once per
         URL) a connection to their broker: Redis, or the SQL database.
         """
-        # Imported here: the readers import ``api.backend``, so importing them with this
-        # module would make importing a reader first a circular import.
-        from asynctask.api.backends.redis import RedisReader
-        from asynctask.api.backends.sql import SqlReader
+        # Imported here: each backend's reads are loaded when used, as its broker is.
+        from asynctask.brokers.redis.reads import RedisReader
+        from asynctask.brokers.sql.reads import SqlReader
 
         if connection is None and settings is None:
-            client = default_client()
-            settings = client.settings
-            if isinstance(client.broker, RedisBroker):
-                connection = client.broker.redis
+            return of_client(default_client())
         settings = settings or Settings()
         if connection is None and not settings.uses_redis:
             if keys is not None:
@@ -68,16 +63,7 @@ class Context:
 def of_client(client: Client) -> Context:
     """The context of a client's own broker: its Redis connection and keys, or its SQL engine
     (a reader then takes its connections from the broker's pool, not from one of its own)."""
-    # Imported here, as in ``Context.resolve``.
-    from asynctask.api.backends.redis import RedisReader
-    from asynctask.api.backends.sql import SqlReader
-
-    broker = client.broker
-    if isinstance(broker, RedisBroker):
-        return Context(RedisReader(broker.redis, broker.keys, client.settings), client.settings)
-    if not isinstance(broker, SqlBroker):
-        raise TypeError(f"no read model reads a {type(broker).__name__}")
-    return Context(SqlReader(broker.engine, client.settings), client.settings)
+    return Context(read_backend(client.broker, client.settings), client.settings)
 
 
 class Reader:

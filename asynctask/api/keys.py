@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from redis import Redis
 
-from asynctask.api.backend import BusyKey
 from asynctask.api.context import Reader
+from asynctask.brokers.reads import BusyKey
 from asynctask.keys import Keys
 from asynctask.settings import Settings
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asynctask import payload
-from asynctask.api.backend import ProcessRecord
 from asynctask.api.context import Context, Reader
+from asynctask.brokers.reads import ProcessRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The ``schedule``, ``retry`` and ``dead`` sets and the actions on their entries.
 
 Every action that moves or removes an entry acts only if that entry is still in the set with
-the score it was read with (see ``api.backend``). The worker's poller moves due entries by the
+the score it was read with (see ``brokers.reads``). The worker's poller moves due entries by the
 same rule, so an entry clicked "retry now" while the poller takes it is enqueued once, never
 twice, and a stale entry (already moved) is left alone.
 """
@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from asynctask import payload
-from asynctask.api.backend import Move, Scored, SetName
 from asynctask.api.context import Reader
 from asynctask.api.records import JobRecord
+from asynctask.brokers.reads import Move, Scored, SetName
 from asynctask.errors import PayloadError
 
 #: Entries moved per round trip by the set-wide actions.

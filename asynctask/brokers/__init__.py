@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from asynctask.brokers.base import Beat, Broker, DueJobs, Fetcher, ProcessRecords, Staging, UnitOfWork
 from asynctask.settings import Settings
+
+if TYPE_CHECKING:
+    from asynctask.brokers.reads import ReadBackend
+    from asynctask.brokers.redis import RedisBroker
+    from asynctask.brokers.sql import SqlBroker
 
 __all__ = [
     "Beat",
@@ -15,7 +20,9 @@ __all__ = [
     "ProcessRecords",
     "Staging",
     "UnitOfWork",
+    "as_redis",
     "open_broker",
+    "read_backend",
 ]
 
 
@@ -40,3 +47,24 @@ def _is_redis_client(connection: Any) -> bool:
     from redis import Redis
 
     return isinstance(connection, Redis)
+
+
+def read_backend(broker: Broker, settings: Settings) -> ReadBackend:
+    """What the read model reads ``broker``'s store through, on the broker's own connections."""
+    # Each backend's reads are loaded with it: a SQL broker's process never loads redis-py.
+    if broker.backend == "redis":
+        from asynctask.brokers.redis.reads import RedisReader
+
+        redis_broker = as_redis(broker)
+        return RedisReader(redis_broker.redis, redis_broker.keys, settings)
+    from asynctask.brokers.sql.reads import SqlReader
+
+    return SqlReader(cast("SqlBroker", broker).engine, settings)
+
+
+def as_redis(broker: Broker) -> RedisBroker:
+    """``broker``, which must be the Redis broker: AttributeError for another (a client's
+    Sidekiq-level views, such as its Redis connection, exist on Redis alone)."""
+    if broker.backend != "redis":
+        raise AttributeError(f"the broker at {broker.settings.broker!r} is not Redis")
+    return cast("RedisBroker", broker)

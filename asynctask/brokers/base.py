@@ -439,6 +439,9 @@ class Broker(ABC):
     #: Whether its store may lose every job at once and come back empty (a server that keeps
     #: them in memory, restarted): its workers then watch for that (``asynctask.worker.lost``).
     loses_data_on_restart: ClassVar[bool] = False
+    #: Which backend it is (``brokers.read_backend`` and ``brokers.as_redis`` go by it, so
+    #: that asking never loads another backend's driver).
+    backend: ClassVar[Literal["redis", "sql"]]
 
     @abstractmethod
     def close(self) -> None:

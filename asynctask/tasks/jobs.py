@@ -25,9 +25,9 @@ from typing import Any, cast
 from sqlalchemy import Engine, select
 
 from asynctask import payload, storable
-from asynctask.api.backend import ReadBackend, Scored, SetName, Stored
 from asynctask.api.context import of_client
 from asynctask.api.sorted_sets import StoppedSet
+from asynctask.brokers.reads import ReadBackend, Scored, SetName, Stored
 from asynctask.client import Client
 from asynctask.errors import JobNotFound, JobStateError, PayloadError
 from asynctask.tracking import transitions

@@ -15,7 +15,7 @@ import redis
 from sqlalchemy import Engine, delete, insert, select, update
 
 from asynctask import Settings, payload
-from asynctask.api.backend import SetName
+from asynctask.brokers.reads import SetName
 from asynctask.brokers.sql.models import ProcessSignal, QueuedJob, StatCounter, WorkerProcess
 from asynctask.keys import Keys
 

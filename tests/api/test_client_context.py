@@ -4,11 +4,15 @@ up as fully as one made from settings."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from asynctask import Client, Registry
 from asynctask.api import DeadSet, Queue, RetrySet, Stats
-from asynctask.api.backends.sql import SqlReader
 from asynctask.api.context import of_client
 from asynctask.brokers.sql import SqlBroker
+from asynctask.brokers.sql.reads import SqlReader
 from asynctask.middleware import Chain
 from tests.api.conftest import sidekiq_job
 from tests.api.stores import SqlStore, Store
@@ -46,4 +50,17 @@ def test_the_api_reads_a_sql_broker_through_the_client_s_own_pool(
             assert isinstance(backend, SqlReader) and backend.engine is client.broker.engine
     finally:
         close_watchers([app])
+        client.broker.close()
+
+
+def test_a_client_of_the_sql_broker_has_no_redis_views(sql_store: SqlStore, registry: Registry) -> None:
+    client = Client(sql_store.settings, registry=registry, middleware=Chain())
+    try:
+        with pytest.raises(
+            AttributeError, match=re.escape(f"the broker at {sql_store.settings.broker!r} is not Redis")
+        ):
+            client.redis  # noqa: B018
+        with pytest.raises(AttributeError, match="is not Redis"):
+            client.keys  # noqa: B018
+    finally:
         client.broker.close()

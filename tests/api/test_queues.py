@@ -7,7 +7,7 @@ import redis
 
 from asynctask import Client, Settings, payload
 from asynctask.api import JobRecord, Queue, Stats
-from asynctask.api.backends.sql import SqlReader
+from asynctask.brokers.sql.reads import SqlReader
 from asynctask.keys import Keys
 from asynctask.payload import compress_backtrace
 from tests.api.conftest import sidekiq_job

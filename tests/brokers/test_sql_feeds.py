@@ -15,12 +15,12 @@ import pytest
 from sqlalchemy import delete, func, select, text, update
 
 from asynctask import payload
-from asynctask.api.backend import Move
-from asynctask.api.backends.sql import SqlReader
 from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.reads import Move
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.feeds import acknowledged_feed
 from asynctask.brokers.sql.models import FeedRow, QueuedJob
+from asynctask.brokers.sql.reads import SqlReader
 from asynctask.feeds import Feed, FeedChange, FeedState
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import status

@@ -13,13 +13,13 @@ from typing import Any
 from sqlalchemy import delete, func, select
 
 from asynctask import payload
-from asynctask.api.backend import BusyKey, Move
-from asynctask.api.backends.sql import SqlReader
 from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.reads import BusyKey, Move
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.flowjob import digest
 from asynctask.brokers.sql.models import Lane, QueuedJob, RateStart, UniqueHold
 from asynctask.brokers.sql.push import push_rows
+from asynctask.brokers.sql.reads import SqlReader
 from asynctask.db.migrate import current, downgrade, head, upgrade
 from tests.brokers import test_sql_broker as base
 from tests.brokers.test_sql_broker import claim_all

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from asynctask import payload
-from asynctask.api.backends.sql import SqlReader
 from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
+from asynctask.brokers.sql.reads import SqlReader
 from asynctask.settings import QueueSpec
 from tests.brokers.test_sql_broker import claim_all, job, rows
 

@@ -32,6 +32,7 @@ DUE_BATCH = 100
 class RedisBroker(Broker):
     errors = (redis.RedisError, OSError)
     loses_data_on_restart = True
+    backend = "redis"
 
     def __init__(self, settings: Settings, connection: redis.Redis | None = None) -> None:
         self.settings = settings

@@ -56,6 +56,7 @@ AHEAD_BOUND = 100_000
 
 class SqlBroker(Broker):
     errors = (SQLAlchemyError, OSError)
+    backend = "sql"
     feeds: SqlFeeds
 
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:

@@ -17,7 +17,8 @@ import redis
 from redis.commands.core import Script
 
 from asynctask import payload
-from asynctask.api.backend import (
+from asynctask.brokers.periodic import PeriodicStore
+from asynctask.brokers.reads import (
     Backlog,
     BusyKey,
     Move,
@@ -29,7 +30,6 @@ from asynctask.api.backend import (
     Stored,
     WorkEntry,
 )
-from asynctask.brokers.periodic import PeriodicStore
 from asynctask.brokers.redis.periodic import RedisPeriodic
 from asynctask.brokers.redis.scripts import Scripts, with_flow
 from asynctask.errors import PayloadError

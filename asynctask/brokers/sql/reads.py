@@ -45,7 +45,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import InstrumentedAttribute
 
 from asynctask import payload
-from asynctask.api.backend import (
+from asynctask.brokers.periodic import PeriodicStore
+from asynctask.brokers.reads import (
     BusyKey,
     Move,
     ProcessRecord,
@@ -56,7 +57,6 @@ from asynctask.api.backend import (
     Stored,
     WorkEntry,
 )
-from asynctask.brokers.periodic import PeriodicStore
 from asynctask.brokers.sql.broker import SqlBroker
 from asynctask.brokers.sql.flowjob import LANE_MARK, decoded, lane_of
 from asynctask.brokers.sql.models import (
