@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from asynctask.brokers.base import Fetcher, UnitOfWork
+from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.brokers.pacing import CLAIMS_UNDER_WAY, PREFETCH_LIMIT, ClaimPacing
 from asynctask.settings import QueueSpec
 

@@ -20,7 +20,7 @@ import pytest
 
 from asynctask import Settings, payload
 from asynctask.api import Queue, Stats
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.reads import Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch

@@ -15,7 +15,7 @@ import pytest
 
 import asynctask
 from asynctask import Registry, Settings, payload
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.reads import Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch, ends_flow

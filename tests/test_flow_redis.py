@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from asynctask import Settings, payload
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.reads import Move, Scored, Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch

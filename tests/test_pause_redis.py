@@ -14,7 +14,7 @@ import pytest
 
 from asynctask import Settings
 from asynctask.api import Queue
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import PAUSED_BLOCK, ReliableFetch
 from asynctask.settings import QueueSpec

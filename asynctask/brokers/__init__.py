@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from asynctask.brokers.base import Beat, Broker, DueJobs, Fetcher, ProcessRecords, Staging, UnitOfWork
+from asynctask.brokers.base import Beat, Broker, DueJobs, ProcessRecords, Staging
+from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.settings import Settings
 
 if TYPE_CHECKING:

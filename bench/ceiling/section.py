@@ -47,7 +47,7 @@ import psutil
 import redis
 
 from asynctask import Client, Settings
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.redis import RedisBroker
 from asynctask.keys import Keys
 from asynctask.tasks.operations import new_task_id

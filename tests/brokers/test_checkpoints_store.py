@@ -14,8 +14,9 @@ from asynctask import Client, Settings, payload
 from asynctask.api import Queue, RetrySet, ScheduledSet, Stats
 from asynctask.api.sorted_sets import StoppedSet
 from asynctask.brokers import open_broker
-from asynctask.brokers.base import Broker, UnitOfWork
+from asynctask.brokers.base import Broker
 from asynctask.brokers.checkpoints import CHECKPOINT_TTL, Checkpoint
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.reads import Scored, Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.sql import SqlBroker

@@ -20,7 +20,7 @@ import asynctask
 from asynctask import Client, QueueSpec, Registry, Settings, payload
 from asynctask.api import ProcessSet, Queue, Stats, WorkSet
 from asynctask.brokers import open_broker
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.worker import Worker
 from tests.brokers.conftest import SpawnWorker, read_runs
 from tests.conftest import wait_for_beats, wait_until

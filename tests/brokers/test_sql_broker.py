@@ -16,7 +16,8 @@ from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from asynctask import payload
-from asynctask.brokers.base import Beat, BeatReply, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql import SqlBroker, wake
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.models import (

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, text, update
 
 from asynctask import payload
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.models import Share

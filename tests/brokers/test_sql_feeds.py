@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import delete, func, select, text, update
 
 from asynctask import payload
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.reads import Move
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.feeds import acknowledged_feed

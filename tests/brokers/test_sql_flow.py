@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 
 from asynctask import payload
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.reads import BusyKey, Move
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.flowjob import digest

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from asynctask import payload
-from asynctask.brokers.base import UnitOfWork
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.reads import SqlReader
 from asynctask.settings import QueueSpec

@@ -8,7 +8,8 @@ from typing import cast
 import redis
 
 from asynctask import fairness, payload
-from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.checkpoints import RedisCheckpoints
 from asynctask.brokers.redis.connection import PlainRoundTrips, connect

@@ -42,7 +42,7 @@ from typing import Literal, cast
 import redis
 from redis.client import Pipeline
 
-from asynctask.brokers.base import Fetcher, UnitOfWork
+from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
 from asynctask.settings import QueueSpec

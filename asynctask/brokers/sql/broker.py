@@ -18,7 +18,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import fairness, payload
-from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet, UnitOfWork
+from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql import processes
 from asynctask.brokers.sql.checkpoints import SqlCheckpoints
 from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed

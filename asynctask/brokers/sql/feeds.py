@@ -22,8 +22,8 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
-from asynctask.brokers.base import UnitOfWork
 from asynctask.brokers.feeds import Feeds
+from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql.flow import Flow
 from asynctask.brokers.sql.flowjob import LANE_MARK, LaneOf, decoded, lane_of
 from asynctask.brokers.sql.models import LANE, QUEUED

@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import TextClause
 
 from asynctask import payload
-from asynctask.brokers.base import Fetcher, UnitOfWork
+from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.flowjob import UNIQUE_MARK
