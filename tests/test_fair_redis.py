@@ -476,12 +476,11 @@ def test_a_killed_worker_loses_no_share_job(
 
 
 def test_stats_load_the_sizes_script_when_redis_lacks_it(broker: RedisBroker, reader: RedisReader) -> None:
-    from asynctask.brokers.redis.reads import SIZES
-    from asynctask.brokers.redis.scripts import with_flow
+    from asynctask.brokers.redis.scripts import script_source
 
     publish(broker, "ta", ["a0", "a1"], "task:ta")
     # A text Redis has never seen: its first EVALSHA fails with NOSCRIPT.
-    reader._sizes = broker.redis.register_script(with_flow(SIZES) + f"\n-- {broker.keys.prefix}")
+    reader._sizes = broker.redis.register_script(script_source("sizes") + f"\n-- {broker.keys.prefix}")
     assert reader.stats("default").queues == {"default": 2}
     assert reader.stats("default").queues == {"default": 2}
 

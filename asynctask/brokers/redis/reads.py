@@ -31,7 +31,7 @@ from asynctask.brokers.reads import (
     WorkEntry,
 )
 from asynctask.brokers.redis.periodic import RedisPeriodic
-from asynctask.brokers.redis.scripts import Scripts, with_flow
+from asynctask.brokers.redis.scripts import Scripts, script_source
 from asynctask.errors import PayloadError
 from asynctask.keys import Keys
 from asynctask.settings import Settings
@@ -45,146 +45,6 @@ SCAN_PAGE = 100
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
-# KEYS[1]  the set holding the entries (schedule, retry or dead)
-# KEYS[2]  dead
-# ARGV[1]  now (the entries' new score)
-# ARGV[2]  entries scored at or below this are older than dead_timeout and are trimmed
-# ARGV[3]  ZREMRANGEBYRANK stop, -(dead_max_jobs + 1): keeps the newest dead_max_jobs
-# ARGV[4]  the namespace prefix (for flow control's keys)
-# ARGV[5]… the members, byte for byte as stored
-# An entry that is gone from KEYS[1] (moved by the poller or another caller) is skipped, so
-# it is neither added twice nor resurrected. A killed job ends: it frees its concurrency slot
-# and unique key (flow_end). Returns the number of entries moved.
-KILL = """
-FLOW_PREFIX = ARGV[4]
-local moved = 0
-for i = 5, #ARGV do
-  if redis.call("zrem", KEYS[1], ARGV[i]) == 1 then
-    redis.call("zadd", KEYS[2], ARGV[1], ARGV[i])
-    flow_end(ARGV[i], false)
-    moved = moved + 1
-  end
-end
-feed_release_ended()
-if moved > 0 then
-  redis.call("zremrangebyscore", KEYS[2], "-inf", ARGV[2])
-  redis.call("zremrangebyrank", KEYS[2], 0, tonumber(ARGV[3]))
-end
-return moved
-"""
-
-# The next page of a sorted set in descending order, after the previous page.
-# KEYS[1]  the set
-# ARGV[1]  page size
-# ARGV[2]  the previous page's lowest score ("+inf" for the first page)
-# ARGV[3]… the previous page's members, the last one yielded first
-# Continuing from the rank of the last member that is still there makes the next page right
-# whatever was added or removed elsewhere meanwhile. If the whole previous page is gone (a
-# caller deleting each entry it sees), the page continues at its lowest score, inclusive:
-# entries of earlier pages with exactly that score, if any survived, are then seen again.
-PAGE = """
-local n = tonumber(ARGV[1])
-for i = 3, #ARGV do
-  local rank = redis.call("zrevrank", KEYS[1], ARGV[i])
-  if rank then
-    return redis.call("zrange", KEYS[1], rank + 1, rank + n, "REV", "WITHSCORES")
-  end
-end
-return redis.call("zrange", KEYS[1], ARGV[2], "-inf", "BYSCORE", "REV", "LIMIT", 0, n, "WITHSCORES")
-"""
-
-# A queue's jobs wait in queue:<name> and, on a fair queue, in its urgent list and its shares'
-# lists (see fair_route in flow.lua); the ring names the shares with jobs waiting.
-# ARGV[1]  the namespace prefix
-# ARGV[2]… queue names
-# Returns, for each queue in turn, how many lists follow, then those lists' keys: queue:<name>
-# first, its urgent list and its shares' lists only when its ring exists.
-LISTS = """
-FLOW_PREFIX = ARGV[1]
-local found = {}
-for i = 2, #ARGV do
-  local lists = fair_lists(ARGV[i])
-  found[#found + 1] = #lists
-  for _, list in ipairs(lists) do
-    found[#found + 1] = list[1]
-  end
-end
-return found
-"""
-
-# Each queue's size: its lists' lengths added up (see LISTS).
-# ARGV[1]  the namespace prefix
-# ARGV[2]… queue names
-SIZES = (
-    LISTS.removesuffix("return found\n")
-    + """
-local sizes = {}
-local i = 1
-while i <= #found do
-  local size = 0
-  for j = i + 1, i + found[i] do
-    size = size + redis.call("llen", found[j])
-  end
-  sizes[#sizes + 1] = size
-  i = i + found[i] + 1
-end
-return sizes
-"""
-)
-
-# Remove one job from wherever its queue keeps it (see LISTS) and end it, as finish.lua does.
-# A share whose list this empties leaves the ring, which lists only shares with jobs waiting.
-# ARGV[1]  the namespace prefix
-# ARGV[2]  the queue's name
-# ARGV[3]  the payload, byte for byte
-# Returns 1 if it was removed, else 0.
-DELETE = """
-FLOW_PREFIX = ARGV[1]
-local name, job = ARGV[2], ARGV[3]
-for _, source in ipairs(fair_lists(name)) do
-  if redis.call("lrem", source[1], 1, job) == 1 then
-    if source[2] and redis.call("exists", source[1]) == 0 then
-      redis.call("lrem", fair_key("shares", name), 0, source[2])
-    end
-    flow_end(job, false)
-    feed_release_ended()
-    return 1
-  end
-end
-return 0
-"""
-
-# As DELETE, then keep the job in the stopped set, rewritten (its cursor added).
-# ARGV[4]  the stopped set's key
-# ARGV[5]  now (its score)
-# ARGV[6]  the payload to keep
-PARK_QUEUED = DELETE.replace(
-    "    flow_end(job, false)\n",
-    '    redis.call("zadd", ARGV[4], ARGV[5], ARGV[6])\n    flow_end(job, false)\n',
-)
-
-# Move one entry of a sorted set to the stopped set, rewritten, and end it as finish.lua does.
-# KEYS[1]  the set holding the entry (schedule or retry)
-# KEYS[2]  the stopped set
-# ARGV[1]  the namespace prefix
-# ARGV[2]  the entry, byte for byte
-# ARGV[3]  now (its score in the stopped set)
-# ARGV[4]  the payload to keep
-# ARGV[5]  the entry's score as read
-# Returns 1 if it was moved, 0 if it was no longer in KEYS[1] with that score.
-PARK_SCORED = """
-FLOW_PREFIX = ARGV[1]
-local score = redis.call("zscore", KEYS[1], ARGV[2])
-if not score or tonumber(score) ~= tonumber(ARGV[5]) then
-  return 0
-end
-redis.call("zrem", KEYS[1], ARGV[2])
-redis.call("zadd", KEYS[2], ARGV[3], ARGV[4])
-flow_end(ARGV[2], false)
-feed_release_ended()
-return 1
-"""
-
 
 class RedisReader(ReadBackend):
     def __init__(self, connection: redis.Redis, keys: Keys, settings: Settings) -> None:
@@ -193,14 +53,14 @@ class RedisReader(ReadBackend):
         self.settings = settings
         # Registering a script costs no round trip; the poller's script moves entries to
         # queues so that "retry now" and the poller follow one rule.
-        self._kill: Script = connection.register_script(with_flow(KILL))
-        self._page: Script = connection.register_script(PAGE)
+        self._kill: Script = connection.register_script(script_source("kill"))
+        self._page: Script = connection.register_script(script_source("page"))
         self._scripts = Scripts(connection)
-        self._lists: Script = connection.register_script(with_flow(LISTS))
-        self._sizes: Script = connection.register_script(with_flow(SIZES))
-        self._delete: Script = connection.register_script(with_flow(DELETE))
-        self._park_queued: Script = connection.register_script(with_flow(PARK_QUEUED))
-        self._park_scored: Script = connection.register_script(with_flow(PARK_SCORED))
+        self._lists: Script = connection.register_script(script_source("lists"))
+        self._sizes: Script = connection.register_script(script_source("sizes"))
+        self._delete: Script = connection.register_script(script_source("delete"))
+        self._park_queued: Script = connection.register_script(script_source("park_queued"))
+        self._park_scored: Script = connection.register_script(script_source("park_scored"))
         self._periodic = RedisPeriodic(connection, keys, Scripts(connection))
 
     @property
@@ -237,7 +97,7 @@ class RedisReader(ReadBackend):
 
     def _queue_lists(self, name: str) -> list[str]:
         """The lists ``name``'s jobs wait in: ``queue:<name>``, then on a fair queue with
-        shares its urgent list and its shares' lists (see ``LISTS``)."""
+        shares its urgent list and its shares' lists (see ``lua/queue_lists.lua``)."""
         found = self._lists(args=[self.keys.prefix, name])
         return [as_text(key) for key in found[1:]]
 
@@ -507,7 +367,7 @@ class RedisReader(ReadBackend):
     def stats(self, default_queue: str) -> Snapshot:
         """Two pipelined round trips whatever the number of queues and processes: first the
         counters, set sizes and the members of ``queues`` and ``processes``, then every
-        queue's size (its shares' lists counted, see ``SIZES``) and every process's ``busy``."""
+        queue's size (its shares' lists counted, see ``lua/sizes.lua``) and every process's ``busy``."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(k.stat_processed)

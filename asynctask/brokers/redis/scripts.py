@@ -1,11 +1,16 @@
-"""The Lua scripts, read once from ``lua/*.lua`` and run by SHA (reloaded on NOSCRIPT by redis-py)."""
+"""The Lua scripts, read once from ``lua/*.lua`` and run by SHA (reloaded on NOSCRIPT by redis-py).
+
+A script names the files of functions it uses in lines ``--- @include NAME`` (``flow``, the
+flow-control functions; ``tracking_seq``, the numbering of tracking transitions...): each
+included file comes before it, once, after what that file includes in turn.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Literal
 
 import redis
 from redis.client import Pipeline
@@ -14,51 +19,52 @@ from redis.commands.core import Script
 from asynctask.keys import Keys
 from asynctask.tracking.outbox import pack
 
+_INCLUDE = re.compile(r"^--- @include (\w+)\n", re.MULTILINE)
 
-@cache
-def _source(name: str) -> str:
+
+def _file(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
-def with_flow(source: str) -> str:
-    """A script that acts on flow control's keys: the ``flow`` prelude's functions, then ``source``."""
-    return _source("flow") + "\n" + source
+@cache
+def script_source(name: str) -> str:
+    """The script ``lua/<name>.lua`` as Redis runs it: what it includes, then itself."""
+    parts: list[str] = []
+    included: set[str] = set()
 
+    def add(file: str) -> None:
+        if file in included:
+            return
+        included.add(file)
+        text = _file(file)
+        for needed in _INCLUDE.findall(text):
+            add(needed)
+        parts.append(_INCLUDE.sub("", text))
 
-def _with_flow(name: str) -> str:
-    return with_flow(_with_seq(name))
-
-
-def _with_seq(name: str) -> str:
-    """A script that numbers tracking transitions: the ``tracking_seq`` function, then ``name``."""
-    return _source("tracking_seq") + "\n" + _source(name)
-
-
-def script_source(name: Literal["record", "push"]) -> str:
-    """The source of a script an asyncio client runs, as ``Scripts`` registers it."""
-    return _with_seq("record") if name == "record" else _with_flow("push")
+    add(name)
+    return "\n".join(parts)
 
 
 class Scripts:
     """The scripts bound to one connection pool."""
 
     def __init__(self, conn: redis.Redis) -> None:
-        self.fetch: Script = conn.register_script(_with_flow("fetch"))
-        self.requeue: Script = conn.register_script(_source("requeue"))
-        self.give_back: Script = conn.register_script(_source("give_back"))
-        self.enqueue_due: Script = conn.register_script(_with_flow("enqueue_due"))
+        self.fetch: Script = conn.register_script(script_source("fetch"))
+        self.requeue: Script = conn.register_script(script_source("requeue"))
+        self.give_back: Script = conn.register_script(script_source("give_back"))
+        self.enqueue_due: Script = conn.register_script(script_source("enqueue_due"))
         self.record: Script = conn.register_script(script_source("record"))
-        self.publish: Script = conn.register_script(_with_flow("publish"))
+        self.publish: Script = conn.register_script(script_source("publish"))
         self.push: Script = conn.register_script(script_source("push"))
-        self.finish: Script = conn.register_script(_with_flow("finish"))
-        self.admit: Script = conn.register_script(_with_flow("admit"))
-        self.clear: Script = conn.register_script(_with_flow("clear"))
-        self.feed_publish: Script = conn.register_script(_with_flow("feed_publish"))
-        self.feed_update: Script = conn.register_script(_with_flow("feed_update"))
-        self.feed_state: Script = conn.register_script(_with_flow("feed_state"))
-        self.feed_cancel: Script = conn.register_script(_with_flow("feed_cancel"))
-        self.feed_tick: Script = conn.register_script(_with_flow("feed_tick"))
-        self.periodic_take: Script = conn.register_script(_with_flow("periodic_take"))
+        self.finish: Script = conn.register_script(script_source("finish"))
+        self.admit: Script = conn.register_script(script_source("admit"))
+        self.clear: Script = conn.register_script(script_source("clear"))
+        self.feed_publish: Script = conn.register_script(script_source("feed_publish"))
+        self.feed_update: Script = conn.register_script(script_source("feed_update"))
+        self.feed_state: Script = conn.register_script(script_source("feed_state"))
+        self.feed_cancel: Script = conn.register_script(script_source("feed_cancel"))
+        self.feed_tick: Script = conn.register_script(script_source("feed_tick"))
+        self.periodic_take: Script = conn.register_script(script_source("periodic_take"))
 
     def record_transitions(
         self, keys: Keys, conn: redis.Redis | Pipeline, transitions: Sequence[str]

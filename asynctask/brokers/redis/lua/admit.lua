@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Claim-time flow check of a job a blocked BLMOVE just moved into an in-flight list (the
 -- fetch script checks the jobs it claims itself): its rate limit and a unique key held until
 -- start (see flow_claim in flow.lua).

@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Empty a queue or a sorted set (read API "clear"), ending every job it held: each frees its
 -- concurrency slot (promoting the next job of its key) and its unique key (see flow_end).
 --

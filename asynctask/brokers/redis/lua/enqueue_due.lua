@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Move due jobs from `schedule` or `retry` to their queues, atomically per job.
 --
 -- KEYS[1]             schedule or retry (sorted set)

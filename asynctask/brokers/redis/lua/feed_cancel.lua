@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Cancel a feed: drop its held jobs (they never run) and its record, so that nothing is
 -- released again. Its released jobs are left to the task's cancellation (workers skip them);
 -- their ends find no out entry and release nothing.

@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Publish a fed task's staged jobs: they become the feed's held jobs, the feed is created and
 -- releases its first jobs, all in this one step (see feed_release in flow.lua).
 --

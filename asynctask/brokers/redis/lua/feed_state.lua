@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- A feed's settings and counts, read at once (constant cost: LLEN and HLEN, nothing is counted).
 --
 -- ARGV[1]  the namespace prefix

@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Release the feeds a tick is due to look at: those whose interval has passed since a release
 -- it held back, and, as a safety net, those holding jobs that no end has released for a while
 -- (see feed_release in flow.lua, which sets each feed's next look or takes it out).

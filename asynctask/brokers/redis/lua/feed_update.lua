@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Change a feed's settings and release at once what they allow (see feed_release in flow.lua).
 --
 -- ARGV[1]  the namespace prefix

@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Reliable fetch: acknowledge finished jobs, record tracking transitions and claim up to a
 -- batch of new jobs, in one round trip.
 --

@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Take jobs out of where they are and apply flow control's end of each: a finished, dead,
 -- discarded or deleted job frees its concurrency slot (promoting the next job of its key)
 -- and its unique key; a job going to the retry set frees its slot only under

@@ -1,6 +1,6 @@
--- Flow control prelude: concurrency lanes, rate limits and unique keys. Prepended to the
--- scripts that push, claim, finish or move jobs (see scripts.py); each of them sets FLOW_PREFIX
--- (the namespace prefix) before calling anything here.
+-- Flow control functions: concurrency lanes, rate limits and unique keys. Included by the
+-- scripts that push, claim, finish or move jobs (`--- @include flow`, see scripts.py); each of
+-- them sets FLOW_PREFIX (the namespace prefix) before calling anything here.
 --
 -- Keys are built here from the payload's fields, so they cannot be declared in KEYS: the
 -- scripts are for a single Redis (no cluster). The names match asynctask.keys.Keys:

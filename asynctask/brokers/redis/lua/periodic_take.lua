@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Take periodic ticks: for each, if it is after its schedule's last tick, it becomes the last
 -- and its job is pushed (unless the tick is skipped or the schedule paused), all in this one
 -- script, so that of two workers taking the same tick exactly one pushes it.

@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Publish a task's staged jobs: move each staging list onto its queue, all of them or none.
 --
 -- KEYS[1]           queues (set of queue names)

@@ -1,3 +1,5 @@
+--- @include flow
+--- @include tracking_seq
 -- Push one job with a concurrency key, a unique key or a feed field (see flow_push in flow.lua).
 --
 -- ARGV[1]  the namespace prefix

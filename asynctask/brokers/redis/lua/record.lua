@@ -1,3 +1,4 @@
+--- @include tracking_seq
 -- Append a batch of tracking transitions to the stream, numbering them.
 --
 -- KEYS[1]  asynctask:tracking (stream)    KEYS[2]  asynctask:tracking:seq (counter)
