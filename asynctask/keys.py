@@ -156,6 +156,10 @@ class Keys:
         """Private list holding the jobs this process fetched from ``queue`` and has not finished."""
         return f"{self.prefix}asynctask:inflight|{identity}|{queue}"
 
+    def periodic(self, field: str) -> str:
+        """One field of every periodic schedule (see ``brokers.redis.periodic``)."""
+        return f"{self.prefix}asynctask:periodic:{field}"
+
     def checkpoint(self, jid: str) -> str:
         """Hash: a resumable job's checkpoint (``c`` cursor, ``n`` iterations) and ``stop`` flag."""
         return f"{self.prefix}asynctask:checkpoint:{jid}"

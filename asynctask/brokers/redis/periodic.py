@@ -43,10 +43,9 @@ class RedisPeriodic:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts
-        self.base = f"{keys.prefix}asynctask:periodic:"
 
     def _key(self, field: str) -> str:
-        return self.base + field
+        return self.keys.periodic(field)
 
     def declare(self, declarations: Sequence[Declaration], identity: str, now: float) -> None:
         pipe = self.conn.pipeline(transaction=True)
