@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from asynctask import Client, Settings
 from asynctask.api import ProcessSet, Queue
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.keys import Keys

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
-from asynctask.api.context import of_client
+from asynctask.api.reader import of_client
 from asynctask.client import Client
 from asynctask.db.engine import autocommit, create_database_engine
 from asynctask.modules import load_module

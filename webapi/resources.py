@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Connection, Engine
 
 from asynctask.api import BusyKeys, PeriodicSet
-from asynctask.api.context import Context
+from asynctask.api.reader import Context
 from asynctask.client import Client
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.cache import FirstErrorsCache

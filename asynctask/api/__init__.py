@@ -7,11 +7,11 @@ imported by the worker runtime. Each class takes a Redis ``(connection, keys)``,
 ``settings=`` (the broker is the settings' broker URL), or nothing for the default client's.
 """
 
-from asynctask.api.context import Context
-from asynctask.api.keys import BusyKeys, busy_keys
+from asynctask.api.busy_keys import BusyKeys, busy_keys
 from asynctask.api.periodic import PeriodicEntry, PeriodicSet
 from asynctask.api.processes import Process, ProcessSet
 from asynctask.api.queues import Queue
+from asynctask.api.reader import Context
 from asynctask.api.records import JobRecord
 from asynctask.api.sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry, StoppedSet
 from asynctask.api.stats import History, Stats

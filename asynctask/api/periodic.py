@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from cronsim import CronSimError
 
-from asynctask.api.context import Reader
+from asynctask.api.reader import Reader
 from asynctask.brokers.periodic import ScheduleRecord
 from asynctask.periodic.schedule import Schedule
 

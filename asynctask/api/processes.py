@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asynctask import payload
-from asynctask.api.context import Context, Reader
+from asynctask.api.reader import Context, Reader
 from asynctask.brokers.reads import ProcessRecord
 
 

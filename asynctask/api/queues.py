@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import redis
 
 from asynctask import payload
-from asynctask.api.context import Context
+from asynctask.api.reader import Context
 from asynctask.api.records import JobRecord
 from asynctask.keys import Keys
 from asynctask.settings import Settings

@@ -6,7 +6,7 @@ import zlib
 from typing import Any
 
 from asynctask import payload
-from asynctask.api.context import Context
+from asynctask.api.reader import Context
 from asynctask.brokers.reads import Stored
 from asynctask.errors import PayloadError
 from asynctask.payload import decompress_backtrace

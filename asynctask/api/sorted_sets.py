@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from asynctask import payload
-from asynctask.api.context import Reader
+from asynctask.api.reader import Reader
 from asynctask.api.records import JobRecord
 from asynctask.brokers.reads import Move, Scored, SetName
 from asynctask.errors import PayloadError

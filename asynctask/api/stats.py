@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from asynctask.api.context import Reader
+from asynctask.api.reader import Reader
 from asynctask.brokers.reads import Backlog, Snapshot
 
 #: Queue whose latency the dashboard shows, as in Sidekiq.

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from asynctask import payload
-from asynctask.api.context import Reader
+from asynctask.api.reader import Reader
 from asynctask.api.records import JobRecord
 
 

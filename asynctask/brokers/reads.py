@@ -3,7 +3,7 @@
 ``Queue``, the job sets, ``ProcessSet``, ``WorkSet`` and ``Stats`` call these primitives and
 never talk to Redis or SQL themselves. Each broker implements them beside itself:
 ``brokers.redis.reads`` (Sidekiq's keys) and ``brokers.sql.reads`` (the SQL broker's tables);
-``brokers.read_backend`` gives a broker's own, and ``api.context`` opens one from a URL.
+``brokers.read_backend`` gives a broker's own, and ``api.reader`` opens one from a URL.
 
 Records stay backend-neutral: a stored job is its exact bytes plus an opaque handle the
 backend gave out with it (nothing on Redis, where the bytes and the score name a member; the

@@ -67,7 +67,7 @@ def _database_failure(exc: Exception) -> CommandError | None:
     sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
     if sqlalchemy_exc is None:
         return None
-    from asynctask.brokers.sql.store import MissingTables
+    from asynctask.brokers.sql.transactions import MissingTables
 
     if isinstance(exc, MissingTables):
         return CommandError(str(exc))

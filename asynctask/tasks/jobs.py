@@ -25,7 +25,7 @@ from typing import Any, cast
 from sqlalchemy import Engine, select
 
 from asynctask import payload, storable
-from asynctask.api.context import of_client
+from asynctask.api.reader import of_client
 from asynctask.api.sorted_sets import StoppedSet
 from asynctask.brokers.reads import ReadBackend, Scored, SetName, Stored
 from asynctask.client import Client

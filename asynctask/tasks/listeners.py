@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from weakref import WeakKeyDictionary
 
-from asynctask.api.context import of_client
 from asynctask.api.processes import ProcessSet
+from asynctask.api.reader import of_client
 from asynctask.client import Client
 from asynctask.tracking.views import TaskWarning
 

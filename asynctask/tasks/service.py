@@ -22,7 +22,7 @@ from asynctask.settings import Settings
 from asynctask.tasks import jobs, listeners, runtime
 from asynctask.tasks import operations as tasks
 from asynctask.tasks.feedview import with_held
-from asynctask.tasks.placeview import with_ahead
+from asynctask.tasks.queue_place import with_ahead
 from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tracking import queries
 from asynctask.tracking.views import EventView, FailedItemView, Page, TaskView

@@ -39,7 +39,7 @@ from asynctask.worker.feeds import FeedTicker
 from asynctask.worker.heartbeat import Heartbeat, ProcessInfo
 from asynctask.worker.manager import Manager
 from asynctask.worker.periodic import Scheduler
-from asynctask.worker.scheduled import Poller
+from asynctask.worker.poller import Poller
 from asynctask.worker.stats import Stats
 
 if TYPE_CHECKING:

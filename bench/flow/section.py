@@ -34,7 +34,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import Client, Settings, default_registry
-from asynctask.brokers.sql.flowsql import FlowStatements
+from asynctask.brokers.sql.flow_statements import FlowStatements
 from asynctask.brokers.sql.statements import Statements
 from asynctask.db.engine import create_database_engine
 from asynctask.job import JobDefinition

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, TextClause, text
 
 from asynctask import payload
 from asynctask.brokers.sql import SqlBroker
-from asynctask.brokers.sql.flowjob import digest
+from asynctask.brokers.sql.flow_fields import digest
 from asynctask.db.migrate import upgrade
 from asynctask.settings import Settings
 from bench.sql.db import PostgresDatabase

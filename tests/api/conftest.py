@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from asynctask import Client, Registry, Settings, payload
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain

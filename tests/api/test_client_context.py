@@ -10,7 +10,7 @@ import pytest
 
 from asynctask import Client, Registry
 from asynctask.api import DeadSet, Queue, RetrySet, Stats
-from asynctask.api.context import of_client
+from asynctask.api.reader import of_client
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.reads import SqlReader
 from asynctask.middleware import Chain

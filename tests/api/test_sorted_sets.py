@@ -13,7 +13,7 @@ from asynctask import PayloadError, payload
 from asynctask.api import DeadSet, Queue, RetrySet, ScheduledSet
 from asynctask.brokers import open_broker
 from asynctask.middleware import Chain
-from asynctask.worker.scheduled import Poller
+from asynctask.worker.poller import Poller
 from tests.api.conftest import sidekiq_job
 from tests.api.stores import Store
 

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import Engine
 
 from asynctask import AsyncTracking, Client, Registry, Settings, Tracking
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.brokers.sql import SqlBroker
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade

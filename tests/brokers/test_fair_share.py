@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 
 from asynctask import Client, JobDefinition, Settings, Tracking, default_registry
 from asynctask.api import ProcessSet
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.brokers.redis import RedisBroker
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade

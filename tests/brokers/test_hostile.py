@@ -24,7 +24,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.keys import Keys
 from asynctask.worker import Worker
 from asynctask.worker.manager import Manager
-from asynctask.worker.scheduled import Poller
+from asynctask.worker.poller import Poller
 from tests.conftest import wait_until
 
 StartWorker = Callable[..., Worker]

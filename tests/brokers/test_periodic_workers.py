@@ -17,7 +17,7 @@ import pytest
 
 from asynctask import Settings
 from asynctask.api import PeriodicSet, ProcessSet
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.db.migrate import upgrade
 from tests.brokers.conftest import ROOT, SpawnWorker, fast_settings, worker_env
 from tests.conftest import REDIS_URL, fresh_postgres_schema, wait_until

@@ -22,7 +22,7 @@ from sqlalchemy import Engine, func, select
 import asynctask
 from asynctask import InvalidString, JobFailed, QueueSpec, Registry, Settings, Tracking, current_job
 from asynctask.api import Queue
-from asynctask.brokers.sql.store import Store
+from asynctask.brokers.sql.transactions import Store
 from asynctask.job import JobDefinition
 from asynctask.keys import Keys
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware

@@ -27,7 +27,7 @@ from asynctask.brokers.sql.models import (
     StatCounter,
     WorkerProcess,
 )
-from asynctask.brokers.sql.store import MissingTables
+from asynctask.brokers.sql.transactions import MissingTables
 from asynctask.db.engine import writer
 from asynctask.settings import QueueSpec
 from asynctask.tracking.models import Event

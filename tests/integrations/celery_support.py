@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
 from asynctask import Client, Registry, Settings, Tracking
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.integrations.celery import submittable

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 import asynctask
 from asynctask import Client, JobFailed, Registry, Settings
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware

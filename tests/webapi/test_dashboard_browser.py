@@ -31,7 +31,7 @@ from playwright.sync_api import ConsoleMessage, Dialog, Locator, Page, Response,
 
 from asynctask import Client, Settings
 from asynctask.api import DeadSet, PeriodicSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, WorkSet
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.brokers.pacing import CLAIMS_UNDER_WAY, PREFETCH_LIMIT
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from asynctask import Client, Registry, Settings
-from asynctask.api.context import close_shared
+from asynctask.api.reader import close_shared
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware

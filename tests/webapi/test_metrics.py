@@ -23,7 +23,7 @@ from sqlalchemy import Engine, event, insert
 import asynctask
 from asynctask import Client, Registry, Tracking, payload
 from asynctask.api import DeadSet
-from asynctask.api.context import shared_engine
+from asynctask.api.reader import shared_engine
 from asynctask.brokers.base import Beat
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.sql.broker import SqlBroker

@@ -11,7 +11,7 @@ from flask import Blueprint, Response, request
 
 from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.tasks.feedview import with_held
-from asynctask.tasks.placeview import with_ahead
+from asynctask.tasks.queue_place import with_ahead
 from asynctask.tasks.service import Tracking
 from asynctask.tracking import queries
 from asynctask.tracking.status import EventStatus, TaskStatus

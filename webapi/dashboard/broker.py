@@ -9,7 +9,7 @@ from werkzeug.wrappers.response import Response
 
 from asynctask import payload
 from asynctask.api import ProcessSet, Queue
-from asynctask.api.context import Reader
+from asynctask.api.reader import Reader
 from webapi.dashboard.cookie import flash
 from webapi.resources import resources
 

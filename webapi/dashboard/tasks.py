@@ -10,7 +10,7 @@ from werkzeug.wrappers.response import Response
 
 from asynctask.errors import AsyncTaskError, JobNotFound, TaskNotFound
 from asynctask.tasks.feedview import feed_phase
-from asynctask.tasks.placeview import WAITING
+from asynctask.tasks.queue_place import WAITING
 from asynctask.tracking import queries
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.views import TaskView

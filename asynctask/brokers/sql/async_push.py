@@ -24,7 +24,7 @@ from asynctask import payload
 from asynctask.brokers.shared_trips import Outcome, SharedTrips
 from asynctask.brokers.sql.broker import SqlBroker
 from asynctask.brokers.sql.push import is_keyed, push_rows
-from asynctask.brokers.sql.store import JobRow, Tx
+from asynctask.brokers.sql.transactions import JobRow, Tx
 from asynctask.db.engine import create_async_database_engine
 from asynctask.feeds import FEED_FIELD
 from asynctask.settings import Settings

@@ -25,13 +25,13 @@ from asynctask.brokers.sql.checkpoints import SqlCheckpoints
 from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.flow import Flow, is_flow
-from asynctask.brokers.sql.flowjob import LaneOf, lane_of
+from asynctask.brokers.sql.flow_fields import LaneOf, lane_of
 from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED, STOPPED
 from asynctask.brokers.sql.periodic import SqlPeriodic
 from asynctask.brokers.sql.push import SqlStaging, is_keyed, jid, priority, push_rows, row
 from asynctask.brokers.sql.statements import JOB_COLUMNS
-from asynctask.brokers.sql.store import JobRow, Store, Tx
 from asynctask.brokers.sql.tracking import SqlTrackingStore
+from asynctask.brokers.sql.transactions import JobRow, Store, Tx
 from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
 from asynctask.db.engine import create_database_engine
 from asynctask.feeds import FEED_FIELD, Feed

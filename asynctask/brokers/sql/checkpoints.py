@@ -21,7 +21,7 @@ from asynctask.brokers.checkpoints import CHECKPOINT_TTL, Checkpoint, Checkpoint
 from asynctask.brokers.sql.models import Checkpoint as CheckpointRow
 from asynctask.brokers.sql.models import QueuedJob
 from asynctask.brokers.sql.push import JID_WIDTH
-from asynctask.brokers.sql.store import Store
+from asynctask.brokers.sql.transactions import Store
 
 C = CheckpointRow
 J = QueuedJob

@@ -25,9 +25,9 @@ from asynctask import payload
 from asynctask.brokers.feeds import Feeds
 from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql.flow import Flow
-from asynctask.brokers.sql.flowjob import LANE_MARK, LaneOf, decoded, lane_of
+from asynctask.brokers.sql.flow_fields import LANE_MARK, LaneOf, decoded, lane_of
 from asynctask.brokers.sql.models import LANE, QUEUED
-from asynctask.brokers.sql.store import Store, Tx
+from asynctask.brokers.sql.transactions import Store, Tx
 from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
 
 #: How a fed job's payload names its feed (``FEED_FIELD``), searched as bytes.

@@ -32,9 +32,9 @@ from asynctask import payload
 from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
-from asynctask.brokers.sql.flowjob import UNIQUE_MARK
+from asynctask.brokers.sql.flow_fields import UNIQUE_MARK
 from asynctask.brokers.sql.statements import PLAIN_WAITING, TAGGED_WAITING, Fairness, Mix
-from asynctask.brokers.sql.store import Store
+from asynctask.brokers.sql.transactions import Store
 from asynctask.brokers.sql.wake import Wake
 from asynctask.settings import Settings
 from asynctask.tracking.outbox import Outbox

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from asynctask import payload
-from asynctask.brokers.sql.flowjob import (
+from asynctask.brokers.sql.flow_fields import (
     LANE_MARK,
     RATE_MARK,
     UNIQUE_MARK,
@@ -32,7 +32,7 @@ from asynctask.brokers.sql.flowjob import (
 )
 from asynctask.brokers.sql.models import LANE, QUEUED
 from asynctask.brokers.sql.statements import Statements
-from asynctask.brokers.sql.store import JobRow, Tx
+from asynctask.brokers.sql.transactions import JobRow, Tx
 
 #: Starts older than this are dropped from every rate log by the sweep (the longest window).
 LONGEST_WINDOW = 3600.0

@@ -30,7 +30,7 @@ from asynctask.brokers.periodic import (
 )
 from asynctask.brokers.sql.models import QUEUED, PeriodicSchedule, PeriodicScheduler
 from asynctask.brokers.sql.push import row
-from asynctask.brokers.sql.store import JobRow, Store, Tx
+from asynctask.brokers.sql.transactions import JobRow, Store, Tx
 
 #: Schedules per statement of a declaration or a take.
 CHUNK = 500

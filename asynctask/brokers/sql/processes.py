@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection
 
 from asynctask.brokers.base import Beat, BeatReply
-from asynctask.brokers.sql.store import Store
+from asynctask.brokers.sql.transactions import Store
 
 logger = logging.getLogger("asynctask.recovery")
 

@@ -58,7 +58,7 @@ from asynctask.brokers.reads import (
     WorkEntry,
 )
 from asynctask.brokers.sql.broker import SqlBroker
-from asynctask.brokers.sql.flowjob import LANE_MARK, decoded, lane_of
+from asynctask.brokers.sql.flow_fields import LANE_MARK, decoded, lane_of
 from asynctask.brokers.sql.models import (
     DEAD,
     HELD,
@@ -76,7 +76,7 @@ from asynctask.brokers.sql.models import (
     WorkerProcess,
 )
 from asynctask.brokers.sql.statements import CLAIMABLE, IN_A_SET
-from asynctask.brokers.sql.store import Tx
+from asynctask.brokers.sql.transactions import Tx
 from asynctask.settings import Settings
 
 J = QueuedJob

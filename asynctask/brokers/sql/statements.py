@@ -25,8 +25,8 @@ from typing import Any, Literal, TypeAlias
 
 from sqlalchemy import TextClause, text
 
-from asynctask.brokers.sql.feedsql import FeedStatements
-from asynctask.brokers.sql.flowsql import FlowStatements
+from asynctask.brokers.sql.feed_statements import FeedStatements
+from asynctask.brokers.sql.flow_statements import FlowStatements
 from asynctask.brokers.sql.models import LANE, PLAIN_SHARE
 
 #: The channel NOTIFY announces new jobs on; the payload is the queue's name.

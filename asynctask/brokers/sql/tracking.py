@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
-from asynctask.brokers.sql.store import Store
+from asynctask.brokers.sql.transactions import Store
 from asynctask.tracking.store import TrackingStore
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from redis import Redis
 
-from asynctask.api.context import Reader
+from asynctask.api.reader import Reader
 from asynctask.brokers.reads import BusyKey
 from asynctask.keys import Keys
 from asynctask.settings import Settings
