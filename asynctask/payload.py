@@ -78,9 +78,9 @@ _BARE_EXPONENT = re.compile(r"[0-9]e[+-]")
 def new_jid() -> str:
     """24 lowercase hex characters, like Ruby's ``SecureRandom.hex(12)``.
 
-    Taken from a stock read from the system's random source ``JIDS_PER_READ`` at a time: one
-    system call per job was a twentieth of a push's time. A forked child drops the stock it
-    inherited, which its parent goes on taking from.
+    Taken from a stock read from the system's random source ``JIDS_PER_READ`` at a time, not
+    with a system call per job. A forked child drops the stock it inherited, which its parent
+    goes on taking from.
     """
     while True:
         try:

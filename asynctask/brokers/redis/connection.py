@@ -165,9 +165,9 @@ def _kernel_timeouts(sock: socket.socket) -> None:
     """Have the kernel bound each read and write by the socket's timeout, and Python not.
 
     A socket with a timeout in Python polls before every send and every receive: two more
-    system calls per round trip, a fifth of a push's time. A blocking socket whose kernel
-    timeouts are set fails the same call at the same moment, with EAGAIN. TLS sockets keep
-    Python's timeout: their reads and writes are not one system call each.
+    system calls per round trip. A blocking socket whose kernel timeouts are set fails the same
+    call at the same moment, with EAGAIN.
+    TLS sockets keep Python's timeout: their reads and writes are not one system call each.
     """
     timeout = sock.gettimeout()
     if timeout is None:
