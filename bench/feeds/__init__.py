@@ -1,0 +1,1 @@
+"""The feeds section: what feeding a task costs its drain."""

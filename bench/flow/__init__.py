@@ -1,0 +1,1 @@
+"""The flow section: what concurrency keys cost the queue."""

@@ -1,0 +1,1 @@
+"""The periodic section: what many schedules cost the workers, and how late their ticks come."""

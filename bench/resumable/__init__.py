@@ -1,0 +1,1 @@
+"""The resumable section: what the resumable runtime costs a job of many cheap iterations."""
