@@ -56,7 +56,7 @@ def read_backend(broker: Broker, settings: Settings) -> ReadBackend:
     if broker.backend == "redis":
         from asynctask.brokers.redis.reads import RedisReader
 
-        redis_broker = as_redis(broker)
+        redis_broker = cast("RedisBroker", broker)
         return RedisReader(redis_broker.redis, redis_broker.keys, settings)
     from asynctask.brokers.sql.reads import SqlReader
 

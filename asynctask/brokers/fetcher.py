@@ -14,16 +14,12 @@ from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from asynctask.brokers.pacing import CLAIM_WAIT, ClaimPacing
 from asynctask.feeds import FEED_FIELD
 from asynctask.payload import JobDict
 from asynctask.settings import QueueSpec
 from asynctask.tracking.outbox import Outbox
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger("asynctask.fetch")
 

@@ -170,7 +170,8 @@ def _kernel_timeouts(sock: socket.socket) -> None:
     TLS sockets keep Python's timeout: their reads and writes are not one system call each.
     """
     timeout = sock.gettimeout()
-    if timeout is None:
+    if not timeout:
+        # None blocks and 0 never does: neither is a bound the kernel could keep.
         return
     seconds = int(timeout)
     bound = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
