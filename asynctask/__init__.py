@@ -37,6 +37,7 @@ _LAZY = {
     **{name: "asynctask.items" for name in ("ItemsRun", "each")},
     **{name: "asynctask.middleware" for name in ("Chain", "client_chain", "server_chain")},
     **{name: "asynctask.settings" for name in ("QueueSpec", "Settings")},
+    **{name: "asynctask.tasks.options" for name in ("TaskOptionError", "TaskOptions")},
     **{name: "asynctask.tracking.status" for name in ("EventStatus", "TaskStatus")},
     **{
         name: "asynctask.tracking.views"
@@ -129,6 +130,7 @@ if TYPE_CHECKING:
     from asynctask.middleware import Chain, client_chain, server_chain
     from asynctask.periodic.schedule import Schedule, Schedules, default_schedules, periodic
     from asynctask.settings import QueueSpec, Settings
+    from asynctask.tasks.options import TaskOptionError, TaskOptions
     from asynctask.tasks.async_service import (
         AsyncTracking,
         acancel_task,
@@ -221,6 +223,8 @@ __all__ = [
     "Shutdown",
     "TaskNotFed",
     "TaskNotFound",
+    "TaskOptionError",
+    "TaskOptions",
     "TaskStateError",
     "TaskStatus",
     "TaskView",

@@ -14,23 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
+from asynctask.tasks.options import TaskOptions
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
 from webapi.jsonreader import JsonReader, parse_document, value_too_large
 
-BODY_FIELDS = {
-    "job",
-    "items",
-    "chunk_size",
-    "queue",
-    "meta",
-    "concurrency_key",
-    "concurrency_limit",
-    "concurrency_on_failure",
-    "parallel",
-    "interval",
-    "priority",
-}
+BODY_FIELDS = {"job", "items", *TaskOptions.request_fields()}
 #: Levels in the JSON body: the body is level 1, its fields' values level 2, each item level 3.
 FIELD_LEVEL = 2
 

@@ -13,23 +13,23 @@ from __future__ import annotations
 
 import io
 import itertools
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any
 
 from flask import Request
 
 from asynctask import storable
+from asynctask.errors import InvalidString
 from asynctask.job import JobDefinition
 from asynctask.registry import Registry
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError
-from webapi import feeds, formats
+from asynctask.tasks.options import TaskOptionError, TaskOptions
+from webapi import formats
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
-from webapi.feeds import FeedOptions, creation_options
 from webapi.jsonreader import parse_document
 
 if TYPE_CHECKING:
@@ -43,11 +43,6 @@ JSON_TYPES = {"application/json"}
 LISTED_ERRORS = 20
 #: Raw bodies up to this size stay in memory; larger ones go to a temporary file.
 SPOOL_MEMORY = 4 * 1024 * 1024
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-#: Options given as query or form fields that are strings as they are.
-_TEXT_OPTIONS = ("job", "queue", "concurrency_key", "concurrency_on_failure")
-#: The largest ``concurrency_limit``: what every store's integer column holds.
-MAX_CONCURRENCY_LIMIT = 2**31 - 1
 _READERS: dict[str, Callable[[IO[bytes], ApiConfig, formats.Position], Iterator[Any]]] = {
     "csv": formats.csv_rows,
     "ndjson": formats.ndjson_values,
@@ -63,27 +58,18 @@ def _no_items() -> Generator[Any]:
 @dataclass
 class Submission:
     job: JobDefinition[Any]
-    chunk_size: int
-    queue: str | None
-    meta: dict[str, Any] | None
-    #: The ``concurrency_key`` template as given, and the key it gives each item (the tenant's).
-    concurrency_key: str | None = None
-    key_of: ItemKey | None = None
-    concurrency_limit: int = 1
-    concurrency_on_failure: Literal["hold", "continue"] = "hold"
-    feed: FeedOptions = field(default_factory=FeedOptions)
+    options: TaskOptions
+    config: ApiConfig
     items: Generator[Any] = field(default_factory=_no_items)
     #: Items read so far (all of them once ``items`` is exhausted).
     counted: list[int] = field(default_factory=lambda: [0])
     #: The spooled body, closed by ``close()``.
     source: IO[bytes] | None = None
 
-    def read(
-        self, items: Iterator[Any], config: ApiConfig, source: IO[bytes], position: formats.Position
-    ) -> None:
+    def read(self, items: Iterator[Any], source: IO[bytes], position: formats.Position) -> None:
         """Take the items (checked as they are read), the spooled body they come from and where
         in it the reader is."""
-        self.items = _checked(items, self.job, config, self.counted, position, self.key_of)
+        self.items = _checked(items, self.job, self.config, self.counted, position, self.options.item_key)
         self.source = source
 
     def close(self) -> None:
@@ -108,10 +94,10 @@ def read_submission(
     if is_json:
         spool = _spooled(request.stream)
         try:
-            options, _ = formats.body_options(spool, config)
-            submission = _submission(options, registry, config, tenant)
+            fields, _ = formats.body_options(spool, config)
+            submission = _submission(fields, registry, config, tenant)
             spool.seek(0)
-            submission.read(formats.body_items(spool, config), config, spool, formats.Position())
+            submission.read(formats.body_items(spool, config), spool, formats.Position())
         except BaseException:
             spool.close()
             raise
@@ -123,11 +109,10 @@ def read_submission(
                 422, "invalid_request", "the form needs a file field named file", {"field": "file"}
             )
         kind = _file_kind(upload.mimetype, upload.filename or "")
-        options = _options(request.form, config)
-        return _from_file(kind, upload.stream, options, registry, config, tenant)
+        return _from_file(kind, upload.stream, _text_submission(request.form, registry, config, tenant))
     if mimetype in CSV_TYPES or mimetype in NDJSON_TYPES:
         kind = "csv" if mimetype in CSV_TYPES else "ndjson"
-        return _from_file(kind, request.stream, _options(request.args, config), registry, config, tenant)
+        return _from_file(kind, request.stream, _text_submission(request.args, registry, config, tenant))
     raise ApiError(
         415,
         "unsupported_media_type",
@@ -136,17 +121,10 @@ def read_submission(
     )
 
 
-def _from_file(
-    kind: str,
-    stream: IO[bytes],
-    options: Mapping[str, Any],
-    registry: Registry,
-    config: ApiConfig,
-    tenant: str | None,
-) -> Submission:
+def _from_file(kind: str, stream: IO[bytes], submission: Submission) -> Submission:
     """Items of a CSV, NDJSON or JSON-array file: counted and parsed in a first read, so a file
     over a limit or with a syntax error is refused before anything is written."""
-    submission = _submission(options, registry, config, tenant)
+    config = submission.config
     items_of = _READERS[kind]
     spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
     try:
@@ -159,7 +137,7 @@ def _from_file(
         shutil.copyfileobj(stream, spool, 64 * 1024)
         spool.seek(0)
         position = formats.Position()
-        submission.read(items_of(spool, config, position), config, spool, position)
+        submission.read(items_of(spool, config, position), spool, position)
     except BaseException:
         spool.close()
         raise
@@ -197,21 +175,61 @@ def _spooled(stream: IO[bytes]) -> IO[bytes]:
 
 
 def _submission(
-    options: Mapping[str, Any], registry: Registry, config: ApiConfig, tenant: str | None
+    fields: Mapping[str, Any], registry: Registry, config: ApiConfig, tenant: str | None
 ) -> Submission:
-    """The submission's options, checked (its items are read later)."""
-    name = options.get("job")
+    """The submission's job and options, checked (its items are read later)."""
+    definition = _job(fields, registry)
+    return _checked_options(
+        definition, config, lambda: TaskOptions.from_json(_option_fields(fields), tenant=tenant)
+    )
+
+
+def _text_submission(
+    form: Mapping[str, str], registry: Registry, config: ApiConfig, tenant: str | None
+) -> Submission:
+    """The submission of a CSV or NDJSON body (options in the query) or an upload (options in
+    the form): every field is text."""
+    unknown = sorted(set(form) - (formats.BODY_FIELDS - {"items"}))
+    if unknown:
+        raise ApiError(422, "invalid_request", f"unknown field {unknown[0]!r}", {"field": unknown[0]})
+    definition = _job(form, registry)
+    return _checked_options(
+        definition,
+        config,
+        lambda: TaskOptions.from_text(
+            _option_fields(form),
+            tenant=tenant,
+            read_object=lambda name, text: _json_object(name, text, config),
+        ),
+    )
+
+
+def _job(fields: Mapping[str, Any], registry: Registry) -> JobDefinition[Any]:
+    name = fields.get("job")
     if not isinstance(name, str) or not name:
         raise ApiError(422, "invalid_request", "job must be the name of a job", {"field": "job"})
     if name not in registry or not registry.get(name).api:
         raise ApiError(422, "unknown_job", f"no job {name!r} can be submitted here", {"job": name})
-    definition = registry.get(name)
-    chunk_size = _integer(options.get("chunk_size", 1))
-    if chunk_size is None or chunk_size < 1:
-        raise ApiError(
-            422, "invalid_request", "chunk_size must be an integer of at least 1", {"field": "chunk_size"}
-        )
-    if chunk_size > config.max_chunk_size:
+    return registry.get(name)
+
+
+def _option_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if name != "job"}
+
+
+def _checked_options(
+    definition: JobDefinition[Any], config: ApiConfig, build: Callable[[], TaskOptions]
+) -> Submission:
+    """``build``'s options, any refusal a 422 naming the field; within the API's own limits."""
+    try:
+        options = build()
+    except TaskOptionError as exc:
+        raise ApiError(422, "invalid_request", str(exc), {"field": exc.field}) from None
+    except TemplateError as exc:
+        raise ApiError(422, "invalid_concurrency_key", str(exc), {"field": "concurrency_key"}) from None
+    except InvalidString as exc:
+        raise ApiError(422, "invalid_string", str(exc), {"field": exc.field}) from None
+    if options.chunk_size > config.max_chunk_size:
         raise limit_exceeded(
             422,
             "chunk_size_too_large",
@@ -219,105 +237,23 @@ def _submission(
             config.max_chunk_size,
             f"chunk_size may be at most {config.max_chunk_size}",
         )
-    queue = options.get("queue")
-    if queue is not None and (not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue)):
-        raise ApiError(
-            422,
-            "invalid_request",
-            "queue must be 1 to 100 letters, digits or _ . : -",
-            {"field": "queue"},
-        )
-    meta = options.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        raise ApiError(422, "invalid_request", "meta must be a JSON object", {"field": "meta"})
-    if meta is not None:
-        bad = _bad_character(meta)
-        if bad is not None:
-            raise _unstorable(bad, "meta")
-    submission = Submission(definition, chunk_size, queue, meta, feed=creation_options(options))
-    _flow_options(submission, options, tenant)
-    return submission
+    return Submission(definition, options, config)
 
 
-def _flow_options(submission: Submission, options: Mapping[str, Any], tenant: str | None) -> None:
-    template = options.get("concurrency_key")
-    limit = _integer(options.get("concurrency_limit", 1))
-    if limit is None or not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"concurrency_limit must be an integer from 1 to {MAX_CONCURRENCY_LIMIT}",
-            {"field": "concurrency_limit"},
-        )
-    on_failure = options.get("concurrency_on_failure", "hold")
-    if on_failure not in ("hold", "continue"):
-        raise ApiError(
-            422,
-            "invalid_request",
-            "concurrency_on_failure must be hold or continue",
-            {"field": "concurrency_on_failure"},
-        )
-    if "concurrency_key" not in options:
-        for name in ("concurrency_limit", "concurrency_on_failure"):
-            if name in options:
-                raise ApiError(422, "invalid_request", f"{name} needs a concurrency_key", {"field": name})
-        return
-    if not isinstance(template, str):
-        raise ApiError(
-            422, "invalid_request", "concurrency_key must be a string", {"field": "concurrency_key"}
-        )
-    bad = _bad_character(template)
-    if bad is not None:
-        raise _unstorable(bad, "concurrency_key")
+def _json_object(name: str, text: str, config: ApiConfig) -> Any:
+    """An object option given as text: as deep, as long and with the same numbers as in a JSON
+    body."""
     try:
-        submission.key_of = ItemKey(template, tenant)
-    except TemplateError as exc:
-        raise ApiError(422, "invalid_concurrency_key", str(exc), {"field": "concurrency_key"}) from None
-    submission.concurrency_key = template
-    submission.concurrency_limit = limit
-    submission.concurrency_on_failure = on_failure
-
-
-def _integer(value: Any) -> int | None:
-    """``value`` as an integer, or None if it is not one. JSON does not tell 2 from 2.0, and JSON
-    Schema counts both as integers."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
-def _options(form: Mapping[str, str], config: ApiConfig) -> dict[str, Any]:
-    """Options given as query or form fields, all strings: convert them to the JSON shapes."""
-    unknown = sorted(set(form) - (formats.BODY_FIELDS - {"items"}))
-    if unknown:
-        raise ApiError(422, "invalid_request", f"unknown field {unknown[0]!r}", {"field": unknown[0]})
-    options: dict[str, Any] = {k: v for k, v in form.items() if k in _TEXT_OPTIONS}
-    options.update(feeds.from_text(form))
-    for name in ("chunk_size", "concurrency_limit"):
-        if name in form:
-            try:
-                options[name] = int(form[name])
-            except ValueError:
-                raise ApiError(
-                    422, "invalid_request", f"{name} must be an integer", {"field": name}
-                ) from None
-    if form.get("meta"):
-        # As deep, as long and with the same numbers as meta in a JSON body.
-        text = form["meta"].encode("utf-8", "surrogatepass")
-        try:
-            options["meta"] = parse_document(
-                text,
-                max_depth=config.max_json_depth,
-                max_value_chars=config.max_item_bytes,
-                level=formats.FIELD_LEVEL,
-            )
-        except ApiError as exc:
-            if exc.code != "invalid_json":
-                raise
-            raise ApiError(422, "invalid_request", "meta must be a JSON object", {"field": "meta"}) from None
-    return options
+        return parse_document(
+            text.encode("utf-8", "surrogatepass"),
+            max_depth=config.max_json_depth,
+            max_value_chars=config.max_item_bytes,
+            level=formats.FIELD_LEVEL,
+        )
+    except ApiError as exc:
+        if exc.code != "invalid_json":
+            raise
+        raise ApiError(422, "invalid_request", f"{name} must be a JSON object", {"field": name}) from None
 
 
 def _file_kind(mimetype: str, filename: str) -> str:

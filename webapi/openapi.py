@@ -12,13 +12,13 @@ from typing import Any
 
 import asynctask
 from asynctask.brokers.periodic import FORGET_AFTER
-from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIORITY_MIN
+from asynctask.tasks.options import TaskOptions
 from asynctask.tracking.queries import MAX_PAGE
 from asynctask.tracking.status import UNDONE, EventStatus, TaskStatus
 from webapi.blueprints.keys import DEFAULT_KEYS, MAX_HOLDERS, MAX_KEYS
 from webapi.blueprints.queues import QUEUE_PATH_NAME
 from webapi.blueprints.tasks import DEFAULT_ERRORS, MAX_ERRORS
-from webapi.intake import MAX_CONCURRENCY_LIMIT, QUEUE_NAME
+from webapi.feeds import FIELDS as FEED_FIELDS
 from webapi.serialize import SUMMARY_ERROR_CHARS
 
 Schema = dict[str, Any]
@@ -491,35 +491,25 @@ def _schemas() -> dict[str, Schema]:
                 description="The items (each must match the job's item schema); at most "
                 "ASYNCTASK_API_MAX_ITEMS (200000).",
             ),
-            "chunk_size": _integer(
-                1, description="Items per job; at most ASYNCTASK_API_MAX_CHUNK_SIZE (1000).", default=1
-            ),
-            "queue": _nullable(_queue()),
-            "meta": _nullable({"type": "object", "description": "Kept with the task, returned as is."}),
-            **_flow_fields(),
-            **_feed_fields(),
+            **_task_options(as_text=False),
         },
-        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS, *FEED_FIELDS),
+        optional=TaskOptions.request_fields(),
         description="A task as JSON (nesting at most ASYNCTASK_API_MAX_JSON_DEPTH (32) levels).",
-        dependentRequired=FEED_NEEDS,
+        dependentRequired=_NEEDS,
     )
     upload = _obj(
         {
             "job": _string(minLength=1),
-            "chunk_size": _integer(1, default=1),
-            "queue": _queue(),
-            "meta": _json_text("A JSON object kept with the task, as text."),
-            **_flow_fields(),
-            **_feed_fields(),
+            **_task_options(as_text=True),
             "file": _string(
                 contentMediaType="application/octet-stream",
                 description="CSV (text/csv or a .csv name), NDJSON (application/x-ndjson, .ndjson, "
                 ".jsonl) or a JSON array of items (application/json, .json).",
             ),
         },
-        optional=("chunk_size", "queue", "meta", *FLOW_FIELDS, *FEED_FIELDS),
+        optional=TaskOptions.request_fields(),
         description="A task as a file upload; the options are form fields.",
-        dependentRequired=FEED_NEEDS,
+        dependentRequired=_NEEDS,
     )
     return {
         "Error": _obj(
@@ -731,70 +721,34 @@ def _queue_fields() -> dict[str, Schema]:
 
 
 #: The flow-control options of a task.
-FLOW_FIELDS = ("concurrency_key", "concurrency_limit", "concurrency_on_failure")
+#: What each option that tunes another needs, as JSON Schema's ``dependentRequired``.
+_NEEDS = {name: [needed] for name, needed in TaskOptions.needs().items()}
+#: The API's own limits on task options, said after the option's description.
+_API_LIMITS = {"chunk_size": "at most ASYNCTASK_API_MAX_CHUNK_SIZE (1000)"}
 
 
-def _flow_fields() -> dict[str, Schema]:
-    return {
-        "concurrency_key": _string(
-            minLength=1,
-            description="A template over each item's fields, such as `operator:{operator_id}`: at most "
-            "`concurrency_limit` jobs of one key run at once, in the order of their items. A chunk holds "
-            "items of one key only. Only `{field}` names may stand in braces; each must be a string or "
-            "number of every item (422 `invalid_concurrency_key`, `concurrency_key_unresolved`). Keys are "
-            "the tenant's own.",
-        ),
-        "concurrency_limit": _integer(
-            1, MAX_CONCURRENCY_LIMIT, default=1, description="Jobs of one key running at once (with a key)."
-        ),
-        "concurrency_on_failure": _string(
-            enum=["hold", "continue"],
-            default="hold",
-            description="`hold`: a failed job awaiting its retry keeps its slot, so the key's later jobs "
-            "wait; `continue`: they go on (with a key).",
-        ),
-    }
+def _task_options(*, as_text: bool) -> dict[str, Schema]:
+    """The task options a request may give (``TaskOptions``): as JSON values, or as query and
+    form fields (text: an object option is JSON text)."""
+    options: dict[str, Schema] = {}
+    for name, schema in TaskOptions.request_schema().items():
+        if name in _API_LIMITS:
+            schema["description"] = f"{schema['description'].rstrip('.')}; {_API_LIMITS[name]}."
+        if schema["type"] == "object" and as_text:
+            schema = _json_text(f"{schema['description']} A JSON object, as text.")
+        elif name in TaskOptions.nullable() and not as_text:
+            schema = _nullable(schema)
+        options[name] = schema
+    return options
 
 
-#: The feed settings of a task (``create_task(parallel=...)``), and what each needs.
-FEED_FIELDS = ("parallel", "interval", "priority")
-FEED_NEEDS = {"interval": ["parallel"], "priority": ["parallel"]}
-
-
-def _feed_fields() -> Schema:
-    return {
-        "parallel": _integer(
-            1,
-            MAX_PARALLEL,
-            description="The task is fed: its jobs are held back and released so that at most this many "
-            "are queued or running at once.",
-        ),
-        "interval": {
-            "type": "number",
-            "minimum": 0,
-            "maximum": MAX_INTERVAL,
-            "default": 0,
-            "description": "Seconds between two releases of jobs (each tops up to `parallel`); 0: "
-            "release whenever a job ends. Needs `parallel`.",
-        },
-        "priority": _integer(
-            PRIORITY_MIN,
-            PRIORITY_MAX,
-            default=0,
-            description="Lower runs first; 0 is every other job's. Needs `parallel`.",
-        ),
-    }
+def _feed_fields() -> dict[str, Schema]:
+    schemas = TaskOptions.request_schema()
+    return {name: schemas[name] for name in FEED_FIELDS}
 
 
 def _json_text(description: str) -> Schema:
     return _string(contentMediaType=JSON, contentSchema={"type": "object"}, description=description)
-
-
-def _queue() -> Schema:
-    return _string(
-        pattern=f"^{QUEUE_NAME.pattern}$",
-        description="The queue to use instead of the job's own.",
-    )
 
 
 # --- paths ---------------------------------------------------------------------------------------
@@ -848,24 +802,9 @@ def _paths() -> dict[str, Any]:
                         _string(minLength=1),
                         f"The job{CSV_ONLY}",
                     ),
-                    _query(
-                        "chunk_size",
-                        _integer(1),
-                        f"Items per job{CSV_ONLY}",
-                    ),
-                    _query(
-                        "queue",
-                        _queue(),
-                        f"The queue{CSV_ONLY}",
-                    ),
-                    _query(
-                        "meta",
-                        _json_text("A JSON object, as text."),
-                        f"A JSON object kept with the task{CSV_ONLY}",
-                    ),
                     *(
-                        _query(name, schema, f"See `TaskSubmission`{CSV_ONLY}")
-                        for name, schema in {**_flow_fields(), **_feed_fields()}.items()
+                        _query(name, schema, f"{schema['description']}{CSV_ONLY}")
+                        for name, schema in _task_options(as_text=True).items()
                     ),
                 ],
                 request_body={

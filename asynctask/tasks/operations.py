@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Engine,
@@ -51,6 +51,7 @@ from asynctask.job import JobDefinition
 from asynctask.tasks import jobs, runtime
 from asynctask.tasks.event_rows import event_rows, shown_key, write_waiting
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, tenant_prefix
+from asynctask.tasks.options import TaskOptions
 from asynctask.tasks.runtime import OutgoingJob, RuntimeJob
 from asynctask.tasks.runtime_staging import RuntimeStaging
 from asynctask.tracking import transitions
@@ -66,6 +67,10 @@ logger = logging.getLogger("asynctask.tracking")
 BATCH = 2000
 
 
+#: A task of one item per job, on its job's queue, neither keyed nor fed.
+PLAIN = TaskOptions()
+
+
 def new_task_id() -> str:
     """128 random bits in hex: safe in a URL, and never read as an option by a command line."""
     return secrets.token_hex(16)
@@ -76,17 +81,7 @@ def create_task(
     client: Client,
     job: JobDefinition[Any] | str | object,
     items: Iterable[Any],
-    *,
-    chunk_size: int = 1,
-    tenant: str | None = None,
-    queue: str | None = None,
-    meta: Mapping[str, Any] | None = None,
-    concurrency_key: str | Callable[[Any], str] | None = None,
-    concurrency_limit: int = 1,
-    concurrency_on_failure: Literal["hold", "continue"] = "hold",
-    parallel: int | None = None,
-    interval: float = 0,
-    priority: int | None = None,
+    options: TaskOptions = PLAIN,
 ) -> str:
     """Split ``items`` into jobs of ``chunk_size`` items (each job gets its chunk, a list, as
     its one argument), record the task and its events, push the jobs; return the task id.
@@ -117,49 +112,38 @@ def create_task(
     registered by ``asynctask.integrations.rq``): its chunks are then sent through that
     runtime's client once the task is committed (see ``tasks.runtime``).
     """
-    fed = parallel is not None or priority is not None or bool(interval)
-    feed = _feed(parallel, interval, priority) if fed else None
+    feed = options.feed
+    key_of = options.item_key
     definition = runtime.resolve(job, client.registry)
     elsewhere = definition if isinstance(definition, RuntimeJob) else None
-    if elsewhere is not None and (fed or concurrency_key is not None):
+    if elsewhere is not None and (feed is not None or key_of is not None):
         raise ValueError(
             f"{elsewhere.name} runs on {elsewhere.runtime}: parallel, interval, priority and "
             "concurrency_key need AsyncTask's own runtime"
         )
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError("chunk_size must be a positive integer")
-    if isinstance(concurrency_limit, bool) or not isinstance(concurrency_limit, int) or concurrency_limit < 1:
-        raise ValueError("concurrency_limit must be a positive integer")
-    if concurrency_on_failure not in ("hold", "continue"):
-        raise ValueError("concurrency_on_failure must be 'hold' or 'continue'")
-    if meta is not None:
-        payload.check_args([dict(meta)])
-        storable.check(dict(meta), "meta")
-    key_of = ItemKey(concurrency_key, tenant) if concurrency_key is not None else None
-    batches = _batches(items, chunk_size, key_of)
+    batches = _batches(items, options.chunk_size, key_of)
     chunks = next(batches, None)
     if chunks is None:
         raise ValueError("a task needs at least one item")
     definition.check_args([chunks[0].items])
     task_id = new_task_id()
-    options = definition.options.merged({"queue": queue}) if queue else definition.options
-    head = {**options.payload_head(), "task": task_id}
+    job_options = definition.options.merged({"queue": options.queue}) if options.queue else definition.options
+    head = {**job_options.payload_head(), "task": task_id}
     payload.check_names({**head, "class": definition.name})
     if feed is not None:
         head[FEED_FIELD] = task_id
-    keyed = concurrency_key is not None
-    flow = _chunk_flow(definition, options.flow, keyed, concurrency_limit, concurrency_on_failure)
+    flow = _chunk_flow(definition, job_options.flow, options)
     created = payload.now()
     at = datetime.fromtimestamp(created, UTC)
     task_row = {
         "id": task_id,
         "job_name": definition.name,
-        "queue": options.queue,
-        "tenant": tenant,
-        "meta": dict(meta) if meta is not None else None,
+        "queue": job_options.queue,
+        "tenant": options.tenant,
+        "meta": dict(options.meta) if options.meta is not None else None,
         "state": TaskState.CREATING.value,
         "total": 0,
-        "chunk_size": chunk_size,
+        "chunk_size": options.chunk_size,
         "count_enqueue": 0,
         "count_working": 0,
         "count_finish": 0,
@@ -180,7 +164,7 @@ def create_task(
     staging = (
         RuntimeStaging(elsewhere, engine, task_id)
         if elsewhere is not None
-        else client.broker.staging(task_id, feed, share_of(task_id, tenant))
+        else client.broker.staging(task_id, feed, share_of(task_id, options.tenant))
     )
     staging_error: BaseException | None = None
     try:
@@ -234,12 +218,6 @@ def create_task(
         raise
     _set_state(engine, task_id, TaskState.READY)
     return task_id
-
-
-def _feed(parallel: int | None, interval: float, priority: int | None) -> Feed:
-    if parallel is None:
-        raise ValueError("interval and priority need parallel: they tune a fed task")
-    return Feed(parallel=parallel, interval=float(interval), priority=0 if priority is None else priority)
 
 
 class Chunk(NamedTuple):
@@ -324,15 +302,13 @@ class _ChunkFlow(NamedTuple):
         return {"concurrency_key": chunk.key, **self.keyed, **out}
 
 
-def _chunk_flow(
-    definition: JobDefinition[Any], options: FlowOptions, keyed: bool, limit: int, on_failure: str
-) -> _ChunkFlow:
-    kept = replace(options, unique_for=None, unique_key=None, unique_until=None)
-    if not keyed:
+def _chunk_flow(definition: JobDefinition[Any], flow: FlowOptions, options: TaskOptions) -> _ChunkFlow:
+    kept = replace(flow, unique_for=None, unique_key=None, unique_until=None)
+    if options.concurrency_key is None:
         return _ChunkFlow(definition, kept, {})
     kept = replace(kept, concurrency_key=None, concurrency_limit=None, concurrency_on_failure=None)
-    extra: dict[str, Any] = {"concurrency_limit": limit}
-    if on_failure == "continue":
+    extra: dict[str, Any] = {"concurrency_limit": options.key_limit}
+    if options.key_on_failure == "continue":
         extra["concurrency_on_failure"] = "continue"
     return _ChunkFlow(definition, kept, extra)
 

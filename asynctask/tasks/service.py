@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Unpack
 
 from sqlalchemy import Engine
 
@@ -22,6 +22,7 @@ from asynctask.settings import Settings
 from asynctask.tasks import jobs, listeners, runtime
 from asynctask.tasks import operations as tasks
 from asynctask.tasks.feedview import with_held
+from asynctask.tasks.options import TaskFields, TaskOptions
 from asynctask.tasks.queue_place import with_ahead
 from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tracking import queries
@@ -46,18 +47,12 @@ class Tracking:
         self,
         job: JobDefinition[Any] | str | object,
         items: Iterable[Any],
-        *,
-        chunk_size: int = 1,
-        tenant: str | None = None,
-        queue: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-        concurrency_key: str | Callable[[Any], str] | None = None,
-        concurrency_limit: int = 1,
-        concurrency_on_failure: Literal["hold", "continue"] = "hold",
-        parallel: int | None = None,
-        interval: float = 0,
-        priority: int | None = None,
+        options: TaskOptions | None = None,
+        **given: Unpack[TaskFields],
     ) -> TaskView:
+        """Split ``items`` into jobs under one task, all or nothing (``operations.create_task``).
+        ``options`` (a ``TaskOptions``) and the keyword arguments (its fields, on top) say how."""
+        chosen = (options or TaskOptions()).merged(given)
         definition = runtime.resolve(job, self.client.registry)
         elsewhere = definition if isinstance(definition, RuntimeJob) else None
         if elsewhere is not None and not self.sends_elsewhere:
@@ -67,16 +62,7 @@ class Tracking:
             self.client,
             job,
             items,
-            chunk_size=chunk_size,
-            tenant=tenant,
-            queue=queue,
-            meta=meta,
-            concurrency_key=concurrency_key,
-            concurrency_limit=concurrency_limit,
-            concurrency_on_failure=concurrency_on_failure,
-            parallel=parallel,
-            interval=interval,
-            priority=priority,
+            chosen,
         )
         view = self.get_task(task_id)
         if elsewhere is not None:
@@ -178,36 +164,14 @@ def default_tracking() -> Tracking:
 def create_task(
     job: JobDefinition[Any] | str | object,
     items: Iterable[Any],
-    *,
-    chunk_size: int = 1,
-    tenant: str | None = None,
-    queue: str | None = None,
-    meta: Mapping[str, Any] | None = None,
-    concurrency_key: str | Callable[[Any], str] | None = None,
-    concurrency_limit: int = 1,
-    concurrency_on_failure: Literal["hold", "continue"] = "hold",
-    parallel: int | None = None,
-    interval: float = 0,
-    priority: int | None = None,
+    options: TaskOptions | None = None,
+    **given: Unpack[TaskFields],
 ) -> TaskView:
     """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``.
 
     When no live worker process listens to the task's queue, the view's ``warnings`` say so
     and a warning is logged (logger ``asynctask``): its jobs wait until a worker starts."""
-    return default_tracking().create_task(
-        job,
-        items,
-        chunk_size=chunk_size,
-        tenant=tenant,
-        queue=queue,
-        meta=meta,
-        concurrency_key=concurrency_key,
-        concurrency_limit=concurrency_limit,
-        concurrency_on_failure=concurrency_on_failure,
-        parallel=parallel,
-        interval=interval,
-        priority=priority,
-    )
+    return default_tracking().create_task(job, items, options, **given)
 
 
 def get_task(task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:

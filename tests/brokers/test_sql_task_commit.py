@@ -16,10 +16,12 @@ from asynctask import Registry, job, payload
 from asynctask.brokers.sql import SqlBroker
 from asynctask.client import Client
 from asynctask.tasks import operations as tasks
+from asynctask.tasks.options import TaskOptions
 from asynctask.tracking.models import Task
 from tests.brokers.conftest import MakeClient
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+ACME = TaskOptions(tenant="acme")
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def test_the_task_commits_ready_with_its_jobs_in_its_one_transaction(
     event.listen(broker.engine, "commit", lambda _conn: commits.append("broker"))
     event.listen(broker.engine, "before_cursor_execute", lambda _c, _k, sql, *_: statements.append(sql))
 
-    task_id = tasks.create_task(engine, client, "load", range(10), chunk_size=2, tenant="acme")
+    task_id = tasks.create_task(engine, client, "load", range(10), TaskOptions(chunk_size=2, tenant="acme"))
 
     assert commits == ["tracking"]
     # Nothing after the commit; on PostgreSQL, the tenant's turns in a statement of their own.
@@ -79,13 +81,13 @@ def test_a_tenant_s_task_is_created_while_another_of_its_tasks_is_being_written(
 
     made: list[str] = []
     first = threading.Thread(
-        target=lambda: made.append(tasks.create_task(engine, client, "load", slow_items(), tenant="acme"))
+        target=lambda: made.append(tasks.create_task(engine, client, "load", slow_items(), ACME))
     )
     first.start()
     try:
         assert written.wait(10)
         started = time.monotonic()
-        second = tasks.create_task(engine, client, "load", range(3), tenant="acme")
+        second = tasks.create_task(engine, client, "load", range(3), ACME)
         took = time.monotonic() - started
     finally:
         go_on.set()
@@ -105,7 +107,7 @@ def test_a_rolled_back_task_gives_its_tenant_s_turns_back(
         raise RuntimeError("the upload broke")
 
     with pytest.raises(RuntimeError):
-        tasks.create_task(engine, client, "load", failing(), tenant="acme")
-    task_id = tasks.create_task(engine, client, "load", range(3), tenant="acme")
+        tasks.create_task(engine, client, "load", failing(), ACME)
+    task_id = tasks.create_task(engine, client, "load", range(3), ACME)
 
     assert turns_by_task(client) == {task_id: [0, 1, 2]}

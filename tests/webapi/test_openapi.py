@@ -15,12 +15,12 @@ from sqlalchemy import create_engine
 
 import asynctask
 from asynctask import Client, Settings
+from asynctask.tasks.options import MAX_CONCURRENCY_LIMIT
 from asynctask.tracking.queries import MAX_PAGE
 from webapi import create_app
 from webapi.blueprints.keys import MAX_KEYS
 from webapi.blueprints.tasks import MAX_ERRORS
 from webapi.formats import BODY_FIELDS
-from webapi.intake import MAX_CONCURRENCY_LIMIT
 from webapi.openapi import document
 
 #: Methods Flask adds to every route by itself.

@@ -39,20 +39,7 @@ def create() -> Response:
     found = resources()
     submission = read_submission(request, found.config, found.client.registry, caller_tenant())
     try:
-        view = found.tracking.create_task(
-            submission.job,
-            submission.items,
-            chunk_size=submission.chunk_size,
-            tenant=caller_tenant(),
-            queue=submission.queue,
-            meta=submission.meta,
-            concurrency_key=submission.concurrency_key,
-            concurrency_limit=submission.concurrency_limit,
-            concurrency_on_failure=submission.concurrency_on_failure,
-            parallel=submission.feed.parallel,
-            interval=submission.feed.interval,
-            priority=submission.feed.priority,
-        )
+        view = found.tracking.create_task(submission.job, submission.items, submission.options)
     except ValueError as exc:
         if submission.item_count == 0:
             raise ApiError(422, "no_items", "a task needs at least one item") from None
@@ -66,7 +53,7 @@ def create() -> Response:
         "job": view.job_name,
         "items": submission.item_count,
         "jobs": view.total,
-        "chunk_size": submission.chunk_size,
+        "chunk_size": submission.options.chunk_size,
         "status": view.status,
         "feed": feed_json(view.feed),
         "urls": task_urls(view.id),
