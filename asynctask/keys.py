@@ -5,7 +5,8 @@ keys that only AsyncTask uses (reliable fetch bookkeeping, flow control) start w
 ``asynctask:`` and are never read by Sidekiq.
 
 The flow control keys of a job are built from its payload inside the Lua scripts too
-(``brokers/redis/lua/flow.lua``), with the same names as the methods here.
+(``brokers/redis/lua/``: ``lanes.lua``, ``unique.lua``, ``rates.lua``, ``feeds.lua``,
+``fair_share.lua``), with the same names as the methods here.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ MARK = "\x00"
 PREFIXED = re.compile(r'FLOW_PREFIX \.\. "([^"]*)"')
 #: A name kept in a variable, completed where it is used.
 KEPT = re.compile(r'local (\w+) = FLOW_PREFIX \.\. "([^"]*)"\s*$', re.MULTILINE)
-#: The fair-share keys of a queue, by kind (``fair_key`` in flow.lua).
+#: The fair-share keys of a queue, by kind (``fair_key`` in fair_share.lua).
 FAIR_KIND = re.compile(r'fair_key\("(\w+)"')
 #: A literal that names a key of ours anywhere in a script.
 OURS = re.compile(r'"(asynctask:[^"]*)"')

@@ -85,7 +85,7 @@ def starts_flow(raw: bytes) -> bool:
 #: idle process may see the queue resumed.
 PAUSED_BLOCK = 1.0
 
-#: Tokens a bell keeps at most (FAIR_BELL in lua/flow.lua).
+#: Tokens a bell keeps at most (FAIR_BELL in lua/fair_share.lua).
 BELL_TOKENS = 64
 
 #: Seconds between two looks for threads still on their way into BLMOVE while going quiet.

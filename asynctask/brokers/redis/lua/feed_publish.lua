@@ -1,4 +1,4 @@
---- @include flow
+--- @include feeds
 --- @include tracking_seq
 -- Publish a fed task's staged jobs: they become the feed's held jobs, the feed is created and
 -- releases its first jobs, all in this one step (see feed_release in flow.lua).
@@ -30,12 +30,12 @@ if staged > 0 then
   redis.call("rename", KEYS[1], KEYS[3])
   redis.call("persist", KEYS[3])
 end
-local lib = flow_lib()
+local feeds = feed_lib()
 -- Released jobs hold feed slots: a read API clear must end each of them from now on.
 redis.call("set", FLOW_PREFIX .. "asynctask:flow-used", "1")
 redis.call("hset", KEYS[2], "parallel", ARGV[4], "interval", ARGV[5], "priority", ARGV[6], "paused", ARGV[7], "last", "0")
 if ARGV[8] and ARGV[8] ~= "" then
   redis.call("hset", KEYS[2], "share", ARGV[8])
 end
-lib.feed_release(ARGV[2], nil)
+feeds.release(ARGV[2], nil)
 return staged

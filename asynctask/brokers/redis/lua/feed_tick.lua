@@ -1,4 +1,4 @@
---- @include flow
+--- @include feeds
 --- @include tracking_seq
 -- Release the feeds a tick is due to look at: those whose interval has passed since a release
 -- it held back, and, as a safety net, those holding jobs that no end has released for a while
@@ -16,11 +16,11 @@ local due = redis.call("zrangebyscore", index, "-inf", string.format("%.6f", now
 if #due == 0 then
   return 0
 end
-local lib = flow_lib()
+local feeds = feed_lib()
 local released = 0
 for _, task in ipairs(due) do
-  if redis.call("exists", lib.feed_key(task)) == 1 then
-    released = released + lib.feed_release(task, now)
+  if redis.call("exists", feeds.key(task)) == 1 then
+    released = released + feeds.release(task, now)
   else
     redis.call("zrem", index, task)
   end

@@ -1,4 +1,4 @@
---- @include flow
+--- @include feeds
 --- @include tracking_seq
 -- Change a feed's settings and release at once what they allow (see feed_release in flow.lua).
 --
@@ -20,8 +20,8 @@
 -- Returns nil if the task has no feed, else {parallel, interval, priority, paused, held, out}.
 FLOW_PREFIX = ARGV[1]
 local task = ARGV[2]
-local lib = flow_lib()
-local record = lib.feed_key(task)
+local feeds = feed_lib()
+local record = feeds.key(task)
 if redis.call("exists", record) == 0 then
   return nil
 end
@@ -33,7 +33,7 @@ for i, field in ipairs(fields) do
   end
 end
 local priority = tonumber(redis.call("hget", record, "priority")) or 0
-local out = lib.feed_out(task)
+local out = feeds.out(task)
 if (priority < 0) ~= (old_priority < 0) and redis.call("hlen", out) > 0 then
   local reach = tonumber(ARGV[7])
   local needle = '"feed":"' .. task .. '"'
@@ -60,8 +60,8 @@ if (priority < 0) ~= (old_priority < 0) and redis.call("hlen", out) > 0 then
       local function look(first, last, from)
         for _, job in ipairs(redis.call("lrange", key, first, last)) do
           if string.find(job, needle, 1, true) then
-            local t = lib.decode(job)
-            local jid = t and lib.jid(t)
+            local t = flow_base().decode(job)
+            local jid = t and flow_base().jid(t)
             if jid and redis.call("hexists", out, jid) == 1 then
               found[#found + 1] = { job, from }
             end
@@ -98,6 +98,6 @@ if (priority < 0) ~= (old_priority < 0) and redis.call("hlen", out) > 0 then
     end
   end
 end
-lib.feed_release(task, nil)
+feeds.release(task, nil)
 local f = redis.call("hmget", record, "parallel", "interval", "priority", "paused")
-return { f[1], f[2], f[3], f[4], redis.call("llen", lib.feed_held(task)), redis.call("hlen", out) }
+return { f[1], f[2], f[3], f[4], redis.call("llen", feeds.held(task)), redis.call("hlen", out) }

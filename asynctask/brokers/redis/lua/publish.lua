@@ -89,8 +89,8 @@ while true do
   if not job then
     break
   end
-  local decoded = flow_lib().decode(job)
-  local jid = decoded and flow_lib().jid(decoded)
+  local decoded = flow_base().decode(job)
+  local jid = decoded and flow_base().jid(decoded)
   if flow_push(job, nil, 0, flow_share) == jid then
     moved = moved + 1
   end
