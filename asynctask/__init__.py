@@ -130,7 +130,6 @@ if TYPE_CHECKING:
     from asynctask.middleware import Chain, client_chain, server_chain
     from asynctask.periodic.schedule import Schedule, Schedules, default_schedules, periodic
     from asynctask.settings import QueueSpec, Settings
-    from asynctask.tasks.options import TaskOptionError, TaskOptions
     from asynctask.tasks.async_service import (
         AsyncTracking,
         acancel_task,
@@ -147,6 +146,7 @@ if TYPE_CHECKING:
         aupdate_task,
         default_async_tracking,
     )
+    from asynctask.tasks.options import TaskOptionError, TaskOptions
     from asynctask.tasks.service import (
         Tracking,
         cancel_task,

@@ -1,7 +1,7 @@
 """Task feeds on Redis: each operation is one call of a Lua script (``lua/feed_*.lua``) over
 the keys of ``Keys.feed``, ``feed_held``, ``feed_out`` and ``feeds``; the releases proper
-live in ``lua/feeds.lua``, included by every script that ends jobs, where every end of a fed job runs them. See
-docs/internals/feeds-redis.md."""
+live in ``lua/feeds.lua``, included by every script that ends jobs, where every end of a fed
+job runs them. See docs/internals/feeds-redis.md."""
 
 from __future__ import annotations
 
