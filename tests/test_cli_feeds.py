@@ -17,7 +17,7 @@ from asynctask.cli import main
 from asynctask.db.migrate import upgrade
 from asynctask.feeds import Feed, FeedState
 from asynctask.middleware import Chain, TrackingClientMiddleware
-from asynctask.tasks.operations import new_task_id
+from asynctask.tasks.creation import new_task_id
 from asynctask.tracking.views import FeedView
 from tests.conftest import REDIS_URL
 

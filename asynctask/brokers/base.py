@@ -90,7 +90,7 @@ class DueJobs(Protocol):
 
 class Staging(ABC):
     """One task's jobs, written batch by batch where no worker takes them, then published all
-    at once (see ``tasks.operations.create_task``).
+    at once (see ``tasks.creation.create_task``).
 
     ``encode`` (no I/O; refuses a job over the size limit), then ``write`` per batch inside
     the task's SQL transaction, ``publish`` once after it committed, or ``discard``.

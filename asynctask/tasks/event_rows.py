@@ -1,5 +1,5 @@
 """The ``enqueue`` events a new task's jobs start with, written batch by batch inside the
-task's SQL transaction (see ``tasks.operations.create_task``).
+task's SQL transaction (see ``tasks.creation.create_task``).
 
 PostgreSQL: one COPY per batch, several times faster than INSERTs, and left open while the
 caller prepares the next batch, so that the server stores one batch's rows while this

@@ -19,7 +19,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.feeds import FeedChange, FeedState
 from asynctask.job import JobDefinition
 from asynctask.settings import Settings
-from asynctask.tasks import jobs, listeners, runtime
+from asynctask.tasks import creation, jobs, listeners, runtime
 from asynctask.tasks import operations as tasks
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.options import TaskFields, TaskOptions
@@ -50,14 +50,14 @@ class Tracking:
         options: TaskOptions | None = None,
         **given: Unpack[TaskFields],
     ) -> TaskView:
-        """Split ``items`` into jobs under one task, all or nothing (``operations.create_task``).
+        """Split ``items`` into jobs under one task, all or nothing (``creation.create_task``).
         ``options`` (a ``TaskOptions``) and the keyword arguments (its fields, on top) say how."""
         chosen = (options or TaskOptions()).merged(given)
         definition = runtime.resolve(job, self.client.registry)
         elsewhere = definition if isinstance(definition, RuntimeJob) else None
         if elsewhere is not None and not self.sends_elsewhere:
             raise tasks.sent_blocking(elsewhere.runtime)
-        task_id = tasks.create_task(
+        task_id = creation.create_task(
             self.engine,
             self.client,
             job,
@@ -167,7 +167,7 @@ def create_task(
     options: TaskOptions | None = None,
     **given: Unpack[TaskFields],
 ) -> TaskView:
-    """Split ``items`` into jobs under one task, all or nothing; see ``operations.create_task``.
+    """Split ``items`` into jobs under one task, all or nothing; see ``creation.create_task``.
 
     When no live worker process listens to the task's queue, the view's ``warnings`` say so
     and a warning is logged (logger ``asynctask``): its jobs wait until a worker starts."""

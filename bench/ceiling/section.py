@@ -50,7 +50,7 @@ from asynctask import Client, Settings
 from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.redis import RedisBroker
 from asynctask.keys import Keys
-from asynctask.tasks.operations import new_task_id
+from asynctask.tasks.creation import new_task_id
 from asynctask.tracking import transitions
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.status import EventStatus

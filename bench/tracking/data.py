@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import create_engine, text
 
 from asynctask.db.engine import normalize_url
-from asynctask.tasks.operations import new_task_id
+from asynctask.tasks.creation import new_task_id
 
 SMALL_TASKS = 1000
 SMALL_SIZE = 10

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, event, select, text
 from asynctask import Registry, job, payload
 from asynctask.brokers.sql import SqlBroker
 from asynctask.client import Client
-from asynctask.tasks import operations as tasks
+from asynctask.tasks import creation as tasks
 from asynctask.tasks.options import TaskOptions
 from asynctask.tracking.models import Task
 from tests.brokers.conftest import MakeClient

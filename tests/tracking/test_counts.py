@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, event, insert
 
 from asynctask.db.engine import autocommit
-from asynctask.tasks.operations import new_task_id
+from asynctask.tasks.creation import new_task_id
 from asynctask.tracking import queries
 from asynctask.tracking.counts import tasks_by_status
 from asynctask.tracking.models import Task

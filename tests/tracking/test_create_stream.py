@@ -15,7 +15,7 @@ from sqlalchemy import Connection, func, select
 from asynctask import Registry, Tracking, job, payload
 from asynctask.brokers.redis.push import RedisStaging
 from asynctask.job import JobDefinition
-from asynctask.tasks import operations as tasks
+from asynctask.tasks import creation as tasks
 from asynctask.tracking.models import Event, Task
 
 

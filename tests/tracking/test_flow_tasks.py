@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, select, update
 
 from asynctask import Registry, Tracking, job
 from asynctask.payload import JobDict
-from asynctask.tasks import operations
+from asynctask.tasks import creation
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError, tenant_prefix
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.outbox import pack
@@ -65,7 +65,7 @@ def test_chunks_hold_one_key_each_and_keep_the_order_of_each_keys_items(
 def test_keys_are_grouped_within_each_batch_and_batches_keep_their_order(
     tracking: Tracking, rows: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(operations, "BATCH", 4)
+    monkeypatch.setattr(creation, "BATCH", 4)
     seen = recorded(tracking)
     items = [{"k": k, "n": n} for n, k in enumerate("xyxyxyxy")]
     tracking.create_task(rows, items, chunk_size=4, concurrency_key="{k}")

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, event, insert, text
 from asynctask import Client, Tracking
 from asynctask.db.base import Base
 from asynctask.db.engine import create_database_engine
-from asynctask.tasks.operations import new_task_id
+from asynctask.tasks.creation import new_task_id
 from asynctask.tracking.models import Task
 from tests.conftest import fresh_postgres_schema
 

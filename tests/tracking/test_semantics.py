@@ -30,7 +30,7 @@ from asynctask import (
 )
 from asynctask.api import Queue
 from asynctask.middleware import Chain
-from asynctask.tasks import operations as tasks
+from asynctask.tasks import creation as tasks
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 from tests.conftest import wait_until

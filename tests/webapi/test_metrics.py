@@ -27,7 +27,7 @@ from asynctask.api.reader import shared_engine
 from asynctask.brokers.base import Beat
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.sql.broker import SqlBroker
-from asynctask.tasks.operations import new_task_id
+from asynctask.tasks.creation import new_task_id
 from asynctask.tokens import create_token
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import EventStatus, TaskStatus
