@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -136,7 +135,9 @@ def test_a_flusher_waits_for_a_database_that_does_not_exist_yet_then_applies(
         jid = tracked.push({"class": "Elsewhere", "args": [], "queue": "nobody-reads-this", "track": True})
         tracked.broker.close()
         stream = Keys(settings.namespace).tracking_stream
-        time.sleep(1)
+        # The database is made only once the flusher has found it missing: made sooner, a
+        # flusher slow to start would find it half made instead.
+        wait_until(lambda: "does not exist" in log.read_text(), timeout=15)
         assert conn.xlen(stream) == 1 and flusher_children(proc)
         migrate.upgrade(database)
         engine = create_database_engine(database)
