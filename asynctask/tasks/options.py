@@ -303,12 +303,8 @@ def _check(name: str, value: Any, schema: Mapping[str, Any]) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not _within(value, schema):
             raise TaskOptionError(name, f"{name} must be an integer {_range(schema)}")
     elif kind == "number":
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not _within(value, schema)
-        ):
+        # NaN is within no bounds, and infinity beyond every maximum: both are refused here.
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _within(value, schema):
             raise TaskOptionError(name, f"{name} must be a number of seconds {_range(schema)}")
     elif "enum" in schema:
         if value not in schema["enum"]:

@@ -30,6 +30,7 @@ BAD = [
     ({"parallel": 0}, "parallel"),
     ({"parallel": 2, "interval": -1}, "interval"),
     ({"parallel": 2, "interval": float("inf")}, "interval"),
+    ({"parallel": 2, "interval": float("nan")}, "interval"),
     ({"parallel": 2, "priority": 2**31}, "priority"),
     ({"interval": 1}, "interval"),
     ({"priority": 1}, "priority"),
@@ -51,6 +52,12 @@ def test_json_numbers_that_are_integers_are_read_as_integers() -> None:
     options = TaskOptions.from_json({"chunk_size": 2.0, "parallel": 3.0, "interval": 1, "priority": -1.0})
     assert (options.chunk_size, options.parallel, options.interval, options.priority) == (2, 3, 1, -1)
     assert type(options.chunk_size) is int and type(options.parallel) is int
+
+
+def test_an_option_with_a_default_is_never_none() -> None:
+    with pytest.raises(TaskOptionError, match="chunk_size must be an integer") as refused:
+        TaskOptions(chunk_size=None)
+    assert refused.value.field == "chunk_size"
 
 
 def test_json_may_give_null_only_where_it_means_not_given() -> None:
