@@ -18,7 +18,7 @@ from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql import SqlBroker
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.models import Share
-from asynctask.brokers.sql.statements import Mix
+from asynctask.brokers.sql.predicates import Mix
 from asynctask.fairness import share_of
 from asynctask.feeds import Feed
 from asynctask.settings import QueueSpec

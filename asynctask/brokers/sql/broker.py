@@ -28,8 +28,8 @@ from asynctask.brokers.sql.flow import Flow, is_flow
 from asynctask.brokers.sql.flow_fields import LaneOf, lane_of
 from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED, STOPPED
 from asynctask.brokers.sql.periodic import SqlPeriodic
+from asynctask.brokers.sql.predicates import JOB_COLUMNS
 from asynctask.brokers.sql.push import SqlStaging, is_keyed, jid, priority, push_rows, row
-from asynctask.brokers.sql.statements import JOB_COLUMNS
 from asynctask.brokers.sql.tracking import SqlTrackingStore
 from asynctask.brokers.sql.transactions import JobRow, Store, Tx
 from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
@@ -218,9 +218,9 @@ class SqlBroker(Broker):
         with self.store.read() as connection:
             if not self.settings.is_fair(queue):
                 bounds = {"queue": queue, "bound": AHEAD_BOUND}
-                queued = connection.execute(sql.ahead_in_order, bounds).scalar_one()
+                queued = connection.execute(sql.push.ahead_in_order, bounds).scalar_one()
                 return max(0, int(queued) - waiting) if queued else None
-            head, width, plain = connection.execute(sql.ahead_in_turns, {"queue": queue}).one()
+            head, width, plain = connection.execute(sql.push.ahead_in_turns, {"queue": queue}).one()
         if head is None:
             return None
         shares = int(width) + (1 if plain else 0)
@@ -258,8 +258,8 @@ class SqlBroker(Broker):
         s = self.settings
         with self.store.write() as tx:
             self._end_in_set(tx, unit, encoded, DEAD, now)
-            tx.connection.execute(self.store.sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
-            tx.connection.execute(self.store.sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
+            tx.connection.execute(self.store.sql.sets.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
+            tx.connection.execute(self.store.sql.sets.trim_dead_by_count, {"keep": s.dead_max_jobs})
 
     def park(self, unit: UnitOfWork, encoded: str, outbox: Outbox | None = None) -> None:
         """Move the claimed row to the stopped set (never trimmed), with the outbox's
@@ -312,12 +312,12 @@ class SqlBroker(Broker):
             if self.store.postgres:
                 # The batch stays locked (SKIP LOCKED by other pollers) while it is rewritten.
                 with self.store.write() as tx:
-                    due = tx.connection.execute(self.store.sql.due, params).all()
+                    due = tx.connection.execute(self.store.sql.sets.due, params).all()
                     total += self._apply_due(tx, self._rewritten(due, rewrite, now), state, now)
             else:
                 # Read first: the rewrite may bury a job, a write of its own.
                 with self.store.read() as connection:
-                    due = connection.execute(self.store.sql.due, params).all()
+                    due = connection.execute(self.store.sql.sets.due, params).all()
                 changes = self._rewritten(due, rewrite, now)
                 with self.store.write() as tx:
                     total += self._apply_due(tx, changes, state, now)
@@ -367,7 +367,7 @@ class SqlBroker(Broker):
         finished it): Redis would add the job to the set all the same."""
         if unit is not None:
             values = dict(zip(JOB_COLUMNS, moved, strict=True))
-            if tx.connection.execute(self.store.sql.to_set, {**values, "id": unit.ref}).rowcount:
+            if tx.connection.execute(self.store.sql.sets.to_set, {**values, "id": unit.ref}).rowcount:
                 return
             logger.warning(
                 "job %s was gone from its queue (taken back from this process after its heartbeat "
@@ -433,12 +433,12 @@ class SqlBroker(Broker):
                 }
             )
         if drops:
-            tx.connection.execute(self.store.sql.drop_due, drops)
+            tx.connection.execute(self.store.sql.sets.drop_due, drops)
         moved = 0
         if moves:
             self.flow.take_lanes(tx.connection, lanes.values())
             # One executemany (pipelined on PostgreSQL); its row count is the sum over the jobs.
-            moved = int(tx.connection.execute(self.store.sql.move_due, moves).rowcount)
+            moved = int(tx.connection.execute(self.store.sql.sets.move_due, moves).rowcount)
             if moved:
                 tx.announce(move["queue"] for move in moves)
             tx.announce(self.flow.promote(tx.connection, lanes, now))

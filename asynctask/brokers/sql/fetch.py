@@ -33,7 +33,7 @@ from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
 from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.flow_fields import UNIQUE_MARK
-from asynctask.brokers.sql.statements import PLAIN_WAITING, TAGGED_WAITING, Fairness, Mix
+from asynctask.brokers.sql.predicates import PLAIN_WAITING, TAGGED_WAITING, Fairness, Mix
 from asynctask.brokers.sql.transactions import Store
 from asynctask.brokers.sql.wake import Wake
 from asynctask.settings import Settings
@@ -84,7 +84,7 @@ class SqlFetcher(Fetcher):
         now = time.time()
         with self._store.write(single_statement=True) as tx:
             tx.connection.execute(
-                self._sql.register,
+                self._sql.processes.register,
                 {"identity": self.identity, "beat": now, "now": now, "ttl": self._ttl, "quiet": False},
             )
 
@@ -239,7 +239,7 @@ class SqlFetcher(Fetcher):
         try:
             with self._store.write(single_statement=len(rounds) == 1) as tx:
                 for queue, next_round in sorted(rounds.items()):
-                    tx.connection.execute(self._sql.plain_served, {"queue": queue, "next": next_round})
+                    tx.connection.execute(self._sql.push.plain_served, {"queue": queue, "next": next_round})
         except self._store.errors as exc:
             logger.warning("could not store the plain share's round (it may run a job more): %s", exc)
 

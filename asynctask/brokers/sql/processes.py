@@ -25,10 +25,10 @@ logger = logging.getLogger("asynctask.recovery")
 def write_beat(store: Store, beat: Beat, ttl: int) -> BeatReply:
     """Flush the counts, renew the process record; return the oldest signal sent to it and
     whether the record was live until now (others take back the claims of a lapsed one)."""
-    sql = store.sql
+    sql = store.sql.processes
     with store.read() as connection:
         start = time.perf_counter()
-        connection.execute(sql.ping)
+        connection.execute(store.sql.ping)
         rtt_us = int((time.perf_counter() - start) * 1_000_000)
     now = time.time()
     with store.write() as tx:
@@ -60,19 +60,19 @@ def clear(store: Store, identity: str, processed: int, failed: int) -> None:
     """A process leaves: its last counts are added, its record and signals removed."""
     with store.write() as tx:
         _add_stats(tx.connection, store, processed, failed)
-        tx.connection.execute(store.sql.delete_process, {"identity": identity})
-        tx.connection.execute(store.sql.delete_signals, {"identity": identity})
+        tx.connection.execute(store.sql.processes.delete_process, {"identity": identity})
+        tx.connection.execute(store.sql.processes.delete_signals, {"identity": identity})
 
 
 def count(store: Store) -> int:
     with store.read() as connection:
-        return int(connection.execute(store.sql.process_count, {"now": time.time()}).scalar_one())
+        return int(connection.execute(store.sql.processes.process_count, {"now": time.time()}).scalar_one())
 
 
 def recover_orphans(store: Store) -> int:
     """Unlock the jobs of processes that are not live, forget dead processes; return how
     many jobs went back to their queues."""
-    sql = store.sql
+    sql = store.sql.processes
     params = {"now": time.time()}
     with store.write() as tx:
         connection = tx.connection
@@ -100,8 +100,8 @@ def requeue_process(store: Store, identity: str) -> int:
     with store.write() as tx:
         connection = tx.connection
         queues = [str(q) for q in connection.execute(store.sql.give_back, {"me": identity}).scalars()]
-        connection.execute(store.sql.delete_process, {"identity": identity})
-        connection.execute(store.sql.delete_signals, {"identity": identity})
+        connection.execute(store.sql.processes.delete_process, {"identity": identity})
+        connection.execute(store.sql.processes.delete_signals, {"identity": identity})
         tx.announce(queues)
     return len(queues)
 
@@ -116,4 +116,4 @@ def _add_stats(connection: Connection, store: Store, processed: int, failed: int
         for name in (kind, f"{kind}:{day}")
     ]
     if rows:
-        connection.execute(store.sql.add_stat, rows)
+        connection.execute(store.sql.processes.add_stat, rows)

@@ -207,7 +207,7 @@ class SqlStaging(Staging):
         for queue, count in sorted(Counter(queues).items()):
             start = self._next.get(queue)
             if start is None:
-                start = int(connection.execute(sql.start_turn, {"queue": queue}).scalar_one())
+                start = int(connection.execute(sql.push.start_turn, {"queue": queue}).scalar_one())
             if remembered:
                 start = self._take_turns(connection, queue, start, count)
             starts[queue] = start
@@ -225,9 +225,9 @@ class SqlStaging(Staging):
         transaction takes them."""
         values = {"queue": queue, "share": self._share, "start": start, "n": count}
         if not self._store.postgres:
-            return int(connection.execute(self._store.sql.take_turns, values).scalar_one()) - count
+            return int(connection.execute(self._store.sql.push.take_turns, values).scalar_one()) - count
         with self._store.write(single_statement=True) as tx:
-            taken = int(tx.connection.execute(self._store.sql.take_turns, values).scalar_one()) - count
+            taken = int(tx.connection.execute(self._store.sql.push.take_turns, values).scalar_one()) - count
         self._taken.append((queue, taken, count))
         return taken
 
@@ -249,7 +249,7 @@ class SqlStaging(Staging):
             with self._store.write() as tx:
                 for queue, start, count in reversed(taken):
                     values = {"queue": queue, "share": self._share, "start": start, "n": count}
-                    tx.connection.execute(self._store.sql.give_back_turns, values)
+                    tx.connection.execute(self._store.sql.push.give_back_turns, values)
         except self._store.errors as exc:
             logger.warning("could not give back a rolled-back task's turns: %s", exc)
 

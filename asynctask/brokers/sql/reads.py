@@ -75,7 +75,7 @@ from asynctask.brokers.sql.models import (
     UniqueHold,
     WorkerProcess,
 )
-from asynctask.brokers.sql.statements import CLAIMABLE, IN_A_SET
+from asynctask.brokers.sql.predicates import CLAIMABLE, IN_A_SET
 from asynctask.brokers.sql.transactions import Tx
 from asynctask.settings import Settings
 
@@ -405,8 +405,8 @@ class SqlReader(ReadBackend):
         """Sidekiq's trim, by the broker's statements: drop dead jobs older than dead_timeout,
         then all but the newest dead_max_jobs."""
         s = self.settings
-        conn.execute(self._sql.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
-        conn.execute(self._sql.trim_dead_by_count, {"keep": s.dead_max_jobs})
+        conn.execute(self._sql.sets.trim_dead_by_age, {"cutoff": now - s.dead_timeout})
+        conn.execute(self._sql.sets.trim_dead_by_count, {"keep": s.dead_max_jobs})
 
     # Processes: rows of asynctask_process whose heartbeat has not expired, by the clock the
     # broker writes ``expires_at`` with (PostgreSQL's own; on SQLite, this host's).
@@ -436,8 +436,8 @@ class SqlReader(ReadBackend):
         clock = {"now": payload.now()}
         with self._store.write() as tx:
             conn = tx.connection
-            removed = conn.execute(self._sql.forget_dead_processes, clock).rowcount
-            conn.execute(self._sql.forget_orphan_signals)
+            removed = conn.execute(self._sql.processes.forget_dead_processes, clock).rowcount
+            conn.execute(self._sql.processes.forget_orphan_signals)
         return int(removed)
 
     def work(self) -> list[WorkEntry]:

@@ -1,13 +1,7 @@
-"""Every statement of the SQL broker, built once per dialect (SQLite or PostgreSQL).
-
-Predicates that select claimable rows (``state = 'queued' AND locked_by IS NULL``) and set
-rows (``state <> 'queued'``) are spelled as literals, exactly as the partial indexes of
-``models`` define them: SQLite and PostgreSQL use a partial index only when they can see
-that a query implies its predicate, which a bound parameter hides.
-
-Times a process's liveness is judged by (``expires_at``) come from PostgreSQL's clock there,
-so that hosts with skewed clocks agree on who is dead, as Redis's TTLs make them agree;
-SQLite is one file on one host, whose clock the ``:now`` parameter carries.
+"""Every statement of the SQL broker, built once per dialect (SQLite or PostgreSQL), by family:
+the claims and what a claimer does with its rows here; pushes in ``push_statements``, the job
+sets in ``set_statements``, worker processes in ``process_statements``, flow control in
+``flow_statements``, feeds in ``feed_statements``; what they share in ``predicates``.
 
 The claims depend on which of the queues, in the order tried, are served fairly
 (docs/internals/fair-share-sql.md); each combination's statement is built once, when first
@@ -21,58 +15,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 from sqlalchemy import TextClause, text
 
 from asynctask.brokers.sql.feed_statements import FeedStatements
 from asynctask.brokers.sql.flow_statements import FlowStatements
 from asynctask.brokers.sql.models import LANE, PLAIN_SHARE
-
-#: The channel NOTIFY announces new jobs on; the payload is the queue's name.
-CHANNEL = "asynctask_jobs"
-
-#: Claimable rows: the predicate of the index ``ix_asynctask_job_fetch``.
-CLAIMABLE = "state = 'queued' AND locked_by IS NULL"
-#: A fair queue's claimable rows of tasks, and those outside any task: the predicates of the
-#: indexes ``ix_asynctask_job_turn`` and ``ix_asynctask_job_plain``.
-TAGGED = f"{CLAIMABLE} AND turn IS NOT NULL"
-PLAIN = f"{CLAIMABLE} AND turn IS NULL"
-#: Rows of this process, among rows found by id. Spelled so that no index can serve it: the
-#: index of claimed rows keeps an entry for every row the process claimed until a vacuum (a
-#: bitmap scan never marks one dead), and PostgreSQL, intersecting it with the ids, would read
-#: them all at every acknowledgement.
-MINE = "(locked_by = :me) IS TRUE"
-#: The order of each kind's index: a LIMIT read in it is a read of the index's head.
-TAGGED_ORDER = "priority, turn, id"
-PLAIN_ORDER = "priority, id"
-#: The queue ``{}`` (a name or a parameter) is not paused: one primary-key probe.
-NOT_PAUSED = "NOT EXISTS (SELECT 1 FROM asynctask_paused_queue WHERE asynctask_paused_queue.queue = {})"
-
-#: The job sets (scheduled, retry, dead): the predicate of the index ``ix_asynctask_job_set``.
-IN_A_SET = "state <> 'queued'"
-
-#: The cancellation generation: it changes whenever a task is cancelled (cancellations are
-#: never removed, and a new one adds a row).
-GENERATION = "SELECT count(*) || ':' || coalesce(max(at), 0) FROM asynctask_cancelled_task"
-
-JOB_COLUMNS = ("jid", "queue", "state", "priority", "run_at", "payload", "last_error", "lane", "holds")
-
-#: Whether each queue of a claim, in the order tried, is served fairly.
-Fairness: TypeAlias = tuple[bool, ...]
-#: Which of a fair queue's claimable rows a PostgreSQL claim reads: both kinds (a task's
-#: tagged rows and the plain rows outside tasks), or one kind only, when the claim before
-#: saw none of the other waiting: a queue of tasks alone, or of plain jobs alone, is then
-#: claimed by one LIMIT read, as a FIFO queue is (``_kinds_waiting``).
-Mix: TypeAlias = Literal["both", "tagged", "plain"]
-#: The bits of the kinds a claim saw waiting, in its generation row (``_kinds_waiting``).
-TAGGED_WAITING, PLAIN_WAITING = 1, 2
-
-#: SQLite: a job's payload as the bytes stored. SQLite keeps whatever it is given, a BLOB or
-#: text that is not UTF-8 (which the driver cannot read as a string), if something other than
-#: AsyncTask wrote the row; read as bytes, such a payload is buried like any other that is
-#: not a job, instead of failing every claim. PostgreSQL only stores valid UTF-8 text.
-STORED_PAYLOAD = "CAST(payload AS BLOB)"
+from asynctask.brokers.sql.predicates import (
+    CHANNEL,
+    CLAIMABLE,
+    GENERATION,
+    MINE,
+    NOT_PAUSED,
+    PLAIN,
+    PLAIN_ORDER,
+    PLAIN_WAITING,
+    STORED_PAYLOAD,
+    TAGGED,
+    TAGGED_ORDER,
+    TAGGED_WAITING,
+    Fairness,
+    Mix,
+    first_rows,
+    ids_of,
+    now_of,
+)
+from asynctask.brokers.sql.process_statements import ProcessStatements
+from asynctask.brokers.sql.push_statements import PushStatements
+from asynctask.brokers.sql.set_statements import SetStatements
 
 
 class Statements:
@@ -81,87 +52,14 @@ class Statements:
             raise ValueError(f"the SQL broker supports SQLite and PostgreSQL, not {dialect}")
         self.postgres = dialect == "postgresql"
         pg = self.postgres
-        now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)" if pg else ":now"
-        ids = "id = ANY(CAST(:ids AS BIGINT[]))" if pg else "id IN (SELECT value FROM json_each(:ids))"
-        live = f"SELECT identity FROM asynctask_process WHERE expires_at > {now}"
+        ids = ids_of(pg)
         #: "Now" as liveness is judged (for the read API's queries of processes).
-        self.expiry_now = now
+        self.expiry_now = now_of(pg)
+        self.push = PushStatements(pg)
+        self.sets = SetStatements(pg)
+        self.processes = ProcessStatements(pg)
         self.flow = FlowStatements(pg)
         self.feeds = FeedStatements(pg, "payload" if pg else STORED_PAYLOAD, CHANNEL)
-
-        if pg:
-            # One statement whatever the batch: the rows travel as one JSON array of arrays,
-            # written by json.dumps in C. Bound as typed arrays, psycopg wrote each text element
-            # in Python, escaping it with a regular expression: a 1,000-job insert took 39 ms
-            # instead of 25. JSONB: parsed once, where JSON's ->> parses each row per field.
-            kinds = ("TEXT", "TEXT", "TEXT", "INTEGER", "DOUBLE PRECISION", "TEXT", "TEXT", "TEXT", "BOOLEAN")
-
-            def insert(extra: tuple[tuple[str, str], ...]) -> TextClause:
-                columns = tuple(zip(JOB_COLUMNS, kinds, strict=True)) + extra
-                names = ", ".join(name for name, _ in columns)
-                fields = ", ".join(f"CAST(r->>{i} AS {kind})" for i, (_, kind) in enumerate(columns))
-                return text(
-                    f"INSERT INTO asynctask_job ({names}, attempts) "
-                    f"SELECT {fields}, 0 FROM jsonb_array_elements(CAST(:rows AS JSONB)) AS r"
-                )
-
-            self.insert_jobs = insert(())
-            # A task's jobs, with their turns, and fed jobs, with their feed (and turns, NULL
-            # for a task's retry pushed to its feed): statements of their own, so that every
-            # other insert carries no column more.
-            self.insert_task_jobs = insert((("turn", "BIGINT"),))
-            self.insert_fed_jobs = insert((("feed", "TEXT"), ("turn", "BIGINT")))
-        else:
-            # Run as executemany: SQLite has no round trips to save.
-            self.insert_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, attempts) "
-                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, 0)"
-            )
-            self.insert_task_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, turn, attempts) "
-                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, :turn, 0)"
-            )
-            self.insert_fed_jobs = text(
-                f"INSERT INTO asynctask_job ({', '.join(JOB_COLUMNS)}, feed, turn, attempts) "
-                f"VALUES ({', '.join(':' + c for c in JOB_COLUMNS)}, :feed, :turn, 0)"
-            )
-
-        # A task's turns (fair-share-sql.md, Tags). The head turn, or once no tagged job
-        # waits, the largest turn a tenant reached: a tenant whose jobs all ran must not find
-        # its next task behind a newcomer's, as it would if turns started again from 0.
-        self.start_turn = text(
-            f"SELECT COALESCE(({_first('turn', ':queue', TAGGED, TAGGED_ORDER)}), "
-            "(SELECT max(last_turn) FROM asynctask_share WHERE queue = :queue), 0)"
-        )
-        # The row's lock orders a tenant's concurrent tasks: the later one starts after the
-        # earlier one's last turn, which it reads once the earlier one committed.
-        # The parameters are cast: psycopg sends a small integer as a smallint, whose sum with
-        # another would overflow at 32,767 instead of being the BIGINT of the column.
-        start, n = ("CAST(:start AS BIGINT)", "CAST(:n AS BIGINT)") if pg else (":start", ":n")
-        self.take_turns = text(
-            f"INSERT INTO asynctask_share (queue, share, last_turn) VALUES (:queue, :share, {start} + {n}) "
-            f"ON CONFLICT (queue, share) DO UPDATE SET last_turn = {'GREATEST' if pg else 'max'}("
-            f"asynctask_share.last_turn, {start}) + {n} RETURNING last_turn"
-        )
-        # A rolled-back task's turns, given back unless a later task of its tenant took turns after them.
-        self.give_back_turns = text(
-            f"UPDATE asynctask_share SET last_turn = {start} "
-            f"WHERE queue = :queue AND share = :share AND last_turn = {start} + {n}"
-        )
-
-        # A task's place (``SqlBroker.jobs_ahead``), each part one index probe: the head's turn,
-        # how many shares have a job in the head's round, and whether plain jobs wait.
-        head = _first("priority, turn", ":queue", TAGGED, TAGGED_ORDER)
-        self.ahead_in_turns = text(
-            f"WITH h AS ({head}) SELECT (SELECT turn FROM h), "
-            f"(SELECT count(*) FROM asynctask_job WHERE queue = :queue AND {TAGGED} "
-            "AND priority = (SELECT priority FROM h) AND turn = (SELECT turn FROM h)), "
-            f"EXISTS (SELECT 1 FROM asynctask_job WHERE queue = :queue AND {PLAIN})"
-        )
-        self.ahead_in_order = text(
-            "SELECT count(*) FROM (SELECT 1 FROM asynctask_job "
-            f"WHERE queue = :queue AND {CLAIMABLE} LIMIT :bound) AS w"
-        )
 
         self.ack = text(f"DELETE FROM asynctask_job WHERE {ids} AND {MINE}")
         self.unlock = text(
@@ -178,98 +76,6 @@ class Statements:
         self.release = text("DELETE FROM asynctask_job WHERE id = :id AND state = 'queued'")
         self.generation = text(GENERATION)
 
-        # Retry, dead and release act on the row by id alone, not by owner: if this process
-        # was presumed dead and its claim taken back, its outcome still wins over a rerun
-        # that has not started (and if the row is gone, the caller inserts one for the set, as
-        # Redis would ZADD all the same).
-        # A row keeps its slot only if it held one and ``:holds`` says it keeps it (a retry
-        # on hold); the caller promotes from the key's line when it frees one.
-        self.to_set = text(
-            "UPDATE asynctask_job SET state = :state, run_at = :run_at, payload = :payload, "
-            "queue = :queue, jid = :jid, priority = :priority, last_error = :last_error, "
-            "lane = :lane, holds = (holds AND :holds), "
-            "locked_by = NULL, locked_at = NULL WHERE id = :id AND state = 'queued'"
-        )
-        # ``state = 'dead'`` alone does not let SQLite use the set index: it only sees that a
-        # query implies an index predicate when the query repeats it.
-        self.trim_dead_by_age = text(
-            f"DELETE FROM asynctask_job WHERE state = 'dead' AND {IN_A_SET} AND run_at < :cutoff"
-        )
-        self.trim_dead_by_count = text(
-            "DELETE FROM asynctask_job WHERE id IN (SELECT id FROM asynctask_job "
-            f"WHERE state = 'dead' AND {IN_A_SET} ORDER BY run_at DESC, id DESC "
-            f"LIMIT {'ALL' if pg else '-1'} OFFSET :keep)"
-        )
-
-        # The scheduled/retry poller. PostgreSQL locks the batch it moves, so two pollers
-        # never rewrite one job; on SQLite the batch is read before the write lock is taken
-        # (the rewrite may write: it buries what it cannot read), and each move checks that
-        # the row is still what was read, as Redis's ZREM of the exact member does.
-        stored = "payload" if pg else STORED_PAYLOAD
-        self.due = text(
-            f"SELECT id, {stored}, lane, holds, feed FROM asynctask_job WHERE state = :state AND {IN_A_SET} "
-            "AND run_at <= :now ORDER BY run_at, id LIMIT :limit" + (" FOR UPDATE SKIP LOCKED" if pg else "")
-        )
-        unchanged = f"{stored} = :old"
-        # A keyed job that holds no slot enters its key's line; one holding its slot (a retry
-        # on hold, a job postponed by its rate) goes straight back to its queue.
-        self.move_due = text(
-            f"UPDATE asynctask_job SET state = CASE WHEN lane IS NOT NULL AND NOT holds THEN '{LANE}' "
-            "ELSE 'queued' END, run_at = :now, payload = :payload, queue = :queue, "
-            "jid = :jid, priority = :priority, locked_by = NULL, locked_at = NULL "
-            f"WHERE id = :id AND state = :state AND {unchanged}"
-        )
-        self.drop_due = text(f"DELETE FROM asynctask_job WHERE id = :id AND state = :state AND {unchanged}")
-
-        # Recovery: the locks of processes that are not live (expired, or never registered).
-        orphaned = f"locked_by IS NOT NULL AND locked_by NOT IN ({live})"
-        if pg:
-            # The old owner can only be returned by reading it in a subquery.
-            self.recover = text(
-                "UPDATE asynctask_job AS j SET locked_by = NULL, locked_at = NULL FROM ("
-                f"SELECT id, locked_by AS owner FROM asynctask_job WHERE {orphaned} "
-                "FOR UPDATE SKIP LOCKED) AS o WHERE j.id = o.id RETURNING o.owner, j.queue"
-            )
-            self.orphans: TextClause | None = None
-        else:
-            # Writers are serialised: what this reads is exactly what the update changes.
-            self.orphans = text(f"SELECT locked_by, queue FROM asynctask_job WHERE {orphaned}")
-            self.recover = text(
-                f"UPDATE asynctask_job SET locked_by = NULL, locked_at = NULL WHERE {orphaned}"
-            )
-        self.forget_dead_processes = text(f"DELETE FROM asynctask_process WHERE expires_at <= {now}")
-        self.forget_orphan_signals = text(
-            "DELETE FROM asynctask_process_signal "
-            "WHERE identity NOT IN (SELECT identity FROM asynctask_process)"
-        )
-
-        process_columns = "identity, info, busy, beat, quiet, rss, rtt_us, loop_lag_us, expires_at, work"
-        self.beat = text(
-            f"INSERT INTO asynctask_process ({process_columns}) VALUES (:identity, :info, :busy, :beat, "
-            f":quiet, :rss, :rtt_us, :loop_lag_us, {now} + :ttl, :work) ON CONFLICT (identity) DO UPDATE "
-            "SET info = excluded.info, busy = excluded.busy, beat = excluded.beat, quiet = excluded.quiet, "
-            "rss = excluded.rss, rtt_us = excluded.rtt_us, loop_lag_us = excluded.loop_lag_us, "
-            "expires_at = excluded.expires_at, work = excluded.work"
-        )
-        self.register = text(
-            f"INSERT INTO asynctask_process ({process_columns}) VALUES (:identity, '{{}}', 0, :beat, "
-            f":quiet, 0, 0, 0, {now} + :ttl, '{{}}') ON CONFLICT (identity) DO UPDATE SET "
-            "expires_at = excluded.expires_at"
-        )
-        self.pop_signal = text(
-            "DELETE FROM asynctask_process_signal WHERE id = (SELECT min(id) FROM asynctask_process_signal "
-            "WHERE identity = :identity) RETURNING signal"
-        )
-        self.add_stat = text(
-            "INSERT INTO asynctask_stat (name, value) VALUES (:name, :value) "
-            "ON CONFLICT (name) DO UPDATE SET value = asynctask_stat.value + excluded.value"
-        )
-        self.delete_process = text("DELETE FROM asynctask_process WHERE identity = :identity")
-        self.delete_signals = text("DELETE FROM asynctask_process_signal WHERE identity = :identity")
-        self.process_count = text(f"SELECT count(*) FROM asynctask_process WHERE expires_at > {now}")
-        self.process_live = text(
-            f"SELECT count(*) FROM asynctask_process WHERE identity = :identity AND expires_at > {now}"
-        )
         self.held = text("SELECT id, queue, payload FROM asynctask_job WHERE locked_by = :me")
 
         self.cancel = text(
@@ -296,11 +102,6 @@ class Statements:
             self.position = text("SELECT value FROM asynctask_counter WHERE name = 'tracking_seq'")
             self.notify = None
 
-        # The round the plain share was last served in, plus one (``_fair_candidates``).
-        self.plain_served = text(
-            f"INSERT INTO asynctask_share (queue, share, last_turn) VALUES (:queue, '{PLAIN_SHARE}', :next) "
-            "ON CONFLICT (queue, share) DO UPDATE SET last_turn = excluded.last_turn"
-        )
         self.ping = text("SELECT 1")
         self._claims: dict[tuple[Fairness, int, Mix], TextClause] = {}
         self._keyed_claims: dict[tuple[Fairness, int, Mix], TextClause | None] = {}
@@ -522,7 +323,7 @@ def _kinds_waiting(fair: Fairness, mix: Mix) -> str:
         # full of dead rows; this stays the head of the kind's index, per queue.
         return (
             f"(SELECT count(*) FROM (SELECT 1 FROM {names} CROSS JOIN LATERAL "
-            f"({_first('1', 'f.name', rows, order)}) AS h WHERE f.pos IN ({_fair_positions(fair)}) "
+            f"({first_rows('1', 'f.name', rows, order)}) AS h WHERE f.pos IN ({_fair_positions(fair)}) "
             "LIMIT 1) AS w)"
         )
 
@@ -544,8 +345,8 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
     queue's position). ``mix``: read one kind only (tagged rows keep their keys; plain rows,
     alone, are taken in push order and move no round)."""
     gate = f" AND {only_if}" if only_if else ""
-    tagged_rows = _first("id, priority, turn", queue, TAGGED, TAGGED_ORDER, wanted, gate, locked)
-    plain_rows = _first("id, priority", queue, PLAIN, PLAIN_ORDER, wanted, gate, locked)
+    tagged_rows = first_rows("id, priority, turn", queue, TAGGED, TAGGED_ORDER, wanted, gate, locked)
+    plain_rows = first_rows("id, priority", queue, PLAIN, PLAIN_ORDER, wanted, gate, locked)
     tagged = (
         f"SELECT id, priority, turn, turn AS key, 1 = 1 AS tagged, 1 = 1 AS headed FROM ({tagged_rows}) AS t"
     )
@@ -556,7 +357,7 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
         return f"{plain} FROM ({plain_rows}) AS p"
     # Not locked: on PostgreSQL the head may be a row another claimer is taking at this very
     # moment, which makes V at most one batch's turns early for this claim's plain rows.
-    head = f"({_first('turn', queue, TAGGED, TAGGED_ORDER)})"
+    head = f"({first_rows('turn', queue, TAGGED, TAGGED_ORDER)})"
     plain_round = f"(SELECT last_turn FROM asynctask_share WHERE queue = {queue} AND share = '{PLAIN_SHARE}')"
     # A plain round further on than V + 1 is from before the head went back (a retried
     # row's older turn): the plain share then waits one round, not all the rounds between.
@@ -566,18 +367,6 @@ def _fair_candidates(queue: str, wanted: str, locked: str = "", only_if: str = "
         f"SELECT id, priority, NULL, {base} + plain_rank - 1, 1 = 0, head IS NOT NULL FROM ("
         f"SELECT id, priority, row_number() OVER (ORDER BY {PLAIN_ORDER}) AS plain_rank, {head} AS head, "
         f"{plain_round} AS plain_round FROM ({plain_rows}) AS p) AS r"
-    )
-
-
-def _first(
-    columns: str, queue: str, rows: str, order: str, limit: str = "1", gate: str = "", locked: str = ""
-) -> str:
-    """The first ``limit`` rows of one kind of ``queue`` (``rows``: ``TAGGED`` or ``PLAIN``;
-    ``order``: its index's order), a read of the head of the kind's index; ``gate``: a further
-    condition (`` AND ...``), ``locked``: a row lock clause."""
-    return (
-        f"SELECT {columns} FROM asynctask_job WHERE queue = {queue} AND {rows}{gate} "
-        f"ORDER BY {order} LIMIT {limit}{locked}"
     )
 
 

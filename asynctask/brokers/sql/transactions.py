@@ -25,7 +25,8 @@ import psycopg
 from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from asynctask.brokers.sql.statements import JOB_COLUMNS, Statements
+from asynctask.brokers.sql.predicates import JOB_COLUMNS
+from asynctask.brokers.sql.statements import Statements
 from asynctask.brokers.sql.wake import Bell
 from asynctask.db.engine import autocommit, writer
 from asynctask.tracking.apply import apply_transitions
@@ -222,9 +223,9 @@ class Store:
         if not rows:
             return
         if feed is not None:
-            statement = self.sql.insert_fed_jobs
+            statement = self.sql.push.insert_fed_jobs
         else:
-            statement = self.sql.insert_jobs if turns is None else self.sql.insert_task_jobs
+            statement = self.sql.push.insert_jobs if turns is None else self.sql.push.insert_task_jobs
         extra: dict[str, list[Any]] = {}
         if feed is not None:
             extra["feed"] = [feed] * len(rows)

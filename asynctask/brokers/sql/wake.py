@@ -23,7 +23,7 @@ from psycopg.rows import TupleRow
 from sqlalchemy import Connection, Engine, TextClause
 from sqlalchemy.exc import OperationalError
 
-from asynctask.brokers.sql.statements import CHANNEL
+from asynctask.brokers.sql.predicates import CHANNEL
 
 logger = logging.getLogger("asynctask.fetch")
 
