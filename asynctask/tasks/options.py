@@ -1,13 +1,13 @@
 """``TaskOptions``: how a task's items become jobs (chunks, queue, keys, feed), as one value.
 
 It is built once, from a Python call (``create_task(job, items, chunk_size=10)``), a JSON body
-(``from_json``) or text fields (``from_text``, for query strings, forms and command lines), and
-checked once, when it is built. ``create_task`` takes it whole. Each option's JSON Schema stands
+(``from_json``) or text fields (``from_text``, for query strings and forms), and checked once,
+when it is built. ``create_task`` takes it whole. Each option's JSON Schema stands
 beside its field (``request_schema``): the HTTP API reads and documents the fields from there,
 so an option added here is an option of every entry point.
 
-``None`` means "not given" for every option that has a default, so a setting that needs another
-(``interval`` needs ``parallel``) is refused when given alone, whichever way it came.
+``None`` means "not given" for every option but ``chunk_size``, so a setting that tunes another
+(``interval`` tunes ``parallel``) is refused when given alone, whichever way it came.
 """
 
 from __future__ import annotations
@@ -220,8 +220,8 @@ class TaskOptions:
     def from_text(
         cls, values: Mapping[str, str], *, tenant: str | None = None, read_object: Callable[[str, str], Any]
     ) -> TaskOptions:
-        """Options given as text (query or form fields, command-line values): numbers must be plain
-        decimals; ``read_object`` parses an object option (``meta``) from its text."""
+        """Options given as text (query or form fields): numbers must be plain decimals;
+        ``read_object`` parses an object option (``meta``) from its text."""
         return cls.from_json(
             {name: cls.text_value(name, text, read_object) for name, text in values.items()}, tenant=tenant
         )
