@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict
 
 from asynctask import payload, storable
 from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIORITY_MIN, Feed
@@ -202,9 +202,7 @@ class TaskOptions:
     def json_value(name: str, value: Any) -> Any:
         """Option ``name`` as JSON gives it, checked, and converted where JSON is loose (an
         integral number such as ``2.0`` is the integer 2: JSON does not tell them apart)."""
-        schema = _SCHEMAS.get(name)
-        if schema is None:
-            raise TaskOptionError(name, f"unknown field {name!r}")
+        schema = _schema_of(name)
         if value is None:
             if name not in _NULLABLE:
                 raise TaskOptionError(name, f"{name} may not be null")
@@ -230,10 +228,7 @@ class TaskOptions:
     def text_value(name: str, text: str, read_object: Callable[[str, str], Any] | None = None) -> Any:
         """The JSON value option ``name`` given as ``text`` stands for; text that is no number
         where a number is due is refused, naming the option."""
-        schema = _SCHEMAS.get(name)
-        if schema is None:
-            raise TaskOptionError(name, f"unknown field {name!r}")
-        kind = schema["type"]
+        kind = _schema_of(name)["type"]
         if kind == "integer":
             if not _INTEGER_TEXT.fullmatch(text):
                 raise TaskOptionError(name, f"{name} must be an integer")
@@ -281,7 +276,7 @@ class TaskFields(TypedDict, total=False):
     parallel: int | None
     interval: float | None
     priority: int | None
-    tenant: NotRequired[str | None]
+    tenant: str | None
 
 
 _SCHEMAS: dict[str, dict[str, Any]] = {
@@ -294,6 +289,14 @@ _NEEDS: dict[str, str] = {
 _REQUIRED = frozenset(option.name for option in fields(TaskOptions) if option.default is not None)
 _NULLABLE = frozenset(option.name for option in fields(TaskOptions) if option.metadata.get("nullable"))
 _TUNES = {"parallel": "it tunes a fed task", "concurrency_key": "it tunes a keyed task"}
+
+
+def _schema_of(name: str) -> dict[str, Any]:
+    """The JSON Schema of request option ``name``; an unknown name is refused, naming it."""
+    schema = _SCHEMAS.get(name)
+    if schema is None:
+        raise TaskOptionError(name, f"unknown field {name!r}")
+    return schema
 
 
 def _check(name: str, value: Any, schema: Mapping[str, Any]) -> None:
