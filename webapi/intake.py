@@ -293,7 +293,7 @@ def _checked(
         counted[0] = index + 1
         bad = _bad_character(item)
         if bad is not None:
-            raise _unstorable(bad, "items", index, position.line)
+            raise _unstorable(bad, index, position.line)
         if validator is not None and not validator.is_valid(item):
             _fail_validation(index, item, items, validator, config, position)
         if key_of is not None:
@@ -380,12 +380,11 @@ def _bad_character(value: Any) -> str | None:
     return None if bad is None else bad[0]
 
 
-def _unstorable(char: str, field: str, index: int | None = None, line: int | None = None) -> ApiError:
-    where = f"item {index}" if index is not None else field
-    if line is not None:
-        where = f"line {line} ({where})"
-    what = storable.describe(char)
-    details: dict[str, Any] = {"field": field} if index is None else {"field": field, "item": index}
+def _unstorable(char: str, index: int, line: int | None) -> ApiError:
+    """An item holding a string no store can keep (the options' strings are ``TaskOptions``')."""
+    where = f"item {index}" if line is None else f"line {line} (item {index})"
+    details: dict[str, Any] = {"field": "items", "item": index}
     if line is not None:
         details["line"] = line
+    what = storable.describe(char)
     return ApiError(422, "invalid_string", f"{where} holds {what}, which cannot be stored", details)
