@@ -31,7 +31,8 @@ from asynctask.registry import Registry, default_registry
 # SQLAlchemy, job definitions their checks, and a process that needs none of them (the CLI's
 # help, a command that fails on its arguments) starts sooner and stays smaller without them.
 _LAZY = {
-    **{name: "asynctask.job" for name in ("JobDefinition", "JobOptions")},
+    "JobDefinition": "asynctask.job",
+    "JobOptions": "asynctask.job_spec",
     **{name: "asynctask.periodic.schedule" for name in ("Schedule", "Schedules", "default_schedules")},
     **{name: "asynctask.context" for name in ("JobContext", "current_job")},
     **{name: "asynctask.items" for name in ("ItemsRun", "each")},
@@ -126,7 +127,8 @@ if TYPE_CHECKING:
     from asynctask.client import Client, configure, default_client
     from asynctask.context import JobContext, current_job
     from asynctask.items import ItemsRun, each
-    from asynctask.job import JobDefinition, JobOptions, job
+    from asynctask.job import JobDefinition, job
+    from asynctask.job_spec import JobOptions
     from asynctask.middleware import Chain, client_chain, server_chain
     from asynctask.periodic.schedule import Schedule, Schedules, default_schedules, periodic
     from asynctask.settings import QueueSpec, Settings

@@ -15,7 +15,7 @@ from asynctask import payload
 from asynctask.brokers import Broker, as_redis, open_broker
 from asynctask.flow.options import OPTION_NAMES as FLOW_OPTION_NAMES
 from asynctask.flow.options import FlowOptions
-from asynctask.job import JobDefinition, JobOptions
+from asynctask.job_spec import JobOptions, JobSpec
 from asynctask.keys import Keys
 from asynctask.middleware import Chain, client_chain
 from asynctask.registry import Registry, default_registry
@@ -56,7 +56,7 @@ class Client:
         self.registry = default_registry if registry is None else registry
         #: ``push_now``'s checked header of each definition pushed, with the options and the
         #: registered definition it was made from.
-        self._templates: dict[JobDefinition[Any], tuple[JobOptions, JobDefinition[Any] | None, Template]] = {}
+        self._templates: dict[JobSpec[Any], tuple[JobOptions, JobSpec[Any] | None, Template]] = {}
 
     def close(self) -> None:
         """Close the broker's connections, if the client opened them."""
@@ -90,7 +90,7 @@ class Client:
         pushed, transitions = passed
         return self.broker.push([(pushed, normalized.at)], transitions=transitions)[0]
 
-    def push_now(self, definition: JobDefinition[Any], args: list[Any]) -> str | None:
+    def push_now(self, definition: JobSpec[Any], args: list[Any]) -> str | None:
         """``push`` of ``definition``'s job with its own options and ``args``, to run now: what
         ``perform_async`` sends, the same payload, without normalizing and checking its header
         again at every call (the header is made once per definition, as ``push_bulk`` makes it
@@ -269,7 +269,7 @@ def normalize(
     if not isinstance(item, Mapping):
         raise TypeError(f"a job item must be a mapping, got {type(item).__name__}")
     name = item.get("class")
-    if isinstance(name, JobDefinition):
+    if isinstance(name, JobSpec):
         name = name.name
     if not isinstance(name, str) or not name:
         raise TypeError("a job item needs 'class': a non-empty job name")

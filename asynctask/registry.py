@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 from asynctask.errors import JobNotRegistered
 
 if TYPE_CHECKING:
-    from asynctask.job import JobDefinition
+    from asynctask.job_spec import JobSpec
 
 
 class Registry:
     def __init__(self) -> None:
-        self._jobs: dict[str, JobDefinition[Any]] = {}
+        self._jobs: dict[str, JobSpec[Any]] = {}
 
-    def add(self, definition: JobDefinition[Any]) -> None:
+    def add(self, definition: JobSpec[Any]) -> None:
         existing = self._jobs.get(definition.name)
         if existing is not None and existing.func is not definition.func:
             raise ValueError(
@@ -28,13 +28,13 @@ class Registry:
             )
         self._jobs[definition.name] = definition
 
-    def get(self, name: str) -> JobDefinition[Any]:
+    def get(self, name: str) -> JobSpec[Any]:
         try:
             return self._jobs[name]
         except KeyError:
             raise JobNotRegistered(name) from None
 
-    def registered(self, name: str) -> JobDefinition[Any] | None:
+    def registered(self, name: str) -> JobSpec[Any] | None:
         """The definition registered as ``name``, if any."""
         return self._jobs.get(name)
 
@@ -44,7 +44,7 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._jobs
 
-    def __iter__(self) -> Iterator[JobDefinition[Any]]:
+    def __iter__(self) -> Iterator[JobSpec[Any]]:
         return iter(list(self._jobs.values()))
 
     def __len__(self) -> int:

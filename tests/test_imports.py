@@ -110,7 +110,7 @@ DECORATORS = """
 import asynctask
 import asynctask.job
 import asynctask.periodic.schedule
-from asynctask.job import JobOptions
+from asynctask.job import JobDefinition
 
 assert "asynctask.job" in __import__("sys").modules
 assert asynctask.job is asynctask.job.__globals__["job"], asynctask.job

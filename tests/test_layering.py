@@ -39,8 +39,9 @@ PARTS = {
     "asynctask.brokers": "brokers",
     "asynctask.context": "context",
     "asynctask.middleware": "middleware",
-    # A job definition pushes itself through the default client, which resolves definitions
-    # through the registry: one part, as Dramatiq's actor and broker are.
+    # What a job is, the registry of them, the clients that push them and the definitions that
+    # push themselves through the default client: one part, as Dramatiq's actor and broker are.
+    "asynctask.job_spec": "client",
     "asynctask.job": "client",
     "asynctask.registry": "client",
     "asynctask.client": "client",
@@ -164,6 +165,60 @@ def test_no_cycle_between_the_parts_of_asynctask() -> None:
                 elif nxt not in trail:
                     stack.append((nxt, [*trail, nxt]))
     assert not cycles, "parts importing each other:\n" + "\n".join(sorted(set(cycles)))
+
+
+def test_no_cycle_between_modules() -> None:
+    """Within a part too, two modules never import each other, directly or through others: a
+    circle held together by an import deferred into a function is still one."""
+    known = modules()
+    graph = {
+        module: {target for target, _ in imported(module, path, known) if target in known}
+        for module, path in known.items()
+    }
+    circles = [sorted(component) for component in _strongly_connected(graph) if len(component) > 1]
+    assert not circles, "modules importing each other:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's components of ``graph``, iteratively (the import chains are deeper than a
+    recursion limit would like)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[set[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            for successor in successors:
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(graph.get(successor, ())))))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    components.append(component)
+    return components
 
 
 def test_the_table_itself_has_no_cycle() -> None:

@@ -23,7 +23,7 @@ from flask import Request
 
 from asynctask import storable
 from asynctask.errors import InvalidString
-from asynctask.job import JobDefinition
+from asynctask.job_spec import JobSpec
 from asynctask.registry import Registry
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError
 from asynctask.tasks.options import TaskOptionError, TaskOptions
@@ -57,7 +57,7 @@ def _no_items() -> Generator[Any]:
 
 @dataclass
 class Submission:
-    job: JobDefinition[Any]
+    job: JobSpec[Any]
     options: TaskOptions
     config: ApiConfig
     items: Generator[Any] = field(default_factory=_no_items)
@@ -204,7 +204,7 @@ def _text_submission(
     )
 
 
-def _job(fields: Mapping[str, Any], registry: Registry) -> JobDefinition[Any]:
+def _job(fields: Mapping[str, Any], registry: Registry) -> JobSpec[Any]:
     name = fields.get("job")
     if not isinstance(name, str) or not name:
         raise ApiError(422, "invalid_request", "job must be the name of a job", {"field": "job"})
@@ -218,7 +218,7 @@ def _option_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _checked_options(
-    definition: JobDefinition[Any], config: ApiConfig, build: Callable[[], TaskOptions]
+    definition: JobSpec[Any], config: ApiConfig, build: Callable[[], TaskOptions]
 ) -> Submission:
     """``build``'s options, any refusal a 422 naming the field; within the API's own limits."""
     try:
@@ -274,7 +274,7 @@ def _file_kind(mimetype: str, filename: str) -> str:
 
 def _checked(
     items: Iterator[Any],
-    definition: JobDefinition[Any],
+    definition: JobSpec[Any],
     config: ApiConfig,
     counted: list[int],
     position: formats.Position,

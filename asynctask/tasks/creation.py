@@ -44,7 +44,7 @@ from asynctask.errors import JobsNotSent
 from asynctask.fairness import share_of
 from asynctask.feeds import FEED_FIELD
 from asynctask.flow.options import FlowOptions
-from asynctask.job import JobDefinition
+from asynctask.job_spec import JobSpec
 from asynctask.tasks import runtime
 from asynctask.tasks.event_rows import event_rows, write_waiting
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
@@ -73,7 +73,7 @@ def new_task_id() -> str:
 def create_task(
     engine: Engine,
     client: Client,
-    job: JobDefinition[Any] | str | object,
+    job: JobSpec[Any] | str | object,
     items: Iterable[Any],
     options: TaskOptions = PLAIN,
 ) -> str:
@@ -274,7 +274,7 @@ def _raise_at(values: list[Any], position: int) -> None:
 class _ChunkFlow(NamedTuple):
     """What sets the flow-control keys of a task's chunk jobs."""
 
-    definition: JobDefinition[Any]
+    definition: JobSpec[Any]
     #: The job's own options that apply to a chunk (inactive when none do).
     options: FlowOptions
     #: Written after the chunk's own key: its limit, and ``concurrency_on_failure``.
@@ -296,7 +296,7 @@ class _ChunkFlow(NamedTuple):
         return {"concurrency_key": chunk.key, **self.keyed, **out}
 
 
-def _chunk_flow(definition: JobDefinition[Any], flow: FlowOptions, options: TaskOptions) -> _ChunkFlow:
+def _chunk_flow(definition: JobSpec[Any], flow: FlowOptions, options: TaskOptions) -> _ChunkFlow:
     kept = replace(flow, unique_for=None, unique_key=None, unique_until=None)
     if options.concurrency_key is None:
         return _ChunkFlow(definition, kept, {})

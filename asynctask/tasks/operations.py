@@ -21,7 +21,7 @@ from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
-from asynctask.job import JobDefinition
+from asynctask.job_spec import JobSpec
 from asynctask.tasks import jobs, runtime
 from asynctask.tasks.event_rows import shown_key
 from asynctask.tasks.itemkeys import tenant_prefix
@@ -169,7 +169,7 @@ def _retry_elsewhere(
     engine: Engine,
     client: Client,
     task: Any,
-    definition: JobDefinition[Any] | None,
+    definition: JobSpec[Any] | None,
     rows: Sequence[Any],
     position: int,
 ) -> int:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from asynctask.job import JobDefinition, JobOptions, JobSetter
+from asynctask.job import JobDefinition, JobSetter
+from asynctask.job_spec import JobOptions, JobSpec
 from asynctask.registry import Registry, default_registry
 
 if TYPE_CHECKING:
@@ -125,9 +126,9 @@ def register(job: RuntimeJob, registry: Registry | None = None) -> RuntimeJob:
     return job
 
 
-def resolve(job: object, registry: Registry) -> JobDefinition[Any]:
+def resolve(job: object, registry: Registry) -> JobSpec[Any]:
     """The definition ``create_task`` was given, named, or handed as another runtime's job."""
-    if isinstance(job, JobDefinition):
+    if isinstance(job, JobSpec):
         return job
     if isinstance(job, str):
         return registry.get(job)

@@ -34,7 +34,7 @@ from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
 from asynctask.context import Iteration, JobContext
 from asynctask.errors import TASK_CANCELLED, JobInterrupted
-from asynctask.job import JobDefinition
+from asynctask.job_spec import JobSpec
 from asynctask.supervision import Activity
 from asynctask.worker.processor import Crew, Processor, log_start
 from asynctask.worker.resumable import begin
@@ -71,7 +71,7 @@ class _Running:
 class _Ended:
     unit: UnitOfWork
     job: payload.JobDict
-    definition: JobDefinition[Any]
+    definition: JobSpec[Any]
     #: A resumable job's run, or None.
     iteration: Iteration | None
     #: What the run raised, or None; a cancel by the runtime as the ``JobInterrupted`` it
@@ -93,7 +93,7 @@ class AsyncJobs:
         self._running: dict[asyncio.Task[None], _Running] = {}
         #: Jobs handed over and not started yet; the loop is woken once for all those that
         #: come while it is busy (each wake-up is a write to its self-pipe).
-        self._incoming: deque[tuple[UnitOfWork, payload.JobDict, JobDefinition[Any], str]] = deque()
+        self._incoming: deque[tuple[UnitOfWork, payload.JobDict, JobSpec[Any], str]] = deque()
         self._woken = False
         #: Runs that ended during this turn of the loop: handed to the settle thread together.
         self._ending: list[_Ended] = []
@@ -127,7 +127,7 @@ class AsyncJobs:
     def busy(self) -> int:
         return self._in_flight
 
-    def submit(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> None:
+    def submit(self, unit: UnitOfWork, job: payload.JobDict, definition: JobSpec[Any]) -> None:
         """Hand ``unit`` to the loop (from the processor thread that fetched it), once a slot is free."""
         crew = self.crew
         while not self._slots.acquire(timeout=SLOT_WAIT):
@@ -162,9 +162,7 @@ class AsyncJobs:
             task = self._loop.create_task(self._run(unit, job, definition, key))
             self._running[task] = _Running(job.get("task"))
 
-    async def _run(
-        self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], key: str
-    ) -> None:
+    async def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobSpec[Any], key: str) -> None:
         start = time.perf_counter()
         log_start(job, unit)
         args = job["args"]
@@ -194,9 +192,7 @@ class AsyncJobs:
         if len(self._ending) == 1:
             self._loop.call_soon(self._hand_ended)
 
-    async def _iterate(
-        self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]
-    ) -> None:
+    async def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobSpec[Any]) -> None:
         """Run a resumable async job from its checkpoint (the middleware's ``final``)."""
         job = job_context.job
         stored = await asyncio.to_thread(self.crew.broker.checkpoints.load, job_context.jid)

@@ -41,7 +41,7 @@ from asynctask.errors import (
     Shutdown,
 )
 from asynctask.feeds import FEED_FIELD
-from asynctask.job import JobDefinition
+from asynctask.job_spec import JobSpec
 from asynctask.worker.resumable import Runner, begin
 from asynctask.worker.retry import describe
 from asynctask.worker.stats import Work, thread_tid
@@ -70,7 +70,7 @@ Outcome = Literal["ack", "failed", "settled"]
 class AsyncRunner(Protocol):
     """Where a processor hands an async job: the event loop of the process's async jobs."""
 
-    def submit(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> None: ...
+    def submit(self, unit: UnitOfWork, job: payload.JobDict, definition: JobSpec[Any]) -> None: ...
 
 
 class Crew(Protocol):
@@ -209,7 +209,7 @@ class Processor:
             self.unit = None
             crew.stats.finished(tid, failed=failed)
 
-    def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any]) -> Outcome:
+    def _run(self, unit: UnitOfWork, job: payload.JobDict, definition: JobSpec[Any]) -> Outcome:
         """Run the job through the server middleware."""
         args = job["args"]
         start = time.perf_counter()
@@ -239,7 +239,7 @@ class Processor:
         self,
         unit: UnitOfWork,
         job: payload.JobDict,
-        definition: JobDefinition[Any],
+        definition: JobSpec[Any],
         iteration: Iteration | None,
         exc: BaseException,
         start: float,
@@ -264,7 +264,7 @@ class Processor:
         self,
         unit: UnitOfWork,
         job: payload.JobDict,
-        definition: JobDefinition[Any],
+        definition: JobSpec[Any],
         iteration: Iteration | None,
         error: BaseException | None,
         start: float,
@@ -294,7 +294,7 @@ class Processor:
         if self.crew.tracker is not None and isinstance(jid, str):
             self.crew.tracker.settled(jid)
 
-    def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobDefinition[Any]) -> None:
+    def _iterate(self, job_context: JobContext, iteration: Iteration, definition: JobSpec[Any]) -> None:
         """Run a resumable job from its checkpoint (the middleware's ``final``)."""
         job = job_context.job
         cursor = begin(job, self.crew.broker.checkpoints.load(job_context.jid), iteration)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from asynctask import payload
 from asynctask.brokers import Broker, UnitOfWork
 from asynctask.errors import error_class_name
-from asynctask.job import JobDefinition
+from asynctask.job_spec import JobSpec
 from asynctask.settings import Settings
 from asynctask.tracking.tracker import Tracker
 
@@ -95,7 +95,7 @@ class Retrier:
         self.tracker = tracker
 
     def failed(
-        self, unit: UnitOfWork, job: payload.JobDict, definition: JobDefinition[Any], exc: BaseException
+        self, unit: UnitOfWork, job: payload.JobDict, definition: JobSpec[Any], exc: BaseException
     ) -> None:
         """Schedule a retry, or run the exhausted hook and bury or drop the job."""
         job.setdefault("queue", unit.queue)
@@ -142,7 +142,7 @@ class Retrier:
             self.tracker.gave_up(job, outcome)
 
     def _delay(
-        self, definition: JobDefinition[Any], count: int, exc: BaseException, job: payload.JobDict
+        self, definition: JobSpec[Any], count: int, exc: BaseException, job: payload.JobDict
     ) -> float | Literal["kill", "discard"]:
         handler = definition.retry_in_handler
         if handler is not None:
@@ -157,7 +157,7 @@ class Retrier:
                     return float(custom) + random.randrange(10) * (count + 1)
         return default_delay(count)
 
-    def _exhausted(self, definition: JobDefinition[Any], job: payload.JobDict, exc: BaseException) -> None:
+    def _exhausted(self, definition: JobSpec[Any], job: payload.JobDict, exc: BaseException) -> None:
         handler = definition.retries_exhausted_handler
         if handler is None:
             return
