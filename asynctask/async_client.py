@@ -34,9 +34,7 @@ PUSHES_PER_TURN = 10
 class AsyncPusher(Protocol):
     """What a broker offers an event loop: ``Broker.push``, awaited."""
 
-    async def push(
-        self, entries: Sequence[tuple[payload.JobDict, float | None]], *, transitions: Sequence[str] = ()
-    ) -> list[str]: ...
+    async def push(self, entries: payload.PushEntries, *, transitions: Sequence[str] = ()) -> list[str]: ...
 
     async def close(self) -> None: ...
 

@@ -27,6 +27,8 @@ from asynctask.flow.options import check_fields
 
 #: A decoded job payload.
 JobDict = dict[str, Any]
+#: Jobs to push, each with the time it is to run at (None: now).
+PushEntries = Sequence[tuple[JobDict, float | None]]
 
 #: Sidekiq 8 writes integer epoch milliseconds; anything above this is milliseconds, below it seconds.
 _MILLISECONDS_THRESHOLD = 100_000_000_000

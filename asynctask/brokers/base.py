@@ -157,7 +157,7 @@ class Broker(ABC):
     @abstractmethod
     def push(
         self,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
+        entries: payload.PushEntries,
         *,
         transitions: Sequence[str] = (),
         atomic: bool = False,

@@ -140,9 +140,9 @@ def _enqueue(group: Commands) -> None:
 
 
 def _db(group: Commands) -> None:
-    db = group.add_parser("db", help="migrate the tracking database (upgrade, downgrade, current)")
-    db.set_defaults(run=_help(db))
-    db_commands = db.add_subparsers(title="commands", metavar="COMMAND", dest="db_command")
+    db_commands = _command_group(
+        group, "db", help="migrate the tracking database (upgrade, downgrade, current)", dest="db_command"
+    )
     upgrade = db_commands.add_parser("upgrade", help="apply the migrations up to a revision")
     upgrade.add_argument(
         "revision", nargs="?", default="head", help="target revision (default: head, the latest)"
@@ -150,16 +150,16 @@ def _db(group: Commands) -> None:
     downgrade = db_commands.add_parser("downgrade", help="revert the migrations down to a revision")
     downgrade.add_argument("revision", help="target revision; base removes the tracking tables")
     current = db_commands.add_parser("current", help="show the revision the database is at")
-    for db_command in (upgrade, downgrade, current):
-        _database_option(db_command)
-        _verbose_option(db_command)
-        db_command.set_defaults(run=commands.run_db)
+    _database_commands((upgrade, downgrade, current), commands.run_db)
 
 
 def _tokens(group: Commands) -> None:
-    tokens = group.add_parser("tokens", help="manage the HTTP API's bearer tokens (create, list, revoke)")
-    tokens.set_defaults(run=_help(tokens))
-    tokens_commands = tokens.add_subparsers(title="commands", metavar="COMMAND", dest="tokens_command")
+    tokens_commands = _command_group(
+        group,
+        "tokens",
+        help="manage the HTTP API's bearer tokens (create, list, revoke)",
+        dest="tokens_command",
+    )
     create = tokens_commands.add_parser(
         "create", help="create a token for a tenant, or an operator's; prints it once, on stdout"
     )
@@ -179,16 +179,13 @@ def _tokens(group: Commands) -> None:
     listing.add_argument("--tenant", metavar="NAME", help="only this tenant's tokens")
     revoke = tokens_commands.add_parser("revoke", help="revoke a token for good")
     revoke.add_argument("id", help="the token's id, as tokens list shows it")
-    for tokens_command in (create, listing, revoke):
-        _database_option(tokens_command)
-        _verbose_option(tokens_command)
-        tokens_command.set_defaults(run=commands.run_tokens)
+    _database_commands((create, listing, revoke), commands.run_tokens)
 
 
 def _tasks(group: Commands) -> None:
-    tasks = group.add_parser("tasks", help="tune a fed task while it runs (update, pause, resume)")
-    tasks.set_defaults(run=_help(tasks))
-    tasks_commands = tasks.add_subparsers(title="commands", metavar="COMMAND", dest="tasks_command")
+    tasks_commands = _command_group(
+        group, "tasks", help="tune a fed task while it runs (update, pause, resume)", dest="tasks_command"
+    )
     update = tasks_commands.add_parser(
         "update", help="change a fed task's parallel, interval or priority (the others stay)"
     )
@@ -209,9 +206,9 @@ def _tasks(group: Commands) -> None:
 
 
 def _jobs(group: Commands) -> None:
-    jobs = group.add_parser("jobs", help="stop a resumable job, resume it, list the stopped ones")
-    jobs.set_defaults(run=_help(jobs))
-    jobs_commands = jobs.add_subparsers(title="commands", metavar="COMMAND", dest="jobs_command")
+    jobs_commands = _command_group(
+        group, "jobs", help="stop a resumable job, resume it, list the stopped ones", dest="jobs_command"
+    )
     stop = jobs_commands.add_parser(
         "stop", help="park a resumable job with its checkpoint (a running one at its next checkpoint)"
     )
@@ -226,9 +223,9 @@ def _jobs(group: Commands) -> None:
 
 
 def _periodic(group: Commands) -> None:
-    periodic = group.add_parser("periodic", help="see the periodic schedules; pause or resume one")
-    periodic.set_defaults(run=_help(periodic))
-    periodic_commands = periodic.add_subparsers(title="commands", metavar="COMMAND", dest="periodic_command")
+    periodic_commands = _command_group(
+        group, "periodic", help="see the periodic schedules; pause or resume one", dest="periodic_command"
+    )
     listing = periodic_commands.add_parser("list", help="show every schedule with its next and last run")
     pause = periodic_commands.add_parser(
         "pause", help="enqueue nothing at the schedule's ticks until resumed"
@@ -254,9 +251,9 @@ def _status(group: Commands) -> None:
 
 def _sets(group: Commands) -> None:
     for name, what in (("retry", "failed jobs waiting for a retry"), ("dead", "jobs out of retries")):
-        jobs = group.add_parser(name, help=f"list, retry now or delete the {what}")
-        jobs.set_defaults(run=_help(jobs))
-        commands_of = jobs.add_subparsers(title="commands", metavar="COMMAND", dest="set_command")
+        commands_of = _command_group(
+            group, name, help=f"list, retry now or delete the {what}", dest="set_command"
+        )
         listing = commands_of.add_parser("list", help="show the entries, latest first")
         listing.add_argument(
             "--limit", type=_positive_int, default=50, help="show at most this many (default 50)"
@@ -270,9 +267,7 @@ def _sets(group: Commands) -> None:
 
 
 def _queue(group: Commands) -> None:
-    queue = group.add_parser("queue", help="clear, pause or resume a queue")
-    queue.set_defaults(run=_help(queue))
-    commands_of = queue.add_subparsers(title="commands", metavar="COMMAND", dest="queue_command")
+    commands_of = _command_group(group, "queue", help="clear, pause or resume a queue", dest="queue_command")
     clear = commands_of.add_parser("clear", help="delete every job waiting in the queue")
     pause = commands_of.add_parser(
         "pause", help="no worker takes the queue's jobs until it is resumed (pushes still land in it)"
@@ -326,6 +321,24 @@ def _flusher(group: Commands) -> None:
     flusher.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone")
     _verbose_option(flusher)
     flusher.set_defaults(run=commands.run_flusher)
+
+
+def _command_group(group: Commands, name: str, help: str, *, dest: str) -> Commands:
+    """A command that groups others (``asynctask NAME COMMAND``); alone, it prints its help.
+    ``dest``: the attribute that names the command given."""
+    parser = group.add_parser(name, help=help)
+    parser.set_defaults(run=_help(parser))
+    return parser.add_subparsers(title="commands", metavar="COMMAND", dest=dest)
+
+
+def _database_commands(
+    commands: tuple[argparse.ArgumentParser, ...], run: Callable[[argparse.Namespace], int]
+) -> None:
+    """Commands that act on the tracking database: its URL option, ``-v``, and what runs them."""
+    for command in commands:
+        _database_option(command)
+        _verbose_option(command)
+        command.set_defaults(run=run)
 
 
 def _store_commands(

@@ -42,9 +42,7 @@ class AsyncRedisPusher:
         self._plain = AsyncPlainRoundTrips(self.redis)
         self._shared = SharedTrips(self._send_plain)
 
-    async def push(
-        self, entries: Sequence[tuple[payload.JobDict, float | None]], *, transitions: Sequence[str] = ()
-    ) -> list[str]:
+    async def push(self, entries: payload.PushEntries, *, transitions: Sequence[str] = ()) -> list[str]:
         """``RedisBroker.push``, awaited: the jid the store holds for each entry."""
         plan = plan_push(self.keys, entries, self.max_payload_bytes, transitions=transitions)
         if plan.plain is not None:

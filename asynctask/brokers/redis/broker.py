@@ -70,7 +70,7 @@ class RedisBroker(Broker):
 
     def push(
         self,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
+        entries: payload.PushEntries,
         *,
         transitions: Sequence[str] = (),
         atomic: bool = False,

@@ -77,7 +77,7 @@ class PushPlan:
 
 def plan_push(
     keys: Keys,
-    entries: Sequence[tuple[payload.JobDict, float | None]],
+    entries: payload.PushEntries,
     max_payload_bytes: int,
     *,
     transitions: Sequence[str] = (),
@@ -143,7 +143,7 @@ def push_jobs(
     plain_round_trips: PlainRoundTrips,
     keys: Keys,
     scripts: Scripts,
-    entries: Sequence[tuple[payload.JobDict, float | None]],
+    entries: payload.PushEntries,
     max_payload_bytes: int,
     *,
     transitions: Sequence[str] = (),
@@ -198,10 +198,9 @@ class _PlainJobs:
         return [("ZADD", self._keys.schedule, *pairs)]
 
 
-class RedisStaging(Staging):
-    """One task's jobs, written batch by batch to private lists that no worker reads (one per
-    queue, ``Keys.staging``), then moved onto their queues by one script: all of them or none.
-    On a fair queue they go to the task's share instead (``Keys.share``).
+class StagingLists(Staging):
+    """A task's jobs written batch by batch to private lists that no worker reads, then
+    published by one script: all of them or none.
 
     ``encode`` (no I/O; it refuses a job over the size limit as ``push_jobs`` does), then
     ``write``, per batch; ``publish`` once at the end, or ``discard``. Every job gets the same
@@ -215,7 +214,7 @@ class RedisStaging(Staging):
         scripts: Scripts,
         task_id: str,
         max_payload_bytes: int,
-        share: str = "",
+        share: str,
     ) -> None:
         self.conn = conn
         self.keys = keys
@@ -224,21 +223,40 @@ class RedisStaging(Staging):
         self.max_payload_bytes = max_payload_bytes
         #: The share the jobs wait in on a fair queue ("" for none: queue:<queue> itself).
         self.share = share
+        self._enqueued_at: float | None = None
+
+    def _stamp(self, jobs: Sequence[payload.JobDict]) -> None:
+        if self._enqueued_at is None:
+            self._enqueued_at = payload.now()
+        for job in jobs:
+            job["enqueued_at"] = self._enqueued_at
+
+
+class RedisStaging(StagingLists):
+    """One task's jobs, staged in one list per queue (``Keys.staging``) and moved onto their
+    queues, or on a fair queue into the task's share (``Keys.share``)."""
+
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: Keys,
+        scripts: Scripts,
+        task_id: str,
+        max_payload_bytes: int,
+        share: str = "",
+    ) -> None:
+        super().__init__(conn, keys, scripts, task_id, max_payload_bytes, share)
         #: Queue -> jobs its staging list holds (written and acknowledged).
         self.counts: dict[str, int] = {}
         #: Jobs the flow staging list holds (those with a concurrency or unique key).
         self.flow_count = 0
         self._touched: set[str | None] = set()
-        self._enqueued_at: float | None = None
 
     def encode(self, jobs: Sequence[payload.JobDict]) -> dict[str | None, list[str]]:
         """The jobs' payloads by queue, in order, those with a concurrency or unique key under
         None (they are published one by one); raise ValueError for one over the size limit."""
-        if self._enqueued_at is None:
-            self._enqueued_at = payload.now()
+        self._stamp(jobs)
         by_queue: dict[str | None, list[str]] = {}
-        for job in jobs:
-            job["enqueued_at"] = self._enqueued_at
         for job, encoded in zip(jobs, payload.dumps_many_within(jobs, self.max_payload_bytes), strict=True):
             by_queue.setdefault(None if is_flow(job) else job["queue"], []).append(encoded)
         return by_queue
@@ -290,10 +308,10 @@ class RedisStaging(Staging):
             logger.warning("task %s: could not delete its staged jobs (they expire): %s", self.task_id, exc)
 
 
-class RedisFeedStaging(Staging):
-    """A fed task's jobs, written batch by batch to one private list in item order
-    (``Keys.staging_feed``), which the publish script turns into the feed's held jobs while it
-    creates the feed and releases the first of them: all in one step."""
+class RedisFeedStaging(StagingLists):
+    """A fed task's jobs, staged in one list in item order (``Keys.staging_feed``), which the
+    publish script turns into the feed's held jobs while it creates the feed and releases the
+    first of them: all in one step."""
 
     def __init__(
         self,
@@ -305,28 +323,16 @@ class RedisFeedStaging(Staging):
         max_payload_bytes: int,
         share: str = "",
     ) -> None:
-        self.conn = conn
-        self.keys = keys
-        self.scripts = scripts
-        self.task_id = task_id
+        super().__init__(conn, keys, scripts, task_id, max_payload_bytes, share)
         self.feed = feed
-        self.max_payload_bytes = max_payload_bytes
-        #: The share its released jobs wait in on a fair queue ("" for none).
-        self.share = share
         #: Jobs the staging list holds (written and acknowledged).
         self.count = 0
         self._touched = False
-        self._enqueued_at: float | None = None
 
     def encode(self, jobs: Sequence[payload.JobDict]) -> list[str]:
         """The jobs as held entries, in order; raise ValueError for one over the size limit."""
-        if self._enqueued_at is None:
-            self._enqueued_at = payload.now()
-        entries = []
-        for job in jobs:
-            job["enqueued_at"] = self._enqueued_at
-            entries.append(held_entry(job, payload.dumps_within(job, self.max_payload_bytes)))
-        return entries
+        self._stamp(jobs)
+        return [held_entry(job, payload.dumps_within(job, self.max_payload_bytes)) for job in jobs]
 
     def write(self, encoded: list[str], connection: Connection) -> None:
         """RPUSH a batch onto the staging list and renew its expiry (one round trip)."""

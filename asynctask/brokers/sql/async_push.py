@@ -30,7 +30,7 @@ from asynctask.feeds import FEED_FIELD
 from asynctask.settings import Settings
 
 #: What one push writes: jobs with the time each is due (None: now).
-Entries = Sequence[tuple[payload.JobDict, float | None]]
+Entries = payload.PushEntries
 #: A plain push's entries and their rows.
 Plain = tuple[Entries, list[JobRow]]
 

@@ -106,7 +106,7 @@ class SqlBroker(Broker):
 
     def push(
         self,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
+        entries: payload.PushEntries,
         *,
         transitions: Sequence[str] = (),
         atomic: bool = False,
@@ -122,7 +122,7 @@ class SqlBroker(Broker):
     def push_rows_in(
         self,
         tx: Tx,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
+        entries: payload.PushEntries,
         rows: list[JobRow],
         transitions: Sequence[str],
     ) -> list[str]:
@@ -140,7 +140,7 @@ class SqlBroker(Broker):
     def _push(
         self,
         tx: Tx,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
+        entries: payload.PushEntries,
         rows: list[JobRow],
         transitions: Sequence[str],
     ) -> list[str]:
@@ -166,7 +166,7 @@ class SqlBroker(Broker):
     def _push_fed(
         self,
         tx: Tx,
-        entries: Sequence[tuple[payload.JobDict, float | None]],
+        entries: payload.PushEntries,
         rows: list[JobRow],
         transitions: Sequence[str],
         fed: dict[int, str],

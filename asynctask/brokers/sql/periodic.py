@@ -95,7 +95,7 @@ RETURNING identity
 
 #: Pushes jobs, given their rows, inside a write transaction (``SqlBroker.push_rows_in``); returns
 #: the stored jids.
-Entries = Sequence[tuple[payload.JobDict, float | None]]
+Entries = payload.PushEntries
 PushIn = Callable[[Tx, Entries, list[JobRow], Sequence[str]], list[str]]
 
 

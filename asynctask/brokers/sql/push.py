@@ -83,9 +83,7 @@ def _storable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
 
 
-def push_rows(
-    entries: Sequence[tuple[payload.JobDict, float | None]], max_payload_bytes: int
-) -> list[JobRow]:
+def push_rows(entries: payload.PushEntries, max_payload_bytes: int) -> list[JobRow]:
     """The rows of pushed jobs, scheduled or queued by ``payload.schedule`` (every queued
     job gets the same fresh ``enqueued_at``). Raises ValueError for a job over the size limit."""
     now = payload.now()
