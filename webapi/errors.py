@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException, default_exceptions
 
+from webapi import bodies
 from webapi.responses import json_response
 
 logger = logging.getLogger("asynctask.api")
@@ -46,7 +47,8 @@ def limit_exceeded(status: int, code: str, limit: str, maximum: int, message: st
 
 
 def error_response(status: int, code: str, message: str, details: Any = None) -> Response:
-    response = json_response({"error": {"code": code, "message": message, "details": details}}, status)
+    body: bodies.Error = {"error": {"code": code, "message": message, "details": details}}
+    response = json_response(body, status)
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="asynctask"'
     return response

@@ -1,15 +1,18 @@
-"""Read-model views as the API's JSON (the shapes ``/openapi.json`` documents)."""
+"""Read-model views as the API's JSON: the typed bodies of ``webapi.bodies``, which
+``/openapi.json`` documents."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import cast, overload
 
 from asynctask.api import PeriodicEntry
 from asynctask.tracking.views import EventView, FailedItemView, FeedView, MessageView, TaskView
+from webapi import bodies
+from webapi.bodies import SUMMARY_ERROR_CHARS
 
 
-def task_urls(task_id: str) -> dict[str, str]:
+def task_urls(task_id: str) -> bodies.Urls:
     base = f"/api/tasks/{task_id}"
     return {
         "self": base,
@@ -19,15 +22,11 @@ def task_urls(task_id: str) -> dict[str, str]:
     }
 
 
-#: Characters of an error message a stream's error summary keeps (the events have it whole).
-SUMMARY_ERROR_CHARS = 200
-
-
-def task_json(view: TaskView) -> dict[str, Any]:
+def task_json(view: TaskView) -> bodies.Task:
     return {**task_fields(view), "errors": [event_json(e) for e in view.errors]}
 
 
-def task_fields(view: TaskView) -> dict[str, Any]:
+def task_fields(view: TaskView) -> bodies.TaskFields:
     """The task without its errors: what a progress stream sends on every change."""
     return {
         "id": view.id,
@@ -36,7 +35,8 @@ def task_fields(view: TaskView) -> dict[str, Any]:
         "runtime": view.runtime or "asynctask",
         "status": view.status,
         "total": view.total,
-        "counts": view.counts,
+        # The read model counts every event status, those at 0 included.
+        "counts": cast(bodies.TaskCounts, view.counts),
         "done": view.done,
         "progress": view.progress,
         "items": {"total": view.items.total, "done": view.items.done, "failed": view.items.failed},
@@ -52,7 +52,7 @@ def task_fields(view: TaskView) -> dict[str, Any]:
     }
 
 
-def feed_json(view: FeedView | None) -> dict[str, Any] | None:
+def feed_json(view: FeedView | None) -> bodies.Feed | None:
     if view is None:
         return None
     return {
@@ -64,8 +64,8 @@ def feed_json(view: FeedView | None) -> dict[str, Any] | None:
     }
 
 
-def event_json(view: EventView) -> dict[str, Any]:
-    progress = None
+def event_json(view: EventView) -> bodies.Event:
+    progress: bodies.JobProgress | None = None
     if view.progress_done is not None or view.progress_total is not None:
         progress = {"done": view.progress_done, "total": view.progress_total}
     return {
@@ -89,7 +89,7 @@ def event_json(view: EventView) -> dict[str, Any]:
     }
 
 
-def failed_item_json(view: FailedItemView) -> dict[str, Any]:
+def failed_item_json(view: FailedItemView) -> bodies.FailedItem:
     return {
         "id": view.id,
         "job_id": view.job_id,
@@ -100,7 +100,7 @@ def failed_item_json(view: FailedItemView) -> dict[str, Any]:
     }
 
 
-def error_summary(view: EventView) -> dict[str, Any]:
+def error_summary(view: EventView) -> bodies.ErrorSummary:
     """A failed or error event in a few fields, for progress streams: no parameters (a chunk may
     be large; ``items`` counts it), no message log, the message cut at ``SUMMARY_ERROR_CHARS``."""
     error = view.error
@@ -118,11 +118,11 @@ def error_summary(view: EventView) -> dict[str, Any]:
     }
 
 
-def message_json(view: MessageView) -> dict[str, Any]:
+def message_json(view: MessageView) -> bodies.Message:
     return {"at": _time(view.at), "status": view.status, "text": view.text}
 
 
-def schedule_json(entry: PeriodicEntry) -> dict[str, Any]:
+def schedule_json(entry: PeriodicEntry) -> bodies.Schedule:
     record = entry.record
     return {
         "name": record.name,
@@ -139,6 +139,10 @@ def schedule_json(entry: PeriodicEntry) -> dict[str, Any]:
     }
 
 
+@overload
+def _time(value: datetime) -> str: ...
+@overload
+def _time(value: datetime | None) -> str | None: ...
 def _time(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 

@@ -18,8 +18,8 @@ from asynctask import Client, Settings
 from asynctask.tasks.options import MAX_CONCURRENCY_LIMIT
 from asynctask.tracking.queries import MAX_PAGE
 from webapi import create_app
-from webapi.blueprints.keys import MAX_KEYS
 from webapi.blueprints.tasks import MAX_ERRORS
+from webapi.bodies import MAX_KEYS
 from webapi.formats import BODY_FIELDS
 from webapi.openapi import document
 

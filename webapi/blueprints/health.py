@@ -7,6 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask.tracking.models import Task
+from webapi import bodies
 from webapi.errors import error_response
 from webapi.resources import resources
 from webapi.responses import json_response
@@ -16,7 +17,7 @@ health = Blueprint("health", __name__)
 
 @health.get("/healthz")
 def healthz() -> Response:
-    return json_response({"status": "ok"})
+    return json_response(bodies.Health(status="ok"))
 
 
 @health.get("/readyz")
@@ -36,5 +37,5 @@ def readyz() -> Response:
     except SQLAlchemyError as exc:
         checks["database"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}"
     if all(value == "ok" for value in checks.values()):
-        return json_response({"status": "ready", "checks": checks})
+        return json_response(bodies.Ready(status="ready", checks={"broker": "ok", "database": "ok"}))
     return error_response(503, "unavailable", "a backing service is not ready", {"checks": checks})

@@ -12,6 +12,7 @@ from flask import Blueprint, Response
 from asynctask.errors import JobNotFound, JobStateError
 from asynctask.tasks.jobs import StopState
 from asynctask.tasks.service import Tracking
+from webapi import bodies
 from webapi.auth import caller_tenant
 from webapi.errors import ApiError
 from webapi.resources import resources
@@ -24,7 +25,7 @@ jobs = Blueprint("jobs", __name__, url_prefix="/api/jobs")
 
 @jobs.get("")
 def index() -> Response:
-    listed = [
+    listed: list[bodies.Job] = [
         {
             "name": definition.name,
             "queue": definition.options.queue,
@@ -34,20 +35,23 @@ def index() -> Response:
         for definition in sorted(resources().client.registry, key=lambda d: d.name)
         if definition.api
     ]
-    return json_response({"jobs": listed})
+    body: bodies.Jobs = {"jobs": listed}
+    return json_response(body)
 
 
 @jobs.post("/<jid>/stop")
 def stop(jid: str) -> Response:
     """202 while the job runs on to its next checkpoint; 200 once it is parked."""
     state = _control(jid, lambda tracking: tracking.stop_job(jid, tenant=caller_tenant()))
-    return json_response({"jid": jid, "state": str(state)}, 200 if state == StopState.STOPPED else 202)
+    if state == StopState.STOPPED:
+        return json_response(bodies.JobStop(jid=jid, state="stopped"))
+    return json_response(bodies.JobStop(jid=jid, state="stopping"), 202)
 
 
 @jobs.post("/<jid>/resume")
 def resume(jid: str) -> Response:
     queue = _control(jid, lambda tracking: tracking.resume_job(jid, tenant=caller_tenant()))
-    return json_response({"jid": jid, "state": "enqueued", "queue": queue})
+    return json_response(bodies.JobResume(jid=jid, state="enqueued", queue=queue))
 
 
 def _control(jid: str, act: Callable[[Tracking], T]) -> T:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from flask import Blueprint, Response, request
 
 from asynctask.tasks.itemkeys import tenant_prefix
+from webapi import bodies
 from webapi.auth import caller_tenant
+from webapi.bodies import MAX_HOLDERS, MAX_KEYS
 from webapi.errors import ApiError
 from webapi.resources import resources
 from webapi.responses import json_response
@@ -18,29 +20,25 @@ from webapi.responses import json_response
 keys = Blueprint("keys", __name__, url_prefix="/api/keys")
 
 DEFAULT_KEYS = 100
-MAX_KEYS = 1000
-#: Holders listed per key; ``holding`` counts them all (a key's limit may be large).
-MAX_HOLDERS = 100
 
 
 @keys.get("")
 def index() -> Response:
     limit = _limit()
     busy = resources().busy_keys.busiest(limit, prefix=tenant_prefix(caller_tenant()))
-    return json_response(
-        {
-            "items": [
-                {
-                    "key": key.key,
-                    "limit": key.limit,
-                    "holding": len(key.holders),
-                    "holders": key.holders[:MAX_HOLDERS],
-                    "waiting": key.waiting,
-                }
-                for key in busy
-            ]
-        }
-    )
+    body: bodies.BusyKeys = {
+        "items": [
+            {
+                "key": key.key,
+                "limit": key.limit,
+                "holding": len(key.holders),
+                "holders": key.holders[:MAX_HOLDERS],
+                "waiting": key.waiting,
+            }
+            for key in busy
+        ]
+    }
+    return json_response(body)
 
 
 def _limit() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
+from webapi import bodies
 from webapi.auth import require_operator
 from webapi.resources import resources
 from webapi.responses import json_response
@@ -23,4 +24,5 @@ def index() -> Response:
     # Sorted here: a SQL broker orders names by its database's collation, which may not be
     # code-point order.
     entries = sorted(found.periodic, key=lambda entry: entry.name)
-    return json_response({"schedules": [schedule_json(entry) for entry in entries]})
+    body: bodies.Schedules = {"schedules": [schedule_json(entry) for entry in entries]}
+    return json_response(body)

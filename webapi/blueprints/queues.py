@@ -12,12 +12,12 @@ characters is managed from the shell, ``asynctask queue``); any other name is re
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from flask import Blueprint, Response
 
 from asynctask.api import Queue
 from asynctask.payload import MAX_QUEUE
+from webapi import bodies
 from webapi.auth import require_operator
 from webapi.errors import ApiError
 from webapi.resources import resources
@@ -35,7 +35,8 @@ def index() -> Response:
     found = resources()
     require_operator(found.config.operator_tenants)
     listed = Queue.all_over(found.broker_context)
-    return json_response({"queues": [queue_json(queue) for queue in listed]})
+    body: bodies.Queues = {"queues": [queue_json(queue) for queue in listed]}
+    return json_response(body)
 
 
 @queues.post("/<name>/pause")
@@ -56,10 +57,11 @@ def resume(name: str) -> Response:
 def clear(name: str) -> Response:
     queue = _queue(name)
     cleared = queue.clear()
-    return json_response({**queue_json(queue), "cleared": cleared})
+    body: bodies.ClearedQueue = {**queue_json(queue), "cleared": cleared}
+    return json_response(body)
 
 
-def queue_json(queue: Queue) -> dict[str, Any]:
+def queue_json(queue: Queue) -> bodies.Queue:
     return {
         "name": queue.name,
         "size": queue.size,

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import cast
 
 from flask import Blueprint, Response
 
 from asynctask.tasks.feedview import with_held
 from asynctask.tracking.views import TaskView
+from webapi import bodies
 from webapi.auth import caller_tenant
 from webapi.blueprints.tasks import errors_arg, task_or_404
 from webapi.resources import release_db, resources
@@ -80,8 +81,8 @@ class _Frames:
     """What one stream sends: the watcher's snapshots, their errors only when they changed."""
 
     def __init__(self) -> None:
-        self.task: dict[str, Any] | None = None
-        self.listed: list[dict[str, Any]] | None = None
+        self.task: bodies.TaskFields | None = None
+        self.listed: list[bodies.ErrorSummary] | None = None
 
     def next(self, snapshot: Snapshot) -> str | None:
         """The snapshot as one line of JSON, or None when nothing it shows changed (only what
@@ -89,12 +90,15 @@ class _Frames:
         task = task_fields(snapshot.view)
         listed = [error_summary(e) for e in snapshot.view.errors]
         # The ETA alone never makes a new snapshot (the watcher ignores it): nor does it here.
-        same_task = self.task is not None and {**task, "eta_seconds": None} == self.task
-        if same_task and listed == self.listed and not snapshot.settled:
+        without_eta: bodies.TaskFields = {**task, "eta_seconds": None}
+        if without_eta == self.task and listed == self.listed and not snapshot.settled:
             return None
-        self.task = {**task, "eta_seconds": None}
+        self.task = without_eta
+        # Without ``errors``, a snapshot's errors are unchanged; mypy cannot tell that ``task``
+        # holds no such key.
+        body = cast(bodies.TaskSnapshot, task)
         if listed != self.listed or snapshot.settled:
-            task["errors"] = listed
+            body = {**task, "errors": listed}
             self.listed = listed
         # Compact, on one line, as a "data:" field needs.
-        return json.dumps(task, separators=(",", ":"))
+        return json.dumps(body, separators=(",", ":"))

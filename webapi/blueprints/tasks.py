@@ -16,6 +16,7 @@ from asynctask.tasks.service import Tracking
 from asynctask.tracking import queries
 from asynctask.tracking.status import EventStatus, TaskStatus
 from asynctask.tracking.views import Page, TaskView
+from webapi import bodies
 from webapi.auth import caller_tenant
 from webapi.errors import ApiError
 from webapi.feeds import read_change
@@ -48,7 +49,7 @@ def create() -> Response:
         raise not_sent(exc) from None
     finally:
         submission.close()
-    body = {
+    body: bodies.CreatedTask = {
         "task_id": view.id,
         "job": view.job_name,
         "items": submission.item_count,
@@ -72,9 +73,11 @@ def index() -> Response:
         lambda: queries.list_tasks(db(), caller_tenant(), before=_decode_cursor(before), limit=limit)
     )
     cursor = page.next_cursor
-    return json_response(
-        {"items": [task_json(v) for v in page.items], "next": _encode_cursor(cursor) if cursor else None}
-    )
+    body: bodies.TaskPage = {
+        "items": [task_json(v) for v in page.items],
+        "next": _encode_cursor(cursor) if cursor else None,
+    }
+    return json_response(body)
 
 
 @tasks.get("/<task_id>")
@@ -145,7 +148,8 @@ def events(task_id: str) -> Response:
             db(), task_id, status=status, after=after, limit=limit, tenant=caller_tenant()
         )
     )
-    return json_response({"items": [event_json(e) for e in page.items], "next": page.next_cursor})
+    body: bodies.EventPage = {"items": [event_json(e) for e in page.items], "next": page.next_cursor}
+    return json_response(body)
 
 
 #: What ``/items?status=`` lists: items that ended well are counted on the task, not kept one by one.
@@ -167,7 +171,11 @@ def items(task_id: str) -> Response:
     page = _page(
         lambda: queries.list_failed_items(db(), task_id, after=after, limit=limit, tenant=caller_tenant())
     )
-    return json_response({"items": [failed_item_json(i) for i in page.items], "next": page.next_cursor})
+    body: bodies.FailedItemPage = {
+        "items": [failed_item_json(i) for i in page.items],
+        "next": page.next_cursor,
+    }
+    return json_response(body)
 
 
 @tasks.post("/<task_id>/cancel")
@@ -193,7 +201,7 @@ def retry(task_id: str) -> Response:
     except JobsNotSent as exc:
         raise not_sent(exc) from None
     view = found.tracking.get_task(task_id, tenant=caller_tenant())
-    return json_response({"retried": retried, "task": task_json(view)}, 202)
+    return json_response(bodies.RetryResult(retried=retried, task=task_json(view)), 202)
 
 
 def not_sent(exc: JobsNotSent) -> ApiError:

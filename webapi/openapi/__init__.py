@@ -1,9 +1,10 @@
 """The API described as OpenAPI 3.1 (served as ``GET /openapi.json``).
 
-Built next to the code it describes, the task options from their definitions (``TaskOptions``);
+Built next to the code it describes: the JSON bodies from the typed models the code builds
+(``webapi.bodies``), the task options from their definitions (``TaskOptions``);
 ``tests/webapi/test_openapi.py`` checks that it is a valid document and lists exactly the routes the
-app serves, and ``tests/webapi/test_fuzz.py`` sends generated requests to the app and checks every
-response against it.
+app serves, ``tests/webapi/test_bodies.py`` checks real answers of every JSON route against it, and
+``tests/webapi/test_fuzz.py`` sends generated requests to the app and checks every response against it.
 """
 
 from __future__ import annotations

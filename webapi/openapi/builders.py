@@ -1,5 +1,5 @@
 """The pieces the OpenAPI document is built of: schema and operation builders, the shared error
-responses, and the cursors and examples several parts name."""
+responses, and the examples several parts name."""
 
 from __future__ import annotations
 
@@ -11,13 +11,6 @@ Schema = dict[str, Any]
 #: The content type of every JSON body, request or response.
 JSON = "application/json"
 BEARER = "bearer"
-#: The events cursor: the id of the last event of the previous page (digits; 18 at most keep it
-#: within a 64-bit integer, what the column holds).
-EVENT_CURSOR = "^[0-9]{1,18}$"
-#: The failed items cursor: the last item's event id and its place in its chunk.
-ITEM_CURSOR = "^[0-9]{1,18}-[0-9]{1,9}$"
-#: The tasks cursor: opaque (``<created_at>|<id>`` of the last task of the page, base64url).
-TASK_CURSOR = "^[A-Za-z0-9_-]+$"
 
 #: Items of the examples (a product import: the contract's running example).
 EXAMPLE_ITEMS = [{"sku": "A1", "price": "9.99"}, {"sku": "B2", "price": "-1"}]
@@ -109,11 +102,6 @@ def integer(minimum: int | None = None, maximum: int | None = None, **extra: Any
     if maximum is not None:
         schema["maximum"] = maximum
     return schema
-
-
-def timestamp(description: str, *, nullable: bool = True) -> Schema:
-    schema = string(format="date-time", description=description)
-    return or_null(schema) if nullable else schema
 
 
 def array(items: Schema, **extra: Any) -> Schema:

@@ -7,16 +7,14 @@ from typing import Any
 from asynctask.brokers.periodic import FORGET_AFTER
 from asynctask.tracking.queries import MAX_PAGE
 from asynctask.tracking.status import EventStatus
-from webapi.blueprints.keys import DEFAULT_KEYS, MAX_KEYS
+from webapi.blueprints.keys import DEFAULT_KEYS
 from webapi.blueprints.tasks import DEFAULT_ERRORS, MAX_ERRORS
+from webapi.bodies import EVENT_CURSOR, ITEM_CURSOR, MAX_KEYS, TASK_CURSOR
 from webapi.openapi.builders import (
-    EVENT_CURSOR,
     EXAMPLE_CSV,
     EXAMPLE_ITEMS,
     EXAMPLE_NDJSON,
-    ITEM_CURSOR,
     JSON,
-    TASK_CURSOR,
     errors,
     integer,
     operation,
