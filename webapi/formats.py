@@ -12,14 +12,31 @@ import csv
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import IO, Annotated, Any, NoReturn, TypedDict
 
 from asynctask.tasks.options import TaskOptions
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
 from webapi.jsonreader import JsonReader, parse_document, value_too_large
+from webapi.typeschema import Keywords
 
-BODY_FIELDS = {"job", "items", *TaskOptions.request_fields()}
+
+class TaskSubmission(TypedDict):
+    """A task as JSON (nesting at most ASYNCTASK_API_MAX_JSON_DEPTH (32) levels)."""
+
+    job: Annotated[str, Keywords(minLength=1, description="A job listed by `GET /api/jobs`.")]
+    items: Annotated[
+        list[Any],
+        Keywords(
+            minItems=1,
+            description="The items (each must match the job's item schema); at most "
+            "ASYNCTASK_API_MAX_ITEMS (200000).",
+        ),
+    ]
+
+
+#: The JSON body's fields: the task's, and its options (``TaskOptions``, which describe themselves).
+BODY_FIELDS = {*TaskSubmission.__annotations__, *TaskOptions.request_fields()}
 #: Levels in the JSON body: the body is level 1, its fields' values level 2, each item level 3.
 FIELD_LEVEL = 2
 

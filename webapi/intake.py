@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any, TypedDict
 
 from flask import Request
 
@@ -31,6 +31,7 @@ from webapi import formats
 from webapi.config import ApiConfig
 from webapi.errors import ApiError, limit_exceeded
 from webapi.jsonreader import parse_document
+from webapi.typeschema import Keywords
 
 if TYPE_CHECKING:
     # Loaded by the jobs that have an item schema, and only by them (asynctask.job).
@@ -53,6 +54,20 @@ _READERS: dict[str, Callable[[IO[bytes], ApiConfig, formats.Position], Iterator[
 
 def _no_items() -> Generator[Any]:
     yield from ()
+
+
+class TaskUpload(TypedDict):
+    """A task as a file upload; the options are form fields."""
+
+    job: Annotated[str, Keywords(minLength=1)]
+    file: Annotated[
+        str,
+        Keywords(
+            contentMediaType="application/octet-stream",
+            description="CSV (text/csv or a .csv name), NDJSON (application/x-ndjson, .ndjson, .jsonl) or a "
+            "JSON array of items (application/json, .json).",
+        ),
+    ]
 
 
 @dataclass

@@ -104,10 +104,6 @@ def integer(minimum: int | None = None, maximum: int | None = None, **extra: Any
     return schema
 
 
-def array(items: Schema, **extra: Any) -> Schema:
-    return {"type": "array", "items": items, **extra}
-
-
 def json_content(schema: Schema) -> dict[str, Any]:
     return {JSON: {"schema": schema}}
 

@@ -10,18 +10,19 @@ from asynctask.tasks.options import TaskOptions
 from webapi import bodies
 from webapi.blueprints.queues import QUEUE_PATH_NAME
 from webapi.feeds import FIELDS as FEED_FIELDS
+from webapi.formats import TaskSubmission
+from webapi.intake import TaskUpload
 from webapi.openapi.builders import (
     ERROR_RESPONSES,
     JSON,
     Schema,
-    array,
     obj,
     or_null,
     ref,
     response,
     string,
 )
-from webapi.typeschema import component_schemas
+from webapi.typeschema import component_schemas, object_schema
 
 
 def responses() -> dict[str, Any]:
@@ -100,36 +101,17 @@ def schemas() -> dict[str, Schema]:
             minProperties=1,
             description="The settings to change (at least one); the others stay as they are.",
         ),
-        "TaskSubmission": obj(
-            {
-                "job": string(minLength=1, description="A job listed by `GET /api/jobs`."),
-                "items": array(
-                    {},
-                    minItems=1,
-                    description="The items (each must match the job's item schema); at most "
-                    "ASYNCTASK_API_MAX_ITEMS (200000).",
-                ),
-                **task_options(as_text=False),
-            },
-            optional=TaskOptions.request_fields(),
-            description="A task as JSON (nesting at most ASYNCTASK_API_MAX_JSON_DEPTH (32) levels).",
-            dependentRequired=_NEEDS,
-        ),
-        "TaskUpload": obj(
-            {
-                "job": string(minLength=1),
-                **task_options(as_text=True),
-                "file": string(
-                    contentMediaType="application/octet-stream",
-                    description="CSV (text/csv or a .csv name), NDJSON (application/x-ndjson, .ndjson, "
-                    ".jsonl) or a JSON array of items (application/json, .json).",
-                ),
-            },
-            optional=TaskOptions.request_fields(),
-            description="A task as a file upload; the options are form fields.",
-            dependentRequired=_NEEDS,
-        ),
+        "TaskSubmission": _with_options(TaskSubmission, as_text=False),
+        "TaskUpload": _with_options(TaskUpload, as_text=True),
     }
+
+
+def _with_options(model: type, *, as_text: bool) -> Schema:
+    """A request body: ``model``'s fields, and the task options, none of them required."""
+    schema = object_schema(model)
+    schema["properties"].update(task_options(as_text=as_text))
+    schema["dependentRequired"] = _NEEDS
+    return schema
 
 
 #: What each option that tunes another needs, as JSON Schema's ``dependentRequired``.
