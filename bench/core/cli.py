@@ -87,6 +87,15 @@ SECTIONS = (
     "resumable",
     "integrations",
 )
+#: The brokers each section with a ``--<section>-backends`` option can run on, the default all.
+BACKENDS = {
+    "sql": ("sqlite", "postgresql"),
+    "flow": ("redis", "postgresql"),
+    "feeds": ("redis", "postgresql"),
+    "fair": ("redis", "postgresql"),
+    "periodic": ("redis", "postgresql"),
+    "resumable": ("redis", "postgresql"),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -185,9 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     sql_options.add_argument(
         "--sql-processes", help="comma-separated worker process counts (default 1,2; --quick: 1)"
     )
-    sql_options.add_argument(
-        "--sql-backends", default="sqlite,postgresql", help="comma-separated (default sqlite,postgresql)"
-    )
+    _backends_option(sql_options, "sql")
     sql_options.add_argument(
         "--sql-untracked-only",
         action="store_true",
@@ -202,17 +209,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="keyed jobs waiting in lines in the large backlog run (default 100000; --quick: 1000)",
     )
-    flow_options.add_argument(
-        "--flow-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
-    )
+    _backends_option(flow_options, "flow")
     feeds_options = parser.add_argument_group("feeds section (also uses --reps and --pg-url)")
     feeds_options.add_argument(
         "--feeds-items", type=int, help="items of the drained task (default 1000000; --quick: 2000)"
     )
     feeds_options.add_argument("--feeds-parallel", type=int, default=100, help="the fed task's parallel")
-    feeds_options.add_argument(
-        "--feeds-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
-    )
+    _backends_option(feeds_options, "feeds")
     fair_options = parser.add_argument_group("fair section (also uses --reps and --pg-url)")
     fair_options.add_argument(
         "--fair-jobs",
@@ -224,9 +227,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="tasks, each of its own tenant, of the many-task drains (default 100; --quick: 10)",
     )
-    fair_options.add_argument(
-        "--fair-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
-    )
+    _backends_option(fair_options, "fair")
     periodic_options = parser.add_argument_group("periodic section (also uses --reps and --pg-url)")
     periodic_options.add_argument(
         "--periodic-schedules",
@@ -238,9 +239,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="seconds of each run's measured window (default 30; --quick: 2, and no baseline run)",
     )
-    periodic_options.add_argument(
-        "--periodic-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
-    )
+    _backends_option(periodic_options, "periodic")
     integrations_options = parser.add_argument_group("integrations section (also uses --reps)")
     integrations_options.add_argument(
         "--integration-jobs", type=int, help="no-op jobs per drain (default 20000; --quick: 200)"
@@ -254,10 +253,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="iterations of each measured job (default 1000000; --quick: 100000)",
     )
-    resumable_options.add_argument(
-        "--resumable-backends", default="redis,postgresql", help="comma-separated (default redis,postgresql)"
-    )
+    _backends_option(resumable_options, "resumable")
     return parser
+
+
+def _backends_option(group: argparse._ArgumentGroup, section: str) -> None:
+    default = ",".join(BACKENDS[section])
+    group.add_argument(f"--{section}-backends", default=default, help=f"comma-separated (default {default})")
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -266,8 +268,12 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
+    return [int(part) for part in _names(text)]
 
 
 def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str, dict[str, Any]]:
@@ -350,7 +356,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "reps": reps,
             "concurrency": args.sql_concurrency,
             "processes": _ints(pick(args.sql_processes, "1,2", "1")),
-            "backends": [b.strip() for b in args.sql_backends.split(",") if b.strip()],
+            "backends": _names(args.sql_backends),
             "tracked": not (quick or args.sql_untracked_only),
             "pg_url": pg_url,
         },
@@ -366,7 +372,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "backlog_processes": 4,
             "backlogs": [pick(None, 1000, 100), pick(args.flow_backlog, 100_000, 1000)],
             "parked_keys": pick(None, 1000, 100),
-            "backends": [b.strip() for b in args.flow_backends.split(",") if b.strip()],
+            "backends": _names(args.flow_backends),
             "pg_url": pg_url,
         },
         "feeds": {
@@ -376,7 +382,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "parallel": args.feeds_parallel,
             "processes": 2,
             "concurrency": 10,
-            "backends": [b.strip() for b in args.feeds_backends.split(",") if b.strip()],
+            "backends": _names(args.feeds_backends),
             "pg_url": pg_url,
         },
         "fair": {
@@ -389,7 +395,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             # As the feeds section's drains: comparable rates on the same machine.
             "processes": 2,
             "concurrency": 10,
-            "backends": [b.strip() for b in args.fair_backends.split(",") if b.strip()],
+            "backends": _names(args.fair_backends),
             "pg_url": pg_url,
         },
         "periodic": {
@@ -401,7 +407,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "baseline": not quick,
             "processes": 2,
             "concurrency": 10,
-            "backends": [b.strip() for b in args.periodic_backends.split(",") if b.strip()],
+            "backends": _names(args.periodic_backends),
             "pg_url": pg_url,
         },
         "integrations": {
@@ -416,7 +422,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "iterations": pick(args.resumable_iterations, 1_000_000, 100_000),
             # The worker runs with the default: the section measures what a job gets unless it asks.
             "checkpoint_interval": Settings().checkpoint_interval,
-            "backends": [b.strip() for b in args.resumable_backends.split(",") if b.strip()],
+            "backends": _names(args.resumable_backends),
             "pg_url": pg_url,
         },
     }
@@ -424,37 +430,22 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    chosen = {name.strip() for name in args.sections.split(",") if name.strip()}
+    chosen = set(_names(args.sections))
     if not chosen or not chosen <= set(SECTIONS):
         raise SystemExit(f"--sections takes {', '.join(SECTIONS)}, not {args.sections!r}")
     settings = _settings(args, argv)
     settings["runtime"]["sections"] = [name for name in SECTIONS if name in chosen]
     if {"api", "sse"} & chosen and (missing := api.wrk_missing()) is not None:
         raise SystemExit(f"python -m bench: {missing}")
-    backends = settings["sql"]["backends"]
-    if not backends or not set(backends) <= {"sqlite", "postgresql"}:
-        raise SystemExit(f"--sql-backends takes sqlite and/or postgresql, not {args.sql_backends!r}")
-    flow_backends = settings["flow"]["backends"]
-    if not flow_backends or not set(flow_backends) <= {"redis", "postgresql"}:
-        raise SystemExit(f"--flow-backends takes redis and/or postgresql, not {args.flow_backends!r}")
-    feeds_backends = settings["feeds"]["backends"]
-    if not feeds_backends or not set(feeds_backends) <= {"redis", "postgresql"}:
-        raise SystemExit(f"--feeds-backends takes redis and/or postgresql, not {args.feeds_backends!r}")
-    fair_backends = settings["fair"]["backends"]
-    if not fair_backends or not set(fair_backends) <= {"redis", "postgresql"}:
-        raise SystemExit(f"--fair-backends takes redis and/or postgresql, not {args.fair_backends!r}")
+    for section, allowed in BACKENDS.items():
+        backends = settings[section]["backends"]
+        if not backends or not set(backends) <= set(allowed):
+            given = getattr(args, f"{section}_backends")
+            raise SystemExit(f"--{section}-backends takes {' and/or '.join(allowed)}, not {given!r}")
     if settings["fair"]["tasks"] < 2 or settings["fair"]["jobs"] < settings["fair"]["tasks"]:
         raise SystemExit("--fair-tasks takes 2 or more, and --fair-jobs at least one job per task")
-    periodic_backends = settings["periodic"]["backends"]
-    if not periodic_backends or not set(periodic_backends) <= {"redis", "postgresql"}:
-        raise SystemExit(f"--periodic-backends takes redis and/or postgresql, not {args.periodic_backends!r}")
     if settings["periodic"]["schedules"] < 1 or settings["periodic"]["seconds"] < 1:
         raise SystemExit("--periodic-schedules and --periodic-seconds take 1 or more")
-    resumable_backends = settings["resumable"]["backends"]
-    if not resumable_backends or not set(resumable_backends) <= {"redis", "postgresql"}:
-        raise SystemExit(
-            f"--resumable-backends takes redis and/or postgresql, not {args.resumable_backends!r}"
-        )
     if settings["resumable"]["iterations"] < 1:
         raise SystemExit("--resumable-iterations takes 1 or more")
     if "ceiling" in chosen and (missing := ceiling.missing()) is not None:
@@ -470,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = sections.Run(settings)
     try:
         if {"runtime", "latency", "memory"} & chosen:
-            wanted = [name.strip() for name in args.systems.split(",") if name.strip()]
+            wanted = _names(args.systems)
             run.systems, run.runtime.skipped = systems.available(wanted)
             if args.ab is not None:
                 run.systems = _with_reference(run.systems, args.ab, workdir)
