@@ -57,36 +57,10 @@ from bench.ceiling import section as ceiling
 from bench.core import document, machine, plots, postgres, procs, sections, targets
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, System, byte_compile
-from bench.fair import section as fair
-from bench.feeds import section as feeds
-from bench.flow import section as flow
-from bench.integrations import section as integrations
-from bench.latency import section as latency
 from bench.memory import section as memory
-from bench.periodic import section as periodic
-from bench.resumable import section as resumable
 from bench.runtime import asynctask_system, systems
-from bench.runtime import section as runtime
-from bench.sql import section as sql
-from bench.sse import section as sse
-from bench.tracking import section as tracking
 
-SECTIONS = (
-    "runtime",
-    "latency",
-    "memory",
-    "ceiling",
-    "tracking",
-    "api",
-    "sse",
-    "sql",
-    "flow",
-    "feeds",
-    "fair",
-    "periodic",
-    "resumable",
-    "integrations",
-)
+SECTIONS = tuple(section.name for section in sections.SECTIONS)
 #: The brokers each section with a ``--<section>-backends`` option can run on, the default all.
 BACKENDS = {
     "sql": ("sqlite", "postgresql"),
@@ -500,44 +474,13 @@ def _with_reference(chosen: list[System], ref: str, workdir: Path) -> list[Syste
 def _run_sections(
     run: sections.Run, chosen: set[str], server: RedisServer, workdir: Path, pg_url: str
 ) -> None:
-    for name in SECTIONS:
-        if name in chosen:
+    context = sections.Context(run, server, workdir, pg_url)
+    for section in sections.SECTIONS:
+        if section.name in chosen:
             started = time.monotonic()
-            _run_section(name, run, server, workdir, pg_url)
-            run.seconds[name] = time.monotonic() - started
-            print(f"== section {name}: {run.seconds[name]:.0f} s", file=sys.stderr)
-
-
-def _run_section(name: str, run: sections.Run, server: RedisServer, workdir: Path, pg_url: str) -> None:
-    s = run.settings
-    if name == "runtime":
-        runtime.run(run.runtime, run.systems, server, workdir)
-    elif name == "latency":
-        run.latency = latency.run(s["latency"], run.systems, server, workdir)
-    elif name == "memory":
-        run.memory = memory.run(s["memory"], run.systems, server, workdir)
-    elif name == "ceiling":
-        run.ceiling = ceiling.measure(server, s["ceiling"]["requests"], s["ceiling"]["clients"])
-    elif name == "tracking":
-        run.tracking = tracking.run(s["tracking"], pg_url, server, workdir)
-    elif name == "api":
-        run.api = api.run(s["api"], pg_url, server, workdir)
-    elif name == "sse":
-        run.sse = sse.run(s["sse"], pg_url, server, workdir)
-    elif name == "sql":
-        run.sql = sql.run(s["sql"], pg_url, workdir)
-    elif name == "flow":
-        run.flow = flow.run(s["flow"], pg_url, server, workdir)
-    elif name == "feeds":
-        run.feeds = feeds.run(s["feeds"], pg_url, server, workdir)
-    elif name == "fair":
-        run.fair = fair.run(s["fair"], pg_url, server, workdir)
-    elif name == "periodic":
-        run.periodic = periodic.run(s["periodic"], pg_url, server, workdir)
-    elif name == "resumable":
-        run.resumable = resumable.run(s["resumable"], pg_url, server, workdir)
-    elif name == "integrations":
-        run.integrations = integrations.run(s["integrations"], pg_url, server, workdir)
+            run.found[section.name] = section.run(context)
+            run.seconds[section.name] = time.monotonic() - started
+            print(f"== section {section.name}: {run.seconds[section.name]:.0f} s", file=sys.stderr)
 
 
 def _write(run: sections.Run, out_dir: Path) -> None:

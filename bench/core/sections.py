@@ -1,41 +1,48 @@
-"""One bench run's results across sections: their errors, their tables, their report.
+"""The bench's sections, each behind one protocol (``Section``), and one run's results across them.
 
-Every section's results are None (or empty) when it did not run, and then leave nothing in
-the tables or the report.
+A section runs once per bench run, given a ``Context``, and gives back its results; the run
+keeps them by section. A section that did not run has no results, and leaves nothing in the
+tables, the report or the errors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from bench.api import report as api_report
-from bench.api.section import ApiResults
+from bench.api import section as api
 from bench.ceiling import section as ceiling
 from bench.core import document
+from bench.core.redis_server import RedisServer
 from bench.core.system import System
 from bench.fair import report as fair_report
-from bench.fair.section import FairResults
+from bench.fair import section as fair
 from bench.feeds import report as feeds_report
-from bench.feeds.section import FeedResults
+from bench.feeds import section as feeds
 from bench.flow import report as flow_report
-from bench.flow.section import FlowResults
+from bench.flow import section as flow
 from bench.integrations import report as integrations_report
-from bench.integrations.section import IntegrationResults
+from bench.integrations import section as integrations
 from bench.latency import section as latency
 from bench.memory import section as memory
 from bench.periodic import report as periodic_report
-from bench.periodic.section import PeriodicResults
+from bench.periodic import section as periodic
 from bench.resumable import report as resumable_report
-from bench.resumable.section import ResumableResults
+from bench.resumable import section as resumable
 from bench.runtime import report as runtime_report
+from bench.runtime import section as runtime
 from bench.sql import report as sql_report
-from bench.sql.section import SqlResults
+from bench.sql import section as sql
 from bench.sse import report as sse_report
-from bench.sse.section import SseResults
+from bench.sse import section as sse
 from bench.tracking import report as tracking_report
-from bench.tracking.section import TrackingResults
+from bench.tracking import section as tracking
+
+R = TypeVar("R")
+D = TypeVar("D", bound=document.DrainResults)
 
 
 @dataclass
@@ -44,116 +51,212 @@ class Run:
     systems: list[System] = field(default_factory=list)
     #: The machine and every version a reader needs to compare two runs.
     machine: dict[str, str] = field(default_factory=dict)
+    #: Filled before any section runs (the systems' configurations, those skipped), so it
+    #: exists from the start; it counts as run once a drain is in it.
     runtime: runtime_report.Results = field(init=False)
-    latency: list[latency.LatencyRun] | None = None
-    memory: list[memory.MemoryRun] | None = None
-    ceiling: ceiling.Ceiling | None = None
-    tracking: TrackingResults | None = None
-    api: ApiResults | None = None
-    sse: SseResults | None = None
-    sql: SqlResults | None = None
-    flow: FlowResults | None = None
-    feeds: FeedResults | None = None
-    fair: FairResults | None = None
-    periodic: PeriodicResults | None = None
-    resumable: ResumableResults | None = None
-    integrations: IntegrationResults | None = None
+    #: Each section's results, by section name, of the sections that ran.
+    found: dict[str, Any] = field(default_factory=dict)
     #: Wall time of each section that ran.
     seconds: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.runtime = runtime_report.Results(self.settings["runtime"], {})
+        self.found[RUNTIME.name] = self.runtime
+
+    def results(self, section: Section[R]) -> R | None:
+        """``section``'s results, or None when it did not run."""
+        return cast("R | None", self.found.get(section.name))
 
     def versions(self) -> list[dict[str, str]]:
-        parts = (
-            self.tracking,
-            self.api,
-            self.sse,
-            self.sql,
-            self.flow,
-            self.feeds,
-            self.fair,
-            self.periodic,
-            self.resumable,
-            self.integrations,
-        )
-        return [part.versions for part in parts if part is not None]
+        return [section.versions(self.found[section.name]) for section in self.ran(SECTIONS)]
 
     def errors(self) -> list[str]:
-        errors = self.runtime.errors()
-        errors += self.tracking.errors() if self.tracking is not None else []
-        errors += [f"latency {r.system}: {r.error}" for r in self.latency or [] if r.error]
-        errors += [f"memory {r.system}: {r.error}" for r in self.memory or [] if r.error]
-        errors += self.api.errors() if self.api is not None else []
-        errors += [f"sse: {self.sse.error}"] if self.sse is not None and self.sse.error else []
-        errors += [f"ceiling: {e}" for e in self.ceiling.errors()] if self.ceiling is not None else []
-        errors += self.flow.errors() if self.flow is not None else []
-        errors += self.feeds.errors() if self.feeds is not None else []
-        errors += self.fair.errors() if self.fair is not None else []
-        errors += self.periodic.errors() if self.periodic is not None else []
-        errors += self.resumable.errors() if self.resumable is not None else []
-        errors += self.integrations.errors() if self.integrations is not None else []
-        return errors + (self.sql.errors() if self.sql is not None else [])
+        return [error for section in self.ran(SECTIONS) for error in section.errors(self.found[section.name])]
 
     def tables(self) -> str:
         """What stdout shows: each section's tables, without the methods."""
-        parts = [runtime_report.tables(self.runtime)] if self.runtime.process else []
-        if self.latency is not None:
-            parts.append(latency.tables(self.latency))
-        if self.memory is not None:
-            parts.append(memory.tables(self.memory))
-        if self.ceiling is not None:
-            parts.append(ceiling.tables(self.ceiling))
-        if self.tracking is not None:
-            parts.append(tracking_report.tables(self.tracking))
-        if self.api is not None:
-            parts.append(api_report.tables(self.api))
-        if self.sse is not None:
-            parts.append(sse_report.tables(self.sse))
-        if self.sql is not None:
-            parts.append(sql_report.tables(self.sql))
-        if self.flow is not None:
-            parts.append(flow_report.tables(self.flow))
-        if self.feeds is not None:
-            parts.append(feeds_report.tables(self.feeds))
-        if self.fair is not None:
-            parts.append(fair_report.tables(self.fair))
-        if self.periodic is not None:
-            parts.append(periodic_report.tables(self.periodic))
-        if self.resumable is not None:
-            parts.append(resumable_report.tables(self.resumable))
-        if self.integrations is not None:
-            parts.append(integrations_report.tables(self.integrations))
-        return "\n".join(parts)
+        parts = (section.tables(self.found[section.name]) for section in self.ran(SECTIONS))
+        return "\n".join(part for part in parts if part)
+
+    def target_rows(self) -> list[str]:
+        """The target rows the sections judge on their own results."""
+        return [
+            row for section in self.ran(SECTIONS) for row in section.target_rows(self.found[section.name])
+        ]
+
+    def ran(self, sections: tuple[Section[Any], ...]) -> list[Section[Any]]:
+        return [section for section in sections if section.name in self.found]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a section's run is given: the bench run (its settings and systems), the bench's
+    private Redis, the work directory and the PostgreSQL to create private databases from."""
+
+    run: Run
+    server: RedisServer
+    workdir: Path
+    pg_url: str
+
+    def settings(self, section: str) -> dict[str, Any]:
+        return self.run.settings[section]
+
+
+def _nothing(_: object) -> list[str]:
+    return []
+
+
+def _no_versions(_: object) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Section(Generic[R]):
+    """One section of the bench: how it runs, and how its results show on stdout, go into
+    RESULTS.md and the raw data, count among the run's errors and versions, and judge targets."""
+
+    name: str
+    run: Callable[[Context], R]
+    tables: Callable[[R], str]
+    #: Its part of RESULTS.md and its raw data, given the run (machine, settings) and the directory.
+    write: Callable[[R, Run, Path], None]
+    errors: Callable[[R], list[str]]
+    versions: Callable[[R], dict[str, str]] = _no_versions
+    target_rows: Callable[[R], list[str]] = _nothing
+
+
+def drain_section(
+    name: str,
+    run: Callable[[dict[str, Any], str, RedisServer, Path], D],
+    tables: Callable[[D], str],
+    write: Callable[[D, dict[str, str], Path], None],
+    target_rows: Callable[[D], list[str]] = _nothing,
+) -> Section[D]:
+    """A section run on its own settings, the PostgreSQL URL, the private Redis and the work
+    directory, written with the machine, its results reporting their errors and versions."""
+    return Section(
+        name,
+        run=lambda at: run(at.settings(name), at.pg_url, at.server, at.workdir),
+        tables=tables,
+        write=lambda results, bench_run, out_dir: write(results, bench_run.machine, out_dir),
+        errors=lambda results: results.errors(),
+        versions=lambda results: results.versions,
+        target_rows=target_rows,
+    )
+
+
+def _run_runtime(at: Context) -> runtime_report.Results:
+    runtime.run(at.run.runtime, at.run.systems, at.server, at.workdir)
+    return at.run.runtime
+
+
+def _runtime_tables(results: runtime_report.Results) -> str:
+    return runtime_report.tables(results) if results.process else ""
+
+
+RUNTIME = Section(
+    "runtime",
+    run=_run_runtime,
+    tables=_runtime_tables,
+    write=lambda results, bench_run, out_dir: runtime_report.write(results, bench_run.machine, out_dir),
+    errors=lambda results: results.errors(),
+)
+LATENCY = Section(
+    "latency",
+    run=lambda at: latency.run(at.settings("latency"), at.run.systems, at.server, at.workdir),
+    tables=latency.tables,
+    write=lambda runs, bench_run, out_dir: latency.write(runs, bench_run.settings["latency"], out_dir),
+    errors=lambda runs: [f"latency {r.system}: {r.error}" for r in runs if r.error],
+)
+MEMORY = Section(
+    "memory",
+    run=lambda at: memory.run(at.settings("memory"), at.run.systems, at.server, at.workdir),
+    tables=memory.tables,
+    write=lambda runs, bench_run, out_dir: memory.write(runs, bench_run.settings["memory"], out_dir),
+    errors=lambda runs: [f"memory {r.system}: {r.error}" for r in runs if r.error],
+)
+CEILING = Section(
+    "ceiling",
+    run=lambda at: ceiling.measure(
+        at.server, at.settings("ceiling")["requests"], at.settings("ceiling")["clients"]
+    ),
+    tables=ceiling.tables,
+    write=lambda found, _, out_dir: ceiling.write(found, out_dir),
+    errors=lambda found: [f"ceiling: {e}" for e in found.errors()],
+)
+TRACKING = drain_section("tracking", tracking.run, tracking_report.tables, tracking_report.write)
+API = drain_section("api", api.run, api_report.tables, api_report.write)
+SSE = Section(
+    "sse",
+    run=lambda at: sse.run(at.settings("sse"), at.pg_url, at.server, at.workdir),
+    tables=sse_report.tables,
+    write=lambda results, _, out_dir: sse_report.write(results, out_dir),
+    errors=lambda results: [f"sse: {results.error}"] if results.error else [],
+    versions=lambda results: results.versions,
+)
+SQL = Section(
+    "sql",
+    run=lambda at: sql.run(at.settings("sql"), at.pg_url, at.workdir),
+    tables=sql_report.tables,
+    write=lambda results, bench_run, out_dir: sql_report.write(results, bench_run.machine, out_dir),
+    errors=lambda results: results.errors(),
+    versions=lambda results: results.versions,
+)
+FLOW = drain_section("flow", flow.run, flow_report.tables, flow_report.write, flow_report.target_rows)
+FEEDS = drain_section("feeds", feeds.run, feeds_report.tables, feeds_report.write, feeds_report.target_rows)
+FAIR = drain_section("fair", fair.run, fair_report.tables, fair_report.write, fair_report.target_rows)
+PERIODIC = drain_section(
+    "periodic", periodic.run, periodic_report.tables, periodic_report.write, periodic_report.target_rows
+)
+RESUMABLE = drain_section(
+    "resumable", resumable.run, resumable_report.tables, resumable_report.write, resumable_report.target_rows
+)
+INTEGRATIONS = drain_section(
+    "integrations",
+    integrations.run,
+    integrations_report.tables,
+    integrations_report.write,
+    integrations_report.target_rows,
+)
+
+#: Every section, in the order they run and show on stdout.
+SECTIONS: tuple[Section[Any], ...] = (
+    RUNTIME,
+    LATENCY,
+    MEMORY,
+    CEILING,
+    TRACKING,
+    API,
+    SSE,
+    SQL,
+    FLOW,
+    FEEDS,
+    FAIR,
+    PERIODIC,
+    RESUMABLE,
+    INTEGRATIONS,
+)
+#: The order of the sections in RESULTS.md: the drains' comparisons first, the single measures after.
+DOCUMENT_ORDER: tuple[Section[Any], ...] = (
+    RUNTIME,
+    TRACKING,
+    API,
+    SQL,
+    FLOW,
+    FEEDS,
+    FAIR,
+    PERIODIC,
+    RESUMABLE,
+    INTEGRATIONS,
+    LATENCY,
+    MEMORY,
+    CEILING,
+    SSE,
+)
 
 
 def write(run: Run, out_dir: Path) -> None:
     """A new RESULTS.md in ``out_dir`` with the sections that ran, and their raw data."""
     document.start(out_dir, run.settings["runtime"]["command"], run.machine)
-    runtime_report.write(run.runtime, run.machine, out_dir)
-    if run.tracking is not None:
-        tracking_report.write(run.tracking, run.machine, out_dir)
-    if run.api is not None:
-        api_report.write(run.api, run.machine, out_dir)
-    if run.sql is not None:
-        sql_report.write(run.sql, run.machine, out_dir)
-    if run.flow is not None:
-        flow_report.write(run.flow, run.machine, out_dir)
-    if run.feeds is not None:
-        feeds_report.write(run.feeds, run.machine, out_dir)
-    if run.fair is not None:
-        fair_report.write(run.fair, run.machine, out_dir)
-    if run.periodic is not None:
-        periodic_report.write(run.periodic, run.machine, out_dir)
-    if run.resumable is not None:
-        resumable_report.write(run.resumable, run.machine, out_dir)
-    if run.integrations is not None:
-        integrations_report.write(run.integrations, run.machine, out_dir)
-    if run.latency is not None:
-        latency.write(run.latency, run.settings["latency"], out_dir)
-    if run.memory is not None:
-        memory.write(run.memory, run.settings["memory"], out_dir)
-    if run.ceiling is not None:
-        ceiling.write(run.ceiling, out_dir)
-    if run.sse is not None:
-        sse_report.write(run.sse, out_dir)
+    for section in run.ran(DOCUMENT_ORDER):
+        section.write(run.found[section.name], run, out_dir)

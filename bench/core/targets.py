@@ -12,13 +12,7 @@ from pathlib import Path
 from bench.ceiling import section as ceiling
 from bench.core import document
 from bench.core.fmt import fixed, ratio, spread
-from bench.core.sections import Run
-from bench.fair import report as fair_report
-from bench.feeds import report as feeds_report
-from bench.flow import report as flow_report
-from bench.integrations import report as integrations_report
-from bench.periodic import report as periodic_report
-from bench.resumable import report as resumable_report
+from bench.core.sections import CEILING, LATENCY, TRACKING, Run
 from bench.runtime import report
 from bench.tracking import report as tracking_report
 
@@ -55,7 +49,7 @@ def runtime_rows(results: report.Results) -> list[str]:
 
 
 def tracking_rows(run: Run) -> list[str]:
-    tracking = run.tracking
+    tracking = run.results(TRACKING)
     if tracking is None:
         return []
     rows = []
@@ -82,7 +76,7 @@ def tracking_rows(run: Run) -> list[str]:
 
 
 def latency_rows(run: Run) -> list[str]:
-    ours = [r for r in run.latency or [] if r.system == "AsyncTask" and not r.error]
+    ours = [r for r in run.results(LATENCY) or [] if r.system == "AsyncTask" and not r.error]
     if not ours:
         return []
     p99 = [r.percentile(99) for r in ours]
@@ -95,23 +89,18 @@ def latency_rows(run: Run) -> list[str]:
 
 
 def ceiling_lines(run: Run) -> list[str]:
-    if run.ceiling is None or not run.runtime.process:
+    measured = run.results(CEILING)
+    if measured is None or not run.runtime.process:
         return []
     drains = run.runtime.runs("AsyncTask", (1, 10))
     if not drains:
         return []
     drain = statistics.median(r.steady_rate for r in drains)
-    return ["", *ceiling.share_lines(run.ceiling, drain, "AsyncTask, 1 worker process x 10 slots")]
+    return ["", *ceiling.share_lines(measured, drain, "AsyncTask, 1 worker process x 10 slots")]
 
 
 def markdown(run: Run) -> str:
-    flow_rows = flow_report.target_rows(run.flow) if run.flow is not None else []
-    flow_rows += feeds_report.target_rows(run.feeds) if run.feeds is not None else []
-    flow_rows += fair_report.target_rows(run.fair) if run.fair is not None else []
-    flow_rows += periodic_report.target_rows(run.periodic) if run.periodic is not None else []
-    flow_rows += resumable_report.target_rows(run.resumable) if run.resumable is not None else []
-    flow_rows += integrations_report.target_rows(run.integrations) if run.integrations is not None else []
-    rows = runtime_rows(run.runtime) + tracking_rows(run) + latency_rows(run) + flow_rows
+    rows = runtime_rows(run.runtime) + tracking_rows(run) + latency_rows(run) + run.target_rows()
     lines = [
         f"## {TITLE}",
         "",
