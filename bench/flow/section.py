@@ -20,28 +20,31 @@ bytes, that the queue is empty, and that the parked jobs still wait.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import redis
 from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import Client, Settings, default_registry
 from asynctask.brokers.sql.flow_statements import FlowStatements
 from asynctask.brokers.sql.statements import Statements
 from asynctask.db.engine import create_database_engine
 from asynctask.job import JobDefinition
-from bench.core.drain import POSTGRESQL, REDIS, BenchBroker, open_brokers, watch
+from bench.core.drain import (
+    POSTGRESQL,
+    REDIS,
+    RUN_ERRORS,
+    BenchBroker,
+    DrainRun,
+    drain_once,
+    one_line,
+    open_brokers,
+    say,
+)
 from bench.core.redis_server import RedisServer
 from bench.core.results import SectionResults, section_frame
-from bench.core.timing import DrainRates
 from bench.flow.jobs import PARKED_QUEUE, flow_keyed, flow_parked, flow_plain
 from bench.sql import db as sql_db
 
@@ -56,7 +59,7 @@ BACKLOG = "backlog"
 
 
 @dataclass
-class FlowRun(DrainRates):
+class FlowRun(DrainRun):
     case: str
     backend: str
     processes: int
@@ -67,17 +70,6 @@ class FlowRun(DrainRates):
     #: Keyed jobs waiting in lines (parked) during the drain.
     waiting: int = 0
     push_s: float = 0.0
-    startup_s: float = 0.0
-    steady_s: float = 0.0
-    total_s: float = 0.0
-    #: CPU seconds of all worker trees, and of the PostgreSQL backends serving the database,
-    #: from the first job done to the last.
-    worker_cpu_s: float = 0.0
-    postgres_cpu_s: float = 0.0
-    progress: list[tuple[float, int]] = field(default_factory=list)
-    load_before: float = 0.0
-    checks: dict[str, int] = field(default_factory=dict)
-    error: str = ""
 
     @property
     def label(self) -> str:
@@ -145,39 +137,31 @@ def _one(
     workdir: Path,
     rep: int,
 ) -> None:
-    label = f"flow-{broker.backend}-{one.label.replace(' ', '_').replace(',', '')}-r{rep}"
-    marker = workdir / f"{label}.marker"
-    marker.write_bytes(b"")
-    try:
+    def push() -> None:
         broker.empty()
         if one.waiting:
             _park(broker.url, one.waiting, results.settings["parked_keys"])
         one.push_s = _push(broker.url, job, args)
         if one.waiting and one.waiting == max(results.settings["backlogs"]) and not results.plans:
             results.plans = _plans(broker.url)
-        one.load_before = os.getloadavg()[0]
-        watch(one, broker, JOBS_MODULE, marker, workdir / f"{label}.log")
-        one.checks = {"marker_bytes": marker.stat().st_size, "queued_left": broker.queued("default")}
-        if one.waiting:
-            one.checks["still_waiting"] = _still_waiting(broker)
-    except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error, redis.RedisError) as exc:
-        one.error = one.error or " ".join(str(exc).split())[:1500]
-    except SQLAlchemyError as exc:
-        one.error = one.error or " ".join(str(exc).split())[:1500]
-    if not one.error:
-        one.error = _check(one)
+
+    label = f"flow-{broker.backend}-{one.label.replace(' ', '_').replace(',', '')}-r{rep}"
+    drain_once(one, broker, JOBS_MODULE, label, workdir, push)
+    if one.waiting and one.checks:
+        _check_waiting(one, broker)
     results.runs.append((rep, one))
     _say(rep, results.settings["reps"], one)
 
 
-def _check(one: FlowRun) -> str:
-    if one.checks["marker_bytes"] != one.jobs:
-        return f"{one.checks['marker_bytes']} jobs ran, expected {one.jobs}"
-    if one.checks["queued_left"]:
-        return f"{one.checks['queued_left']} jobs left in the queue"
-    if one.waiting and one.checks["still_waiting"] != one.waiting:
-        return f"{one.checks['still_waiting']} parked jobs waiting after the run, expected {one.waiting}"
-    return ""
+def _check_waiting(one: FlowRun, broker: BenchBroker) -> None:
+    """The parked jobs must still wait in their lines: the drain promoted none of them."""
+    try:
+        one.checks["still_waiting"] = _still_waiting(broker)
+    except RUN_ERRORS as exc:
+        one.error = one.error or one_line(exc)
+        return
+    if not one.error and one.checks["still_waiting"] != one.waiting:
+        one.error = f"{one.checks['still_waiting']} parked jobs waiting after the run, expected {one.waiting}"
 
 
 def _client(url: str) -> Client:
@@ -226,10 +210,8 @@ def _explain(connection: Any, statement: str, params: dict[str, Any]) -> str:
 
 
 def _say(rep: int, reps: int, one: FlowRun) -> None:
-    label = (
-        f"rep {rep + 1}/{reps} flow {one.label} on {one.backend}, {one.processes} proc x {one.concurrency}"
+    say(
+        f"rep {rep + 1}/{reps} flow {one.label} on {one.backend}, {one.processes} proc x {one.concurrency}",
+        one.error,
+        f"{one.jobs:,} jobs, steady {one.steady_rate:,.0f}/s",
     )
-    if one.error:
-        print(f"{label}: FAILED: {one.error[-300:]}", file=sys.stderr)
-        return
-    print(f"{label}: {one.jobs:,} jobs, steady {one.steady_rate:,.0f}/s", file=sys.stderr)

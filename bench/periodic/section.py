@@ -42,7 +42,7 @@ import redis
 
 from asynctask.keys import Keys
 from bench.core import procs
-from bench.core.drain import BenchBroker, open_brokers, postgres_cpu
+from bench.core.drain import RUN_ERRORS, BenchBroker, one_line, open_brokers, postgres_cpu
 from bench.core.fmt import percentile
 from bench.core.redis_server import RedisServer
 from bench.core.results import PACKAGES, SectionResults, section_frame
@@ -223,8 +223,8 @@ def _one(results: PeriodicResults, broker: BenchBroker, case: str, rep: int, wor
             check(one, probe.jobs(), samples)
         elif (left := probe.queued()) != 0:
             one.error = f"{left} jobs queued without a schedule"
-    except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error, redis.RedisError) as exc:
-        one.error = one.error or " ".join(str(exc).split())[:1500]
+    except RUN_ERRORS as exc:
+        one.error = one.error or one_line(exc)
     finally:
         if probe is not None:
             probe.close()

@@ -19,21 +19,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import redis
-from sqlalchemy.exc import SQLAlchemyError
-
 from asynctask import Client, Settings, default_registry
 from asynctask.job import JobDefinition
 from bench.core import procs
-from bench.core.drain import BenchBroker, open_brokers
+from bench.core.drain import RUN_ERRORS, BenchBroker, one_line, open_brokers, say
 from bench.core.redis_server import RedisServer
 from bench.core.results import SectionResults, section_frame
 from bench.core.system import ROOT, clean_env
@@ -155,17 +150,10 @@ def _repetition(results: ResumableResults, broker: BenchBroker, rep: int, workdi
             worker.close()
         if (left := broker.queued("default")) != 0:
             results.failures.append(f"{label}: {left} jobs left in the queue after the worker stopped")
-    except (
-        RuntimeError,
-        OSError,
-        subprocess.SubprocessError,
-        psycopg.Error,
-        redis.RedisError,
-        SQLAlchemyError,
-    ) as exc:
+    except RUN_ERRORS as exc:
         for one in runs:
             if not one.seconds and not one.error:
-                one.error = " ".join(str(exc).split())[:1500]
+                one.error = one_line(exc)
     for one in runs:
         results.runs.append((rep, one))
         _say(rep, s["reps"], one)
@@ -185,10 +173,8 @@ def check(one: ResumableRun, record: dict[str, Any]) -> str:
 
 
 def _say(rep: int, reps: int, one: ResumableRun) -> None:
-    label = (
-        f"rep {rep + 1}/{reps} resumable: {one.case} job of {one.iterations:,} iterations on {one.backend}"
+    say(
+        f"rep {rep + 1}/{reps} resumable: {one.case} job of {one.iterations:,} iterations on {one.backend}",
+        one.error,
+        f"{one.seconds:.3f} s ({one.ns_per_iteration():.0f} ns/iteration)",
     )
-    if one.error:
-        print(f"{label}: FAILED: {one.error[-300:]}", file=sys.stderr)
-        return
-    print(f"{label}: {one.seconds:.3f} s ({one.ns_per_iteration():.0f} ns/iteration)", file=sys.stderr)

@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 
 from bench.core import peers_venv, procs
-from bench.core.drain import postgres_cpu
+from bench.core.drain import one_line, postgres_cpu, say
 from bench.core.postgres import postgres_unreachable, shown
 from bench.core.results import section_frame
 from bench.core.system import ROOT
@@ -240,7 +240,7 @@ def drain(
         pending = int(sql_db.query(url, system.pending_sql)[0][0])
         done = int(sql_db.query(url, system.done_sql)[0][0]) if system.done_sql else jobs
     except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error, sqlite3.Error) as exc:
-        result.error = result.error or " ".join(str(exc).split())[:1500]
+        result.error = result.error or one_line(exc)
         return result
     result.checks = {"marker_bytes": marker.stat().st_size, "pending_left": pending}
     if result.checks["marker_bytes"] != jobs and not result.error:
@@ -359,12 +359,9 @@ def _usage(workers: list[subprocess.Popen[bytes]], *, memory: bool) -> procs.Tre
 
 
 def _say(rep: int, reps: int, one: SqlRun) -> None:
-    label = f"rep {rep + 1}/{reps} {one.system} on {one.backend}, {one.processes} proc x {one.concurrency}"
-    if one.error:
-        print(f"{label}: FAILED: {one.error[-300:]}", file=sys.stderr)
-        return
-    print(
-        f"{label}: enqueue {one.enqueue_rate:,.0f}/s, steady {one.steady_rate:,.0f}/s, "
+    say(
+        f"rep {rep + 1}/{reps} {one.system} on {one.backend}, {one.processes} proc x {one.concurrency}",
+        one.error,
+        f"enqueue {one.enqueue_rate:,.0f}/s, steady {one.steady_rate:,.0f}/s, "
         f"incl. start-up {one.total_rate:,.0f}/s",
-        file=sys.stderr,
     )
