@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from bench.api import report as api_report
 from bench.api import section as api
 from bench.ceiling import section as ceiling
 from bench.core import document
 from bench.core.redis_server import RedisServer
+from bench.core.report import DrainReport, ReportedResults
 from bench.core.system import System
 from bench.fair import report as fair_report
 from bench.fair import section as fair
@@ -43,6 +44,7 @@ from bench.tracking import section as tracking
 
 R = TypeVar("R")
 D = TypeVar("D", bound=document.DrainResults)
+DR = TypeVar("DR", bound=ReportedResults)
 
 
 @dataclass
@@ -125,7 +127,7 @@ class Section(Generic[R]):
     target_rows: Callable[[R], list[str]] = _nothing
 
 
-def drain_section(
+def _reported(
     name: str,
     run: Callable[[dict[str, Any], str, RedisServer, Path], D],
     tables: Callable[[D], str],
@@ -145,6 +147,40 @@ def drain_section(
     )
 
 
+def drain_section(
+    name: str,
+    run: Callable[[dict[str, Any], str, RedisServer, Path], DR],
+    report: DrainReport[DR],
+    target_rows: Callable[[DR], list[str]],
+) -> Section[DR]:
+    """A drain section: reported by its ``DrainReport``, judging its own targets."""
+    return _reported(name, run, report.tables, report.write, target_rows)
+
+
+class SystemRun(Protocol):
+    system: str
+    error: str
+
+
+S = TypeVar("S", bound=SystemRun)
+
+
+def _per_system(
+    name: str,
+    run: Callable[[dict[str, Any], list[System], RedisServer, Path], list[S]],
+    tables: Callable[[list[S]], str],
+    write: Callable[[list[S], dict[str, Any], Path], None],
+) -> Section[list[S]]:
+    """A section measuring each system under test in turn; its errors name the system."""
+    return Section(
+        name,
+        run=lambda at: run(at.settings(name), at.run.systems, at.server, at.workdir),
+        tables=tables,
+        write=lambda runs, bench_run, out_dir: write(runs, bench_run.settings[name], out_dir),
+        errors=lambda runs: [f"{name} {r.system}: {r.error}" for r in runs if r.error],
+    )
+
+
 def _run_runtime(at: Context) -> runtime_report.Results:
     runtime.run(at.run.runtime, at.run.systems, at.server, at.workdir)
     return at.run.runtime
@@ -161,20 +197,8 @@ RUNTIME = Section(
     write=lambda results, bench_run, out_dir: runtime_report.write(results, bench_run.machine, out_dir),
     errors=lambda results: results.errors(),
 )
-LATENCY = Section(
-    "latency",
-    run=lambda at: latency.run(at.settings("latency"), at.run.systems, at.server, at.workdir),
-    tables=latency.tables,
-    write=lambda runs, bench_run, out_dir: latency.write(runs, bench_run.settings["latency"], out_dir),
-    errors=lambda runs: [f"latency {r.system}: {r.error}" for r in runs if r.error],
-)
-MEMORY = Section(
-    "memory",
-    run=lambda at: memory.run(at.settings("memory"), at.run.systems, at.server, at.workdir),
-    tables=memory.tables,
-    write=lambda runs, bench_run, out_dir: memory.write(runs, bench_run.settings["memory"], out_dir),
-    errors=lambda runs: [f"memory {r.system}: {r.error}" for r in runs if r.error],
-)
+LATENCY = _per_system("latency", latency.run, latency.tables, latency.write)
+MEMORY = _per_system("memory", memory.run, memory.tables, memory.write)
 CEILING = Section(
     "ceiling",
     run=lambda at: ceiling.measure(
@@ -184,8 +208,8 @@ CEILING = Section(
     write=lambda found, _, out_dir: ceiling.write(found, out_dir),
     errors=lambda found: [f"ceiling: {e}" for e in found.errors()],
 )
-TRACKING = drain_section("tracking", tracking.run, tracking_report.tables, tracking_report.write)
-API = drain_section("api", api.run, api_report.tables, api_report.write)
+TRACKING = _reported("tracking", tracking.run, tracking_report.tables, tracking_report.write)
+API = _reported("api", api.run, api_report.tables, api_report.write)
 SSE = Section(
     "sse",
     run=lambda at: sse.run(at.settings("sse"), at.pg_url, at.server, at.workdir),
@@ -202,21 +226,13 @@ SQL = Section(
     errors=lambda results: results.errors(),
     versions=lambda results: results.versions,
 )
-FLOW = drain_section("flow", flow.run, flow_report.tables, flow_report.write, flow_report.target_rows)
-FEEDS = drain_section("feeds", feeds.run, feeds_report.tables, feeds_report.write, feeds_report.target_rows)
-FAIR = drain_section("fair", fair.run, fair_report.tables, fair_report.write, fair_report.target_rows)
-PERIODIC = drain_section(
-    "periodic", periodic.run, periodic_report.tables, periodic_report.write, periodic_report.target_rows
-)
-RESUMABLE = drain_section(
-    "resumable", resumable.run, resumable_report.tables, resumable_report.write, resumable_report.target_rows
-)
+FLOW = drain_section("flow", flow.run, flow_report.REPORT, flow_report.target_rows)
+FEEDS = drain_section("feeds", feeds.run, feeds_report.REPORT, feeds_report.target_rows)
+FAIR = drain_section("fair", fair.run, fair_report.REPORT, fair_report.target_rows)
+PERIODIC = drain_section("periodic", periodic.run, periodic_report.REPORT, periodic_report.target_rows)
+RESUMABLE = drain_section("resumable", resumable.run, resumable_report.REPORT, resumable_report.target_rows)
 INTEGRATIONS = drain_section(
-    "integrations",
-    integrations.run,
-    integrations_report.tables,
-    integrations_report.write,
-    integrations_report.target_rows,
+    "integrations", integrations.run, integrations_report.REPORT, integrations_report.target_rows
 )
 
 #: Every section, in the order they run and show on stdout.

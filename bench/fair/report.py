@@ -7,39 +7,30 @@ between the two drains of the same broker and number of tasks.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any
 
-from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
-from bench.fair.section import FAIR, FIFO, FairResults, FairRun, cases
+from bench.core.fmt import fixed, judged, rate, ratio, spread
+from bench.core.report import (
+    BACKEND_NAMES,
+    DrainReport,
+    first_over_last_tenth,
+    ok_by_rep,
+    per_job_us,
+    per_rep,
+    quick_note,
+    section_text,
+    target_row,
+)
+from bench.fair.section import FAIR, FIFO, FairResults, case_name, cases
 
-SECTION = "Fair share"
-JSON_FILE = "fair.json"
-BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
 #: Target: a fair queue drains at no less than this share of the same queue served in push order.
 FAIR_FLOOR = 0.90
 
 
-def _ok(results: FairResults, backend: str, mode: str, tasks: int) -> dict[int, FairRun]:
-    return {
-        rep: r
-        for rep, r in results.runs
-        if r.backend == backend and r.mode == mode and r.tasks == tasks and not r.error
-    }
-
-
 def paired(results: FairResults, backend: str, tasks: int) -> list[float]:
     """fair ÷ fifo drain jobs/s of each repetition that has both drains."""
-    fair, fifo = _ok(results, backend, FAIR, tasks), _ok(results, backend, FIFO, tasks)
-    return [fair[rep].steady_rate / fifo[rep].steady_rate for rep in fair if rep in fifo]
-
-
-def _tenths(runs: list[FairRun]) -> str:
-    both = [r for r in runs if min(r.tenth_rate(False), r.tenth_rate(True)) > 0]
-    return spread((r.tenth_rate(False) / r.tenth_rate(True) for r in both), ratio)
+    fair, fifo = case_name(FAIR, tasks), case_name(FIFO, tasks)
+    return per_rep(results, backend, fair, fifo, lambda ours, base: ours.steady_rate / base.steady_rate)
 
 
 def throughput_table(results: FairResults) -> list[str]:
@@ -50,17 +41,17 @@ def throughput_table(results: FairResults) -> list[str]:
     ]
     for backend in (REDIS, POSTGRESQL):
         for mode, tasks in cases(results.settings["tasks"]):
-            runs = list(_ok(results, backend, mode, tasks).values())
+            runs = list(ok_by_rep(results, backend, case_name(mode, tasks)).values())
             if not runs:
                 continue
             first = runs[0]
             tenants = f"{tasks}, a tenant each" if tasks > 1 else "1, no tenant"
-            postgres = spread((r.postgres_cpu_s / r.jobs * 1e6 for r in runs), fixed(0))
+            postgres = per_job_us(runs, lambda r: r.postgres_cpu_s)
             lines.append(
                 f"| {BACKEND_NAMES[backend]} | {first.case} | {tenants} | {first.jobs:,} "
                 f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
-                f"| **{spread((r.steady_rate for r in runs), rate)}** | {_tenths(runs)} "
-                f"| {spread((r.worker_cpu_s / r.jobs * 1e6 for r in runs), fixed(0))} "
+                f"| **{spread((r.steady_rate for r in runs), rate)}** | {first_over_last_tenth(runs)} "
+                f"| {per_job_us(runs, lambda r: r.worker_cpu_s)} "
                 f"| {postgres if backend == POSTGRESQL else '-'} |"
             )
     return lines
@@ -76,22 +67,23 @@ def target_rows(results: FairResults) -> list[str]:
                 continue
             what = "one task" if tasks == 1 else f"{tasks} tasks, a tenant each"
             rows.append(
-                f"| {BACKEND_NAMES[backend]}: drain jobs/s, fair ÷ fifo queue, {what} "
-                f"| ≥ {FAIR_FLOOR:.2f}x | {spread(ratios, ratio)} "
-                f"| {verdict(statistics.median(ratios) >= FAIR_FLOOR)} |"
+                target_row(
+                    f"{BACKEND_NAMES[backend]}: drain jobs/s, fair ÷ fifo queue, {what}",
+                    f"≥ {FAIR_FLOOR:.2f}x",
+                    spread(ratios, ratio),
+                    statistics.median(ratios) >= FAIR_FLOOR,
+                )
             )
     return judged(rows, results.settings["quick"])
 
 
 def tables(results: FairResults) -> str:
     s = results.settings
-    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
     intro = (
-        f"{s['jobs']:,} no-op chunk jobs per drain{quick}, in 1 or {s['tasks']} tasks created before the "
-        f"workers start; {s['reps']} rep(s), the four drains of a broker interleaved; median (min-max)."
+        f"{s['jobs']:,} no-op chunk jobs per drain{quick_note(s)}, in 1 or {s['tasks']} tasks created before "
+        f"the workers start; {s['reps']} rep(s), the four drains of a broker interleaved; median (min-max)."
     )
-    tail = section_tail(results.databases, results.errors(), results.seconds)
-    return drain_tables(intro, throughput_table(results), target_rows(results), tail)
+    return section_text(results, intro, throughput_table(results), target_rows(results))
 
 
 METHOD = """\
@@ -120,17 +112,11 @@ METHOD = """\
 """
 
 
-def markdown(results: FairResults) -> str:
-    return drain_markdown(SECTION, "fair share", tables(results), METHOD, results.versions)
-
-
-def raw(results: FairResults, machine: dict[str, str]) -> dict[str, Any]:
-    runs = [
-        {"rep": rep, "case": r.case, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs
-    ]
-    return drain_raw(results, machine, runs)
-
-
-def write(results: FairResults, machine: dict[str, str], out_dir: Path) -> None:
-    """``fair.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
-    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
+REPORT = DrainReport[FairResults](
+    "Fair share",
+    "fair share",
+    "fair.json",
+    METHOD,
+    tables,
+    derived=lambda r: {"case": r.case, "steady_rate": r.steady_rate},
+)

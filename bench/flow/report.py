@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any
 
-from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
+from bench.core.fmt import fixed, judged, rate, ratio, spread
+from bench.core.report import BACKEND_NAMES, DrainReport, per_job_us, quick_note, section_text, target_row
 from bench.flow.section import BACKLOG, HOT, KEYED, PLAIN, FlowResults, FlowRun
 
-SECTION = "Flow control: concurrency keys"
-JSON_FILE = "flow.json"
-BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
 #: Targets: keyed drain ÷ plain drain, the hot key's serial rate, large ÷ small backlog rate.
 KEYED_SHARE = 0.70
 HOT_RATE = 1000.0
@@ -53,10 +47,6 @@ def _backlog_labels(results: FlowResults) -> tuple[str, str] | None:
     return f"{BACKLOG} of {sizes[0]:,} waiting", f"{BACKLOG} of {sizes[-1]:,} waiting"
 
 
-def _per_job_us(runs: list[FlowRun], value: Callable[[FlowRun], float]) -> str:
-    return spread((value(r) / r.jobs * 1e6 for r in runs), fixed(0))
-
-
 def throughput_table(results: FlowResults) -> list[str]:
     lines = [
         "| backend | case | jobs | keys | worker processes x job slots | **drain jobs/s steady** "
@@ -70,12 +60,12 @@ def throughput_table(results: FlowResults) -> list[str]:
             lines.append(f"{head} | | | | failed | | | | |")
             continue
         first = runs[0]
-        postgres = _per_job_us(runs, lambda r: r.postgres_cpu_s) if backend == POSTGRESQL else "-"
+        postgres = per_job_us(runs, lambda r: r.postgres_cpu_s) if backend == POSTGRESQL else "-"
         lines.append(
             f"{head} | {first.jobs:,} | {first.keys:,} | {first.processes} x {first.concurrency} "
             f"| **{spread((r.steady_rate for r in runs), rate)}** "
             f"| {spread((r.jobs / r.push_s for r in runs if r.push_s > 0), rate)} "
-            f"| {_per_job_us(runs, lambda r: r.worker_cpu_s)} | {postgres} "
+            f"| {per_job_us(runs, lambda r: r.worker_cpu_s)} | {postgres} "
             f"| {spread((r.load_before for r in runs), fixed(2))} |"
         )
     return lines
@@ -88,16 +78,23 @@ def target_rows(results: FlowResults) -> list[str]:
     for backend in (REDIS, POSTGRESQL):
         shares = paired(results, backend, KEYED, PLAIN, lambda r: r.steady_rate)
         if shares:
-            met = statistics.median(shares) >= KEYED_SHARE
             rows.append(
-                f"| {BACKEND_NAMES[backend]}: {keys:,} distinct keys at limit 1 ÷ no key, drain jobs/s "
-                f"| ≥ {KEYED_SHARE:.2f}x | {spread(shares, ratio)} | {verdict(met)} |"
+                target_row(
+                    f"{BACKEND_NAMES[backend]}: {keys:,} distinct keys at limit 1 ÷ no key, drain jobs/s",
+                    f"≥ {KEYED_SHARE:.2f}x",
+                    spread(shares, ratio),
+                    statistics.median(shares) >= KEYED_SHARE,
+                )
             )
     hot = [r.steady_rate for _, r in _ok(results, REDIS, HOT)]
     if hot:
         rows.append(
-            f"| Redis: one hot key at limit 1, serial jobs/s | ≥ {HOT_RATE:,.0f} "
-            f"| {spread(hot, rate)} | {verdict(statistics.median(hot) >= HOT_RATE)} |"
+            target_row(
+                "Redis: one hot key at limit 1, serial jobs/s",
+                f"≥ {HOT_RATE:,.0f}",
+                spread(hot, rate),
+                statistics.median(hot) >= HOT_RATE,
+            )
         )
     backlog = _backlog_labels(results)
     if backlog is not None:
@@ -106,22 +103,24 @@ def target_rows(results: FlowResults) -> list[str]:
         if slowdown:
             sizes = [r.waiting for _, r in results.runs if r.case == BACKLOG]
             rows.append(
-                f"| PostgreSQL, 4 processes: drain jobs/s with {min(sizes):,} ÷ with {max(sizes):,} "
-                f"keyed jobs waiting | ≤ {BACKLOG_SLOWDOWN:.1f}x | {spread(slowdown, ratio)} "
-                f"| {verdict(statistics.median(slowdown) <= BACKLOG_SLOWDOWN)} |"
+                target_row(
+                    f"PostgreSQL, 4 processes: drain jobs/s with {min(sizes):,} ÷ with {max(sizes):,} "
+                    "keyed jobs waiting",
+                    f"≤ {BACKLOG_SLOWDOWN:.1f}x",
+                    spread(slowdown, ratio),
+                    statistics.median(slowdown) <= BACKLOG_SLOWDOWN,
+                )
             )
     return judged(rows, results.settings["quick"])
 
 
 def tables(results: FlowResults) -> str:
     s = results.settings
-    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
     intro = (
-        f"No-op drains{quick}, pushed before the workers start; {s['reps']} rep(s), the runs of each "
+        f"No-op drains{quick_note(s)}, pushed before the workers start; {s['reps']} rep(s), the runs of each "
         "comparison interleaved; median (min-max)."
     )
-    tail = section_tail(results.databases, results.errors(), results.seconds)
-    return drain_tables(intro, throughput_table(results), target_rows(results), tail)
+    return section_text(results, intro, throughput_table(results), target_rows(results))
 
 
 METHOD = """\
@@ -153,18 +152,20 @@ METHOD = """\
 """
 
 
-def markdown(results: FlowResults) -> str:
+def _plans(results: FlowResults) -> list[str]:
     plans: list[str] = []
     for name, plan in results.plans.items():
         plans += [f"#### Plan: {name}", "", "```", plan, "```", ""]
-    return drain_markdown(SECTION, "flow control", tables(results), METHOD, results.versions, plans)
+    return plans
 
 
-def raw(results: FlowResults, machine: dict[str, str]) -> dict[str, Any]:
-    runs = [{"rep": rep, **asdict(r), "steady_rate": r.steady_rate} for rep, r in results.runs]
-    return drain_raw(results, machine, runs, plans=results.plans)
-
-
-def write(results: FlowResults, machine: dict[str, str], out_dir: Path) -> None:
-    """``flow.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
-    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
+REPORT = DrainReport[FlowResults](
+    "Flow control: concurrency keys",
+    "flow control",
+    "flow.json",
+    METHOD,
+    tables,
+    derived=lambda r: {"steady_rate": r.steady_rate},
+    extra=lambda results: {"plans": results.plans},
+    notes=_plans,
+)

@@ -7,16 +7,11 @@ figures of the same runtime.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any
 
-from bench.core.document import drain_markdown, drain_raw, write_section
-from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
+from bench.core.fmt import fixed, judged, rate, ratio, spread
+from bench.core.report import DrainReport, quick_note, section_text, target_row
 from bench.integrations.section import CREATE, NOOP, RUNTIMES, IntegrationResults, IntegrationRun
 
-SECTION = "Tracking attached to Celery, RQ and Dramatiq"
-JSON_FILE = "integrations.json"
 NAMES = {"celery": "Celery", "rq": "RQ", "dramatiq": "Dramatiq"}
 #: Targets: a tracked no-op job's rate ÷ the runtime's own, at least; create_task's time ÷ the
 #: runtime's own bulk send, at most.
@@ -56,28 +51,34 @@ def target_rows(results: IntegrationResults) -> list[str]:
         noop = [r.ratio() for r in _ok(results, runtime, NOOP)]
         if noop:
             rows.append(
-                f"| {NAMES[runtime]}: no-op jobs/s, tracked ÷ untracked | ≥ {TRACKED_RATE:.2f}x "
-                f"| {spread(noop, ratio)} | {verdict(statistics.median(noop) >= TRACKED_RATE)} |"
+                target_row(
+                    f"{NAMES[runtime]}: no-op jobs/s, tracked ÷ untracked",
+                    f"≥ {TRACKED_RATE:.2f}x",
+                    spread(noop, ratio),
+                    statistics.median(noop) >= TRACKED_RATE,
+                )
             )
         create = [r.ratio() for r in _ok(results, runtime, CREATE)]
         if create:
             rows.append(
-                f"| {NAMES[runtime]}: create_task ÷ the runtime's bulk send | ≤ {CREATE_TIME:.1f}x "
-                f"| {spread(create, ratio)} | {verdict(statistics.median(create) <= CREATE_TIME)} |"
+                target_row(
+                    f"{NAMES[runtime]}: create_task ÷ the runtime's bulk send",
+                    f"≤ {CREATE_TIME:.1f}x",
+                    spread(create, ratio),
+                    statistics.median(create) <= CREATE_TIME,
+                )
             )
     return judged(rows, results.settings["quick"])
 
 
 def tables(results: IntegrationResults) -> str:
     s = results.settings
-    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
     intro = (
         f"Each runtime's own worker, one process, draining {s['jobs']:,} no-op jobs with tracking attached "
         f"and without; `create_task` of {s['items']:,} items through its client against its own bulk "
-        f"send{quick}; {s['reps']} rep(s); median (min-max)."
+        f"send{quick_note(s)}; {s['reps']} rep(s); median (min-max)."
     )
-    tail = section_tail(results.databases, results.errors(), results.seconds)
-    return drain_tables(intro, table(results), target_rows(results), tail)
+    return section_text(results, intro, table(results), target_rows(results))
 
 
 METHOD = """\
@@ -99,15 +100,11 @@ METHOD = """\
 """
 
 
-def markdown(results: IntegrationResults) -> str:
-    return drain_markdown(SECTION, "integrations", tables(results), METHOD, results.versions)
-
-
-def raw(results: IntegrationResults, machine: dict[str, str]) -> dict[str, Any]:
-    runs = [{"rep": rep, **asdict(r), "ratio": r.ratio()} for rep, r in results.runs]
-    return drain_raw(results, machine, runs)
-
-
-def write(results: IntegrationResults, machine: dict[str, str], out_dir: Path) -> None:
-    """``integrations.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
-    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
+REPORT = DrainReport[IntegrationResults](
+    "Tracking attached to Celery, RQ and Dramatiq",
+    "integrations",
+    "integrations.json",
+    METHOD,
+    tables,
+    derived=lambda r: {"ratio": r.ratio()},
+)

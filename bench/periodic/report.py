@@ -8,35 +8,32 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any
 
-from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import drain_tables, fixed, judged, section_tail, spread, verdict
+from bench.core.fmt import fixed, judged, spread
+from bench.core.report import (
+    BACKEND_NAMES,
+    DrainReport,
+    ok_by_rep,
+    per_rep,
+    quick_note,
+    section_text,
+    target_row,
+)
 from bench.periodic.section import BASELINE, SAMPLE_EVERY, SCHEDULED, PeriodicResults, PeriodicRun
 
-SECTION = "Periodic jobs"
-JSON_FILE = "periodic.json"
-BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
 #: Targets: the CPU scheduling costs each worker process, in % of one core, and the p99 of a
 #: tick's lag to its job's enqueueing.
 CPU_CEILING_PCT = 5.0
 LAG_P99_MS = 100.0
 
 
-def _ok(results: PeriodicResults, backend: str, case: str) -> dict[int, PeriodicRun]:
-    return {rep: r for rep, r in results.runs if r.backend == backend and r.case == case and not r.error}
-
-
 def scheduling_cpu(results: PeriodicResults, backend: str) -> list[float]:
     """Per repetition with both runs: the scheduled run's CPU per process - the baseline's, in %
     of a core."""
-    scheduled, baseline = _ok(results, backend, SCHEDULED), _ok(results, backend, BASELINE)
-    return [
-        scheduled[rep].mean_cpu_pct() - baseline[rep].mean_cpu_pct() for rep in scheduled if rep in baseline
-    ]
+    return per_rep(
+        results, backend, SCHEDULED, BASELINE, lambda ours, base: ours.mean_cpu_pct() - base.mean_cpu_pct()
+    )
 
 
 def ms(value: float) -> str:
@@ -56,8 +53,8 @@ def cpu_table(results: PeriodicResults) -> list[str]:
     ]
     pct = fixed(1)
     for backend in (REDIS, POSTGRESQL):
-        scheduled = list(_ok(results, backend, SCHEDULED).values())
-        baseline = list(_ok(results, backend, BASELINE).values())
+        scheduled = list(ok_by_rep(results, backend, SCHEDULED).values())
+        baseline = list(ok_by_rep(results, backend, BASELINE).values())
         if not scheduled and not baseline:
             continue
         first = (scheduled or baseline)[0]
@@ -83,7 +80,7 @@ def lag_table(results: PeriodicResults) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for backend in (REDIS, POSTGRESQL):
-        runs = list(_ok(results, backend, SCHEDULED).values())
+        runs = list(ok_by_rep(results, backend, SCHEDULED).values())
         if not runs:
             continue
         lines.append(
@@ -105,31 +102,37 @@ def target_rows(results: PeriodicResults) -> list[str]:
         cpu = scheduling_cpu(results, backend)
         if cpu:
             rows.append(
-                f"| {name}: scheduling CPU of {schedules:,} schedules every second, % of a core per worker "
-                f"process (scheduled - baseline) | < {CPU_CEILING_PCT:.0f} % | {spread(cpu, fixed(1))} % "
-                f"| {verdict(statistics.median(cpu) < CPU_CEILING_PCT)} |"
+                target_row(
+                    f"{name}: scheduling CPU of {schedules:,} schedules every second, % of a core per worker "
+                    "process (scheduled - baseline)",
+                    f"< {CPU_CEILING_PCT:.0f} %",
+                    f"{spread(cpu, fixed(1))} %",
+                    statistics.median(cpu) < CPU_CEILING_PCT,
+                )
             )
         # Only the lag seen from outside is judged: ``enqueued_at`` is the tick's time by design.
-        p99 = [r.visible_lag.p99 for r in _ok(results, backend, SCHEDULED).values()]
+        p99 = [r.visible_lag.p99 for r in ok_by_rep(results, backend, SCHEDULED).values()]
         if p99:
-            met = statistics.median(p99) < LAG_P99_MS
             rows.append(
-                f"| {name}: periodic job lag p99, in the queue - tick, seen from outside "
-                f"| < {LAG_P99_MS:.0f} ms | {spread(p99, ms)} ms | {verdict(met)} |"
+                target_row(
+                    f"{name}: periodic job lag p99, in the queue - tick, seen from outside",
+                    f"< {LAG_P99_MS:.0f} ms",
+                    f"{spread(p99, ms)} ms",
+                    statistics.median(p99) < LAG_P99_MS,
+                )
             )
     return judged(rows, results.settings["quick"])
 
 
 def tables(results: PeriodicResults) -> str:
     s = results.settings
-    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
     intro = (
         f"{s['schedules']:,} schedules of a no-op job, every second, run by {s['processes']} worker "
-        f"processes, against the same processes with no schedule{quick}; a window of {s['seconds']} s; "
-        f"{s['reps']} rep(s); median (min-max). CPU in % of one core, per process."
+        f"processes, against the same processes with no schedule{quick_note(s)}; "
+        f"a window of {s['seconds']} s; {s['reps']} rep(s); median (min-max). "
+        "CPU in % of one core, per process."
     )
-    tail = section_tail(results.databases, results.errors(), results.seconds)
-    return drain_tables(intro, [*cpu_table(results), "", *lag_table(results)], target_rows(results), tail)
+    return section_text(results, intro, [*cpu_table(results), "", *lag_table(results)], target_rows(results))
 
 
 METHOD = f"""\
@@ -160,19 +163,14 @@ METHOD = f"""\
 """
 
 
-def markdown(results: PeriodicResults) -> str:
-    return drain_markdown(SECTION, "periodic jobs", tables(results), METHOD, results.versions)
-
-
-def raw(results: PeriodicResults, machine: dict[str, str]) -> dict[str, Any]:
-    runs = [
-        {"rep": rep, **asdict(r), "cpu_pct": r.cpu_pct(), "server_cpu_pct": r.server_cpu_pct()}
-        for rep, r in results.runs
-    ]
-    cpu = {backend: scheduling_cpu(results, backend) for backend in results.settings["backends"]}
-    return drain_raw(results, machine, runs, scheduling_cpu_pct=cpu)
-
-
-def write(results: PeriodicResults, machine: dict[str, str], out_dir: Path) -> None:
-    """``periodic.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
-    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
+REPORT = DrainReport[PeriodicResults](
+    "Periodic jobs",
+    "periodic jobs",
+    "periodic.json",
+    METHOD,
+    tables,
+    derived=lambda r: {"cpu_pct": r.cpu_pct(), "server_cpu_pct": r.server_cpu_pct()},
+    extra=lambda results: {
+        "scheduling_cpu_pct": {b: scheduling_cpu(results, b) for b in results.settings["backends"]}
+    },
+)

@@ -7,30 +7,27 @@ between the two jobs the same worker ran.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
-from pathlib import Path
-from typing import Any
 
-from bench.core.document import drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import drain_tables, fixed, judged, ratio, section_tail, spread, verdict
-from bench.resumable.section import PLAIN, RESUMABLE, WARMUP_ITERATIONS, ResumableResults, ResumableRun
+from bench.core.fmt import fixed, judged, ratio, spread
+from bench.core.report import (
+    BACKEND_NAMES,
+    DrainReport,
+    ok_by_rep,
+    per_rep,
+    quick_note,
+    section_text,
+    target_row,
+)
+from bench.resumable.section import PLAIN, RESUMABLE, WARMUP_ITERATIONS, ResumableResults
 
-SECTION = "Resumable jobs"
-JSON_FILE = "resumable.json"
-BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
 #: Target: a resumable job's run time ÷ the same loop's as a plain job.
 OVERHEAD = 1.10
 
 
-def _ok(results: ResumableResults, backend: str, case: str) -> dict[int, ResumableRun]:
-    return {rep: r for rep, r in results.runs if r.backend == backend and r.case == case and not r.error}
-
-
 def paired(results: ResumableResults, backend: str) -> list[float]:
     """Per repetition with both jobs: the resumable job's run time ÷ the plain job's."""
-    plain, resumable = _ok(results, backend, PLAIN), _ok(results, backend, RESUMABLE)
-    return [resumable[rep].seconds / plain[rep].seconds for rep in resumable if rep in plain]
+    return per_rep(results, backend, RESUMABLE, PLAIN, lambda ours, base: ours.seconds / base.seconds)
 
 
 def seconds(value: float) -> str:
@@ -44,8 +41,8 @@ def time_table(results: ResumableResults) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for backend in (REDIS, POSTGRESQL):
-        plain = list(_ok(results, backend, PLAIN).values())
-        resumable = list(_ok(results, backend, RESUMABLE).values())
+        plain = list(ok_by_rep(results, backend, PLAIN).values())
+        resumable = list(ok_by_rep(results, backend, RESUMABLE).values())
         if not plain and not resumable:
             continue
         lines.append(
@@ -66,24 +63,26 @@ def target_rows(results: ResumableResults) -> list[str]:
         ratios = paired(results, backend)
         if ratios:
             rows.append(
-                f"| {BACKEND_NAMES[backend]}: run time of a {iterations:,}-iteration no-op job, "
-                f"resumable ÷ plain | ≤ {OVERHEAD:.2f}x | {spread(ratios, ratio)} "
-                f"| {verdict(statistics.median(ratios) <= OVERHEAD)} |"
+                target_row(
+                    f"{BACKEND_NAMES[backend]}: run time of a {iterations:,}-iteration no-op job, "
+                    "resumable ÷ plain",
+                    f"≤ {OVERHEAD:.2f}x",
+                    spread(ratios, ratio),
+                    statistics.median(ratios) <= OVERHEAD,
+                )
             )
     return judged(rows, results.settings["quick"])
 
 
 def tables(results: ResumableResults) -> str:
     s = results.settings
-    quick = " (--quick sizes: a smoke run, not figures to compare)" if s["quick"] else ""
     intro = (
         f"A job of {s['iterations']:,} no-op iterations, resumable (a generator the runtime drives, "
         f"checkpoint interval {s['checkpoint_interval']:g} s) against the same loop as a plain job, "
-        f"run by one worker process with one job slot{quick}; {s['reps']} rep(s); median (min-max). "
+        f"run by one worker process with one job slot{quick_note(s)}; {s['reps']} rep(s); median (min-max). "
         "Run time as the worker's server middleware measures it."
     )
-    tail = section_tail(results.databases, results.errors(), results.seconds)
-    return drain_tables(intro, time_table(results), target_rows(results), tail)
+    return section_text(results, intro, time_table(results), target_rows(results))
 
 
 METHOD = f"""\
@@ -113,16 +112,14 @@ METHOD = f"""\
 """
 
 
-def markdown(results: ResumableResults) -> str:
-    return drain_markdown(SECTION, "resumable jobs", tables(results), METHOD, results.versions)
-
-
-def raw(results: ResumableResults, machine: dict[str, str]) -> dict[str, Any]:
-    runs = [{"rep": rep, **asdict(r), "ns_per_iteration": r.ns_per_iteration()} for rep, r in results.runs]
-    ratios = {backend: paired(results, backend) for backend in results.settings["backends"]}
-    return drain_raw(results, machine, runs, resumable_over_plain=ratios)
-
-
-def write(results: ResumableResults, machine: dict[str, str], out_dir: Path) -> None:
-    """``resumable.json``, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
-    write_section(out_dir, SECTION, markdown(results), JSON_FILE, raw(results, machine))
+REPORT = DrainReport[ResumableResults](
+    "Resumable jobs",
+    "resumable jobs",
+    "resumable.json",
+    METHOD,
+    tables,
+    derived=lambda r: {"ns_per_iteration": r.ns_per_iteration()},
+    extra=lambda results: {
+        "resumable_over_plain": {b: paired(results, b) for b in results.settings["backends"]}
+    },
+)

@@ -1,0 +1,114 @@
+"""What the drain sections' reports share: their runs picked by repetition, their per-repetition
+ratios, their target rows, their text on stdout, and ``DrainReport``, which writes a section's
+part of RESULTS.md and its JSON file the same way for all of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from bench.core.document import DrainResults, drain_markdown, drain_raw, write_section
+from bench.core.drain import POSTGRESQL, REDIS
+from bench.core.fmt import drain_tables, fixed, ratio, section_tail, spread, verdict
+from bench.core.results import R, SectionResults
+
+BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
+#: What a section's introduction says of a --quick run's figures.
+QUICK_SIZES = " (--quick sizes: a smoke run, not figures to compare)"
+
+
+def quick_note(settings: dict[str, Any]) -> str:
+    return QUICK_SIZES if settings["quick"] else ""
+
+
+def ok_by_rep(results: SectionResults[R], backend: str, case: str) -> dict[int, R]:
+    """The runs of ``case`` on ``backend`` that did not fail, by repetition."""
+    return {rep: r for rep, r in results.runs if r.backend == backend and r.case == case and not r.error}
+
+
+def per_rep(
+    results: SectionResults[R], backend: str, ours: str, base: str, value: Callable[[R, R], float]
+) -> list[float]:
+    """``value(ours, base)`` of each repetition in which both cases ran without failing."""
+    mine, theirs = ok_by_rep(results, backend, ours), ok_by_rep(results, backend, base)
+    return [value(mine[rep], theirs[rep]) for rep in mine if rep in theirs]
+
+
+class Tenths(Protocol):
+    def tenth_rate(self, last: bool) -> float: ...
+
+
+def first_over_last_tenth(runs: Iterable[Tenths]) -> str:
+    """The rate over the first tenth of the jobs ÷ over the last, of the runs that have both."""
+    both = [r for r in runs if min(r.tenth_rate(False), r.tenth_rate(True)) > 0]
+    return spread((r.tenth_rate(False) / r.tenth_rate(True) for r in both), ratio)
+
+
+class PerJob(Protocol):
+    @property
+    def jobs(self) -> int: ...
+
+
+P = TypeVar("P", bound=PerJob)
+
+
+def per_job_us(runs: Iterable[P], value: Callable[[P], float]) -> str:
+    """``value`` of each run (seconds) per job, in µs."""
+    return spread((value(r) / r.jobs * 1e6 for r in runs), fixed(0))
+
+
+def target_row(what: str, wanted: str, measured: str, met: bool) -> str:
+    return f"| {what} | {wanted} | {measured} | {verdict(met)} |"
+
+
+def section_text(results: DrainResults, intro: str, table: list[str], targets: list[str]) -> str:
+    """A drain section on stdout: ``intro``, its table, its target rows, then what was skipped
+    or failed and how long it took."""
+    tail = section_tail(results.databases, results.errors(), results.seconds)
+    return drain_tables(intro, table, targets, tail)
+
+
+class ReportedResults(DrainResults, Protocol):
+    runs: list[tuple[int, Any]]
+
+
+D = TypeVar("D", bound=ReportedResults)
+
+
+def _nothing(_: object) -> dict[str, Any]:
+    return {}
+
+
+def _no_notes(_: object) -> Sequence[str]:
+    return ()
+
+
+@dataclass(frozen=True)
+class DrainReport(Generic[D]):
+    """A drain section's part of RESULTS.md (``title``, its tables, ``method`` with ``notes``,
+    its versions) and its JSON file (the run's frame, ``extra``, each run with ``derived``)."""
+
+    title: str
+    topic: str
+    json_file: str
+    method: str
+    tables: Callable[[D], str]
+    #: Figures computed from a run, kept in the JSON beside its fields.
+    derived: Callable[[Any], dict[str, Any]]
+    extra: Callable[[D], dict[str, Any]] = _nothing
+    notes: Callable[[D], Sequence[str]] = _no_notes
+
+    def markdown(self, results: D) -> str:
+        return drain_markdown(
+            self.title, self.topic, self.tables(results), self.method, results.versions, self.notes(results)
+        )
+
+    def raw(self, results: D, machine: dict[str, str]) -> dict[str, Any]:
+        runs = [{"rep": rep, **asdict(r), **self.derived(r)} for rep, r in results.runs]
+        return drain_raw(results, machine, runs, **self.extra(results))
+
+    def write(self, results: D, machine: dict[str, str], out_dir: Path) -> None:
+        """The JSON file, and this section added to (or replaced in) the RESULTS.md in ``out_dir``."""
+        write_section(out_dir, self.title, self.markdown(results), self.json_file, self.raw(results, machine))
