@@ -1,9 +1,10 @@
 """What the drain sections' reports share: their runs picked by repetition, their per-repetition
-ratios, their target rows, their text on stdout, and ``DrainReport``, which writes a section's
+ratios, their target rows, and ``DrainReport``, which shows a section on stdout and writes its
 part of RESULTS.md and its JSON file the same way for all of them."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from bench.core.document import DrainResults, drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import drain_tables, fixed, ratio, section_tail, spread, verdict
+from bench.core.fmt import drain_tables, fixed, judged, ratio, section_tail, spread, verdict
 from bench.core.results import R, SectionResults
 
 BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
@@ -59,15 +60,19 @@ def per_job_us(runs: Iterable[P], value: Callable[[P], float]) -> str:
     return spread((value(r) / r.jobs * 1e6 for r in runs), fixed(0))
 
 
-def target_row(what: str, wanted: str, measured: str, met: bool) -> str:
-    return f"| {what} | {wanted} | {measured} | {verdict(met)} |"
-
-
-def section_text(results: DrainResults, intro: str, table: list[str], targets: list[str]) -> str:
-    """A drain section on stdout: ``intro``, its table, its target rows, then what was skipped
-    or failed and how long it took."""
-    tail = section_tail(results.databases, results.errors(), results.seconds)
-    return drain_tables(intro, table, targets, tail)
+def target_row(
+    what: str,
+    wanted: str,
+    values: list[float],
+    fmt: Callable[[float], str],
+    met: Callable[[float], bool],
+    unit: str = "",
+) -> list[str]:
+    """The row of a target judged on the median of ``values`` (``met`` of it); none without values."""
+    if not values:
+        return []
+    measured = f"{spread(values, fmt)}{unit}"
+    return [f"| {what} | {wanted} | {measured} | {verdict(met(statistics.median(values)))} |"]
 
 
 class ReportedResults(DrainResults, Protocol):
@@ -87,18 +92,30 @@ def _no_notes(_: object) -> Sequence[str]:
 
 @dataclass(frozen=True)
 class DrainReport(Generic[D]):
-    """A drain section's part of RESULTS.md (``title``, its tables, ``method`` with ``notes``,
-    its versions) and its JSON file (the run's frame, ``extra``, each run with ``derived``)."""
+    """A drain section's text on stdout (``intro``, ``table``, its target rows, then what was
+    skipped or failed and how long it took); its part of RESULTS.md (``title``, that text,
+    ``method`` with ``notes``, its versions); its JSON file (the run's frame, ``extra``, each
+    run with ``derived``)."""
 
     title: str
     topic: str
     json_file: str
     method: str
-    tables: Callable[[D], str]
+    intro: Callable[[D], str]
+    table: Callable[[D], list[str]]
+    #: The rows of the section's targets, judged on this run.
+    targets: Callable[[D], list[str]]
     #: Figures computed from a run, kept in the JSON beside its fields.
     derived: Callable[[Any], dict[str, Any]]
     extra: Callable[[D], dict[str, Any]] = _nothing
     notes: Callable[[D], Sequence[str]] = _no_notes
+
+    def target_rows(self, results: D) -> list[str]:
+        return judged(self.targets(results), results.settings["quick"])
+
+    def tables(self, results: D) -> str:
+        tail = section_tail(results.databases, results.errors(), results.seconds)
+        return drain_tables(self.intro(results), self.table(results), self.target_rows(results), tail)
 
     def markdown(self, results: D) -> str:
         return drain_markdown(

@@ -151,10 +151,9 @@ def drain_section(
     name: str,
     run: Callable[[dict[str, Any], str, RedisServer, Path], DR],
     report: DrainReport[DR],
-    target_rows: Callable[[DR], list[str]],
 ) -> Section[DR]:
-    """A drain section: reported by its ``DrainReport``, judging its own targets."""
-    return _reported(name, run, report.tables, report.write, target_rows)
+    """A drain section, shown, written and judged by its ``DrainReport``."""
+    return _reported(name, run, report.tables, report.write, report.target_rows)
 
 
 class SystemRun(Protocol):
@@ -226,14 +225,12 @@ SQL = Section(
     errors=lambda results: results.errors(),
     versions=lambda results: results.versions,
 )
-FLOW = drain_section("flow", flow.run, flow_report.REPORT, flow_report.target_rows)
-FEEDS = drain_section("feeds", feeds.run, feeds_report.REPORT, feeds_report.target_rows)
-FAIR = drain_section("fair", fair.run, fair_report.REPORT, fair_report.target_rows)
-PERIODIC = drain_section("periodic", periodic.run, periodic_report.REPORT, periodic_report.target_rows)
-RESUMABLE = drain_section("resumable", resumable.run, resumable_report.REPORT, resumable_report.target_rows)
-INTEGRATIONS = drain_section(
-    "integrations", integrations.run, integrations_report.REPORT, integrations_report.target_rows
-)
+FLOW = drain_section("flow", flow.run, flow_report.REPORT)
+FEEDS = drain_section("feeds", feeds.run, feeds_report.REPORT)
+FAIR = drain_section("fair", fair.run, fair_report.REPORT)
+PERIODIC = drain_section("periodic", periodic.run, periodic_report.REPORT)
+RESUMABLE = drain_section("resumable", resumable.run, resumable_report.REPORT)
+INTEGRATIONS = drain_section("integrations", integrations.run, integrations_report.REPORT)
 
 #: Every section, in the order they run and show on stdout.
 SECTIONS: tuple[Section[Any], ...] = (

@@ -6,10 +6,8 @@ between the two drains of the same broker and number of tasks.
 
 from __future__ import annotations
 
-import statistics
-
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import fixed, judged, rate, ratio, spread
+from bench.core.fmt import fixed, rate, ratio, spread
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
@@ -18,7 +16,6 @@ from bench.core.report import (
     per_job_us,
     per_rep,
     quick_note,
-    section_text,
     target_row,
 )
 from bench.fair.section import FAIR, FIFO, FairResults, case_name, cases
@@ -57,33 +54,28 @@ def throughput_table(results: FairResults) -> list[str]:
     return lines
 
 
-def target_rows(results: FairResults) -> list[str]:
+def _targets(results: FairResults) -> list[str]:
     rows = []
     many = results.settings["tasks"]
     for backend in (REDIS, POSTGRESQL):
         for tasks in (1, many):
-            ratios = paired(results, backend, tasks)
-            if not ratios:
-                continue
             what = "one task" if tasks == 1 else f"{tasks} tasks, a tenant each"
-            rows.append(
-                target_row(
-                    f"{BACKEND_NAMES[backend]}: drain jobs/s, fair ÷ fifo queue, {what}",
-                    f"≥ {FAIR_FLOOR:.2f}x",
-                    spread(ratios, ratio),
-                    statistics.median(ratios) >= FAIR_FLOOR,
-                )
+            rows += target_row(
+                f"{BACKEND_NAMES[backend]}: drain jobs/s, fair ÷ fifo queue, {what}",
+                f"≥ {FAIR_FLOOR:.2f}x",
+                paired(results, backend, tasks),
+                ratio,
+                lambda median: median >= FAIR_FLOOR,
             )
-    return judged(rows, results.settings["quick"])
+    return rows
 
 
-def tables(results: FairResults) -> str:
+def _intro(results: FairResults) -> str:
     s = results.settings
-    intro = (
+    return (
         f"{s['jobs']:,} no-op chunk jobs per drain{quick_note(s)}, in 1 or {s['tasks']} tasks created before "
         f"the workers start; {s['reps']} rep(s), the four drains of a broker interleaved; median (min-max)."
     )
-    return section_text(results, intro, throughput_table(results), target_rows(results))
 
 
 METHOD = """\
@@ -117,6 +109,9 @@ REPORT = DrainReport[FairResults](
     "fair share",
     "fair.json",
     METHOD,
-    tables,
+    _intro,
+    throughput_table,
+    _targets,
     derived=lambda r: {"case": r.case, "steady_rate": r.steady_rate},
 )
+target_rows = REPORT.target_rows

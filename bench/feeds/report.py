@@ -6,10 +6,8 @@ between the two drains of the same broker.
 
 from __future__ import annotations
 
-import statistics
-
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import fixed, judged, rate, ratio, spread
+from bench.core.fmt import fixed, rate, ratio, spread
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
@@ -18,7 +16,6 @@ from bench.core.report import (
     per_job_us,
     per_rep,
     quick_note,
-    section_text,
     target_row,
 )
 from bench.feeds.section import FED, UNFED, FeedResults
@@ -54,58 +51,51 @@ def throughput_table(results: FeedResults) -> list[str]:
     return lines
 
 
-def target_rows(results: FeedResults) -> list[str]:
+def _targets(results: FeedResults) -> list[str]:
     rows = []
     parallel = results.settings["parallel"]
     for backend in (REDIS, POSTGRESQL):
         name = BACKEND_NAMES[backend]
         overhead = per_rep(results, backend, FED, UNFED, lambda fed, unfed: fed.steady_s / unfed.steady_s)
-        if overhead:
-            rows.append(
-                target_row(
-                    f"{name}: drain time fed at parallel={parallel} ÷ unfed",
-                    f"≤ {FEED_OVERHEAD:.2f}x",
-                    spread(overhead, ratio),
-                    statistics.median(overhead) <= FEED_OVERHEAD,
-                )
-            )
+        rows += target_row(
+            f"{name}: drain time fed at parallel={parallel} ÷ unfed",
+            f"≤ {FEED_OVERHEAD:.2f}x",
+            overhead,
+            ratio,
+            lambda median: median <= FEED_OVERHEAD,
+        )
         fed = [
             r
             for r in ok_by_rep(results, backend, FED).values()
             if min(r.tenth_rate(False), r.tenth_rate(True)) > 0
         ]
         held = [r.tenth_rate(False) / r.tenth_rate(True) for r in fed]
-        if held:
-            rows.append(
-                target_row(
-                    f"{name}: fed drain jobs/s, first tenth (nearly all held) ÷ last tenth",
-                    f"≥ {HELD_SLOWDOWN:.2f}x",
-                    spread(held, ratio),
-                    statistics.median(held) >= HELD_SLOWDOWN,
-                )
-            )
+        rows += target_row(
+            f"{name}: fed drain jobs/s, first tenth (nearly all held) ÷ last tenth",
+            f"≥ {HELD_SLOWDOWN:.2f}x",
+            held,
+            ratio,
+            lambda median: median >= HELD_SLOWDOWN,
+        )
         small = results.small_peak_rss_kb.get(backend)
         large = [r.create_peak_rss_kb for r in fed]
         if small and large:
-            growth = [peak / small for peak in large]
-            rows.append(
-                target_row(
-                    f"{name}: peak RSS creating {fed[0].jobs:,} items ÷ creating 10,000",
-                    f"≤ {MEMORY_GROWTH:.1f}x",
-                    spread(growth, ratio),
-                    statistics.median(growth) <= MEMORY_GROWTH,
-                )
+            rows += target_row(
+                f"{name}: peak RSS creating {fed[0].jobs:,} items ÷ creating 10,000",
+                f"≤ {MEMORY_GROWTH:.1f}x",
+                [peak / small for peak in large],
+                ratio,
+                lambda median: median <= MEMORY_GROWTH,
             )
-    return judged(rows, results.settings["quick"])
+    return rows
 
 
-def tables(results: FeedResults) -> str:
+def _intro(results: FeedResults) -> str:
     s = results.settings
-    intro = (
+    return (
         f"One task of no-op chunk jobs per drain{quick_note(s)}, created before the workers start; "
         f"{s['reps']} rep(s), unfed and fed interleaved; median (min-max)."
     )
-    return section_text(results, intro, throughput_table(results), target_rows(results))
 
 
 METHOD = """\
@@ -133,7 +123,10 @@ REPORT = DrainReport[FeedResults](
     "task feeds",
     "feeds.json",
     METHOD,
-    tables,
+    _intro,
+    throughput_table,
+    _targets,
     derived=lambda r: {"steady_rate": r.steady_rate},
     extra=lambda results: {"small_peak_rss_kb": results.small_peak_rss_kb},
 )
+target_rows = REPORT.target_rows

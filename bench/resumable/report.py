@@ -6,17 +6,14 @@ between the two jobs the same worker ran.
 
 from __future__ import annotations
 
-import statistics
-
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import fixed, judged, ratio, spread
+from bench.core.fmt import fixed, ratio, spread
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
     ok_by_rep,
     per_rep,
     quick_note,
-    section_text,
     target_row,
 )
 from bench.resumable.section import PLAIN, RESUMABLE, WARMUP_ITERATIONS, ResumableResults
@@ -56,33 +53,29 @@ def time_table(results: ResumableResults) -> list[str]:
     return lines
 
 
-def target_rows(results: ResumableResults) -> list[str]:
+def _targets(results: ResumableResults) -> list[str]:
     rows = []
     iterations = results.settings["iterations"]
     for backend in (REDIS, POSTGRESQL):
         ratios = paired(results, backend)
-        if ratios:
-            rows.append(
-                target_row(
-                    f"{BACKEND_NAMES[backend]}: run time of a {iterations:,}-iteration no-op job, "
-                    "resumable ÷ plain",
-                    f"≤ {OVERHEAD:.2f}x",
-                    spread(ratios, ratio),
-                    statistics.median(ratios) <= OVERHEAD,
-                )
-            )
-    return judged(rows, results.settings["quick"])
+        rows += target_row(
+            f"{BACKEND_NAMES[backend]}: run time of a {iterations:,}-iteration no-op job, resumable ÷ plain",
+            f"≤ {OVERHEAD:.2f}x",
+            ratios,
+            ratio,
+            lambda median: median <= OVERHEAD,
+        )
+    return rows
 
 
-def tables(results: ResumableResults) -> str:
+def _intro(results: ResumableResults) -> str:
     s = results.settings
-    intro = (
+    return (
         f"A job of {s['iterations']:,} no-op iterations, resumable (a generator the runtime drives, "
         f"checkpoint interval {s['checkpoint_interval']:g} s) against the same loop as a plain job, "
         f"run by one worker process with one job slot{quick_note(s)}; {s['reps']} rep(s); median (min-max). "
         "Run time as the worker's server middleware measures it."
     )
-    return section_text(results, intro, time_table(results), target_rows(results))
 
 
 METHOD = f"""\
@@ -117,9 +110,12 @@ REPORT = DrainReport[ResumableResults](
     "resumable jobs",
     "resumable.json",
     METHOD,
-    tables,
+    _intro,
+    time_table,
+    _targets,
     derived=lambda r: {"ns_per_iteration": r.ns_per_iteration()},
     extra=lambda results: {
         "resumable_over_plain": {b: paired(results, b) for b in results.settings["backends"]}
     },
 )
+target_rows = REPORT.target_rows
