@@ -53,8 +53,8 @@ class Run:
     systems: list[System] = field(default_factory=list)
     #: The machine and every version a reader needs to compare two runs.
     machine: dict[str, str] = field(default_factory=dict)
-    #: Filled before any section runs (the systems' configurations, those skipped), so it
-    #: exists from the start; it counts as run once a drain is in it.
+    #: Filled before any section runs (the systems' configurations, those skipped), so it is
+    #: among the results from the start; it shows on stdout and in RESULTS.md once a drain is in it.
     runtime: runtime_report.Results = field(init=False)
     #: Each section's results, by section name, of the sections that ran.
     found: dict[str, Any] = field(default_factory=dict)
@@ -249,23 +249,10 @@ SECTIONS: tuple[Section[Any], ...] = (
     RESUMABLE,
     INTEGRATIONS,
 )
-#: The order of the sections in RESULTS.md: the drains' comparisons first, the single measures after.
-DOCUMENT_ORDER: tuple[Section[Any], ...] = (
-    RUNTIME,
-    TRACKING,
-    API,
-    SQL,
-    FLOW,
-    FEEDS,
-    FAIR,
-    PERIODIC,
-    RESUMABLE,
-    INTEGRATIONS,
-    LATENCY,
-    MEMORY,
-    CEILING,
-    SSE,
-)
+#: The sections RESULTS.md lists after all the others (which keep the order they run in):
+#: the single measures after the drains' comparisons.
+_LAST_IN_DOCUMENT = (LATENCY, MEMORY, CEILING, SSE)
+DOCUMENT_ORDER = (*(section for section in SECTIONS if section not in _LAST_IN_DOCUMENT), *_LAST_IN_DOCUMENT)
 
 
 def write(run: Run, out_dir: Path) -> None:
