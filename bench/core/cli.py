@@ -61,6 +61,39 @@ from bench.memory import section as memory
 from bench.runtime import asynctask_system, systems
 
 SECTIONS = tuple(section.name for section in sections.SECTIONS)
+#: Each sized option's default and its default on --quick, said once: for its help and its setting.
+SIZES: dict[str, tuple[Any, Any]] = {
+    "reps": (3, 1),
+    "jobs": (20_000, 100),
+    "processes": ("1,2,4", "1"),
+    "single_jobs": (5000, 0),
+    "cmd_jobs": (3000, 0),
+    "latency_jobs": (10_000, 200),
+    "memory_jobs": (100_000, 1000),
+    "ceiling_requests": (200_000, 20_000),
+    "tracking_jobs": (20_000, 1000),
+    "create_items": (100_000, 5000),
+    "events": (1_000_000, 20_000),
+    "get_task_calls": (4000, 200),
+    "api_events": (1_000_000, 20_000),
+    "api_items": (100_000, 2000),
+    "api_connections": ("1,4,8,16", "4"),
+    "api_duration": (10, 1),
+    "sse_clients": (100, 10),
+    "sse_jobs": (2000, 200),
+    "sql_jobs": (20_000, 500),
+    "sql_processes": ("1,2", "1"),
+    "flow_jobs": (20_000, 500),
+    "flow_backlog": (100_000, 1000),
+    "feeds_items": (1_000_000, 2000),
+    "fair_jobs": (100_000, 2000),
+    "fair_tasks": (100, 10),
+    "periodic_schedules": (1000, 20),
+    "periodic_seconds": (30, 2),
+    "integration_jobs": (20_000, 200),
+    "integration_items": (100_000, 1000),
+    "resumable_iterations": (1_000_000, 100_000),
+}
 #: The brokers each section with a ``--<section>-backends`` option can run on, the default all.
 BACKENDS = {
     "sql": ("sqlite", "postgresql"),
@@ -80,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         default=",".join(SECTIONS),
         help=f"comma-separated, of: {', '.join(SECTIONS)} (default all)",
     )
-    parser.add_argument("--reps", type=int, help="repetitions (default 3; --quick: 1)")
+    _sized(parser, "--reps", "repetitions")
     parser.add_argument(
         "--out", type=Path, help="results directory (default bench/results; --quick: .../quick)"
     )
@@ -101,73 +134,39 @@ def _parser() -> argparse.ArgumentParser:
         help="also run AsyncTask as of git REF (branch, tag or commit) right after this tree's, in an order "
         "reversed every other repetition, and give this tree ÷ REF per repetition",
     )
-    runtime_options.add_argument("--jobs", type=int, help="jobs per drain (default 20000; --quick: 100)")
-    runtime_options.add_argument(
-        "--processes", help="comma-separated worker process counts (default 1,2,4; --quick: 1)"
-    )
+    _sized(runtime_options, "--jobs", "jobs per drain")
+    _sized(runtime_options, "--processes", "comma-separated worker process counts", str)
     runtime_options.add_argument(
         "--concurrency", default="10", help="comma-separated job slots per worker process (default 10)"
     )
-    runtime_options.add_argument(
-        "--single-jobs",
-        type=int,
-        help="jobs per one-call-per-job enqueue pass (default 5000; --quick: 0, none)",
-    )
-    runtime_options.add_argument(
-        "--cmd-jobs", type=int, help="jobs in the command-count pass (default 3000; --quick: 0, none)"
-    )
-    runtime_options.add_argument(
-        "--latency-jobs",
-        type=int,
-        help="jobs per latency run (default 10000; --quick: 200, AsyncTask and Sidekiq only)",
+    _sized(runtime_options, "--single-jobs", "jobs per one-call-per-job enqueue pass", quick_note=", none")
+    _sized(runtime_options, "--cmd-jobs", "jobs in the command-count pass", quick_note=", none")
+    _sized(
+        runtime_options, "--latency-jobs", "jobs per latency run", quick_note=", AsyncTask and Sidekiq only"
     )
     runtime_options.add_argument(
         "--latency-rate", type=float, default=1000.0, help="jobs/s of the latency runs"
     )
-    runtime_options.add_argument(
-        "--memory-jobs", type=int, help="jobs per memory run (default 100000; --quick: 1000, AsyncTask only)"
-    )
-    runtime_options.add_argument(
-        "--ceiling-requests", type=int, help="redis-benchmark requests per command (default 200000)"
-    )
+    _sized(runtime_options, "--memory-jobs", "jobs per memory run", quick_note=", AsyncTask only")
+    _sized(runtime_options, "--ceiling-requests", "redis-benchmark requests per command")
     tracking_options = parser.add_argument_group("tracking section")
-    tracking_options.add_argument(
-        "--tracking-jobs", type=int, help="jobs per tracking on/off drain (default 20000; --quick: 1000)"
-    )
-    tracking_options.add_argument(
-        "--create-items", type=int, help="items of the create_task pass (default 100000; --quick: 5000)"
-    )
-    tracking_options.add_argument(
-        "--events", type=int, help="events of the get_task task (default 1000000; --quick: 20000)"
-    )
-    tracking_options.add_argument(
-        "--get-task-calls", type=int, help="get_task calls per thread count (default 4000; --quick: 200)"
-    )
+    _sized(tracking_options, "--tracking-jobs", "jobs per tracking on/off drain")
+    _sized(tracking_options, "--create-items", "items of the create_task pass")
+    _sized(tracking_options, "--events", "events of the get_task task")
+    _sized(tracking_options, "--get-task-calls", "get_task calls per thread count")
     api_options = parser.add_argument_group("api and sse sections")
-    api_options.add_argument(
-        "--api-events", type=int, help="events of the GET task (default 1000000; --quick: 20000)"
-    )
-    api_options.add_argument(
-        "--api-items", type=int, help="items of each POST, JSON and CSV (default 100000; --quick: 2000)"
-    )
-    api_options.add_argument(
-        "--api-connections", help="comma-separated wrk connection counts (default 1,4,8,16; --quick: 4)"
-    )
-    api_options.add_argument(
-        "--api-duration", type=int, help="seconds of each wrk run (default 10; --quick: 1)"
-    )
-    api_options.add_argument("--sse-clients", type=int, help="SSE clients (default 100; --quick: 10)")
-    api_options.add_argument(
-        "--sse-jobs", type=int, help="jobs of the streamed task (default 2000; --quick: 200)"
-    )
+    _sized(api_options, "--api-events", "events of the GET task")
+    _sized(api_options, "--api-items", "items of each POST, JSON and CSV")
+    _sized(api_options, "--api-connections", "comma-separated wrk connection counts", str)
+    _sized(api_options, "--api-duration", "seconds of each wrk run")
+    _sized(api_options, "--sse-clients", "SSE clients")
+    _sized(api_options, "--sse-jobs", "jobs of the streamed task")
     sql_options = parser.add_argument_group("sql section (also uses --reps and --pg-url)")
-    sql_options.add_argument("--sql-jobs", type=int, help="jobs per drain (default 20000; --quick: 100)")
+    _sized(sql_options, "--sql-jobs", "jobs per drain")
     sql_options.add_argument(
         "--sql-concurrency", type=int, default=10, help="job slots per worker process (default 10)"
     )
-    sql_options.add_argument(
-        "--sql-processes", help="comma-separated worker process counts (default 1,2; --quick: 1)"
-    )
+    _sized(sql_options, "--sql-processes", "comma-separated worker process counts", str)
     _backends_option(sql_options, "sql")
     sql_options.add_argument(
         "--sql-untracked-only",
@@ -175,63 +174,45 @@ def _parser() -> argparse.ArgumentParser:
         help="leave out the AsyncTask rows with a tracked task, tracking on (--quick always does)",
     )
     flow_options = parser.add_argument_group("flow section (also uses --reps and --pg-url)")
-    flow_options.add_argument(
-        "--flow-jobs", type=int, help="jobs per drain, keyed or not (default 20000; --quick: 500)"
-    )
-    flow_options.add_argument(
-        "--flow-backlog",
-        type=int,
-        help="keyed jobs waiting in lines in the large backlog run (default 100000; --quick: 1000)",
-    )
+    _sized(flow_options, "--flow-jobs", "jobs per drain, keyed or not")
+    _sized(flow_options, "--flow-backlog", "keyed jobs waiting in lines in the large backlog run")
     _backends_option(flow_options, "flow")
     feeds_options = parser.add_argument_group("feeds section (also uses --reps and --pg-url)")
-    feeds_options.add_argument(
-        "--feeds-items", type=int, help="items of the drained task (default 1000000; --quick: 2000)"
-    )
+    _sized(feeds_options, "--feeds-items", "items of the drained task")
     feeds_options.add_argument("--feeds-parallel", type=int, default=100, help="the fed task's parallel")
     _backends_option(feeds_options, "feeds")
     fair_options = parser.add_argument_group("fair section (also uses --reps and --pg-url)")
-    fair_options.add_argument(
-        "--fair-jobs",
-        type=int,
-        help="jobs per drain, in one task or all tasks (default 100000; --quick: 2000)",
-    )
-    fair_options.add_argument(
-        "--fair-tasks",
-        type=int,
-        help="tasks, each of its own tenant, of the many-task drains (default 100; --quick: 10)",
-    )
+    _sized(fair_options, "--fair-jobs", "jobs per drain, in one task or all tasks")
+    _sized(fair_options, "--fair-tasks", "tasks, each of its own tenant, of the many-task drains")
     _backends_option(fair_options, "fair")
     periodic_options = parser.add_argument_group("periodic section (also uses --reps and --pg-url)")
-    periodic_options.add_argument(
-        "--periodic-schedules",
-        type=int,
-        help="schedules, every second, of the scheduled runs (default 1000; --quick: 20)",
-    )
-    periodic_options.add_argument(
+    _sized(periodic_options, "--periodic-schedules", "schedules, every second, of the scheduled runs")
+    _sized(
+        periodic_options,
         "--periodic-seconds",
-        type=int,
-        help="seconds of each run's measured window (default 30; --quick: 2, and no baseline run)",
+        "seconds of each run's measured window",
+        quick_note=", and no baseline run",
     )
     _backends_option(periodic_options, "periodic")
     integrations_options = parser.add_argument_group("integrations section (also uses --reps)")
-    integrations_options.add_argument(
-        "--integration-jobs", type=int, help="no-op jobs per drain (default 20000; --quick: 200)"
-    )
-    integrations_options.add_argument(
-        "--integration-items", type=int, help="items of each create_task (default 100000; --quick: 1000)"
-    )
+    _sized(integrations_options, "--integration-jobs", "no-op jobs per drain")
+    _sized(integrations_options, "--integration-items", "items of each create_task")
     resumable_options = parser.add_argument_group("resumable section (also uses --reps and --pg-url)")
-    resumable_options.add_argument(
-        "--resumable-iterations",
-        type=int,
-        help="iterations of each measured job (default 1000000; --quick: 100000)",
-    )
+    _sized(resumable_options, "--resumable-iterations", "iterations of each measured job")
     _backends_option(resumable_options, "resumable")
     return parser
 
 
-def _backends_option(group: argparse._ArgumentGroup, section: str) -> None:
+def _sized(
+    group: argparse._ActionsContainer, flag: str, what: str, kind: type = int, quick_note: str = ""
+) -> None:
+    """An option whose default depends on --quick (``SIZES``); ``quick_note``: what the --quick
+    default leaves out besides."""
+    full, small = SIZES[flag.removeprefix("--").replace("-", "_")]
+    group.add_argument(flag, type=kind, help=f"{what} (default {full}; --quick: {small}{quick_note})")
+
+
+def _backends_option(group: argparse._ActionsContainer, section: str) -> None:
     default = ",".join(BACKENDS[section])
     group.add_argument(f"--{section}-backends", default=default, help=f"comma-separated (default {default})")
 
@@ -257,7 +238,10 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
     def pick(value: Any, full: Any, small: Any) -> Any:
         return value if value is not None else (small if quick else full)
 
-    reps = pick(args.reps, 3, 1)
+    def sized(dest: str) -> Any:
+        return pick(getattr(args, dest), *SIZES[dest])
+
+    reps = sized("reps")
     pg_url = postgres.shown(args.pg_url)
     nproc = os.cpu_count()
     return {
@@ -265,51 +249,51 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
             "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
             "quick": quick,
             "reps": reps,
-            "jobs": pick(args.jobs, 20_000, 100),
+            "jobs": sized("jobs"),
             # 0: no such pass (--quick): its table is then left out.
-            "single_jobs": pick(args.single_jobs, 5000, 0),
-            "commands_jobs": pick(args.cmd_jobs, 3000, 0),
+            "single_jobs": sized("single_jobs"),
+            "commands_jobs": sized("cmd_jobs"),
             "commands_concurrency": 10,
             "concurrency": _ints(args.concurrency),
-            "processes": _ints(pick(args.processes, "1,2,4", "1")),
+            "processes": _ints(sized("processes")),
             "nproc": nproc,
             "ab": args.ab,
         },
         "latency": {
             "quick": quick,
             "reps": reps,
-            "jobs": pick(args.latency_jobs, 10_000, 200),
+            "jobs": sized("latency_jobs"),
             "rate": args.latency_rate,
             "concurrency": 10,
             "systems": ["AsyncTask", "Sidekiq"] if quick else None,
         },
         "memory": {
             "quick": quick,
-            "jobs": pick(args.memory_jobs, 100_000, 1000),
+            "jobs": sized("memory_jobs"),
             "concurrency": 10,
             "idle_s": 1.0 if quick else memory.IDLE_S,
             # A smoke run checks the measurement, not every system's memory.
             "systems": ["AsyncTask"] if quick else None,
         },
-        "ceiling": {"requests": pick(args.ceiling_requests, 200_000, 20_000), "clients": 10},
+        "ceiling": {"requests": sized("ceiling_requests"), "clients": 10},
         "tracking": {
             "quick": quick,
-            "tracking_jobs": pick(args.tracking_jobs, 20_000, 1000),
+            "tracking_jobs": sized("tracking_jobs"),
             "tracking_reps": reps,
             "tracking_concurrency": 10,
-            "create_items": pick(args.create_items, 100_000, 5000),
+            "create_items": sized("create_items"),
             "create_reps": reps,
-            "events": pick(args.events, 1_000_000, 20_000),
-            "get_task_calls": pick(args.get_task_calls, 4000, 200),
+            "events": sized("events"),
+            "get_task_calls": sized("get_task_calls"),
             "get_task_threads": [1, 8],
             "pg_url": pg_url,
         },
         "api": {
             "quick": quick,
-            "events": pick(args.api_events, 1_000_000, 20_000),
-            "items": pick(args.api_items, 100_000, 2000),
-            "connections": _ints(pick(args.api_connections, "1,4,8,16", "4")),
-            "duration_s": pick(args.api_duration, 10, 1),
+            "events": sized("api_events"),
+            "items": sized("api_items"),
+            "connections": _ints(sized("api_connections")),
+            "duration_s": sized("api_duration"),
             "warmup_s": 1 if quick else api.WARMUP_S,
             "reps": reps,
             "post_reps": reps,
@@ -320,16 +304,16 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
         },
         "sse": {
             "quick": quick,
-            "clients": pick(args.sse_clients, 100, 10),
-            "jobs": pick(args.sse_jobs, 2000, 200),
+            "clients": sized("sse_clients"),
+            "jobs": sized("sse_jobs"),
             "pg_url": pg_url,
         },
         "sql": {
             "quick": quick,
-            "jobs": pick(args.sql_jobs, 20_000, 500),
+            "jobs": sized("sql_jobs"),
             "reps": reps,
             "concurrency": args.sql_concurrency,
-            "processes": _ints(pick(args.sql_processes, "1,2", "1")),
+            "processes": _ints(sized("sql_processes")),
             "backends": _names(args.sql_backends),
             "tracked": not (quick or args.sql_untracked_only),
             "pg_url": pg_url,
@@ -337,14 +321,14 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
         "flow": {
             "quick": quick,
             "reps": reps,
-            "jobs": pick(args.flow_jobs, 20_000, 500),
+            "jobs": sized("flow_jobs"),
             "keys": pick(None, 1000, 100),
             "processes": 1,
             "concurrency": 10,
             "hot_jobs": pick(None, 5000, 300),
-            "backlog_jobs": pick(args.flow_jobs, 20_000, 500),
+            "backlog_jobs": sized("flow_jobs"),
             "backlog_processes": 4,
-            "backlogs": [pick(None, 1000, 100), pick(args.flow_backlog, 100_000, 1000)],
+            "backlogs": [pick(None, 1000, 100), sized("flow_backlog")],
             "parked_keys": pick(None, 1000, 100),
             "backends": _names(args.flow_backends),
             "pg_url": pg_url,
@@ -352,7 +336,7 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
         "feeds": {
             "quick": quick,
             "reps": reps,
-            "items": pick(args.feeds_items, 1_000_000, 2000),
+            "items": sized("feeds_items"),
             "parallel": args.feeds_parallel,
             "processes": 2,
             "concurrency": 10,
@@ -362,10 +346,10 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
         "fair": {
             "quick": quick,
             "reps": reps,
-            "jobs": pick(args.fair_jobs, 100_000, 2000),
+            "jobs": sized("fair_jobs"),
             # --quick: each task's creation is a transaction of its own, which would outlast
             # the drains of its few jobs.
-            "tasks": pick(args.fair_tasks, 100, 10),
+            "tasks": sized("fair_tasks"),
             # As the feeds section's drains: comparable rates on the same machine.
             "processes": 2,
             "concurrency": 10,
@@ -375,8 +359,8 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
         "periodic": {
             "quick": quick,
             "reps": reps,
-            "schedules": pick(args.periodic_schedules, 1000, 20),
-            "seconds": pick(args.periodic_seconds, 30, 2),
+            "schedules": sized("periodic_schedules"),
+            "seconds": sized("periodic_seconds"),
             # --quick: the scheduled runs alone; a baseline only serves the judged difference.
             "baseline": not quick,
             "processes": 2,
@@ -387,13 +371,13 @@ def _settings(args: argparse.Namespace, argv: Sequence[str] | None) -> dict[str,
         "integrations": {
             "quick": quick,
             "reps": reps,
-            "jobs": pick(args.integration_jobs, 20_000, 200),
-            "items": pick(args.integration_items, 100_000, 1000),
+            "jobs": sized("integration_jobs"),
+            "items": sized("integration_items"),
         },
         "resumable": {
             "quick": quick,
             "reps": reps,
-            "iterations": pick(args.resumable_iterations, 1_000_000, 100_000),
+            "iterations": sized("resumable_iterations"),
             # The worker runs with the default: the section measures what a job gets unless it asks.
             "checkpoint_interval": Settings().checkpoint_interval,
             "backends": _names(args.resumable_backends),
