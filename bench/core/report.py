@@ -1,5 +1,5 @@
 """What the drain sections' reports share: their runs picked by repetition, their per-repetition
-ratios, their target rows, and ``DrainReport``, which shows a section on stdout and writes its
+ratios, their verdict rows, and ``DrainReport``, which shows a section on stdout and writes its
 part of RESULTS.md and its JSON file the same way for all of them."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def per_job_us(runs: Iterable[P], value: Callable[[P], float]) -> str:
     return spread((value(r) / r.jobs * 1e6 for r in runs), fixed(0))
 
 
-def target_row(
+def verdict_row(
     what: str,
     wanted: str,
     values: list[float],
@@ -68,7 +68,7 @@ def target_row(
     met: Callable[[float], bool],
     unit: str = "",
 ) -> list[str]:
-    """The row of a target judged on the median of ``values`` (``met`` of it); none without values."""
+    """The row of a goal judged on the median of ``values`` (``met`` of it); none without values."""
     if not values:
         return []
     measured = f"{spread(values, fmt)}{unit}"
@@ -92,7 +92,7 @@ def _no_notes(_: object) -> Sequence[str]:
 
 @dataclass(frozen=True)
 class DrainReport(Generic[D]):
-    """A drain section's text on stdout (``intro``, ``table``, its target rows, then what was
+    """A drain section's text on stdout (``intro``, ``table``, its goals judged, then what was
     skipped or failed and how long it took); its part of RESULTS.md (``title``, that text,
     ``method`` with ``notes``, its versions); its JSON file (the run's frame, ``extra``, each
     run with ``derived``)."""
@@ -103,19 +103,20 @@ class DrainReport(Generic[D]):
     method: str
     intro: Callable[[D], str]
     table: Callable[[D], list[str]]
-    #: The rows of the section's targets, judged on this run.
-    targets: Callable[[D], list[str]]
+    #: The rows of the section's goals, judged on this run.
+    goals: Callable[[D], list[str]]
     #: Figures computed from a run, kept in the JSON beside its fields.
     derived: Callable[[Any], dict[str, Any]]
     extra: Callable[[D], dict[str, Any]] = _nothing
     notes: Callable[[D], Sequence[str]] = _no_notes
 
-    def target_rows(self, results: D) -> list[str]:
-        return judged(self.targets(results), results.settings["quick"])
+    def judged_rows(self, results: D) -> list[str]:
+        """The goals' rows, without a verdict on --quick sizes."""
+        return judged(self.goals(results), results.settings["quick"])
 
     def tables(self, results: D) -> str:
         tail = section_tail(results.databases, results.errors(), results.seconds)
-        return drain_tables(self.intro(results), self.table(results), self.target_rows(results), tail)
+        return drain_tables(self.intro(results), self.table(results), self.judged_rows(results), tail)
 
     def markdown(self, results: D) -> str:
         return drain_markdown(

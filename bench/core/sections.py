@@ -80,10 +80,10 @@ class Run:
         parts = (section.tables(self.found[section.name]) for section in self.ran(SECTIONS))
         return "\n".join(part for part in parts if part)
 
-    def target_rows(self) -> list[str]:
-        """The target rows the sections judge on their own results."""
+    def judged_rows(self) -> list[str]:
+        """The rows of the goals the sections judge on their own results."""
         return [
-            row for section in self.ran(SECTIONS) for row in section.target_rows(self.found[section.name])
+            row for section in self.ran(SECTIONS) for row in section.judged_rows(self.found[section.name])
         ]
 
     def ran(self, sections: tuple[Section[Any], ...]) -> list[Section[Any]]:
@@ -115,7 +115,7 @@ def _no_versions(_: object) -> dict[str, str]:
 @dataclass(frozen=True)
 class Section(Generic[R]):
     """One section of the bench: how it runs, and how its results show on stdout, go into
-    RESULTS.md and the raw data, count among the run's errors and versions, and judge targets."""
+    RESULTS.md and the raw data, count among the run's errors and versions, and judge its goals."""
 
     name: str
     run: Callable[[Context], R]
@@ -124,7 +124,7 @@ class Section(Generic[R]):
     write: Callable[[R, Run, Path], None]
     errors: Callable[[R], list[str]]
     versions: Callable[[R], dict[str, str]] = _no_versions
-    target_rows: Callable[[R], list[str]] = _nothing
+    judged_rows: Callable[[R], list[str]] = _nothing
 
 
 def _reported(
@@ -132,7 +132,7 @@ def _reported(
     run: Callable[[dict[str, Any], str, RedisServer, Path], D],
     tables: Callable[[D], str],
     write: Callable[[D, dict[str, str], Path], None],
-    target_rows: Callable[[D], list[str]] = _nothing,
+    judged_rows: Callable[[D], list[str]] = _nothing,
 ) -> Section[D]:
     """A section run on its own settings, the PostgreSQL URL, the private Redis and the work
     directory, written with the machine, its results reporting their errors and versions."""
@@ -143,7 +143,7 @@ def _reported(
         write=lambda results, bench_run, out_dir: write(results, bench_run.machine, out_dir),
         errors=lambda results: results.errors(),
         versions=lambda results: results.versions,
-        target_rows=target_rows,
+        judged_rows=judged_rows,
     )
 
 
@@ -153,7 +153,7 @@ def drain_section(
     report: DrainReport[DR],
 ) -> Section[DR]:
     """A drain section, shown, written and judged by its ``DrainReport``."""
-    return _reported(name, run, report.tables, report.write, report.target_rows)
+    return _reported(name, run, report.tables, report.write, report.judged_rows)
 
 
 class SystemRun(Protocol):

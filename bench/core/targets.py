@@ -100,7 +100,7 @@ def ceiling_lines(run: Run) -> list[str]:
 
 
 def markdown(run: Run) -> str:
-    rows = runtime_rows(run.runtime) + tracking_rows(run) + latency_rows(run) + run.target_rows()
+    rows = runtime_rows(run.runtime) + tracking_rows(run) + latency_rows(run) + run.judged_rows()
     lines = [
         f"## {TITLE}",
         "",

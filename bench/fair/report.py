@@ -16,7 +16,7 @@ from bench.core.report import (
     per_job_us,
     per_rep,
     quick_note,
-    target_row,
+    verdict_row,
 )
 from bench.fair.section import FAIR, FIFO, FairResults, case_name, cases
 
@@ -54,13 +54,13 @@ def throughput_table(results: FairResults) -> list[str]:
     return lines
 
 
-def _targets(results: FairResults) -> list[str]:
+def _goals(results: FairResults) -> list[str]:
     rows = []
     many = results.settings["tasks"]
     for backend in (REDIS, POSTGRESQL):
         for tasks in (1, many):
             what = "one task" if tasks == 1 else f"{tasks} tasks, a tenant each"
-            rows += target_row(
+            rows += verdict_row(
                 f"{BACKEND_NAMES[backend]}: drain jobs/s, fair ÷ fifo queue, {what}",
                 f"≥ {FAIR_FLOOR:.2f}x",
                 paired(results, backend, tasks),
@@ -111,7 +111,7 @@ REPORT = DrainReport[FairResults](
     METHOD,
     _intro,
     throughput_table,
-    _targets,
+    _goals,
     derived=lambda r: {"case": r.case, "steady_rate": r.steady_rate},
 )
-target_rows = REPORT.target_rows
+target_rows = REPORT.judged_rows

@@ -16,7 +16,7 @@ from bench.core.report import (
     per_job_us,
     per_rep,
     quick_note,
-    target_row,
+    verdict_row,
 )
 from bench.feeds.section import FED, UNFED, FeedResults
 
@@ -51,13 +51,13 @@ def throughput_table(results: FeedResults) -> list[str]:
     return lines
 
 
-def _targets(results: FeedResults) -> list[str]:
+def _goals(results: FeedResults) -> list[str]:
     rows = []
     parallel = results.settings["parallel"]
     for backend in (REDIS, POSTGRESQL):
         name = BACKEND_NAMES[backend]
         overhead = per_rep(results, backend, FED, UNFED, lambda fed, unfed: fed.steady_s / unfed.steady_s)
-        rows += target_row(
+        rows += verdict_row(
             f"{name}: drain time fed at parallel={parallel} ÷ unfed",
             f"≤ {FEED_OVERHEAD:.2f}x",
             overhead,
@@ -70,7 +70,7 @@ def _targets(results: FeedResults) -> list[str]:
             if min(r.tenth_rate(False), r.tenth_rate(True)) > 0
         ]
         held = [r.tenth_rate(False) / r.tenth_rate(True) for r in fed]
-        rows += target_row(
+        rows += verdict_row(
             f"{name}: fed drain jobs/s, first tenth (nearly all held) ÷ last tenth",
             f"≥ {HELD_SLOWDOWN:.2f}x",
             held,
@@ -80,7 +80,7 @@ def _targets(results: FeedResults) -> list[str]:
         small = results.small_peak_rss_kb.get(backend)
         large = [r.create_peak_rss_kb for r in fed]
         if small and large:
-            rows += target_row(
+            rows += verdict_row(
                 f"{name}: peak RSS creating {fed[0].jobs:,} items ÷ creating 10,000",
                 f"≤ {MEMORY_GROWTH:.1f}x",
                 [peak / small for peak in large],
@@ -125,8 +125,8 @@ REPORT = DrainReport[FeedResults](
     METHOD,
     _intro,
     throughput_table,
-    _targets,
+    _goals,
     derived=lambda r: {"steady_rate": r.steady_rate},
     extra=lambda results: {"small_peak_rss_kb": results.small_peak_rss_kb},
 )
-target_rows = REPORT.target_rows
+target_rows = REPORT.judged_rows

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from bench.core.drain import POSTGRESQL, REDIS
 from bench.core.fmt import fixed, rate, ratio, spread
-from bench.core.report import BACKEND_NAMES, DrainReport, per_job_us, quick_note, target_row
+from bench.core.report import BACKEND_NAMES, DrainReport, per_job_us, quick_note, verdict_row
 from bench.flow.section import BACKLOG, HOT, KEYED, PLAIN, FlowResults, FlowRun
 
 #: Targets: keyed drain ÷ plain drain, the hot key's serial rate, large ÷ small backlog rate.
@@ -70,13 +70,13 @@ def throughput_table(results: FlowResults) -> list[str]:
     return lines
 
 
-def _targets(results: FlowResults) -> list[str]:
-    """The rows of the flow targets (also shown in the Targets section)."""
+def _goals(results: FlowResults) -> list[str]:
+    """The flow goals' rows (also shown in the Targets section)."""
     rows = []
     keys = results.settings["keys"]
     for backend in (REDIS, POSTGRESQL):
         shares = paired(results, backend, KEYED, PLAIN, lambda r: r.steady_rate)
-        rows += target_row(
+        rows += verdict_row(
             f"{BACKEND_NAMES[backend]}: {keys:,} distinct keys at limit 1 ÷ no key, drain jobs/s",
             f"≥ {KEYED_SHARE:.2f}x",
             shares,
@@ -84,7 +84,7 @@ def _targets(results: FlowResults) -> list[str]:
             lambda median: median >= KEYED_SHARE,
         )
     hot = [r.steady_rate for _, r in _ok(results, REDIS, HOT)]
-    rows += target_row(
+    rows += verdict_row(
         "Redis: one hot key at limit 1, serial jobs/s",
         f"≥ {HOT_RATE:,.0f}",
         hot,
@@ -96,7 +96,7 @@ def _targets(results: FlowResults) -> list[str]:
         small, large = backlog
         slowdown = paired(results, POSTGRESQL, small, large, lambda r: r.steady_rate)
         sizes = [r.waiting for _, r in results.runs if r.case == BACKLOG]
-        rows += target_row(
+        rows += verdict_row(
             f"PostgreSQL, 4 processes: drain jobs/s with {min(sizes):,} ÷ with {max(sizes):,} "
             "keyed jobs waiting",
             f"≤ {BACKLOG_SLOWDOWN:.1f}x",
@@ -158,9 +158,9 @@ REPORT = DrainReport[FlowResults](
     METHOD,
     _intro,
     throughput_table,
-    _targets,
+    _goals,
     derived=lambda r: {"steady_rate": r.steady_rate},
     extra=lambda results: {"plans": results.plans},
     notes=_plans,
 )
-target_rows = REPORT.target_rows
+target_rows = REPORT.judged_rows

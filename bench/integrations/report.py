@@ -7,7 +7,7 @@ figures of the same runtime.
 from __future__ import annotations
 
 from bench.core.fmt import fixed, rate, ratio, spread
-from bench.core.report import DrainReport, quick_note, target_row
+from bench.core.report import DrainReport, quick_note, verdict_row
 from bench.integrations.section import CREATE, NOOP, RUNTIMES, IntegrationResults, IntegrationRun
 
 NAMES = {"celery": "Celery", "rq": "RQ", "dramatiq": "Dramatiq"}
@@ -43,11 +43,11 @@ def table(results: IntegrationResults) -> list[str]:
     return lines
 
 
-def _targets(results: IntegrationResults) -> list[str]:
+def _goals(results: IntegrationResults) -> list[str]:
     rows = []
     for runtime in RUNTIMES:
         noop = [r.ratio() for r in _ok(results, runtime, NOOP)]
-        rows += target_row(
+        rows += verdict_row(
             f"{NAMES[runtime]}: no-op jobs/s, tracked ÷ untracked",
             f"≥ {TRACKED_RATE:.2f}x",
             noop,
@@ -55,7 +55,7 @@ def _targets(results: IntegrationResults) -> list[str]:
             lambda median: median >= TRACKED_RATE,
         )
         create = [r.ratio() for r in _ok(results, runtime, CREATE)]
-        rows += target_row(
+        rows += verdict_row(
             f"{NAMES[runtime]}: create_task ÷ the runtime's bulk send",
             f"≤ {CREATE_TIME:.1f}x",
             create,
@@ -100,7 +100,7 @@ REPORT = DrainReport[IntegrationResults](
     METHOD,
     _intro,
     table,
-    _targets,
+    _goals,
     derived=lambda r: {"ratio": r.ratio()},
 )
-target_rows = REPORT.target_rows
+target_rows = REPORT.judged_rows

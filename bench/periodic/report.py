@@ -16,7 +16,7 @@ from bench.core.report import (
     ok_by_rep,
     per_rep,
     quick_note,
-    target_row,
+    verdict_row,
 )
 from bench.periodic.section import BASELINE, SAMPLE_EVERY, SCHEDULED, PeriodicResults, PeriodicRun
 
@@ -92,13 +92,13 @@ def lag_table(results: PeriodicResults) -> list[str]:
     return lines
 
 
-def _targets(results: PeriodicResults) -> list[str]:
+def _goals(results: PeriodicResults) -> list[str]:
     rows = []
     schedules = results.settings["schedules"]
     for backend in (REDIS, POSTGRESQL):
         name = BACKEND_NAMES[backend]
         cpu = scheduling_cpu(results, backend)
-        rows += target_row(
+        rows += verdict_row(
             f"{name}: scheduling CPU of {schedules:,} schedules every second, % of a core per worker "
             "process (scheduled - baseline)",
             f"< {CPU_CEILING_PCT:.0f} %",
@@ -109,7 +109,7 @@ def _targets(results: PeriodicResults) -> list[str]:
         )
         # Only the lag seen from outside is judged: ``enqueued_at`` is the tick's time by design.
         p99 = [r.visible_lag.p99 for r in ok_by_rep(results, backend, SCHEDULED).values()]
-        rows += target_row(
+        rows += verdict_row(
             f"{name}: periodic job lag p99, in the queue - tick, seen from outside",
             f"< {LAG_P99_MS:.0f} ms",
             p99,
@@ -169,10 +169,10 @@ REPORT = DrainReport[PeriodicResults](
     METHOD,
     _intro,
     _tables,
-    _targets,
+    _goals,
     derived=lambda r: {"cpu_pct": r.cpu_pct(), "server_cpu_pct": r.server_cpu_pct()},
     extra=lambda results: {
         "scheduling_cpu_pct": {b: scheduling_cpu(results, b) for b in results.settings["backends"]}
     },
 )
-target_rows = REPORT.target_rows
+target_rows = REPORT.judged_rows

@@ -14,7 +14,7 @@ from bench.core.report import (
     ok_by_rep,
     per_rep,
     quick_note,
-    target_row,
+    verdict_row,
 )
 from bench.resumable.section import PLAIN, RESUMABLE, WARMUP_ITERATIONS, ResumableResults
 
@@ -53,12 +53,12 @@ def time_table(results: ResumableResults) -> list[str]:
     return lines
 
 
-def _targets(results: ResumableResults) -> list[str]:
+def _goals(results: ResumableResults) -> list[str]:
     rows = []
     iterations = results.settings["iterations"]
     for backend in (REDIS, POSTGRESQL):
         ratios = paired(results, backend)
-        rows += target_row(
+        rows += verdict_row(
             f"{BACKEND_NAMES[backend]}: run time of a {iterations:,}-iteration no-op job, resumable ÷ plain",
             f"≤ {OVERHEAD:.2f}x",
             ratios,
@@ -112,10 +112,10 @@ REPORT = DrainReport[ResumableResults](
     METHOD,
     _intro,
     time_table,
-    _targets,
+    _goals,
     derived=lambda r: {"ns_per_iteration": r.ns_per_iteration()},
     extra=lambda results: {
         "resumable_over_plain": {b: paired(results, b) for b in results.settings["backends"]}
     },
 )
-target_rows = REPORT.target_rows
+target_rows = REPORT.judged_rows
