@@ -101,7 +101,7 @@ class RedisBroker(Broker):
         if share is None:
             share = share_of(task_id, None)
         if feed is not None:
-            return RedisFeedStaging(self.redis, self.keys, self.scripts, task_id, feed, limit, share)
+            return RedisFeedStaging(self.redis, self.keys, self.scripts, task_id, limit, share, feed=feed)
         return RedisStaging(self.redis, self.keys, self.scripts, task_id, limit, share)
 
     def jobs_ahead(self, queue: str, share: str, waiting: int, earlier: int) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import redis
@@ -198,6 +198,7 @@ class _PlainJobs:
         return [("ZADD", self._keys.schedule, *pairs)]
 
 
+@dataclass(eq=False)
 class StagingLists(Staging):
     """A task's jobs written batch by batch to private lists that no worker reads, then
     published by one script: all of them or none.
@@ -207,23 +208,14 @@ class StagingLists(Staging):
     ``enqueued_at``: the time its first batch was encoded.
     """
 
-    def __init__(
-        self,
-        conn: redis.Redis,
-        keys: Keys,
-        scripts: Scripts,
-        task_id: str,
-        max_payload_bytes: int,
-        share: str,
-    ) -> None:
-        self.conn = conn
-        self.keys = keys
-        self.scripts = scripts
-        self.task_id = task_id
-        self.max_payload_bytes = max_payload_bytes
-        #: The share the jobs wait in on a fair queue ("" for none: queue:<queue> itself).
-        self.share = share
-        self._enqueued_at: float | None = None
+    conn: redis.Redis
+    keys: Keys
+    scripts: Scripts
+    task_id: str
+    max_payload_bytes: int
+    #: The share the jobs wait in on a fair queue ("" for none: queue:<queue> itself).
+    share: str = ""
+    _enqueued_at: float | None = field(default=None, init=False)
 
     def _stamp(self, jobs: Sequence[payload.JobDict]) -> None:
         if self._enqueued_at is None:
@@ -232,25 +224,16 @@ class StagingLists(Staging):
             job["enqueued_at"] = self._enqueued_at
 
 
+@dataclass(eq=False)
 class RedisStaging(StagingLists):
     """One task's jobs, staged in one list per queue (``Keys.staging``) and moved onto their
     queues, or on a fair queue into the task's share (``Keys.share``)."""
 
-    def __init__(
-        self,
-        conn: redis.Redis,
-        keys: Keys,
-        scripts: Scripts,
-        task_id: str,
-        max_payload_bytes: int,
-        share: str = "",
-    ) -> None:
-        super().__init__(conn, keys, scripts, task_id, max_payload_bytes, share)
-        #: Queue -> jobs its staging list holds (written and acknowledged).
-        self.counts: dict[str, int] = {}
-        #: Jobs the flow staging list holds (those with a concurrency or unique key).
-        self.flow_count = 0
-        self._touched: set[str | None] = set()
+    #: Queue -> jobs its staging list holds (written and acknowledged).
+    counts: dict[str, int] = field(default_factory=dict, init=False)
+    #: Jobs the flow staging list holds (those with a concurrency or unique key).
+    flow_count: int = field(default=0, init=False)
+    _touched: set[str | None] = field(default_factory=set, init=False)
 
     def encode(self, jobs: Sequence[payload.JobDict]) -> dict[str | None, list[str]]:
         """The jobs' payloads by queue, in order, those with a concurrency or unique key under
@@ -308,26 +291,16 @@ class RedisStaging(StagingLists):
             logger.warning("task %s: could not delete its staged jobs (they expire): %s", self.task_id, exc)
 
 
+@dataclass(eq=False)
 class RedisFeedStaging(StagingLists):
     """A fed task's jobs, staged in one list in item order (``Keys.staging_feed``), which the
     publish script turns into the feed's held jobs while it creates the feed and releases the
     first of them: all in one step."""
 
-    def __init__(
-        self,
-        conn: redis.Redis,
-        keys: Keys,
-        scripts: Scripts,
-        task_id: str,
-        feed: Feed,
-        max_payload_bytes: int,
-        share: str = "",
-    ) -> None:
-        super().__init__(conn, keys, scripts, task_id, max_payload_bytes, share)
-        self.feed = feed
-        #: Jobs the staging list holds (written and acknowledged).
-        self.count = 0
-        self._touched = False
+    feed: Feed = field(kw_only=True)
+    #: Jobs the staging list holds (written and acknowledged).
+    count: int = field(default=0, init=False)
+    _touched: bool = field(default=False, init=False)
 
     def encode(self, jobs: Sequence[payload.JobDict]) -> list[str]:
         """The jobs as held entries, in order; raise ValueError for one over the size limit."""
