@@ -93,7 +93,7 @@ def namespace(conn: redis.Redis) -> Iterator[str]:
 
 
 @pytest.fixture
-def settings(namespace: str) -> Settings:
+def redis_settings(namespace: str) -> Settings:
     """Fast timings so that tests of heartbeats, polls and shutdown take seconds."""
     return Settings(
         redis_url=REDIS_URL,
@@ -142,13 +142,15 @@ def registry() -> Registry:
 
 
 @pytest.fixture
-def client(settings: Settings, registry: Registry, conn: redis.Redis) -> Client:
-    return Client(settings, connection=conn, registry=registry, middleware=Chain())
+def redis_client(redis_settings: Settings, registry: Registry, conn: redis.Redis) -> Client:
+    """An AsyncTask client on ``redis_settings``, over ``conn``."""
+    return Client(redis_settings, connection=conn, registry=registry, middleware=Chain())
 
 
-@pytest.fixture
-def start_worker(settings: Settings, registry: Registry) -> Iterator[Callable[..., Worker]]:
-    """Start in-process workers (in a thread); all are stopped gracefully after the test."""
+def started_workers(settings: Settings, registry: Registry) -> Iterator[Callable[..., Worker]]:
+    """Start in-process workers on ``settings`` (in a thread); all are stopped gracefully after
+    the test. The body of the fixtures ``start_redis_worker`` here and ``start_worker`` in
+    tests/brokers/conftest.py, which differ only in the settings they start from."""
     started: list[tuple[Worker, threading.Thread]] = []
 
     def start(**overrides: Any) -> Worker:
@@ -175,6 +177,12 @@ def start_worker(settings: Settings, registry: Registry) -> Iterator[Callable[..
     for worker, thread in started:
         worker.stop()
         thread.join(30)
+
+
+@pytest.fixture
+def start_redis_worker(redis_settings: Settings, registry: Registry) -> Iterator[Callable[..., Worker]]:
+    """In-process workers on ``redis_settings`` (``started_workers``)."""
+    yield from started_workers(redis_settings, registry)
 
 
 def db_url(number: int) -> str:
@@ -220,7 +228,7 @@ def _batched(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 @pytest.fixture
-def redis_settings(namespace: str, tmp_path: Path) -> Settings:
+def redis_process_settings(namespace: str, tmp_path: Path) -> Settings:
     """A Redis broker under the test's namespace, tracking in the test's own SQLite file, for
     worker subprocesses (``worker_env``): a heartbeat every half second."""
     # A long process TTL: a record or a job that is gone was removed, not expired.

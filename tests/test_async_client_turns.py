@@ -53,7 +53,7 @@ def test_pushes_are_prepared_at_most_a_few_per_turn_of_the_loop() -> None:
 
 
 def test_a_job_pushed_from_many_coroutines_is_made_in_its_turn_not_in_their_first_step(
-    settings: Settings, registry: Registry, monkeypatch: pytest.MonkeyPatch
+    redis_settings: Settings, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     @job(registry=registry, queue="turns")
     def note(n: int) -> None:
@@ -63,7 +63,7 @@ def test_a_job_pushed_from_many_coroutines_is_made_in_its_turn_not_in_their_firs
     make = JobSetter._item
 
     async def main() -> None:
-        client = AsyncClient(settings, registry=registry, middleware=Chain())
+        client = AsyncClient(redis_settings, registry=registry, middleware=Chain())
         turns = Turns()
 
         def made(setter: JobSetter, args: list[Any], at: float | None) -> payload.JobDict:

@@ -356,29 +356,29 @@ def test_db_upgrade_takes_a_revision(run: Run, tmp_path: Path) -> None:
 
 
 def test_enqueue_pushes_a_job_from_the_shell(
-    settings: Settings, conn: redis.Redis, capsys: pytest.CaptureFixture[str]
+    redis_settings: Settings, conn: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = [
         "enqueue",
         "SleepWorker",
         '[3600, "ü"]',
         "--redis",
-        settings.redis_url,
+        redis_settings.redis_url,
         "--namespace",
-        settings.namespace,
+        redis_settings.namespace,
     ]
     assert main([*argv, "--queue", "low", "--retry", "3"]) == 0
     jid = capsys.readouterr().out.strip()
-    [raw] = conn.lrange(Keys(settings.namespace).queue("low"), 0, -1)
+    [raw] = conn.lrange(Keys(redis_settings.namespace).queue("low"), 0, -1)
     job = json.loads(raw)
     assert (job["jid"], job["class"], job["args"], job["retry"]) == (jid, "SleepWorker", [3600, "ü"], 3)
     assert main([*argv, "--in", "60"]) == 0
-    assert conn.zcard(Keys(settings.namespace).schedule) == 1
+    assert conn.zcard(Keys(redis_settings.namespace).schedule) == 1
     capsys.readouterr()
     # -q, as the worker's option to name a queue.
     assert main([*argv, "-q", "high"]) == 0
     jid = capsys.readouterr().out.strip()
-    [raw] = conn.lrange(Keys(settings.namespace).queue("high"), 0, -1)
+    [raw] = conn.lrange(Keys(redis_settings.namespace).queue("high"), 0, -1)
     assert json.loads(raw)["jid"] == jid
 
 
@@ -573,21 +573,21 @@ def _stderr_after_exit(proc: subprocess.Popen[bytes]) -> bytes:
 
 
 def test_worker_command_runs_jobs_with_weighted_queues_and_logs_them(
-    settings: Settings, conn: redis.Redis
+    redis_settings: Settings, conn: redis.Redis
 ) -> None:
-    keys = Keys(settings.namespace)
+    keys = Keys(redis_settings.namespace)
     for queue in ("critical", "default"):
         conn.lpush(
             keys.queue(queue),
             json.dumps({"class": "record_jid", "args": [0], "jid": queue * 2, "retry": True}),
         )
-    env = {**os.environ, "ASYNCTASK_REDIS_URL": settings.redis_url, "ASYNCTASK_LOG_FORMAT": "json"}
+    env = {**os.environ, "ASYNCTASK_REDIS_URL": redis_settings.redis_url, "ASYNCTASK_LOG_FORMAT": "json"}
     command = [sys.executable, "-m", "asynctask", "worker", "-r", "tests/jobs/crash_jobs.py", "--namespace"]
-    command += [settings.namespace, "-q", "critical,3", "-q", "default", "-c", "2", "-v"]
-    env["ASYNCTASK_NAMESPACE"] = settings.namespace
+    command += [redis_settings.namespace, "-q", "critical,3", "-q", "default", "-c", "2", "-v"]
+    env["ASYNCTASK_NAMESPACE"] = redis_settings.namespace
     proc = subprocess.Popen(command, env=env, cwd=ROOT, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        wait_until(lambda: conn.scard(f"{settings.namespace}:test:done") == 2, timeout=15)
+        wait_until(lambda: conn.scard(f"{redis_settings.namespace}:test:done") == 2, timeout=15)
         time.sleep(0.2)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

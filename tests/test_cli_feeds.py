@@ -25,7 +25,7 @@ Run = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
-def tracking(settings: Settings, registry: Registry, tmp_path: Path) -> Tracking:
+def tracking(redis_settings: Settings, registry: Registry, tmp_path: Path) -> Tracking:
     url = f"sqlite:///{tmp_path / 'tracking.db'}"
     upgrade(url)
 
@@ -33,7 +33,7 @@ def tracking(settings: Settings, registry: Registry, tmp_path: Path) -> Tracking
     def step(chunk: list[Any]) -> None:
         pass
 
-    own = Settings(**{**settings.__dict__, "database_url": url})
+    own = Settings(**{**redis_settings.__dict__, "database_url": url})
     return Tracking(Client(own, registry=registry, middleware=Chain([TrackingClientMiddleware()])))
 
 

@@ -36,7 +36,7 @@ def normalized(raw: bytes) -> str:
 
 
 @pytest.fixture
-def plain_job(registry: Registry, client: Client) -> Any:
+def plain_job(registry: Registry, redis_client: Client) -> Any:
     @asynctask.job(name="PlainJob", registry=registry)
     def plain(*args: Any) -> None: ...
 
@@ -44,10 +44,10 @@ def plain_job(registry: Registry, client: Client) -> Any:
 
 
 def test_perform_async_writes_the_bytes_sidekiq_writes(
-    plain_job: Any, client: Client, conn: redis.Redis
+    plain_job: Any, redis_client: Client, conn: redis.Redis
 ) -> None:
-    jid = plain_job.set(client=client).perform_async(1, "ünï")
-    keys = client.keys
+    jid = plain_job.set(client=redis_client).perform_async(1, "ünï")
+    keys = redis_client.keys
     assert conn.smembers(keys.queues) == {b"default"}
     [raw] = conn.lrange(keys.queue("default"), 0, -1)
     assert normalized(raw) == CAPTURED_PUSH
@@ -58,33 +58,33 @@ def test_perform_async_writes_the_bytes_sidekiq_writes(
 
 
 def test_perform_in_goes_to_the_schedule_without_enqueued_at(
-    plain_job: Any, client: Client, conn: redis.Redis
+    plain_job: Any, redis_client: Client, conn: redis.Redis
 ) -> None:
     before = time.time()
-    plain_job.set(client=client).perform_in(3600, 3, {"k": "v"})
-    [(raw, score)] = conn.zrange(client.keys.schedule, 0, -1, withscores=True)
+    plain_job.set(client=redis_client).perform_in(3600, 3, {"k": "v"})
+    [(raw, score)] = conn.zrange(redis_client.keys.schedule, 0, -1, withscores=True)
     score = float(score)
     assert normalized(raw) == CAPTURED_SCHEDULE
     assert before + 3600 <= score <= time.time() + 3600
-    assert conn.llen(client.keys.queue("default")) == 0
+    assert conn.llen(redis_client.keys.queue("default")) == 0
 
 
-def test_a_past_timestamp_is_pushed_at_once(plain_job: Any, client: Client, conn: redis.Redis) -> None:
-    plain_job.set(client=client).perform_at(time.time() - 10, 1)
-    assert conn.llen(client.keys.queue("default")) == 1
-    assert conn.zcard(client.keys.schedule) == 0
+def test_a_past_timestamp_is_pushed_at_once(plain_job: Any, redis_client: Client, conn: redis.Redis) -> None:
+    plain_job.set(client=redis_client).perform_at(time.time() - 10, 1)
+    assert conn.llen(redis_client.keys.queue("default")) == 1
+    assert conn.zcard(redis_client.keys.schedule) == 0
 
 
 def test_job_options_and_set_overrides_land_in_the_payload(
-    registry: Registry, client: Client, conn: redis.Redis
+    registry: Registry, redis_client: Client, conn: redis.Redis
 ) -> None:
     @asynctask.job(
         name="Opts", queue="low", retry=5, backtrace=10, dead=False, tags=["a"], registry=registry, track=True
     )
     def opts(x: int) -> None: ...
 
-    opts.set(client=client, queue="critical", retry_queue="slow").perform_async(1)
-    [raw] = conn.lrange(client.keys.queue("critical"), 0, -1)
+    opts.set(client=redis_client, queue="critical", retry_queue="slow").perform_async(1)
+    [raw] = conn.lrange(redis_client.keys.queue("critical"), 0, -1)
     job = json.loads(raw)
     # Sidekiq's order: the class's options, then the per-call ones, then args and class.
     assert list(job)[:8] == ["retry", "queue", "backtrace", "dead", "tags", "track", "retry_queue", "args"]
@@ -93,10 +93,10 @@ def test_job_options_and_set_overrides_land_in_the_payload(
 
 
 def test_client_push_of_an_unregistered_ruby_class_uses_sidekiq_defaults(
-    client: Client, conn: redis.Redis
+    redis_client: Client, conn: redis.Redis
 ) -> None:
-    jid = client.push({"class": "SleepWorker", "args": [3600]})
-    [raw] = conn.lrange(client.keys.queue("default"), 0, -1)
+    jid = redis_client.push({"class": "SleepWorker", "args": [3600]})
+    [raw] = conn.lrange(redis_client.keys.queue("default"), 0, -1)
     job = json.loads(raw)
     assert list(job) == ["retry", "queue", "class", "args", "jid", "created_at", "enqueued_at"]
     assert job["jid"] == jid and job["class"] == "SleepWorker"
@@ -117,21 +117,23 @@ def test_client_push_of_an_unregistered_ruby_class_uses_sidekiq_defaults(
     ],
 )
 def test_bad_items_are_refused_before_anything_is_written(
-    client: Client, conn: redis.Redis, item: dict[str, Any], error: str
+    redis_client: Client, conn: redis.Redis, item: dict[str, Any], error: str
 ) -> None:
     with pytest.raises(TypeError, match=error):
-        client.push(item)
-    assert conn.exists(client.keys.queues) == 0
+        redis_client.push(item)
+    assert conn.exists(redis_client.keys.queues) == 0
 
 
-def test_perform_async_checks_the_arguments_against_the_function(registry: Registry, client: Client) -> None:
+def test_perform_async_checks_the_arguments_against_the_function(
+    registry: Registry, redis_client: Client
+) -> None:
     @asynctask.job(registry=registry)
     def two(a: int, b: int) -> None: ...
 
     with pytest.raises(TypeError, match="cannot take 1 argument"):
-        two.set(client=client).perform_async(1)
+        two.set(client=redis_client).perform_async(1)
     with pytest.raises(TypeError, match="is a tuple"):
-        two.set(client=client).perform_async(1, (2,))
+        two.set(client=redis_client).perform_async(1, (2,))
 
 
 def test_oversized_payload_is_refused_at_push(namespace: str, conn: redis.Redis) -> None:
@@ -143,9 +145,9 @@ def test_oversized_payload_is_refused_at_push(namespace: str, conn: redis.Redis)
     assert conn.exists(client.keys.queue("default")) == 0
 
 
-def test_push_bulk_is_one_round_trip_per_thousand_jobs(settings: Settings, registry: Registry) -> None:
-    conn = redis.Redis.from_url(settings.redis_url, connection_class=WatchedConnection)
-    client = Client(settings, connection=conn, registry=registry, middleware=Chain())
+def test_push_bulk_is_one_round_trip_per_thousand_jobs(redis_settings: Settings, registry: Registry) -> None:
+    conn = redis.Redis.from_url(redis_settings.redis_url, connection_class=WatchedConnection)
+    client = Client(redis_settings, connection=conn, registry=registry, middleware=Chain())
     # A first push opens the connection pushes use: its handshake is not the pushes'.
     client.push_bulk({"class": "Bulk", "args": [[-1]], "queue": "warm-up"})
     WatchedConnection.reset()
@@ -158,16 +160,16 @@ def test_push_bulk_is_one_round_trip_per_thousand_jobs(settings: Settings, regis
     conn.close()
 
 
-def test_push_bulk_with_timestamps_schedules_each_job(client: Client, conn: redis.Redis) -> None:
+def test_push_bulk_with_timestamps_schedules_each_job(redis_client: Client, conn: redis.Redis) -> None:
     soon = time.time() + 100
-    client.push_bulk({"class": "Bulk", "args": [[1], [2]], "at": [soon, soon + 1]})
-    scores = [score for _, score in conn.zrange(client.keys.schedule, 0, -1, withscores=True)]
+    redis_client.push_bulk({"class": "Bulk", "args": [[1], [2]], "at": [soon, soon + 1]})
+    scores = [score for _, score in conn.zrange(redis_client.keys.schedule, 0, -1, withscores=True)]
     assert scores == pytest.approx([soon, soon + 1])
     with pytest.raises(ValueError, match="one timestamp per job"):
-        client.push_bulk({"class": "Bulk", "args": [[1], [2]], "at": [soon]})
+        redis_client.push_bulk({"class": "Bulk", "args": [[1], [2]], "at": [soon]})
 
 
-def test_client_middleware_can_change_or_drop_a_job(settings: Settings, conn: redis.Redis) -> None:
+def test_client_middleware_can_change_or_drop_a_job(redis_settings: Settings, conn: redis.Redis) -> None:
     def stamp(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
         job["stamped"] = queue
         return call_next()
@@ -175,7 +177,7 @@ def test_client_middleware_can_change_or_drop_a_job(settings: Settings, conn: re
     def drop_odd(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
         return None if job["args"][0] % 2 else call_next()
 
-    client = Client(settings, connection=conn, middleware=Chain([stamp, drop_odd]))
+    client = Client(redis_settings, connection=conn, middleware=Chain([stamp, drop_odd]))
     assert client.push({"class": "X", "args": [1]}) is None
     jids = client.push_bulk({"class": "X", "args": [[1], [2], [3], [4]]})
     assert [j is None for j in jids] == [True, False, True, False]
@@ -205,21 +207,21 @@ def _pushed(conn: redis.Redis, client: Client, queue: str = "default") -> list[b
 
 
 def test_perform_async_writes_what_a_push_of_its_item_writes(
-    registry: Registry, client: Client, conn: redis.Redis
+    registry: Registry, redis_client: Client, conn: redis.Redis
 ) -> None:
     @asynctask.job(name="Full", queue="low", retry=5, backtrace=10, dead=False, tags=["a"], registry=registry)
     def full(x: int, y: Any = None) -> None: ...
 
-    full.set(client=client).perform_async(1, {"k": [2.5]})
-    full.set(client=client).perform_async(2)
-    client.push({**full.options.payload_head(), "args": [1, {"k": [2.5]}], "class": "Full"})
-    first, second, pushed = map(normalized, _pushed(conn, client, "low"))
+    full.set(client=redis_client).perform_async(1, {"k": [2.5]})
+    full.set(client=redis_client).perform_async(2)
+    redis_client.push({**full.options.payload_head(), "args": [1, {"k": [2.5]}], "class": "Full"})
+    first, second, pushed = map(normalized, _pushed(conn, redis_client, "low"))
     assert first == pushed
     assert second == pushed.replace('[1,{"k":[2.5]}]', "[2]")
 
 
 def test_what_a_middleware_changes_in_one_perform_async_stays_out_of_the_next(
-    registry: Registry, settings: Settings, conn: redis.Redis
+    registry: Registry, redis_settings: Settings, conn: redis.Redis
 ) -> None:
     def tag(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
         job["tags"].append("seen")
@@ -229,7 +231,7 @@ def test_what_a_middleware_changes_in_one_perform_async_stays_out_of_the_next(
     @asynctask.job(name="Tagged", tags=["a"], custom={"count": 0}, registry=registry)
     def tagged() -> None: ...
 
-    client = Client(settings, connection=conn, registry=registry, middleware=Chain([tag]))
+    client = Client(redis_settings, connection=conn, registry=registry, middleware=Chain([tag]))
     for _ in range(3):
         tagged.set(client=client).perform_async()
     jobs = [json.loads(raw) for raw in conn.lrange(client.keys.queue("default"), 0, -1)]
@@ -237,22 +239,22 @@ def test_what_a_middleware_changes_in_one_perform_async_stays_out_of_the_next(
 
 
 def test_perform_async_follows_new_options_and_a_new_registration_of_its_name(
-    registry: Registry, client: Client, conn: redis.Redis
+    registry: Registry, redis_client: Client, conn: redis.Redis
 ) -> None:
     @asynctask.job(name="Moving", registry=registry)
     def moving() -> None: ...
 
-    moving.set(client=client).perform_async()
+    moving.set(client=redis_client).perform_async()
     moving.options = moving.options.merged({"queue": "other"})
-    moving.set(client=client).perform_async()
+    moving.set(client=redis_client).perform_async()
     # Another definition of the name in the client's registry lends its options as defaults.
     registry.remove("Moving")
 
     @asynctask.job(name="Moving", queue="third", retry_queue="slow", registry=registry)
     def replacement() -> None: ...
 
-    moving.set(client=client).perform_async()
-    default, other = _pushed(conn, client), _pushed(conn, client, "other")
+    moving.set(client=redis_client).perform_async()
+    default, other = _pushed(conn, redis_client), _pushed(conn, redis_client, "other")
     assert [json.loads(raw)["queue"] for raw in default] == ["default"]
     first, second = map(json.loads, other)
     assert "retry_queue" not in first and second["retry_queue"] == "slow"

@@ -35,8 +35,8 @@ pytestmark = pytest.mark.alone
 
 
 @pytest.fixture
-def broker(settings: Settings) -> Iterator[RedisBroker]:
-    made = RedisBroker(settings)
+def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
+    made = RedisBroker(redis_settings)
     yield made
     made.close()
 
@@ -47,8 +47,8 @@ def fetch(broker: RedisBroker) -> ReliableFetch:
 
 
 @pytest.fixture
-def reader(broker: RedisBroker, settings: Settings) -> RedisReader:
-    return RedisReader(broker.redis, broker.keys, settings)
+def reader(broker: RedisBroker, redis_settings: Settings) -> RedisReader:
+    return RedisReader(broker.redis, broker.keys, redis_settings)
 
 
 def job(jid: str, queue: str = "default", **more: Any) -> payload.JobDict:
@@ -155,9 +155,11 @@ def test_a_ring_left_behind_by_a_switch_to_fifo_drains(broker: RedisBroker, fetc
     assert not broker.redis.exists(broker.keys.share("default", "task:ta"))
 
 
-def test_a_worker_start_writes_its_queues_fair_setting(broker: RedisBroker, settings: Settings) -> None:
+def test_a_worker_start_writes_its_queues_fair_setting(broker: RedisBroker, redis_settings: Settings) -> None:
     fifo = replace(
-        settings, queues=(QueueSpec("a", fair=False), QueueSpec("b"), QueueSpec("c")), fifo_queues=("c",)
+        redis_settings,
+        queues=(QueueSpec("a", fair=False), QueueSpec("b"), QueueSpec("c")),
+        fifo_queues=("c",),
     )
     broker.redis.sadd(broker.keys.fifo, "b")
     fetcher = RedisBroker(fifo, broker.redis).fetcher("proc-2")
@@ -271,14 +273,14 @@ def test_a_priority_change_moves_released_jobs_between_share_and_urgent(
 
 
 def test_queue_size_stats_rows_and_delete_count_the_shares(
-    broker: RedisBroker, fetch: ReliableFetch, reader: RedisReader, settings: Settings
+    broker: RedisBroker, fetch: ReliableFetch, reader: RedisReader, redis_settings: Settings
 ) -> None:
     broker.push([(job("p0"), None), (job("o0", queue="other"), None)])
     publish(broker, "ta", ["a0", "a1"], "task:ta")
     fed_publish(broker, "fu", ["u0"], Feed(parallel=1, priority=-1))
-    queue = Queue("default", settings=settings)
+    queue = Queue("default", settings=redis_settings)
     assert queue.size == 4
-    assert Stats(settings=settings).queues == {"default": 4, "other": 1}
+    assert Stats(settings=redis_settings).queues == {"default": 4, "other": 1}
     assert sorted(record.jid for record in queue) == ["a0", "a1", "p0", "u0"]
     found = queue.find_job("a1")
     assert found is not None
@@ -293,13 +295,13 @@ def test_queue_size_stats_rows_and_delete_count_the_shares(
 
 
 def test_clear_empties_the_shares_the_urgent_list_and_the_ring(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
     broker.push([(job("p0"), None)])
     publish(broker, "ta", ["a0", "a1"], "task:ta")
     publish(broker, "tb", ["b0"], "task:tb", unique_key="u", unique_for=30)
     fed_publish(broker, "fu", ["u0", "u1"], Feed(parallel=1, priority=-1))
-    assert Queue("default", settings=settings).clear() == 5
+    assert Queue("default", settings=redis_settings).clear() == 5
     for key in (
         broker.keys.queue("default"),
         broker.keys.share("default", "task:ta"),
@@ -315,7 +317,7 @@ def test_clear_empties_the_shares_the_urgent_list_and_the_ring(
     assert claim_all(fetch) == ["u1"]
     assert not broker.redis.exists(broker.keys.shares("default"))
     publish(broker, "tc", ["c0"], "task:tc")
-    assert Queue("default", settings=settings).clear() == 1
+    assert Queue("default", settings=redis_settings).clear() == 1
     for key in (
         broker.keys.shares("default"),
         broker.keys.bell("default"),
@@ -344,9 +346,9 @@ def blocked_in(broker: RedisBroker, *commands: str) -> list[dict[str, Any]]:
 
 
 def test_a_bell_wakes_an_idle_thread_and_a_plain_push_still_wakes_the_queue(
-    broker: RedisBroker, settings: Settings
+    broker: RedisBroker, redis_settings: Settings
 ) -> None:
-    slow = RedisBroker(replace(settings, fetch_timeout=5.0, concurrency=2))
+    slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
     try:
         fetcher = slow.fetcher("proc-3")
         fetcher.register()
@@ -397,12 +399,12 @@ def spawn(settings: Settings, runs_file: Path, concurrency: int) -> Any:
 
 
 @pytest.fixture
-def workers(settings: Settings, tmp_path: Path) -> Iterator[tuple[Path, Any]]:
+def workers(redis_settings: Settings, tmp_path: Path) -> Iterator[tuple[Path, Any]]:
     runs_file = tmp_path / "runs.txt"
     procs: list[Any] = []
 
     def start(concurrency: int) -> Any:
-        procs.append(spawn(settings, runs_file, concurrency))
+        procs.append(spawn(redis_settings, runs_file, concurrency))
         return procs[-1]
 
     yield runs_file, start
@@ -449,7 +451,7 @@ def test_an_idle_worker_starts_a_task_job_at_once(broker: RedisBroker, workers: 
 
 
 def test_a_killed_worker_loses_no_share_job(
-    broker: RedisBroker, workers: tuple[Path, Any], settings: Settings
+    broker: RedisBroker, workers: tuple[Path, Any], redis_settings: Settings
 ) -> None:
     runs_file, start = workers
     publish_records(broker, "ta", [record_job(f"a{n}", 0.2) for n in range(20)])
@@ -468,7 +470,7 @@ def test_a_killed_worker_loses_no_share_job(
     assert set(first) == {"a", "b", "p"}
     survivor = start(5)
     wait_until(lambda: set(done(runs_file)) == everything, timeout=60)
-    queue = Queue("default", settings=settings)
+    queue = Queue("default", settings=redis_settings)
     wait_until(lambda: queue.size == 0)
     assert not broker.redis.exists(broker.keys.shares("default"))
     os.killpg(survivor.pid, signal.SIGTERM)
@@ -485,8 +487,10 @@ def test_stats_load_the_sizes_script_when_redis_lacks_it(broker: RedisBroker, re
     assert reader.stats("default").queues == {"default": 2}
 
 
-def test_a_claim_takes_no_jobs_for_threads_blocked_in_redis(broker: RedisBroker, settings: Settings) -> None:
-    slow = RedisBroker(replace(settings, fetch_timeout=5.0, concurrency=2))
+def test_a_claim_takes_no_jobs_for_threads_blocked_in_redis(
+    broker: RedisBroker, redis_settings: Settings
+) -> None:
+    slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
     try:
         fetcher = slow.fetcher("proc-4")
         blocked = threading.Thread(target=fetcher.wait, args=(0,))
@@ -504,9 +508,9 @@ def test_a_claim_takes_no_jobs_for_threads_blocked_in_redis(broker: RedisBroker,
 
 
 def test_a_thread_leaving_the_queue_unwatched_wakes_one_on_the_bell(
-    broker: RedisBroker, settings: Settings
+    broker: RedisBroker, redis_settings: Settings
 ) -> None:
-    slow = RedisBroker(replace(settings, fetch_timeout=5.0, concurrency=2))
+    slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
     try:
         fetcher = slow.fetcher("proc-5")
         returned: dict[int, float] = {}

@@ -28,8 +28,8 @@ TASK = "t1"
 
 
 @pytest.fixture
-def broker(settings: Settings) -> Iterator[RedisBroker]:
-    made = RedisBroker(settings)
+def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
+    made = RedisBroker(redis_settings)
     # These look at queue:<queue>, where a fifo queue keeps a task's jobs; a fair queue's
     # shares are tried in tests/test_fair_redis.py.
     made.redis.sadd(made.keys.fifo, "default")
@@ -190,7 +190,7 @@ def test_the_worker_names_the_feed_and_jid_of_a_plain_fed_job_only() -> None:
 def test_a_worker_acknowledges_a_plain_fed_job_with_its_feed_and_jid(
     broker: RedisBroker,
     registry: Registry,
-    start_worker: Callable[..., Worker],
+    start_redis_worker: Callable[..., Worker],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ran: list[str] = []
@@ -210,7 +210,7 @@ def test_a_worker_acknowledges_a_plain_fed_job_with_its_feed_and_jid(
 
     monkeypatch.setattr(ReliableFetch, "claim", spy)
     publish(broker, ["a", "b", "c"], Feed(parallel=1))
-    start_worker(concurrency=1)
+    start_redis_worker(concurrency=1)
     # Each job is released by the end of the one before it: the last starts only after two acks.
     wait_until(lambda: len(ran) == 3)
     assert acknowledged[:2] == [(TASK, "a"), (TASK, "b")]
@@ -321,11 +321,11 @@ def test_a_fed_job_is_acknowledged_through_the_flow_end(broker: RedisBroker) -> 
 
 @pytest.mark.parametrize("end", ["release", "kill", "settle", "retry", "delete", "clear"])
 def test_every_end_path_frees_the_slot_and_releases(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings, end: str
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings, end: str
 ) -> None:
     publish(broker, ["a", "b", "c"], Feed(parallel=1))
     if end in ("delete", "clear"):
-        reader = RedisReader(broker.redis, broker.keys, settings)
+        reader = RedisReader(broker.redis, broker.keys, redis_settings)
         if end == "delete":
             [raw] = broker.redis.lrange(broker.keys.queue("default"), 0, -1)
             assert reader.queue_delete("default", Stored(raw))

@@ -27,12 +27,14 @@ def captured() -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def capturing(settings: Settings, registry: Registry, conn: Any, captured: list[dict[str, Any]]) -> Client:
+def capturing(
+    redis_settings: Settings, registry: Registry, conn: Any, captured: list[dict[str, Any]]
+) -> Client:
     def capture(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
         captured.append(dict(job))
         return None
 
-    return Client(settings, connection=conn, registry=registry, middleware=Chain([capture]))
+    return Client(redis_settings, connection=conn, registry=registry, middleware=Chain([capture]))
 
 
 def flow_keys(job: dict[str, Any]) -> dict[str, Any]:
@@ -172,13 +174,13 @@ def test_a_payload_with_flow_keys_no_broker_can_act_on_is_not_a_job(fields: dict
 
 
 def test_templates_bind_by_the_jobs_own_signature_whatever_the_clients_registry(
-    settings: Settings, conn: Any, captured: list[dict[str, Any]]
+    redis_settings: Settings, conn: Any, captured: list[dict[str, Any]]
 ) -> None:
     def capture(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
         captured.append(dict(job))
         return None
 
-    elsewhere = Client(settings, connection=conn, registry=Registry(), middleware=Chain([capture]))
+    elsewhere = Client(redis_settings, connection=conn, registry=Registry(), middleware=Chain([capture]))
 
     @asynctask.job(registry=Registry(), concurrency_key="device:{device_id}")
     def install(device_id: int) -> None: ...

@@ -22,8 +22,8 @@ from asynctask.brokers.redis.reads import RedisReader
 
 
 @pytest.fixture
-def broker(settings: Settings) -> Iterator[RedisBroker]:
-    made = RedisBroker(settings)
+def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
+    made = RedisBroker(redis_settings)
     # These look at queue:<queue>, where a fifo queue keeps a task's jobs; a fair queue's
     # shares are tried in tests/test_fair_redis.py.
     made.redis.sadd(made.keys.fifo, "default")
@@ -205,9 +205,9 @@ MALFORMED = [
 
 
 def test_malformed_flow_payloads_never_make_a_script_fail(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
-    reader = RedisReader(broker.redis, broker.keys, settings)
+    reader = RedisReader(broker.redis, broker.keys, redis_settings)
     queue = broker.keys.queue("default")
     broker.redis.lpush(queue, *MALFORMED)
     claimed = claim(fetch, wanted=len(MALFORMED))
@@ -320,9 +320,9 @@ def test_a_postponed_keyed_job_keeps_its_slot_and_returns_to_its_queue(
 
 
 def test_read_api_removals_free_slots_and_retry_now_goes_through_the_line(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
-    reader = RedisReader(broker.redis, broker.keys, settings)
+    reader = RedisReader(broker.redis, broker.keys, redis_settings)
     broker.push([(keyed(j), None) for j in "abcde"])
     raw_a = broker.redis.lindex(broker.keys.queue("default"), -1)
     assert reader.queue_delete("default", Stored(raw_a)) is True
@@ -412,9 +412,9 @@ def test_a_unique_for_of_any_number_never_fails_a_push(broker: RedisBroker, raw_
 
 
 def test_a_clear_where_flow_control_was_never_used_unlinks_at_once(
-    broker: RedisBroker, settings: Settings
+    broker: RedisBroker, redis_settings: Settings
 ) -> None:
-    reader = RedisReader(broker.redis, broker.keys, settings)
+    reader = RedisReader(broker.redis, broker.keys, redis_settings)
     broker.push([(job(str(n)), None) for n in range(3)])
     assert reader.queue_clear("default") == 3
     assert not broker.redis.exists(broker.keys.flow_used, broker.keys.queue("default"))
@@ -426,9 +426,9 @@ def test_a_clear_where_flow_control_was_never_used_unlinks_at_once(
 
 @pytest.mark.parametrize("removal", ["delete", "clear"])
 def test_removing_a_held_retry_frees_its_slot_and_unique_key(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings, removal: str
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings, removal: str
 ) -> None:
-    reader = RedisReader(broker.redis, broker.keys, settings)
+    reader = RedisReader(broker.redis, broker.keys, redis_settings)
     broker.push([(keyed("a", unique_key="u", unique_for=30), None), (keyed("b"), None)])
     [a] = claim(fetch)
     broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() + 60)

@@ -7,8 +7,8 @@ from asynctask import Settings
 from asynctask.brokers.redis import RedisBroker
 
 
-def test_a_claim_registers_its_in_flight_list(settings: Settings) -> None:
-    broker = RedisBroker(settings)
+def test_a_claim_registers_its_in_flight_list(redis_settings: Settings) -> None:
+    broker = RedisBroker(redis_settings)
     try:
         keys = broker.keys
         for path in ("claim", "wait"):
@@ -21,8 +21,8 @@ def test_a_claim_registers_its_in_flight_list(settings: Settings) -> None:
         broker.close()
 
 
-def test_leaving_unregisters_for_good(settings: Settings) -> None:
-    broker = RedisBroker(settings)
+def test_leaving_unregisters_for_good(redis_settings: Settings) -> None:
+    broker = RedisBroker(redis_settings)
     try:
         fetch = broker.fetcher("leaving")
         fetch.register()

@@ -23,10 +23,10 @@ from tests.test_fair_redis import job, publish
 
 
 @pytest.fixture
-def broker(settings: Settings) -> Iterator[RedisBroker]:
+def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
     # A fetch timeout far above PAUSED_BLOCK, so that waits that end early show it.
     made = RedisBroker(
-        replace(settings, queues=(QueueSpec("default"), QueueSpec("other")), fetch_timeout=5.0)
+        replace(redis_settings, queues=(QueueSpec("default"), QueueSpec("other")), fetch_timeout=5.0)
     )
     yield made
     made.close()
@@ -48,13 +48,13 @@ def claimed(units: list[UnitOfWork]) -> list[str]:
 
 
 def test_the_claim_skips_a_paused_queue_with_its_shares_and_urgent_list(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
     publish(broker, "t1", ["s1", "s2"], "tenant:a")
     broker.redis.lpush(broker.keys.urgent("default"), json.dumps(job("u1")))
     push(broker, "default", "p1")
     push(broker, "other", "o1")
-    default = Queue("default", broker.redis, broker.keys, settings=settings)
+    default = Queue("default", broker.redis, broker.keys, settings=redis_settings)
     default.pause()
 
     assert claimed(fetch.claim(10, [], [])) == ["o1"]
@@ -68,7 +68,7 @@ def test_the_claim_skips_a_paused_queue_with_its_shares_and_urgent_list(
 
 
 def test_a_job_taken_by_a_thread_blocked_on_a_queue_paused_meanwhile_goes_back_to_its_tail(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
     assert fetch.claim(1, [], []) == []
     returned: list[UnitOfWork | None] = []
@@ -76,7 +76,7 @@ def test_a_job_taken_by_a_thread_blocked_on_a_queue_paused_meanwhile_goes_back_t
     blocked = threading.Thread(target=lambda: returned.append(fetch.wait(0)))
     blocked.start()
     wait_until(lambda: any(c.get("cmd") == "blmove" for c in broker.redis.client_list()))
-    Queue("default", broker.redis, broker.keys, settings=settings).pause()
+    Queue("default", broker.redis, broker.keys, settings=redis_settings).pause()
 
     push(broker, "default", "older", "newer")
     blocked.join(10)
@@ -89,10 +89,10 @@ def test_a_job_taken_by_a_thread_blocked_on_a_queue_paused_meanwhile_goes_back_t
 
 
 def test_idle_threads_block_on_no_paused_queue_and_look_again_within_a_second(
-    broker: RedisBroker, fetch: ReliableFetch, settings: Settings
+    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
     push(broker, "default", "d1")
-    default = Queue("default", broker.redis, broker.keys, settings=settings)
+    default = Queue("default", broker.redis, broker.keys, settings=redis_settings)
     default.pause()
     assert fetch.claim(1, [], []) == []
 
@@ -101,7 +101,7 @@ def test_idle_threads_block_on_no_paused_queue_and_look_again_within_a_second(
         started = time.monotonic()
         assert fetch.wait(block_on) is None
         assert time.monotonic() - started < PAUSED_BLOCK + 0.5
-    Queue("other", broker.redis, broker.keys, settings=settings).pause()
+    Queue("other", broker.redis, broker.keys, settings=redis_settings).pause()
     assert fetch.claim(1, [], []) == []
     # Every queue paused: no BLMOVE at all, the paused queue's job stays where it is.
     started = time.monotonic()

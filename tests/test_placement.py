@@ -203,10 +203,10 @@ def drain_held(settings: Settings, tmp_path: Path, pid: int) -> list[int]:
 
 @several_cpus
 def test_the_job_threads_of_a_worker_running_short_jobs_share_one_cpu(
-    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
 ) -> None:
-    worker = spawn(redis_settings)
-    held = drain_held(redis_settings, tmp_path, worker.pid)
+    worker = spawn(redis_process_settings)
+    held = drain_held(redis_process_settings, tmp_path, worker.pid)
     assert len(held) == CONCURRENCY and len(set(held)) == 1
     # The main thread is not one of them.
     assert len(thread_cpus(worker.pid)[worker.pid]) > 1
@@ -214,12 +214,12 @@ def test_the_job_threads_of_a_worker_running_short_jobs_share_one_cpu(
 
 @several_cpus
 def test_the_threads_that_run_async_jobs_are_not_held(
-    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
 ) -> None:
     """The event loop's threads start from the job thread that fetched the first async job,
     here among no-op jobs that hold the job threads."""
-    worker = spawn(redis_settings)
-    client = Client(redis_settings, middleware=Chain())
+    worker = spawn(redis_process_settings)
+    client = Client(redis_process_settings, middleware=Chain())
     try:
         client.push_bulk({"class": "record", "args": [[0]] * 3000})
         client.push({"class": "record_async", "args": []})
@@ -229,51 +229,55 @@ def test_the_threads_that_run_async_jobs_are_not_held(
     runs = tmp_path / "runs.txt"
     wait_until(lambda: runs.exists() and len(read_runs(runs)) == 6001, timeout=60)
     assert len(thread_cpus(worker.pid)) >= CONCURRENCY + 3
-    assert len(drain_held(redis_settings, tmp_path, worker.pid)) == CONCURRENCY
+    assert len(drain_held(redis_process_settings, tmp_path, worker.pid)) == CONCURRENCY
 
 
 @several_cpus
-def test_two_workers_hold_different_cpus(redis_settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
-    workers = [spawn(redis_settings), spawn(redis_settings)]
+def test_two_workers_hold_different_cpus(
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    workers = [spawn(redis_process_settings), spawn(redis_process_settings)]
     for _ in range(5):
-        run_jobs(redis_settings, tmp_path, 6000, 0)
+        run_jobs(redis_process_settings, tmp_path, 6000, 0)
         if all(len(held_cpus(w.pid)) == CONCURRENCY for w in workers):
             break
     assert len({held_cpus(w.pid)[0] for w in workers}) == 2
 
 
 @several_cpus
-def test_long_jobs_run_on_every_cpu(redis_settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
-    worker = spawn(redis_settings)
-    assert len(drain_held(redis_settings, tmp_path, worker.pid)) == CONCURRENCY
-    run_jobs(redis_settings, tmp_path, 40, 40)
+def test_long_jobs_run_on_every_cpu(redis_process_settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
+    worker = spawn(redis_process_settings)
+    assert len(drain_held(redis_process_settings, tmp_path, worker.pid)) == CONCURRENCY
+    run_jobs(redis_process_settings, tmp_path, 40, 40)
     assert held_cpus(worker.pid) == []
 
 
 @several_cpus
 def test_jobs_that_come_one_at_a_time_run_on_every_cpu(
-    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
 ) -> None:
-    worker = spawn(redis_settings)
-    assert len(drain_held(redis_settings, tmp_path, worker.pid)) == CONCURRENCY
+    worker = spawn(redis_process_settings)
+    assert len(drain_held(redis_process_settings, tmp_path, worker.pid)) == CONCURRENCY
     for _ in range(3):
-        run_jobs(redis_settings, tmp_path, 1, 0)
+        run_jobs(redis_process_settings, tmp_path, 1, 0)
     assert held_cpus(worker.pid) == []
 
 
 @several_cpus
-def test_no_cpu_pinning_holds_no_thread(redis_settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
-    worker = spawn(redis_settings, "--no-cpu-pinning")
-    assert drain_held(redis_settings, tmp_path, worker.pid) == []
+def test_no_cpu_pinning_holds_no_thread(
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    worker = spawn(redis_process_settings, "--no-cpu-pinning")
+    assert drain_held(redis_process_settings, tmp_path, worker.pid) == []
 
 
 @several_cpus
 @pytest.mark.alone
 def test_job_threads_move_off_a_cpu_that_other_work_takes(
-    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
 ) -> None:
-    worker = spawn(redis_settings, "-v")
-    [cpu] = set(drain_held(redis_settings, tmp_path, worker.pid))
+    worker = spawn(redis_process_settings, "-v")
+    [cpu] = set(drain_held(redis_process_settings, tmp_path, worker.pid))
     hog = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
     try:
         # The heartbeat (every 0.5 s) looks at the CPUs while no job comes (pushing them would
@@ -281,7 +285,7 @@ def test_job_threads_move_off_a_cpu_that_other_work_takes(
         time.sleep(2)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and cpu in held_cpus(worker.pid):
-            run_jobs(redis_settings, tmp_path, 100, 0)
+            run_jobs(redis_process_settings, tmp_path, 100, 0)
         assert cpu not in held_cpus(worker.pid)
         assert len(held_cpus(worker.pid)) == CONCURRENCY
     finally:

@@ -67,9 +67,9 @@ def test_two_clients_share_a_database_when_server_database_user_and_transport_ma
 
 
 def test_the_tracking_store_writes_through_a_client_of_the_same_database_only(
-    settings: Settings, conn: redis.Redis
+    redis_settings: Settings, conn: redis.Redis
 ) -> None:
-    broker = RedisBroker(settings)
+    broker = RedisBroker(redis_settings)
     try:
         theirs = redis.Redis.from_url(REDIS_URL)
         through = broker.tracking.through(theirs)
@@ -84,24 +84,24 @@ def test_the_tracking_store_writes_through_a_client_of_the_same_database_only(
 
 
 def test_a_push_refused_by_the_server_leaves_its_connection_in_step(
-    client: Client, conn: redis.Redis
+    redis_client: Client, conn: redis.Redis
 ) -> None:
     """Both replies of a push (SADD, LPUSH) are read before the refusal is raised: the pooled
     connection's next command reads its own reply."""
-    conn.set(client.keys.queues, "not a set")
+    conn.set(redis_client.keys.queues, "not a set")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        client.push({"class": "Refused", "args": []})
-    assert json.loads(conn.lpop(client.keys.queue("default")) or b"")["class"] == "Refused"
-    conn.delete(client.keys.queues)
-    jid = client.push({"class": "Pushed", "args": [1]})
-    assert conn.smembers(client.keys.queues) == {b"default"}
-    assert json.loads(conn.lpop(client.keys.queue("default")) or b"")["jid"] == jid
+        redis_client.push({"class": "Refused", "args": []})
+    assert json.loads(conn.lpop(redis_client.keys.queue("default")) or b"")["class"] == "Refused"
+    conn.delete(redis_client.keys.queues)
+    jid = redis_client.push({"class": "Pushed", "args": [1]})
+    assert conn.smembers(redis_client.keys.queues) == {b"default"}
+    assert json.loads(conn.lpop(redis_client.keys.queue("default")) or b"")["jid"] == jid
 
 
 def test_a_push_after_the_server_dropped_its_connection_goes_through(
-    settings: Settings, registry: Registry, conn: redis.Redis
+    redis_settings: Settings, registry: Registry, conn: redis.Redis
 ) -> None:
-    client = Client(settings, registry=registry, middleware=Chain())
+    client = Client(redis_settings, registry=registry, middleware=Chain())
     try:
         client.push({"class": "First", "args": []})
         # Every connection of the client, the one the next push takes among them.
@@ -120,10 +120,10 @@ def own_connections(conn: redis.Redis, client: redis.Redis) -> list[dict[str, An
 
 
 def test_pushes_take_a_connection_per_thread_pushing_at_once_and_close_closes_them(
-    settings: Settings, registry: Registry, conn: redis.Redis
+    redis_settings: Settings, registry: Registry, conn: redis.Redis
 ) -> None:
     named = redis.Redis.from_url(REDIS_URL, client_name=f"pushes-{uuid.uuid4().hex}")
-    client = Client(settings, connection=named, registry=registry, middleware=Chain())
+    client = Client(redis_settings, connection=named, registry=registry, middleware=Chain())
     for n in range(200):
         client.push({"class": "Alone", "args": [n]})
     assert len(own_connections(conn, named)) == 1
@@ -149,12 +149,12 @@ def test_pushes_take_a_connection_per_thread_pushing_at_once_and_close_closes_th
 
 @pytest.mark.parametrize("cut", ["read", "write"])
 def test_a_push_connection_cut_short_is_never_used_again(
-    cut: str, settings: Settings, registry: Registry, conn: redis.Redis
+    cut: str, redis_settings: Settings, registry: Registry, conn: redis.Redis
 ) -> None:
     """A push that failed before its replies were read leaves them on its connection; one that
     failed half-way through its write leaves the server waiting for the rest of a command."""
     watched = redis.Redis.from_url(REDIS_URL, connection_class=WatchedConnection)
-    client = Client(settings, connection=watched, registry=registry, middleware=Chain())
+    client = Client(redis_settings, connection=watched, registry=registry, middleware=Chain())
     try:
         client.push({"class": "First", "args": []})
         WatchedConnection.reset()
@@ -175,9 +175,9 @@ def test_a_push_connection_cut_short_is_never_used_again(
 
 
 def test_a_forked_child_pushes_on_connections_of_its_own(
-    settings: Settings, registry: Registry, conn: redis.Redis
+    redis_settings: Settings, registry: Registry, conn: redis.Redis
 ) -> None:
-    client = Client(settings, registry=registry, middleware=Chain())
+    client = Client(redis_settings, registry=registry, middleware=Chain())
     client.push({"class": "Parent", "args": [-1]})
     child = os.fork()
     if child == 0:

@@ -27,18 +27,18 @@ JOBS = ROOT / "tests" / "jobs" / "crash_jobs.py"
 
 
 @pytest.fixture
-def spawn(settings: Settings) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+def spawn(redis_settings: Settings) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start ``asynctask worker`` subprocesses; any still running at teardown are killed."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(concurrency: int = 5, timeout: float = 5.0) -> subprocess.Popen[bytes]:
         env = {
             **os.environ,
-            "ASYNCTASK_REDIS_URL": settings.redis_url,
-            "ASYNCTASK_NAMESPACE": settings.namespace,
-            "ASYNCTASK_HEARTBEAT_INTERVAL": str(settings.heartbeat_interval),
-            "ASYNCTASK_PROCESS_TTL": str(settings.process_ttl),
-            "ASYNCTASK_SCHEDULED_POLL_INTERVAL": str(settings.scheduled_poll_interval),
+            "ASYNCTASK_REDIS_URL": redis_settings.redis_url,
+            "ASYNCTASK_NAMESPACE": redis_settings.namespace,
+            "ASYNCTASK_HEARTBEAT_INTERVAL": str(redis_settings.heartbeat_interval),
+            "ASYNCTASK_PROCESS_TTL": str(redis_settings.process_ttl),
+            "ASYNCTASK_SCHEDULED_POLL_INTERVAL": str(redis_settings.scheduled_poll_interval),
         }
         command = [sys.executable, "-m", "asynctask", "worker", "-r", str(JOBS)]
         command += ["-c", str(concurrency), "-t", str(timeout)]
@@ -59,13 +59,13 @@ def inflight_jobs(conn: redis.Redis, namespace: str) -> int:
 
 @pytest.mark.slow
 def test_kill_9_at_random_moments_loses_no_job(
-    client: Client,
+    redis_client: Client,
     conn: redis.Redis,
     namespace: str,
-    settings: Settings,
+    redis_settings: Settings,
     spawn: Callable[..., subprocess.Popen[bytes]],
 ) -> None:
-    jids = client.push_bulk({"class": "record_jid", "args": [[8]] * 5000})
+    jids = redis_client.push_bulk({"class": "record_jid", "args": [[8]] * 5000})
     done = f"{namespace}:test:done"
     rng = random.Random()
     kills_with_jobs_in_flight = 0
@@ -83,19 +83,19 @@ def test_kill_9_at_random_moments_loses_no_job(
     assert {j.decode() for j in conn.smembers(done)} == set(jids)
     # A worker killed between jobs holds an empty in-flight list: the final worker forgets it
     # once its record expires (process_ttl), which a quick drain may not have lasted.
-    registry = client.keys.inflight_registry
-    wait_until(lambda: conn.hlen(registry) <= 1, timeout=settings.process_ttl * 4, interval=0.2)
+    registry = redis_client.keys.inflight_registry
+    wait_until(lambda: conn.hlen(registry) <= 1, timeout=redis_settings.process_ttl * 4, interval=0.2)
     os.killpg(final.pid, signal.SIGTERM)
     assert final.wait(15) == 0
-    assert conn.llen(client.keys.queue("default")) == 0
+    assert conn.llen(redis_client.keys.queue("default")) == 0
     assert inflight_jobs(conn, namespace) == 0
     assert conn.hlen(registry) == 0
 
 
 def test_term_during_a_long_job_requeues_it_within_the_timeout(
-    client: Client, conn: redis.Redis, namespace: str, spawn: Callable[..., subprocess.Popen[bytes]]
+    redis_client: Client, conn: redis.Redis, namespace: str, spawn: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
-    jid = client.push({"class": "long_job", "args": [60]})
+    jid = redis_client.push({"class": "long_job", "args": [60]})
     worker = spawn(timeout=2)
     wait_until(lambda: conn.llen(f"{namespace}:test:started") == 1, timeout=15)
     [original] = [
@@ -107,18 +107,18 @@ def test_term_during_a_long_job_requeues_it_within_the_timeout(
     os.killpg(worker.pid, signal.SIGTERM)
     assert worker.wait(15) == 0
     assert time.monotonic() - started < 2 + 3 + 1.5
-    assert conn.lrange(client.keys.queue("default"), 0, -1) == [original]
+    assert conn.lrange(redis_client.keys.queue("default"), 0, -1) == [original]
     assert jid in original.decode()
     assert inflight_jobs(conn, namespace) == 0
 
 
 def test_a_live_process_recovers_the_jobs_of_a_dead_one(
     registry: Registry,
-    client: Client,
+    redis_client: Client,
     conn: redis.Redis,
     namespace: str,
     spawn: Callable[..., subprocess.Popen[bytes]],
-    start_worker: Callable[..., Worker],
+    start_redis_worker: Callable[..., Worker],
 ) -> None:
     finished: list[str] = []
 
@@ -126,10 +126,10 @@ def test_a_live_process_recovers_the_jobs_of_a_dead_one(
     def long_job(seconds: float) -> None:
         finished.append(asynctask.current_job().jid)
 
-    jid = client.push({"class": "long_job", "args": [60]})
+    jid = redis_client.push({"class": "long_job", "args": [60]})
     doomed = spawn()
     wait_until(lambda: conn.llen(f"{namespace}:test:started") == 1, timeout=15)
-    survivor = start_worker()
+    survivor = start_redis_worker()
     os.killpg(doomed.pid, signal.SIGKILL)
     doomed.wait(10)
     killed_at = time.monotonic()
@@ -137,5 +137,7 @@ def test_a_live_process_recovers_the_jobs_of_a_dead_one(
     wait_until(lambda: finished == [jid], timeout=15)
     assert time.monotonic() - killed_at >= 2
     # The dead process's lists were unregistered; only the survivor's remain.
-    assert {owner.decode() for owner in conn.hvals(client.keys.inflight_registry)} == {survivor.identity}
+    assert {owner.decode() for owner in conn.hvals(redis_client.keys.inflight_registry)} == {
+        survivor.identity
+    }
     assert inflight_jobs(conn, namespace) == 0

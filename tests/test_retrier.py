@@ -82,12 +82,12 @@ class Rig:
 
 
 @pytest.fixture
-def rig(settings: Settings, conn: redis.Redis) -> Iterator[Rig]:
-    broker = open_broker(settings)
+def rig(redis_settings: Settings, conn: redis.Redis) -> Iterator[Rig]:
+    broker = open_broker(redis_settings)
     fetch = broker.fetcher("retrier-test")
     fetch.register()
     tracker = Tracker(broker.tracking, fetch)
-    yield Rig(settings, conn, broker, fetch, tracker, Retrier(broker, settings, tracker))
+    yield Rig(redis_settings, conn, broker, fetch, tracker, Retrier(broker, redis_settings, tracker))
     broker.close()
 
 

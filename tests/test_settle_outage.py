@@ -53,8 +53,8 @@ def _pings(conn: redis.Redis) -> bool:
 
 
 @pytest.fixture
-def settings(private_redis: redis.Redis) -> Settings:
-    """The worker's settings (``start_worker`` uses them): the private server, no tracking."""
+def redis_settings(private_redis: redis.Redis) -> Settings:
+    """The worker's settings (``start_redis_worker`` uses them): the private server, no tracking."""
     port = private_redis.connection_pool.connection_kwargs["port"]
     return Settings(
         redis_url=f"redis://127.0.0.1:{port}/0",
@@ -70,10 +70,10 @@ def settings(private_redis: redis.Redis) -> Settings:
 
 
 def test_a_store_failure_while_settling_a_job_leaves_it_claimed_and_the_thread_alive(
-    settings: Settings,
+    redis_settings: Settings,
     registry: Registry,
     private_redis: redis.Redis,
-    start_worker: Callable[..., Worker],
+    start_redis_worker: Callable[..., Worker],
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -99,11 +99,11 @@ def test_a_store_failure_while_settling_a_job_leaves_it_claimed_and_the_thread_a
     def fine() -> None:
         ran.append("fine")
 
-    client = Client(settings, registry=registry, middleware=Chain())
+    client = Client(redis_settings, registry=registry, middleware=Chain())
     jid = fills_the_store.set(client=client).perform_async()
-    worker = start_worker()
+    worker = start_redis_worker()
     threads = {p.thread for p in worker.manager._processors}
-    keys = Keys(settings.namespace)
+    keys = Keys(redis_settings.namespace)
     wait_until(lambda: ran == ["fills_the_store"])
     # The store must stay full until the worker has tried to store the retry: restored before,
     # the retry would be stored and the job would wait out its backoff instead.

@@ -45,7 +45,7 @@ Spawn = Callable[..., "subprocess.Popen[bytes]"]
 
 
 @pytest.fixture
-def sqlite_settings(tmp_path: Path) -> Iterator[Settings]:
+def sqlite_process_settings(tmp_path: Path) -> Iterator[Settings]:
     url = f"sqlite:///{tmp_path / 'broker.db'}"
     upgrade(url)
     yield Settings(broker_url=url, heartbeat_interval=0.5, process_ttl=60)
@@ -140,7 +140,7 @@ def test_term_stops_a_worker_whose_job_holds_the_gil_within_the_timeout_and_give
     runs_file: Path,
     tmp_path: Path,
 ) -> None:
-    settings: Settings = request.getfixturevalue(f"{backend}_settings")
+    settings: Settings = request.getfixturevalue(f"{backend}_process_settings")
     proc = spawn(settings, "-c", "2", "-t", str(timeout))
     wait_registered(settings)
     jid = push(settings, "hold_gil", 60)
@@ -160,31 +160,31 @@ def test_term_stops_a_worker_whose_job_holds_the_gil_within_the_timeout_and_give
 
 
 def test_the_jobs_of_a_worker_killed_by_anyone_are_given_back_by_its_watchdog(
-    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
 ) -> None:
-    proc = spawn(redis_settings, "-c", "2")
-    wait_registered(redis_settings)
+    proc = spawn(redis_process_settings, "-c", "2")
+    wait_registered(redis_process_settings)
     watchdog = watchdog_of(proc)
-    jid = push(redis_settings, "hold_gil", 60)
+    jid = push(redis_process_settings, "hold_gil", 60)
     wait_until(lambda: [(run.event, run.jid) for run in read_runs(runs_file)] == [("start", jid)])
 
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(5) == -signal.SIGKILL
     # The process record lives 60 s: only the watchdog can have given the job back this soon.
-    queue = Queue("default", settings=redis_settings)
+    queue = Queue("default", settings=redis_process_settings)
     wait_until(lambda: [str(job.jid) for job in queue] == [jid], timeout=15)
-    assert held_jobs(redis_settings) == 0
-    assert ProcessSet(settings=redis_settings).size == 0
+    assert held_jobs(redis_process_settings) == 0
+    assert ProcessSet(settings=redis_process_settings).size == 0
     assert "worker process died without stopping" in worker_log(tmp_path)
     _, alive = psutil.wait_procs([watchdog], timeout=5)
     assert alive == []
 
 
 def test_the_watchdog_is_small_and_leaves_with_its_worker(
-    redis_settings: Settings, spawn: Spawn, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
 ) -> None:
-    proc = spawn(redis_settings, "-c", "1")
-    wait_registered(redis_settings)
+    proc = spawn(redis_process_settings, "-c", "1")
+    wait_registered(redis_process_settings)
     watchdog = watchdog_of(proc)
     # A bare interpreter is about 8.5 MiB here: the watchdog loads a few built-in modules only.
     assert watchdog.memory_info().rss < WATCHDOG_RSS
@@ -198,11 +198,11 @@ def test_the_watchdog_is_small_and_leaves_with_its_worker(
 
 @pytest.mark.parametrize("name", ["record", "record_async"])
 def test_max_jobs_replaces_the_worker_process_after_that_many_jobs(
-    name: str, redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+    name: str, redis_process_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
 ) -> None:
-    proc = spawn(redis_settings, "-c", "1", "-a", "1", "--max-jobs", "3")
-    wait_registered(redis_settings)
-    jids = [push(redis_settings, name) for _ in range(7)]
+    proc = spawn(redis_process_settings, "-c", "1", "-a", "1", "--max-jobs", "3")
+    wait_registered(redis_process_settings)
+    jids = [push(redis_process_settings, name) for _ in range(7)]
     wait_until(lambda: len(read_runs(runs_file)) >= 7, timeout=30)
 
     runs = read_runs(runs_file)
@@ -212,20 +212,20 @@ def test_max_jobs_replaces_the_worker_process_after_that_many_jobs(
     per_image = Counter(run.pid for run in runs)
     assert list(per_image.values()) == [3, 3, 1]
     assert proc.poll() is None
-    assert [p.pid for p in ProcessSet(settings=redis_settings)] == [proc.pid]
+    assert [p.pid for p in ProcessSet(settings=redis_process_settings)] == [proc.pid]
     assert worker_log(tmp_path).count("recycling the worker process: 3 jobs run (max jobs 3)") == 2
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(15) == 0
 
 
 def test_max_memory_replaces_a_worker_process_a_job_left_above_it(
-    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
 ) -> None:
-    proc = spawn(redis_settings, "-c", "1", "--max-memory", "150")
-    wait_registered(redis_settings)
-    first = push(redis_settings, "record")
-    leaking = push(redis_settings, "leak", 200)
-    last = push(redis_settings, "record")
+    proc = spawn(redis_process_settings, "-c", "1", "--max-memory", "150")
+    wait_registered(redis_process_settings)
+    first = push(redis_process_settings, "record")
+    leaking = push(redis_process_settings, "leak", 200)
+    last = push(redis_process_settings, "record")
     wait_until(lambda: len(read_runs(runs_file)) >= 3, timeout=30)
 
     pid = {run.jid: run.pid for run in read_runs(runs_file)}
@@ -236,25 +236,25 @@ def test_max_memory_replaces_a_worker_process_a_job_left_above_it(
 
 
 def test_a_stop_signal_that_comes_while_the_worker_recycles_ends_it(
-    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
 ) -> None:
-    proc = spawn(redis_settings, "-c", "1", "--max-jobs", "1")
-    wait_registered(redis_settings)
-    push(redis_settings, "stop_own_process")
+    proc = spawn(redis_process_settings, "-c", "1", "--max-jobs", "1")
+    wait_registered(redis_process_settings)
+    push(redis_process_settings, "stop_own_process")
     assert proc.wait(15) == 0
     assert "recycling the worker process" in worker_log(tmp_path)
-    assert ProcessSet(settings=redis_settings).size == 0
+    assert ProcessSet(settings=redis_process_settings).size == 0
 
 
 def test_the_threads_of_a_worker_share_two_malloc_arenas(
-    redis_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
+    redis_process_settings: Settings, spawn: Spawn, runs_file: Path, tmp_path: Path
 ) -> None:
-    proc = spawn(redis_settings, "-c", "10")
-    wait_registered(redis_settings)
+    proc = spawn(redis_process_settings, "-c", "10")
+    wait_registered(redis_process_settings)
     for _ in range(200):
-        push(redis_settings, "allocate")
+        push(redis_process_settings, "allocate")
     wait_until(lambda: len(read_runs(runs_file)) == 200, timeout=30)
-    push(redis_settings, "print_malloc_arenas")
+    push(redis_process_settings, "print_malloc_arenas")
     wait_until(lambda: "Total (incl. mmap):" in worker_log(tmp_path))
     arenas = re.findall(r"^Arena \d+:$", worker_log(tmp_path), re.MULTILINE)
     assert len(arenas) == 2, arenas
@@ -262,17 +262,19 @@ def test_the_threads_of_a_worker_share_two_malloc_arenas(
     assert proc.wait(15) == 0
 
 
-def test_tstp_and_ttin_reach_the_worker(redis_settings: Settings, spawn: Spawn, tmp_path: Path) -> None:
-    proc = spawn(redis_settings, "-c", "1")
-    wait_registered(redis_settings)
+def test_tstp_and_ttin_reach_the_worker(
+    redis_process_settings: Settings, spawn: Spawn, tmp_path: Path
+) -> None:
+    proc = spawn(redis_process_settings, "-c", "1")
+    wait_registered(redis_process_settings)
     os.kill(proc.pid, signal.SIGTTIN)
     # MainThread: the only thread sure to be there (the first heartbeat precedes the others).
     wait_until(lambda: "thread MainThread" in worker_log(tmp_path))
     os.kill(proc.pid, signal.SIGTSTP)
-    wait_until(lambda: [p.is_quiet for p in ProcessSet(settings=redis_settings)] == [True])
+    wait_until(lambda: [p.is_quiet for p in ProcessSet(settings=redis_process_settings)] == [True])
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(15) == 0
-    assert ProcessSet(settings=redis_settings).size == 0
+    assert ProcessSet(settings=redis_process_settings).size == 0
 
 
 def test_recycling_bounds_come_from_the_environment_and_must_not_be_negative() -> None:

@@ -30,8 +30,8 @@ def engine(database_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def tracked_settings(settings: Settings, database_url: str) -> Settings:
-    return Settings(**{**settings.__dict__, "database_url": database_url})
+def tracked_settings(redis_settings: Settings, database_url: str) -> Settings:
+    return Settings(**{**redis_settings.__dict__, "database_url": database_url})
 
 
 @pytest.fixture
@@ -48,11 +48,11 @@ def tracking(tracked_client: Client, engine: Engine) -> Tracking:
 
 @pytest.fixture
 def start_tracked_worker(
-    start_worker: Callable[..., Worker], database_url: str, engine: Engine
+    start_redis_worker: Callable[..., Worker], database_url: str, engine: Engine
 ) -> Callable[..., Worker]:
     def start(**overrides: Any) -> Worker:
         overrides.setdefault("server_middleware", Chain([TrackingServerMiddleware()]))
-        return start_worker(database_url=database_url, **overrides)
+        return start_redis_worker(database_url=database_url, **overrides)
 
     return start
 

@@ -25,20 +25,20 @@ BACKENDS = ("redis", "sqlite", "postgresql")
 
 @pytest.fixture(params=BACKENDS)
 def store(
-    request: pytest.FixtureRequest, settings: Settings, conn: redis.Redis, tmp_path: Path
+    request: pytest.FixtureRequest, redis_settings: Settings, conn: redis.Redis, tmp_path: Path
 ) -> Iterator[Store]:
-    """Each backend, empty and private to the test: the Redis namespace of ``settings``, a
+    """Each backend, empty and private to the test: the Redis namespace of ``redis_settings``, a
     fresh SQLite file, or a fresh PostgreSQL schema, migrated."""
     if request.param == "redis":
-        yield RedisStore(settings, conn)
+        yield RedisStore(redis_settings, conn)
     else:
-        yield from _sql_store(request.param, settings, tmp_path)
+        yield from _sql_store(request.param, redis_settings, tmp_path)
 
 
 @pytest.fixture(params=BACKENDS[1:])
-def sql_store(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path) -> Iterator[SqlStore]:
+def sql_store(request: pytest.FixtureRequest, redis_settings: Settings, tmp_path: Path) -> Iterator[SqlStore]:
     """The SQL backends only, for what Redis does not have (priorities)."""
-    yield from _sql_store(request.param, settings, tmp_path)
+    yield from _sql_store(request.param, redis_settings, tmp_path)
 
 
 @pytest.fixture
@@ -50,11 +50,11 @@ def store_client(store: Store, registry: Registry) -> Iterator[Client]:
 
 
 @pytest.fixture
-def start_store_worker(store: Store, start_worker: Callable[..., Worker]) -> Callable[..., Worker]:
-    """``start_worker`` on ``store``'s broker."""
+def start_store_worker(store: Store, start_redis_worker: Callable[..., Worker]) -> Callable[..., Worker]:
+    """``start_redis_worker``'s workers on ``store``'s broker instead (the broker URL wins)."""
 
     def start(**overrides: Any) -> Worker:
-        return start_worker(broker_url=store.settings.broker_url, **overrides)
+        return start_redis_worker(broker_url=store.settings.broker_url, **overrides)
 
     return start
 

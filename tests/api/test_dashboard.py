@@ -101,12 +101,12 @@ def board(store: Store, registry: Registry, tmp_path: Path) -> Iterator[Dashboar
 
 
 @pytest.fixture
-def start_board_worker(board: Dashboard, start_worker: Callable[..., Worker]) -> Callable[..., Worker]:
+def start_board_worker(board: Dashboard, start_redis_worker: Callable[..., Worker]) -> Callable[..., Worker]:
     """A tracked worker on the dashboard's broker and tracking database, taking ``queues``."""
     settings = board.app.extensions[EXTENSION].client.settings
 
     def start(*queues: str) -> Worker:
-        return start_worker(
+        return start_redis_worker(
             broker_url=settings.broker_url,
             database_url=settings.database_url,
             queues=tuple(QueueSpec(queue) for queue in queues),

@@ -88,19 +88,19 @@ def test_signals_wait_in_order_for_the_next_beat(store: Store) -> None:
     assert store.signals(process.identity) == ["TSTP", "TERM"]
 
 
-def test_a_redis_signal_waits_sixty_seconds(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_a_redis_signal_waits_sixty_seconds(conn: redis.Redis, redis_settings: Settings) -> None:
+    keys = Keys(redis_settings.namespace)
     write_process(conn, keys, "vm:11876:ca15f21e76a1")
-    (process,) = ProcessSet(conn, settings=settings)
+    (process,) = ProcessSet(conn, settings=redis_settings)
     process.quiet()
     key = keys.signals(process.identity)
-    assert key == f"{settings.namespace}:vm:11876:ca15f21e76a1-signals"
+    assert key == f"{redis_settings.namespace}:vm:11876:ca15f21e76a1-signals"
     assert conn.lrange(key, 0, -1) == [b"TSTP"]
     assert 55 <= int(conn.ttl(key)) <= 60
 
 
-def test_a_sidekiq_process_record_is_read(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_a_sidekiq_process_record_is_read(conn: redis.Redis, redis_settings: Settings) -> None:
+    keys = Keys(redis_settings.namespace)
     identity = "vm:11876:ca15f21e76a1"
     conn.sadd(keys.processes, identity)
     conn.hset(
@@ -116,14 +116,14 @@ def test_a_sidekiq_process_record_is_read(conn: redis.Redis, settings: Settings)
     )
     conn.expire(keys.process(identity), 60)
 
-    process = ProcessSet(conn, settings=settings).get(identity)
+    process = ProcessSet(conn, settings=redis_settings).get(identity)
 
     assert process is not None
     assert (process.hostname, process.pid, process.tag, process.concurrency) == ("vm", 11876, "", 2)
     assert (process.queues, process.labels, process.version) == (["critical", "default"], [], None)
     assert (process.started_at, process.beat) == (1795264762.4627862, 1795264762.4649653)
     assert (process.busy, process.is_quiet, process.rss, process.rtt_us) == (1, True, 29676, 551)
-    assert ProcessSet(conn, settings=settings).get("vm:1:000000000000") is None
+    assert ProcessSet(conn, settings=redis_settings).get("vm:1:000000000000") is None
 
 
 def test_dead_processes_are_skipped_and_cleaned_up(store: Store) -> None:
@@ -145,14 +145,16 @@ def test_dead_processes_are_skipped_and_cleaned_up(store: Store) -> None:
     assert processes.size == 2
 
 
-def test_redis_members_without_a_hash_are_removed_when_read(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_redis_members_without_a_hash_are_removed_when_read(
+    conn: redis.Redis, redis_settings: Settings
+) -> None:
+    keys = Keys(redis_settings.namespace)
     write_process(conn, keys, "vm:1:aaaaaaaaaaaa", busy=3)
     conn.sadd(keys.processes, "vm:3:deaddeaddead")
     conn.sadd(keys.processes, "vm:5:badbadbadbad")
     conn.hset(keys.process("vm:5:badbadbadbad"), mapping={"info": "{not json", "busy": "x"})
 
-    processes = ProcessSet(conn, settings=settings)
+    processes = ProcessSet(conn, settings=redis_settings)
     assert [p.identity for p in processes] == ["vm:1:aaaaaaaaaaaa", "vm:5:badbadbadbad"]
     assert not conn.sismember(keys.processes, "vm:3:deaddeaddead")
     bad = processes.get("vm:5:badbadbadbad")

@@ -97,8 +97,8 @@ def test_sidekiq8_millisecond_timestamps_read_as_seconds(store: Store) -> None:
     assert 9 < record.latency < 15
 
 
-def test_invalid_entries_are_listed(conn: redis.Redis, settings: Settings) -> None:
-    queue = Queue("default", conn, settings=settings)
+def test_invalid_entries_are_listed(conn: redis.Redis, redis_settings: Settings) -> None:
+    queue = Queue("default", conn, settings=redis_settings)
     good = payload.dumps(sidekiq_job())
     conn.lpush(queue.key, b"\xff\xfe not json", b"[1, 2]", b'{"args":[],"jid":"x1"}', good)
 
@@ -205,20 +205,20 @@ def test_all_is_sorted_by_name(store: Store) -> None:
     assert all(q.size == 1 for q in queues)
 
 
-def test_a_redis_queue_is_its_list(conn: redis.Redis, settings: Settings, client: Client) -> None:
-    client.push({"class": "HardJob", "args": [], "queue": "alpha"})
-    queue = Queue("alpha", conn, Keys(settings.namespace))
-    assert queue.key == f"{settings.namespace}:queue:alpha"
-    assert queue == Queue.all(conn, settings=settings)[0]
+def test_a_redis_queue_is_its_list(conn: redis.Redis, redis_settings: Settings, redis_client: Client) -> None:
+    redis_client.push({"class": "HardJob", "args": [], "queue": "alpha"})
+    queue = Queue("alpha", conn, Keys(redis_settings.namespace))
+    assert queue.key == f"{redis_settings.namespace}:queue:alpha"
+    assert queue == Queue.all(conn, settings=redis_settings)[0]
     assert queue.clear() == 1
-    assert not conn.exists(queue.key) and not conn.sismember(f"{settings.namespace}:queues", "alpha")
+    assert not conn.exists(queue.key) and not conn.sismember(f"{redis_settings.namespace}:queues", "alpha")
 
 
-def test_record_of_a_decode_responses_connection(settings: Settings, client: Client) -> None:
-    text_conn = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+def test_record_of_a_decode_responses_connection(redis_settings: Settings, redis_client: Client) -> None:
+    text_conn = redis.Redis.from_url(redis_settings.redis_url, decode_responses=True)
     try:
-        client.push({"class": "HardJob", "args": ["ü"]})
-        (record,) = Queue("default", text_conn, settings=settings)
+        redis_client.push({"class": "HardJob", "args": ["ü"]})
+        (record,) = Queue("default", text_conn, settings=redis_settings)
         assert isinstance(record, JobRecord) and record.args == ["ü"]
         assert record.delete()
     finally:

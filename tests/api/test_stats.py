@@ -85,9 +85,9 @@ def test_stats_is_a_snapshot_until_refreshed(store: Store) -> None:
 
 
 def test_stats_round_trips_do_not_grow_with_queues(
-    counting: redis.Redis, settings: Settings, client: Client
+    counting: redis.Redis, redis_settings: Settings, redis_client: Client
 ) -> None:
-    keys = Keys(settings.namespace)
+    keys = Keys(redis_settings.namespace)
 
     def round_trips() -> int:
         CountingConnection.sends = 0
@@ -96,11 +96,11 @@ def test_stats_round_trips_do_not_grow_with_queues(
         assert stats.enqueued == len(stats.queues)
         return CountingConnection.sends
 
-    client.push({"class": "HardJob", "args": []})
+    redis_client.push({"class": "HardJob", "args": []})
     write_process(counting, keys, "vm:1:aaaaaaaaaaaa")
     few = round_trips()
     for n in range(40):
-        client.push({"class": "HardJob", "args": [], "queue": f"q{n}"})
+        redis_client.push({"class": "HardJob", "args": [], "queue": f"q{n}"})
         write_process(counting, keys, f"vm:{n + 10}:aaaaaaaaaaaa")
     assert round_trips() == few == 2
 
@@ -111,9 +111,11 @@ def test_default_queue_latency_reads_sidekiq8_milliseconds(store: Store) -> None
     assert 9 < Stats(settings=store.settings).default_queue_latency < 20
 
 
-def test_default_queue_latency_ignores_an_unreadable_tail(conn: redis.Redis, settings: Settings) -> None:
-    conn.lpush(Keys(settings.namespace).queue("default"), b"\xff not json")
-    assert Stats(conn, settings=settings).default_queue_latency == 0.0
+def test_default_queue_latency_ignores_an_unreadable_tail(
+    conn: redis.Redis, redis_settings: Settings
+) -> None:
+    conn.lpush(Keys(redis_settings.namespace).queue("default"), b"\xff not json")
+    assert Stats(conn, settings=redis_settings).default_queue_latency == 0.0
 
 
 def test_history_reads_daily_counts_newest_first(store: Store) -> None:
@@ -150,15 +152,17 @@ def test_reset_zeroes_the_lifetime_counters(store: Store) -> None:
         stats.reset("enqueued")
 
 
-def test_namespaces_are_kept_apart(conn: redis.Redis, settings: Settings, client: Client) -> None:
-    client.push({"class": "HardJob", "args": []})
-    assert conn.exists(f"{settings.namespace}:queue:default")
-    assert conn.sismember(f"{settings.namespace}:queues", "default")  # names inside keys are not prefixed
+def test_namespaces_are_kept_apart(conn: redis.Redis, redis_settings: Settings, redis_client: Client) -> None:
+    redis_client.push({"class": "HardJob", "args": []})
+    assert conn.exists(f"{redis_settings.namespace}:queue:default")
+    assert conn.sismember(
+        f"{redis_settings.namespace}:queues", "default"
+    )  # names inside keys are not prefixed
     other = Keys(f"attest-{uuid.uuid4().hex[:12]}")
     try:
         conn.lpush(other.queue("elsewhere"), payload.dumps(sidekiq_job(queue="elsewhere")))
         conn.sadd(other.queues, "elsewhere")
-        assert Stats(conn, settings=settings).queues == {"default": 1}
+        assert Stats(conn, settings=redis_settings).queues == {"default": 1}
         assert Stats(conn, other).queues == {"elsewhere": 1}
         assert [q.name for q in Queue.all(conn, other)] == ["elsewhere"]
     finally:

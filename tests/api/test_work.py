@@ -51,8 +51,10 @@ def test_a_sleeping_job_is_shown(
     wait_until(lambda: list(work) == [] and work.size == 0, timeout=10)
 
 
-def test_sidekiq_641_workers_hash_is_read_when_work_is_absent(conn: redis.Redis, settings: Settings) -> None:
-    keys = Keys(settings.namespace)
+def test_sidekiq_641_workers_hash_is_read_when_work_is_absent(
+    conn: redis.Redis, redis_settings: Settings
+) -> None:
+    keys = Keys(redis_settings.namespace)
     old, new, gone = "vm:1:aaaaaaaaaaaa", "vm:2:bbbbbbbbbbbb", "vm:3:deaddeaddead"
     write_process(conn, keys, old, busy=1)
     write_process(conn, keys, new, busy=1)
@@ -65,14 +67,14 @@ def test_sidekiq_641_workers_hash_is_read_when_work_is_absent(conn: redis.Redis,
     conn.sadd(keys.processes, gone)
     conn.hset(keys.work(gone), "zzz", work_value(third, 1795264700))
 
-    works = list(WorkSet(conn, settings=settings))
+    works = list(WorkSet(conn, settings=redis_settings))
 
     assert [(w.identity, w.thread_id, w.queue, w.jid) for w in works] == [
         (new, "abc", "critical", second["jid"]),  # oldest run_at first
         (old, "8j8", "default", first["jid"]),
     ]
     assert works[1].run_at == 1795264765.0
-    assert WorkSet(conn, settings=settings).size == 2
+    assert WorkSet(conn, settings=redis_settings).size == 2
 
 
 def test_unreadable_work_entries_are_listed(store: Store) -> None:

@@ -1,8 +1,10 @@
 """The broker suite's fixtures: every test runs once per backend (Redis, SQLite, PostgreSQL).
 
-``settings`` is parametrised here, so the suite's tests and the shared fixtures built on it
-(``start_worker`` in tests/conftest.py) run against a fresh key namespace in Redis, a fresh
-SQLite file, or a fresh PostgreSQL schema. Everything else goes through the public API.
+``settings`` is parametrised here, so the suite's tests and the fixtures built on it
+(``client``, ``start_worker``) run against a fresh key namespace in Redis, a fresh SQLite
+file, or a fresh PostgreSQL schema. Everything else goes through the public API. The Redis-only
+tests beside them use tests/conftest.py's ``redis_settings``, ``redis_client`` and
+``start_redis_worker`` instead, and run once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from asynctask.brokers.sql import SqlBroker
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
-from tests.conftest import REDIS_URL, fresh_postgres_schema
+from asynctask.worker import Worker
+from tests.conftest import REDIS_URL, fresh_postgres_schema, started_workers
 from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,6 +152,12 @@ def make_client(settings: Settings, registry: Registry) -> Iterator[MakeClient]:
 @pytest.fixture
 def client(make_client: MakeClient) -> Client:
     return make_client()
+
+
+@pytest.fixture
+def start_worker(settings: Settings, registry: Registry) -> Iterator[Callable[..., Worker]]:
+    """In-process workers on ``settings`` (tests/conftest.py's ``started_workers``)."""
+    yield from started_workers(settings, registry)
 
 
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:

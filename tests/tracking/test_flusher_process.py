@@ -72,16 +72,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def worker(settings: Settings, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def worker(redis_settings: Settings, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     # The default database (a file in the working directory): the worker may never track.
-    proc = start_worker(settings, tmp_path)
+    proc = start_worker(redis_settings, tmp_path)
     # Such a worker starts its flusher only once there is something to flush: not at its
     # start, nor at a heartbeat that finds the tracking stream empty.
-    processes = ProcessSet(settings=settings)
+    processes = ProcessSet(settings=redis_settings)
     [process] = wait_until(lambda: list(processes), timeout=15)
     wait_for_beats(lambda: getattr(processes.get(process.identity), "beat", None))
     assert not flusher_children(proc)
-    tracked = Client(settings, middleware=Chain([TrackingClientMiddleware()]))
+    tracked = Client(redis_settings, middleware=Chain([TrackingClientMiddleware()]))
     tracked.push({"class": "Elsewhere", "args": [], "queue": "nobody-reads-this", "track": True})
     tracked.broker.close()
     yield proc
@@ -110,11 +110,11 @@ def test_term_stops_the_worker_and_its_flusher_cleanly(worker: subprocess.Popen[
 
 
 def test_a_worker_given_a_tracking_database_starts_its_flusher_with_it(
-    settings: Settings, tmp_path: Path
+    redis_settings: Settings, tmp_path: Path
 ) -> None:
     database = f"sqlite:///{tmp_path / 'tracking.db'}"
     migrate.upgrade(database)
-    proc = start_worker(settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
+    proc = start_worker(redis_settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
     try:
         # Nothing tracked, nothing in the stream: the child is there to be ready when it is.
         wait_until(lambda: flusher_children(proc), timeout=15)
@@ -123,18 +123,18 @@ def test_a_worker_given_a_tracking_database_starts_its_flusher_with_it(
 
 
 def test_a_flusher_waits_for_a_database_that_does_not_exist_yet_then_applies(
-    settings: Settings, tmp_path: Path, conn: redis.Redis
+    redis_settings: Settings, tmp_path: Path, conn: redis.Redis
 ) -> None:
     database = f"sqlite:///{tmp_path / 'tracking.db'}"
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
-        proc = start_worker(settings, tmp_path, out, ASYNCTASK_DATABASE_URL=database)
+        proc = start_worker(redis_settings, tmp_path, out, ASYNCTASK_DATABASE_URL=database)
     try:
         wait_until(lambda: flusher_children(proc), timeout=15)
-        tracked = Client(settings, middleware=Chain([TrackingClientMiddleware()]))
+        tracked = Client(redis_settings, middleware=Chain([TrackingClientMiddleware()]))
         jid = tracked.push({"class": "Elsewhere", "args": [], "queue": "nobody-reads-this", "track": True})
         tracked.broker.close()
-        stream = Keys(settings.namespace).tracking_stream
+        stream = Keys(redis_settings.namespace).tracking_stream
         # The database is made only once the flusher has found it missing: made sooner, a
         # flusher slow to start would find it half made instead.
         wait_until(lambda: "does not exist" in log.read_text(), timeout=15)
@@ -164,7 +164,7 @@ def database_connections(process: psutil.Process) -> int:
 
 
 def test_a_flusher_on_postgresql_applies_a_large_batch_on_several_connections_then_keeps_one(
-    settings: Settings, tmp_path: Path, conn: redis.Redis, registry: Registry
+    redis_settings: Settings, tmp_path: Path, conn: redis.Redis, registry: Registry
 ) -> None:
     @job(registry=registry, queue="nobody-reads-this")
     def noop(items: list[int]) -> None:
@@ -174,10 +174,10 @@ def test_a_flusher_on_postgresql_applies_a_large_batch_on_several_connections_th
         migrate.upgrade(database)
         engine = create_database_engine(database)
         try:
-            tracking = Tracking(Client(settings, registry=registry), engine)
+            tracking = Tracking(Client(redis_settings, registry=registry), engine)
             task = tracking.create_task(noop, range(1000), chunk_size=1)
             jids = [e.job_id for e in tracking.list_events(task.id, limit=1000).items]
-            stream = Keys(settings.namespace).tracking_stream
+            stream = Keys(redis_settings.namespace).tracking_stream
             # Entries of fifty jobs' starts and ends, as a busy worker writes them: batches
             # large enough to be applied in parts.
             for start in range(0, 1000, 50):
@@ -192,7 +192,7 @@ def test_a_flusher_on_postgresql_applies_a_large_batch_on_several_connections_th
             # counted (unheld, the parts are over within milliseconds, between two looks).
             with engine.connect() as holder:
                 holder.execute(select(Task.id).where(Task.id == task.id).with_for_update())
-                proc = start_worker(settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
+                proc = start_worker(redis_settings, tmp_path, ASYNCTASK_DATABASE_URL=database)
                 try:
                     (flusher,) = wait_until(lambda: flusher_children(proc), timeout=15)
                     wait_until(lambda: database_connections(flusher) >= 2, timeout=30)

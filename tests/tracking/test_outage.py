@@ -111,7 +111,7 @@ def private_engine(private_pg: PrivatePostgres) -> Iterator[Engine]:
 
 @pytest.fixture
 def spawn(
-    settings: Settings, private_pg: PrivatePostgres, tmp_path: Path
+    redis_settings: Settings, private_pg: PrivatePostgres, tmp_path: Path
 ) -> Iterator[Callable[[str], tuple[subprocess.Popen[bytes], Path]]]:
     """Start worker subprocesses (stderr kept in a file); any still running at teardown are killed."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -119,8 +119,8 @@ def spawn(
     def start(runs_key: str) -> tuple[subprocess.Popen[bytes], Path]:
         env = {
             **os.environ,
-            "ASYNCTASK_REDIS_URL": settings.redis_url,
-            "ASYNCTASK_NAMESPACE": settings.namespace,
+            "ASYNCTASK_REDIS_URL": redis_settings.redis_url,
+            "ASYNCTASK_NAMESPACE": redis_settings.namespace,
             "ASYNCTASK_DATABASE_URL": private_pg.url,
             "ASYNCTASK_HEARTBEAT_INTERVAL": "0.5",
             "ASYNCTASK_PROCESS_TTL": "3",
@@ -146,7 +146,7 @@ def spawn(
 
 
 def test_jobs_survive_a_database_outage_and_every_event_ends_right(
-    client: Client,
+    redis_client: Client,
     conn: redis.Redis,
     namespace: str,
     private_pg: PrivatePostgres,
@@ -154,10 +154,10 @@ def test_jobs_survive_a_database_outage_and_every_event_ends_right(
     spawn: Callable[[str], tuple[subprocess.Popen[bytes], Path]],
 ) -> None:
     began = time.monotonic()
-    tracking = Tracking(client, private_engine)
+    tracking = Tracking(redis_client, private_engine)
     runs_key = f"{namespace}:test:outage-runs"
     counts_key = f"{runs_key}:count"
-    stream = client.keys.tracking_stream
+    stream = redis_client.keys.tracking_stream
 
     rng = random.Random(11)
     kinds = [kind for kind, n in KINDS.items() for _ in range(n)]

@@ -329,9 +329,9 @@ def check_plans(data: Dataset, statements: list[Statement], what: str) -> None:
 
 
 def test_get_task_reads_the_task_row_and_a_few_errors_however_big_the_task(
-    dataset: Dataset, client: Client
+    dataset: Dataset, redis_client: Client
 ) -> None:
-    tracking = Tracking(client, dataset.engine)
+    tracking = Tracking(redis_client, dataset.engine)
     # A first call connects and lets the dialect ask the server its version and settings;
     # those one-time statements are not the read model's.
     tracking.get_task(dataset.small)
@@ -365,8 +365,8 @@ def test_get_task_reads_the_task_row_and_a_few_errors_however_big_the_task(
         assert problems(generic_plan(connection, scan), dataset)
 
 
-def test_a_filtered_page_of_events_is_an_index_range_scan(dataset: Dataset, client: Client) -> None:
-    tracking = Tracking(client, dataset.engine)
+def test_a_filtered_page_of_events_is_an_index_range_scan(dataset: Dataset, redis_client: Client) -> None:
+    tracking = Tracking(redis_client, dataset.engine)
     tracking.get_task(dataset.small)
     with dataset.engine.connect() as connection:
         # A cursor deep inside the big task's failures: the 1,001st failed event.

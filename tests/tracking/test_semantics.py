@@ -56,7 +56,10 @@ def test_a_job_tracked_on_its_own_gets_an_event_from_push_to_finish(
 
 
 def test_enqueue_is_recorded_with_the_push_before_any_worker_runs(
-    tracking: Tracking, registry: Registry, settings: Settings, start_tracked_worker: Callable[..., Worker]
+    tracking: Tracking,
+    registry: Registry,
+    redis_settings: Settings,
+    start_tracked_worker: Callable[..., Worker],
 ) -> None:
     @job(registry=registry, track=True)
     def later() -> None:

@@ -336,10 +336,10 @@ def test_query_options_of_uploads_are_checked(api: Api) -> None:
     assert_nothing_written(api)
 
 
-def test_redis_down_while_creating_is_503_and_leaves_no_jobs(make_api: Any, settings: Settings) -> None:
+def test_redis_down_while_creating_is_503_and_leaves_no_jobs(make_api: Any, redis_settings: Settings) -> None:
     api: Api = make_api()
     dead = Client(
-        Settings(**{**settings.__dict__, "redis_url": "redis://127.0.0.1:1/0"}),
+        Settings(**{**redis_settings.__dict__, "redis_url": "redis://127.0.0.1:1/0"}),
         registry=api.client.registry,
         middleware=Chain(),
     )
@@ -624,7 +624,7 @@ def test_health_and_readiness(api: Api) -> None:
     assert ready.get_json() == {"status": "ready", "checks": {"broker": "ok", "database": "ok"}}
 
 
-def test_not_ready_when_redis_is_down(make_api: Any, settings: Settings) -> None:
+def test_not_ready_when_redis_is_down(make_api: Any, redis_settings: Settings) -> None:
     api: Api = make_api()
     dead = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     api.app.extensions["asynctask"].client.broker.redis = dead
