@@ -273,8 +273,8 @@ class AwaitedTracking:
         self.loop.close()
 
 
-# The SQL broker's own tests (tests/brokers/test_sql_*.py) drive a broker directly, on
-# ``database_url`` (tests/conftest.py: SQLite, PostgreSQL, or both).
+# The SQL broker's own tests (tests/brokers/test_sql_*.py, tests/brokers/<feature>/test_sql.py)
+# drive a broker directly, on ``database_url`` (tests/conftest.py: SQLite, PostgreSQL, or both).
 
 
 def sql_settings(url: str, **fields: Any) -> Settings:

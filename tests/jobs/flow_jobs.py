@@ -1,4 +1,4 @@
-"""Jobs of the flow-control suite (tests/brokers/test_flow_*.py), run by worker subprocesses
+"""Jobs of the flow-control suite (tests/brokers/flow/), run by worker subprocesses
 (``asynctask worker -r tests/jobs/flow_jobs.py``) and pushed by the test process, which
 imports this module for the definitions only.
 

@@ -1,4 +1,4 @@
-"""Resumable jobs for the worker subprocesses of tests/brokers/test_resumable.py.
+"""Resumable jobs for the worker subprocesses of tests/brokers/resumable/test_shared.py.
 
 ``count`` (and ``count_async``, the same as an async generator) records each iteration as a
 line ``<jid> <index> <pid>`` in the file named by ASYNCTASK_TEST_ITERATIONS (one O_APPEND

@@ -22,7 +22,7 @@ from asynctask.tracking.models import Event, Task
 @pytest.fixture(autouse=True)
 def fifo_queues(conn: redis.Redis, namespace: str) -> None:
     """These look at queue:<queue>, where a fifo queue keeps a task's jobs; the same publish
-    into a fair queue's share is tried in tests/test_fair_redis.py."""
+    into a fair queue's share is tried in tests/brokers/fair_share/test_redis.py."""
     conn.sadd(f"{namespace}:asynctask:fifo", "default", "thirds")
 
 

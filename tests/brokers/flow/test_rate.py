@@ -11,7 +11,7 @@ import pytest
 from asynctask import Settings
 from asynctask.job import JobDefinition
 from tests.brokers.conftest import MakeClient, SpawnWorker
-from tests.brokers.flow_support import done_jids, flow_client, most_in_window, read_events, start_flow_workers
+from tests.brokers.flow.support import done_jids, flow_client, most_in_window, read_events, start_flow_workers
 from tests.conftest import wait_until
 from tests.jobs.flow_jobs import RATE_PER_SECOND, async_rate_step, rate_step
 

@@ -26,8 +26,8 @@ from asynctask.flow import FlowOptions
 from asynctask.tracking.outbox import Outbox
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import status
+from tests.brokers.feeds.test_sql import checked, stage, states
 from tests.brokers.test_sql_broker import claim_all
-from tests.brokers.test_sql_feeds import checked, stage, states
 
 #: Threads racing to flag one job's stop.
 RACERS = 8

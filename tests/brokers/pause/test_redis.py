@@ -18,8 +18,8 @@ from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import PAUSED_BLOCK, ReliableFetch
 from asynctask.settings import QueueSpec
+from tests.brokers.fair_share.test_redis import job, publish
 from tests.conftest import wait_until
-from tests.test_fair_redis import job, publish
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.brokers.conftest import MakeClient, SpawnWorker, worker_env
-from tests.brokers.flow_support import FLOW_JOBS, Event, read_events, start_flow_workers
+from tests.brokers.flow.support import FLOW_JOBS, Event, read_events, start_flow_workers
 from tests.conftest import fresh_postgres_schema, wait_until
 from tests.jobs.flow_jobs import async_feed_step, feed_step
 

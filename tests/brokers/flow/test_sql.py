@@ -1,6 +1,7 @@
 """Flow control in the SQL broker, on SQLite and PostgreSQL: lines and slots on every path a
 job ends by, unique holds, rate limits, the sweep, the migration, and pushes racing acks. The
-shared suite (test_flow_*.py) checks the behaviour through workers; these check the rows."""
+shared suites beside this module (test_concurrency.py, test_rate.py, test_unique.py,
+test_tasks.py) check the behaviour through workers; these check the rows."""
 
 from __future__ import annotations
 

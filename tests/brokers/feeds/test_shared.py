@@ -26,7 +26,7 @@ from asynctask import Settings, Tracking, default_registry
 from asynctask.api import Queue
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.brokers.conftest import MakeClient, SpawnWorker
-from tests.brokers.flow_support import Interval, intervals, max_overlap, read_events, start_flow_workers
+from tests.brokers.flow.support import Interval, intervals, max_overlap, read_events, start_flow_workers
 from tests.conftest import wait_until
 from tests.jobs.flow_jobs import feed_step
 from tests.tracking_fixtures import wait_for_task

@@ -12,7 +12,7 @@ from asynctask import Settings
 from asynctask.api import Queue
 from asynctask.job import JobDefinition
 from tests.brokers.conftest import MakeClient, SpawnWorker
-from tests.brokers.flow_support import done_jids, flow_client, read_events, start_flow_workers
+from tests.brokers.flow.support import done_jids, flow_client, read_events, start_flow_workers
 from tests.conftest import wait_until
 from tests.jobs.flow_jobs import unique_step, unique_until_start_step
 

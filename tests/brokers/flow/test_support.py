@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.brokers.flow_support import (
+from tests.brokers.flow.support import (
     Event,
     Interval,
     intervals,

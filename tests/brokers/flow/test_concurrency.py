@@ -15,7 +15,7 @@ import pytest
 
 from asynctask import Client, Settings
 from tests.brokers.conftest import MakeClient, SpawnWorker
-from tests.brokers.flow_support import (
+from tests.brokers.flow.support import (
     Interval,
     by_key,
     done_jids,

@@ -1,6 +1,6 @@
 """Task feeds in the SQL broker, on SQLite and PostgreSQL: the rows of a fed task through
 publish, every end path, retries, pushes, tuning, cancel and the ticker (the numbered points
-of the feeds contract). The shared suite (test_feeds.py) checks the behaviour through
+of the feeds contract). The shared suite (test_shared.py) checks the behaviour through
 workers; these check the rows."""
 
 from __future__ import annotations

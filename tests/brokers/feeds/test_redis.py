@@ -1,7 +1,7 @@
 """Redis task feeds at the keys: held jobs, releases in the step that ends a job, interval
 ticks, live tuning, cancel, retries and every end path (docs/internals/feeds-redis.md).
 
-The shared suite (tests/brokers/test_feeds.py) proves the behaviour through workers; these
+The shared suite (test_shared.py) proves the behaviour through workers; these
 look at the held list, the out hash and the queues, where a leaked or doubled slot shows at once.
 """
 
@@ -31,7 +31,7 @@ TASK = "t1"
 def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
     made = RedisBroker(redis_settings)
     # These look at queue:<queue>, where a fifo queue keeps a task's jobs; a fair queue's
-    # shares are tried in tests/test_fair_redis.py.
+    # shares are tried in tests/brokers/fair_share/test_redis.py.
     made.redis.sadd(made.keys.fifo, "default")
     yield made
     made.close()

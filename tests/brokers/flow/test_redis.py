@@ -1,7 +1,8 @@
 """Redis flow control mechanics: slot accounting on every end path, lines, the due poller's
 routing, rate-limit postponing, unique keys, and scripts that never fail on a bad payload.
 
-The shared suite (tests/brokers/test_flow*.py) proves the behaviour through workers; these
+The shared suites beside this module (test_concurrency.py, test_rate.py, test_unique.py,
+test_tasks.py) prove the behaviour through workers; these
 look at the keys, where a leaked slot or a script error shows at once.
 """
 
@@ -25,7 +26,7 @@ from asynctask.brokers.redis.reads import RedisReader
 def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
     made = RedisBroker(redis_settings)
     # These look at queue:<queue>, where a fifo queue keeps a task's jobs; a fair queue's
-    # shares are tried in tests/test_fair_redis.py.
+    # shares are tried in tests/brokers/fair_share/test_redis.py.
     made.redis.sadd(made.keys.fifo, "default")
     yield made
     made.close()
