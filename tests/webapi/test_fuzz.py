@@ -553,6 +553,24 @@ class Hostile:
 OWN = "{own}"
 JSON = "application/json"
 
+
+def task_post(expect: set[int], body: Any) -> Hostile:
+    """A task posted as a JSON body (a dict, or raw JSON text)."""
+    return Hostile("/api/tasks", "POST", frozenset(expect), body=body)
+
+
+def task_upload(
+    expect: set[int], query: dict[str, str], body: bytes = b"1\n", media_type: str = "application/x-ndjson"
+) -> Hostile:
+    """A task posted as a file of items, its options in the query."""
+    return Hostile("/api/tasks", "POST", frozenset(expect), query=query, body=body, media_type=media_type)
+
+
+def own_task_patch(expect: set[int], body: Any) -> Hostile:
+    """A change to a task of the test's own tenant."""
+    return Hostile("/api/tasks/{task_id}", "PATCH", frozenset(expect), {"task_id": OWN}, body=body)
+
+
 HOSTILE = {
     # NUL (U+0000): PostgreSQL text and jsonb cannot hold it.
     "task-id-nul": Hostile("/api/tasks/{task_id}", "GET", frozenset({404}), {"task_id": "a\x00b"}),
@@ -571,71 +589,28 @@ HOSTILE = {
         frozenset({200, 422}),
         query={"before": _b64("2026-01-01T00:00:00+00:00|a\x00")},
     ),
-    "items-nul": Hostile(
-        "/api/tasks", "POST", frozenset({202, 422}), body={"job": "echo", "items": ["a\x00b"]}
-    ),
-    "meta-nul": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({202, 422}),
-        body={"job": "echo", "items": [1], "meta": {"\x00": "\x00"}},
-    ),
-    "csv-nul": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({202, 400, 422}),
-        query={"job": "echo"},
-        body=b"a,b\n\x00,1\n",
-        media_type="text/csv",
-    ),
-    "ndjson-nul": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({202, 400, 422}),
-        query={"job": "echo"},
-        body=b'"a\\u0000"\n',
-        media_type="application/x-ndjson",
-    ),
-    "ndjson-lone-surrogate": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        query={"job": "echo"},
-        body=b'{"a": "\\udbff"}\n',
-        media_type="application/x-ndjson",
-    ),
-    "concurrency-key-lone-surrogate": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        body='{"job": "echo", "items": [1], "concurrency_key": "k\\ud800"}',
+    "items-nul": task_post({202, 422}, {"job": "echo", "items": ["a\x00b"]}),
+    "meta-nul": task_post({202, 422}, {"job": "echo", "items": [1], "meta": {"\x00": "\x00"}}),
+    "csv-nul": task_upload({202, 400, 422}, {"job": "echo"}, b"a,b\n\x00,1\n", media_type="text/csv"),
+    "ndjson-nul": task_upload({202, 400, 422}, {"job": "echo"}, b'"a\\u0000"\n'),
+    "ndjson-lone-surrogate": task_upload({422}, {"job": "echo"}, b'{"a": "\\udbff"}\n'),
+    "concurrency-key-lone-surrogate": task_post(
+        {422}, '{"job": "echo", "items": [1], "concurrency_key": "k\\ud800"}'
     ),
     "stop-jid-nul": Hostile("/api/jobs/{jid}/stop", "POST", frozenset({404}), {"jid": "a\x00b"}),
     "resume-jid-overlong": Hostile(
         "/api/jobs/{jid}/resume", "POST", frozenset({404}), {"jid": "j" * 100_000}
     ),
     # Strings far longer than anything shown: stored as given, shown cut.
-    "items-overlong-string": Hostile(
-        "/api/tasks", "POST", frozenset({202}), body={"job": "echo", "items": ["x" * 200_000]}
+    "items-overlong-string": task_post({202}, {"job": "echo", "items": ["x" * 200_000]}),
+    "meta-overlong-string": task_post(
+        {202, 413, 422}, {"job": "echo", "items": [1], "meta": {"a": "m" * 200_000}}
     ),
-    "meta-overlong-string": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({202, 413, 422}),
-        body={"job": "echo", "items": [1], "meta": {"a": "m" * 200_000}},
+    "csv-overlong-cell": task_upload(
+        {202, 400, 413, 422}, {"job": "echo"}, b"a,b\n" + b"L" * 200_000 + b",1\n", media_type="text/csv"
     ),
-    "csv-overlong-cell": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({202, 400, 413, 422}),
-        query={"job": "echo"},
-        body=b"a,b\n" + b"L" * 200_000 + b",1\n",
-        media_type="text/csv",
-    ),
-    "queue-nul": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body={"job": "echo", "items": [1], "queue": "q\x00"}
-    ),
-    "job-nul": Hostile("/api/tasks", "POST", frozenset({422}), body={"job": "echo\x00", "items": [1]}),
+    "queue-nul": task_post({422}, {"job": "echo", "items": [1], "queue": "q\x00"}),
+    "job-nul": task_post({422}, {"job": "echo\x00", "items": [1]}),
     "queue-name-nul": Hostile("/api/queues/{name}/pause", "POST", frozenset({422}), {"name": "q\x00"}),
     "queue-name-control": Hostile("/api/queues/{name}/resume", "POST", frozenset({422}), {"name": "\x1b[2J"}),
     "queue-name-long": Hostile("/api/queues/{name}/clear", "POST", frozenset({422}), {"name": "q" * 256}),
@@ -654,125 +629,42 @@ HOSTILE = {
     "errors-huge": Hostile(
         "/api/tasks/{task_id}", "GET", frozenset({422}), {"task_id": OWN}, {"errors": "9" * 40}
     ),
-    "items-huge-numbers": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({202}),
-        body={"job": "echo", "items": [10**40, -(10**40), 1e308, -1e-308]},
-    ),
-    "chunk-size-huge": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body={"job": "echo", "items": [1], "chunk_size": 10**40}
-    ),
-    "chunk-size-integral-float": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({202}),
-        body={"job": "echo", "items": [1], "chunk_size": 2.0},
-    ),
+    "items-huge-numbers": task_post({202}, {"job": "echo", "items": [10**40, -(10**40), 1e308, -1e-308]}),
+    "chunk-size-huge": task_post({422}, {"job": "echo", "items": [1], "chunk_size": 10**40}),
+    "chunk-size-integral-float": task_post({202}, {"job": "echo", "items": [1], "chunk_size": 2.0}),
     # Numbers no database stores: NaN and infinities (Python's JSON reads them; JSON has none).
-    "items-nan": Hostile("/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [NaN]}'),
-    "items-infinity": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [-Infinity]}'
-    ),
-    "items-overflow": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [1e999]}'
-    ),
-    "meta-nan": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [1], "meta": {"a": NaN}}'
-    ),
-    "ndjson-overflow": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        query={"job": "echo"},
-        body=b"[1e999]\n",
-        media_type="application/x-ndjson",
-    ),
-    "query-meta-nan": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        query={"job": "echo", "meta": '{"a": Infinity}'},
-        body=b"1\n",
-        media_type="application/x-ndjson",
-    ),
+    "items-nan": task_post({422}, '{"job": "echo", "items": [NaN]}'),
+    "items-infinity": task_post({422}, '{"job": "echo", "items": [-Infinity]}'),
+    "items-overflow": task_post({422}, '{"job": "echo", "items": [1e999]}'),
+    "meta-nan": task_post({422}, '{"job": "echo", "items": [1], "meta": {"a": NaN}}'),
+    "ndjson-overflow": task_upload({422}, {"job": "echo"}, b"[1e999]\n"),
+    "query-meta-nan": task_upload({422}, {"job": "echo", "meta": '{"a": Infinity}'}),
     # Text that is not what it says.
-    "lone-surrogate": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": ["\\ud800"]}'
-    ),
-    "meta-lone-surrogate": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body='{"job": "echo", "items": [1], "meta": {"a": "\\udfff"}}'
-    ),
-    "query-meta-lone-surrogate": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        query={"job": "echo", "meta": '{"a": "\\ud800"}'},
-        body=b"1\n",
-        media_type="application/x-ndjson",
-    ),
+    "lone-surrogate": task_post({422}, '{"job": "echo", "items": ["\\ud800"]}'),
+    "meta-lone-surrogate": task_post({422}, '{"job": "echo", "items": [1], "meta": {"a": "\\udfff"}}'),
+    "query-meta-lone-surrogate": task_upload({422}, {"job": "echo", "meta": '{"a": "\\ud800"}'}),
     # One level deeper than the limit (the body is level 1).
-    "deep-json": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        body='{"job": "echo", "items": [' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "]}",
+    "deep-json": task_post(
+        {422}, '{"job": "echo", "items": [' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "]}"
     ),
-    "query-meta-deep": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        query={
+    "query-meta-deep": task_upload(
+        {422},
+        {
             "job": "echo",
             "meta": '{"a": ' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "}",
         },
-        body=b"1\n",
-        media_type="application/x-ndjson",
     ),
     # Feed settings at and over their edges, and numbers no setting can be.
-    "parallel-max": Hostile(
-        "/api/tasks", "POST", frozenset({202}), body={"job": "echo", "items": [1], "parallel": 1_000_000}
-    ),
-    "parallel-integral-float": Hostile(
-        "/api/tasks", "POST", frozenset({202}), body={"job": "echo", "items": [1], "parallel": 2.0}
-    ),
-    "parallel-huge": Hostile(
-        "/api/tasks", "POST", frozenset({422}), body={"job": "echo", "items": [1], "parallel": 10**40}
-    ),
-    "interval-overflow": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        body='{"job": "echo", "items": [1], "parallel": 1, "interval": 1e999}',
-    ),
-    "query-interval-infinity": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        query={"job": "echo", "parallel": "1", "interval": "Infinity"},
-        body=b"1\n",
-        media_type="application/x-ndjson",
-    ),
-    "query-parallel-other-digits": Hostile(
-        "/api/tasks",
-        "POST",
-        frozenset({422}),
-        query={"job": "echo", "parallel": "\u0663"},
-        body=b"1\n",
-        media_type="application/x-ndjson",
-    ),
-    "patch-priority-huge": Hostile(
-        "/api/tasks/{task_id}", "PATCH", frozenset({422}), {"task_id": OWN}, body={"priority": 2**63}
-    ),
-    "patch-interval-nan": Hostile(
-        "/api/tasks/{task_id}", "PATCH", frozenset({422}), {"task_id": OWN}, body='{"interval": NaN}'
-    ),
-    "patch-deep": Hostile(
-        "/api/tasks/{task_id}",
-        "PATCH",
-        frozenset({422}),
-        {"task_id": OWN},
-        body='{"parallel": ' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "}",
+    "parallel-max": task_post({202}, {"job": "echo", "items": [1], "parallel": 1_000_000}),
+    "parallel-integral-float": task_post({202}, {"job": "echo", "items": [1], "parallel": 2.0}),
+    "parallel-huge": task_post({422}, {"job": "echo", "items": [1], "parallel": 10**40}),
+    "interval-overflow": task_post({422}, '{"job": "echo", "items": [1], "parallel": 1, "interval": 1e999}'),
+    "query-interval-infinity": task_upload({422}, {"job": "echo", "parallel": "1", "interval": "Infinity"}),
+    "query-parallel-other-digits": task_upload({422}, {"job": "echo", "parallel": "\u0663"}),
+    "patch-priority-huge": own_task_patch({422}, {"priority": 2**63}),
+    "patch-interval-nan": own_task_patch({422}, '{"interval": NaN}'),
+    "patch-deep": own_task_patch(
+        {422}, '{"parallel": ' + "[" * LIMITS.max_json_depth + "]" * LIMITS.max_json_depth + "}"
     ),
     "cursor-not-base64": Hostile("/api/tasks", "GET", frozenset({422}), query={"before": "%%%"}),
     "cursor-base64-garbage": Hostile("/api/tasks", "GET", frozenset({422}), query={"before": _b64("\xff|x")}),
