@@ -22,7 +22,7 @@ from tests.conftest import wait_until
 
 
 @pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
+def database_engine(database_url: str) -> Iterator[Engine]:
     created = create_database_engine(database_url)
     Base.metadata.create_all(created)
     yield created
@@ -42,13 +42,13 @@ def tracked_client(tracked_settings: Settings, registry: Registry, conn: redis.R
 
 
 @pytest.fixture
-def tracking(tracked_client: Client, engine: Engine) -> Tracking:
-    return Tracking(tracked_client, engine)
+def redis_tracking(tracked_client: Client, database_engine: Engine) -> Tracking:
+    return Tracking(tracked_client, database_engine)
 
 
 @pytest.fixture
 def start_tracked_worker(
-    start_redis_worker: Callable[..., Worker], database_url: str, engine: Engine
+    start_redis_worker: Callable[..., Worker], database_url: str, database_engine: Engine
 ) -> Callable[..., Worker]:
     def start(**overrides: Any) -> Worker:
         overrides.setdefault("server_middleware", Chain([TrackingServerMiddleware()]))

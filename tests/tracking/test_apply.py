@@ -49,26 +49,26 @@ def make_task(tracking: Tracking, registry: Registry, size: int) -> tuple[str, l
 
 
 def test_a_late_working_never_overwrites_finish(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id, (jid,) = make_task(tracking, registry, 1)
+    task_id, (jid,) = make_task(redis_tracking, registry, 1)
     working, finish = numbered(
         [status(jid, EventStatus.WORKING, "started"), status(jid, EventStatus.FINISH, "finished")]
     )
-    apply(engine, [finish])
-    apply(engine, [working])
-    view = tracking.get_task(task_id)
+    apply(database_engine, [finish])
+    apply(database_engine, [working])
+    view = redis_tracking.get_task(task_id)
     assert view.counts["finish"] == 1 and view.counts["working"] == 0 and view.status == "finished"
-    (event,) = tracking.list_events(task_id).items
+    (event,) = redis_tracking.list_events(task_id).items
     assert event.status == "finish"
     # Both messages are kept, in the order things happened (by seq), not the order applied.
     assert [m.text for m in event.messages] == ["started", "finished"]
 
 
 def test_replaying_batches_in_any_order_gives_the_same_result(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id, jids = make_task(tracking, registry, 40)
+    task_id, jids = make_task(redis_tracking, registry, 40)
     history: list[Transition] = []
     for n, jid in enumerate(jids):
         history.append(status(jid, EventStatus.WORKING, "started"))
@@ -86,8 +86,8 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
     shuffled = batches * 2
     random.Random(3).shuffle(shuffled)
     for batch in shuffled:
-        apply(engine, batch)
-    view = tracking.get_task(task_id)
+        apply(database_engine, batch)
+    view = redis_tracking.get_task(task_id)
     failed = sum(1 for n in range(40) if n % 5 == 0)
     assert view.counts == {
         "enqueue": 0,
@@ -99,7 +99,7 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
         "stopped": 0,
         "lost": 0,
     }
-    events = {e.job_id: e for e in tracking.list_events(task_id, limit=100).items}
+    events = {e.job_id: e for e in redis_tracking.list_events(task_id, limit=100).items}
     for n, jid in enumerate(jids):
         event = events[jid]
         assert event.attempt == (2 if n % 4 == 0 else 1)
@@ -110,17 +110,17 @@ def test_replaying_batches_in_any_order_gives_the_same_result(
         if n % 4 == 0:
             expected += ["RuntimeError: x", "waiting for retry 1 of 1", "started"]
         assert [m.text for m in event.messages] == [*expected, "done"]
-    with engine.connect() as connection:
+    with database_engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(EventMessage)).scalar() == sum(
             1 for t in history if t.text
         )
 
 
 def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
-    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine, conn: redis.Redis
 ) -> None:
-    task_id, (jid,) = make_task(tracking, registry, 1)
-    keys = tracking.client.keys
+    task_id, (jid,) = make_task(redis_tracking, registry, 1)
+    keys = redis_tracking.client.keys
     conn.xadd(keys.tracking_stream, {"s": 1, "d": "not json"})
     good = [
         status(jid, EventStatus.WORKING, "started").encode(),
@@ -130,20 +130,20 @@ def test_the_flusher_applies_the_stream_and_drops_only_malformed_entries(
     # A status or a time of the wrong type: malformed too, not an error that stops every batch.
     conn.xadd(keys.tracking_stream, {"s": 4, "d": f'[["{jid}", ["finish"], 1.0]]'})
     conn.xadd(keys.tracking_stream, {"s": 5, "d": f'[["{jid}", "finish", null]]'})
-    flusher = Flusher(conn, keys, writer(engine), "test-flusher")
+    flusher = Flusher(conn, keys, writer(database_engine), "test-flusher")
     assert flusher.flush() == 4
-    assert tracking.get_task(task_id).status == "finished"
+    assert redis_tracking.get_task(task_id).status == "finished"
     assert conn.xlen(keys.tracking_stream) == 0
     assert decode_entry(5, pack(good))[1].seq == 6
-    with engine.connect() as connection:
+    with database_engine.connect() as connection:
         assert connection.execute(select(Event.seq).where(Event.job_id == jid)).scalar() == 3
 
 
 def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
-    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine, conn: redis.Redis
 ) -> None:
-    task_id, jids = make_task(tracking, registry, 900)
-    keys = tracking.client.keys
+    task_id, jids = make_task(redis_tracking, registry, 900)
+    keys = redis_tracking.client.keys
     # Nine entries of a hundred jobs each, every job's start, log line and end together: one
     # batch of 2,700 transitions.
     seq = 1
@@ -159,7 +159,7 @@ def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
         ]
         conn.xadd(keys.tracking_stream, {"s": seq, "d": pack(chunk)})
         seq += len(chunk)
-    flusher = Flusher(conn, keys, writer(engine), "test-flusher", parallel=3)
+    flusher = Flusher(conn, keys, writer(database_engine), "test-flusher", parallel=3)
     parts: list[tuple[str, set[str]]] = []
     running = [0, 0]  # now, most at once
     lock = threading.Lock()
@@ -186,18 +186,18 @@ def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
     assert len(parts) == 3 and running[1] == 3
     assert len({name for name, _ in parts}) == 3
     assert sum(len(part) for _, part in parts) == len(set().union(*(part for _, part in parts))) == 900
-    view = tracking.get_task(task_id)
+    view = redis_tracking.get_task(task_id)
     assert view.counts["finish"] == 900 and view.counts["working"] == 0 and view.status == "finished"
-    events = tracking.list_events(task_id, limit=900).items
+    events = redis_tracking.list_events(task_id, limit=900).items
     assert {e.attempt for e in events} == {1}
     assert {tuple(m.text for m in e.messages) for e in events} == {("started", "step", "finish")}
 
 
 def test_a_batch_whose_part_fails_is_retried_only_once_every_part_has_ended(
-    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine, conn: redis.Redis
 ) -> None:
-    task_id, jids = make_task(tracking, registry, 600)
-    keys = tracking.client.keys
+    task_id, jids = make_task(redis_tracking, registry, 600)
+    keys = redis_tracking.client.keys
     # 1,200 transitions: two parts.
     started = [
         status(jid, kind, kind.value).encode()
@@ -205,7 +205,7 @@ def test_a_batch_whose_part_fails_is_retried_only_once_every_part_has_ended(
         for kind in (EventStatus.WORKING, EventStatus.FINISH)
     ]
     conn.xadd(keys.tracking_stream, {"s": 1, "d": pack(started)})
-    flusher = Flusher(conn, keys, writer(engine), "test-flusher", parallel=2)
+    flusher = Flusher(conn, keys, writer(database_engine), "test-flusher", parallel=2)
     ended: list[str] = []
     write = flusher._write
 
@@ -226,16 +226,16 @@ def test_a_batch_whose_part_fails_is_retried_only_once_every_part_has_ended(
     flusher._write = write  # type: ignore[method-assign]
     flusher._apply(entries)
     flusher.stop()
-    assert tracking.get_task(task_id).counts["finish"] == 600
+    assert redis_tracking.get_task(task_id).counts["finish"] == 600
 
 
 def test_entries_written_one_by_one_in_quick_succession_share_one_transaction(
-    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine, conn: redis.Redis
 ) -> None:
     """Work horses write a job's start alone, then its end: the flusher gathers such entries for
     a moment instead of paying a transaction for each."""
-    task_id, jids = make_task(tracking, registry, 3)
-    keys = tracking.client.keys
+    task_id, jids = make_task(redis_tracking, registry, 3)
+    keys = redis_tracking.client.keys
 
     def write(jid: str) -> None:
         conn.xadd(
@@ -253,13 +253,13 @@ def test_entries_written_one_by_one_in_quick_succession_share_one_transaction(
             write(jids[2])
             return False
 
-    flusher = Flusher(conn, keys, writer(engine), "test-flusher")
+    flusher = Flusher(conn, keys, writer(database_engine), "test-flusher")
     flusher._stopped = Meanwhile()  # type: ignore[assignment]
     write(jids[0])
     batch = flusher._gathered()
     assert len(batch) == 3
     flusher._apply(batch)
-    assert tracking.get_task(task_id).counts["working"] == 3
+    assert redis_tracking.get_task(task_id).counts["working"] == 3
 
 
 def at(seconds: float) -> datetime:
@@ -275,9 +275,9 @@ def event_row(engine: Engine, jid: str) -> Any:
 
 
 def test_each_status_sets_its_times_and_a_new_run_starts_without_the_old_progress(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id, (jid,) = make_task(tracking, registry, 1)
+    task_id, (jid,) = make_task(redis_tracking, registry, 1)
     t = time.time()
     working, progress, late_progress, error, enqueue, working_again, finish = numbered(
         [
@@ -290,8 +290,8 @@ def test_each_status_sets_its_times_and_a_new_run_starts_without_the_old_progres
             Transition(jid, EventStatus.FINISH.value, t + 5, "finished"),
         ]
     )
-    apply(engine, [working, progress])
-    row = event_row(engine, jid)
+    apply(database_engine, [working, progress])
+    row = event_row(database_engine, jid)
     assert (row.status, row.started_at, row.finished_at, row.updated_at) == (
         "working",
         at(t + 1),
@@ -299,46 +299,46 @@ def test_each_status_sets_its_times_and_a_new_run_starts_without_the_old_progres
         at(t + 1),
     )
     assert (row.progress_done, row.progress_total) == (5, 10)
-    assert tracking.get_task(task_id).started_at == at(t + 1)
-    apply(engine, [error])
-    row = event_row(engine, jid)
+    assert redis_tracking.get_task(task_id).started_at == at(t + 1)
+    apply(database_engine, [error])
+    row = event_row(database_engine, jid)
     assert (row.status, row.finished_at, row.updated_at, row.error) == (
         "error",
         at(t + 2),
         at(t + 2),
         "RuntimeError: x",
     )
-    apply(engine, [enqueue])
-    row = event_row(engine, jid)
+    apply(database_engine, [enqueue])
+    row = event_row(database_engine, jid)
     assert (row.status, row.enqueued_at, row.finished_at, row.updated_at) == (
         "enqueue",
         at(t + 3),
         None,
         at(t + 3),
     )
-    apply(engine, [working_again])
+    apply(database_engine, [working_again])
     # The first run's last progress arrives late: it is not the new run's.
-    apply(engine, [late_progress])
-    row = event_row(engine, jid)
+    apply(database_engine, [late_progress])
+    row = event_row(database_engine, jid)
     assert (row.status, row.started_at, row.finished_at) == ("working", at(t + 4), None)
     assert (row.progress_done, row.progress_total) == (None, None)
     # The new run's start replayed after its own progress leaves that progress alone.
     own_progress = replace(late_progress, seq=working_again.seq + 1, done=1, total=4)
-    apply(engine, [own_progress])
-    apply(engine, [working_again])
-    row = event_row(engine, jid)
+    apply(database_engine, [own_progress])
+    apply(database_engine, [working_again])
+    row = event_row(database_engine, jid)
     assert (row.progress_done, row.progress_total, row.started_at) == (1, 4, at(t + 4))
-    apply(engine, [replace(finish, seq=finish.seq + 1)])
-    row = event_row(engine, jid)
+    apply(database_engine, [replace(finish, seq=finish.seq + 1)])
+    row = event_row(database_engine, jid)
     assert (row.status, row.finished_at, row.updated_at, row.attempt) == ("finish", at(t + 5), at(t + 5), 2)
-    view = tracking.get_task(task_id)
+    view = redis_tracking.get_task(task_id)
     assert view.started_at == at(t + 1) and view.finished_at is not None
 
 
 def test_a_start_without_its_enqueue_yet_is_not_finished(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    _, (jid,) = make_task(tracking, registry, 1)
+    _, (jid,) = make_task(redis_tracking, registry, 1)
     t = time.time()
     working, error, enqueue, working_again = numbered(
         [
@@ -349,17 +349,17 @@ def test_a_start_without_its_enqueue_yet_is_not_finished(
         ]
     )
     # The retry's start reaches SQL before the enqueue that preceded it (another flusher has it).
-    apply(engine, [working, error])
-    apply(engine, [working_again])
-    apply(engine, [enqueue])
-    row = event_row(engine, jid)
+    apply(database_engine, [working, error])
+    apply(database_engine, [working_again])
+    apply(database_engine, [enqueue])
+    row = event_row(database_engine, jid)
     assert (row.status, row.started_at, row.finished_at) == ("working", at(t + 4), None)
 
 
 def test_late_transitions_of_an_earlier_run_leave_the_start_alone(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    _, (first, second) = make_task(tracking, registry, 2)
+    _, (first, second) = make_task(redis_tracking, registry, 2)
     t = time.time()
     # A retried job whose first start is replayed after its second.
     working, error, enqueue, working_again = numbered(
@@ -370,9 +370,9 @@ def test_late_transitions_of_an_earlier_run_leave_the_start_alone(
             Transition(first, EventStatus.WORKING.value, t + 4, "started"),
         ]
     )
-    apply(engine, [working, error, enqueue, working_again])
-    apply(engine, [working])
-    assert event_row(engine, first).started_at == at(t + 4)
+    apply(database_engine, [working, error, enqueue, working_again])
+    apply(database_engine, [working])
+    assert event_row(database_engine, first).started_at == at(t + 4)
     # A late status of a job that has finished is not a start.
     started, failed, finish = numbered(
         [
@@ -382,14 +382,16 @@ def test_late_transitions_of_an_earlier_run_leave_the_start_alone(
         ],
         first=100,
     )
-    apply(engine, [started, finish])
-    apply(engine, [failed])
-    row = event_row(engine, second)
+    apply(database_engine, [started, finish])
+    apply(database_engine, [failed])
+    row = event_row(database_engine, second)
     assert (row.status, row.started_at, row.finished_at) == ("finish", at(t + 1), at(t + 3))
 
 
-def test_which_transitions_leave_a_message(tracking: Tracking, registry: Registry, engine: Engine) -> None:
-    task_id, (jid,) = make_task(tracking, registry, 1)
+def test_which_transitions_leave_a_message(
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
+) -> None:
+    task_id, (jid,) = make_task(redis_tracking, registry, 1)
     batch = numbered(
         [
             # A start without a text still reads "started", and counts as an attempt.
@@ -400,26 +402,26 @@ def test_which_transitions_leave_a_message(tracking: Tracking, registry: Registr
             Transition(jid, EventStatus.FINISH.value, 5.0),
         ]
     )
-    apply(engine, batch)
-    (event,) = tracking.list_events(task_id).items
+    apply(database_engine, batch)
+    (event,) = redis_tracking.list_events(task_id).items
     assert [(m.status, m.text) for m in event.messages] == [("working", "started"), ("working", "halfway")]
     assert event.status == "finish" and event.attempt == 1
 
 
 def test_apply_returns_how_many_events_it_changed(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    _, jids = make_task(tracking, registry, 3)
+    _, jids = make_task(redis_tracking, registry, 3)
     batch = numbered([status(jid, EventStatus.WORKING, "started") for jid in jids[:2]])
-    with writer(engine).begin() as connection:
+    with writer(database_engine).begin() as connection:
         assert apply_transitions(connection, []) == 0
         assert apply_transitions(connection, batch) == 2
-    with writer(engine).begin() as connection:
+    with writer(database_engine).begin() as connection:
         assert apply_transitions(connection, batch) == 0
 
 
 def test_one_batch_moves_the_counts_and_times_of_each_of_its_tasks(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
     """A fair queue hands a worker one job of each task in turn: a batch spans many tasks."""
 
@@ -427,16 +429,16 @@ def test_one_batch_moves_the_counts_and_times_of_each_of_its_tasks(
     def noop(items: list[int]) -> None:
         pass
 
-    tasks = [tracking.create_task(noop, range(size)) for size in (3, 2, 1)]
-    jids = [[e.job_id for e in tracking.list_events(t.id, limit=3).items] for t in tasks]
+    tasks = [redis_tracking.create_task(noop, range(size)) for size in (3, 2, 1)]
+    jids = [[e.job_id for e in redis_tracking.list_events(t.id, limit=3).items] for t in tasks]
     history = [status(jid, EventStatus.WORKING, "started") for group in jids for jid in group]
     # The first task: one job still running; the second: one failed; the third: all done.
     ends = [(0, 0, EventStatus.FINISH), (0, 1, EventStatus.FINISH), (1, 0, EventStatus.FAILED)]
     ends += [(1, 1, EventStatus.FINISH), (2, 0, EventStatus.FINISH)]
     history += [status(jids[task][n], end, "ended") for task, n, end in ends]
-    apply(engine, numbered(history))
+    apply(database_engine, numbered(history))
 
-    first, second, third = (tracking.get_task(t.id) for t in tasks)
+    first, second, third = (redis_tracking.get_task(t.id) for t in tasks)
     assert (first.counts["finish"], first.counts["working"], first.status) == (2, 1, "running")
     assert (second.counts["finish"], second.counts["failed"], second.counts["working"]) == (1, 1, 0)
     assert (third.counts["finish"], third.counts["enqueue"], third.status) == (1, 0, "finished")
@@ -445,7 +447,7 @@ def test_one_batch_moves_the_counts_and_times_of_each_of_its_tasks(
 
 
 def test_a_job_outside_any_task_gets_its_event_from_its_first_transition(
-    tracking: Tracking, engine: Engine
+    redis_tracking: Tracking, database_engine: Engine
 ) -> None:
     started, lone, quiet, late = (
         f"{name}-job".ljust(24, "0") for name in ("started", "lone", "quiet", "late")
@@ -464,11 +466,11 @@ def test_a_job_outside_any_task_gets_its_event_from_its_first_transition(
             Transition(late, EventStatus.ENQUEUE.value, t + 4, "retried by request", name="late", params=[1]),
         ]
     )
-    apply(engine, history[:3])
-    apply(engine, history)
-    row = event_row(engine, started)
+    apply(database_engine, history[:3])
+    apply(database_engine, history)
+    row = event_row(database_engine, started)
     assert (row.job_name, row.status, row.started_at, row.attempt) == ("started", "working", at(t), 1)
-    row = event_row(engine, lone)
+    row = event_row(database_engine, lone)
     assert (row.task_id, row.job_name, row.params, row.status, row.attempt) == (
         None,
         "lone",
@@ -477,12 +479,12 @@ def test_a_job_outside_any_task_gets_its_event_from_its_first_transition(
         1,
     )
     assert (row.enqueued_at, row.started_at, row.finished_at) == (at(t), at(t + 1), at(t + 2))
-    row = event_row(engine, quiet)
+    row = event_row(database_engine, quiet)
     assert (row.job_name, row.params, row.status) == (None, None, "enqueue")
     assert row.enqueued_at == row.updated_at == at(t)
-    row = event_row(engine, late)
+    row = event_row(database_engine, late)
     assert (row.job_name, row.params, row.status) == ("late", [1], "enqueue")
-    with engine.connect() as connection:
+    with database_engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(Event)).scalar() == 4
 
 
@@ -502,10 +504,10 @@ def time_zone(name: str) -> Iterator[None]:
 
 
 def test_times_are_stored_in_utc_whatever_the_local_time_zones(
-    tracking: Tracking, registry: Registry, database_url: str
+    redis_tracking: Tracking, registry: Registry, database_url: str
 ) -> None:
     """The process's time zone and (on PostgreSQL) the session's are nine hours off UTC."""
-    task_id, (jid,) = make_task(tracking, registry, 1)
+    task_id, (jid,) = make_task(redis_tracking, registry, 1)
     url = database_url + ("%20-ctimezone%3DAsia/Tokyo" if "options=" in database_url else "")
     local = create_database_engine(url)
     t = time.time()
@@ -515,7 +517,7 @@ def test_times_are_stored_in_utc_whatever_the_local_time_zones(
             apply(local, numbered([Transition(jid, EventStatus.FINISH.value, t + 1, "finished")], first=2))
     finally:
         local.dispose()
-    view = tracking.get_task(task_id)
+    view = redis_tracking.get_task(task_id)
     assert view.started_at == at(t)
     assert view.finished_at is not None and abs(view.finished_at.timestamp() - time.time()) < 60
 
@@ -528,20 +530,20 @@ def items(jid: str, done: int, failed: int, position: int | None = None, item: A
 
 
 def test_item_counts_only_move_forward_and_a_failed_item_is_stored_once(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id, (first, second) = make_task(tracking, registry, 2)
+    task_id, (first, second) = make_task(redis_tracking, registry, 2)
     newer = numbered([items(first, 3, 1, 2, {"sku": "A"}), items(first, 5, 1), items(second, 1, 0)])
-    apply(engine, newer)
+    apply(database_engine, newer)
     # The same batch again (a flusher's retry), then an older report after the newer ones.
-    apply(engine, newer)
-    apply(engine, numbered([items(first, 2, 1, 2, {"sku": "A"}), items(second, 0, 0)], first=1))
-    view = tracking.get_task(task_id)
+    apply(database_engine, newer)
+    apply(database_engine, numbered([items(first, 2, 1, 2, {"sku": "A"}), items(second, 0, 0)], first=1))
+    view = redis_tracking.get_task(task_id)
     assert (view.items.done, view.items.failed) == (6, 1)
-    by_jid = {e.job_id: e for e in tracking.list_events(task_id).items}
+    by_jid = {e.job_id: e for e in redis_tracking.list_events(task_id).items}
     assert (by_jid[first].items_done, by_jid[first].items_failed) == (5, 1)
     assert (by_jid[second].items_done, by_jid[second].items_failed) == (1, 0)
-    (failed,) = tracking.list_failed_items(task_id).items
+    (failed,) = redis_tracking.list_failed_items(task_id).items
     assert (failed.job_id, failed.position, failed.item, failed.message) == (
         first,
         2,
@@ -549,10 +551,12 @@ def test_item_counts_only_move_forward_and_a_failed_item_is_stored_once(
         "item 2 failed",
     )
     # A status transition in the same batch as item counts is applied as well.
-    apply(engine, numbered([status(second, EventStatus.FINISH), items(second, 4, 2, 5, "x")], first=10))
-    view = tracking.get_task(task_id)
+    apply(
+        database_engine, numbered([status(second, EventStatus.FINISH), items(second, 4, 2, 5, "x")], first=10)
+    )
+    view = redis_tracking.get_task(task_id)
     assert (view.items.done, view.items.failed, view.counts["finish"]) == (9, 3, 1)
-    assert [f.position for f in tracking.list_failed_items(task_id).items] == [2, 5]
+    assert [f.position for f in redis_tracking.list_failed_items(task_id).items] == [2, 5]
 
 
 def test_item_transitions_travel_through_the_stream_encoding() -> None:
@@ -565,25 +569,25 @@ def test_item_transitions_travel_through_the_stream_encoding() -> None:
 
 
 def test_a_tasks_progress_counts_items_once_its_jobs_report_them(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
     @job(registry=registry)
     def sign_up(items: list[int]) -> None:
         pass
 
     # Two jobs of 10 items: the items say how far the task is before any job ends.
-    task = tracking.create_task(sign_up, range(20), chunk_size=10)
-    first, second = (e.job_id for e in tracking.list_events(task.id).items)
-    apply(engine, numbered([status(first, EventStatus.WORKING), items(first, 4, 1, 2, "x")]))
-    view = tracking.get_task(task.id)
+    task = redis_tracking.create_task(sign_up, range(20), chunk_size=10)
+    first, second = (e.job_id for e in redis_tracking.list_events(task.id).items)
+    apply(database_engine, numbered([status(first, EventStatus.WORKING), items(first, 4, 1, 2, "x")]))
+    view = redis_tracking.get_task(task.id)
     assert (view.done, view.items.total, view.progress) == (0, 20, 0.25)
     apply(
-        engine,
+        database_engine,
         numbered(
             [items(first, 9, 1), status(first, EventStatus.FINISH), items(second, 3, 0)],
             first=10,
         ),
     )
-    view = tracking.get_task(task.id)
+    view = redis_tracking.get_task(task.id)
     # One job of two is done, and 13 items of 20 ran: the items, not the jobs.
     assert (view.done, view.progress) == (1, 0.65)

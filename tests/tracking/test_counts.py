@@ -40,9 +40,9 @@ SHAPES: list[tuple[str, int, dict[str, int], bool, str]] = [
 ]
 
 
-def test_every_shape_of_task_is_counted_under_the_status_get_task_reports(engine: Engine) -> None:
+def test_every_shape_of_task_is_counted_under_the_status_get_task_reports(database_engine: Engine) -> None:
     ids: list[str] = []
-    with engine.begin() as connection:
+    with database_engine.begin() as connection:
         # Shape n has n + 1 tasks, so that a count given to the wrong status shows.
         for n, (state, total, counts, started, _) in enumerate(SHAPES):
             for _ in range(n + 1):
@@ -61,13 +61,13 @@ def test_every_shape_of_task_is_counted_under_the_status_get_task_reports(engine
                     )
                 )
     statements: list[str] = []
-    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    event.listen(database_engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
     # As /metrics reads it: outside a transaction.
-    with autocommit(engine).connect() as connection:
+    with autocommit(database_engine).connect() as connection:
         counted = tasks_by_status(connection)
     assert len(statements) == 1 and "asynctask_event" not in statements[0]
 
-    with engine.connect() as connection:
+    with database_engine.connect() as connection:
         reported = Counter(queries.get_task(connection, task_id).status for task_id in ids)
     assert counted == {status.value: reported[status.value] for status in TaskStatus}
     expected = Counter[str]()
@@ -76,6 +76,6 @@ def test_every_shape_of_task_is_counted_under_the_status_get_task_reports(engine
     assert reported == expected
 
 
-def test_no_task_is_every_status_at_zero(engine: Engine) -> None:
-    with engine.connect() as connection:
+def test_no_task_is_every_status_at_zero(database_engine: Engine) -> None:
+    with database_engine.connect() as connection:
         assert tasks_by_status(connection) == {status.value: 0 for status in TaskStatus}

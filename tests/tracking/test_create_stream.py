@@ -49,7 +49,7 @@ def peak_bytes(create: Callable[[], Any]) -> int:
 
 
 def test_memory_is_bounded_by_a_batch_not_by_the_task(
-    tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str
+    redis_tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str
 ) -> None:
     """Peak traced memory of create_task for 50,000 generated rows vs 5,000: about the same,
     since either holds one batch (2,000 jobs) at a time.
@@ -60,7 +60,7 @@ def test_memory_is_bounded_by_a_batch_not_by_the_task(
     rows, 181 and 154 MB for 100,000: proportional to the task.
     """
     create = tasks.create_task
-    engine, client = tracking.engine, tracking.client
+    engine, client = redis_tracking.engine, redis_tracking.client
     create(engine, client, rows, generated(3000))  # warm-up: statement caches, scripts, pool
     tracemalloc.start()
     try:
@@ -96,7 +96,7 @@ def source_fails() -> Any:
     ],
 )
 def test_a_bad_item_deep_in_the_stream_leaves_nothing(
-    tracking: Tracking,
+    redis_tracking: Tracking,
     rows: JobDefinition[Any],
     conn: redis.Redis,
     namespace: str,
@@ -106,12 +106,12 @@ def test_a_bad_item_deep_in_the_stream_leaves_nothing(
 ) -> None:
     """The 50,001st item is bad after 25 batches were written to SQL and staged in Redis:
     no task, no event, no staging list, and the queue holds what it held before."""
-    waiting = tracking.client.push({"class": "rows", "args": [["waiting"]]})
+    waiting = redis_tracking.client.push({"class": "rows", "args": [["waiting"]]})
     queue = f"{namespace}:queue:default"
     before = conn.lrange(queue, 0, -1)
     with pytest.raises(error, match=match):
-        tracking.create_task(rows, poisoned_at(50_000, poison))
-    with tracking.engine.connect() as connection:
+        redis_tracking.create_task(rows, poisoned_at(50_000, poison))
+    with redis_tracking.engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
         assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
     assert list(conn.scan_iter(match=f"{namespace}:asynctask:staging:*")) == []
@@ -125,12 +125,12 @@ def popped(conn: redis.Redis, key: str) -> list[Any]:
 
 @pytest.mark.parametrize("already", [0, 3], ids=["empty-queue", "queue-with-jobs"])
 def test_jobs_are_queued_in_item_order_after_the_jobs_already_waiting(
-    tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str, already: int
+    redis_tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str, already: int
 ) -> None:
     """5,000 items: three batches staged, and more than one 1,000-job slice of the publish
     script when the queue exists (RENAME when it does not)."""
-    waiting = [tracking.client.push({"class": "rows", "args": [[f"w{n}"]]}) for n in range(already)]
-    task = tracking.create_task(rows, iter(range(5000)))
+    waiting = [redis_tracking.client.push({"class": "rows", "args": [[f"w{n}"]]}) for n in range(already)]
+    task = redis_tracking.create_task(rows, iter(range(5000)))
     queue = f"{namespace}:queue:default"
     jobs = popped(conn, queue)
     assert [j["jid"] for j in jobs[:already]] == waiting
@@ -141,22 +141,22 @@ def test_jobs_are_queued_in_item_order_after_the_jobs_already_waiting(
     assert conn.smembers(f"{namespace}:queues") == {b"default"}
     assert list(conn.scan_iter(match=f"{namespace}:asynctask:staging:*")) == []
     assert task.status == "pending" and task.total == 5000
-    with tracking.engine.connect() as connection:
+    with redis_tracking.engine.connect() as connection:
         events = connection.execute(select(Event.job_id, Event.params).order_by(Event.id)).all()
     assert [(e.job_id, e.params) for e in events] == [(j["jid"], j["args"]) for j in ours]
 
 
 def test_jobs_a_middleware_routes_to_other_queues_keep_their_order(
-    tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str
+    redis_tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str
 ) -> None:
     def route(item: Any, queue: str, call_next: Callable[[], Any]) -> Any:
         if item["args"][0][0] % 3 == 0:
             item["queue"] = "thirds"
         return call_next()
 
-    tracking.client.push({"class": "rows", "args": [["waiting"]], "queue": "thirds"})
-    tracking.client.middleware.add(route)
-    task = tracking.create_task(rows, range(4500), chunk_size=2)
+    redis_tracking.client.push({"class": "rows", "args": [["waiting"]], "queue": "thirds"})
+    redis_tracking.client.middleware.add(route)
+    task = redis_tracking.create_task(rows, range(4500), chunk_size=2)
     thirds = popped(conn, f"{namespace}:queue:thirds")
     rest = popped(conn, f"{namespace}:queue:default")
     assert thirds[0]["args"] == [["waiting"]]
@@ -167,7 +167,7 @@ def test_jobs_a_middleware_routes_to_other_queues_keep_their_order(
 
 
 def test_publish_moves_nothing_if_a_staging_list_changed(
-    tracking: Tracking,
+    redis_tracking: Tracking,
     rows: JobDefinition[Any],
     conn: redis.Redis,
     namespace: str,
@@ -178,21 +178,21 @@ def test_publish_moves_nothing_if_a_staging_list_changed(
     publish = RedisStaging.publish
 
     def expired_first(staging: RedisStaging) -> int:
-        conn.rpop(tracking.client.keys.staging(staging.task_id, "default"))
+        conn.rpop(redis_tracking.client.keys.staging(staging.task_id, "default"))
         return publish(staging)
 
     monkeypatch.setattr(RedisStaging, "publish", expired_first)
     with pytest.raises(redis.ResponseError, match="holds 2999 jobs, expected 3000"):
-        tracking.create_task(rows, range(3000))
-    with tracking.engine.connect() as connection:
+        redis_tracking.create_task(rows, range(3000))
+    with redis_tracking.engine.connect() as connection:
         task_id, total = connection.execute(select(Task.id, Task.total)).one()
-    assert total == 3000 and tracking.get_task(task_id).status == "aborted"
+    assert total == 3000 and redis_tracking.get_task(task_id).status == "aborted"
     assert conn.exists(f"{namespace}:queue:default") == 0
     assert list(conn.scan_iter(match=f"{namespace}:asynctask:staging:*")) == []
 
 
 def test_redis_refusing_the_staging_records_the_task_aborted_without_events(
-    tracking: Tracking,
+    redis_tracking: Tracking,
     rows: JobDefinition[Any],
     conn: redis.Redis,
     namespace: str,
@@ -211,26 +211,28 @@ def test_redis_refusing_the_staging_records_the_task_aborted_without_events(
 
     monkeypatch.setattr(RedisStaging, "write", fails_third)
     with pytest.raises(redis.ConnectionError):
-        tracking.create_task(rows, range(10_000), meta={"file": "a.csv"})
-    with tracking.engine.connect() as connection:
+        redis_tracking.create_task(rows, range(10_000), meta={"file": "a.csv"})
+    with redis_tracking.engine.connect() as connection:
         (task_id,) = connection.execute(select(Task.id)).one()
         assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
-    view = tracking.get_task(task_id)
+    view = redis_tracking.get_task(task_id)
     assert view.status == "aborted" and view.total == 0 and view.meta == {"file": "a.csv"}
     assert list(conn.scan_iter(match=f"{namespace}:asynctask:staging:*")) == []
     assert conn.exists(f"{namespace}:queue:default") == 0
 
 
-def test_params_with_separators_survive_batched_copy(tracking: Tracking, rows: JobDefinition[Any]) -> None:
+def test_params_with_separators_survive_batched_copy(
+    redis_tracking: Tracking, rows: JobDefinition[Any]
+) -> None:
     items = [{"text": f"tab\t{n}\nline\\{n}\r", "n": n} for n in range(4100)]
-    task = tracking.create_task(rows, iter(items))
-    with tracking.engine.connect() as connection:
+    task = redis_tracking.create_task(rows, iter(items))
+    with redis_tracking.engine.connect() as connection:
         params = connection.execute(select(Event.params).order_by(Event.id)).scalars().all()
     assert params == [[[item]] for item in items] and task.total == 4100
 
 
 def test_the_collector_is_paused_while_batches_are_written_and_left_as_found(
-    tracking: Tracking, rows: JobDefinition[Any]
+    redis_tracking: Tracking, rows: JobDefinition[Any]
 ) -> None:
     """Items are read batch by batch: a batch read after the first is read with the cyclic
     collector paused, and create_task leaves it as it found it, whether it ends or fails."""
@@ -244,14 +246,14 @@ def test_the_collector_is_paused_while_batches_are_written_and_left_as_found(
                     raise RuntimeError("the source broke")
             yield index
 
-    tracking.create_task(rows, items(6_000))
+    redis_tracking.create_task(rows, items(6_000))
     assert seen == [False] and gc.isenabled()
     with pytest.raises(RuntimeError, match="the source broke"):
-        tracking.create_task(rows, items(6_000, fail=True))
+        redis_tracking.create_task(rows, items(6_000, fail=True))
     assert gc.isenabled()
     gc.disable()
     try:
-        tracking.create_task(rows, items(6_000))
+        redis_tracking.create_task(rows, items(6_000))
         assert not gc.isenabled(), "a collector paused by the caller stays paused"
     finally:
         gc.enable()

@@ -42,11 +42,11 @@ def rows(registry: Registry) -> Any:
 
 
 def test_chunks_hold_one_key_each_and_keep_the_order_of_each_keys_items(
-    tracking: Tracking, rows: Any
+    redis_tracking: Tracking, rows: Any
 ) -> None:
-    seen = recorded(tracking)
+    seen = recorded(redis_tracking)
     items = [{"op": op, "n": n} for n, op in enumerate("aabbabaaa")]
-    task = tracking.create_task(
+    task = redis_tracking.create_task(
         rows, items, chunk_size=2, concurrency_key="operator:{op}", concurrency_limit=3
     )
     chunks = [(j["concurrency_key"], [i["n"] for i in j["args"][0]], j["concurrency_limit"]) for j in seen]
@@ -63,12 +63,12 @@ def test_chunks_hold_one_key_each_and_keep_the_order_of_each_keys_items(
 
 
 def test_keys_are_grouped_within_each_batch_and_batches_keep_their_order(
-    tracking: Tracking, rows: Any, monkeypatch: pytest.MonkeyPatch
+    redis_tracking: Tracking, rows: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(creation, "BATCH", 4)
-    seen = recorded(tracking)
+    seen = recorded(redis_tracking)
     items = [{"k": k, "n": n} for n, k in enumerate("xyxyxyxy")]
-    tracking.create_task(rows, items, chunk_size=4, concurrency_key="{k}")
+    redis_tracking.create_task(rows, items, chunk_size=4, concurrency_key="{k}")
     assert [(j["concurrency_key"], [i["n"] for i in j["args"][0]]) for j in seen] == [
         ("x", [0, 2]),
         ("y", [1, 3]),
@@ -77,43 +77,43 @@ def test_keys_are_grouped_within_each_batch_and_batches_keep_their_order(
     ]
 
 
-def test_without_a_key_chunks_and_payloads_are_unchanged(tracking: Tracking, rows: Any) -> None:
-    seen = recorded(tracking)
-    tracking.create_task(rows, [{"op": "a"}, {"op": "b"}, {"op": "a"}], chunk_size=2)
+def test_without_a_key_chunks_and_payloads_are_unchanged(redis_tracking: Tracking, rows: Any) -> None:
+    seen = recorded(redis_tracking)
+    redis_tracking.create_task(rows, [{"op": "a"}, {"op": "b"}, {"op": "a"}], chunk_size=2)
     assert [j["args"][0] for j in seen] == [[{"op": "a"}, {"op": "b"}], [{"op": "a"}]]
     assert not any("concurrency_key" in j or "concurrency_limit" in j for j in seen)
 
 
-def test_a_tenants_keys_are_its_own(tracking: Tracking, rows: Any) -> None:
-    seen = recorded(tracking)
-    tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}", tenant="acme")
-    tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}", tenant='ac"me/x')
-    tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}")
+def test_a_tenants_keys_are_its_own(redis_tracking: Tracking, rows: Any) -> None:
+    seen = recorded(redis_tracking)
+    redis_tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}", tenant="acme")
+    redis_tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}", tenant='ac"me/x')
+    redis_tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}")
     keys = [j["concurrency_key"] for j in seen]
     assert keys == ['"acme"/operator:7', '"ac\\"me/x"/operator:7', "operator:7"]
     assert not '"acme"/operator:7'.startswith(tenant_prefix('ac"me/x'))
 
 
 def test_a_keyed_chunk_is_enqueue_with_one_waiting_message(
-    tracking: Tracking, rows: Any, engine: Engine
+    redis_tracking: Tracking, rows: Any, database_engine: Engine
 ) -> None:
-    task = tracking.create_task(
+    task = redis_tracking.create_task(
         rows, [{"op": 1}, {"op": 2}, {"op": 1}], chunk_size=5, concurrency_key="op-{op}", tenant="acme"
     )
-    events = tracking.list_events(task.id).items
+    events = redis_tracking.list_events(task.id).items
     assert [(e.status, [m.text for m in e.messages]) for e in events] == [
         ("enqueue", ["waiting for op-1"]),
         ("enqueue", ["waiting for op-2"]),
     ]
-    plain = tracking.create_task(rows, [{"op": 1}])
-    assert [e.messages for e in tracking.list_events(plain.id).items] == [()]
-    with engine.connect() as connection:
+    plain = redis_tracking.create_task(rows, [{"op": 1}])
+    assert [e.messages for e in redis_tracking.list_events(plain.id).items] == [()]
+    with database_engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(EventMessage)).scalar() == 2
 
 
-def test_a_key_function_gets_each_item(tracking: Tracking, rows: Any) -> None:
-    seen = recorded(tracking)
-    tracking.create_task(rows, [3, 4, 5], chunk_size=3, concurrency_key=lambda n: f"parity:{n % 2}")
+def test_a_key_function_gets_each_item(redis_tracking: Tracking, rows: Any) -> None:
+    seen = recorded(redis_tracking)
+    redis_tracking.create_task(rows, [3, 4, 5], chunk_size=3, concurrency_key=lambda n: f"parity:{n % 2}")
     assert [(j["concurrency_key"], j["args"][0]) for j in seen] == [("parity:1", [3, 5]), ("parity:0", [4])]
 
 
@@ -140,9 +140,9 @@ def test_a_key_function_gets_each_item(tracking: Tracking, rows: Any) -> None:
     ],
 )
 def test_a_bad_key_or_limit_writes_nothing(
-    tracking: Tracking,
+    redis_tracking: Tracking,
     rows: Any,
-    engine: Engine,
+    database_engine: Engine,
     conn: redis.Redis,
     namespace: str,
     items: list[Any],
@@ -151,8 +151,8 @@ def test_a_bad_key_or_limit_writes_nothing(
     match: str,
 ) -> None:
     with pytest.raises(error, match=match):
-        tracking.create_task(rows, items, **options)
-    with engine.connect() as connection:
+        redis_tracking.create_task(rows, items, **options)
+    with database_engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
         assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
     assert conn.llen(f"{namespace}:queue:default") == 0
@@ -166,7 +166,7 @@ def test_numbers_are_spelled_as_json_would() -> None:
 
 
 def test_the_jobs_own_key_and_rate_apply_to_each_chunk_but_not_its_uniqueness(
-    tracking: Tracking, registry: Registry
+    redis_tracking: Tracking, registry: Registry
 ) -> None:
     @job(
         registry=registry,
@@ -178,19 +178,19 @@ def test_the_jobs_own_key_and_rate_apply_to_each_chunk_but_not_its_uniqueness(
     def limited(items: list[int]) -> None:
         pass
 
-    seen = recorded(tracking)
-    task = tracking.create_task(limited, [1, 2, 3], chunk_size=2)
+    seen = recorded(redis_tracking)
+    task = redis_tracking.create_task(limited, [1, 2, 3], chunk_size=2)
     flow = [{k: v for k, v in j.items() if k.startswith(("concurrency", "rate", "unique"))} for j in seen]
     assert flow == [
         {"concurrency_key": "first:1", "concurrency_limit": 2, "rate_limit": "5/s", "rate_key": "limited"},
         {"concurrency_key": "first:3", "concurrency_limit": 2, "rate_limit": "5/s", "rate_key": "limited"},
     ]
-    assert [[m.text for m in e.messages] for e in tracking.list_events(task.id).items] == [
+    assert [[m.text for m in e.messages] for e in redis_tracking.list_events(task.id).items] == [
         ["waiting for first:1"],
         ["waiting for first:3"],
     ]
     seen.clear()
-    tracking.create_task(
+    redis_tracking.create_task(
         limited, [{"d": 1}], concurrency_key="d{d}", concurrency_limit=4, concurrency_on_failure="continue"
     )
     (only,) = seen
@@ -207,34 +207,34 @@ def test_the_jobs_own_key_and_rate_apply_to_each_chunk_but_not_its_uniqueness(
         "continue",
     )
     with pytest.raises(ValueError, match="concurrency_on_failure"):
-        tracking.create_task(limited, [{"d": 1}], concurrency_key="k", concurrency_on_failure="later")
+        redis_tracking.create_task(limited, [{"d": 1}], concurrency_key="k", concurrency_on_failure="later")
 
 
 def test_retry_task_pushes_each_job_again_with_its_key_limit_and_rate(
-    tracking: Tracking, registry: Registry, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     @job(registry=registry, rate_limit="3/m")
     def metered(items: list[dict[str, int]]) -> None:
         pass
 
-    task = tracking.create_task(
+    task = redis_tracking.create_task(
         metered, [{"d": 1}, {"d": 2}], concurrency_key="d{d}", concurrency_limit=2, tenant="acme"
     )
-    plain = tracking.create_task(metered, [{"d": 3}])
-    with engine.begin() as connection:
+    plain = redis_tracking.create_task(metered, [{"d": 3}])
+    with database_engine.begin() as connection:
         connection.execute(update(Event).values(status="failed"))
     pushed: list[JobDict] = []
     recorded: list[str] = []
-    push = tracking.client.broker.push
+    push = redis_tracking.client.broker.push
 
     def record(entries: Any, **kwargs: Any) -> Any:
         pushed.extend(job for job, _ in entries)
         recorded.extend(kwargs["transitions"])
         return push(entries, **kwargs)
 
-    monkeypatch.setattr(tracking.client.broker, "push", record)
-    assert tracking.retry_task(task.id) == 2
-    assert tracking.retry_task(plain.id) == 1
+    monkeypatch.setattr(redis_tracking.client.broker, "push", record)
+    assert redis_tracking.retry_task(task.id) == 2
+    assert redis_tracking.retry_task(plain.id) == 1
     flow = [{k: v for k, v in j.items() if k.startswith(("concurrency", "rate"))} for j in pushed]
     rate = {"rate_limit": "3/m", "rate_key": "metered"}
     assert flow == [

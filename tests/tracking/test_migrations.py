@@ -38,8 +38,8 @@ HEAD = "0019"
 
 @pytest.fixture
 def bare_engine(database_url: str) -> Iterator[Engine]:
-    """An engine on the still empty database (tests/tracking/conftest.py's ``engine`` creates the
-    tables). Depends on database_url, so it is disposed before the test schema is dropped."""
+    """An engine on the still empty database (tests/tracking_fixtures.py's ``database_engine``
+    creates the tables). Depends on database_url, so it is disposed before the test schema is dropped."""
     engine = create_database_engine(database_url)
     yield engine
     engine.dispose()

@@ -87,7 +87,7 @@ def spawn(settings: Settings, database_url: str, hold: Path, concurrency: int) -
 
 @pytest.mark.slow
 def test_task_of_1000_jobs_with_every_outcome_ends_exactly_right(
-    tracking: Tracking,
+    redis_tracking: Tracking,
     tracked_settings: Settings,
     database_url: str,
     conn: redis.Redis,
@@ -96,13 +96,13 @@ def test_task_of_1000_jobs_with_every_outcome_ends_exactly_right(
 ) -> None:
     from tests.jobs import tracking_jobs
 
-    tracking.client.registry.add(tracking_jobs.mixed)
+    redis_tracking.client.registry.add(tracking_jobs.mixed)
     others = [kind for kind, n in KINDS.items() if kind != "slow" for _ in range(n)]
     random.Random(7).shuffle(others)
     # Slow items first: the first worker's threads take them before anything else.
     kinds = ["slow"] * KINDS["slow"] + others
     items = [{"i": i, "kind": kind} for i, kind in enumerate(kinds)]
-    task = tracking.create_task("mixed", items)
+    task = redis_tracking.create_task("mixed", items)
     assert task.total == 1000 and task.status == "pending"
 
     hold = tmp_path / "hold"
@@ -112,7 +112,7 @@ def test_task_of_1000_jobs_with_every_outcome_ends_exactly_right(
         procs.append(spawn(tracked_settings, database_url, hold, concurrency=15))
 
         def slow_running_and_rest_settled() -> bool:
-            view = tracking.get_task(task.id)
+            view = redis_tracking.get_task(task.id)
             counts = view.counts
             return counts["working"] == KINDS["slow"] and counts["finish"] + counts["failed"] >= 840
 
@@ -121,7 +121,7 @@ def test_task_of_1000_jobs_with_every_outcome_ends_exactly_right(
         assert procs[0].wait(20) == 0
         hold.unlink()
         procs.append(spawn(tracked_settings, database_url, hold, concurrency=10))
-        final = wait_for_task(tracking, task.id, timeout=60)
+        final = wait_for_task(redis_tracking, task.id, timeout=60)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -142,7 +142,7 @@ def test_task_of_1000_jobs_with_every_outcome_ends_exactly_right(
     assert final.done == 1000 and final.progress == 1.0 and final.finished_at is not None
     assert len(final.errors) == 10 and {e.status for e in final.errors} <= {"failed", "error"}
 
-    events = tracking.list_events(task.id, limit=1000)
+    events = redis_tracking.list_events(task.id, limit=1000)
     assert len(events.items) == 1000 and events.next_cursor is None
     seen: Counter[str] = Counter()
     for event in events.items:

@@ -259,7 +259,7 @@ def test_jobs_survive_a_database_outage_and_every_event_ends_right(
 
 
 def test_a_start_applied_after_the_finish_is_still_recorded(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
     """After an outage every flusher retries its own batch, so one job's ``working`` (held by one
     flusher) can be committed after its ``finish`` (held by another). The late start must not
@@ -269,21 +269,21 @@ def test_a_start_applied_after_the_finish_is_still_recorded(
     def outage_order(items: list[int]) -> None:
         pass
 
-    task = tracking.create_task(outage_order, [1])
-    [event] = tracking.list_events(task.id).items
+    task = redis_tracking.create_task(outage_order, [1])
+    [event] = redis_tracking.list_events(task.id).items
     at = time.time()
     working = Transition(event.job_id, EventStatus.WORKING.value, at, "started", seq=101)
     finish = Transition(event.job_id, EventStatus.FINISH.value, at + 0.5, "finished", seq=102)
     for batch in ([finish], [working]):
-        with writer(engine).begin() as connection:
+        with writer(database_engine).begin() as connection:
             apply_transitions(connection, batch)
 
-    [event] = tracking.list_events(task.id).items
+    [event] = redis_tracking.list_events(task.id).items
     assert event.status == "finish"
     assert [(m.status, m.text) for m in event.messages] == [("working", "started"), ("finish", "finished")]
     assert event.attempt == 1
     assert event.finished_at == datetime.fromtimestamp(at + 0.5, UTC)
     assert event.started_at == datetime.fromtimestamp(at, UTC), "the late start's time was dropped"
-    view = tracking.get_task(task.id)
+    view = redis_tracking.get_task(task.id)
     assert view.status == "finished" and view.counts["finish"] == 1 and view.counts["working"] == 0
     assert view.started_at == datetime.fromtimestamp(at, UTC), "the task never learnt when it started"

@@ -43,20 +43,22 @@ def event_of(tracking: Tracking, jid: str) -> Any:
 
 
 def test_a_job_tracked_on_its_own_gets_an_event_from_push_to_finish(
-    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+    redis_tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
 ) -> None:
     @job(registry=registry, track=True)
     def lone(x: int) -> None:
         current_job().log(f"x is {x}")
 
-    jid = lone.set(client=tracking.client).perform_async(7)
+    jid = lone.set(client=redis_tracking.client).perform_async(7)
     start_tracked_worker()
-    row = wait_until(lambda: (r := event_of(tracking, jid)) is not None and r.status == "finish" and r, 10)
+    row = wait_until(
+        lambda: (r := event_of(redis_tracking, jid)) is not None and r.status == "finish" and r, 10
+    )
     assert row.task_id is None and row.job_name == "lone" and row.params == [7] and row.attempt == 1
 
 
 def test_enqueue_is_recorded_with_the_push_before_any_worker_runs(
-    tracking: Tracking,
+    redis_tracking: Tracking,
     registry: Registry,
     redis_settings: Settings,
     start_tracked_worker: Callable[..., Worker],
@@ -65,15 +67,15 @@ def test_enqueue_is_recorded_with_the_push_before_any_worker_runs(
     def later() -> None:
         pass
 
-    jid = later.set(client=tracking.client).perform_async()
+    jid = later.set(client=redis_tracking.client).perform_async()
     # A worker's flusher applies the stream; with no job to run it applies only the enqueue.
     start_tracked_worker(queues=(QueueSpec("elsewhere"),))
-    row = wait_until(lambda: event_of(tracking, jid), timeout=10)
+    row = wait_until(lambda: event_of(redis_tracking, jid), timeout=10)
     assert row.status == "enqueue" and row.started_at is None and row.enqueued_at is not None
 
 
 def test_log_and_progress_are_visible_while_the_job_runs(
-    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+    redis_tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
 ) -> None:
     release = threading.Event()
 
@@ -83,11 +85,11 @@ def test_log_and_progress_are_visible_while_the_job_runs(
         current_job().progress(40, 200)
         release.wait(20)
 
-    task = tracking.create_task(importer, [1, 2, 3], chunk_size=3)
+    task = redis_tracking.create_task(importer, [1, 2, 3], chunk_size=3)
     start_tracked_worker()
 
     def visible() -> Any:
-        page = tracking.list_events(task.id)
+        page = redis_tracking.list_events(task.id)
         event = page.items[0]
         return event if event.status == "working" and event.progress_done == 40 and event.messages else None
 
@@ -96,14 +98,14 @@ def test_log_and_progress_are_visible_while_the_job_runs(
     assert not release.is_set()
     assert [m.text for m in event.messages] == ["started", "imported 3 rows"]
     assert event.progress_total == 200
-    view = tracking.get_task(task.id)
+    view = redis_tracking.get_task(task.id)
     assert view.status == "running" and view.counts["working"] == 1 and view.started_at is not None
     release.set()
-    assert wait_for_task(tracking, task.id).status == "finished"
+    assert wait_for_task(redis_tracking, task.id).status == "finished"
 
 
 def test_job_failed_is_failed_and_never_retried(
-    tracking: Tracking,
+    redis_tracking: Tracking,
     registry: Registry,
     conn: redis.Redis,
     namespace: str,
@@ -114,9 +116,9 @@ def test_job_failed_is_failed_and_never_retried(
         if products[0] % 2:
             raise JobFailed(f"product {products[0]} is not eligible")
 
-    task = tracking.create_task(sign_up, range(6))
+    task = redis_tracking.create_task(sign_up, range(6))
     start_tracked_worker()
-    view = wait_for_task(tracking, task.id)
+    view = wait_for_task(redis_tracking, task.id)
     assert view.status == "finished_with_errors"
     assert view.counts["failed"] == 3 and view.counts["finish"] == 3
     assert sorted(e.error for e in view.errors) == [f"product {n} is not eligible" for n in (1, 3, 5)]
@@ -124,7 +126,7 @@ def test_job_failed_is_failed_and_never_retried(
 
 
 def test_cancel_task_stops_waiting_jobs_and_running_jobs_see_the_flag(
-    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+    redis_tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
 ) -> None:
     ran: list[int] = []
     saw_cancel = threading.Event()
@@ -139,15 +141,17 @@ def test_cancel_task_stops_waiting_jobs_and_running_jobs_see_the_flag(
             if current_job().cancelled:
                 saw_cancel.set()
 
-    task = tracking.create_task(step, range(30))
+    task = redis_tracking.create_task(step, range(30))
     worker = start_tracked_worker(concurrency=1)
-    wait_until(lambda: tracking.get_task(task.id).counts["working"] == 1, timeout=10)
-    view = tracking.cancel_task(task.id)
+    wait_until(lambda: redis_tracking.get_task(task.id).counts["working"] == 1, timeout=10)
+    view = redis_tracking.cancel_task(task.id)
     assert view.status == "cancelled" and view.counts["cancelled"] == 29 and view.cancelled_at is not None
     assert saw_cancel.wait(10)
-    final = wait_until(lambda: (v := tracking.get_task(task.id)).counts["working"] == 0 and v, timeout=10)
+    final = wait_until(
+        lambda: (v := redis_tracking.get_task(task.id)).counts["working"] == 0 and v, timeout=10
+    )
     # The worker has claimed and dropped every cancelled job: none is left to run.
-    queue = Queue("default", settings=tracking.client.settings)
+    queue = Queue("default", settings=redis_tracking.client.settings)
     wait_until(lambda: queue.size == 0 and not worker.fetch.held(), timeout=10)
     assert ran == [0]
     assert final.counts == {
@@ -162,11 +166,11 @@ def test_cancel_task_stops_waiting_jobs_and_running_jobs_see_the_flag(
     }
     assert final.status == "cancelled" and final.finished_at is not None
     with pytest.raises(TaskStateError):
-        tracking.retry_task(task.id)
+        redis_tracking.retry_task(task.id)
 
 
 def test_retry_task_runs_failed_and_error_jobs_again(
-    tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
+    redis_tracking: Tracking, registry: Registry, start_tracked_worker: Callable[..., Worker]
 ) -> None:
     fixed = threading.Event()
     runs: list[int] = []
@@ -180,16 +184,16 @@ def test_retry_task_runs_failed_and_error_jobs_again(
             if items[0] == 2:
                 raise RuntimeError("boom")
 
-    task = tracking.create_task(flaky, range(4))
+    task = redis_tracking.create_task(flaky, range(4))
     start_tracked_worker()
-    first = wait_for_task(tracking, task.id)
+    first = wait_for_task(redis_tracking, task.id)
     assert first.counts["failed"] == 1 and first.counts["error"] == 1 and first.counts["finish"] == 2
     fixed.set()
-    assert tracking.retry_task(task.id) == 2
-    final = wait_until(lambda: (v := tracking.get_task(task.id)).status == "finished" and v, timeout=10)
+    assert redis_tracking.retry_task(task.id) == 2
+    final = wait_until(lambda: (v := redis_tracking.get_task(task.id)).status == "finished" and v, timeout=10)
     assert final.counts["finish"] == 4 and final.counts["failed"] == 0 and final.counts["error"] == 0
     assert sorted(runs) == [0, 1, 1, 2, 2, 3]
-    events = {(e.params or [[None]])[0][0]: e for e in tracking.list_events(task.id).items}
+    events = {(e.params or [[None]])[0][0]: e for e in redis_tracking.list_events(task.id).items}
     assert [m.text for m in events[2].messages] == [
         "started",
         "RuntimeError: boom",
@@ -202,24 +206,24 @@ def test_retry_task_runs_failed_and_error_jobs_again(
 
 
 def test_cancel_and_retry_leave_another_tenants_task_alone(
-    tracking: Tracking, registry: Registry, conn: redis.Redis, namespace: str
+    redis_tracking: Tracking, registry: Registry, conn: redis.Redis, namespace: str
 ) -> None:
     @job(registry=registry)
     def rows(items: list[int]) -> None:
         pass
 
-    task = tracking.create_task(rows, range(3), tenant="acme")
+    task = redis_tracking.create_task(rows, range(3), tenant="acme")
     with pytest.raises(TaskNotFound):
-        tracking.cancel_task(task.id, tenant="globex")
+        redis_tracking.cancel_task(task.id, tenant="globex")
     with pytest.raises(TaskNotFound):
-        tracking.retry_task(task.id, tenant="globex")
+        redis_tracking.retry_task(task.id, tenant="globex")
     with pytest.raises(TaskNotFound):
-        tracking.retry_task(task.id, tenant="")
-    view = tracking.get_task(task.id)
+        redis_tracking.retry_task(task.id, tenant="")
+    view = redis_tracking.get_task(task.id)
     assert view.status == "pending" and view.cancelled_at is None and view.counts["enqueue"] == 3
-    assert Queue("default", settings=tracking.client.settings).size == 3
-    assert tracking.retry_task(task.id, tenant="acme") == 0
-    assert tracking.cancel_task(task.id, tenant="acme").counts["cancelled"] == 3
+    assert Queue("default", settings=redis_tracking.client.settings).size == 3
+    assert redis_tracking.retry_task(task.id, tenant="acme") == 0
+    assert redis_tracking.cancel_task(task.id, tenant="acme").counts["cancelled"] == 3
 
 
 @pytest.fixture
@@ -253,21 +257,21 @@ def _pings(conn: redis.Redis) -> bool:
 
 
 def test_create_task_is_all_or_nothing_when_redis_is_unreachable(
-    engine: Engine, tracked_settings: Settings, registry: Registry
+    database_engine: Engine, tracked_settings: Settings, registry: Registry
 ) -> None:
     @job(registry=registry)
     def never(items: list[int]) -> None:
         raise AssertionError("must not run")
 
     dead_redis = Settings(**{**tracked_settings.__dict__, "redis_url": "redis://127.0.0.1:1/0"})
-    broken = Tracking(Client(dead_redis, registry=registry, middleware=Chain()), engine)
+    broken = Tracking(Client(dead_redis, registry=registry, middleware=Chain()), database_engine)
     with pytest.raises(redis.ConnectionError):
         broken.create_task(never, range(100))
     assert_aborted_alone(broken)
 
 
 def test_create_task_is_all_or_nothing_when_redis_refuses_a_later_batch(
-    engine: Engine, tracked_settings: Settings, registry: Registry, full_redis: redis.Redis
+    database_engine: Engine, tracked_settings: Settings, registry: Registry, full_redis: redis.Redis
 ) -> None:
     @job(registry=registry)
     def never(items: list[int]) -> None:
@@ -278,8 +282,8 @@ def test_create_task_is_all_or_nothing_when_redis_refuses_a_later_batch(
     client = Client(refusing, registry=registry, middleware=Chain())
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
-            Tracking(client, engine).create_task(never, range(10 * tasks.BATCH))
-        assert_aborted_alone(Tracking(client, engine))
+            Tracking(client, database_engine).create_task(never, range(10 * tasks.BATCH))
+        assert_aborted_alone(Tracking(client, database_engine))
     finally:
         client.broker.close()
     lpush = full_redis.info("commandstats")["cmdstat_lpush"]
@@ -298,7 +302,7 @@ def assert_aborted_alone(tracking: Tracking) -> None:
 
 
 def test_create_task_rejects_bad_input_before_writing_anything(
-    tracking: Tracking, registry: Registry, engine: Engine, conn: redis.Redis, namespace: str
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine, conn: redis.Redis, namespace: str
 ) -> None:
     @job(registry=registry)
     def one(items: list[Any]) -> None:
@@ -309,57 +313,59 @@ def test_create_task_rejects_bad_input_before_writing_anything(
         pass
 
     with pytest.raises(JobNotRegistered):
-        tracking.create_task("missing", [1])
+        redis_tracking.create_task("missing", [1])
     with pytest.raises(ValueError, match="chunk_size"):
-        tracking.create_task(one, [1], chunk_size=0)
+        redis_tracking.create_task(one, [1], chunk_size=0)
     with pytest.raises(ValueError, match="at least one item"):
-        tracking.create_task(one, [])
+        redis_tracking.create_task(one, [])
     with pytest.raises(TypeError):
-        tracking.create_task(one, [object()])
+        redis_tracking.create_task(one, [object()])
     with pytest.raises(Exception, match="cannot take"):
-        tracking.create_task(two_args, [1])
+        redis_tracking.create_task(two_args, [1])
 
     def drop(job: Any, queue: str, call_next: Callable[[], Any]) -> Any:
         return None if job["args"][0][0] == 3 else call_next()
 
-    tracking.client.middleware.add(drop)
+    redis_tracking.client.middleware.add(drop)
     with pytest.raises(ValueError, match="dropped"):
-        tracking.create_task(one, range(5))
-    with engine.connect() as connection:
+        redis_tracking.create_task(one, range(5))
+    with database_engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
         assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
     assert conn.llen(f"{namespace}:queue:default") == 0
 
 
-def test_chunks_pages_tenants_and_unknown_ids(tracking: Tracking, registry: Registry) -> None:
+def test_chunks_pages_tenants_and_unknown_ids(redis_tracking: Tracking, registry: Registry) -> None:
     @job(registry=registry, queue="imports")
     def rows(items: list[int]) -> None:
         pass
 
-    task = tracking.create_task(rows, range(25), chunk_size=10, tenant="acme", meta={"file": "a.csv"})
+    task = redis_tracking.create_task(rows, range(25), chunk_size=10, tenant="acme", meta={"file": "a.csv"})
     assert task.total == 3 and task.queue == "imports" and task.meta == {"file": "a.csv"}
-    events = tracking.list_events(task.id, limit=2)
+    events = redis_tracking.list_events(task.id, limit=2)
     assert [e.params for e in events.items] == [[list(range(10))], [list(range(10, 20))]]
-    rest = tracking.list_events(task.id, after=events.next_cursor, limit=2)
+    rest = redis_tracking.list_events(task.id, after=events.next_cursor, limit=2)
     assert [e.params for e in rest.items] == [[list(range(20, 25))]] and rest.next_cursor is None
-    assert tracking.list_events(task.id, status="finish").items == ()
+    assert redis_tracking.list_events(task.id, status="finish").items == ()
 
-    other = tracking.create_task(rows, [1], tenant="acme")
-    tracking.create_task(rows, [1], tenant="globex")
-    page = tracking.list_tasks("acme", limit=1)
+    other = redis_tracking.create_task(rows, [1], tenant="acme")
+    redis_tracking.create_task(rows, [1], tenant="globex")
+    page = redis_tracking.list_tasks("acme", limit=1)
     assert [t.id for t in page.items] == [other.id]
-    assert [t.id for t in tracking.list_tasks("acme", before=page.next_cursor).items] == [task.id]
+    assert [t.id for t in redis_tracking.list_tasks("acme", before=page.next_cursor).items] == [task.id]
     with pytest.raises(TaskNotFound):
-        tracking.get_task(task.id, tenant="globex")
+        redis_tracking.get_task(task.id, tenant="globex")
     with pytest.raises(TaskNotFound):
-        tracking.list_events("no-such-task")
+        redis_tracking.list_events("no-such-task")
     with pytest.raises(ValueError):
-        tracking.list_events(task.id, status="bogus")
+        redis_tracking.list_events(task.id, status="bogus")
     with pytest.raises(ValueError):
-        tracking.list_events(task.id, limit=0)
+        redis_tracking.list_events(task.id, limit=0)
 
 
-def test_items_with_separators_and_escapes_are_stored_exactly(tracking: Tracking, registry: Registry) -> None:
+def test_items_with_separators_and_escapes_are_stored_exactly(
+    redis_tracking: Tracking, registry: Registry
+) -> None:
     @job(registry=registry, name="odd\tname\\x")
     def odd(items: list[Any]) -> None:
         pass
@@ -373,6 +379,6 @@ def test_items_with_separators_and_escapes_are_stored_exactly(tracking: Tracking
         "日本語 ✓",
         {"k": [1.5, None]},
     ]
-    task = tracking.create_task(odd, items, chunk_size=len(items))
-    (event,) = tracking.list_events(task.id).items
+    task = redis_tracking.create_task(odd, items, chunk_size=len(items))
+    (event,) = redis_tracking.list_events(task.id).items
     assert event.params == [items] and event.job_name == "odd\tname\\x"

@@ -59,34 +59,34 @@ def size(value: Any) -> int:
 
 
 def test_a_task_with_huge_errors_and_logs_reads_under_its_budget(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id = poisoned_task(tracking, registry, engine, jobs=12, messages=3)
-    view = tracking.get_task(task_id)
+    task_id = poisoned_task(redis_tracking, registry, database_engine, jobs=12, messages=3)
+    view = redis_tracking.get_task(task_id)
     assert len(view.errors) == 10
     assert size(task_json(view)) < 256 * 1024
     for error in view.errors:
         assert error.error is not None and error.error.endswith(f"{MARKER}{BIG} bytes)")
         assert error.messages[0].text.endswith(f"{MARKER}{BIG} bytes)")
         assert [m.text for m in error.messages[1:]] == ["m" * 40] * 2
-    page = tracking.list_events(task_id, limit=1000)
+    page = redis_tracking.list_events(task_id, limit=1000)
     assert size([event_json(e) for e in page.items]) < shown.PAGE_BUDGET + 64 * 1024
 
 
 def test_one_event_reads_its_error_and_log_up_to_the_tracked_text_limit(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id = poisoned_task(tracking, registry, engine, jobs=1, messages=2)
-    (event,) = tracking.list_events(task_id, limit=1).items
+    task_id = poisoned_task(redis_tracking, registry, database_engine, jobs=1, messages=2)
+    (event,) = redis_tracking.list_events(task_id, limit=1).items
     assert event.error is not None and len(event.error) > storable.DEFAULT_TEXT_LIMIT - 100
     assert event.error.endswith(f"{MARKER}{BIG} bytes)")
 
 
 def test_only_the_latest_messages_are_read_and_the_rest_counted(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id = poisoned_task(tracking, registry, engine, jobs=2, messages=500)
-    events = tracking.list_events(task_id).items
+    task_id = poisoned_task(redis_tracking, registry, database_engine, jobs=2, messages=500)
+    events = redis_tracking.list_events(task_id).items
     for event in events:
         assert len(event.messages) == shown.MESSAGES_SHOWN
         assert event.earlier_messages == 500 - shown.MESSAGES_SHOWN

@@ -15,9 +15,9 @@ from tests.tracking.test_apply import apply, event_row, make_task, numbered
 
 
 def test_a_stopped_job_moves_its_count_and_holds_the_task_unfinished_until_it_ends(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id, (done, stopped) = make_task(tracking, registry, 2)
+    task_id, (done, stopped) = make_task(redis_tracking, registry, 2)
     t = time.time()
     first = numbered(
         [
@@ -26,8 +26,8 @@ def test_a_stopped_job_moves_its_count_and_holds_the_task_unfinished_until_it_en
             Transition(stopped, EventStatus.WORKING.value, t - 2, "started"),
         ]
     )
-    apply(engine, first)
-    assert tracking.get_task(task_id).counts["working"] == 1
+    apply(database_engine, first)
+    assert redis_tracking.get_task(task_id).counts["working"] == 1
     stop, resume, working_again, finish = numbered(
         [
             Transition(stopped, EventStatus.STOPPED.value, t, "stopped at 7"),
@@ -38,32 +38,32 @@ def test_a_stopped_job_moves_its_count_and_holds_the_task_unfinished_until_it_en
         first=len(first) + 1,
     )
 
-    apply(engine, [stop])
-    view = tracking.get_task(task_id)
+    apply(database_engine, [stop])
+    view = redis_tracking.get_task(task_id)
     assert (view.counts["working"], view.counts["stopped"], view.counts["finish"]) == (0, 1, 1)
     # Every other job has ended, yet the stopped one runs again once resumed.
     assert view.finished_at is None and view.status == "running"
     assert (view.done, view.progress) == (1, 0.5)
     # Nothing runs until a resume: no time left to tell, although a job has ended.
     assert view.eta_seconds is None
-    row = event_row(engine, stopped)
+    row = event_row(database_engine, stopped)
     assert (row.status, row.finished_at) == ("stopped", None)
-    (event,) = tracking.list_events(task_id, status="stopped").items
+    (event,) = redis_tracking.list_events(task_id, status="stopped").items
     assert event.messages[-1].text == "stopped at 7"
 
-    apply(engine, [resume])
-    view = tracking.get_task(task_id)
+    apply(database_engine, [resume])
+    view = redis_tracking.get_task(task_id)
     assert (view.counts["stopped"], view.counts["enqueue"], view.finished_at) == (0, 1, None)
     assert view.status == "running"
 
-    apply(engine, [working_again, finish])
-    view = tracking.get_task(task_id)
+    apply(database_engine, [working_again, finish])
+    view = redis_tracking.get_task(task_id)
     assert (view.counts["stopped"], view.counts["finish"], view.status) == (0, 2, "finished")
     assert view.finished_at is not None
 
 
 def test_one_batch_stopping_the_last_jobs_of_several_tasks_finishes_none(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
     """On PostgreSQL a batch touching several tasks updates them in one statement."""
 
@@ -71,8 +71,8 @@ def test_one_batch_stopping_the_last_jobs_of_several_tasks_finishes_none(
     def noop(items: list[int]) -> None:
         pass
 
-    tasks = [tracking.create_task(noop, range(2)) for _ in range(2)]
-    jids = [[e.job_id for e in tracking.list_events(task.id).items] for task in tasks]
+    tasks = [redis_tracking.create_task(noop, range(2)) for _ in range(2)]
+    jids = [[e.job_id for e in redis_tracking.list_events(task.id).items] for task in tasks]
     history = [
         Transition(jid, kind.value, time.time(), text)
         for ended, last in jids
@@ -83,31 +83,31 @@ def test_one_batch_stopping_the_last_jobs_of_several_tasks_finishes_none(
             (last, EventStatus.STOPPED, "stopped at 1"),
         )
     ]
-    apply(engine, numbered(history))
+    apply(database_engine, numbered(history))
     for task in tasks:
-        view = tracking.get_task(task.id)
+        view = redis_tracking.get_task(task.id)
         assert (view.counts["stopped"], view.counts["finish"], view.counts["working"]) == (1, 1, 0)
         assert view.finished_at is None and view.status == "running"
 
 
 def test_a_job_stopped_before_it_started_makes_its_task_running(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id, (stopped, _) = make_task(tracking, registry, 2)
-    assert tracking.get_task(task_id).status == "pending"
-    apply(engine, numbered([Transition(stopped, EventStatus.STOPPED.value, time.time(), "stopped")]))
-    view = tracking.get_task(task_id)
+    task_id, (stopped, _) = make_task(redis_tracking, registry, 2)
+    assert redis_tracking.get_task(task_id).status == "pending"
+    apply(database_engine, numbered([Transition(stopped, EventStatus.STOPPED.value, time.time(), "stopped")]))
+    view = redis_tracking.get_task(task_id)
     assert (view.counts["enqueue"], view.counts["stopped"]) == (1, 1)
     assert view.started_at is None and view.status == "running"
 
 
 def test_cancel_task_turns_stopped_jobs_into_cancelled_ones(
-    tracking: Tracking, registry: Registry, engine: Engine
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
 ) -> None:
-    task_id, (stopped, *waiting) = make_task(tracking, registry, 3)
+    task_id, (stopped, *waiting) = make_task(redis_tracking, registry, 3)
     t = time.time()
     apply(
-        engine,
+        database_engine,
         numbered(
             [
                 Transition(stopped, EventStatus.WORKING.value, t, "started"),
@@ -115,11 +115,14 @@ def test_cancel_task_turns_stopped_jobs_into_cancelled_ones(
             ]
         ),
     )
-    view = tracking.cancel_task(task_id)
+    view = redis_tracking.cancel_task(task_id)
     assert view.status == "cancelled"
     assert (view.counts["stopped"], view.counts["enqueue"], view.counts["cancelled"]) == (0, 0, 3)
     # Nothing is left to run: the task has ended.
     assert view.finished_at is not None
-    assert [e.job_id for e in tracking.list_events(task_id, status="cancelled").items] == [stopped, *waiting]
-    assert tracking.list_events(task_id, status="stopped").items == ()
-    assert event_row(engine, stopped).finished_at is not None
+    assert [e.job_id for e in redis_tracking.list_events(task_id, status="cancelled").items] == [
+        stopped,
+        *waiting,
+    ]
+    assert redis_tracking.list_events(task_id, status="stopped").items == ()
+    assert event_row(database_engine, stopped).finished_at is not None

@@ -99,19 +99,19 @@ def close_watchers(apps: list[Flask]) -> None:
 
 @pytest.fixture
 def make_api(
-    registry: Registry, tracked_client: Client, tracked_settings: Settings, engine: Engine
+    registry: Registry, tracked_client: Client, tracked_settings: Settings, database_engine: Engine
 ) -> Iterator[Callable[..., Api]]:
     define_jobs(registry)
-    acme = create_token(engine, "acme").token
-    globex = create_token(engine, "globex").token
+    acme = create_token(database_engine, "acme").token
+    globex = create_token(database_engine, "globex").token
     apps: list[Flask] = []
 
     def make(**config: Any) -> Api:
         settings = {"settings": tracked_settings, "stream_interval": 0.05, "token_cache_seconds": 0.0}
-        app = create_app({**settings, **LIMITS, **config}, client=tracked_client, engine=engine)
+        app = create_app({**settings, **LIMITS, **config}, client=tracked_client, engine=database_engine)
         app.testing = True
         apps.append(app)
-        return Api(app, app.test_client(), engine, tracked_client, acme, globex)
+        return Api(app, app.test_client(), database_engine, tracked_client, acme, globex)
 
     yield make
     close_watchers(apps)

@@ -94,7 +94,7 @@ def test_a_token_refused_once_is_not_remembered(make_api: Callable[..., Api]) ->
 
 
 def test_with_auth_off_the_api_sees_every_task(
-    make_api: Callable[..., Api], tracking: Tracking, registry: Registry
+    make_api: Callable[..., Api], redis_tracking: Tracking, registry: Registry
 ) -> None:
     api = make_api(auth=False)
 
@@ -103,16 +103,16 @@ def test_with_auth_off_the_api_sees_every_task(
         pass
 
     # Created by the library, without a tenant, as a script would.
-    task = tracking.create_task(library_job, [1])
+    task = redis_tracking.create_task(library_job, [1])
     response = api.http.get(f"/api/tasks/{task.id}")
     assert response.status_code == 200 and response.get_json()["id"] == task.id
     assert [t["id"] for t in api.http.get("/api/tasks").get_json()["items"]] == [task.id]
 
 
 def test_a_request_that_finds_every_connection_taken_gets_503_with_retry_after_at_once(
-    tracked_client: Client, tracked_settings: Settings, engine: Engine
+    tracked_client: Client, tracked_settings: Settings, database_engine: Engine
 ) -> None:
-    token = create_token(engine, "acme").token
+    token = create_token(database_engine, "acme").token
     app = create_app(
         {"settings": tracked_settings, "threads": 1, "pool_timeout": 0.2, "token_cache_seconds": 0.0},
         client=tracked_client,

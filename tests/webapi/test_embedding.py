@@ -37,13 +37,13 @@ class Host:
 
 @pytest.fixture
 def make_host(
-    registry: Registry, tracked_settings: Settings, tracked_client: Client, engine: Engine
+    registry: Registry, tracked_settings: Settings, tracked_client: Client, database_engine: Engine
 ) -> Iterator[Any]:
     define_jobs(registry)
     apps: list[Flask] = []
 
     def make(**config: Any) -> Host:
-        app, seen = host_app(tracked_settings, tracked_client, engine, **config)
+        app, seen = host_app(tracked_settings, tracked_client, database_engine, **config)
         app.testing = True
         apps.append(app)
         return Host(app, seen)
@@ -103,7 +103,7 @@ def test_operators_are_who_the_callable_says(host: Host) -> None:
 
 
 def test_the_callable_may_refuse_with_an_error_of_its_own(
-    registry: Registry, tracked_settings: Settings, tracked_client: Client, engine: Engine
+    registry: Registry, tracked_settings: Settings, tracked_client: Client, database_engine: Engine
 ) -> None:
     def suspended(req: Request) -> Caller | None:
         raise ApiError(403, "account_suspended", "this account is suspended")
@@ -122,7 +122,7 @@ def test_the_callable_may_refuse_with_an_error_of_its_own(
             {"settings": tracked_settings},
             authenticate=authenticate,
             client=tracked_client,
-            engine=engine,
+            engine=database_engine,
         )
         apps.append(app)
     try:
@@ -242,7 +242,7 @@ def test_the_dashboard_lets_in_the_operators_the_callable_names(host: Host) -> N
 
 
 def test_an_app_route_the_api_would_shadow_is_refused(
-    tracked_settings: Settings, tracked_client: Client, engine: Engine
+    tracked_settings: Settings, tracked_client: Client, database_engine: Engine
 ) -> None:
     app = Flask("with_metrics")
 
@@ -251,21 +251,32 @@ def test_an_app_route_the_api_would_shadow_is_refused(
         return "mine"
 
     with pytest.raises(ValueError, match="/metrics"):
-        init_app(app, {"settings": tracked_settings}, client=tracked_client, engine=engine)
+        init_app(app, {"settings": tracked_settings}, client=tracked_client, engine=database_engine)
     # Flask's own static route, at /static like the page's files.
     with pytest.raises(ValueError, match="/static"):
-        init_app(Flask("with_static"), {"settings": tracked_settings}, client=tracked_client, engine=engine)
+        init_app(
+            Flask("with_static"),
+            {"settings": tracked_settings},
+            client=tracked_client,
+            engine=database_engine,
+        )
 
 
 def test_mounting_twice_or_a_callable_with_auth_off_is_refused(
-    tracked_settings: Settings, tracked_client: Client, engine: Engine
+    tracked_settings: Settings, tracked_client: Client, database_engine: Engine
 ) -> None:
     app = Flask("twice", static_folder=None)
-    init_app(app, {"settings": tracked_settings}, url_prefix="/a", client=tracked_client, engine=engine)
+    init_app(
+        app, {"settings": tracked_settings}, url_prefix="/a", client=tracked_client, engine=database_engine
+    )
     try:
         with pytest.raises(RuntimeError, match="already"):
             init_app(
-                app, {"settings": tracked_settings}, url_prefix="/b", client=tracked_client, engine=engine
+                app,
+                {"settings": tracked_settings},
+                url_prefix="/b",
+                client=tracked_client,
+                engine=database_engine,
             )
     finally:
         close_watchers([app])
@@ -275,13 +286,13 @@ def test_mounting_twice_or_a_callable_with_auth_off_is_refused(
             {"settings": tracked_settings, "auth": False},
             authenticate=lambda req: Caller("acme", operator=False),
             client=tracked_client,
-            engine=engine,
+            engine=database_engine,
         )
     with pytest.raises(ValueError, match="slash"):
         init_app(Flask("bad", static_folder=None), {"settings": tracked_settings}, url_prefix="jobs")
 
 
-def test_the_built_in_tokens_stay_the_default(make_api: MakeApi, engine: Engine) -> None:
+def test_the_built_in_tokens_stay_the_default(make_api: MakeApi, database_engine: Engine) -> None:
     api: Api = make_api()
     assert api.get("/api/tasks").status_code == 200
     assert error(api.http.get("/api/tasks")) == (401, "unauthorized")
@@ -292,7 +303,7 @@ def test_the_built_in_tokens_stay_the_default(make_api: MakeApi, engine: Engine)
         {"settings": api.client.settings, "token_cache_seconds": 0.0},
         url_prefix=PREFIX,
         client=api.client,
-        engine=engine,
+        engine=database_engine,
     )
     try:
         http = app.test_client()

@@ -31,12 +31,12 @@ def unattended(
     registry: Registry,
     tracked_settings: Settings,
     tracked_client: Client,
-    engine: Engine,
+    database_engine: Engine,
 ) -> Iterator[str]:
     """The host app on a free port (a threaded server in this process: a progress stream holds a
     thread), with no worker yet; the app's base URL."""
     define_jobs(registry)
-    app, _seen = host_app(tracked_settings, tracked_client, engine)
+    app, _seen = host_app(tracked_settings, tracked_client, database_engine)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
