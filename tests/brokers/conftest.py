@@ -294,7 +294,7 @@ def sql_url(database_url: str) -> str:
 
 
 @pytest.fixture
-def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
+def make_sql_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
     """Brokers on the test database (closed afterwards), with settings overridden by keyword."""
     opened: list[SqlBroker] = []
 
@@ -309,5 +309,5 @@ def make_broker(sql_url: str) -> Iterator[Callable[..., SqlBroker]]:
 
 
 @pytest.fixture
-def broker(make_broker: Callable[..., SqlBroker]) -> SqlBroker:
-    return make_broker()
+def sql_broker(make_sql_broker: Callable[..., SqlBroker]) -> SqlBroker:
+    return make_sql_broker()

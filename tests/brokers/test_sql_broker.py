@@ -53,32 +53,32 @@ def classes(units: list[UnitOfWork]) -> list[str]:
     return [payload.loads(u.payload)["class"] for u in units]
 
 
-def test_push_claim_and_acknowledge(broker: SqlBroker) -> None:
-    broker.push([(job("A"), None), (job("B"), None)])
-    [first, second] = rows(broker)
+def test_push_claim_and_acknowledge(sql_broker: SqlBroker) -> None:
+    sql_broker.push([(job("A"), None), (job("B"), None)])
+    [first, second] = rows(sql_broker)
     assert (first.state, first.locked_by, first.priority, first.attempts) == ("queued", None, 0, 0)
     assert payload.loads(first.payload)["enqueued_at"] == first.run_at
-    fetcher = broker.fetcher("me")
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     units = claim_all(fetcher)
     assert classes(units) == ["A", "B"]
     assert [u.ref for u in units] == [first.id, second.id]
     assert units[0].payload == first.payload.encode()
-    assert [(r.locked_by, r.attempts) for r in rows(broker)] == [("me", 1), ("me", 1)]
+    assert [(r.locked_by, r.attempts) for r in rows(sql_broker)] == [("me", 1), ("me", 1)]
     assert claim_all(fetcher) == []
     assert fetcher.claim(1, units, []) == []
-    assert rows(broker) == []
+    assert rows(sql_broker) == []
 
 
-def test_acknowledging_only_deletes_this_processs_claims(broker: SqlBroker) -> None:
-    broker.push([(job(), None)])
-    [unit] = claim_all(broker.fetcher("me"))
-    broker.fetcher("other").settle([unit], [])
-    assert [r.locked_by for r in rows(broker)] == ["me"]
+def test_acknowledging_only_deletes_this_processs_claims(sql_broker: SqlBroker) -> None:
+    sql_broker.push([(job(), None)])
+    [unit] = claim_all(sql_broker.fetcher("me"))
+    sql_broker.fetcher("other").settle([unit], [])
+    assert [r.locked_by for r in rows(sql_broker)] == ["me"]
 
 
-def test_lower_priority_first_then_oldest_and_a_requeued_job_keeps_its_place(broker: SqlBroker) -> None:
-    broker.push(
+def test_lower_priority_first_then_oldest_and_a_requeued_job_keeps_its_place(sql_broker: SqlBroker) -> None:
+    sql_broker.push(
         [
             (job("five", priority=5), None),
             (job("zero-a"), None),
@@ -89,24 +89,24 @@ def test_lower_priority_first_then_oldest_and_a_requeued_job_keeps_its_place(bro
             (job("huge", priority=10**12), None),
         ]
     )
-    fetcher = broker.fetcher("me")
+    fetcher = sql_broker.fetcher("me")
     first = fetcher.claim(2, [], [])
     assert classes(first) == ["minus", "zero-a"]
     assert fetcher.requeue(first[1:]) == 1
     assert classes(claim_all(fetcher)) == ["zero-a", "flag", "text", "zero-b", "five", "huge"]
-    assert max(r.priority for r in rows(broker)) == 2**31 - 1
+    assert max(r.priority for r in rows(sql_broker)) == 2**31 - 1
 
 
-def test_strict_queues_are_drained_in_order(make_broker: Callable[..., SqlBroker]) -> None:
-    broker = make_broker(queues=(QueueSpec("b"), QueueSpec("a"), QueueSpec("c")))
+def test_strict_queues_are_drained_in_order(make_sql_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_sql_broker(queues=(QueueSpec("b"), QueueSpec("a"), QueueSpec("c")))
     broker.push([(job(f"{q}{n}", queue=q), None) for n in range(2) for q in "abc"])
     fetcher = broker.fetcher("me")
     assert classes(fetcher.claim(3, [], [])) == ["b0", "b1", "a0"]
     assert classes(claim_all(fetcher)) == ["a1", "c0", "c1"]
 
 
-def test_weighted_queues_are_picked_in_proportion(make_broker: Callable[..., SqlBroker]) -> None:
-    broker = make_broker(queues=(QueueSpec("a", 3), QueueSpec("b", 1)))
+def test_weighted_queues_are_picked_in_proportion(make_sql_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_sql_broker(queues=(QueueSpec("a", 3), QueueSpec("b", 1)))
     broker.push([(job("A", queue="a"), None), (job("B", queue="b"), None)])
     fetcher = broker.fetcher("me")
     picked: Counter[str] = Counter()
@@ -118,29 +118,29 @@ def test_weighted_queues_are_picked_in_proportion(make_broker: Callable[..., Sql
     assert 180 < picked["a"] < 270, picked
 
 
-def test_a_scheduled_job_waits_then_moves_to_its_queue(broker: SqlBroker) -> None:
+def test_a_scheduled_job_waits_then_moves_to_its_queue(sql_broker: SqlBroker) -> None:
     item = job("Later", enqueued_at=1.0)
     at = payload.now() + 0.6
-    broker.push([(item, at)])
-    [row] = rows(broker)
+    sql_broker.push([(item, at)])
+    [row] = rows(sql_broker)
     assert (row.state, row.run_at) == ("scheduled", at)
     assert "enqueued_at" not in payload.loads(row.payload)
-    fetcher = broker.fetcher("me")
+    fetcher = sql_broker.fetcher("me")
     assert claim_all(fetcher) == []
-    assert broker.enqueue_due("schedule", payload.loads) == 0
-    assert broker.enqueue_due("retry", payload.loads) == 0
+    assert sql_broker.enqueue_due("schedule", payload.loads) == 0
+    assert sql_broker.enqueue_due("retry", payload.loads) == 0
     time.sleep(0.7)
-    assert broker.enqueue_due("schedule", payload.loads) == 1
+    assert sql_broker.enqueue_due("schedule", payload.loads) == 1
     [unit] = claim_all(fetcher)
     moved = payload.loads(unit.payload)
     assert moved["jid"] == item["jid"]
     assert moved["enqueued_at"] >= at
 
 
-def test_due_jobs_move_in_batches_and_a_refused_one_is_dropped(broker: SqlBroker) -> None:
+def test_due_jobs_move_in_batches_and_a_refused_one_is_dropped(sql_broker: SqlBroker) -> None:
     past = payload.now() - 10
-    broker.push([(job(f"J{n}"), past + 20) for n in range(250)])
-    with broker.engine.begin() as connection:
+    sql_broker.push([(job(f"J{n}"), past + 20) for n in range(250)])
+    with sql_broker.engine.begin() as connection:
         connection.execute(update(QueuedJob).values(run_at=past))
     seen: list[str] = []
 
@@ -149,14 +149,14 @@ def test_due_jobs_move_in_batches_and_a_refused_one_is_dropped(broker: SqlBroker
         seen.append(item["class"])
         return None if item["class"] == "J7" else item
 
-    assert broker.enqueue_due("schedule", rewrite) == 249
+    assert sql_broker.enqueue_due("schedule", rewrite) == 249
     assert len(seen) == 250
-    assert len(rows(broker, QueuedJob.state == "queued")) == 249
-    assert rows(broker, QueuedJob.state != "queued") == []
+    assert len(rows(sql_broker, QueuedJob.state == "queued")) == 249
+    assert rows(sql_broker, QueuedJob.state != "queued") == []
 
 
-def test_two_pollers_never_move_one_job_twice(make_broker: Callable[..., SqlBroker]) -> None:
-    pollers = [make_broker(), make_broker()]
+def test_two_pollers_never_move_one_job_twice(make_sql_broker: Callable[..., SqlBroker]) -> None:
+    pollers = [make_sql_broker(), make_sql_broker()]
     pollers[0].push([(job(f"J{n}"), payload.now() + 0.3) for n in range(300)])
     time.sleep(0.4)
     moved = [0, 0]
@@ -182,9 +182,9 @@ def test_two_pollers_never_move_one_job_twice(make_broker: Callable[..., SqlBrok
     assert len(rewritten) >= 300
 
 
-def test_retry_at_then_the_retry_poll(broker: SqlBroker) -> None:
-    broker.push([(job("Flaky"), None)])
-    fetcher = broker.fetcher("me")
+def test_retry_at_then_the_retry_poll(sql_broker: SqlBroker) -> None:
+    sql_broker.push([(job("Flaky"), None)])
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
     failed = payload.loads(unit.payload) | {
         "error_class": "ValueError",
@@ -192,8 +192,8 @@ def test_retry_at_then_the_retry_poll(broker: SqlBroker) -> None:
         "retry_count": 0,
         "queue": "later",
     }
-    broker.retry_at(unit, failed, payload.now() - 1)
-    [row] = rows(broker)
+    sql_broker.retry_at(unit, failed, payload.now() - 1)
+    [row] = rows(sql_broker)
     assert (row.id, row.state, row.queue, row.locked_by, row.last_error) == (
         unit.ref,
         "retry",
@@ -202,13 +202,13 @@ def test_retry_at_then_the_retry_poll(broker: SqlBroker) -> None:
         "ValueError: boom",
     )
     assert payload.loads(row.payload)["retry_count"] == 0
-    assert broker.enqueue_due("retry", payload.loads) == 1
-    [row] = rows(broker)
+    assert sql_broker.enqueue_due("retry", payload.loads) == 1
+    [row] = rows(sql_broker)
     assert (row.state, row.queue, row.locked_by) == ("queued", "later", None)
 
 
-def test_kill_keeps_the_newest_dead_jobs_within_the_limits(make_broker: Callable[..., SqlBroker]) -> None:
-    broker = make_broker(dead_max_jobs=3, dead_timeout=3600)
+def test_kill_keeps_the_newest_dead_jobs_within_the_limits(make_sql_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_sql_broker(dead_max_jobs=3, dead_timeout=3600)
     with broker.engine.begin() as connection:
         connection.execute(
             insert(QueuedJob).values(
@@ -237,69 +237,73 @@ def test_kill_keeps_the_newest_dead_jobs_within_the_limits(make_broker: Callable
     assert dead[-1].queue == "q"
 
 
-def test_release_deletes_the_claimed_row(broker: SqlBroker) -> None:
-    broker.push([(job(), None), (job(), None)])
-    units = claim_all(broker.fetcher("me"))
-    broker.release(units[0])
-    assert [r.id for r in rows(broker)] == [units[1].ref]
+def test_release_deletes_the_claimed_row(sql_broker: SqlBroker) -> None:
+    sql_broker.push([(job(), None), (job(), None)])
+    units = claim_all(sql_broker.fetcher("me"))
+    sql_broker.release(units[0])
+    assert [r.id for r in rows(sql_broker)] == [units[1].ref]
 
 
-def test_requeue_all_gives_back_every_claim_of_this_process_only(broker: SqlBroker) -> None:
-    broker.push([(job(f"J{n}"), None) for n in range(5)])
-    mine, other = broker.fetcher("me"), broker.fetcher("other")
+def test_requeue_all_gives_back_every_claim_of_this_process_only(sql_broker: SqlBroker) -> None:
+    sql_broker.push([(job(f"J{n}"), None) for n in range(5)])
+    mine, other = sql_broker.fetcher("me"), sql_broker.fetcher("other")
     assert len(mine.claim(3, [], [])) == 3
     assert len(claim_all(other)) == 2
     assert mine.requeue_all(forget=False) == 3
-    assert Counter(r.locked_by for r in rows(broker)) == Counter({None: 3, "other": 2})
+    assert Counter(r.locked_by for r in rows(sql_broker)) == Counter({None: 3, "other": 2})
     assert classes(claim_all(mine)) == ["J0", "J1", "J2"]
 
 
 def test_recovery_takes_back_the_claims_of_dead_processes_only(
-    broker: SqlBroker, caplog: pytest.LogCaptureFixture
+    sql_broker: SqlBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broker.push([(job(queue=q), None) for q in ("default", "default", "default")])
-    live, dead = broker.fetcher("live"), broker.fetcher("dead")
+    sql_broker.push([(job(queue=q), None) for q in ("default", "default", "default")])
+    live, dead = sql_broker.fetcher("live"), sql_broker.fetcher("dead")
     live.register()
     dead.register()
     live.claim(1, [], [])
     dead.claim(1, [], [])
-    ghost = broker.fetcher("never-registered")
+    ghost = sql_broker.fetcher("never-registered")
     ghost.claim(1, [], [])
     # No orphan yet: "dead" is still within its time to live.
-    assert broker.recover_orphans("live") == 1
-    assert Counter(r.locked_by for r in rows(broker)) == Counter({"live": 1, "dead": 1, None: 1})
-    with broker.engine.begin() as connection:
+    assert sql_broker.recover_orphans("live") == 1
+    assert Counter(r.locked_by for r in rows(sql_broker)) == Counter({"live": 1, "dead": 1, None: 1})
+    with sql_broker.engine.begin() as connection:
         connection.execute(
             update(WorkerProcess).where(WorkerProcess.identity == "dead").values(expires_at=payload.now() - 1)
         )
         connection.execute(insert(ProcessSignal).values(identity="dead", signal="TSTP"))
     with caplog.at_level(logging.WARNING, logger="asynctask.recovery"):
-        assert broker.recover_orphans("live") == 1
+        assert sql_broker.recover_orphans("live") == 1
     assert "recovered 1 in-flight job(s) of dead process dead to queue default" in caplog.text
-    assert Counter(r.locked_by for r in rows(broker)) == Counter({"live": 1, None: 2})
-    with broker.engine.connect() as connection:
+    assert Counter(r.locked_by for r in rows(sql_broker)) == Counter({"live": 1, None: 2})
+    with sql_broker.engine.connect() as connection:
         assert connection.scalars(select(WorkerProcess.identity)).all() == ["live"]
         assert connection.scalar(select(func.count()).select_from(ProcessSignal)) == 0
-    assert broker.process_count() == 1
+    assert sql_broker.process_count() == 1
 
 
-def test_heartbeat_stats_and_signals(broker: SqlBroker) -> None:
+def test_heartbeat_stats_and_signals(sql_broker: SqlBroker) -> None:
     work = {"t1": '{"queue":"default"}'}
 
     def beat(processed: int, failed: int, busy: int = 0) -> str | None:
-        reply = broker.beat(Beat("w1", '{"hostname":"h"}', busy, False, 1234, processed, failed, work))
+        reply = sql_broker.beat(Beat("w1", '{"hostname":"h"}', busy, False, 1234, processed, failed, work))
         return reply.signal
 
-    assert broker.beat(Beat("w1", '{"hostname":"h"}', 1, False, 1234, 3, 1, work)) == BeatReply(None, False)
-    assert broker.beat(Beat("w1", '{"hostname":"h"}', 1, False, 1234, 0, 0, work)) == BeatReply(None, True)
-    with broker.engine.begin() as connection:
+    assert sql_broker.beat(Beat("w1", '{"hostname":"h"}', 1, False, 1234, 3, 1, work)) == BeatReply(
+        None, False
+    )
+    assert sql_broker.beat(Beat("w1", '{"hostname":"h"}', 1, False, 1234, 0, 0, work)) == BeatReply(
+        None, True
+    )
+    with sql_broker.engine.begin() as connection:
         connection.execute(insert(ProcessSignal), [{"identity": "w1", "signal": s} for s in ("TSTP", "TERM")])
         connection.execute(insert(ProcessSignal).values(identity="w2", signal="TTIN"))
     assert beat(2, 0) == "TSTP"
     assert beat(0, 0) == "TERM"
     assert beat(0, 0) is None
     day = time.strftime("%Y-%m-%d", time.gmtime())
-    with broker.engine.connect() as connection:
+    with sql_broker.engine.connect() as connection:
         stats = {
             name: value for name, value in connection.execute(select(StatCounter.name, StatCounter.value))
         }
@@ -313,54 +317,54 @@ def test_heartbeat_stats_and_signals(broker: SqlBroker) -> None:
     )
     assert 0 < process.expires_at - time.time() <= 3
     assert process.rtt_us > 0
-    assert broker.process_count() == 1
-    broker.clear_process("w1", 1, 1)
-    assert broker.process_count() == 0
-    with broker.engine.connect() as connection:
+    assert sql_broker.process_count() == 1
+    sql_broker.clear_process("w1", 1, 1)
+    assert sql_broker.process_count() == 0
+    with sql_broker.engine.connect() as connection:
         assert connection.scalar(select(StatCounter.value).where(StatCounter.name == "processed")) == 6
         assert connection.scalars(select(ProcessSignal.identity)).all() == ["w2"]
 
 
-def test_cancelling_changes_the_generation_claims_report(broker: SqlBroker) -> None:
-    fetcher = broker.fetcher("me")
+def test_cancelling_changes_the_generation_claims_report(sql_broker: SqlBroker) -> None:
+    fetcher = sql_broker.fetcher("me")
     claim_all(fetcher)
     before = fetcher.cancel_generation
-    assert broker.tracking.cancelled_tasks() == frozenset()
-    assert broker.tracking.cancel_task("t1") == broker.tracking.position()
-    assert broker.tracking.cancel_task("t1") == broker.tracking.position()
-    assert broker.tracking.is_cancelled("t1") and not broker.tracking.is_cancelled("t2")
-    assert broker.tracking.cancelled_tasks() == {"t1"}
+    assert sql_broker.tracking.cancelled_tasks() == frozenset()
+    assert sql_broker.tracking.cancel_task("t1") == sql_broker.tracking.position()
+    assert sql_broker.tracking.cancel_task("t1") == sql_broker.tracking.position()
+    assert sql_broker.tracking.is_cancelled("t1") and not sql_broker.tracking.is_cancelled("t2")
+    assert sql_broker.tracking.cancelled_tasks() == {"t1"}
     claim_all(fetcher)
     after = fetcher.cancel_generation
     assert after != before
-    broker.tracking.cancel_task("t2")
+    sql_broker.tracking.cancel_task("t2")
     claim_all(fetcher)
     assert fetcher.cancel_generation not in (before, after)
-    with broker.engine.connect() as connection:
+    with sql_broker.engine.connect() as connection:
         assert connection.scalar(select(func.count()).select_from(CancelledTask)) == 2
 
 
-def test_staged_jobs_appear_with_the_commit_and_vanish_with_a_rollback(broker: SqlBroker) -> None:
-    staging = broker.staging("task")
-    with writer(broker.engine).begin() as connection:
+def test_staged_jobs_appear_with_the_commit_and_vanish_with_a_rollback(sql_broker: SqlBroker) -> None:
+    staging = sql_broker.staging("task")
+    with writer(sql_broker.engine).begin() as connection:
         staging.write(staging.encode([job("S1"), job("S2")]), connection)
         staging.write(staging.encode([job("S3", queue="other")]), connection)
-        assert rows(broker) == []
+        assert rows(sql_broker) == []
     assert staging.publish() == 3
-    stored = rows(broker)
+    stored = rows(sql_broker)
     assert [payload.loads(r.payload)["class"] for r in stored] == ["S1", "S2", "S3"]
     assert len({payload.loads(r.payload)["enqueued_at"] for r in stored}) == 1
 
-    aborted = broker.staging("aborted")
-    with pytest.raises(RuntimeError), writer(broker.engine).begin() as connection:
+    aborted = sql_broker.staging("aborted")
+    with pytest.raises(RuntimeError), writer(sql_broker.engine).begin() as connection:
         aborted.write(aborted.encode([job("Gone")]), connection)
         raise RuntimeError("the task failed")
     aborted.discard()
-    assert len(rows(broker)) == 3
+    assert len(rows(sql_broker)) == 3
 
 
-def test_a_job_over_the_size_limit_is_refused(make_broker: Callable[..., SqlBroker]) -> None:
-    broker = make_broker(max_payload_bytes=200)
+def test_a_job_over_the_size_limit_is_refused(make_sql_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_sql_broker(max_payload_bytes=200)
     with pytest.raises(ValueError, match="over the 200-byte limit"):
         broker.push([(job(), None), (job(args=["x" * 300]), None)])
     with pytest.raises(ValueError, match="over the 200-byte limit"):
@@ -368,27 +372,27 @@ def test_a_job_over_the_size_limit_is_refused(make_broker: Callable[..., SqlBrok
     assert rows(broker) == []
 
 
-def test_tracking_transitions_commit_with_the_job_change(broker: SqlBroker) -> None:
+def test_tracking_transitions_commit_with_the_job_change(sql_broker: SqlBroker) -> None:
     item = job("Tracked")
     jid = item["jid"]
-    before = broker.tracking.position()
+    before = sql_broker.tracking.position()
     enqueued = status(jid, EventStatus.ENQUEUE, name="Tracked", params=[])
-    broker.push([(item, None)], transitions=[enqueued.encode()])
-    assert broker.tracking.position() == before + 1
+    sql_broker.push([(item, None)], transitions=[enqueued.encode()])
+    assert sql_broker.tracking.position() == before + 1
 
     def event() -> Any:
-        with broker.engine.connect() as connection:
+        with sql_broker.engine.connect() as connection:
             return connection.execute(select(Event.status, Event.seq).where(Event.job_id == jid)).one()
 
     assert event().status == "enqueue"
-    fetcher = broker.fetcher("me")
+    fetcher = sql_broker.fetcher("me")
     [unit] = fetcher.claim(1, [], [status(jid, EventStatus.WORKING).encode()])
     assert event().status == "working"
     finished = status(jid, EventStatus.FINISH, "done").encode()
     assert fetcher.claim(1, [unit], [finished]) == []
-    assert rows(broker) == []
-    assert event() == ("finish", broker.tracking.position())
-    assert broker.tracking.position() == before + 3
+    assert rows(sql_broker) == []
+    assert event() == ("finish", sql_broker.tracking.position())
+    assert sql_broker.tracking.position() == before + 3
 
 
 def refuse_deleting(broker: SqlBroker, jid: str) -> None:
@@ -411,28 +415,30 @@ def refuse_deleting(broker: SqlBroker, jid: str) -> None:
         )
 
 
-def test_a_failed_acknowledgement_rolls_its_transitions_back(broker: SqlBroker) -> None:
+def test_a_failed_acknowledgement_rolls_its_transitions_back(sql_broker: SqlBroker) -> None:
     item = job("Tracked")
-    broker.push([(item, None)], transitions=[status(item["jid"], EventStatus.ENQUEUE, name="T").encode()])
-    position = broker.tracking.position()
-    fetcher = broker.fetcher("me")
+    sql_broker.push([(item, None)], transitions=[status(item["jid"], EventStatus.ENQUEUE, name="T").encode()])
+    position = sql_broker.tracking.position()
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
-    refuse_deleting(broker, item["jid"])
+    refuse_deleting(sql_broker, item["jid"])
     with pytest.raises(DBAPIError, match="refused"):
         fetcher.claim(1, [unit], [status(item["jid"], EventStatus.FINISH).encode()])
-    with broker.engine.connect() as connection:
+    with sql_broker.engine.connect() as connection:
         assert connection.scalar(select(Event.status).where(Event.job_id == item["jid"])) == "enqueue"
-    assert [r.locked_by for r in rows(broker)] == ["me"]
-    if broker.store.postgres:
+    assert [r.locked_by for r in rows(sql_broker)] == ["me"]
+    if sql_broker.store.postgres:
         # A sequence number drawn by a rolled-back transaction is not given again.
-        assert broker.tracking.position() == position + 1
+        assert sql_broker.tracking.position() == position + 1
     else:
-        assert broker.tracking.position() == position
+        assert sql_broker.tracking.position() == position
 
 
-def test_two_fetchers_in_threads_claim_every_job_exactly_once(make_broker: Callable[..., SqlBroker]) -> None:
+def test_two_fetchers_in_threads_claim_every_job_exactly_once(
+    make_sql_broker: Callable[..., SqlBroker],
+) -> None:
     total = 2000
-    broker = make_broker(concurrency=8)
+    broker = make_sql_broker(concurrency=8)
     broker.push([(job(f"J{n}"), None) for n in range(total)])
     claimed: list[list[int]] = [[], []]
     errors: list[BaseException] = []
@@ -451,7 +457,7 @@ def test_two_fetchers_in_threads_claim_every_job_exactly_once(make_broker: Calla
         except BaseException as exc:
             errors.append(exc)
 
-    fetchers = [broker.fetcher("one"), make_broker().fetcher("two")]
+    fetchers = [broker.fetcher("one"), make_sql_broker().fetcher("two")]
     threads = [
         threading.Thread(target=run, args=(fetchers[i % 2], claimed[i % 2]), daemon=True) for i in range(4)
     ]
@@ -469,8 +475,8 @@ def test_two_fetchers_in_threads_claim_every_job_exactly_once(make_broker: Calla
 
 
 @pytest.mark.alone
-def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBroker]) -> None:
-    fetcher = make_broker(fetch_timeout=5.0).fetcher("me")
+def test_idle_fetches_wake_when_jobs_are_pushed(make_sql_broker: Callable[..., SqlBroker]) -> None:
+    fetcher = make_sql_broker(fetch_timeout=5.0).fetcher("me")
     got: list[UnitOfWork | None] = []
     waiting = [threading.Thread(target=lambda: got.append(fetcher.fetch(None, 0))) for _ in range(3)]
     for thread in waiting:
@@ -478,7 +484,7 @@ def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBr
     time.sleep(0.3)
     # Another broker (its own engine and pool), as a client process would push.
     started = time.monotonic()
-    make_broker().push([(job(f"Wake{n}"), None) for n in range(3)])
+    make_sql_broker().push([(job(f"Wake{n}"), None) for n in range(3)])
     for thread in waiting:
         thread.join(5)
     # Each thread got its own job, long before the 5 s fetch timeout.
@@ -487,26 +493,26 @@ def test_idle_fetches_wake_when_jobs_are_pushed(make_broker: Callable[..., SqlBr
 
 
 def test_a_claim_made_after_the_listening_connection_broke_hands_out_its_jobs(
-    broker: SqlBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    sql_broker: SqlBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The claim commits before the pending notifications are read off: a broken listening
     connection (a server restart, a cut) must not turn the committed claim into an error."""
-    if not broker.store.postgres:
+    if not sql_broker.store.postgres:
         pytest.skip("SQLite polls; only PostgreSQL listens")
     monkeypatch.setattr(wake, "DRAIN_INTERVAL", 0.0)
-    fetcher = broker.fetcher("me")
+    fetcher = sql_broker.fetcher("me")
     listener = fetcher._wake
     assert isinstance(listener, wake.PgListener)
     assert claim_all(fetcher) == []
     assert listener._connection is not None
-    with broker.engine.begin() as connection:
+    with sql_broker.engine.begin() as connection:
         connection.execute(
             text("SELECT pg_terminate_backend(:pid)"), {"pid": listener._connection.info.backend_pid}
         )
     with caplog.at_level(logging.WARNING, logger="asynctask.fetch"):
         # psycopg may first read the server's goodbye and report the loss at the next read.
         for n in range(3):
-            broker.push([(job(f"AfterTheCut{n}"), None)])
+            sql_broker.push([(job(f"AfterTheCut{n}"), None)])
             assert classes(claim_all(fetcher)) == [f"AfterTheCut{n}"]
     assert any("listening for new jobs broke" in r.getMessage() for r in caplog.records)
     # The next claim listens again, on a new connection.
@@ -516,11 +522,11 @@ def test_a_claim_made_after_the_listening_connection_broke_hands_out_its_jobs(
 
 @pytest.mark.alone
 def test_idle_threads_leave_the_polling_to_the_one_watching(
-    make_broker: Callable[..., SqlBroker], monkeypatch: pytest.MonkeyPatch
+    make_sql_broker: Callable[..., SqlBroker], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ten idle threads with a 0.5 s fetch timeout: once they are all waiting, the database
     sees a few claims per timeout, not one per thread per timeout (40 in the 2 s counted)."""
-    fetcher = make_broker(fetch_timeout=0.5).fetcher("me")
+    fetcher = make_sql_broker(fetch_timeout=0.5).fetcher("me")
     claims: list[float] = []
     claim_now = fetcher._claim_now
 
@@ -547,11 +553,11 @@ def test_idle_threads_leave_the_polling_to_the_one_watching(
 
 
 @pytest.mark.alone
-def test_an_idle_claim_on_sqlite_does_not_wait_for_the_write_lock(broker: SqlBroker) -> None:
-    if broker.store.postgres:
+def test_an_idle_claim_on_sqlite_does_not_wait_for_the_write_lock(sql_broker: SqlBroker) -> None:
+    if sql_broker.store.postgres:
         pytest.skip("PostgreSQL has no file lock; its claims skip locked rows")
-    fetcher = broker.fetcher("me")
-    blocker = sqlite3.connect(str(broker.engine.url.database), isolation_level=None)
+    fetcher = sql_broker.fetcher("me")
+    blocker = sqlite3.connect(str(sql_broker.engine.url.database), isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
         started = time.monotonic()
@@ -575,54 +581,54 @@ def test_an_unmigrated_database_names_the_command_to_run(database_url: str) -> N
         broker.close()
 
 
-def test_deleting_a_claimed_row_does_not_recycle_its_id(broker: SqlBroker) -> None:
-    broker.push([(job(), None)])
-    [unit] = claim_all(broker.fetcher("me"))
-    with broker.engine.begin() as connection:
+def test_deleting_a_claimed_row_does_not_recycle_its_id(sql_broker: SqlBroker) -> None:
+    sql_broker.push([(job(), None)])
+    [unit] = claim_all(sql_broker.fetcher("me"))
+    with sql_broker.engine.begin() as connection:
         connection.execute(delete(QueuedJob))
-    broker.push([(job(), None)])
-    [row] = rows(broker)
+    sql_broker.push([(job(), None)])
+    [row] = rows(sql_broker)
     assert row.id > int(unit.ref)
 
 
-def test_an_acknowledgement_reads_its_rows_by_id_however_many_the_process_ran(broker: SqlBroker) -> None:
+def test_an_acknowledgement_reads_its_rows_by_id_however_many_the_process_ran(sql_broker: SqlBroker) -> None:
     """A row a process claimed stays in the index of claimed rows after its acknowledgement,
     until a vacuum: an acknowledgement that looked its rows up by claimer as well as by id
     would read all of them, slower with every job the process ran."""
-    if not broker.store.sql.postgres:
+    if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite removes an index entry with its row, and seeks (claimer, row id) in it")
-    broker.push([(job(), None) for _ in range(2000)])
-    fetcher = broker.fetcher("me")
+    sql_broker.push([(job(), None) for _ in range(2000)])
+    fetcher = sql_broker.fetcher("me")
     units = fetcher.claim(100, [], [])
     while units:
         units = fetcher.claim(100, units, [])
-    broker.push([(job(), None) for _ in range(10)])
+    sql_broker.push([(job(), None) for _ in range(10)])
     held = claim_all(fetcher)
-    sql = broker.store.sql
+    sql = sql_broker.store.sql
     ids = sql.ids([u.ref for u in held])
     params = {"ids": ids, "me": "me", "now": 0.0, "wanted": 10, "queues": ["default"]}
     keyed_claim = sql.keyed_claim((False,), 10)
     assert keyed_claim is not None
     acknowledging = [sql.ack, sql.unlock, sql.claim((False,), 10), sql.claim((True,), 10), keyed_claim]
-    with broker.engine.begin() as connection:
+    with sql_broker.engine.begin() as connection:
         for statement in acknowledging:
             plan = "\n".join(connection.execute(text(f"EXPLAIN {statement.text}"), params).scalars())
             assert "ix_asynctask_job_claimed" not in plan, plan
 
 
-def test_a_claim_is_planned_once_per_connection(broker: SqlBroker) -> None:
+def test_a_claim_is_planned_once_per_connection(sql_broker: SqlBroker) -> None:
     """Planning a claim costs more than running it: a connection prepares each claim statement
     at its first run and runs its generic plan from then on."""
-    if not broker.store.sql.postgres:
+    if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite plans each statement once in its own statement cache")
-    broker.push([(job(), None) for _ in range(30)])
-    fetcher = broker.fetcher("me")
+    sql_broker.push([(job(), None) for _ in range(30)])
+    fetcher = sql_broker.fetcher("me")
     units: list[UnitOfWork] = []
     for _ in range(8):
         units = fetcher.claim(2, units, [])
         assert len(units) == 2
     # One thread claimed one after the other: the pool's one connection ran every claim.
-    assert generic_runs_only(broker, "WITH acked%") == 8
+    assert generic_runs_only(sql_broker, "WITH acked%") == 8
 
 
 def generic_runs_only(broker: SqlBroker, statements: str) -> int:

@@ -35,20 +35,20 @@ pytestmark = pytest.mark.alone
 
 
 @pytest.fixture
-def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
+def redis_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
     made = RedisBroker(redis_settings)
     yield made
     made.close()
 
 
 @pytest.fixture
-def fetch(broker: RedisBroker) -> ReliableFetch:
-    return broker.fetcher("proc-1")
+def fetch(redis_broker: RedisBroker) -> ReliableFetch:
+    return redis_broker.fetcher("proc-1")
 
 
 @pytest.fixture
-def reader(broker: RedisBroker, redis_settings: Settings) -> RedisReader:
-    return RedisReader(broker.redis, broker.keys, redis_settings)
+def reader(redis_broker: RedisBroker, redis_settings: Settings) -> RedisReader:
+    return RedisReader(redis_broker.redis, redis_broker.keys, redis_settings)
 
 
 def job(jid: str, queue: str = "default", **more: Any) -> payload.JobDict:
@@ -87,99 +87,105 @@ def claim_all(fetch: ReliableFetch, wanted: int = 1) -> list[str]:
     return order
 
 
-def test_a_task_publish_fills_its_share_and_joins_the_ring(broker: RedisBroker) -> None:
-    broker.push([(job("p1"), None)])
-    assert publish(broker, "ta", ["a1", "a2", "a3"], "task:ta") == 3
-    assert waiting(broker, broker.keys.share("default", "task:ta")) == ["a1", "a2", "a3"]
+def test_a_task_publish_fills_its_share_and_joins_the_ring(redis_broker: RedisBroker) -> None:
+    redis_broker.push([(job("p1"), None)])
+    assert publish(redis_broker, "ta", ["a1", "a2", "a3"], "task:ta") == 3
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:ta")) == ["a1", "a2", "a3"]
     # Sidekiq's own list holds only the jobs outside any task.
-    assert waiting(broker, broker.keys.queue("default")) == ["p1"]
-    assert ring(broker) == ["", "task:ta"]
+    assert waiting(redis_broker, redis_broker.keys.queue("default")) == ["p1"]
+    assert ring(redis_broker) == ["", "task:ta"]
     # The staging list's expiry did not come along with the RENAME.
-    assert broker.redis.ttl(broker.keys.share("default", "task:ta")) == -1
+    assert redis_broker.redis.ttl(redis_broker.keys.share("default", "task:ta")) == -1
     # A second publish of the same share appends to it (1,000 jobs a step) without a second turn.
     more = [f"m{n}" for n in range(2500)]
-    publish(broker, "tb", more, "task:ta")
-    assert waiting(broker, broker.keys.share("default", "task:ta")) == ["a1", "a2", "a3", *more]
-    assert ring(broker) == ["", "task:ta"]
-    assert broker.redis.smembers(broker.keys.queues) == {b"default"}
+    publish(redis_broker, "tb", more, "task:ta")
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:ta")) == ["a1", "a2", "a3", *more]
+    assert ring(redis_broker) == ["", "task:ta"]
+    assert redis_broker.redis.smembers(redis_broker.keys.queues) == {b"default"}
     # Every job landing in a share rings the bell for idle threads (64 tokens at most).
-    assert broker.redis.llen(broker.keys.bell("default")) == 64
+    assert redis_broker.redis.llen(redis_broker.keys.bell("default")) == 64
 
 
-def test_no_share_given_means_the_tasks_own(broker: RedisBroker) -> None:
-    publish(broker, "tx", ["x1"])
-    assert waiting(broker, broker.keys.share("default", "task:tx")) == ["x1"]
+def test_no_share_given_means_the_tasks_own(redis_broker: RedisBroker) -> None:
+    publish(redis_broker, "tx", ["x1"])
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:tx")) == ["x1"]
 
 
-def test_the_claim_serves_shares_and_plain_jobs_in_turn(broker: RedisBroker, fetch: ReliableFetch) -> None:
-    broker.push([(job(f"p{n}"), None) for n in range(3)])
-    publish(broker, "ta", [f"a{n}" for n in range(5)], "tenant:acme")
-    publish(broker, "tb", [f"b{n}" for n in range(2)], "task:tb")
+def test_the_claim_serves_shares_and_plain_jobs_in_turn(
+    redis_broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    redis_broker.push([(job(f"p{n}"), None) for n in range(3)])
+    publish(redis_broker, "ta", [f"a{n}" for n in range(5)], "tenant:acme")
+    publish(redis_broker, "tb", [f"b{n}" for n in range(2)], "task:tb")
     order = claim_all(fetch)
     assert order == ["p0", "a0", "b0", "p1", "a1", "b1", "p2", "a2", "a3", "a4"]
     # The ring went with the last share's job; the queue is served as before.
-    assert not broker.redis.exists(broker.keys.shares("default"))
-    assert not broker.redis.exists(broker.keys.share("default", "tenant:acme"))
+    assert not redis_broker.redis.exists(redis_broker.keys.shares("default"))
+    assert not redis_broker.redis.exists(redis_broker.keys.share("default", "tenant:acme"))
     # Claimed jobs sit in the in-flight list, registered, exactly as plain ones.
-    inflight = broker.keys.inflight("proc-1", "default")
-    assert broker.redis.llen(inflight) == 10
-    assert broker.redis.hget(broker.keys.inflight_registry, inflight) == b"proc-1"
+    inflight = redis_broker.keys.inflight("proc-1", "default")
+    assert redis_broker.redis.llen(inflight) == 10
+    assert redis_broker.redis.hget(redis_broker.keys.inflight_registry, inflight) == b"proc-1"
 
 
-def test_a_batch_keeps_the_turns(broker: RedisBroker, fetch: ReliableFetch) -> None:
-    publish(broker, "ta", [f"a{n}" for n in range(6)], "task:ta")
-    publish(broker, "tb", [f"b{n}" for n in range(2)], "task:tb")
-    broker.push([(job("p0"), None)])
+def test_a_batch_keeps_the_turns(redis_broker: RedisBroker, fetch: ReliableFetch) -> None:
+    publish(redis_broker, "ta", [f"a{n}" for n in range(6)], "task:ta")
+    publish(redis_broker, "tb", [f"b{n}" for n in range(2)], "task:tb")
+    redis_broker.push([(job("p0"), None)])
     # Batches of 3: the rotation goes on from one call to the next.
     assert claim_all(fetch, 3) == ["p0", "a0", "b0", "a1", "b1", "a2", "a3", "a4", "a5"]
 
 
-def test_a_fifo_queue_keeps_push_order(broker: RedisBroker, fetch: ReliableFetch) -> None:
-    broker.redis.sadd(broker.keys.fifo, "default")
-    broker.push([(job("p0"), None)])
-    publish(broker, "ta", ["a0", "a1"], "task:ta")
-    publish(broker, "tb", ["b0"], "task:tb")
-    broker.push([(job("p1"), None)])
-    assert not broker.redis.exists(broker.keys.shares("default"))
+def test_a_fifo_queue_keeps_push_order(redis_broker: RedisBroker, fetch: ReliableFetch) -> None:
+    redis_broker.redis.sadd(redis_broker.keys.fifo, "default")
+    redis_broker.push([(job("p0"), None)])
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
+    publish(redis_broker, "tb", ["b0"], "task:tb")
+    redis_broker.push([(job("p1"), None)])
+    assert not redis_broker.redis.exists(redis_broker.keys.shares("default"))
     assert claim_all(fetch) == ["p0", "a0", "a1", "b0", "p1"]
 
 
-def test_a_ring_left_behind_by_a_switch_to_fifo_drains(broker: RedisBroker, fetch: ReliableFetch) -> None:
-    publish(broker, "ta", ["a0", "a1"], "task:ta")
-    broker.redis.sadd(broker.keys.fifo, "default")
+def test_a_ring_left_behind_by_a_switch_to_fifo_drains(
+    redis_broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
+    redis_broker.redis.sadd(redis_broker.keys.fifo, "default")
     # Pushed after the switch: queue:default itself.
-    publish(broker, "tb", ["b0", "b1"], "task:tb")
-    assert waiting(broker, broker.keys.queue("default")) == ["b0", "b1"]
+    publish(redis_broker, "tb", ["b0", "b1"], "task:tb")
+    assert waiting(redis_broker, redis_broker.keys.queue("default")) == ["b0", "b1"]
     assert claim_all(fetch) == ["b0", "a0", "b1", "a1"]
-    assert not broker.redis.exists(broker.keys.shares("default"))
-    assert not broker.redis.exists(broker.keys.share("default", "task:ta"))
+    assert not redis_broker.redis.exists(redis_broker.keys.shares("default"))
+    assert not redis_broker.redis.exists(redis_broker.keys.share("default", "task:ta"))
 
 
-def test_a_worker_start_writes_its_queues_fair_setting(broker: RedisBroker, redis_settings: Settings) -> None:
+def test_a_worker_start_writes_its_queues_fair_setting(
+    redis_broker: RedisBroker, redis_settings: Settings
+) -> None:
     fifo = replace(
         redis_settings,
         queues=(QueueSpec("a", fair=False), QueueSpec("b"), QueueSpec("c")),
         fifo_queues=("c",),
     )
-    broker.redis.sadd(broker.keys.fifo, "b")
-    fetcher = RedisBroker(fifo, broker.redis).fetcher("proc-2")
+    redis_broker.redis.sadd(redis_broker.keys.fifo, "b")
+    fetcher = RedisBroker(fifo, redis_broker.redis).fetcher("proc-2")
     fetcher.register()
-    assert broker.redis.smembers(broker.keys.fifo) == {b"a", b"c"}
+    assert redis_broker.redis.smembers(redis_broker.keys.fifo) == {b"a", b"c"}
     # Once per start: a heartbeat's registration leaves another start's setting alone.
-    broker.redis.sadd(broker.keys.fifo, "b")
+    redis_broker.redis.sadd(redis_broker.keys.fifo, "b")
     fetcher.register()
-    assert broker.redis.smembers(broker.keys.fifo) == {b"a", b"b", b"c"}
+    assert redis_broker.redis.smembers(redis_broker.keys.fifo) == {b"a", b"b", b"c"}
 
 
-def test_keyed_and_unique_jobs_of_a_task(broker: RedisBroker, fetch: ReliableFetch) -> None:
+def test_keyed_and_unique_jobs_of_a_task(redis_broker: RedisBroker, fetch: ReliableFetch) -> None:
     # A unique job of a task waits in its share; a keyed one goes through its key's line,
     # then waits in queue:<queue> (the jobs outside any task take its turn).
-    publish(broker, "ta", ["u1"], "task:ta", unique_key="u", unique_for=30)
-    staging = broker.staging("tb", None, "task:tb")
+    publish(redis_broker, "ta", ["u1"], "task:ta", unique_key="u", unique_for=30)
+    staging = redis_broker.staging("tb", None, "task:tb")
     staging.write(staging.encode([job("k1", concurrency_key="k", concurrency_limit=1)]), cast(Any, None))
     staging.publish()
-    assert waiting(broker, broker.keys.share("default", "task:ta")) == ["u1"]
-    assert waiting(broker, broker.keys.queue("default")) == ["k1"]
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:ta")) == ["u1"]
+    assert waiting(redis_broker, redis_broker.keys.queue("default")) == ["k1"]
     assert claim_all(fetch) == ["k1", "u1"]
 
 
@@ -189,12 +195,12 @@ def fed_publish(broker: RedisBroker, task: str, jids_: list[str], feed: Feed) ->
     return staging.publish()
 
 
-def test_feed_releases_wait_in_the_share(broker: RedisBroker, fetch: ReliableFetch) -> None:
-    broker.push([(job("p0"), None), (job("p1"), None)])
-    fed_publish(broker, "fa", ["a0", "a1", "a2", "a3"], Feed(parallel=2))
-    assert broker.redis.hget(broker.keys.feed("fa"), "share") == b"task:fa"
-    assert waiting(broker, broker.keys.share("default", "task:fa")) == ["a0", "a1"]
-    assert ring(broker) == ["", "task:fa"]
+def test_feed_releases_wait_in_the_share(redis_broker: RedisBroker, fetch: ReliableFetch) -> None:
+    redis_broker.push([(job("p0"), None), (job("p1"), None)])
+    fed_publish(redis_broker, "fa", ["a0", "a1", "a2", "a3"], Feed(parallel=2))
+    assert redis_broker.redis.hget(redis_broker.keys.feed("fa"), "share") == b"task:fa"
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:fa")) == ["a0", "a1"]
+    assert ring(redis_broker) == ["", "task:fa"]
     units = fetch.claim(4, [], [])
     assert jids([u.payload for u in units]) == ["p0", "a0", "p1", "a1"]
     # Their ends release the next ones into the share, which joins the ring again.
@@ -207,77 +213,79 @@ def acked(unit: UnitOfWork) -> UnitOfWork:
 
 
 def test_a_feed_alone_in_its_queue_hands_its_released_jobs_to_the_claim(
-    broker: RedisBroker, fetch: ReliableFetch
+    redis_broker: RedisBroker, fetch: ReliableFetch
 ) -> None:
-    fed_publish(broker, "fa", ["a0", "a1", "a2"], Feed(parallel=1))
+    fed_publish(redis_broker, "fa", ["a0", "a1", "a2"], Feed(parallel=1))
     [a0] = fetch.claim(1, [], [])
-    broker.redis.delete(broker.keys.bell("default"))
+    redis_broker.redis.delete(redis_broker.keys.bell("default"))
     [a1] = fetch.claim(1, [acked(a0)], [])
     assert jids([a1.payload]) == ["a1"]
     # Straight to the claim: the share stays empty and no idle thread is woken for it.
-    assert not broker.redis.exists(broker.keys.share("default", "task:fa"))
-    assert not broker.redis.exists(broker.keys.bell("default"))
+    assert not redis_broker.redis.exists(redis_broker.keys.share("default", "task:fa"))
+    assert not redis_broker.redis.exists(redis_broker.keys.bell("default"))
 
 
 def test_a_claim_takes_a_feeds_waiting_jobs_before_those_its_ends_release(
-    broker: RedisBroker, fetch: ReliableFetch
+    redis_broker: RedisBroker, fetch: ReliableFetch
 ) -> None:
-    fed_publish(broker, "fa", ["a0", "a1", "a2", "a3"], Feed(parallel=2))
+    fed_publish(redis_broker, "fa", ["a0", "a1", "a2", "a3"], Feed(parallel=2))
     [a0] = fetch.claim(1, [], [])
     assert jids([u.payload for u in fetch.claim(2, [acked(a0)], [])]) == ["a1", "a2"]
-    assert not broker.redis.exists(broker.keys.share("default", "task:fa"))
+    assert not redis_broker.redis.exists(redis_broker.keys.share("default", "task:fa"))
 
 
-def test_a_claim_that_empties_every_share_clears_the_bell(broker: RedisBroker, fetch: ReliableFetch) -> None:
-    publish(broker, "ta", ["a0", "a1"], "task:ta")
-    assert broker.redis.llen(broker.keys.bell("default")) == 2
+def test_a_claim_that_empties_every_share_clears_the_bell(
+    redis_broker: RedisBroker, fetch: ReliableFetch
+) -> None:
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
+    assert redis_broker.redis.llen(redis_broker.keys.bell("default")) == 2
     assert claim_all(fetch, wanted=2) == ["a0", "a1"]
     # Its tokens would only send idle threads to claims that find nothing.
-    assert not broker.redis.exists(broker.keys.bell("default"))
+    assert not redis_broker.redis.exists(redis_broker.keys.bell("default"))
 
 
 def test_a_feed_sharing_its_queue_releases_into_its_share_and_takes_turns(
-    broker: RedisBroker, fetch: ReliableFetch
+    redis_broker: RedisBroker, fetch: ReliableFetch
 ) -> None:
-    fed_publish(broker, "fa", ["a0", "a1"], Feed(parallel=1))
-    publish(broker, "tb", ["b0", "b1"], "task:tb")
+    fed_publish(redis_broker, "fa", ["a0", "a1"], Feed(parallel=1))
+    publish(redis_broker, "tb", ["b0", "b1"], "task:tb")
     first = fetch.claim(2, [], [])
     [a0] = [u for u in first if b'"a0"' in u.payload]
     # Another task waits: the release goes to the feed's share, and the ring's turn comes first.
     assert jids([u.payload for u in fetch.claim(1, [acked(a0)], [])]) == ["b1"]
-    assert waiting(broker, broker.keys.share("default", "task:fa")) == ["a1"]
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:fa")) == ["a1"]
 
 
-def test_a_negative_priority_goes_ahead_of_the_turns(broker: RedisBroker, fetch: ReliableFetch) -> None:
-    broker.push([(job("p0"), None), (job("p1"), None)])
-    publish(broker, "ta", ["a0", "a1"], "task:ta")
-    fed_publish(broker, "fu", ["u0", "u1", "u2"], Feed(parallel=2, priority=-1))
-    assert waiting(broker, broker.keys.urgent("default")) == ["u0", "u1"]
+def test_a_negative_priority_goes_ahead_of_the_turns(redis_broker: RedisBroker, fetch: ReliableFetch) -> None:
+    redis_broker.push([(job("p0"), None), (job("p1"), None)])
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
+    fed_publish(redis_broker, "fu", ["u0", "u1", "u2"], Feed(parallel=2, priority=-1))
+    assert waiting(redis_broker, redis_broker.keys.urgent("default")) == ["u0", "u1"]
     assert claim_all(fetch) == ["u0", "u1", "p0", "a0", "p1", "a1"]
 
 
 def test_a_priority_change_moves_released_jobs_between_share_and_urgent(
-    broker: RedisBroker, fetch: ReliableFetch
+    redis_broker: RedisBroker, fetch: ReliableFetch
 ) -> None:
-    broker.push([(job("p0"), None)])
-    fed_publish(broker, "fa", ["a0", "a1", "a2"], Feed(parallel=3))
-    assert broker.feeds.update("fa", FeedChange(priority=-2)) is not None
-    assert waiting(broker, broker.keys.urgent("default")) == ["a0", "a1", "a2"]
+    redis_broker.push([(job("p0"), None)])
+    fed_publish(redis_broker, "fa", ["a0", "a1", "a2"], Feed(parallel=3))
+    assert redis_broker.feeds.update("fa", FeedChange(priority=-2)) is not None
+    assert waiting(redis_broker, redis_broker.keys.urgent("default")) == ["a0", "a1", "a2"]
     # The share emptied: it left the ring.
-    assert ring(broker) == [""]
-    assert broker.feeds.update("fa", FeedChange(priority=0)) is not None
-    assert not broker.redis.exists(broker.keys.urgent("default"))
-    assert waiting(broker, broker.keys.share("default", "task:fa")) == ["a0", "a1", "a2"]
-    assert ring(broker) == ["", "task:fa"]
+    assert ring(redis_broker) == [""]
+    assert redis_broker.feeds.update("fa", FeedChange(priority=0)) is not None
+    assert not redis_broker.redis.exists(redis_broker.keys.urgent("default"))
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:fa")) == ["a0", "a1", "a2"]
+    assert ring(redis_broker) == ["", "task:fa"]
     assert claim_all(fetch) == ["p0", "a0", "a1", "a2"]
 
 
 def test_queue_size_stats_rows_and_delete_count_the_shares(
-    broker: RedisBroker, fetch: ReliableFetch, reader: RedisReader, redis_settings: Settings
+    redis_broker: RedisBroker, fetch: ReliableFetch, reader: RedisReader, redis_settings: Settings
 ) -> None:
-    broker.push([(job("p0"), None), (job("o0", queue="other"), None)])
-    publish(broker, "ta", ["a0", "a1"], "task:ta")
-    fed_publish(broker, "fu", ["u0"], Feed(parallel=1, priority=-1))
+    redis_broker.push([(job("p0"), None), (job("o0", queue="other"), None)])
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
+    fed_publish(redis_broker, "fu", ["u0"], Feed(parallel=1, priority=-1))
     queue = Queue("default", settings=redis_settings)
     assert queue.size == 4
     assert Stats(settings=redis_settings).queues == {"default": 4, "other": 1}
@@ -290,52 +298,52 @@ def test_queue_size_stats_rows_and_delete_count_the_shares(
     assert reader.queue_delete("default", Stored(payload.dumps(job("a0")).encode())) is False
     [a0] = [row for row in reader.queue_rows("default", 10) if b'"a0"' in row.raw]
     assert reader.queue_delete("default", a0) is True
-    assert ring(broker) == [""]
+    assert ring(redis_broker) == [""]
     assert claim_all(fetch) == ["u0", "p0"]
 
 
 def test_clear_empties_the_shares_the_urgent_list_and_the_ring(
-    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
+    redis_broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
-    broker.push([(job("p0"), None)])
-    publish(broker, "ta", ["a0", "a1"], "task:ta")
-    publish(broker, "tb", ["b0"], "task:tb", unique_key="u", unique_for=30)
-    fed_publish(broker, "fu", ["u0", "u1"], Feed(parallel=1, priority=-1))
+    redis_broker.push([(job("p0"), None)])
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
+    publish(redis_broker, "tb", ["b0"], "task:tb", unique_key="u", unique_for=30)
+    fed_publish(redis_broker, "fu", ["u0", "u1"], Feed(parallel=1, priority=-1))
     assert Queue("default", settings=redis_settings).clear() == 5
     for key in (
-        broker.keys.queue("default"),
-        broker.keys.share("default", "task:ta"),
-        broker.keys.share("default", "task:tb"),
+        redis_broker.keys.queue("default"),
+        redis_broker.keys.share("default", "task:ta"),
+        redis_broker.keys.share("default", "task:tb"),
     ):
-        assert not broker.redis.exists(key), key
+        assert not redis_broker.redis.exists(key), key
     # Cleared jobs ended: the unique key is free, the feed released its next job (kept: it
     # was not in the queue when it was cleared), which made a new ring.
-    assert not broker.redis.exists(broker.keys.unique("u"))
-    assert waiting(broker, broker.keys.urgent("default")) == ["u1"]
-    assert ring(broker) == [""]
-    assert broker.redis.llen(broker.keys.bell("default")) == 1
+    assert not redis_broker.redis.exists(redis_broker.keys.unique("u"))
+    assert waiting(redis_broker, redis_broker.keys.urgent("default")) == ["u1"]
+    assert ring(redis_broker) == [""]
+    assert redis_broker.redis.llen(redis_broker.keys.bell("default")) == 1
     assert claim_all(fetch) == ["u1"]
-    assert not broker.redis.exists(broker.keys.shares("default"))
-    publish(broker, "tc", ["c0"], "task:tc")
+    assert not redis_broker.redis.exists(redis_broker.keys.shares("default"))
+    publish(redis_broker, "tc", ["c0"], "task:tc")
     assert Queue("default", settings=redis_settings).clear() == 1
     for key in (
-        broker.keys.shares("default"),
-        broker.keys.bell("default"),
-        broker.keys.share("default", "task:tc"),
+        redis_broker.keys.shares("default"),
+        redis_broker.keys.bell("default"),
+        redis_broker.keys.share("default", "task:tc"),
     ):
-        assert not broker.redis.exists(key), key
+        assert not redis_broker.redis.exists(key), key
 
 
 def test_shutdown_and_give_back_return_share_jobs_to_the_queue(
-    broker: RedisBroker, fetch: ReliableFetch
+    redis_broker: RedisBroker, fetch: ReliableFetch
 ) -> None:
-    publish(broker, "ta", ["a0", "a1", "a2"], "task:ta")
+    publish(redis_broker, "ta", ["a0", "a1", "a2"], "task:ta")
     units = fetch.claim(2, [], [])
     assert fetch.requeue(units[:1]) == 1
     assert fetch.requeue_all(forget=True) == 1
     # Back at the head of queue:default (the jobs outside any task), each taking its turn.
-    assert waiting(broker, broker.keys.queue("default")) == ["a1", "a0"]
-    assert ring(broker) == ["", "task:ta"]
+    assert waiting(redis_broker, redis_broker.keys.queue("default")) == ["a1", "a0"]
+    assert ring(redis_broker) == ["", "task:ta"]
     assert claim_all(fetch) == ["a1", "a2", "a0"]
 
 
@@ -346,7 +354,7 @@ def blocked_in(broker: RedisBroker, *commands: str) -> list[dict[str, Any]]:
 
 
 def test_a_bell_wakes_an_idle_thread_and_a_plain_push_still_wakes_the_queue(
-    broker: RedisBroker, redis_settings: Settings
+    redis_broker: RedisBroker, redis_settings: Settings
 ) -> None:
     slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
     try:
@@ -363,13 +371,13 @@ def test_a_bell_wakes_an_idle_thread_and_a_plain_push_still_wakes_the_queue(
             thread.start()
         wait_until(lambda: len(blocked_in(slow, "blmove", "blpop")) >= 2)
         started = time.monotonic()
-        publish(broker, "ta", ["a0"], "task:ta")
+        publish(redis_broker, "ta", ["a0"], "task:ta")
         waiters[1].join(2)
         assert 1 in returned and returned[1][0] - started < 1.0
         # The bell wakes the thread; the job waits for its turn in the claim that follows.
         assert returned[1][1] is None
         started = time.monotonic()
-        broker.push([(job("p0"), None)])
+        redis_broker.push([(job("p0"), None)])
         waiters[0].join(2)
         assert 0 in returned and returned[0][0] - started < 1.0
         unit = returned[0][1]
@@ -430,33 +438,35 @@ def done(runs_file: Path) -> dict[str, float]:
     return {run.jid: run.at for run in read_runs(runs_file) if run.event == "done"}
 
 
-def test_an_idle_worker_starts_a_task_job_at_once(broker: RedisBroker, workers: tuple[Path, Any]) -> None:
+def test_an_idle_worker_starts_a_task_job_at_once(
+    redis_broker: RedisBroker, workers: tuple[Path, Any]
+) -> None:
     runs_file, start = workers
     # Two threads, one queue: one blocks on queue:default and one on its bell, each for the
     # whole fetch timeout (2 s), so a job the bell did not announce would wait up to that long.
     start(2)
-    broker.push([(record_job("warm-up"), None)])
+    redis_broker.push([(record_job("warm-up"), None)])
     wait_until(lambda: done(runs_file).get("warm-up"), timeout=20)
     for n in range(3):
         time.sleep(0.3)
         at = time.time()
-        publish_records(broker, f"t{n}", [record_job(f"a{n}")])
+        publish_records(redis_broker, f"t{n}", [record_job(f"a{n}")])
         finished = wait_until(lambda n=n: done(runs_file).get(f"a{n}"), timeout=10)
         assert finished - at < 0.5
         time.sleep(0.3)
         at = time.time()
-        broker.push([(record_job(f"p{n}"), None)])
+        redis_broker.push([(record_job(f"p{n}"), None)])
         finished = wait_until(lambda n=n: done(runs_file).get(f"p{n}"), timeout=10)
         assert finished - at < 0.5
 
 
 def test_a_killed_worker_loses_no_share_job(
-    broker: RedisBroker, workers: tuple[Path, Any], redis_settings: Settings
+    redis_broker: RedisBroker, workers: tuple[Path, Any], redis_settings: Settings
 ) -> None:
     runs_file, start = workers
-    publish_records(broker, "ta", [record_job(f"a{n}", 0.2) for n in range(20)])
-    publish_records(broker, "tb", [record_job(f"b{n}", 0.2) for n in range(20)])
-    broker.push([(record_job(f"p{n}", 0.2), None) for n in range(10)])
+    publish_records(redis_broker, "ta", [record_job(f"a{n}", 0.2) for n in range(20)])
+    publish_records(redis_broker, "tb", [record_job(f"b{n}", 0.2) for n in range(20)])
+    redis_broker.push([(record_job(f"p{n}", 0.2), None) for n in range(10)])
     everything = {f"a{n}" for n in range(20)} | {f"b{n}" for n in range(20)} | {f"p{n}" for n in range(10)}
     doomed = start(5)
     wait_until(lambda: len(done(runs_file)) >= 8, timeout=20)
@@ -472,23 +482,27 @@ def test_a_killed_worker_loses_no_share_job(
     wait_until(lambda: set(done(runs_file)) == everything, timeout=60)
     queue = Queue("default", settings=redis_settings)
     wait_until(lambda: queue.size == 0)
-    assert not broker.redis.exists(broker.keys.shares("default"))
+    assert not redis_broker.redis.exists(redis_broker.keys.shares("default"))
     os.killpg(survivor.pid, signal.SIGTERM)
     assert survivor.wait(15) == 0
 
 
-def test_stats_load_the_sizes_script_when_redis_lacks_it(broker: RedisBroker, reader: RedisReader) -> None:
+def test_stats_load_the_sizes_script_when_redis_lacks_it(
+    redis_broker: RedisBroker, reader: RedisReader
+) -> None:
     from asynctask.brokers.redis.scripts import script_source
 
-    publish(broker, "ta", ["a0", "a1"], "task:ta")
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
     # A text Redis has never seen: its first EVALSHA fails with NOSCRIPT.
-    reader._sizes = broker.redis.register_script(script_source("sizes") + f"\n-- {broker.keys.prefix}")
+    reader._sizes = redis_broker.redis.register_script(
+        script_source("sizes") + f"\n-- {redis_broker.keys.prefix}"
+    )
     assert reader.stats("default").queues == {"default": 2}
     assert reader.stats("default").queues == {"default": 2}
 
 
 def test_a_claim_takes_no_jobs_for_threads_blocked_in_redis(
-    broker: RedisBroker, redis_settings: Settings
+    redis_broker: RedisBroker, redis_settings: Settings
 ) -> None:
     slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
     try:
@@ -496,11 +510,11 @@ def test_a_claim_takes_no_jobs_for_threads_blocked_in_redis(
         blocked = threading.Thread(target=fetcher.wait, args=(0,))
         blocked.start()
         wait_until(lambda: blocked_in(slow, "blmove"))
-        publish(broker, "ta", ["a0", "a1"], "task:ta")
+        publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
         # Two threads in fetch, one of them blocked on queue:default: one job is claimed, the
         # other stays queued for whichever thread comes next.
         assert jids([u.payload for u in fetcher.claim(2, [], [])]) == ["a0"]
-        assert waiting(broker, broker.keys.share("default", "task:ta")) == ["a1"]
+        assert waiting(redis_broker, redis_broker.keys.share("default", "task:ta")) == ["a1"]
         fetcher.interrupt()
         blocked.join(5)
     finally:
@@ -508,7 +522,7 @@ def test_a_claim_takes_no_jobs_for_threads_blocked_in_redis(
 
 
 def test_a_thread_leaving_the_queue_unwatched_wakes_one_on_the_bell(
-    broker: RedisBroker, redis_settings: Settings
+    redis_broker: RedisBroker, redis_settings: Settings
 ) -> None:
     slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
     try:
@@ -524,12 +538,12 @@ def test_a_thread_leaving_the_queue_unwatched_wakes_one_on_the_bell(
             thread.start()
         wait_until(lambda: len(blocked_in(slow, "blmove", "blpop")) >= 2)
         started = time.monotonic()
-        broker.push([(job("p0"), None)])
+        redis_broker.push([(job("p0"), None)])
         for thread in waiters:
             thread.join(2)
         # The bell's thread came back at once, to watch queue:default in its turn.
         assert returned[0] - started < 1.0 and returned[1] - started < 1.0
-        assert not broker.redis.exists(broker.keys.bell("default"))
+        assert not redis_broker.redis.exists(redis_broker.keys.bell("default"))
 
         # A lone idle thread does not sit out the whole fetch timeout on one of the two.
         started = time.monotonic()

@@ -79,44 +79,49 @@ def fetcher_of(broker: SqlBroker, name: str = "me") -> SqlFetcher:
     return fetcher
 
 
-def test_the_tasks_of_two_tenants_interleave(broker: SqlBroker) -> None:
-    stage(broker, "A", 3, tenant="a")
-    stage(broker, "B", 2, tenant="b")
-    assert turns(broker) == {"A0": 0, "A1": 1, "A2": 2, "B0": 0, "B1": 1}
-    assert one_by_one(fetcher_of(broker)) == ["A0", "B0", "A1", "B1", "A2"]
+def test_the_tasks_of_two_tenants_interleave(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, "A", 3, tenant="a")
+    stage(sql_broker, "B", 2, tenant="b")
+    assert turns(sql_broker) == {"A0": 0, "A1": 1, "A2": 2, "B0": 0, "B1": 1}
+    assert one_by_one(fetcher_of(sql_broker)) == ["A0", "B0", "A1", "B1", "A2"]
 
 
-def test_a_tenants_second_task_goes_after_its_first(broker: SqlBroker) -> None:
-    stage(broker, "A", 3, tenant="a")
-    stage(broker, "C", 2, tenant="a")
-    stage(broker, "B", 2, tenant="b")
-    assert turns(broker) == {"A0": 0, "A1": 1, "A2": 2, "C0": 3, "C1": 4, "B0": 0, "B1": 1}
-    with broker.engine.connect() as connection:
+def test_a_tenants_second_task_goes_after_its_first(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, "A", 3, tenant="a")
+    stage(sql_broker, "C", 2, tenant="a")
+    stage(sql_broker, "B", 2, tenant="b")
+    assert turns(sql_broker) == {"A0": 0, "A1": 1, "A2": 2, "C0": 3, "C1": 4, "B0": 0, "B1": 1}
+    with sql_broker.engine.connect() as connection:
         shares = {(s.queue, s.share, s.last_turn) for s in connection.execute(select(Share))}
     assert shares == {("default", "tenant:a", 5), ("default", "tenant:b", 2)}
-    assert one_by_one(fetcher_of(broker)) == ["A0", "B0", "A1", "B1", "A2", "C0", "C1"]
+    assert one_by_one(fetcher_of(sql_broker)) == ["A0", "B0", "A1", "B1", "A2", "C0", "C1"]
 
 
-def test_a_tenants_turns_go_past_a_small_integer(broker: SqlBroker) -> None:
+def test_a_tenants_turns_go_past_a_small_integer(sql_broker: SqlBroker) -> None:
     # PostgreSQL once added the parameters as the smallints psycopg sent them as: 40,000 overflowed.
-    stage(broker, "A", 3, tenant="a")
-    with broker.engine.begin() as connection:
+    stage(sql_broker, "A", 3, tenant="a")
+    with sql_broker.engine.begin() as connection:
         connection.execute(update(Share).values(last_turn=32_000))
-    fetcher = fetcher_of(broker)
+    fetcher = fetcher_of(sql_broker)
     assert classes(fetcher.claim(3, [], [])) == ["A0", "A1", "A2"]
-    stage(broker, "C", 8_000, tenant="a")
-    with broker.engine.connect() as connection:
+    stage(sql_broker, "C", 8_000, tenant="a")
+    with sql_broker.engine.connect() as connection:
         assert connection.execute(select(Share.last_turn)).scalar_one() == 40_000
 
 
-def test_a_task_without_tenant_starts_at_the_head_and_keeps_no_row(broker: SqlBroker) -> None:
-    stage(broker, "A", 4, tenant="a")
-    fetcher = fetcher_of(broker)
+def test_a_task_without_tenant_starts_at_the_head_and_keeps_no_row(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, "A", 4, tenant="a")
+    fetcher = fetcher_of(sql_broker)
     assert classes(fetcher.claim(2, [], [])) == ["A0", "A1"]
-    stage(broker, "X", 2)
-    stage(broker, "Y", 2)
-    assert {k: v for k, v in turns(broker).items() if k[0] in "XY"} == {"X0": 2, "X1": 3, "Y0": 2, "Y1": 3}
-    with broker.engine.connect() as connection:
+    stage(sql_broker, "X", 2)
+    stage(sql_broker, "Y", 2)
+    assert {k: v for k, v in turns(sql_broker).items() if k[0] in "XY"} == {
+        "X0": 2,
+        "X1": 3,
+        "Y0": 2,
+        "Y1": 3,
+    }
+    with sql_broker.engine.connect() as connection:
         assert [s.share for s in connection.execute(select(Share))] == ["tenant:a"]
     assert one_by_one(fetcher) == ["A2", "X0", "Y0", "A3", "X1", "Y1"]
 
@@ -130,35 +135,35 @@ def two_tenants_and_plain_jobs(broker: SqlBroker) -> list[str]:
     return ["P0", "A0", "B0", "P1", "A1", "B1", "P2", "A2", "B2"]
 
 
-def test_plain_jobs_take_one_turn_per_round(broker: SqlBroker) -> None:
+def test_plain_jobs_take_one_turn_per_round(sql_broker: SqlBroker) -> None:
     """One job per claim: the plain share's round is what keeps it from taking every claim
     while the head's round is served."""
-    rotation = two_tenants_and_plain_jobs(broker)
-    assert one_by_one(fetcher_of(broker)) == rotation
+    rotation = two_tenants_and_plain_jobs(sql_broker)
+    assert one_by_one(fetcher_of(sql_broker)) == rotation
 
 
-def test_a_batch_claim_takes_and_hands_out_the_rotation(broker: SqlBroker) -> None:
-    rotation = two_tenants_and_plain_jobs(broker)
-    fetcher = fetcher_of(broker)
+def test_a_batch_claim_takes_and_hands_out_the_rotation(sql_broker: SqlBroker) -> None:
+    rotation = two_tenants_and_plain_jobs(sql_broker)
+    fetcher = fetcher_of(sql_broker)
     assert classes(fetcher.claim(5, [], [])) == rotation[:5]
     assert classes(fetcher.claim(4, [], [])) == rotation[5:]
 
 
-def test_plain_jobs_alone_are_claimed_in_push_order(broker: SqlBroker) -> None:
-    plain(broker, "P", 3)
-    plain(broker, "Q", 1, priority=-1)
-    fetcher = fetcher_of(broker)
+def test_plain_jobs_alone_are_claimed_in_push_order(sql_broker: SqlBroker) -> None:
+    plain(sql_broker, "P", 3)
+    plain(sql_broker, "Q", 1, priority=-1)
+    fetcher = fetcher_of(sql_broker)
     assert classes(fetcher.claim(2, [], [])) == ["Q0", "P0"]
     assert one_by_one(fetcher) == ["P1", "P2"]
 
 
-def test_priority_beats_fairness(broker: SqlBroker) -> None:
-    stage(broker, "A", 2, tenant="a", priority=5)
-    stage(broker, "B", 2, tenant="b")
-    plain(broker, "P", 2, priority=1)
-    plain(broker, "Q", 1, priority=-1)
+def test_priority_beats_fairness(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, "A", 2, tenant="a", priority=5)
+    stage(sql_broker, "B", 2, tenant="b")
+    plain(sql_broker, "P", 2, priority=1)
+    plain(sql_broker, "Q", 1, priority=-1)
     expected = ["Q0", "B0", "B1", "P0", "P1", "A0", "A1"]
-    fetcher = fetcher_of(broker)
+    fetcher = fetcher_of(sql_broker)
     units = fetcher.claim(7, [], [])
     assert classes(units) == expected
     fetcher.requeue(units)
@@ -169,9 +174,9 @@ def test_priority_beats_fairness(broker: SqlBroker) -> None:
     "fifo", [{"queues": (QueueSpec("default", fair=False),)}, {"fifo_queues": ("default",)}]
 )
 def test_a_fifo_queue_is_claimed_by_priority_then_push_order(
-    make_broker: Callable[..., SqlBroker], fifo: dict[str, Any]
+    make_sql_broker: Callable[..., SqlBroker], fifo: dict[str, Any]
 ) -> None:
-    broker = make_broker(**fifo)
+    broker = make_sql_broker(**fifo)
     stage(broker, "A", 3, tenant="a")
     plain(broker, "P", 1)
     stage(broker, "B", 2, tenant="b")
@@ -185,8 +190,8 @@ def test_a_fifo_queue_is_claimed_by_priority_then_push_order(
     assert one_by_one(fetcher) == expected
 
 
-def test_fair_and_fifo_queues_in_one_claim(make_broker: Callable[..., SqlBroker]) -> None:
-    broker = make_broker(queues=(QueueSpec("f"), QueueSpec("o", fair=False)))
+def test_fair_and_fifo_queues_in_one_claim(make_sql_broker: Callable[..., SqlBroker]) -> None:
+    broker = make_sql_broker(queues=(QueueSpec("f"), QueueSpec("o", fair=False)))
     for queue in "of":
         stage(broker, f"{queue.upper()}A", 2, tenant="a", queue=queue)
         stage(broker, f"{queue.upper()}B", 2, tenant="b", queue=queue)
@@ -198,25 +203,25 @@ def test_fair_and_fifo_queues_in_one_claim(make_broker: Callable[..., SqlBroker]
     assert one_by_one(fetcher) == expected
 
 
-def test_turns_never_go_back_after_the_queue_drains(broker: SqlBroker) -> None:
+def test_turns_never_go_back_after_the_queue_drains(sql_broker: SqlBroker) -> None:
     """A tenant whose old jobs all ran is not put behind a newcomer: the newcomer starts after
     the last turn reached, not at 0 again."""
-    stage(broker, "A", 3, tenant="a")
-    fetcher = fetcher_of(broker)
+    stage(sql_broker, "A", 3, tenant="a")
+    fetcher = fetcher_of(sql_broker)
     done = fetcher.claim(3, [], [])
-    assert fetcher.claim(3, done, []) == [] and rows(broker) == []
-    stage(broker, "B", 3, tenant="b")
-    stage(broker, "C", 3, tenant="a")
-    assert [turns(broker)[k] for k in ("B0", "C0")] == [3, 3]
+    assert fetcher.claim(3, done, []) == [] and rows(sql_broker) == []
+    stage(sql_broker, "B", 3, tenant="b")
+    stage(sql_broker, "C", 3, tenant="a")
+    assert [turns(sql_broker)[k] for k in ("B0", "C0")] == [3, 3]
     assert one_by_one(fetcher) == ["B0", "C0", "B1", "C1", "B2", "C2"]
 
 
-def test_batches_held_and_keyed_rows_are_tagged_and_keep_their_turns(broker: SqlBroker) -> None:
-    stage(broker, "A", 4, tenant="a", batches=2)
-    stage(broker, "F", 3, tenant="f", feed=Feed(parallel=1), batches=2)
-    stage(broker, "K", 2, concurrency_key="k", concurrency_limit=1)
-    stage(broker, "X", 4, batches=2)
-    found = {payload.loads(r.payload)["class"]: (r.state, r.turn) for r in rows(broker)}
+def test_batches_held_and_keyed_rows_are_tagged_and_keep_their_turns(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, "A", 4, tenant="a", batches=2)
+    stage(sql_broker, "F", 3, tenant="f", feed=Feed(parallel=1), batches=2)
+    stage(sql_broker, "K", 2, concurrency_key="k", concurrency_limit=1)
+    stage(sql_broker, "X", 4, batches=2)
+    found = {payload.loads(r.payload)["class"]: (r.state, r.turn) for r in rows(sql_broker)}
     assert {k: v for k, v in found.items() if k[0] == "X"} == {f"X{n}": ("queued", n) for n in range(4)}
     assert {k: v for k, v in found.items() if k[0] != "X"} == {
         "A0": ("queued", 0),
@@ -229,33 +234,33 @@ def test_batches_held_and_keyed_rows_are_tagged_and_keep_their_turns(broker: Sql
         "K0": ("queued", 0),
         "K1": ("lane", 1),
     }
-    fetcher = fetcher_of(broker)
+    fetcher = fetcher_of(sql_broker)
     units = fetcher.claim(3, [], [])
     assert classes(units) == ["A0", "F0", "K0"]
     # A retry goes back with its turn, and a requeued job keeps it.
     first = units[0]
-    broker.retry_at(first, payload.loads(first.payload) | {"retry_count": 0}, payload.now() - 1)
-    assert broker.enqueue_due("retry", payload.loads) == 1
+    sql_broker.retry_at(first, payload.loads(first.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert sql_broker.enqueue_due("retry", payload.loads) == 1
     fetcher.requeue(units[1:2])
-    assert turns(broker)["A0"] == 0 and turns(broker)["F0"] == 0
+    assert turns(sql_broker)["A0"] == 0 and turns(sql_broker)["F0"] == 0
     # K0's end promotes K1 from its line, F0's releases F1: both with their turns.
     [f0] = [u for u in fetcher.claim(10, [units[2]], []) if classes([u]) == ["F0"]]
     fetcher.claim(1, [f0], [])
-    found = {payload.loads(r.payload)["class"]: (r.state, r.turn) for r in rows(broker)}
+    found = {payload.loads(r.payload)["class"]: (r.state, r.turn) for r in rows(sql_broker)}
     assert (found["K1"], found["F1"]) == (("queued", 1), ("queued", 1))
 
 
-def test_a_pushed_job_of_a_task_is_plain(broker: SqlBroker) -> None:
-    broker.push([(job("T0", task="T"), None)])
-    assert turns(broker) == {"T0": None}
+def test_a_pushed_job_of_a_task_is_plain(sql_broker: SqlBroker) -> None:
+    sql_broker.push([(job("T0", task="T"), None)])
+    assert turns(sql_broker) == {"T0": None}
 
 
 def test_concurrent_claimers_never_claim_one_row_twice(
-    make_broker: Callable[..., SqlBroker], database_url: str
+    make_sql_broker: Callable[..., SqlBroker], database_url: str
 ) -> None:
     if not database_url.startswith("postgresql"):
         pytest.skip("SQLite's write lock serialises claimers")
-    broker = make_broker(concurrency=8)
+    broker = make_sql_broker(concurrency=8)
     for n in range(6):
         stage(broker, f"T{n}-", 50, tenant=f"t{n % 3}")
     plain(broker, "P", 100)
@@ -304,22 +309,22 @@ def explain(broker: SqlBroker, fifo: bool = False, mix: Mix = "both") -> str:
         return "\n".join(str(row[-1]) for row in found)
 
 
-def test_the_fair_claim_reads_the_heads_of_its_indexes(broker: SqlBroker) -> None:
+def test_the_fair_claim_reads_the_heads_of_its_indexes(sql_broker: SqlBroker) -> None:
     for n in range(20):
-        stage(broker, f"T{n}-", 100, tenant=f"t{n}")
-    plain(broker, "P", 2000)
-    plan = explain(broker)
+        stage(sql_broker, f"T{n}-", 100, tenant=f"t{n}")
+    plain(sql_broker, "P", 2000)
+    plan = explain(sql_broker)
     assert "ix_asynctask_job_turn" in plan and "ix_asynctask_job_plain" in plan, plan
     assert "ix_asynctask_job_fetch" not in plan, plan
     # A scan of every waiting row would show as a sequential scan or a scan of the table.
     assert "Seq Scan on asynctask_job" not in plan, plan
     assert not re.search(r"SCAN asynctask_job(?! USING)", plan), plan
-    fifo = explain(broker, fifo=True)
+    fifo = explain(sql_broker, fifo=True)
     assert "ix_asynctask_job_fetch" in fifo and "ix_asynctask_job_turn" not in fifo, fifo
-    if broker.store.sql.postgres:
+    if sql_broker.store.sql.postgres:
         # The claims that read one kind look for the other at the head of its index.
         for mix in ("tagged", "plain"):
-            one_kind = explain(broker, mix=mix)
+            one_kind = explain(sql_broker, mix=mix)
             assert "ix_asynctask_job_turn" in one_kind and "ix_asynctask_job_plain" in one_kind, one_kind
             assert "Seq Scan on asynctask_job" not in one_kind, one_kind
             assert "ix_asynctask_job_fetch" not in one_kind, one_kind
@@ -345,24 +350,24 @@ def pipelines_asked(broker: SqlBroker, monkeypatch: pytest.MonkeyPatch) -> list[
 
 
 def test_a_fair_claim_reads_its_index_in_order_on_a_table_without_statistics(
-    broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
+    sql_broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A queue of 40,000 jobs that was never analyzed: left to the planner, PostgreSQL 15 read
     the tagged rows from the fetch index and sorted them all at every claim (a claim of 10 jobs
     cost as much as the queue was long). The claim is planned without sorts, and the fetcher
     asks for that for every claim of a fair queue."""
-    if not broker.store.sql.postgres:
+    if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite has no generic plans; its claim plans are checked above")
-    stage(broker, "A", 40_000, batches=8)
-    statements = broker.store.sql
+    stage(sql_broker, "A", 40_000, batches=8)
+    statements = sql_broker.store.sql
     claim = statements.claim((True,), 10, "tagged")
     params = {"ids": statements.ids([]), "me": "me", "now": 0.0, "queues": ["default"]}
-    found = broker.store.pipelined([(text(f"EXPLAIN {claim.text}"), params)], index_order=True)
+    found = sql_broker.store.pipelined([(text(f"EXPLAIN {claim.text}"), params)], index_order=True)
     plan = "\n".join(str(row[0]) for row in found)
     assert "ix_asynctask_job_turn" in plan and "ix_asynctask_job_fetch" not in plan, plan
 
-    asked = pipelines_asked(broker, monkeypatch)
-    fetcher = fetcher_of(broker)
+    asked = pipelines_asked(sql_broker, monkeypatch)
+    fetcher = fetcher_of(sql_broker)
     assert classes(fetcher.claim(2, [], [])) == ["A0", "A1"]
     assert asked == [("alone", True)]
 
@@ -374,47 +379,47 @@ def test_a_fair_claim_reads_its_index_in_order_on_a_table_without_statistics(
 
 
 def test_a_fair_claim_that_ends_keyed_jobs_is_planned_without_sorts(
-    broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
+    sql_broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The claim that acknowledges keyed jobs (and promotes the next of their keys) asks for the
     plan without sorts too."""
-    if not broker.store.sql.postgres:
+    if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite has no generic plans; its claim plans are checked above")
-    stage(broker, "K", 3, concurrency_key="k", concurrency_limit=1)
-    fetcher = fetcher_of(broker)
+    stage(sql_broker, "K", 3, concurrency_key="k", concurrency_limit=1)
+    fetcher = fetcher_of(sql_broker)
     first = fetcher.claim(1, [], [])
     assert classes(first) == ["K0"]
-    asked = pipelines_asked(broker, monkeypatch)
+    asked = pipelines_asked(sql_broker, monkeypatch)
     assert classes(fetcher.claim(1, first, [])) == ["K1"]
     assert asked == [("alone", True)]
 
 
-def test_a_claim_reads_the_kinds_the_claim_before_saw_waiting(broker: SqlBroker) -> None:
+def test_a_claim_reads_the_kinds_the_claim_before_saw_waiting(sql_broker: SqlBroker) -> None:
     """A queue of tasks alone, or of plain jobs alone, is claimed by one index read, as a FIFO
     queue is; a job of the other kind that comes is read by the next claim."""
-    if not broker.store.sql.postgres:
+    if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite's claim reads both kinds: its write lock costs more than the read")
-    stage(broker, "A", 4, tenant="a")
-    fetcher = fetcher_of(broker)
+    stage(sql_broker, "A", 4, tenant="a")
+    fetcher = fetcher_of(sql_broker)
     assert classes(fetcher.claim(1, [], [])) == ["A0"]
     assert reads(fetcher) == "tagged"
-    plain(broker, "P", 2)
+    plain(sql_broker, "P", 2)
     # Read as the claim before saw the queue; it sees the plain jobs waiting.
     assert classes(fetcher.claim(1, [], [])) == ["A1"]
     assert reads(fetcher) == "both"
     assert one_by_one(fetcher) == ["P0", "A2", "P1", "A3"]
 
 
-def test_a_claim_that_read_none_of_the_kind_waiting_reads_it_at_once(broker: SqlBroker) -> None:
-    if not broker.store.sql.postgres:
+def test_a_claim_that_read_none_of_the_kind_waiting_reads_it_at_once(sql_broker: SqlBroker) -> None:
+    if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite's claim reads both kinds")
-    stage(broker, "A", 1, tenant="a")
-    fetcher = fetcher_of(broker)
+    stage(sql_broker, "A", 1, tenant="a")
+    fetcher = fetcher_of(sql_broker)
     assert classes(fetcher.claim(1, [], [])) == ["A0"]
     assert reads(fetcher) == "tagged"
-    plain(broker, "P", 1)
+    plain(sql_broker, "P", 1)
     # No tagged row is left: the same call claims again, reading the plain rows it saw.
     assert classes(fetcher.claim(1, [], [])) == ["P0"]
     assert reads(fetcher) == "plain"
-    stage(broker, "B", 1, tenant="b")
+    stage(sql_broker, "B", 1, tenant="b")
     assert classes(fetcher.claim(1, [], [])) == ["B0"]

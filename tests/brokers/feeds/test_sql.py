@@ -83,22 +83,22 @@ def feed_row(broker: SqlBroker, task: str = "T") -> Any:
         return connection.execute(select(FeedRow).where(FeedRow.task_id == task)).first()
 
 
-def test_publish_holds_the_jobs_in_item_order_and_releases_up_to_parallel(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=2, priority=-1), 7, batches=3)
-    assert states(broker) == [(0, "queued"), (1, "queued")] + [(n, "held") for n in range(2, 7)]
-    assert {r.feed for r in rows(broker)} == {"T"}
+def test_publish_holds_the_jobs_in_item_order_and_releases_up_to_parallel(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=2, priority=-1), 7, batches=3)
+    assert states(sql_broker) == [(0, "queued"), (1, "queued")] + [(n, "held") for n in range(2, 7)]
+    assert {r.feed for r in rows(sql_broker)} == {"T"}
     # Released rows take the feed's priority; the held ones get it when they are released.
-    assert [r.priority for r in rows(broker) if r.state == "queued"] == [-1, -1]
-    assert checked(broker) == FeedState(Feed(parallel=2, priority=-1), held=5, out=2)
-    found = feed_row(broker)
+    assert [r.priority for r in rows(sql_broker) if r.state == "queued"] == [-1, -1]
+    assert checked(sql_broker) == FeedState(Feed(parallel=2, priority=-1), held=5, out=2)
+    found = feed_row(sql_broker)
     assert found.last_release_at is not None and found.next_at is not None
 
 
 def test_every_acknowledgement_releases_the_next_held_job_and_never_more_than_parallel(
-    broker: SqlBroker,
+    sql_broker: SqlBroker,
 ) -> None:
-    stage(broker, Feed(parallel=2), 6)
-    fetcher = broker.fetcher("me")
+    stage(sql_broker, Feed(parallel=2), 6)
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     ran: list[int] = []
     units = claim_all(fetcher)
@@ -107,23 +107,23 @@ def test_every_acknowledgement_releases_the_next_held_job_and_never_more_than_pa
         ran += items(units[:1])
         # The ack of one job, inside the next claim: its slot goes to the next held job.
         units = units[1:] + fetcher.claim(10, units[:1], [])
-        state = checked(broker)
+        state = checked(sql_broker)
         assert state is not None and state.out <= 2
         if not units:
             units = claim_all(fetcher)
     assert ran == list(range(6))
-    assert rows(broker) == []
-    assert checked(broker) == FeedState(Feed(parallel=2), held=0, out=0)
-    assert feed_row(broker).next_at is None
+    assert rows(sql_broker) == []
+    assert checked(sql_broker) == FeedState(Feed(parallel=2), held=0, out=0)
+    assert feed_row(sql_broker).next_at is None
 
 
 def test_postgresql_releases_every_tenth_of_parallel_ends_and_the_tick_releases_the_rest(
-    broker: SqlBroker,
+    sql_broker: SqlBroker,
 ) -> None:
-    if not broker.store.postgres:
+    if not sql_broker.store.postgres:
         pytest.skip("SQLite releases in the acknowledgement's own transaction, at every end")
-    stage(broker, Feed(parallel=20), 40)
-    fetcher = broker.fetcher("me")
+    stage(sql_broker, Feed(parallel=20), 40)
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     units = claim_all(fetcher)
     assert len(units) == 20
@@ -132,35 +132,35 @@ def test_postgresql_releases_every_tenth_of_parallel_ends_and_the_tick_releases_
         nonlocal units
         fetcher.claim(0, units[:count], [])
         units = units[count:]
-        return checked(broker)
+        return checked(sql_broker)
 
     # The first end teaches the process the feed's step (parallel 20: 2 ends).
     assert ack(1) == FeedState(Feed(parallel=20), held=19, out=20)
     assert ack(1) == FeedState(Feed(parallel=20), held=19, out=19)
     assert ack(1) == FeedState(Feed(parallel=20), held=17, out=20)
     assert ack(1) == FeedState(Feed(parallel=20), held=17, out=19)
-    assert broker.feeds.tick() == 1
-    assert checked(broker) == FeedState(Feed(parallel=20), held=16, out=20)
+    assert sql_broker.feeds.tick() == 1
+    assert checked(sql_broker) == FeedState(Feed(parallel=20), held=16, out=20)
     # Releases after an acknowledgement move the cursor too (``held_in_order``), and out_from
     # to the first row out.
-    assert feed_row(broker).released_id == max(r.id for r in rows(broker) if r.state != "held")
-    assert feed_row(broker).out_from == min(r.id for r in rows(broker) if r.state != "held")
+    assert feed_row(sql_broker).released_id == max(r.id for r in rows(sql_broker) if r.state != "held")
+    assert feed_row(sql_broker).out_from == min(r.id for r in rows(sql_broker) if r.state != "held")
 
 
-def test_a_release_reads_the_held_rows_after_the_last_it_released(broker: SqlBroker) -> None:
-    if not broker.store.postgres:
+def test_a_release_reads_the_held_rows_after_the_last_it_released(sql_broker: SqlBroker) -> None:
+    if not sql_broker.store.postgres:
         pytest.skip("SQLite removes an index entry with its row; PostgreSQL keeps it until a vacuum")
-    stage(broker, Feed(parallel=2_000), 4_000)
+    stage(sql_broker, Feed(parallel=2_000), 4_000)
     # Staged rows share the task's enqueue time as run_at (a release sets it to now).
-    staged_at = {r.run_at for r in rows(broker) if r.state == "held"}.pop()
-    last = max(r.id for r in rows(broker) if r.state == "queued")
-    assert (feed_row(broker).released_run_at, feed_row(broker).released_id) == (staged_at, last)
-    with broker.engine.begin() as connection:
+    staged_at = {r.run_at for r in rows(sql_broker) if r.state == "held"}.pop()
+    last = max(r.id for r in rows(sql_broker) if r.state == "queued")
+    assert (feed_row(sql_broker).released_run_at, feed_row(sql_broker).released_id) == (staged_at, last)
+    with sql_broker.engine.begin() as connection:
         connection.execute(delete(QueuedJob).where(QueuedJob.state == "queued"))
 
     def pages_read(cursor: tuple[float, int]) -> int:
         """Index and table pages the next release's read of held rows touches."""
-        statement = broker.store.sql.feeds.candidates.compile(dialect=broker.engine.dialect)
+        statement = sql_broker.store.sql.feeds.candidates.compile(dialect=sql_broker.engine.dialect)
         params = {
             "task_id": "T",
             "parallel": 10,
@@ -168,7 +168,7 @@ def test_a_release_reads_the_held_rows_after_the_last_it_released(broker: SqlBro
             "released_id": cursor[1],
             "out_from": last + 1,
         }
-        with broker.engine.connect() as connection:
+        with sql_broker.engine.connect() as connection:
             plan = connection.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", params)
             return int(plan.scalar_one()[0]["Plan"]["Shared Hit Blocks"])
 
@@ -176,302 +176,310 @@ def test_a_release_reads_the_held_rows_after_the_last_it_released(broker: SqlBro
     assert pages_read((0.0, 0)) > 5 * pages_read((staged_at, last))
     assert pages_read((staged_at, last)) < 20
     # A row that rejoins the front is read first whatever the cursor.
-    held = [r for r in rows(broker) if r.state == "held"]
-    with broker.engine.begin() as connection:
+    held = [r for r in rows(sql_broker) if r.state == "held"]
+    with sql_broker.engine.begin() as connection:
         connection.execute(update(QueuedJob).where(QueuedJob.id == held[-1].id).values(run_at=0))
-    assert broker.feeds.update("T", FeedChange(parallel=1)) == FeedState(Feed(parallel=1), held=1_999, out=1)
-    assert [r.id for r in rows(broker) if r.state == "queued"] == [held[-1].id]
+    assert sql_broker.feeds.update("T", FeedChange(parallel=1)) == FeedState(
+        Feed(parallel=1), held=1_999, out=1
+    )
+    assert [r.id for r in rows(sql_broker) if r.state == "queued"] == [held[-1].id]
     # Rows out are counted from the feed's out_from, which a release after an acknowledgement
     # moves to the first row out: the ended rows' entries, still in the out index, are not
     # walked again.
-    assert feed_row(broker).out_from < last
-    assert broker.feeds.release_now(["T"]) == 0
-    assert feed_row(broker).out_from == held[-1].id
+    assert feed_row(sql_broker).out_from < last
+    assert sql_broker.feeds.release_now(["T"]) == 0
+    assert feed_row(sql_broker).out_from == held[-1].id
 
 
-def test_settle_releases_in_its_transaction(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 3)
-    fetcher = broker.fetcher("me")
+def test_settle_releases_in_its_transaction(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 3)
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
     fetcher.settle([unit], [])
-    assert states(broker) == [(1, "queued"), (2, "held")]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+    assert states(sql_broker) == [(1, "queued"), (2, "held")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=1, out=1)
 
 
-def test_kill_and_release_free_the_slot(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 3)
-    fetcher = broker.fetcher("me")
+def test_kill_and_release_free_the_slot(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 3)
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
-    broker.kill(unit, unit.payload.decode())
-    assert states(broker) == [(0, "dead"), (1, "queued"), (2, "held")]
+    sql_broker.kill(unit, unit.payload.decode())
+    assert states(sql_broker) == [(0, "dead"), (1, "queued"), (2, "held")]
     [unit] = claim_all(fetcher)
-    broker.release(unit)
-    assert states(broker) == [(0, "dead"), (2, "queued")]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=1)
+    sql_broker.release(unit)
+    assert states(sql_broker) == [(0, "dead"), (2, "queued")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=0, out=1)
 
 
-def test_read_api_removals_release(broker: SqlBroker) -> None:
-    reader = SqlReader(broker.engine, broker.settings)
-    stage(broker, Feed(parallel=2), 6)
+def test_read_api_removals_release(sql_broker: SqlBroker) -> None:
+    reader = SqlReader(sql_broker.engine, sql_broker.settings)
+    stage(sql_broker, Feed(parallel=2), 6)
     head = next(
         entry for entry in reader.queue_rows("default", 10) if payload.loads(entry.raw)["args"] == [0]
     )
     assert reader.queue_delete("default", head)
-    assert states(broker) == [(1, "queued"), (2, "queued")] + [(n, "held") for n in range(3, 6)]
+    assert states(sql_broker) == [(1, "queued"), (2, "queued")] + [(n, "held") for n in range(3, 6)]
     # Held jobs are in no queue: a clear ends the released ones only, and the feed refills.
     assert reader.queue_clear("default") == 2
-    assert states(broker) == [(3, "queued"), (4, "queued"), (5, "held")]
-    [unit, _] = claim_all(broker.fetcher("me"))
-    broker.kill(unit, unit.payload.decode())
+    assert states(sql_broker) == [(3, "queued"), (4, "queued"), (5, "held")]
+    [unit, _] = claim_all(sql_broker.fetcher("me"))
+    sql_broker.kill(unit, unit.payload.decode())
     [dead] = reader.set_rows("dead", 10)
     assert reader.set_delete("dead", dead)
-    assert checked(broker) == FeedState(Feed(parallel=2), held=0, out=2)
+    assert checked(sql_broker) == FeedState(Feed(parallel=2), held=0, out=2)
 
 
-def test_a_retry_frees_its_slot_and_rejoins_the_front_of_the_held_jobs_when_due(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 3)
-    fetcher = broker.fetcher("me")
+def test_a_retry_frees_its_slot_and_rejoins_the_front_of_the_held_jobs_when_due(
+    sql_broker: SqlBroker,
+) -> None:
+    stage(sql_broker, Feed(parallel=1), 3)
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
-    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
-    assert states(broker) == [(0, "retry"), (1, "queued"), (2, "held")]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+    sql_broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert states(sql_broker) == [(0, "retry"), (1, "queued"), (2, "held")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=1, out=1)
     # Due again: held at the front, not queued (the feed has no room).
-    assert broker.enqueue_due("retry", payload.loads) == 1
-    assert states(broker) == [(0, "held"), (1, "queued"), (2, "held")]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=2, out=1)
+    assert sql_broker.enqueue_due("retry", payload.loads) == 1
+    assert states(sql_broker) == [(0, "held"), (1, "queued"), (2, "held")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=2, out=1)
     [unit] = claim_all(fetcher)
     assert items([unit]) == [1]
     assert items(acked_and_claimed(fetcher, [unit])) == [0]
-    assert states(broker) == [(0, "queued"), (2, "held")]
+    assert states(sql_broker) == [(0, "queued"), (2, "held")]
 
 
-def test_a_retry_due_with_room_is_released_at_once(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 1)
-    [unit] = claim_all(broker.fetcher("me"))
-    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
-    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=0)
-    broker.enqueue_due("retry", payload.loads)
-    assert states(broker) == [(0, "queued")]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=1)
+def test_a_retry_due_with_room_is_released_at_once(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 1)
+    [unit] = claim_all(sql_broker.fetcher("me"))
+    sql_broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=0, out=0)
+    sql_broker.enqueue_due("retry", payload.loads)
+    assert states(sql_broker) == [(0, "queued")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=0, out=1)
 
 
-def test_a_retry_of_a_cancelled_feed_is_enqueued_as_usual(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 3)
-    [unit] = claim_all(broker.fetcher("me"))
-    broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
-    assert broker.feeds.cancel("T") == 1
-    assert states(broker) == [(0, "retry"), (1, "queued")]
-    broker.enqueue_due("retry", payload.loads)
-    assert states(broker) == [(0, "queued"), (1, "queued")]
-    assert broker.feeds.state("T") is None
+def test_a_retry_of_a_cancelled_feed_is_enqueued_as_usual(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 3)
+    [unit] = claim_all(sql_broker.fetcher("me"))
+    sql_broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
+    assert sql_broker.feeds.cancel("T") == 1
+    assert states(sql_broker) == [(0, "retry"), (1, "queued")]
+    sql_broker.enqueue_due("retry", payload.loads)
+    assert states(sql_broker) == [(0, "queued"), (1, "queued")]
+    assert sql_broker.feeds.state("T") is None
 
 
-def test_a_dead_job_retried_by_hand_rejoins_the_front(broker: SqlBroker) -> None:
-    reader = SqlReader(broker.engine, broker.settings)
-    stage(broker, Feed(parallel=1), 3)
-    [unit] = claim_all(broker.fetcher("me"))
-    broker.kill(unit, unit.payload.decode())
+def test_a_dead_job_retried_by_hand_rejoins_the_front(sql_broker: SqlBroker) -> None:
+    reader = SqlReader(sql_broker.engine, sql_broker.settings)
+    stage(sql_broker, Feed(parallel=1), 3)
+    [unit] = claim_all(sql_broker.fetcher("me"))
+    sql_broker.kill(unit, unit.payload.decode())
     [dead] = reader.set_rows("dead", 10)
     assert reader.set_enqueue("dead", [Move(dead, dead.raw.decode(), "default")], payload.now()) == 1
-    assert states(broker) == [(0, "held"), (1, "queued"), (2, "held")]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=2, out=1)
+    assert states(sql_broker) == [(0, "held"), (1, "queued"), (2, "held")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=2, out=1)
 
 
 def test_a_push_of_a_fed_job_joins_the_front_or_is_an_ordinary_push_once_the_feed_is_gone(
-    broker: SqlBroker,
+    sql_broker: SqlBroker,
 ) -> None:
-    stage(broker, Feed(parallel=1), 2)
+    stage(sql_broker, Feed(parallel=1), 2)
     again = job(9)
-    assert broker.push([(again, None)]) == [again["jid"]]
-    assert states(broker) == [(0, "queued"), (1, "held"), (9, "held")]
-    fetcher = broker.fetcher("me")
+    assert sql_broker.push([(again, None)]) == [again["jid"]]
+    assert states(sql_broker) == [(0, "queued"), (1, "held"), (9, "held")]
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
     # The pushed job is released before the job held since the publish.
     assert items(acked_and_claimed(fetcher, [unit])) == [9]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
-    broker.feeds.cancel("T")
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=1, out=1)
+    sql_broker.feeds.cancel("T")
     late = job(10)
-    broker.push([(late, None)])
-    assert [(r.jid, r.state, r.feed) for r in rows(broker) if r.jid == late["jid"]] == [
+    sql_broker.push([(late, None)])
+    assert [(r.jid, r.state, r.feed) for r in rows(sql_broker) if r.jid == late["jid"]] == [
         (late["jid"], "queued", None)
     ]
 
 
-def test_a_push_with_room_is_released_at_once(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=2), 1)
-    broker.push([(job(5), None)])
-    assert states(broker) == [(0, "queued"), (5, "queued")]
-    assert checked(broker) == FeedState(Feed(parallel=2), held=0, out=2)
+def test_a_push_with_room_is_released_at_once(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=2), 1)
+    sql_broker.push([(job(5), None)])
+    assert states(sql_broker) == [(0, "queued"), (5, "queued")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=2), held=0, out=2)
 
 
-def test_a_job_given_back_or_recovered_keeps_its_slot(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 2)
-    fetcher = broker.fetcher("me")
+def test_a_job_given_back_or_recovered_keeps_its_slot(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 2)
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     claim_all(fetcher)
     assert fetcher.requeue_all(forget=False) == 1
-    assert states(broker) == [(0, "queued"), (1, "held")]
-    claim_all(broker.fetcher("dead-process"))
-    assert broker.recover_orphans("me") == 1
-    assert states(broker) == [(0, "queued"), (1, "held")]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+    assert states(sql_broker) == [(0, "queued"), (1, "held")]
+    claim_all(sql_broker.fetcher("dead-process"))
+    assert sql_broker.recover_orphans("me") == 1
+    assert states(sql_broker) == [(0, "queued"), (1, "held")]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=1, out=1)
 
 
-def test_priority_orders_released_jobs_and_a_change_applies_to_those_not_started(broker: SqlBroker) -> None:
+def test_priority_orders_released_jobs_and_a_change_applies_to_those_not_started(
+    sql_broker: SqlBroker,
+) -> None:
     plain = base.job("Plain")
-    broker.push([(plain, None)])
-    stage(broker, Feed(parallel=3, priority=-5), 5)
-    fetcher = broker.fetcher("me")
+    sql_broker.push([(plain, None)])
+    stage(sql_broker, Feed(parallel=3, priority=-5), 5)
+    fetcher = sql_broker.fetcher("me")
     # Lower runs first: the fed jobs before the plain job pushed earlier.
     [first] = fetcher.claim(1, [], [])
     assert items([first]) == [0]
-    state = broker.feeds.update("T", FeedChange(priority=7))
+    state = sql_broker.feeds.update("T", FeedChange(priority=7))
     assert state == FeedState(Feed(parallel=3, priority=7), held=2, out=3)
-    by_item = {payload.loads(r.payload)["args"][0]: r.priority for r in rows(broker) if r.feed}
+    by_item = {payload.loads(r.payload)["args"][0]: r.priority for r in rows(sql_broker) if r.feed}
     # The claimed job keeps its priority; the released ones not claimed take the new one.
     assert by_item[0] == -5 and by_item[1] == by_item[2] == 7
     classes = [payload.loads(u.payload)["class"] for u in fetcher.claim(1, [first], [])]
     assert classes == ["Plain"]
-    assert {r.priority for r in rows(broker) if r.feed and r.state == "queued"} == {7}
+    assert {r.priority for r in rows(sql_broker) if r.feed and r.state == "queued"} == {7}
 
 
-def test_update_tops_up_at_once_and_a_lower_parallel_waits_for_jobs_to_end(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 6)
-    assert broker.feeds.update("T", FeedChange(parallel=3)) == FeedState(Feed(parallel=3), held=3, out=3)
-    fetcher = broker.fetcher("me")
+def test_update_tops_up_at_once_and_a_lower_parallel_waits_for_jobs_to_end(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 6)
+    assert sql_broker.feeds.update("T", FeedChange(parallel=3)) == FeedState(Feed(parallel=3), held=3, out=3)
+    fetcher = sql_broker.fetcher("me")
     units = claim_all(fetcher)
-    assert broker.feeds.update("T", FeedChange(parallel=1)) == FeedState(Feed(parallel=1), held=3, out=3)
+    assert sql_broker.feeds.update("T", FeedChange(parallel=1)) == FeedState(Feed(parallel=1), held=3, out=3)
     # Released jobs are not pulled back; ends release nothing until fewer than one is out.
     fetcher.settle(units[:2], [])
-    assert checked(broker) == FeedState(Feed(parallel=1), held=3, out=1)
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=3, out=1)
     fetcher.settle(units[2:], [])
-    assert checked(broker) == FeedState(Feed(parallel=1), held=2, out=1)
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=2, out=1)
 
 
-def test_pause_stops_releases_and_resume_tops_up(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=2), 5)
-    paused = broker.feeds.update("T", FeedChange(paused=True))
+def test_pause_stops_releases_and_resume_tops_up(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=2), 5)
+    paused = sql_broker.feeds.update("T", FeedChange(paused=True))
     assert paused == FeedState(Feed(parallel=2, paused=True), held=3, out=2)
-    fetcher = broker.fetcher("me")
+    fetcher = sql_broker.fetcher("me")
     fetcher.settle(claim_all(fetcher), [])
-    assert checked(broker) == FeedState(Feed(parallel=2, paused=True), held=3, out=0)
-    assert broker.feeds.tick() == 0
-    assert broker.feeds.update("T", FeedChange(paused=False)) == FeedState(Feed(parallel=2), held=1, out=2)
+    assert checked(sql_broker) == FeedState(Feed(parallel=2, paused=True), held=3, out=0)
+    assert sql_broker.feeds.tick() == 0
+    assert sql_broker.feeds.update("T", FeedChange(paused=False)) == FeedState(
+        Feed(parallel=2), held=1, out=2
+    )
 
 
-def test_an_interval_spaces_releases_and_the_ticker_releases_when_it_passes(broker: SqlBroker) -> None:
+def test_an_interval_spaces_releases_and_the_ticker_releases_when_it_passes(sql_broker: SqlBroker) -> None:
     interval = 0.5
-    stage(broker, Feed(parallel=2, interval=interval), 5)
-    released_at = feed_row(broker).last_release_at
-    assert checked(broker) == FeedState(Feed(parallel=2, interval=interval), held=3, out=2)
-    fetcher = broker.fetcher("me")
+    stage(sql_broker, Feed(parallel=2, interval=interval), 5)
+    released_at = feed_row(sql_broker).last_release_at
+    assert checked(sql_broker) == FeedState(Feed(parallel=2, interval=interval), held=3, out=2)
+    fetcher = sql_broker.fetcher("me")
     fetcher.settle(claim_all(fetcher), [])
     now = payload.now()
     if now < released_at + interval:
         # Within the interval the ends release nothing; the ticker is told when to.
-        assert checked(broker) == FeedState(Feed(parallel=2, interval=interval), held=3, out=0)
-        assert feed_row(broker).next_at == pytest.approx(released_at + interval)
-        assert broker.feeds.tick() == 0
+        assert checked(sql_broker) == FeedState(Feed(parallel=2, interval=interval), held=3, out=0)
+        assert feed_row(sql_broker).next_at == pytest.approx(released_at + interval)
+        assert sql_broker.feeds.tick() == 0
     time.sleep(max(0.0, released_at + interval - payload.now()) + 0.05)
-    assert broker.feeds.tick() == 2
-    assert checked(broker) == FeedState(Feed(parallel=2, interval=interval), held=1, out=2)
-    assert feed_row(broker).last_release_at >= released_at + interval
+    assert sql_broker.feeds.tick() == 2
+    assert checked(sql_broker) == FeedState(Feed(parallel=2, interval=interval), held=1, out=2)
+    assert feed_row(sql_broker).last_release_at >= released_at + interval
     # Nothing due: nothing done.
-    assert broker.feeds.tick() == 0
+    assert sql_broker.feeds.tick() == 0
 
 
-def test_the_ticker_releases_a_feed_whose_slot_was_freed_behind_its_back(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 2)
-    with broker.engine.begin() as connection:
+def test_the_ticker_releases_a_feed_whose_slot_was_freed_behind_its_back(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 2)
+    with sql_broker.engine.begin() as connection:
         connection.execute(delete(QueuedJob).where(QueuedJob.state == "queued"))
-    assert broker.feeds.tick() == 0
+    assert sql_broker.feeds.tick() == 0
     # The safety look comes later; brought forward here.
-    with broker.engine.begin() as connection:
+    with sql_broker.engine.begin() as connection:
         connection.execute(update(FeedRow).values(next_at=payload.now() - 1))
-    assert broker.feeds.tick() == 1
-    assert states(broker) == [(1, "queued")]
+    assert sql_broker.feeds.tick() == 1
+    assert states(sql_broker) == [(1, "queued")]
 
 
-def test_cancel_drops_the_held_jobs_and_nothing_is_released_again(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=2), 6)
-    assert broker.feeds.cancel("T") == 4
-    assert broker.feeds.state("T") is None
-    assert broker.feeds.cancel("T") == 0
-    assert broker.feeds.update("T", FeedChange(parallel=5)) is None
-    fetcher = broker.fetcher("me")
+def test_cancel_drops_the_held_jobs_and_nothing_is_released_again(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=2), 6)
+    assert sql_broker.feeds.cancel("T") == 4
+    assert sql_broker.feeds.state("T") is None
+    assert sql_broker.feeds.cancel("T") == 0
+    assert sql_broker.feeds.update("T", FeedChange(parallel=5)) is None
+    fetcher = sql_broker.fetcher("me")
     fetcher.settle(claim_all(fetcher), [])
-    assert rows(broker) == []
+    assert rows(sql_broker) == []
 
 
-def test_state_is_none_for_a_task_without_a_feed(broker: SqlBroker) -> None:
-    assert broker.feeds.state("nothing") is None
+def test_state_is_none_for_a_task_without_a_feed(sql_broker: SqlBroker) -> None:
+    assert sql_broker.feeds.state("nothing") is None
 
 
-def test_keyed_jobs_of_a_fed_task_go_through_their_keys_lines(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=3), 5, concurrency_key="k", concurrency_limit=1)
-    assert [(item, state) for item, state in states(broker)] == [
+def test_keyed_jobs_of_a_fed_task_go_through_their_keys_lines(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=3), 5, concurrency_key="k", concurrency_limit=1)
+    assert [(item, state) for item, state in states(sql_broker)] == [
         (0, "queued"),
         (1, "lane"),
         (2, "lane"),
         (3, "held"),
         (4, "held"),
     ]
-    assert checked(broker) == FeedState(Feed(parallel=3), held=2, out=3)
-    fetcher = broker.fetcher("me")
+    assert checked(sql_broker) == FeedState(Feed(parallel=3), held=2, out=3)
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     done: list[int] = []
     units = claim_all(fetcher)
     while units:
         assert len(units) == 1
         done += items(units)
-        state = checked(broker)
+        state = checked(sql_broker)
         assert state is not None and state.out <= 3
         # On PostgreSQL a keyed acknowledgement releases the next keyed job right after its
         # commit (it holds keys' locks already): the next claim takes it.
         units = acked_and_claimed(fetcher, units)
     assert done == list(range(5))
-    assert rows(broker) == []
+    assert rows(sql_broker) == []
 
 
-def test_an_unkeyed_acknowledgement_releases_a_keyed_job_through_its_line(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 2)
-    broker.push([(job(7, concurrency_key="k"), None)])
-    assert states(broker) == [(0, "queued"), (1, "held"), (7, "held")]
-    fetcher = broker.fetcher("me")
+def test_an_unkeyed_acknowledgement_releases_a_keyed_job_through_its_line(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 2)
+    sql_broker.push([(job(7, concurrency_key="k"), None)])
+    assert states(sql_broker) == [(0, "queued"), (1, "held"), (7, "held")]
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     [unit] = claim_all(fetcher)
     assert items(acked_and_claimed(fetcher, [unit])) == [7]
-    assert [(r.state, r.holds) for r in rows(broker) if r.lane] == [("queued", True)]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=1, out=1)
+    assert [(r.state, r.holds) for r in rows(sql_broker) if r.lane] == [("queued", True)]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=1, out=1)
 
 
-def test_acknowledgements_with_transitions_release_unkeyed_and_keyed_jobs(broker: SqlBroker) -> None:
+def test_acknowledgements_with_transitions_release_unkeyed_and_keyed_jobs(sql_broker: SqlBroker) -> None:
     """The worker's usual claim: transitions to record with the acknowledgement (the feeds'
     lock comes after them); the next held job keyed, then unkeyed."""
-    jobs = stage(broker, Feed(parallel=1), 2)
-    broker.push([(job(7, concurrency_key="k"), None)])
-    fetcher = broker.fetcher("me")
+    jobs = stage(sql_broker, Feed(parallel=1), 2)
+    sql_broker.push([(job(7, concurrency_key="k"), None)])
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     done: list[int] = []
     units = claim_all(fetcher)
     while units:
         done += items(units)
         finished = [status(payload.loads(u.payload)["jid"], EventStatus.FINISH).encode() for u in units]
-        state = checked(broker)
+        state = checked(sql_broker)
         assert state is not None and state.out <= 1
         units = fetcher.claim(10, units, finished) or claim_all(fetcher)
     assert done == [0, 7, 1]
-    assert rows(broker) == []
+    assert rows(sql_broker) == []
     assert len(jobs) == 2
 
 
-def test_malformed_payloads_never_fail_a_statement(broker: SqlBroker) -> None:
-    stage(broker, Feed(parallel=1), 3, concurrency_key="k")
-    fetcher = broker.fetcher("me")
+def test_malformed_payloads_never_fail_a_statement(sql_broker: SqlBroker) -> None:
+    stage(sql_broker, Feed(parallel=1), 3, concurrency_key="k")
+    fetcher = sql_broker.fetcher("me")
     fetcher.register()
     # A held keyed row whose payload is no longer a job; another whose key is not a string.
-    held = [r.id for r in rows(broker) if r.state == "held"]
-    with broker.engine.begin() as connection:
+    held = [r.id for r in rows(sql_broker) if r.state == "held"]
+    with sql_broker.engine.begin() as connection:
         connection.execute(
             update(QueuedJob).where(QueuedJob.id == held[0]).values(payload='{"feed": "T", [}')
         )
@@ -481,30 +489,30 @@ def test_malformed_payloads_never_fail_a_statement(broker: SqlBroker) -> None:
     # Released without its key (runs as a push of an unreadable job would), then buried by the worker.
     [broken] = acked_and_claimed(fetcher, [unit])
     assert broken.payload == b'{"feed": "T", [}'
-    broker.kill(broken, broken.payload.decode())
+    sql_broker.kill(broken, broken.payload.decode())
     [last] = claim_all(fetcher)
     assert items([last]) == [2]
     fetcher.settle([last], [])
     # Pushes naming no usable feed are ordinary pushes.
     odd = [base.job("Odd", feed=123), base.job("Odd", feed="x" * 100), base.job("Odd", feed="T\x00")]
-    broker.push([(j, None) for j in odd])
-    assert {(r.state, r.feed) for r in rows(broker) if r.state != "dead"} == {("queued", None)}
-    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=3 - 3)
+    sql_broker.push([(j, None) for j in odd])
+    assert {(r.state, r.feed) for r in rows(sql_broker) if r.state != "dead"} == {("queued", None)}
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=0, out=3 - 3)
 
 
 def test_an_unfed_acknowledgement_takes_no_feed_statement(
-    broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
+    sql_broker: SqlBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The gate: a job without the field never reaches the feeds (its ack is the plain claim);
     a fed one does: right after the claim's commit on PostgreSQL, by the feeds' lock in the
     claim's transaction elsewhere."""
-    stage(broker, Feed(parallel=1), 2)
-    broker.push([(base.job("Plain"), None)])
-    fetcher = broker.fetcher("me")
+    stage(sql_broker, Feed(parallel=1), 2)
+    sql_broker.push([(base.job("Plain"), None)])
+    fetcher = sql_broker.fetcher("me")
     units = claim_all(fetcher)
     plain = [u for u in units if b'"feed"' not in u.payload]
     calls: list[str] = []
-    lock_of_rows, release_now = broker.feeds.lock_of_rows, broker.feeds.release_now
+    lock_of_rows, release_now = sql_broker.feeds.lock_of_rows, sql_broker.feeds.release_now
 
     def locked(*args: Any) -> Any:
         calls.append("lock_of_rows")
@@ -514,13 +522,13 @@ def test_an_unfed_acknowledgement_takes_no_feed_statement(
         calls.append("release_now")
         return release_now(*args)
 
-    monkeypatch.setattr(broker.feeds, "lock_of_rows", locked)
-    monkeypatch.setattr(broker.feeds, "release_now", released)
+    monkeypatch.setattr(sql_broker.feeds, "lock_of_rows", locked)
+    monkeypatch.setattr(sql_broker.feeds, "release_now", released)
     fetcher.claim(10, plain, [])
     assert calls == []
     fetcher.claim(10, [u for u in units if u not in plain], [])
-    assert calls == ["release_now" if broker.store.postgres else "lock_of_rows"]
-    assert checked(broker) == FeedState(Feed(parallel=1), held=0, out=1)
+    assert calls == ["release_now" if sql_broker.store.postgres else "lock_of_rows"]
+    assert checked(sql_broker) == FeedState(Feed(parallel=1), held=0, out=1)
 
 
 ACKS: dict[str, Callable[[Any, UnitOfWork], object]] = {
@@ -548,62 +556,62 @@ def _hold_the_feed_lock_and_release_two(other: Any, broker: SqlBroker) -> None:
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-def test_a_settle_racing_an_update_counts_what_the_update_released(broker: SqlBroker) -> None:
+def test_a_settle_racing_an_update_counts_what_the_update_released(sql_broker: SqlBroker) -> None:
     """READ COMMITTED: an update holds the feed's lock and raises parallel while a settle of
     one of its jobs waits for that lock. The settle's release must count the job the update
     released (its statement runs after the lock is granted), or the feed would go over parallel."""
-    stage(broker, Feed(parallel=1), 5)
-    fetcher = broker.fetcher("me")
+    stage(sql_broker, Feed(parallel=1), 5)
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
-    with broker.engine.connect() as other:
+    with sql_broker.engine.connect() as other:
         with other.begin():
             other.execute(text("SELECT task_id FROM asynctask_feed WHERE task_id = 'T' FOR UPDATE"))
             acked = threading.Thread(target=ACKS["settle"], args=(fetcher, unit))
             acked.start()
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not _waiting_for_a_lock(broker):
+            while time.monotonic() < deadline and not _waiting_for_a_lock(sql_broker):
                 time.sleep(0.01)
-            assert _waiting_for_a_lock(broker)
-            _hold_the_feed_lock_and_release_two(other, broker)
+            assert _waiting_for_a_lock(sql_broker)
+            _hold_the_feed_lock_and_release_two(other, sql_broker)
         acked.join(30)
     assert not acked.is_alive()
     # Three out (two by the update, one by the settle), not four.
-    assert checked(broker) == FeedState(Feed(parallel=3), held=1, out=3)
+    assert checked(sql_broker) == FeedState(Feed(parallel=3), held=1, out=3)
 
 
 @pytest.mark.parametrize("ack", ["claim", "claim with transitions"])
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_a_claim_never_waits_for_its_feeds_lock_and_its_slot_is_counted_after_it(
-    broker: SqlBroker, ack: str
+    sql_broker: SqlBroker, ack: str
 ) -> None:
     """An acknowledgement in a claim finds its feed locked by an update raising parallel: it
     commits without waiting (every end of a feed would commit one after the other), then
     releases once the lock is free, so the slot it freed is counted even though the update's
     release could not see it: the feed ends at parallel, never over it."""
-    stage(broker, Feed(parallel=1), 5)
-    fetcher = broker.fetcher("me")
+    stage(sql_broker, Feed(parallel=1), 5)
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
-    with broker.engine.connect() as other:
+    with sql_broker.engine.connect() as other:
         with other.begin():
             other.execute(text("SELECT task_id FROM asynctask_feed WHERE task_id = 'T' FOR UPDATE"))
             acked = threading.Thread(target=ACKS[ack], args=(fetcher, unit))
             acked.start()
-            wait_until(lambda: not _row_exists(broker, int(unit.ref)), 10)
-            _hold_the_feed_lock_and_release_two(other, broker)
+            wait_until(lambda: not _row_exists(sql_broker, int(unit.ref)), 10)
+            _hold_the_feed_lock_and_release_two(other, sql_broker)
         acked.join(30)
     assert not acked.is_alive()
     # Two by the update, one by the release after the acknowledgement's commit.
-    assert checked(broker) == FeedState(Feed(parallel=3), held=1, out=3)
+    assert checked(sql_broker) == FeedState(Feed(parallel=3), held=1, out=3)
 
 
 def test_a_release_wakes_idle_workers_while_a_claim_takes_the_jobs_it_saw_waiting(
-    make_broker: Callable[..., SqlBroker],
+    make_sql_broker: Callable[..., SqlBroker],
 ) -> None:
     """A release reads the queue before a claim under way commits: the job it sees waiting
     is that claim's, and a worker whose claim skipped it (locked) went idle. The release must
     wake that worker; left to its fetch timeout (a minute here), a feed's released jobs waited
     while every worker slept."""
-    broker = make_broker()
+    broker = make_sql_broker()
     if not broker.store.postgres:
         pytest.skip("SQLite has no notifications: idle workers poll")
     stage(broker, Feed(parallel=1), 2)
@@ -611,7 +619,7 @@ def test_a_release_wakes_idle_workers_while_a_claim_takes_the_jobs_it_saw_waitin
     [unit] = claim_all(acking)
     broker.push([(base.job("Unfed"), None)])
     [unfed] = base.rows(broker, QueuedJob.feed.is_(None))
-    idle = make_broker(fetch_timeout=60.0).fetcher("idle")
+    idle = make_sql_broker(fetch_timeout=60.0).fetcher("idle")
     got: list[UnitOfWork | None] = []
     with broker.engine.connect() as claiming:
         with claiming.begin():
@@ -649,12 +657,12 @@ def _waiting_for_a_lock(broker: SqlBroker) -> bool:
 
 
 def test_workers_racing_never_run_a_job_twice_nor_lose_one_nor_exceed_parallel(
-    make_broker: Callable[..., SqlBroker],
+    make_sql_broker: Callable[..., SqlBroker],
 ) -> None:
     """Threads of three processes claim and acknowledge a fed task's jobs while the ticker
     runs and a watcher reads the rows: every job runs once, and the feed never has more
     than parallel jobs out."""
-    broker = make_broker(concurrency=8)
+    broker = make_sql_broker(concurrency=8)
     count, parallel = 60, 3
     stage(broker, Feed(parallel=parallel), count)
     seen: list[int] = []
@@ -665,7 +673,7 @@ def test_workers_racing_never_run_a_job_twice_nor_lose_one_nor_exceed_parallel(
 
     def work(identity: str) -> None:
         try:
-            fetcher = make_broker().fetcher(identity)
+            fetcher = make_sql_broker().fetcher(identity)
             fetcher.register()
             units: list[UnitOfWork] = []
             while not done.is_set():
@@ -712,16 +720,16 @@ def test_an_acknowledgement_names_its_feed_as_the_worker_read_it() -> None:
     assert acknowledged_feed(UnitOfWork("default", b"{}", 1, ("x" * 33, "jid"))) is None
 
 
-def test_a_release_is_planned_once_per_connection(broker: SqlBroker) -> None:
+def test_a_release_is_planned_once_per_connection(sql_broker: SqlBroker) -> None:
     """Planning a feed's release costs more than running it: a connection prepares the
     statement at its first run and runs its generic plan from then on."""
-    if not broker.store.postgres:
+    if not sql_broker.store.postgres:
         pytest.skip("SQLite releases in the acknowledgement's own transaction, at every end")
-    stage(broker, Feed(parallel=1), 8)
-    fetcher = broker.fetcher("me")
+    stage(sql_broker, Feed(parallel=1), 8)
+    fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
     for _ in range(6):
         # One thread, one call after the other: the pool's one connection runs them all. The
         # acknowledgement's end releases the next job, after the claim.
         [unit] = acked_and_claimed(fetcher, [unit])
-    assert base.generic_runs_only(broker, "WITH seen AS%") == 6
+    assert base.generic_runs_only(sql_broker, "WITH seen AS%") == 6

@@ -23,7 +23,7 @@ from tests.conftest import wait_until
 
 
 @pytest.fixture
-def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
+def redis_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
     # A fetch timeout far above PAUSED_BLOCK, so that waits that end early show it.
     made = RedisBroker(
         replace(redis_settings, queues=(QueueSpec("default"), QueueSpec("other")), fetch_timeout=5.0)
@@ -33,8 +33,8 @@ def broker(redis_settings: Settings) -> Iterator[RedisBroker]:
 
 
 @pytest.fixture
-def fetch(broker: RedisBroker) -> ReliableFetch:
-    fetch = broker.fetcher("proc-1")
+def fetch(redis_broker: RedisBroker) -> ReliableFetch:
+    fetch = redis_broker.fetcher("proc-1")
     fetch.register()
     return fetch
 
@@ -48,19 +48,19 @@ def claimed(units: list[UnitOfWork]) -> list[str]:
 
 
 def test_the_claim_skips_a_paused_queue_with_its_shares_and_urgent_list(
-    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
+    redis_broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
-    publish(broker, "t1", ["s1", "s2"], "tenant:a")
-    broker.redis.lpush(broker.keys.urgent("default"), json.dumps(job("u1")))
-    push(broker, "default", "p1")
-    push(broker, "other", "o1")
-    default = Queue("default", broker.redis, broker.keys, settings=redis_settings)
+    publish(redis_broker, "t1", ["s1", "s2"], "tenant:a")
+    redis_broker.redis.lpush(redis_broker.keys.urgent("default"), json.dumps(job("u1")))
+    push(redis_broker, "default", "p1")
+    push(redis_broker, "other", "o1")
+    default = Queue("default", redis_broker.redis, redis_broker.keys, settings=redis_settings)
     default.pause()
 
     assert claimed(fetch.claim(10, [], [])) == ["o1"]
     assert fetch.claim(10, [], []) == []
     assert default.size == 4
-    assert broker.redis.llen(broker.keys.inflight("proc-1", "default")) == 0
+    assert redis_broker.redis.llen(redis_broker.keys.inflight("proc-1", "default")) == 0
 
     default.resume()
 
@@ -68,31 +68,33 @@ def test_the_claim_skips_a_paused_queue_with_its_shares_and_urgent_list(
 
 
 def test_a_job_taken_by_a_thread_blocked_on_a_queue_paused_meanwhile_goes_back_to_its_tail(
-    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
+    redis_broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
     assert fetch.claim(1, [], []) == []
     returned: list[UnitOfWork | None] = []
     # Target 0: BLMOVE on queue:default (the fetcher does not know it is paused).
     blocked = threading.Thread(target=lambda: returned.append(fetch.wait(0)))
     blocked.start()
-    wait_until(lambda: any(c.get("cmd") == "blmove" for c in broker.redis.client_list()))
-    Queue("default", broker.redis, broker.keys, settings=redis_settings).pause()
+    wait_until(lambda: any(c.get("cmd") == "blmove" for c in redis_broker.redis.client_list()))
+    Queue("default", redis_broker.redis, redis_broker.keys, settings=redis_settings).pause()
 
-    push(broker, "default", "older", "newer")
+    push(redis_broker, "default", "older", "newer")
     blocked.join(10)
 
     assert returned == [None]
     # The oldest job was taken, then put back where the next fetch takes it first.
-    queued = [json.loads(raw)["jid"] for raw in broker.redis.lrange(broker.keys.queue("default"), 0, -1)]
+    queued = [
+        json.loads(raw)["jid"] for raw in redis_broker.redis.lrange(redis_broker.keys.queue("default"), 0, -1)
+    ]
     assert queued == ["newer", "older"]
-    assert broker.redis.llen(broker.keys.inflight("proc-1", "default")) == 0
+    assert redis_broker.redis.llen(redis_broker.keys.inflight("proc-1", "default")) == 0
 
 
 def test_idle_threads_block_on_no_paused_queue_and_look_again_within_a_second(
-    broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
+    redis_broker: RedisBroker, fetch: ReliableFetch, redis_settings: Settings
 ) -> None:
-    push(broker, "default", "d1")
-    default = Queue("default", broker.redis, broker.keys, settings=redis_settings)
+    push(redis_broker, "default", "d1")
+    default = Queue("default", redis_broker.redis, redis_broker.keys, settings=redis_settings)
     default.pause()
     assert fetch.claim(1, [], []) == []
 
@@ -101,7 +103,7 @@ def test_idle_threads_block_on_no_paused_queue_and_look_again_within_a_second(
         started = time.monotonic()
         assert fetch.wait(block_on) is None
         assert time.monotonic() - started < PAUSED_BLOCK + 0.5
-    Queue("other", broker.redis, broker.keys, settings=redis_settings).pause()
+    Queue("other", redis_broker.redis, redis_broker.keys, settings=redis_settings).pause()
     assert fetch.claim(1, [], []) == []
     # Every queue paused: no BLMOVE at all, the paused queue's job stays where it is.
     started = time.monotonic()

@@ -31,9 +31,9 @@ def waiting(broker: SqlBroker, names: tuple[str, ...]) -> bool:
 
 
 def test_claims_and_idle_polls_leave_paused_queues_alone_fair_or_not(
-    make_broker: Callable[..., SqlBroker],
+    make_sql_broker: Callable[..., SqlBroker],
 ) -> None:
-    broker = make_broker(queues=QUEUES)
+    broker = make_sql_broker(queues=QUEUES)
     broker.push([(job(queue=name), None) for name in ("held", "held", "ordered", "ordered", "open")])
     paused(broker, "held")
     paused(broker, "ordered")
@@ -53,9 +53,9 @@ def test_claims_and_idle_polls_leave_paused_queues_alone_fair_or_not(
 
 
 def test_a_keyed_job_promoted_into_a_paused_queue_waits_for_its_resume(
-    make_broker: Callable[..., SqlBroker],
+    make_sql_broker: Callable[..., SqlBroker],
 ) -> None:
-    broker = make_broker(queues=(QueueSpec("open"), QueueSpec("held")))
+    broker = make_sql_broker(queues=(QueueSpec("open"), QueueSpec("held")))
     first = job(queue="open", concurrency_key="k", concurrency_limit=1)
     second = job(queue="held", concurrency_key="k", concurrency_limit=1)
     broker.push([(first, None), (second, None)])

@@ -37,7 +37,7 @@ UNIQUE = FlowOptions(unique_for=3600, unique_key="report")
 
 @pytest.fixture
 def broker(settings: Settings) -> Iterator[Broker]:
-    """A broker on ``settings``: every backend, where the SQL suite's ``broker`` is SQL only."""
+    """A broker on ``settings``: every backend, where the SQL suites' ``sql_broker`` is SQL only."""
     opened = open_broker(settings)
     yield opened
     opened.close()
