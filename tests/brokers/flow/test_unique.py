@@ -33,6 +33,17 @@ def push_concurrently(job: JobDefinition[...], make_client: MakeClient) -> list[
         return list(pool.map(push, range(PUSHES)))
 
 
+def pushed_once(job: JobDefinition[...], make_client: MakeClient, settings: Settings) -> str:
+    """The jid of the one job ``push_concurrently``'s pushes made, alone in its queue, which
+    every push returned."""
+    jids = push_concurrently(job, make_client)
+    queue = Queue("default", settings=settings)
+    assert queue.size == 1
+    [holder] = [queued.jid for queued in queue]
+    assert set(jids) == {holder}
+    return holder
+
+
 def pusher(job: JobDefinition[...], make_client: MakeClient) -> Callable[[], str]:
     client = flow_client(make_client)
     return lambda: job.set(client=client).perform_async("same", 0, RUN_SECONDS)
@@ -41,11 +52,8 @@ def pusher(job: JobDefinition[...], make_client: MakeClient) -> Callable[[], str
 def test_concurrent_pushes_make_one_job_until_it_is_done(
     make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
-    jids = push_concurrently(unique_step, make_client)
+    holder = pushed_once(unique_step, make_client, settings)
     queue = Queue("default", settings=settings)
-    assert queue.size == 1
-    [holder] = [job.jid for job in queue]
-    assert set(jids) == {holder}
 
     push = pusher(unique_step, make_client)
     start_flow_workers(spawn_worker, settings, processes=1, concurrency=2)
@@ -64,11 +72,7 @@ def test_concurrent_pushes_make_one_job_until_it_is_done(
 def test_with_unique_until_start_a_claimed_job_no_longer_holds_its_key(
     make_client: MakeClient, settings: Settings, spawn_worker: SpawnWorker, runs_file: Path
 ) -> None:
-    jids = push_concurrently(unique_until_start_step, make_client)
-    queue = Queue("default", settings=settings)
-    assert queue.size == 1
-    [holder] = [job.jid for job in queue]
-    assert set(jids) == {holder}
+    holder = pushed_once(unique_until_start_step, make_client, settings)
 
     push = pusher(unique_until_start_step, make_client)
     # One thread: busy with the first job, it leaves the next one queued (unclaimed) meanwhile.
