@@ -29,10 +29,8 @@ from asynctask.db.engine import create_async_database_engine
 from asynctask.feeds import FEED_FIELD
 from asynctask.settings import Settings
 
-#: What one push writes: jobs with the time each is due (None: now).
-Entries = payload.PushEntries
 #: A plain push's entries and their rows.
-Plain = tuple[Entries, list[JobRow]]
+Plain = tuple[payload.PushEntries, list[JobRow]]
 
 
 class AsyncSqlPusher:
@@ -44,7 +42,7 @@ class AsyncSqlPusher:
         self.max_payload_bytes = settings.max_payload_bytes
         self._shared = SharedTrips(self._push_together)
 
-    async def push(self, entries: Entries, *, transitions: Sequence[str] = ()) -> list[str]:
+    async def push(self, entries: payload.PushEntries, *, transitions: Sequence[str] = ()) -> list[str]:
         """``SqlBroker.push``, awaited: one transaction, all the jobs or none."""
         rows = push_rows(entries, self.max_payload_bytes)
         if transitions or not all(_plain(job, r) for (job, _), r in zip(entries, rows, strict=True)):
@@ -53,7 +51,7 @@ class AsyncSqlPusher:
         return [str(job["jid"]) for job, _ in entries]
 
     async def _push_alone(
-        self, entries: Entries, rows: list[JobRow], transitions: Sequence[str]
+        self, entries: payload.PushEntries, rows: list[JobRow], transitions: Sequence[str]
     ) -> list[str]:
         async with self._writer.begin() as connection:
             stored, tx = await connection.run_sync(self._push, entries, rows, transitions)
@@ -81,7 +79,7 @@ class AsyncSqlPusher:
     def _push(
         self,
         connection: Connection,
-        entries: Entries,
+        entries: payload.PushEntries,
         rows: list[JobRow],
         transitions: Sequence[str],
     ) -> tuple[list[str], Tx]:

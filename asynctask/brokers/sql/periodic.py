@@ -95,8 +95,7 @@ RETURNING identity
 
 #: Pushes jobs, given their rows, inside a write transaction (``SqlBroker.push_rows_in``); returns
 #: the stored jids.
-Entries = payload.PushEntries
-PushIn = Callable[[Tx, Entries, list[JobRow], Sequence[str]], list[str]]
+PushIn = Callable[[Tx, payload.PushEntries, list[JobRow], Sequence[str]], list[str]]
 
 
 class _Abandoned(Exception):
