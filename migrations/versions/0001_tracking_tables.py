@@ -1,22 +1,16 @@
 """Tracking tables: asynctask_task, asynctask_event, asynctask_event_message.
 
-Revision ID: 0001
-Revises:
 Create Date: 2026-11-21
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0001"
-down_revision: str | Sequence[str] | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0001"
+down_revision = None
 
 # Copies of asynctask.tracking.models' column types, not imports: a revision must keep creating
 # the schema it was written for after the models move on.

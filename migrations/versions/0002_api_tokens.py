@@ -1,21 +1,15 @@
 """API tokens: asynctask_api_token.
 
-Revision ID: 0002
-Revises: 0001
 Create Date: 2026-11-22
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002"
-down_revision: str | Sequence[str] | None = "0001"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0002"
+down_revision = "0001"
 
 
 def upgrade() -> None:

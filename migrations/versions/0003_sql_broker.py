@@ -2,22 +2,16 @@
 asynctask_stat, asynctask_cancelled_task, asynctask_counter; on PostgreSQL the sequence
 asynctask_tracking_seq.
 
-Revision ID: 0003
-Revises: 0002
 Create Date: 2026-11-23
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003"
-down_revision: str | Sequence[str] | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0003"
+down_revision = "0002"
 
 # Copies of asynctask.brokers.sql.models' column types, not imports: a revision must keep
 # creating the schema it was written for after the models move on.

@@ -1,22 +1,16 @@
 """Flow control in the SQL broker: the job columns lane and holds, the line and holder
 indexes, and the tables asynctask_lane, asynctask_unique, asynctask_rate_key, asynctask_rate.
 
-Revision ID: 0004
-Revises: 0003
 Create Date: 2026-11-22
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | Sequence[str] | None = "0003"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0004"
+down_revision = "0003"
 
 # Copied, not imported from the models (see 0003).
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

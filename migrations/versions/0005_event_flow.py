@@ -1,23 +1,17 @@
 """The flow-control keys of a task's job, kept with its event (asynctask_event.flow), so that
 retrying the task pushes each job again with the key, limit and rate it was created with.
 
-Revision ID: 0005
-Revises: 0004
 Create Date: 2026-11-22
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0005"
-down_revision: str | Sequence[str] | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0005"
+down_revision = "0004"
 
 # Copied, not imported from the models (see 0003).
 JSON_VALUE = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")

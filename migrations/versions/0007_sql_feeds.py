@@ -1,22 +1,16 @@
 """Task feeds in the SQL broker: the job column feed, the job state held, the held and out
 indexes, and the table asynctask_feed (docs/internals/feeds-sql.md).
 
-Revision ID: 0007
-Revises: 0006
 Create Date: 2026-11-22
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007"
-down_revision: str | Sequence[str] | None = "0006"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0007"
+down_revision = "0006"
 
 # Copied, not imported from the models (see 0003): a migration must build the schema of its
 # own time.

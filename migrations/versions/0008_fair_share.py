@@ -1,22 +1,16 @@
 """Fair share in the SQL broker: the job column turn, its claim indexes, and the table
 asynctask_share (docs/internals/fair-share-sql.md).
 
-Revision ID: 0008
-Revises: 0007
 Create Date: 2026-12-01
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0008"
-down_revision: str | Sequence[str] | None = "0007"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0008"
+down_revision = "0007"
 
 # Copied, not imported from the models (see 0003): a migration must build the schema of its
 # own time.

@@ -1,21 +1,15 @@
 """Periodic schedules in the SQL broker: asynctask_periodic and asynctask_periodic_scheduler.
 
-Revision ID: 0009
-Revises: 0008
 Create Date: 2026-12-02
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0009"
-down_revision: str | Sequence[str] | None = "0008"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0009"
+down_revision = "0008"
 
 
 def upgrade() -> None:

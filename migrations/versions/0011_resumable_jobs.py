@@ -1,21 +1,15 @@
 """Resumable jobs: asynctask_checkpoint, and asynctask_task.count_stopped.
 
-Revision ID: 0011
-Revises: 0010
 Create Date: 2026-11-23
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | Sequence[str] | None = "0010"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0011"
+down_revision = "0010"
 
 
 def upgrade() -> None:

@@ -1,21 +1,15 @@
 """Paused queues: asynctask_paused_queue.
 
-Revision ID: 0012
-Revises: 0011
 Create Date: 2026-11-30
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | Sequence[str] | None = "0011"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0012"
+down_revision = "0011"
 
 
 def upgrade() -> None:

@@ -1,20 +1,14 @@
 """Every tenant's tasks, newest first: an index on asynctask_task (created_at, id).
 
-Revision ID: 0013
-Revises: 0012
 Create Date: 2026-11-30
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | Sequence[str] | None = "0012"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0013"
+down_revision = "0012"
 
 
 def upgrade() -> None:

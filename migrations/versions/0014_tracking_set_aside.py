@@ -1,21 +1,15 @@
 """Transitions set aside: asynctask_tracking_set_aside keeps what the database refused.
 
-Revision ID: 0014
-Revises: 0013
 Create Date: 2026-11-25
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014"
-down_revision: str | Sequence[str] | None = "0013"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0014"
+down_revision = "0013"
 
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

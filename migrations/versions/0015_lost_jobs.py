@@ -1,21 +1,15 @@
 """Jobs lost with the broker's data: asynctask_task.count_lost, the count of events ``lost``.
 
-Revision ID: 0015
-Revises: 0014
 Create Date: 2026-11-25
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | Sequence[str] | None = "0014"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0015"
+down_revision = "0014"
 
 
 def upgrade() -> None:

@@ -1,22 +1,16 @@
 """Items run one by one: their counts on tasks and events, and asynctask_failed_item.
 
-Revision ID: 0016
-Revises: 0015
 Create Date: 2026-11-25
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0016"
-down_revision: str | Sequence[str] | None = "0015"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0016"
+down_revision = "0015"
 
 
 def upgrade() -> None:

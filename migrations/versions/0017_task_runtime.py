@@ -1,21 +1,15 @@
 """The runtime that runs a task's jobs, when it is not AsyncTask's own.
 
-Revision ID: 0017
-Revises: 0016
 Create Date: 2026-11-25
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0017"
-down_revision: str | Sequence[str] | None = "0016"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0017"
+down_revision = "0016"
 
 
 def upgrade() -> None:

@@ -1,21 +1,15 @@
 """A worker process's event loop lag, renewed by each heartbeat.
 
-Revision ID: 0018
-Revises: 0017
 Create Date: 2026-11-27
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0018"
-down_revision: str | Sequence[str] | None = "0017"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0018"
+down_revision = "0017"
 
 
 def upgrade() -> None:

@@ -1,21 +1,15 @@
 """Deployment tokens: an operator's API token may belong to no tenant.
 
-Revision ID: 0019
-Revises: 0018
 Create Date: 2026-11-27
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0019"
-down_revision: str | Sequence[str] | None = "0018"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0019"
+down_revision = "0018"
 
 CHECK = "ck_asynctask_api_token_tenant_or_operator"
 
