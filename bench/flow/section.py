@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import text
 
 from asynctask import Client, Settings, default_registry
-from asynctask.brokers.sql.flow_statements import FlowStatements
+from asynctask.brokers.sql.flow import FlowStatements
 from asynctask.brokers.sql.statements import Statements
 from asynctask.db.engine import create_database_engine
 from asynctask.job import JobDefinition

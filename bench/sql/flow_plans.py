@@ -23,7 +23,7 @@ from sqlalchemy import Connection, TextClause, text
 
 from asynctask import payload
 from asynctask.brokers.sql import SqlBroker
-from asynctask.brokers.sql.flow_fields import digest
+from asynctask.brokers.sql.flow import digest
 from asynctask.db.migrate import upgrade
 from asynctask.settings import Settings
 from bench.sql.db import PostgresDatabase
@@ -112,8 +112,13 @@ def scenario(url: str, waiting_per_key: int) -> list[str]:
             ended = text("DELETE FROM asynctask_job WHERE lane = :digest AND holds")
             statements: list[tuple[str, TextClause, dict[str, Any], TextClause | None]] = [
                 ("claim of 10 jobs (the statement every fetch runs)", claim, params, None),
-                ("promotion of one job from a key's line, its holder gone", sql.flow.promote, key, ended),
-                ("a keyed push's slot count", sql.flow.free_slots, key, None),
+                (
+                    "promotion of one job from a key's line, its holder gone",
+                    broker.flow.statements.promote,
+                    key,
+                    ended,
+                ),
+                ("a keyed push's slot count", broker.flow.statements.free_slots, key, None),
             ]
             for title, statement, values, setup in statements:
                 plan, median_ms = measured(connection, statement, values, setup)

@@ -24,8 +24,7 @@ from asynctask.brokers.sql import processes
 from asynctask.brokers.sql.checkpoints import SqlCheckpoints
 from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed
 from asynctask.brokers.sql.fetch import SqlFetcher
-from asynctask.brokers.sql.flow import Flow, is_flow
-from asynctask.brokers.sql.flow_fields import LaneOf, lane_of
+from asynctask.brokers.sql.flow import Flow, LaneOf, is_flow, lane_of
 from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED, STOPPED
 from asynctask.brokers.sql.periodic import SqlPeriodic
 from asynctask.brokers.sql.predicates import JOB_COLUMNS
@@ -76,7 +75,7 @@ class SqlBroker(Broker):
             )
         )
         self.store = Store(self.engine)
-        self.flow = Flow(self.store.sql)
+        self.flow = Flow(self.store.sql.postgres)
         self.feeds = SqlFeeds(self.store, self.flow)
         self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
@@ -409,7 +408,7 @@ class SqlBroker(Broker):
             if rewritten is not None and feed in live:
                 job, encoded = rewritten
                 front = {"id": row_id, "state": state, "old": old, "payload": encoded, "queue": job["queue"]}
-                held = tx.connection.execute(self.store.sql.feeds.to_front, {**front, "jid": jid(job)})
+                held = tx.connection.execute(self.feeds.statements.to_front, {**front, "jid": jid(job)})
                 fronts[str(feed)] = fronts.get(str(feed), 0) + int(held.rowcount)
                 continue
             if lined and rewritten is not None:

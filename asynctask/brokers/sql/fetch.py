@@ -31,8 +31,7 @@ from sqlalchemy import TextClause
 from asynctask import payload
 from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.brokers.sql.feeds import SqlFeeds, acknowledged_feed, is_fed
-from asynctask.brokers.sql.flow import Flow, flow_claimed, is_flow
-from asynctask.brokers.sql.flow_fields import UNIQUE_MARK
+from asynctask.brokers.sql.flow import UNIQUE_MARK, Flow, flow_claimed, is_flow
 from asynctask.brokers.sql.predicates import PLAIN_WAITING, TAGGED_WAITING, Fairness, Mix
 from asynctask.brokers.sql.transactions import Store
 from asynctask.brokers.sql.wake import Wake
@@ -137,7 +136,7 @@ class SqlFetcher(Fetcher):
             # flow-control-sql.md, Races and locks) and COMMIT, in one round trip.
             ids = {"ids": params["ids"]}
             piped = self._store.pipelined(
-                [(self._sql.flow.lanes_of, ids), (keyed_claim, params)], index_order=any(fair)
+                [(self._flow.statements.lanes_of, ids), (keyed_claim, params)], index_order=any(fair)
             )
             generation, claimed = self._split(piped, fair)
             return self._units(order, fair, claimed, generation)

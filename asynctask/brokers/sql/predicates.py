@@ -10,7 +10,9 @@ SQLite is one file on one host, whose clock the ``:now`` parameter carries.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+import json
+from collections.abc import Sequence
+from typing import Any, Literal, TypeAlias
 
 #: The channel NOTIFY announces new jobs on; the payload is the queue's name.
 CHANNEL = "asynctask_jobs"
@@ -64,8 +66,14 @@ def now_of(pg: bool) -> str:
 
 
 def ids_of(pg: bool) -> str:
-    """The rows whose ids the ``:ids`` parameter lists (see ``Statements.ids``)."""
+    """The rows whose ids the ``:ids`` parameter lists (see ``ids_value``)."""
     return "id = ANY(CAST(:ids AS BIGINT[]))" if pg else "id IN (SELECT value FROM json_each(:ids))"
+
+
+def ids_value(values: Sequence[int | str], pg: bool) -> Any:
+    """The ``:ids`` parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
+    numbers = [int(v) for v in values]
+    return numbers if pg else json.dumps(numbers)
 
 
 def first_rows(

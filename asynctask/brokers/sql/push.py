@@ -14,8 +14,7 @@ from sqlalchemy import Connection
 
 from asynctask import payload
 from asynctask.brokers.base import Staging
-from asynctask.brokers.sql.flow import Flow
-from asynctask.brokers.sql.flow_fields import lane_of
+from asynctask.brokers.sql.flow import Flow, lane_of
 from asynctask.brokers.sql.models import HELD, QUEUED, SCHEDULED
 from asynctask.brokers.sql.transactions import JobRow, Store, Tx
 from asynctask.feeds import Feed

@@ -58,7 +58,7 @@ from asynctask.brokers.reads import (
     WorkEntry,
 )
 from asynctask.brokers.sql.broker import SqlBroker
-from asynctask.brokers.sql.flow_fields import LANE_MARK, decoded, lane_of
+from asynctask.brokers.sql.flow import LANE_MARK, decoded, lane_of
 from asynctask.brokers.sql.models import (
     DEAD,
     HELD,

@@ -1,7 +1,8 @@
-"""Every statement of the SQL broker, built once per dialect (SQLite or PostgreSQL), by family:
-the claims and what a claimer does with its rows here; pushes in ``push_statements``, the job
-sets in ``set_statements``, worker processes in ``process_statements``, flow control in
-``flow_statements``, feeds in ``feed_statements``; what they share in ``predicates``.
+"""The core statements of the SQL broker, built once per dialect (SQLite or PostgreSQL), by
+family: the claims and what a claimer does with its rows here; pushes in ``push_statements``,
+the job sets in ``set_statements``, worker processes in ``process_statements``; what they share
+in ``predicates``. A feature's statements live in its module: ``flow.FlowStatements``,
+``feeds.FeedStatements``.
 
 The claims depend on which of the queues, in the order tried, are served fairly
 (docs/internals/fair-share-sql.md); each combination's statement is built once, when first
@@ -13,14 +14,11 @@ there by its name, once per claim, before any of its rows is read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import TextClause, text
 
-from asynctask.brokers.sql.feed_statements import FeedStatements
-from asynctask.brokers.sql.flow_statements import FlowStatements
 from asynctask.brokers.sql.models import LANE, PLAIN_SHARE
 from asynctask.brokers.sql.predicates import (
     CHANNEL,
@@ -39,6 +37,7 @@ from asynctask.brokers.sql.predicates import (
     Mix,
     first_rows,
     ids_of,
+    ids_value,
     now_of,
 )
 from asynctask.brokers.sql.process_statements import ProcessStatements
@@ -58,8 +57,6 @@ class Statements:
         self.push = PushStatements(pg)
         self.sets = SetStatements(pg)
         self.processes = ProcessStatements(pg)
-        self.flow = FlowStatements(pg)
-        self.feeds = FeedStatements(pg, "payload" if pg else STORED_PAYLOAD, CHANNEL)
 
         self.ack = text(f"DELETE FROM asynctask_job WHERE {ids} AND {MINE}")
         self.unlock = text(
@@ -107,9 +104,8 @@ class Statements:
         self._keyed_claims: dict[tuple[Fairness, int, Mix], TextClause | None] = {}
 
     def ids(self, values: Sequence[int | str]) -> Any:
-        """The ``:ids`` parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
-        numbers = [int(v) for v in values]
-        return numbers if self.postgres else json.dumps(numbers)
+        """The ``:ids`` parameter (``ids_value``) in this dialect."""
+        return ids_value(values, self.postgres)
 
     def claim(self, fair: Fairness, wanted: int, mix: Mix = "both") -> TextClause:
         """Acknowledge and claim in one statement on PostgreSQL; claim on SQLite.
@@ -186,7 +182,7 @@ class Statements:
     def _keyed_claim(self, fair: Fairness, mix: Mix = "both") -> TextClause | None:
         """PostgreSQL's ``claim`` when acknowledged jobs hold slots of concurrency keys: it
         also promotes the next waiting jobs of their keys. Run after the statement that locks
-        those keys (``flow.lanes_of``), so that its snapshot sees every push committed before.
+        those keys (``FlowStatements.lanes_of``), so that its snapshot sees every push committed before.
 
         Every part of one statement sees the same snapshot, where the rows it deletes still
         hold their slots: a key's free slots are its limit less its holders less the rows of

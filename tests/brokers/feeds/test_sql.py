@@ -160,7 +160,7 @@ def test_a_release_reads_the_held_rows_after_the_last_it_released(sql_broker: Sq
 
     def pages_read(cursor: tuple[float, int]) -> int:
         """Index and table pages the next release's read of held rows touches."""
-        statement = sql_broker.store.sql.feeds.candidates.compile(dialect=sql_broker.engine.dialect)
+        statement = sql_broker.feeds.statements.candidates.compile(dialect=sql_broker.engine.dialect)
         params = {
             "task_id": "T",
             "parallel": 10,

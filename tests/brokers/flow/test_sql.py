@@ -17,7 +17,7 @@ from asynctask import payload
 from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.reads import BusyKey, Move
 from asynctask.brokers.sql import SqlBroker
-from asynctask.brokers.sql.flow_fields import digest
+from asynctask.brokers.sql.flow import digest
 from asynctask.brokers.sql.models import Lane, QueuedJob, RateStart, UniqueHold
 from asynctask.brokers.sql.push import push_rows
 from asynctask.brokers.sql.reads import SqlReader
