@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asynctask import __version__
 from asynctask.brokers import Beat, ProcessRecords
@@ -44,29 +44,22 @@ class ProcessInfo:
         return cls(f"{hostname}:{pid}:{os.urandom(6).hex()}", hostname, pid, time.time())
 
 
+@dataclass(eq=False)
 class Heartbeat:
-    def __init__(
-        self,
-        broker: ProcessRecords,
-        settings: Settings,
-        info: ProcessInfo,
-        stats: Stats,
-        busy: Callable[[], int],
-        on_signal: Callable[[str], None],
-        clock: BrokerClock,
-        loop_lag: Callable[[], float] = lambda: 0.0,
-    ) -> None:
-        self.broker = broker
-        self.clock = clock
-        self.settings = settings
-        self.info = info
-        self.stats = stats
-        self.busy = busy
-        self.on_signal = on_signal
-        #: Seconds: the longest the event loop was late since it was last asked.
-        self.loop_lag = loop_lag
-        self.quiet = False
-        self._beaten = False
+    broker: ProcessRecords
+    settings: Settings
+    info: ProcessInfo
+    stats: Stats
+    busy: Callable[[], int]
+    on_signal: Callable[[str], None]
+    clock: BrokerClock
+    #: Seconds: the longest the event loop was late since it was last asked.
+    loop_lag: Callable[[], float] = lambda: 0.0
+    quiet: bool = field(default=False, init=False)
+    _beaten: bool = field(default=False, init=False)
+    _info_json: str = field(init=False)
+
+    def __post_init__(self) -> None:
         self._info_json = json.dumps(self._info(), separators=(",", ":"), ensure_ascii=False)
 
     def beat(self) -> None:

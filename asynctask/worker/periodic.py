@@ -25,6 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from asynctask import payload
 from asynctask.brokers.periodic import Declaration, PeriodicStore, Tick
@@ -54,39 +55,32 @@ SCHEDULE_FIELD = "periodic"
 TICK_FIELD = "periodic_at"
 
 
+@dataclass(eq=False)
 class Scheduler:
-    def __init__(
-        self,
-        store: PeriodicStore,
-        schedules: Schedules,
-        registry: Registry,
-        client_chain: Chain[payload.JobDict],
-        identity: str,
-        poll: float = 1.0,
-        max_payload_bytes: int = Settings.max_payload_bytes,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.schedules = schedules
-        self.registry = registry
-        self.client_chain = client_chain
-        self.identity = identity
-        self.poll = poll
-        self.max_payload_bytes = max_payload_bytes
-        #: The broker's time (``brokers.clock``): ticks are due by it, not by this machine's.
-        self.clock = clock
-        self._stopped = threading.Event()
-        self._declare_at = 0.0
-        #: The time the last pass was for (its tick, when it started ahead of one).
-        self._passed = 0.0
-        #: Whether another scheduler was alive when this one started: read before the first pass.
-        self._others_alive: bool | None = None
-        #: When this scheduler first declared its schedules: ticks after it are its own to take.
-        self._started_at: float | None = None
-        #: Each schedule's job, normalized once (None: it cannot be built; logged once).
-        self._templates: dict[str, Template | None] = {}
-        #: The ticks of each (cron, zone) after the last one seen (the pause's and the pass's start).
-        self._cursors: dict[tuple[str, str], TickCursor] = {}
+    store: PeriodicStore
+    schedules: Schedules
+    registry: Registry
+    client_chain: Chain[payload.JobDict]
+    identity: str
+    poll: float = 1.0
+    max_payload_bytes: int = Settings.max_payload_bytes
+    #: The broker's time (``brokers.clock``): ticks are due by it, not by this machine's.
+    clock: Callable[[], float] = time.time
+    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
+    _declare_at: float = field(default=0.0, init=False)
+    #: The time the last pass was for (its tick, when it started ahead of one).
+    _passed: float = field(default=0.0, init=False)
+    #: Whether another scheduler was alive when this one started: read before the first pass.
+    _others_alive: bool | None = field(default=None, init=False)
+    #: When this scheduler first declared its schedules: ticks after it are its own to take.
+    _started_at: float | None = field(default=None, init=False)
+    #: Each schedule's job, normalized once (None: it cannot be built; logged once).
+    _templates: dict[str, Template | None] = field(default_factory=dict, init=False)
+    #: The ticks of each (cron, zone) after the last one seen (the pause's and the pass's start).
+    _cursors: dict[tuple[str, str], TickCursor] = field(default_factory=dict, init=False)
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
         self.thread = threading.Thread(target=self.run, name="asynctask-periodic", daemon=True)
 
     def start(self) -> None:

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from types import GeneratorType
 from typing import Any
 
@@ -68,32 +69,25 @@ def begin(job: payload.JobDict, stored: Checkpoint, iteration: Iteration) -> Any
     return json.loads(iteration.cursor) if iteration.cursor is not None else None
 
 
+@dataclass(eq=False)
 class Runner:
     """Drives one run of a resumable job; ``run`` returns when it is done or raises
     ``JobInterrupted`` once its checkpoint is stored."""
 
-    def __init__(
-        self,
-        jid: str,
-        checkpoints: Checkpoints,
-        iteration: Iteration,
-        *,
-        interval: float,
-        stopping: threading.Event,
-        cancelled: Callable[[], bool],
-        paused: Callable[[], bool],
-        progress: Callable[[int, int], None],
-    ) -> None:
-        self.jid = jid
-        self.checkpoints = checkpoints
-        self.state = iteration
-        self.interval = interval
-        self.stopping = stopping
-        self.cancelled = cancelled
-        self.paused = paused
-        self.progress = progress
-        #: The cursor of the state as stored last (no write when nothing moved).
-        self._stored = iteration.cursor
+    jid: str
+    checkpoints: Checkpoints
+    state: Iteration
+    _: KW_ONLY
+    interval: float
+    stopping: threading.Event
+    cancelled: Callable[[], bool]
+    paused: Callable[[], bool]
+    progress: Callable[[int, int], None]
+    #: The cursor of the state as stored last (no write when nothing moved).
+    _stored: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._stored = self.state.cursor
 
     def run(self, generator: GeneratorType[Any, None, None]) -> None:
         state = self.state

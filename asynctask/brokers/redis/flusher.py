@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
@@ -62,19 +63,22 @@ RETRY_BACKOFF = (0.2, 5.0)
 Entry = tuple[bytes, dict[bytes, bytes]]
 
 
+@dataclass(eq=False)
 class Flusher:
-    def __init__(
-        self, conn: redis.Redis, keys: Keys, engine: Engine, consumer: str, parallel: int = 1
-    ) -> None:
-        self.redis = conn
-        self.keys = keys
-        self.engine = engine
-        self.consumer = consumer
-        self.parallel = parallel
+    conn: redis.Redis
+    keys: Keys
+    engine: Engine
+    consumer: str
+    parallel: int = 1
+    _parts: ThreadPoolExecutor | None = field(init=False)
+    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
+    _group_ready: bool = field(default=False, init=False)
+    _next_claim: float = field(default=0.0, init=False)
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        parallel = self.parallel
         self._parts = ThreadPoolExecutor(parallel, "asynctask-tracking-part") if parallel > 1 else None
-        self._stopped = threading.Event()
-        self._group_ready = False
-        self._next_claim = 0.0
         self.thread = threading.Thread(target=self.run, name="asynctask-tracking-flusher", daemon=True)
 
     def start(self) -> None:
@@ -148,7 +152,7 @@ class Flusher:
             orphans = self._claim_orphans()
             if orphans:
                 return orphans
-        reply = self.redis.xreadgroup(
+        reply = self.conn.xreadgroup(
             GROUP,
             self.consumer,
             {self.keys.tracking_stream: ">"},
@@ -162,7 +166,7 @@ class Flusher:
     def _claim_orphans(self) -> list[Entry]:
         reply = cast(
             Any,
-            self.redis.xautoclaim(
+            self.conn.xautoclaim(
                 self.keys.tracking_stream, GROUP, self.consumer, CLAIM_IDLE_MS, "0-0", count=ENTRIES_PER_BATCH
             ),
         )
@@ -194,7 +198,7 @@ class Flusher:
             for part in running:
                 part.result()
         ids = [entry_id for entry_id, _ in entries]
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.conn.pipeline(transaction=True)
         pipe.xack(self.keys.tracking_stream, GROUP, *ids)
         pipe.xdel(self.keys.tracking_stream, *ids)
         pipe.execute()
@@ -242,7 +246,7 @@ class Flusher:
         if not entries:
             return
         try:
-            self.redis.xclaim(
+            self.conn.xclaim(
                 self.keys.tracking_stream, GROUP, self.consumer, 0, [e[0] for e in entries], justid=True
             )
         except redis.RedisError:
@@ -253,7 +257,7 @@ class Flusher:
         if self._group_ready:
             return
         try:
-            self.redis.xgroup_create(self.keys.tracking_stream, GROUP, id="0", mkstream=True)
+            self.conn.xgroup_create(self.keys.tracking_stream, GROUP, id="0", mkstream=True)
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
@@ -96,6 +97,7 @@ def push_rows(entries: payload.PushEntries, max_payload_bytes: int) -> list[JobR
     ]
 
 
+@dataclass(eq=False)
 class SqlStaging(Staging):
     """A task's jobs, inserted as queued rows through the task's own SQL transaction: they
     become claimable exactly when the task commits, all of them or none.
@@ -114,28 +116,20 @@ class SqlStaging(Staging):
 
     commits_with_task = True
 
-    def __init__(
-        self,
-        store: Store,
-        flow: Flow,
-        max_payload_bytes: int,
-        fed: tuple[SqlFeeds, str, Feed] | None = None,
-        share: str | None = None,
-    ) -> None:
-        self._store = store
-        self._flow = flow
-        self._max_payload_bytes = max_payload_bytes
-        self._fed = fed
-        self._share = share
-        #: The next turn of each queue the task has rows in (its batches follow one another).
-        self._next: dict[str, int] = {}
-        self._created = False
-        self._count = 0
-        #: The queues the task's transaction makes jobs claimable in, each announced once in it.
-        self._queues: set[str] = set()
-        self._enqueued_at: float | None = None
-        #: The turns taken in statements of their own, given back if the task rolls back.
-        self._taken: list[tuple[str, int, int]] = []
+    _store: Store
+    _flow: Flow
+    _max_payload_bytes: int
+    _fed: tuple[SqlFeeds, str, Feed] | None = None
+    _share: str | None = None
+    #: The next turn of each queue the task has rows in (its batches follow one another).
+    _next: dict[str, int] = field(default_factory=dict, init=False)
+    _created: bool = field(default=False, init=False)
+    _count: int = field(default=0, init=False)
+    #: The queues the task's transaction makes jobs claimable in, each announced once in it.
+    _queues: set[str] = field(default_factory=set, init=False)
+    _enqueued_at: float | None = field(default=None, init=False)
+    #: The turns taken in statements of their own, given back if the task rolls back.
+    _taken: list[tuple[str, int, int]] = field(default_factory=list, init=False)
 
     def encode(self, jobs: Sequence[payload.JobDict]) -> list[tuple[payload.JobDict, JobRow]]:
         """The jobs' rows; every job of the task gets the time its first batch was encoded."""
