@@ -27,6 +27,23 @@ from asynctask.errors import (
 )
 from asynctask.registry import Registry, default_registry
 
+#: The functions of ``tasks.service``, each with its coroutine twin ``a<name>`` in
+#: ``tasks.async_service``.
+_SERVICE_FUNCTIONS = (
+    "cancel_task",
+    "create_task",
+    "get_task",
+    "list_events",
+    "list_failed_items",
+    "list_tasks",
+    "pause_task",
+    "resume_job",
+    "resume_task",
+    "retry_task",
+    "stop_job",
+    "update_task",
+)
+
 # The rest is imported on first use: the client brings the Redis client library, tracking
 # SQLAlchemy, job definitions their checks, and a process that needs none of them (the CLI's
 # help, a command that fails on its arguments) starts sooner and stays smaller without them.
@@ -54,44 +71,10 @@ _LAZY = {
     },
     **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
     **{name: "asynctask.async_client" for name in ("AsyncClient", "default_async_client")},
-    **{
-        name: "asynctask.tasks.async_service"
-        for name in (
-            "AsyncTracking",
-            "acancel_task",
-            "acreate_task",
-            "aget_task",
-            "alist_events",
-            "alist_failed_items",
-            "alist_tasks",
-            "apause_task",
-            "aresume_job",
-            "aresume_task",
-            "aretry_task",
-            "astop_job",
-            "aupdate_task",
-            "default_async_tracking",
-        )
-    },
-    **{
-        name: "asynctask.tasks.service"
-        for name in (
-            "Tracking",
-            "cancel_task",
-            "create_task",
-            "default_tracking",
-            "get_task",
-            "list_events",
-            "list_failed_items",
-            "list_tasks",
-            "pause_task",
-            "resume_job",
-            "resume_task",
-            "retry_task",
-            "stop_job",
-            "update_task",
-        )
-    },
+    "AsyncTracking": "asynctask.tasks.async_service",
+    "default_async_tracking": "asynctask.tasks.async_service",
+    **{f"a{name}": "asynctask.tasks.async_service" for name in _SERVICE_FUNCTIONS},
+    **{name: "asynctask.tasks.service" for name in ("Tracking", "default_tracking", *_SERVICE_FUNCTIONS)},
 }
 
 #: The decorators named like a submodule of this package (``asynctask.job``, ``asynctask.periodic``).
