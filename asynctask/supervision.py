@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -24,25 +25,19 @@ FIRST_PAUSE = 0.1
 MAX_PAUSE = 5.0
 
 
+@dataclass(eq=False)
 class Activity:
     """One recurring piece of background work, watched for failures; safe to share between
     the threads doing the same work (the processors' fetches)."""
 
-    def __init__(
-        self,
-        name: str,
-        logger: logging.Logger,
-        expected: tuple[type[BaseException], ...] = (),
-        max_pause: float = MAX_PAUSE,
-    ) -> None:
-        self.name = name
-        self.logger = logger
-        #: Errors that mean a store is unreachable: logged on one line, without a traceback.
-        self.expected = expected
-        self.max_pause = max_pause
-        self.failures = 0
-        self._failing_since = 0.0
-        self._lock = threading.Lock()
+    name: str
+    logger: logging.Logger
+    #: Errors that mean a store is unreachable: logged on one line, without a traceback.
+    expected: tuple[type[BaseException], ...] = ()
+    max_pause: float = MAX_PAUSE
+    failures: int = field(default=0, init=False)
+    _failing_since: float = field(default=0.0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def attempt(self, step: Callable[[], T]) -> T | None:
         """Run ``step``; return its result, or None if it raised (the error is logged)."""
