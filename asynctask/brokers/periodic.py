@@ -25,8 +25,8 @@ SCHEDULER_STALE = 10.0
 
 
 @dataclass(frozen=True, slots=True)
-class Declaration:
-    """A schedule as a worker declares it to the broker (what operators see of it)."""
+class ScheduleFields:
+    """What a schedule is, as workers declare it and the broker holds it."""
 
     name: str
     job: str
@@ -34,6 +34,12 @@ class Declaration:
     tz: str
     queue: str
     catch_up: str
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration(ScheduleFields):
+    """A schedule as a worker declares it to the broker (what operators see of it)."""
+
     #: The tick ``last`` starts at if the broker does not know the schedule yet: the latest
     #: before now, so that a new schedule's first job is at its next tick.
     first_last: int
@@ -69,15 +75,9 @@ class ScheduleState:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleRecord:
+class ScheduleRecord(ScheduleFields):
     """A schedule as the broker holds it."""
 
-    name: str
-    job: str
-    cron: str
-    tz: str
-    queue: str
-    catch_up: str
     declared_at: float
     last: int | None
     last_jid: str | None
