@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from dataclasses import dataclass, field
 
 from asynctask.brokers.feeds import TICK, Feeds
 from asynctask.supervision import Activity
@@ -18,11 +19,14 @@ from asynctask.supervision import Activity
 logger = logging.getLogger("asynctask.feeds")
 
 
+@dataclass(eq=False)
 class FeedTicker:
-    def __init__(self, feeds: Feeds, tick: float = TICK) -> None:
-        self.feeds = feeds
-        self.tick = tick
-        self._stopped = threading.Event()
+    feeds: Feeds
+    tick: float = TICK
+    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
         self.thread = threading.Thread(target=self.run, name="asynctask-feeds", daemon=True)
 
     def start(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from dataclasses import dataclass, field
 
 from asynctask import payload
 from asynctask.brokers import DueJobs
@@ -25,12 +26,15 @@ from asynctask.worker.retry import describe
 logger = logging.getLogger("asynctask.scheduled")
 
 
+@dataclass(eq=False)
 class Poller:
-    def __init__(self, broker: DueJobs, client_chain: Chain[payload.JobDict], interval: float) -> None:
-        self.broker = broker
-        self.client_chain = client_chain
-        self.interval = interval
-        self._stopped = threading.Event()
+    broker: DueJobs
+    client_chain: Chain[payload.JobDict]
+    interval: float
+    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
         self.thread = threading.Thread(target=self.run, name="asynctask-poller", daemon=True)
 
     def start(self) -> None:
