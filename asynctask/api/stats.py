@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Generic, Self, TypeVar, cast, overload
 
 from asynctask.api.reader import Reader
 from asynctask.brokers.reads import Backlog, Snapshot
 
 #: Queue whose latency the dashboard shows, as in Sidekiq.
 DEFAULT_QUEUE = "default"
+
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +21,25 @@ class History:
 
     processed: dict[date, int]
     failed: dict[date, int]
+
+
+class _SnapshotNumber(Generic[N]):
+    """A number of the last snapshot ``Stats`` read, named as in it (and as Sidekiq's ``Stats``
+    names it)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, stats: None, owner: type) -> Self: ...
+
+    @overload
+    def __get__(self, stats: Stats, owner: type) -> N: ...
+
+    def __get__(self, stats: Stats | None, owner: type) -> Self | N:
+        if stats is None:
+            return self
+        return cast(N, getattr(stats.snapshot, self._name))
 
 
 class Stats(Reader):
@@ -45,53 +67,24 @@ class Stats(Reader):
             self._snapshot = self._read()
         return self._snapshot
 
-    @property
-    def processed(self) -> int:
-        return self.snapshot.processed
-
-    @property
-    def failed(self) -> int:
-        return self.snapshot.failed
-
-    @property
-    def data_losses(self) -> int:
-        """Times a worker found that Redis had lost its data (restarted empty, flushed)."""
-        return self.snapshot.data_losses
-
-    @property
-    def scheduled_size(self) -> int:
-        return self.snapshot.scheduled_size
-
-    @property
-    def retry_size(self) -> int:
-        return self.snapshot.retry_size
-
-    @property
-    def dead_size(self) -> int:
-        return self.snapshot.dead_size
-
-    @property
-    def stopped_size(self) -> int:
-        """Jobs stopped by ``stop_job``, waiting for a resume."""
-        return self.snapshot.stopped_size
-
-    @property
-    def processes_size(self) -> int:
-        """Processes whose heartbeat has not expired."""
-        return self.snapshot.processes_size
-
-    @property
-    def workers_size(self) -> int:
-        """Busy threads over all live processes, as of their last heartbeat."""
-        return self.snapshot.workers_size
+    processed = _SnapshotNumber[int]()
+    failed = _SnapshotNumber[int]()
+    #: Times a worker found that Redis had lost its data (restarted empty, flushed).
+    data_losses = _SnapshotNumber[int]()
+    scheduled_size = _SnapshotNumber[int]()
+    retry_size = _SnapshotNumber[int]()
+    dead_size = _SnapshotNumber[int]()
+    #: Jobs stopped by ``stop_job``, waiting for a resume.
+    stopped_size = _SnapshotNumber[int]()
+    #: Processes whose heartbeat has not expired.
+    processes_size = _SnapshotNumber[int]()
+    #: Busy threads over all live processes, as of their last heartbeat.
+    workers_size = _SnapshotNumber[int]()
+    default_queue_latency = _SnapshotNumber[float]()
 
     @property
     def enqueued(self) -> int:
         return sum(self.snapshot.queues.values())
-
-    @property
-    def default_queue_latency(self) -> float:
-        return self.snapshot.default_queue_latency
 
     @property
     def queues(self) -> dict[str, int]:
