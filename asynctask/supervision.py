@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 T = TypeVar("T")
 
@@ -90,3 +91,28 @@ class Activity:
 def backoff(failures: int, max_pause: float = MAX_PAUSE) -> float:
     """Seconds to wait after ``failures`` consecutive failures."""
     return min(max_pause, FIRST_PAUSE * 2.0 ** max(0, failures - 1))
+
+
+class Loop(ABC):
+    """A background loop on a daemon thread of its own: ``run`` until ``stop``.
+
+    A dataclass subclass gets its thread in ``__post_init__``, once its fields are set."""
+
+    #: The name of the loop's thread, as thread dumps show it.
+    thread_name: ClassVar[str]
+    _stopped: threading.Event
+    thread: threading.Thread
+
+    def __post_init__(self) -> None:
+        self._stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, name=self.thread_name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    @abstractmethod
+    def run(self) -> None:
+        """The loop; it returns once ``_stopped`` is set."""

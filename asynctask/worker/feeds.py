@@ -10,30 +10,20 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 from asynctask.brokers.feeds import TICK, Feeds
-from asynctask.supervision import Activity
+from asynctask.supervision import Activity, Loop
 
 logger = logging.getLogger("asynctask.feeds")
 
 
 @dataclass(eq=False)
-class FeedTicker:
+class FeedTicker(Loop):
+    thread_name: ClassVar[str] = "asynctask-feeds"
     feeds: Feeds
     tick: float = TICK
-    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
-    thread: threading.Thread = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self.run, name="asynctask-feeds", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
 
     def run(self) -> None:
         activity = Activity("feed tick", logger, self.feeds.errors)

@@ -13,35 +13,25 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 from asynctask import payload
 from asynctask.brokers import DueJobs
 from asynctask.errors import PayloadError
 from asynctask.middleware import Chain
-from asynctask.supervision import Activity
+from asynctask.supervision import Activity, Loop
 from asynctask.worker.retry import describe
 
 logger = logging.getLogger("asynctask.scheduled")
 
 
 @dataclass(eq=False)
-class Poller:
+class Poller(Loop):
+    thread_name: ClassVar[str] = "asynctask-poller"
     broker: DueJobs
     client_chain: Chain[payload.JobDict]
     interval: float
-    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
-    thread: threading.Thread = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self.run, name="asynctask-poller", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
 
     def run(self) -> None:
         # A random first wait spreads the polls of processes that were started together.
