@@ -214,12 +214,17 @@ class ProcessSignal(Base):
     signal: Mapped[str] = mapped_column(String(16))
 
 
-class StatCounter(Base):
-    __tablename__ = "asynctask_stat"
+class NamedCount:
+    """The columns of a table of counts by name."""
 
-    #: ``processed``, ``failed``, ``processed:YYYY-MM-DD``, ``failed:YYYY-MM-DD``.
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class StatCounter(NamedCount, Base):
+    """Named ``processed``, ``failed``, ``processed:YYYY-MM-DD``, ``failed:YYYY-MM-DD``."""
+
+    __tablename__ = "asynctask_stat"
 
 
 class CancelledTask(Base):
@@ -247,11 +252,8 @@ class PausedQueue(Base):
     paused_at: Mapped[float] = mapped_column(Float)
 
 
-class Counter(Base):
+class Counter(NamedCount, Base):
     __tablename__ = "asynctask_counter"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Lane(Base):
