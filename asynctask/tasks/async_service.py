@@ -29,7 +29,7 @@ from asynctask.middleware import Chain
 from asynctask.payload import JobDict
 from asynctask.registry import Registry
 from asynctask.settings import Settings
-from asynctask.tasks.service import Tracking
+from asynctask.tasks.service import Tracking, named_like
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _awaited(
@@ -47,14 +46,7 @@ def _awaited(
     async def awaited(self: AsyncTracking, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await greenlet_spawn(partial(call, self.tracking, *args, **kwargs))
 
-    return _named(awaited, "a" + call.__name__, call)
-
-
-def _named(function: F, name: str, like: Callable[..., Any]) -> F:
-    """``function``, named ``name``, with the docstring of the call it awaits."""
-    function.__name__ = function.__qualname__ = name
-    function.__doc__ = like.__doc__
-    return function
+    return named_like(awaited, "a" + call.__name__, call)
 
 
 def _sleep_awaited(seconds: float) -> None:
@@ -129,7 +121,7 @@ def _on_default(
     async def on_default(*args: P.args, **kwargs: P.kwargs) -> R:
         return await call(default_async_tracking(), *args, **kwargs)
 
-    return _named(on_default, call.__name__, call)
+    return named_like(on_default, call.__name__, call, bound=True)
 
 
 acreate_task = _on_default(AsyncTracking.acreate_task)

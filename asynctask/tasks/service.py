@@ -6,11 +6,12 @@ the default client (``asynctask.configure``) and ``ASYNCTASK_DATABASE_URL``.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Unpack
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 from sqlalchemy import Engine
 
@@ -51,7 +52,10 @@ class Tracking:
         **given: Unpack[TaskFields],
     ) -> TaskView:
         """Split ``items`` into jobs under one task, all or nothing (``creation.create_task``).
-        ``options`` (a ``TaskOptions``) and the keyword arguments (its fields, on top) say how."""
+        ``options`` (a ``TaskOptions``) and the keyword arguments (its fields, on top) say how.
+
+        When no live worker process listens to the task's queue, the view's ``warnings`` say so
+        and a warning is logged (logger ``asynctask``): its jobs wait until a worker starts."""
         chosen = (options or TaskOptions()).merged(given)
         definition = runtime.resolve(job, self.client.registry)
         elsewhere = definition if isinstance(definition, RuntimeJob) else None
@@ -161,76 +165,39 @@ def default_tracking() -> Tracking:
         return _default
 
 
-def create_task(
-    job: JobDefinition[Any] | str | object,
-    items: Iterable[Any],
-    options: TaskOptions | None = None,
-    **given: Unpack[TaskFields],
-) -> TaskView:
-    """Split ``items`` into jobs under one task, all or nothing; see ``creation.create_task``.
-
-    When no live worker process listens to the task's queue, the view's ``warnings`` say so
-    and a warning is logged (logger ``asynctask``): its jobs wait until a worker starts."""
-    return default_tracking().create_task(job, items, options, **given)
+P = ParamSpec("P")
+R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def get_task(task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:
-    return default_tracking().get_task(task_id, tenant=tenant, errors=errors)
+def named_like(function: F, name: str, like: Callable[..., Any], *, bound: bool = False) -> F:
+    """``function``, named ``name``, with the docstring and the parameters of the method it
+    stands for (``bound``: less its ``self``), so that ``help()`` shows them."""
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = like.__doc__
+    signature = inspect.signature(like)
+    if bound:
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    return function
 
 
-def list_events(
-    task_id: str,
-    *,
-    status: str | None = None,
-    after: str | int | None = None,
-    limit: int = 100,
-    tenant: str | None = None,
-) -> Page[EventView]:
-    return default_tracking().list_events(task_id, status=status, after=after, limit=limit, tenant=tenant)
+def _on_default(call: Callable[Concatenate[Tracking, P], R]) -> Callable[P, R]:
+    def on_default(*args: P.args, **kwargs: P.kwargs) -> R:
+        return call(default_tracking(), *args, **kwargs)
+
+    return named_like(on_default, call.__name__, call, bound=True)
 
 
-def list_failed_items(
-    task_id: str, *, after: str | int | None = None, limit: int = 100, tenant: str | None = None
-) -> Page[FailedItemView]:
-    return default_tracking().list_failed_items(task_id, after=after, limit=limit, tenant=tenant)
-
-
-def list_tasks(tenant: str | None, *, before: str | None = None, limit: int = 50) -> Page[TaskView]:
-    return default_tracking().list_tasks(tenant, before=before, limit=limit)
-
-
-def cancel_task(task_id: str, *, tenant: str | None = None) -> TaskView:
-    return default_tracking().cancel_task(task_id, tenant=tenant)
-
-
-def retry_task(task_id: str, *, tenant: str | None = None) -> int:
-    return default_tracking().retry_task(task_id, tenant=tenant)
-
-
-def update_task(
-    task_id: str,
-    *,
-    parallel: int | None = None,
-    interval: float | None = None,
-    priority: int | None = None,
-    tenant: str | None = None,
-) -> FeedState | None:
-    return default_tracking().update_task(
-        task_id, parallel=parallel, interval=interval, priority=priority, tenant=tenant
-    )
-
-
-def pause_task(task_id: str, *, tenant: str | None = None) -> FeedState | None:
-    return default_tracking().pause_task(task_id, tenant=tenant)
-
-
-def resume_task(task_id: str, *, tenant: str | None = None) -> FeedState | None:
-    return default_tracking().resume_task(task_id, tenant=tenant)
-
-
-def stop_job(jid: str, *, tenant: str | None = None) -> jobs.StopState:
-    return default_tracking().stop_job(jid, tenant=tenant)
-
-
-def resume_job(jid: str, *, tenant: str | None = None) -> str:
-    return default_tracking().resume_job(jid, tenant=tenant)
+create_task = _on_default(Tracking.create_task)
+get_task = _on_default(Tracking.get_task)
+list_events = _on_default(Tracking.list_events)
+list_failed_items = _on_default(Tracking.list_failed_items)
+list_tasks = _on_default(Tracking.list_tasks)
+cancel_task = _on_default(Tracking.cancel_task)
+retry_task = _on_default(Tracking.retry_task)
+update_task = _on_default(Tracking.update_task)
+pause_task = _on_default(Tracking.pause_task)
+resume_task = _on_default(Tracking.resume_task)
+stop_job = _on_default(Tracking.stop_job)
+resume_job = _on_default(Tracking.resume_job)
