@@ -92,19 +92,25 @@ def namespace(conn: redis.Redis) -> Iterator[str]:
         conn.unlink(*batch)
 
 
+def fast_settings(**fields: Any) -> Settings:
+    """Settings whose heartbeats, polls and shutdowns take seconds, not minutes, with ``fields``
+    on top. A short idle fetch: every in-process worker's shutdown waits for its threads'
+    fetches to time out."""
+    timings: dict[str, Any] = {
+        "concurrency": 4,
+        "timeout": 5.0,
+        "heartbeat_interval": 0.5,
+        "process_ttl": 3,
+        "scheduled_poll_interval": 0.2,
+        "fetch_timeout": 0.2,
+    }
+    return Settings(**{**timings, **fields})
+
+
 @pytest.fixture
 def redis_settings(namespace: str) -> Settings:
-    """Fast timings so that tests of heartbeats, polls and shutdown take seconds."""
-    return Settings(
-        redis_url=REDIS_URL,
-        namespace=namespace,
-        concurrency=4,
-        timeout=5.0,
-        heartbeat_interval=0.5,
-        process_ttl=3,
-        scheduled_poll_interval=0.2,
-        fetch_timeout=0.5,
-    )
+    """The shared Redis under the test's namespace, with fast timings."""
+    return fast_settings(redis_url=REDIS_URL, namespace=namespace, fetch_timeout=0.5)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -23,7 +23,7 @@ from asynctask.keys import Keys
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
 from asynctask.worker.manager import Manager
-from tests.conftest import wait_until
+from tests.conftest import fast_settings, wait_until
 
 
 @pytest.fixture
@@ -56,16 +56,8 @@ def _pings(conn: redis.Redis) -> bool:
 def redis_settings(private_redis: redis.Redis) -> Settings:
     """The worker's settings (``start_redis_worker`` uses them): the private server, no tracking."""
     port = private_redis.connection_pool.connection_kwargs["port"]
-    return Settings(
-        redis_url=f"redis://127.0.0.1:{port}/0",
-        namespace="outage",
-        concurrency=2,
-        timeout=5.0,
-        heartbeat_interval=0.5,
-        process_ttl=3,
-        scheduled_poll_interval=0.2,
-        fetch_timeout=0.2,
-        tracking=False,
+    return fast_settings(
+        redis_url=f"redis://127.0.0.1:{port}/0", namespace="outage", concurrency=2, tracking=False
     )
 
 

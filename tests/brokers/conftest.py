@@ -31,7 +31,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.worker import Worker
-from tests.conftest import REDIS_URL, fresh_postgres_schema, started_workers
+from tests.conftest import REDIS_URL, fast_settings, fresh_postgres_schema, started_workers
 from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,21 +39,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BROKER_JOBS = ROOT / "tests" / "jobs" / "broker_jobs.py"
 
 BACKENDS = ("redis", "sqlite", "postgresql")
-
-
-def fast_settings(**fields: Any) -> Settings:
-    """tests/conftest.py's fast timings: heartbeats, polls and shutdowns take seconds, not
-    minutes. A shorter idle fetch than there: every in-process worker's shutdown waits for its
-    threads' fetches to time out, which cost half a second per test and backend."""
-    return Settings(
-        concurrency=4,
-        timeout=5.0,
-        heartbeat_interval=0.5,
-        process_ttl=3,
-        scheduled_poll_interval=0.2,
-        fetch_timeout=0.2,
-        **fields,
-    )
 
 
 F = TypeVar("F", bound=Callable[..., Any])

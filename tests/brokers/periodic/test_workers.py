@@ -19,8 +19,8 @@ from asynctask import Settings
 from asynctask.api import PeriodicSet, ProcessSet
 from asynctask.api.reader import close_shared
 from asynctask.db.migrate import upgrade
-from tests.brokers.conftest import ROOT, SpawnWorker, fast_settings, worker_env
-from tests.conftest import REDIS_URL, fresh_postgres_schema, wait_until
+from tests.brokers.conftest import ROOT, SpawnWorker, worker_env
+from tests.conftest import REDIS_URL, fast_settings, fresh_postgres_schema, wait_until
 from tests.records import written_lines
 
 JOBS = ROOT / "tests" / "jobs" / "periodic_jobs.py"
