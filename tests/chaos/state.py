@@ -47,8 +47,13 @@ def make_client(settings: Settings) -> Client:
     return Client(settings, registry=Registry(), middleware=Chain())
 
 
-def push_drain(client: Client, jobs: int, pause_ms: int) -> list[str]:
-    jids = client.push_bulk({"class": DRAIN_JOB, "args": [[pause_ms]] * jobs})
+def push_drain(settings: Settings, jobs: int, pause_ms: int) -> list[str]:
+    """Push the drain: ``jobs`` jobs of ``pause_ms`` each, by a client of its own."""
+    client = make_client(settings)
+    try:
+        jids = client.push_bulk({"class": DRAIN_JOB, "args": [[pause_ms]] * jobs})
+    finally:
+        client.close()
     return [jid for jid in jids if jid is not None]
 
 

@@ -23,7 +23,6 @@ from tests.chaos.drain import check, settle
 from tests.chaos.redis_server import PrivateRedis, pause_then_kill
 from tests.chaos.state import RedisState
 from tests.chaos.workers import Runs, Timing, WorkerPool
-from tests.conftest import wait_until
 
 TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
 ITEMS = 5000
@@ -64,9 +63,7 @@ def test_a_feed_survives_redis_paused_then_killed_then_a_worker_killed(
 ) -> None:
     settings = redis_state.settings
     upgrade(settings.database_url)
-    pool.configure(settings, TIMING)
-    workers = [pool.spawn(), pool.spawn()]
-    wait_until(lambda: redis_state.live_processes() == 2, timeout=30)
+    workers = pool.start(redis_state, TIMING, settings=settings)
     client = Client(settings, registry=_registry(), middleware=Chain())
     tracking = Tracking(client)
     try:

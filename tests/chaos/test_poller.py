@@ -30,9 +30,7 @@ POLL_WITHIN = 1.5 * TIMING.poll
 def poller_survives(
     state: BrokerState, pool: WorkerPool, runs: Runs, stop: Callable[[], None], start: Callable[[], None]
 ) -> None:
-    pool.configure(state.settings, TIMING)
-    worker = pool.spawn(4)
-    wait_until(lambda: state.live_processes() == 1, timeout=30)
+    [worker] = pool.start(state, TIMING, count=1, concurrency=4)
     client = make_client(state.settings)
     try:
         stop()

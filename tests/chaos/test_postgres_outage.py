@@ -13,9 +13,8 @@ import time
 import pytest
 
 from tests.chaos.drain import check, scheduled_job_runs, settle
-from tests.chaos.state import SqlState, make_client, push_drain
+from tests.chaos.state import SqlState, push_drain
 from tests.chaos.workers import Runs, Timing, WorkerPool
-from tests.conftest import wait_until
 from tests.pg_instance import PrivatePostgres
 
 TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
@@ -30,14 +29,8 @@ RUNS_BETWEEN = 1000
 def test_a_drain_survives_postgres_stopped_twice_then_a_worker_killed(
     postgres_state: SqlState, postgres_server: PrivatePostgres, pool: WorkerPool, runs: Runs
 ) -> None:
-    pool.configure(postgres_state.settings, TIMING)
-    workers = [pool.spawn(), pool.spawn()]
-    wait_until(lambda: postgres_state.live_processes() == 2, timeout=30)
-    client = make_client(postgres_state.settings)
-    try:
-        jids = push_drain(client, JOBS, PAUSE_MS)
-    finally:
-        client.close()
+    workers = pool.start(postgres_state, TIMING)
+    jids = push_drain(postgres_state.settings, JOBS, PAUSE_MS)
 
     assert runs.wait_done(RUNS_BETWEEN, 60), f"the drain did not start\n{pool.logs()}"
     stalls = []

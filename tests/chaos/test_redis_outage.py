@@ -17,9 +17,8 @@ import pytest
 
 from tests.chaos.drain import check, scheduled_job_runs, settle
 from tests.chaos.redis_server import PrivateRedis, pause_then_kill
-from tests.chaos.state import RedisState, make_client, push_drain
+from tests.chaos.state import RedisState, push_drain
 from tests.chaos.workers import Runs, Timing, WorkerPool
-from tests.conftest import wait_until
 
 TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
 JOBS = 20_000
@@ -36,14 +35,8 @@ RUNS_BETWEEN = 1500
 def test_a_drain_survives_redis_paused_then_killed_then_a_worker_killed(
     redis_state: RedisState, redis_server: PrivateRedis, pool: WorkerPool, runs: Runs
 ) -> None:
-    pool.configure(redis_state.settings, TIMING)
-    workers = [pool.spawn(), pool.spawn()]
-    wait_until(lambda: redis_state.live_processes() == 2, timeout=30)
-    client = make_client(redis_state.settings)
-    try:
-        jids = push_drain(client, JOBS, PAUSE_MS)
-    finally:
-        client.close()
+    workers = pool.start(redis_state, TIMING)
+    jids = push_drain(redis_state.settings, JOBS, PAUSE_MS)
 
     assert runs.wait_done(RUNS_BETWEEN, 60), f"the drain did not start\n{pool.logs()}"
     outages = pause_then_kill(redis_server, runs, PAUSED_SECONDS, STOPPED_SECONDS, RUNS_BETWEEN)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.chaos.drain import check, settle
-from tests.chaos.state import RedisState, make_client, push_drain
+from tests.chaos.state import RedisState, push_drain
 from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.conftest import wait_until
 
@@ -31,16 +31,10 @@ RUNS_AFTER_RESUME = 40
 def test_jobs_claimed_after_a_stall_are_recovered_when_the_worker_dies(
     redis_state: RedisState, pool: WorkerPool, runs: Runs
 ) -> None:
-    pool.configure(redis_state.settings, TIMING)
-    staller, peer = pool.spawn(CONCURRENCY), pool.spawn(CONCURRENCY)
-    wait_until(lambda: redis_state.live_processes() == 2, timeout=30)
+    staller, peer = pool.start(redis_state, TIMING, concurrency=CONCURRENCY)
     identity = redis_state.identity_of(staller.pid)
     assert identity is not None
-    client = make_client(redis_state.settings)
-    try:
-        jids = push_drain(client, JOBS, PAUSE_MS)
-    finally:
-        client.close()
+    jids = push_drain(redis_state.settings, JOBS, PAUSE_MS)
 
     assert runs.wait_done(100, 30), f"the drain did not start\n{pool.logs()}"
     staller.stall()

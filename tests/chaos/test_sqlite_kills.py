@@ -12,9 +12,8 @@ import time
 import pytest
 
 from tests.chaos.drain import check, scheduled_job_runs, settle
-from tests.chaos.state import SqlState, make_client, push_drain
+from tests.chaos.state import SqlState, push_drain
 from tests.chaos.workers import Runs, Timing, WorkerPool
-from tests.conftest import wait_until
 
 TIMING = Timing(heartbeat=1.0, ttl=5, poll=1.0)
 JOBS = 4000
@@ -27,14 +26,8 @@ RUNS_BETWEEN = 600
 def test_a_drain_survives_repeated_kill_9_of_sqlite_workers(
     sqlite_state: SqlState, pool: WorkerPool, runs: Runs
 ) -> None:
-    pool.configure(sqlite_state.settings, TIMING)
-    workers = [pool.spawn(), pool.spawn()]
-    wait_until(lambda: sqlite_state.live_processes() == 2, timeout=30)
-    client = make_client(sqlite_state.settings)
-    try:
-        jids = push_drain(client, JOBS, PAUSE_MS)
-    finally:
-        client.close()
+    workers = pool.start(sqlite_state, TIMING)
+    jids = push_drain(sqlite_state.settings, JOBS, PAUSE_MS)
 
     held_at_kills = []
     for kill in range(KILLS):

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from asynctask import Settings
+from tests.chaos.state import BrokerState
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "chaos" / "chaos_jobs.py"
@@ -114,6 +116,22 @@ class WorkerPool:
         else:
             self.broker_env = {"ASYNCTASK_BROKER_URL": settings.broker_url}
         self.timing = timing
+
+    def start(
+        self,
+        state: BrokerState,
+        timing: Timing,
+        *,
+        count: int = 2,
+        concurrency: int = 10,
+        settings: Settings | None = None,
+    ) -> list[WorkerProc]:
+        """``count`` workers on ``settings`` (``state``'s by default) with ``timing``, each seen
+        live by ``state`` before this returns."""
+        self.configure(state.settings if settings is None else settings, timing)
+        workers = [self.spawn(concurrency) for _ in range(count)]
+        wait_until(lambda: state.live_processes() == count, timeout=30)
+        return workers
 
     def spawn(self, concurrency: int = 10) -> WorkerProc:
         # Variables of the caller's environment that name another broker or database are
