@@ -67,23 +67,16 @@ class RqStack:
         """``rq worker -w <worker_class> --url <rq_url> <queue>`` in its own session; its output
         goes to the stack's log."""
         command = [sys.executable, "-m", "rq.cli", "worker", "-w", worker_class, "--url", self.rq_url]
-        with self.logs.open("ab") as out:
-            proc = subprocess.Popen(
-                [*command, *options, QUEUE],
-                env=self.env(**extra),
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.procs.append(proc)
-        return proc
+        return self._started([*command, *options, QUEUE], extra)
 
     def spawn(self, *argv: str, **extra: str) -> subprocess.Popen[bytes]:
         """``python -m asynctask <argv>`` (a flusher) on this stack, in its own session."""
+        return self._started([sys.executable, "-m", "asynctask", *argv], extra)
+
+    def _started(self, command: list[str], extra: dict[str, str]) -> subprocess.Popen[bytes]:
         with self.logs.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "asynctask", *argv],
+                command,
                 env=self.env(**extra),
                 cwd=ROOT,
                 stdout=out,
