@@ -26,6 +26,8 @@ from sqlalchemy import Engine
 
 from asynctask import AsyncTracking, Client, Registry, Settings, Tracking
 from asynctask.api.reader import close_shared
+from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers.redis.fetch import ReliableFetch
 from asynctask.brokers.sql import SqlBroker
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
@@ -187,6 +189,22 @@ def read_runs(path: Path) -> list[Run]:
 
 
 SpawnWorker = Callable[..., "subprocess.Popen[bytes]"]
+
+
+@pytest.fixture
+def redis_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
+    """A Redis broker whose "default" queue is a fifo one: its task's jobs wait in
+    queue:default, which the Redis-only suites read (a fair queue's shares are tried in
+    fair_share/test_redis.py, which gives itself a plain broker)."""
+    made = RedisBroker(redis_settings)
+    made.redis.sadd(made.keys.fifo, "default")
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def fetch(redis_broker: RedisBroker) -> ReliableFetch:
+    return redis_broker.fetcher("proc-1")
 
 
 @pytest.fixture

@@ -42,11 +42,6 @@ def redis_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
 
 
 @pytest.fixture
-def fetch(redis_broker: RedisBroker) -> ReliableFetch:
-    return redis_broker.fetcher("proc-1")
-
-
-@pytest.fixture
 def reader(redis_broker: RedisBroker, redis_settings: Settings) -> RedisReader:
     return RedisReader(redis_broker.redis, redis_broker.keys, redis_settings)
 

@@ -8,7 +8,7 @@ look at the held list, the out hash and the queues, where a leaked or doubled sl
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -25,21 +25,6 @@ from asynctask.worker import Worker
 from tests.conftest import wait_until
 
 TASK = "t1"
-
-
-@pytest.fixture
-def redis_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
-    made = RedisBroker(redis_settings)
-    # These look at queue:<queue>, where a fifo queue keeps a task's jobs; a fair queue's
-    # shares are tried in tests/brokers/fair_share/test_redis.py.
-    made.redis.sadd(made.keys.fifo, "default")
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def fetch(redis_broker: RedisBroker) -> ReliableFetch:
-    return redis_broker.fetcher("proc-1")
 
 
 def job(jid: str, task: str = TASK, **more: Any) -> payload.JobDict:

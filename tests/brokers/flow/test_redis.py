@@ -9,7 +9,6 @@ look at the keys, where a leaked slot or a script error shows at once.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,21 +19,6 @@ from asynctask.brokers.reads import Move, Scored, Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch
 from asynctask.brokers.redis.reads import RedisReader
-
-
-@pytest.fixture
-def redis_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
-    made = RedisBroker(redis_settings)
-    # These look at queue:<queue>, where a fifo queue keeps a task's jobs; a fair queue's
-    # shares are tried in tests/brokers/fair_share/test_redis.py.
-    made.redis.sadd(made.keys.fifo, "default")
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def fetch(redis_broker: RedisBroker) -> ReliableFetch:
-    return redis_broker.fetcher("proc-1")
 
 
 def job(jid: str, **flow: Any) -> payload.JobDict:
