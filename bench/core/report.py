@@ -5,14 +5,14 @@ part of RESULTS.md and its JSON file the same way for all of them."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from bench.core.document import DrainResults, drain_markdown, drain_raw, write_section
-from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import drain_tables, fixed, judged, ratio, section_tail, spread, verdict
+from bench.core.drain import POSTGRESQL, REDIS, DrainRun
+from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
 from bench.core.results import R, SectionResults
 
 BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
@@ -35,6 +35,25 @@ def per_rep(
     """``value(ours, base)`` of each repetition in which both cases ran without failing."""
     mine, theirs = ok_by_rep(results, backend, ours), ok_by_rep(results, backend, base)
     return [value(mine[rep], theirs[rep]) for rep in mine if rep in theirs]
+
+
+def case_runs(results: SectionResults[R], cases: Sequence[str]) -> Iterator[tuple[str, list[R]]]:
+    """Per backend (Redis, then PostgreSQL) and case in turn, the backend and the case's runs
+    that did not fail, where there are any: a table's rows."""
+    for backend in (REDIS, POSTGRESQL):
+        for case in cases:
+            runs = list(ok_by_rep(results, backend, case).values())
+            if runs:
+                yield backend, runs
+
+
+def both_runs(results: SectionResults[R], ours: str, base: str) -> Iterator[tuple[str, list[R], list[R]]]:
+    """Per backend (Redis, then PostgreSQL) where either case has runs that did not fail, the
+    backend and those runs of each: the rows of a table that sets two cases side by side."""
+    for backend in (REDIS, POSTGRESQL):
+        mine, theirs = ok_by_rep(results, backend, ours), ok_by_rep(results, backend, base)
+        if mine or theirs:
+            yield backend, list(mine.values()), list(theirs.values())
 
 
 class Tenths(Protocol):
@@ -60,6 +79,21 @@ def per_job_us(runs: Iterable[P], value: Callable[[P], float]) -> str:
     return spread((value(r) / r.jobs * 1e6 for r in runs), fixed(0))
 
 
+def cpu_cells(backend: str, runs: Sequence[DrainRun]) -> str:
+    """The worker and PostgreSQL CPU µs/job cells of a drain table's row; the latter is '-' on
+    Redis, which has no backends to read."""
+    postgres = per_job_us(runs, lambda r: r.postgres_cpu_s) if backend == POSTGRESQL else "-"
+    return f"| {per_job_us(runs, lambda r: r.worker_cpu_s)} | {postgres} "
+
+
+def steady_cells(backend: str, runs: Sequence[DrainRun]) -> str:
+    """The steady drain rate (bold), first ÷ last tenth, and CPU cells of a drain table's row."""
+    return (
+        f"| **{spread((r.steady_rate for r in runs), rate)}** | {first_over_last_tenth(runs)} "
+        + cpu_cells(backend, runs)
+    )
+
+
 def verdict_row(
     what: str,
     wanted: str,
@@ -73,6 +107,25 @@ def verdict_row(
         return []
     measured = f"{spread(values, fmt)}{unit}"
     return [f"| {what} | {wanted} | {measured} | {verdict(met(statistics.median(values)))} |"]
+
+
+def at_least(what: str, floor: float, values: list[float]) -> list[str]:
+    """The row of a ratio goal met when the median is ``floor`` or more."""
+    return verdict_row(what, f"≥ {floor:.2f}x", values, ratio, lambda median: median >= floor)
+
+
+def at_most(what: str, ceiling: float, values: list[float], digits: int = 2) -> list[str]:
+    """The row of a ratio goal met when the median is ``ceiling`` or less."""
+    return verdict_row(what, f"≤ {ceiling:.{digits}f}x", values, ratio, lambda median: median <= ceiling)
+
+
+def below(
+    what: str, ceiling: float, values: list[float], fmt: Callable[[float], str], unit: str
+) -> list[str]:
+    """The row of a goal met when the median, in ``unit``, is under ``ceiling``."""
+    return verdict_row(
+        what, f"< {ceiling:.0f}{unit}", values, fmt, lambda median: median < ceiling, unit=unit
+    )
 
 
 class ReportedResults(DrainResults, Protocol):

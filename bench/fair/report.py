@@ -7,16 +7,15 @@ between the two drains of the same broker and number of tasks.
 from __future__ import annotations
 
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import fixed, rate, ratio, spread
+from bench.core.fmt import fixed, spread
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
-    first_over_last_tenth,
-    ok_by_rep,
-    per_job_us,
+    at_least,
+    case_runs,
     per_rep,
     quick_note,
-    verdict_row,
+    steady_cells,
 )
 from bench.fair.section import FAIR, FIFO, FairResults, case_name, cases
 
@@ -36,21 +35,15 @@ def throughput_table(results: FairResults) -> list[str]:
         "| **drain jobs/s steady** | first ÷ last tenth jobs/s | worker CPU µs/job | PostgreSQL CPU µs/job |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for backend in (REDIS, POSTGRESQL):
-        for mode, tasks in cases(results.settings["tasks"]):
-            runs = list(ok_by_rep(results, backend, case_name(mode, tasks)).values())
-            if not runs:
-                continue
-            first = runs[0]
-            tenants = f"{tasks}, a tenant each" if tasks > 1 else "1, no tenant"
-            postgres = per_job_us(runs, lambda r: r.postgres_cpu_s)
-            lines.append(
-                f"| {BACKEND_NAMES[backend]} | {first.case} | {tenants} | {first.jobs:,} "
-                f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
-                f"| **{spread((r.steady_rate for r in runs), rate)}** | {first_over_last_tenth(runs)} "
-                f"| {per_job_us(runs, lambda r: r.worker_cpu_s)} "
-                f"| {postgres if backend == POSTGRESQL else '-'} |"
-            )
+    names = [case_name(mode, tasks) for mode, tasks in cases(results.settings["tasks"])]
+    for backend, runs in case_runs(results, names):
+        first = runs[0]
+        tenants = f"{first.tasks}, a tenant each" if first.tasks > 1 else "1, no tenant"
+        lines.append(
+            f"| {BACKEND_NAMES[backend]} | {first.case} | {tenants} | {first.jobs:,} "
+            f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
+            f"{steady_cells(backend, runs)}|"
+        )
     return lines
 
 
@@ -60,12 +53,10 @@ def _goals(results: FairResults) -> list[str]:
     for backend in (REDIS, POSTGRESQL):
         for tasks in (1, many):
             what = "one task" if tasks == 1 else f"{tasks} tasks, a tenant each"
-            rows += verdict_row(
+            rows += at_least(
                 f"{BACKEND_NAMES[backend]}: drain jobs/s, fair ÷ fifo queue, {what}",
-                f"≥ {FAIR_FLOOR:.2f}x",
+                FAIR_FLOOR,
                 paired(results, backend, tasks),
-                ratio,
-                lambda median: median >= FAIR_FLOOR,
             )
     return rows
 

@@ -7,16 +7,17 @@ between the two drains of the same broker.
 from __future__ import annotations
 
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import fixed, rate, ratio, spread
+from bench.core.fmt import fixed, spread
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
-    first_over_last_tenth,
+    at_least,
+    at_most,
+    case_runs,
     ok_by_rep,
-    per_job_us,
     per_rep,
     quick_note,
-    verdict_row,
+    steady_cells,
 )
 from bench.feeds.section import FED, UNFED, FeedResults
 
@@ -33,21 +34,14 @@ def throughput_table(results: FeedResults) -> list[str]:
         "| **drain jobs/s steady** | first ÷ last tenth jobs/s | worker CPU µs/job | PostgreSQL CPU µs/job |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for backend in (REDIS, POSTGRESQL):
-        for case in (UNFED, FED):
-            runs = list(ok_by_rep(results, backend, case).values())
-            if not runs:
-                continue
-            first = runs[0]
-            postgres = per_job_us(runs, lambda r: r.postgres_cpu_s)
-            lines.append(
-                f"| {BACKEND_NAMES[backend]} | {case} | {first.jobs:,} | {first.parallel or '-'} "
-                f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
-                f"| {spread((r.create_peak_rss_kb / 1024 for r in runs), fixed(0))} "
-                f"| **{spread((r.steady_rate for r in runs), rate)}** | {first_over_last_tenth(runs)} "
-                f"| {per_job_us(runs, lambda r: r.worker_cpu_s)} "
-                f"| {postgres if backend == POSTGRESQL else '-'} |"
-            )
+    for backend, runs in case_runs(results, (UNFED, FED)):
+        first = runs[0]
+        lines.append(
+            f"| {BACKEND_NAMES[backend]} | {first.case} | {first.jobs:,} | {first.parallel or '-'} "
+            f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
+            f"| {spread((r.create_peak_rss_kb / 1024 for r in runs), fixed(0))} "
+            f"{steady_cells(backend, runs)}|"
+        )
     return lines
 
 
@@ -57,35 +51,24 @@ def _goals(results: FeedResults) -> list[str]:
     for backend in (REDIS, POSTGRESQL):
         name = BACKEND_NAMES[backend]
         overhead = per_rep(results, backend, FED, UNFED, lambda fed, unfed: fed.steady_s / unfed.steady_s)
-        rows += verdict_row(
-            f"{name}: drain time fed at parallel={parallel} ÷ unfed",
-            f"≤ {FEED_OVERHEAD:.2f}x",
-            overhead,
-            ratio,
-            lambda median: median <= FEED_OVERHEAD,
-        )
+        rows += at_most(f"{name}: drain time fed at parallel={parallel} ÷ unfed", FEED_OVERHEAD, overhead)
         fed = [
             r
             for r in ok_by_rep(results, backend, FED).values()
             if min(r.tenth_rate(False), r.tenth_rate(True)) > 0
         ]
         held = [r.tenth_rate(False) / r.tenth_rate(True) for r in fed]
-        rows += verdict_row(
-            f"{name}: fed drain jobs/s, first tenth (nearly all held) ÷ last tenth",
-            f"≥ {HELD_SLOWDOWN:.2f}x",
-            held,
-            ratio,
-            lambda median: median >= HELD_SLOWDOWN,
+        rows += at_least(
+            f"{name}: fed drain jobs/s, first tenth (nearly all held) ÷ last tenth", HELD_SLOWDOWN, held
         )
         small = results.small_peak_rss_kb.get(backend)
         large = [r.create_peak_rss_kb for r in fed]
         if small and large:
-            rows += verdict_row(
+            rows += at_most(
                 f"{name}: peak RSS creating {fed[0].jobs:,} items ÷ creating 10,000",
-                f"≤ {MEMORY_GROWTH:.1f}x",
+                MEMORY_GROWTH,
                 [peak / small for peak in large],
-                ratio,
-                lambda median: median <= MEMORY_GROWTH,
+                digits=1,
             )
     return rows
 

@@ -7,7 +7,7 @@ figures of the same runtime.
 from __future__ import annotations
 
 from bench.core.fmt import fixed, rate, ratio, spread
-from bench.core.report import DrainReport, quick_note, verdict_row
+from bench.core.report import DrainReport, at_least, at_most, quick_note
 from bench.integrations.section import CREATE, NOOP, RUNTIMES, IntegrationResults, IntegrationRun
 
 NAMES = {"celery": "Celery", "rq": "RQ", "dramatiq": "Dramatiq"}
@@ -47,20 +47,10 @@ def _goals(results: IntegrationResults) -> list[str]:
     rows = []
     for runtime in RUNTIMES:
         noop = [r.ratio() for r in _ok(results, runtime, NOOP)]
-        rows += verdict_row(
-            f"{NAMES[runtime]}: no-op jobs/s, tracked ÷ untracked",
-            f"≥ {TRACKED_RATE:.2f}x",
-            noop,
-            ratio,
-            lambda median: median >= TRACKED_RATE,
-        )
+        rows += at_least(f"{NAMES[runtime]}: no-op jobs/s, tracked ÷ untracked", TRACKED_RATE, noop)
         create = [r.ratio() for r in _ok(results, runtime, CREATE)]
-        rows += verdict_row(
-            f"{NAMES[runtime]}: create_task ÷ the runtime's bulk send",
-            f"≤ {CREATE_TIME:.1f}x",
-            create,
-            ratio,
-            lambda median: median <= CREATE_TIME,
+        rows += at_most(
+            f"{NAMES[runtime]}: create_task ÷ the runtime's bulk send", CREATE_TIME, create, digits=1
         )
     return rows
 

@@ -13,10 +13,12 @@ from bench.core.fmt import fixed, spread
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
+    below,
+    both_runs,
+    case_runs,
     ok_by_rep,
     per_rep,
     quick_note,
-    verdict_row,
 )
 from bench.periodic.section import BASELINE, SAMPLE_EVERY, SCHEDULED, PeriodicResults, PeriodicRun
 
@@ -50,11 +52,7 @@ def cpu_table(results: PeriodicResults) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     pct = fixed(1)
-    for backend in (REDIS, POSTGRESQL):
-        scheduled = list(ok_by_rep(results, backend, SCHEDULED).values())
-        baseline = list(ok_by_rep(results, backend, BASELINE).values())
-        if not scheduled and not baseline:
-            continue
+    for backend, scheduled, baseline in both_runs(results, SCHEDULED, BASELINE):
         first = (scheduled or baseline)[0]
         lines.append(
             f"| {BACKEND_NAMES[backend]} | {results.settings['schedules']:,} "
@@ -77,10 +75,7 @@ def lag_table(results: PeriodicResults) -> list[str]:
         "| window end → last tick taken s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for backend in (REDIS, POSTGRESQL):
-        runs = list(ok_by_rep(results, backend, SCHEDULED).values())
-        if not runs:
-            continue
+    for backend, runs in case_runs(results, (SCHEDULED,)):
         lines.append(
             f"| {BACKEND_NAMES[backend]} | {spread((r.jobs for r in runs), lambda v: f'{v:,.0f}')} "
             f"| {spread((r.pushes for r in runs), fixed(0))} "
@@ -98,24 +93,22 @@ def _goals(results: PeriodicResults) -> list[str]:
     for backend in (REDIS, POSTGRESQL):
         name = BACKEND_NAMES[backend]
         cpu = scheduling_cpu(results, backend)
-        rows += verdict_row(
+        rows += below(
             f"{name}: scheduling CPU of {schedules:,} schedules every second, % of a core per worker "
             "process (scheduled - baseline)",
-            f"< {CPU_CEILING_PCT:.0f} %",
+            CPU_CEILING_PCT,
             cpu,
             fixed(1),
-            lambda median: median < CPU_CEILING_PCT,
-            unit=" %",
+            " %",
         )
         # Only the lag seen from outside is judged: ``enqueued_at`` is the tick's time by design.
         p99 = [r.visible_lag.p99 for r in ok_by_rep(results, backend, SCHEDULED).values()]
-        rows += verdict_row(
+        rows += below(
             f"{name}: periodic job lag p99, in the queue - tick, seen from outside",
-            f"< {LAG_P99_MS:.0f} ms",
+            LAG_P99_MS,
             p99,
             ms,
-            lambda median: median < LAG_P99_MS,
-            unit=" ms",
+            " ms",
         )
     return rows
 

@@ -11,10 +11,10 @@ from bench.core.fmt import fixed, ratio, spread
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
-    ok_by_rep,
+    at_most,
+    both_runs,
     per_rep,
     quick_note,
-    verdict_row,
 )
 from bench.resumable.section import PLAIN, RESUMABLE, WARMUP_ITERATIONS, ResumableResults
 
@@ -37,11 +37,7 @@ def time_table(results: ResumableResults) -> list[str]:
         "| plain ns/iteration | resumable ns/iteration | **resumable ÷ plain** |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for backend in (REDIS, POSTGRESQL):
-        plain = list(ok_by_rep(results, backend, PLAIN).values())
-        resumable = list(ok_by_rep(results, backend, RESUMABLE).values())
-        if not plain and not resumable:
-            continue
+    for backend, plain, resumable in both_runs(results, PLAIN, RESUMABLE):
         lines.append(
             f"| {BACKEND_NAMES[backend]} | {results.settings['iterations']:,} | 1 x 1 "
             f"| {spread((r.seconds for r in plain), seconds)} "
@@ -57,13 +53,10 @@ def _goals(results: ResumableResults) -> list[str]:
     rows = []
     iterations = results.settings["iterations"]
     for backend in (REDIS, POSTGRESQL):
-        ratios = paired(results, backend)
-        rows += verdict_row(
+        rows += at_most(
             f"{BACKEND_NAMES[backend]}: run time of a {iterations:,}-iteration no-op job, resumable ÷ plain",
-            f"≤ {OVERHEAD:.2f}x",
-            ratios,
-            ratio,
-            lambda median: median <= OVERHEAD,
+            OVERHEAD,
+            paired(results, backend),
         )
     return rows
 
