@@ -81,20 +81,6 @@ def _venv_versions(*packages: str) -> Callable[[], dict[str, str]]:
     return versions
 
 
-def _enqueue(peer: str, python: Callable[[], Path]) -> Callable[[str, str, int, int], list[str]]:
-    def enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
-        return [str(python()), str(ENQUEUE), peer, url, mode, str(jobs), str(batch)]
-
-    return enqueue_argv
-
-
-def _latency(peer: str, python: Callable[[], Path]) -> Callable[[str, int, float], list[str]]:
-    def latency_argv(url: str, jobs: int, rate: float) -> list[str]:
-        return [str(python()), str(ENQUEUE), peer, url, "latency", str(jobs), f"{rate:g}"]
-
-    return latency_argv
-
-
 #: Variables the peers read as settings (``CELERY_BROKER_URL`` wins over the app's broker,
 #: ``RQ_WORKER_CLASS``, ``dramatiq_queue_prefetch``...): none may come from the caller.
 _PEER_PREFIXES = ("celery_", "rq_", "dramatiq_", "huey_", "arq_")
@@ -124,6 +110,38 @@ def _arq_queued(conn: redis.Redis) -> int:
     return int(conn.zcard("arq:queue"))
 
 
+def _peer(
+    name: str,
+    peer: str,
+    worker_argv: Callable[[int], list[str]],
+    describe: Callable[[], list[str]],
+    versions: Callable[[], dict[str, str]],
+    queued: Callable[[redis.Redis], int],
+    python: Callable[[], Path] = peers_venv.python,
+    max_jobs: int = 0,
+) -> System:
+    """A peer whose enqueue and latency commands are ``redis_enqueue.py`` run as ``peer`` by
+    ``python``, all in the environment ``env`` makes."""
+
+    def enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
+        return [str(python()), str(ENQUEUE), peer, url, mode, str(jobs), str(batch)]
+
+    def latency_argv(url: str, jobs: int, rate: float) -> list[str]:
+        return [str(python()), str(ENQUEUE), peer, url, "latency", str(jobs), f"{rate:g}"]
+
+    return System(
+        name=name,
+        enqueue_argv=enqueue_argv,
+        latency_argv=latency_argv,
+        worker_argv=worker_argv,
+        env=env,
+        describe=describe,
+        versions=versions,
+        queued=queued,
+        max_jobs=max_jobs,
+    )
+
+
 # --- Celery ----------------------------------------------------------------------------------
 
 
@@ -149,12 +167,10 @@ def _celery_describe() -> list[str]:
     ]
 
 
-CELERY = System(
+CELERY = _peer(
     name="Celery",
-    enqueue_argv=_enqueue("celery", peers_venv.python),
-    latency_argv=_latency("celery", peers_venv.python),
+    peer="celery",
     worker_argv=_celery_worker,
-    env=env,
     describe=_celery_describe,
     versions=_venv_versions("celery", "kombu"),
     queued=_llen("default"),
@@ -204,12 +220,10 @@ def _rq_describe(simple: bool) -> Callable[[], list[str]]:
 
 
 def _rq(simple: bool) -> System:
-    return System(
+    return _peer(
         name="RQ SimpleWorker" if simple else "RQ",
-        enqueue_argv=_enqueue("rq", peers_venv.python),
-        latency_argv=_latency("rq", peers_venv.python),
+        peer="rq",
         worker_argv=_rq_worker(simple),
-        env=env,
         describe=_rq_describe(simple),
         versions=_venv_versions("rq"),
         queued=_llen("rq:queue:default"),
@@ -245,12 +259,10 @@ def _dramatiq_describe() -> list[str]:
     ]
 
 
-DRAMATIQ = System(
+DRAMATIQ = _peer(
     name="Dramatiq",
-    enqueue_argv=_enqueue("dramatiq", peers_venv.python),
-    latency_argv=_latency("dramatiq", peers_venv.python),
+    peer="dramatiq",
     worker_argv=_dramatiq_worker,
-    env=env,
     describe=_dramatiq_describe,
     versions=_venv_versions("dramatiq"),
     queued=_llen("dramatiq:default"),
@@ -281,15 +293,14 @@ def _arq_describe() -> list[str]:
     ]
 
 
-ARQ = System(
+ARQ = _peer(
     name="arq",
-    enqueue_argv=_enqueue("arq", arq_python),
-    latency_argv=_latency("arq", arq_python),
+    peer="arq",
     worker_argv=_arq_worker,
-    env=env,
     describe=_arq_describe,
     versions=_arq_versions,
     queued=_arq_queued,
+    python=arq_python,
     max_jobs=ARQ_MAX_JOBS,
 )
 
@@ -317,12 +328,10 @@ def _huey_describe() -> list[str]:
     ]
 
 
-HUEY_REDIS = System(
+HUEY_REDIS = _peer(
     name="Huey (Redis)",
-    enqueue_argv=_enqueue("huey", peers_venv.python),
-    latency_argv=_latency("huey", peers_venv.python),
+    peer="huey",
     worker_argv=_huey_worker,
-    env=env,
     describe=_huey_describe,
     versions=_venv_versions("huey"),
     queued=_llen("huey.redis.default"),
