@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,17 +197,10 @@ def watch(
                 drain.startup_s, drain.steady_s, drain.total_s = first - spawned, now - first, now - spawned
                 drain.progress.append((now - first, size))
                 return
-            exited = [w for w in workers if w.poll() is not None]
-            if exited:
-                raise RuntimeError(
-                    f"a worker exited with {exited[0].returncode} after {size} jobs: {procs.log_tail(log)}"
-                )
-            if now - spawned > timeout:
-                raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {drain.jobs} jobs done")
+            procs.check_workers(workers, log, size, drain.jobs, now - spawned, timeout)
             time.sleep(POLL)
     finally:
-        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
-            list(pool.map(lambda w: procs.stop(w, grace=STOP_GRACE), workers))
+        procs.stop_all(workers, grace=STOP_GRACE)
 
 
 class Progressed(Protocol):

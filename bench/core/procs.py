@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -58,6 +59,24 @@ def stop(proc: subprocess.Popen[bytes], *, grace: float) -> float:
     _signal_group(proc.pid, signal.SIGKILL)
     _live.pop(proc.pid, None)
     return time.monotonic() - start
+
+
+def stop_all(workers: Sequence[subprocess.Popen[bytes]], *, grace: float) -> list[float]:
+    """``stop`` every worker at once, so that each one's shutdown wait overlaps the others';
+    return how long each took to exit."""
+    with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
+        return list(pool.map(lambda w: stop(w, grace=grace), workers))
+
+
+def check_workers(
+    workers: Sequence[subprocess.Popen[bytes]], log: Path, done: int, jobs: int, waited: float, timeout: float
+) -> None:
+    """Raise when a worker exited before the ``jobs`` were done, or ``timeout`` has passed."""
+    exited = [w for w in workers if w.poll() is not None]
+    if exited:
+        raise RuntimeError(f"a worker exited with {exited[0].returncode} after {done} jobs: {log_tail(log)}")
+    if waited > timeout:
+        raise RuntimeError(f"timed out after {timeout:.0f} s with {done} of {jobs} jobs done")
 
 
 def kill_all() -> None:

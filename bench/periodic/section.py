@@ -31,7 +31,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,8 +296,7 @@ def _observe(
             one.tail_s = time.monotonic() - tail
         return samples
     finally:
-        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
-            list(pool.map(lambda w: procs.stop(w, grace=STOP_GRACE), workers))
+        procs.stop_all(workers, grace=STOP_GRACE)
 
 
 def _taken(probe: Probe, schedules: int, tick: int) -> bool:

@@ -19,7 +19,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,19 +329,10 @@ def _watch(
                     max(result.peak_pss, usage.pss),
                 )
                 next_memory = now + MEMORY_SAMPLE
-            exited = [w for w in workers if w.poll() is not None]
-            if exited:
-                raise RuntimeError(
-                    f"a worker exited with {exited[0].returncode} after {size} jobs: {procs.log_tail(log)}"
-                )
-            if now - spawned > timeout:
-                raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {result.jobs} jobs done")
+            procs.check_workers(workers, log, size, result.jobs, now - spawned, timeout)
             time.sleep(POLL)
     finally:
-        # All at once: each worker's shutdown wait overlaps the others'.
-        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
-            stops = list(pool.map(lambda w: procs.stop(w, grace=STOP_GRACE), workers))
-        result.stop_s = max(stops, default=0.0)
+        result.stop_s = max(procs.stop_all(workers, grace=STOP_GRACE), default=0.0)
 
 
 def _usage(workers: list[subprocess.Popen[bytes]], *, memory: bool) -> procs.TreeUsage:
