@@ -206,15 +206,12 @@ def markdown(results: ApiResults) -> str:
 
 
 def raw(results: ApiResults, machine: dict[str, str]) -> dict[str, Any]:
-    return {
-        "settings": results.settings,
-        "machine": machine,
-        "databases": results.databases,
-        "versions": results.versions,
-        "seconds": results.seconds,
-        "big_task": asdict(results.big_task) if results.big_task else None,
-        "response_bytes": results.response_bytes,
-        "get_task_load": [
+    return document.section_raw(
+        results,
+        machine,
+        big_task=asdict(results.big_task) if results.big_task else None,
+        response_bytes=results.response_bytes,
+        get_task_load=[
             {
                 **asdict(r),
                 "rate": r.rate,
@@ -224,9 +221,8 @@ def raw(results: ApiResults, machine: dict[str, str]) -> dict[str, Any]:
             }
             for r in results.loads
         ],
-        "post": [{**asdict(r), "rate": r.rate} for r in results.posts],
-        "errors": results.errors(),
-    }
+        post=[{**asdict(r), "rate": r.rate} for r in results.posts],
+    )
 
 
 def write(results: ApiResults, machine: dict[str, str], out_dir: Path) -> None:

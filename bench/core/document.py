@@ -129,6 +129,20 @@ def drain_raw(
     }
 
 
+def section_raw(results: DrainResults, machine: dict[str, str], **parts: Any) -> dict[str, Any]:
+    """The JSON of a section with runs of several kinds (``parts``): the run's settings,
+    machine, databases, versions and timings, those runs, and its errors."""
+    return {
+        "settings": results.settings,
+        "machine": machine,
+        "databases": results.databases,
+        "versions": results.versions,
+        "seconds": results.seconds,
+        **parts,
+        "errors": results.errors(),
+    }
+
+
 def write_section(
     out_dir: Path,
     title: str,

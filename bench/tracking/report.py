@@ -247,22 +247,18 @@ METHOD = """\
 
 
 def raw(results: TrackingResults, machine: dict[str, str]) -> dict[str, Any]:
-    return {
-        "settings": results.settings,
-        "machine": machine,
-        "databases": results.databases,
-        "versions": results.versions,
-        "seconds": results.seconds,
-        "drain": [
+    return document.section_raw(
+        results,
+        machine,
+        drain=[
             {"rep": rep, **asdict(r), "steady_rate": r.steady_rate, "caught_up_rate": r.caught_up_rate}
             for rep, r in results.drains
         ],
-        "create_task": [{"rep": rep, **asdict(r), "rate": r.rate} for rep, r in results.creates],
-        "big_task": asdict(results.big_task) if results.big_task else None,
-        "get_task": [{**asdict(lat), "rate": lat.rate} for lat in results.latencies],
-        "plans": [asdict(plan) for plan in results.plans],
-        "errors": results.errors(),
-    }
+        create_task=[{"rep": rep, **asdict(r), "rate": r.rate} for rep, r in results.creates],
+        big_task=asdict(results.big_task) if results.big_task else None,
+        get_task=[{**asdict(lat), "rate": lat.rate} for lat in results.latencies],
+        plans=[asdict(plan) for plan in results.plans],
+    )
 
 
 def plans_text(results: TrackingResults) -> str:
