@@ -128,6 +128,18 @@ def below(
     )
 
 
+X = TypeVar("X")
+
+
+def per_backend(rows: Callable[[X, str], list[str]]) -> Callable[[X], list[str]]:
+    """A section's goals: the ``rows`` of each backend, Redis then PostgreSQL."""
+
+    def goals(results: X) -> list[str]:
+        return [row for backend in (REDIS, POSTGRESQL) for row in rows(results, backend)]
+
+    return goals
+
+
 class ReportedResults(DrainResults, Protocol):
     runs: list[tuple[int, Any]]
 

@@ -6,7 +6,6 @@ between the two drains of the same broker.
 
 from __future__ import annotations
 
-from bench.core.drain import POSTGRESQL, REDIS
 from bench.core.fmt import fixed, spread
 from bench.core.report import (
     BACKEND_NAMES,
@@ -15,6 +14,7 @@ from bench.core.report import (
     at_most,
     case_runs,
     ok_by_rep,
+    per_backend,
     per_rep,
     quick_note,
     steady_cells,
@@ -45,31 +45,30 @@ def throughput_table(results: FeedResults) -> list[str]:
     return lines
 
 
-def _goals(results: FeedResults) -> list[str]:
-    rows = []
+def _goals(results: FeedResults, backend: str) -> list[str]:
     parallel = results.settings["parallel"]
-    for backend in (REDIS, POSTGRESQL):
-        name = BACKEND_NAMES[backend]
-        overhead = per_rep(results, backend, FED, UNFED, lambda fed, unfed: fed.steady_s / unfed.steady_s)
-        rows += at_most(f"{name}: drain time fed at parallel={parallel} ÷ unfed", FEED_OVERHEAD, overhead)
-        fed = [
-            r
-            for r in ok_by_rep(results, backend, FED).values()
-            if min(r.tenth_rate(False), r.tenth_rate(True)) > 0
-        ]
-        held = [r.tenth_rate(False) / r.tenth_rate(True) for r in fed]
-        rows += at_least(
-            f"{name}: fed drain jobs/s, first tenth (nearly all held) ÷ last tenth", HELD_SLOWDOWN, held
+    name = BACKEND_NAMES[backend]
+    rows: list[str] = []
+    overhead = per_rep(results, backend, FED, UNFED, lambda fed, unfed: fed.steady_s / unfed.steady_s)
+    rows += at_most(f"{name}: drain time fed at parallel={parallel} ÷ unfed", FEED_OVERHEAD, overhead)
+    fed = [
+        r
+        for r in ok_by_rep(results, backend, FED).values()
+        if min(r.tenth_rate(False), r.tenth_rate(True)) > 0
+    ]
+    held = [r.tenth_rate(False) / r.tenth_rate(True) for r in fed]
+    rows += at_least(
+        f"{name}: fed drain jobs/s, first tenth (nearly all held) ÷ last tenth", HELD_SLOWDOWN, held
+    )
+    small = results.small_peak_rss_kb.get(backend)
+    large = [r.create_peak_rss_kb for r in fed]
+    if small and large:
+        rows += at_most(
+            f"{name}: peak RSS creating {fed[0].jobs:,} items ÷ creating 10,000",
+            MEMORY_GROWTH,
+            [peak / small for peak in large],
+            digits=1,
         )
-        small = results.small_peak_rss_kb.get(backend)
-        large = [r.create_peak_rss_kb for r in fed]
-        if small and large:
-            rows += at_most(
-                f"{name}: peak RSS creating {fed[0].jobs:,} items ÷ creating 10,000",
-                MEMORY_GROWTH,
-                [peak / small for peak in large],
-                digits=1,
-            )
     return rows
 
 
@@ -108,7 +107,7 @@ REPORT = DrainReport[FeedResults](
     METHOD,
     _intro,
     throughput_table,
-    _goals,
+    per_backend(_goals),
     derived=lambda r: {"steady_rate": r.steady_rate},
     extra=lambda results: {"small_peak_rss_kb": results.small_peak_rss_kb},
 )
