@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 
 def spread(values: Iterable[float], fmt: Callable[[float], str]) -> str:
@@ -35,6 +35,16 @@ def ratio(value: float) -> str:
 
 def fixed(digits: int) -> Callable[[float], str]:
     return lambda value: f"{value:.{digits}f}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A markdown table: the ``header`` line, its rule, then a line per row of cells."""
+    return [table_row(header), "|" + "---|" * len(header), *(table_row(cells) for cells in rows)]
+
+
+def table_row(cells: Iterable[str]) -> str:
+    # An empty cell is "| |", as the tables wrote it by hand.
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
 
 
 def section_tail(databases: dict[str, str], errors: list[str], seconds: dict[str, float]) -> list[str]:

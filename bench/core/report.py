@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from bench.core import procs
 from bench.core.document import DrainResults, drain_markdown, drain_raw, write_section
 from bench.core.drain import POSTGRESQL, REDIS, DrainRun
 from bench.core.fmt import drain_tables, fixed, judged, rate, ratio, section_tail, spread, verdict
@@ -79,19 +80,56 @@ def per_job_us(runs: Iterable[P], value: Callable[[P], float]) -> str:
     return spread((value(r) / r.jobs * 1e6 for r in runs), fixed(0))
 
 
-def cpu_cells(backend: str, runs: Sequence[DrainRun]) -> str:
+def per_job_count(runs: Iterable[P], value: Callable[[P], float]) -> str:
+    """``value`` of each run (a count) per job."""
+    return spread((value(r) / r.jobs for r in runs), fixed(2))
+
+
+class WorkerUsage(PerJob, Protocol):
+    @property
+    def worker_steady(self) -> procs.TreeUsage: ...
+
+
+U = TypeVar("U", bound=WorkerUsage)
+
+#: The columns ``usage_cells`` fills.
+USAGE_COLUMNS = (
+    "worker user µs/job",
+    "worker sys µs/job",
+    "voluntary ctx switches/job",
+    "involuntary ctx switches/job",
+)
+
+
+def usage_cells(runs: Sequence[U]) -> list[str]:
+    """Where the workers' steady phase went per job: user and kernel CPU, and thread switches."""
+    return [
+        per_job_us(runs, lambda r: r.worker_steady.user),
+        per_job_us(runs, lambda r: r.worker_steady.system),
+        per_job_count(runs, lambda r: r.worker_steady.voluntary),
+        per_job_count(runs, lambda r: r.worker_steady.involuntary),
+    ]
+
+
+#: The columns ``cpu_cells`` and ``steady_cells`` fill.
+CPU_COLUMNS = ("worker CPU µs/job", "PostgreSQL CPU µs/job")
+STEADY_COLUMNS = ("**drain jobs/s steady**", "first ÷ last tenth jobs/s", *CPU_COLUMNS)
+
+
+def cpu_cells(backend: str, runs: Sequence[DrainRun]) -> list[str]:
     """The worker and PostgreSQL CPU µs/job cells of a drain table's row; the latter is '-' on
     Redis, which has no backends to read."""
     postgres = per_job_us(runs, lambda r: r.postgres_cpu_s) if backend == POSTGRESQL else "-"
-    return f"| {per_job_us(runs, lambda r: r.worker_cpu_s)} | {postgres} "
+    return [per_job_us(runs, lambda r: r.worker_cpu_s), postgres]
 
 
-def steady_cells(backend: str, runs: Sequence[DrainRun]) -> str:
+def steady_cells(backend: str, runs: Sequence[DrainRun]) -> list[str]:
     """The steady drain rate (bold), first ÷ last tenth, and CPU cells of a drain table's row."""
-    return (
-        f"| **{spread((r.steady_rate for r in runs), rate)}** | {first_over_last_tenth(runs)} "
-        + cpu_cells(backend, runs)
-    )
+    return [
+        f"**{spread((r.steady_rate for r in runs), rate)}**",
+        first_over_last_tenth(runs),
+        *cpu_cells(backend, runs),
+    ]
 
 
 def verdict_row(

@@ -6,9 +6,10 @@ between the two drains of the same broker and number of tasks.
 
 from __future__ import annotations
 
-from bench.core.fmt import fixed, spread
+from bench.core.fmt import fixed, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
+    STEADY_COLUMNS,
     DrainReport,
     at_least,
     case_runs,
@@ -30,21 +31,23 @@ def paired(results: FairResults, backend: str, tasks: int) -> list[float]:
 
 
 def throughput_table(results: FairResults) -> list[str]:
-    lines = [
-        "| backend | case | tasks | jobs | worker processes x job slots | create s "
-        "| **drain jobs/s steady** | first ÷ last tenth jobs/s | worker CPU µs/job | PostgreSQL CPU µs/job |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["backend", "case", "tasks", "jobs", "worker processes x job slots", "create s", *STEADY_COLUMNS]
     names = [case_name(mode, tasks) for mode, tasks in cases(results.settings["tasks"])]
+    rows = []
     for backend, runs in case_runs(results, names):
         first = runs[0]
-        tenants = f"{first.tasks}, a tenant each" if first.tasks > 1 else "1, no tenant"
-        lines.append(
-            f"| {BACKEND_NAMES[backend]} | {first.case} | {tenants} | {first.jobs:,} "
-            f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
-            f"{steady_cells(backend, runs)}|"
+        rows.append(
+            [
+                BACKEND_NAMES[backend],
+                first.case,
+                f"{first.tasks}, a tenant each" if first.tasks > 1 else "1, no tenant",
+                f"{first.jobs:,}",
+                f"{first.processes} x {first.concurrency}",
+                spread((r.create_s for r in runs), fixed(1)),
+                *steady_cells(backend, runs),
+            ]
         )
-    return lines
+    return table(header, rows)
 
 
 def _goals(results: FairResults, backend: str) -> list[str]:

@@ -6,9 +6,10 @@ between the two drains of the same broker.
 
 from __future__ import annotations
 
-from bench.core.fmt import fixed, spread
+from bench.core.fmt import fixed, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
+    STEADY_COLUMNS,
     DrainReport,
     at_least,
     at_most,
@@ -29,20 +30,26 @@ MEMORY_GROWTH = 1.3
 
 
 def throughput_table(results: FeedResults) -> list[str]:
-    lines = [
-        "| backend | case | items | parallel | worker processes x job slots | create s | create peak RSS MiB "
-        "| **drain jobs/s steady** | first ÷ last tenth jobs/s | worker CPU µs/job | PostgreSQL CPU µs/job |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "backend", "case", "items", "parallel", "worker processes x job slots", "create s",
+        "create peak RSS MiB", *STEADY_COLUMNS,
+    ]  # fmt: skip
+    rows = []
     for backend, runs in case_runs(results, (UNFED, FED)):
         first = runs[0]
-        lines.append(
-            f"| {BACKEND_NAMES[backend]} | {first.case} | {first.jobs:,} | {first.parallel or '-'} "
-            f"| {first.processes} x {first.concurrency} | {spread((r.create_s for r in runs), fixed(1))} "
-            f"| {spread((r.create_peak_rss_kb / 1024 for r in runs), fixed(0))} "
-            f"{steady_cells(backend, runs)}|"
+        rows.append(
+            [
+                BACKEND_NAMES[backend],
+                first.case,
+                f"{first.jobs:,}",
+                f"{first.parallel or '-'}",
+                f"{first.processes} x {first.concurrency}",
+                spread((r.create_s for r in runs), fixed(1)),
+                spread((r.create_peak_rss_kb / 1024 for r in runs), fixed(0)),
+                *steady_cells(backend, runs),
+            ]
         )
-    return lines
+    return table(header, rows)
 
 
 def _goals(results: FeedResults, backend: str) -> list[str]:

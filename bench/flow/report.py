@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench.core.drain import POSTGRESQL, REDIS
-from bench.core.fmt import fixed, rate, spread
+from bench.core.fmt import fixed, rate, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
+    CPU_COLUMNS,
     DrainReport,
     at_least,
     at_most,
@@ -55,25 +56,31 @@ def _backlog_labels(results: FlowResults) -> tuple[str, str] | None:
 
 
 def throughput_table(results: FlowResults) -> list[str]:
-    lines = [
-        "| backend | case | jobs | keys | worker processes x job slots | **drain jobs/s steady** "
-        "| push jobs/s | worker CPU µs/job | PostgreSQL CPU µs/job | load avg before |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "backend", "case", "jobs", "keys", "worker processes x job slots", "**drain jobs/s steady**",
+        "push jobs/s", *CPU_COLUMNS, "load avg before",
+    ]  # fmt: skip
+    rows = []
     for backend, label in _labels(results):
         runs = [r for _, r in _ok(results, backend, label)]
-        head = f"| {BACKEND_NAMES[backend]} | {label}"
         if not runs:
-            lines.append(f"{head} | | | | failed | | | | |")
+            rows.append([BACKEND_NAMES[backend], label, "", "", "", "failed", "", "", "", ""])
             continue
         first = runs[0]
-        lines.append(
-            f"{head} | {first.jobs:,} | {first.keys:,} | {first.processes} x {first.concurrency} "
-            f"| **{spread((r.steady_rate for r in runs), rate)}** "
-            f"| {spread((r.jobs / r.push_s for r in runs if r.push_s > 0), rate)} "
-            f"{cpu_cells(backend, runs)}| {spread((r.load_before for r in runs), fixed(2))} |"
+        rows.append(
+            [
+                BACKEND_NAMES[backend],
+                label,
+                f"{first.jobs:,}",
+                f"{first.keys:,}",
+                f"{first.processes} x {first.concurrency}",
+                f"**{spread((r.steady_rate for r in runs), rate)}**",
+                spread((r.jobs / r.push_s for r in runs if r.push_s > 0), rate),
+                *cpu_cells(backend, runs),
+                spread((r.load_before for r in runs), fixed(2)),
+            ]
         )
-    return lines
+    return table(header, rows)
 
 
 def _goals(results: FlowResults) -> list[str]:

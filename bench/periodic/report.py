@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.core.fmt import fixed, spread
+from bench.core.fmt import fixed, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
@@ -20,7 +20,7 @@ from bench.core.report import (
     per_rep,
     quick_note,
 )
-from bench.periodic.section import BASELINE, SAMPLE_EVERY, SCHEDULED, PeriodicResults, PeriodicRun
+from bench.periodic.section import BASELINE, SAMPLE_EVERY, SCHEDULED, Lag, PeriodicResults, PeriodicRun
 
 #: Targets: the CPU scheduling costs each worker process, in % of one core, and the p99 of a
 #: tick's lag to its job's enqueueing.
@@ -40,51 +40,64 @@ def ms(value: float) -> str:
     return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
 
 
-def _lags(runs: list[PeriodicRun], pick: Callable[[PeriodicRun], float]) -> str:
-    return spread((pick(r) for r in runs), ms)
+def _lags(runs: list[PeriodicRun], pick: Callable[[PeriodicRun], Lag]) -> list[str]:
+    """The p50, p99 and max cells of one of the runs' lags."""
+    lags = [pick(r) for r in runs]
+    return [
+        spread((lag.p50 for lag in lags), ms),
+        spread((lag.p99 for lag in lags), ms),
+        spread((lag.max for lag in lags), ms),
+    ]
 
 
 def cpu_table(results: PeriodicResults) -> list[str]:
-    lines = [
-        "| backend | schedules | worker processes x job slots | window s "
-        "| worker CPU, baseline | worker CPU, scheduled | **scheduling CPU** | busiest process, scheduled "
-        "| server CPU, baseline | server CPU, scheduled | first declarations s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "backend", "schedules", "worker processes x job slots", "window s",
+        "worker CPU, baseline", "worker CPU, scheduled", "**scheduling CPU**", "busiest process, scheduled",
+        "server CPU, baseline", "server CPU, scheduled", "first declarations s",
+    ]  # fmt: skip
     pct = fixed(1)
+    rows = []
     for backend, scheduled, baseline in both_runs(results, SCHEDULED, BASELINE):
         first = (scheduled or baseline)[0]
-        lines.append(
-            f"| {BACKEND_NAMES[backend]} | {results.settings['schedules']:,} "
-            f"| {first.processes} x {first.concurrency} | {first.seconds} "
-            f"| {spread((r.mean_cpu_pct() for r in baseline), pct)} "
-            f"| {spread((r.mean_cpu_pct() for r in scheduled), pct)} "
-            f"| **{spread(scheduling_cpu(results, backend), pct)}** "
-            f"| {spread((max(r.cpu_pct()) for r in scheduled), pct)} "
-            f"| {spread((r.server_cpu_pct() for r in baseline), pct)} "
-            f"| {spread((r.server_cpu_pct() for r in scheduled), pct)} "
-            f"| {spread((r.ready_s for r in scheduled), fixed(1))} |"
+        rows.append(
+            [
+                BACKEND_NAMES[backend],
+                f"{results.settings['schedules']:,}",
+                f"{first.processes} x {first.concurrency}",
+                str(first.seconds),
+                spread((r.mean_cpu_pct() for r in baseline), pct),
+                spread((r.mean_cpu_pct() for r in scheduled), pct),
+                f"**{spread(scheduling_cpu(results, backend), pct)}**",
+                spread((max(r.cpu_pct()) for r in scheduled), pct),
+                spread((r.server_cpu_pct() for r in baseline), pct),
+                spread((r.server_cpu_pct() for r in scheduled), pct),
+                spread((r.ready_s for r in scheduled), fixed(1)),
+            ]
         )
-    return lines
+    return table(header, rows)
 
 
 def lag_table(results: PeriodicResults) -> list[str]:
-    lines = [
-        "| backend | jobs in the window (every tick once) | passes that pushed them "
-        "| enqueued_at - tick p50 ms | p99 | max | in the queue - tick p50 ms | p99 | max "
-        "| window end → last tick taken s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for backend, runs in case_runs(results, (SCHEDULED,)):
-        lines.append(
-            f"| {BACKEND_NAMES[backend]} | {spread((r.jobs for r in runs), lambda v: f'{v:,.0f}')} "
-            f"| {spread((r.pushes for r in runs), fixed(0))} "
-            f"| {_lags(runs, lambda r: r.enqueued_lag.p50)} | {_lags(runs, lambda r: r.enqueued_lag.p99)} "
-            f"| {_lags(runs, lambda r: r.enqueued_lag.max)} "
-            f"| {_lags(runs, lambda r: r.visible_lag.p50)} | {_lags(runs, lambda r: r.visible_lag.p99)} "
-            f"| {_lags(runs, lambda r: r.visible_lag.max)} | {spread((r.tail_s for r in runs), fixed(1))} |"
-        )
-    return lines
+    header = [
+        "backend", "jobs in the window (every tick once)", "passes that pushed them",
+        "enqueued_at - tick p50 ms", "p99", "max", "in the queue - tick p50 ms", "p99", "max",
+        "window end → last tick taken s",
+    ]  # fmt: skip
+    return table(
+        header,
+        (
+            [
+                BACKEND_NAMES[backend],
+                spread((r.jobs for r in runs), lambda v: f"{v:,.0f}"),
+                spread((r.pushes for r in runs), fixed(0)),
+                *_lags(runs, lambda r: r.enqueued_lag),
+                *_lags(runs, lambda r: r.visible_lag),
+                spread((r.tail_s for r in runs), fixed(1)),
+            ]
+            for backend, runs in case_runs(results, (SCHEDULED,))
+        ),
+    )
 
 
 def _goals(results: PeriodicResults, backend: str) -> list[str]:

@@ -6,7 +6,7 @@ between the two jobs the same worker ran.
 
 from __future__ import annotations
 
-from bench.core.fmt import fixed, ratio, spread
+from bench.core.fmt import fixed, ratio, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
     DrainReport,
@@ -32,21 +32,26 @@ def seconds(value: float) -> str:
 
 
 def time_table(results: ResumableResults) -> list[str]:
-    lines = [
-        "| backend | iterations | worker processes x job slots | plain job s | resumable job s "
-        "| plain ns/iteration | resumable ns/iteration | **resumable ÷ plain** |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for backend, plain, resumable in both_runs(results, PLAIN, RESUMABLE):
-        lines.append(
-            f"| {BACKEND_NAMES[backend]} | {results.settings['iterations']:,} | 1 x 1 "
-            f"| {spread((r.seconds for r in plain), seconds)} "
-            f"| {spread((r.seconds for r in resumable), seconds)} "
-            f"| {spread((r.ns_per_iteration() for r in plain), fixed(0))} "
-            f"| {spread((r.ns_per_iteration() for r in resumable), fixed(0))} "
-            f"| **{spread(paired(results, backend), ratio)}** |"
-        )
-    return lines
+    header = [
+        "backend", "iterations", "worker processes x job slots", "plain job s", "resumable job s",
+        "plain ns/iteration", "resumable ns/iteration", "**resumable ÷ plain**",
+    ]  # fmt: skip
+    return table(
+        header,
+        (
+            [
+                BACKEND_NAMES[backend],
+                f"{results.settings['iterations']:,}",
+                "1 x 1",
+                spread((r.seconds for r in plain), seconds),
+                spread((r.seconds for r in resumable), seconds),
+                spread((r.ns_per_iteration() for r in plain), fixed(0)),
+                spread((r.ns_per_iteration() for r in resumable), fixed(0)),
+                f"**{spread(paired(results, backend), ratio)}**",
+            ]
+            for backend, plain, resumable in both_runs(results, PLAIN, RESUMABLE)
+        ),
+    )
 
 
 def _goals(results: ResumableResults, backend: str) -> list[str]:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import document
-from bench.core.fmt import fixed, rate, ratio, spread
+from bench.core.fmt import fixed, rate, ratio, spread, table
+from bench.core.report import USAGE_COLUMNS, per_job_us, usage_cells
 from bench.runtime.asynctask_system import AT_REF_PREFIX
 from bench.runtime.runner import EnqueueRun, ProcessRun
 
@@ -119,31 +120,22 @@ def scaling_table(results: Results) -> list[str]:
     return lines
 
 
-def _per_job(runs: list[ProcessRun], value: Callable[[ProcessRun], float], scale: float = 1e6) -> str:
-    """``value`` divided by the jobs of each run, in µs (``scale`` 1e6) or as a plain count (1)."""
-    return spread((value(r) / r.jobs * scale for r in runs), fixed(0 if scale > 1 else 2))
-
-
 def cost_table(results: Results) -> list[str]:
     """Where a worker's time goes per job: user vs kernel CPU, and how often its threads switch."""
-    lines = [
-        "| system | workers | worker user µs/job | worker sys µs/job | voluntary ctx switches/job "
-        "| involuntary ctx switches/job | redis-server CPU µs/job |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for config in results.configurations():
         for system in results.systems():
             runs = results.runs(system, config)
-            if not runs:
-                continue
-            lines.append(
-                f"| {system} | {_label(config)} | {_per_job(runs, lambda r: r.worker_steady.user)} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.system)} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.voluntary, 1)} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.involuntary, 1)} "
-                f"| {_per_job(runs, lambda r: r.redis_steady.cpu)} |"
-            )
-    return lines
+            if runs:
+                rows.append(
+                    [
+                        system,
+                        _label(config),
+                        *usage_cells(runs),
+                        per_job_us(runs, lambda r: r.redis_steady.cpu),
+                    ]
+                )
+    return table(["system", "workers", *USAGE_COLUMNS, "redis-server CPU µs/job"], rows)
 
 
 def enqueue_table(results: Results) -> list[str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.document import write_section
-from bench.core.fmt import fixed, rate, ratio, section_tail, spread
+from bench.core.fmt import fixed, rate, ratio, section_tail, spread, table
+from bench.core.report import CPU_COLUMNS, USAGE_COLUMNS, per_job_us, usage_cells
 from bench.sql.section import SqlResults, SqlRun
 from bench.sql.systems import POSTGRESQL, SQLITE
 
@@ -46,59 +47,48 @@ def _ok(results: SqlResults, backend: str, processes: int, system: str) -> list[
     ]
 
 
-def _per_job(runs: list[SqlRun], value: Callable[[SqlRun], float], scale: float = 1e6) -> str:
-    return spread((value(r) / r.jobs * scale for r in runs), fixed(0 if scale > 1 else 2))
-
-
 def throughput_table(results: SqlResults) -> list[str]:
-    lines = [
-        "| backend | worker processes x job slots | system | **drain jobs/s steady** "
-        "| drain jobs/s incl. start-up | start-up s | enqueue jobs/s | worker CPU µs/job "
-        "| PostgreSQL CPU µs/job | peak RSS (PSS) MiB, all workers | load avg before |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "backend", "worker processes x job slots", "system", "**drain jobs/s steady**",
+        "drain jobs/s incl. start-up", "start-up s", "enqueue jobs/s", *CPU_COLUMNS,
+        "peak RSS (PSS) MiB, all workers", "load avg before",
+    ]  # fmt: skip
+    rows = []
     for backend, processes in _keys(results):
         for system in _systems(results, backend):
-            shape = f"{processes} x {results.settings['concurrency']}"
+            head = [BACKEND_NAMES[backend], f"{processes} x {results.settings['concurrency']}", system]
             runs = _ok(results, backend, processes, system)
-            head = f"| {BACKEND_NAMES[backend]} | {shape} | {system}"
             if not runs:
-                lines.append(f"{head} | failed | | | | | | | |")
+                rows.append([*head, "failed", "", "", "", "", "", "", ""])
                 continue
-            postgres = _per_job(runs, lambda r: r.postgres_steady_cpu_s) if backend == POSTGRESQL else "-"
+            postgres = per_job_us(runs, lambda r: r.postgres_steady_cpu_s) if backend == POSTGRESQL else "-"
             rss = statistics.median(r.peak_rss for r in runs) / MIB
             pss = statistics.median(r.peak_pss for r in runs) / MIB
-            lines.append(
-                f"{head} | **{spread((r.steady_rate for r in runs), rate)}** "
-                f"| {spread((r.total_rate for r in runs), rate)} "
-                f"| {spread((r.startup_s for r in runs), fixed(2))} "
-                f"| {spread((r.enqueue_rate for r in runs), rate)} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.cpu)} | {postgres} "
-                f"| {rss:.0f} ({pss:.0f}) | {spread((r.load_before for r in runs), fixed(2))} |"
+            rows.append(
+                [
+                    *head,
+                    f"**{spread((r.steady_rate for r in runs), rate)}**",
+                    spread((r.total_rate for r in runs), rate),
+                    spread((r.startup_s for r in runs), fixed(2)),
+                    spread((r.enqueue_rate for r in runs), rate),
+                    per_job_us(runs, lambda r: r.worker_steady.cpu),
+                    postgres,
+                    f"{rss:.0f} ({pss:.0f})",
+                    spread((r.load_before for r in runs), fixed(2)),
+                ]
             )
-    return lines
+    return table(header, rows)
 
 
 def cost_table(results: SqlResults) -> list[str]:
     """Where the workers' time goes per job: user vs kernel CPU, and how often threads switch."""
-    lines = [
-        "| backend | processes | system | worker user µs/job | worker sys µs/job "
-        "| voluntary ctx switches/job | involuntary ctx switches/job |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for backend, processes in _keys(results):
         for system in _systems(results, backend):
             runs = _ok(results, backend, processes, system)
-            if not runs:
-                continue
-            lines.append(
-                f"| {BACKEND_NAMES[backend]} | {processes} | {system} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.user)} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.system)} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.voluntary, 1)} "
-                f"| {_per_job(runs, lambda r: r.worker_steady.involuntary, 1)} |"
-            )
-    return lines
+            if runs:
+                rows.append([BACKEND_NAMES[backend], str(processes), system, *usage_cells(runs)])
+    return table(["backend", "processes", "system", *USAGE_COLUMNS], rows)
 
 
 def paired(
