@@ -387,19 +387,35 @@ def table(ceiling: Ceiling) -> list[str]:
         f"(as `push_bulk` writes it), tracking transition {c.transition_bytes} B. redis-benchmark "
         "shares the machine's 2 cores with redis-server.",
         "",
-        "| command | one call | calls/run | calls/s | jobs/s | p50 ms | p99 ms | redis CPU µs/call |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for r in c.commands:
         if r.error:
-            lines.append(f"| {r.name} | {r.what} | {r.calls:,} | FAILED: {r.error} | | | | |")
+            rows.append([r.name, r.what, f"{r.calls:,}", f"FAILED: {r.error}", "", "", "", ""])
             continue
-        jobs = fmt.spread([x * r.jobs_per_call for x in r.ops_per_s], fmt.rate) if r.jobs_per_call else "-"
-        lines.append(
-            f"| {r.name} | {r.what} | {r.calls:,} | {fmt.spread(r.ops_per_s, fmt.rate)} | {jobs} "
-            f"| {fmt.spread(r.p50_ms, fmt.fixed(3))} | {fmt.spread(r.p99_ms, fmt.fixed(3))} "
-            f"| {fmt.spread(r.redis_cpu_us, fmt.fixed(1))} |"
+        rows.append(
+            [
+                r.name,
+                r.what,
+                f"{r.calls:,}",
+                fmt.spread(r.ops_per_s, fmt.rate),
+                fmt.spread([x * r.jobs_per_call for x in r.ops_per_s], fmt.rate) if r.jobs_per_call else "-",
+                fmt.spread(r.p50_ms, fmt.fixed(3)),
+                fmt.spread(r.p99_ms, fmt.fixed(3)),
+                fmt.spread(r.redis_cpu_us, fmt.fixed(1)),
+            ]
         )
+    header = [
+        "command",
+        "one call",
+        "calls/run",
+        "calls/s",
+        "jobs/s",
+        "p50 ms",
+        "p99 ms",
+        "redis CPU µs/call",
+    ]
+    lines += fmt.table(header, rows)
     lines += ["", "Command lines (payloads abbreviated; whole in the JSON):", ""]
     lines += [f"- {r.name}: `{r.shown}`" for r in c.commands if r.shown]
     return lines

@@ -64,32 +64,38 @@ def _label(config: Config) -> str:
 
 
 def processing_table(results: Results) -> list[str]:
-    lines = [
-        "| system | workers | N | enqueue jobs/s (bulk) | process jobs/s steady "
-        "| process jobs/s incl. start-up | start-up s | peak RSS of one worker MiB (all: RSS, PSS) "
-        "| CPU µs/job workers + redis | TERM → exit s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = [
+        "system", "workers", "N", "enqueue jobs/s (bulk)", "process jobs/s steady",
+        "process jobs/s incl. start-up", "start-up s", "peak RSS of one worker MiB (all: RSS, PSS)",
+        "CPU µs/job workers + redis", "TERM → exit s",
+    ]  # fmt: skip
+    rows = []
     for config in results.configurations():
         for system in results.systems():
             runs = results.runs(system, config)
             if not runs:
-                lines.append(f"| {system} | {_label(config)} | | failed | | | | | | |")
+                rows.append([system, _label(config), "", "failed", "", "", "", "", "", ""])
                 continue
             one = statistics.median(r.peak_worker_rss for r in runs) / MIB
             rss = statistics.median(r.peak_rss for r in runs) / MIB
             pss = statistics.median(r.peak_pss for r in runs) / MIB
             cpu_worker = statistics.median(r.worker_steady.cpu / r.jobs for r in runs) * 1e6
             cpu_redis = statistics.median(r.redis_steady.cpu / r.jobs for r in runs) * 1e6
-            lines.append(
-                f"| {system} | {_label(config)} | {runs[0].jobs} "
-                f"| {spread((r.enqueue.rate for r in runs), rate)} "
-                f"| **{spread((r.steady_rate for r in runs), rate)}** "
-                f"| {spread((r.total_rate for r in runs), rate)} "
-                f"| {spread((r.startup_s for r in runs), fixed(2))} | {one:.0f} ({rss:.0f}, {pss:.0f}) "
-                f"| {cpu_worker:.0f} + {cpu_redis:.0f} | {spread((r.stop_s for r in runs), fixed(1))} |"
+            rows.append(
+                [
+                    system,
+                    _label(config),
+                    str(runs[0].jobs),
+                    spread((r.enqueue.rate for r in runs), rate),
+                    f"**{spread((r.steady_rate for r in runs), rate)}**",
+                    spread((r.total_rate for r in runs), rate),
+                    spread((r.startup_s for r in runs), fixed(2)),
+                    f"{one:.0f} ({rss:.0f}, {pss:.0f})",
+                    f"{cpu_worker:.0f} + {cpu_redis:.0f}",
+                    spread((r.stop_s for r in runs), fixed(1)),
+                ]
             )
-    return lines
+    return table(header, rows)
 
 
 def scaling_table(results: Results) -> list[str]:
@@ -244,23 +250,26 @@ def ratio_table(results: Results) -> list[str]:
 
 
 def commands_table(results: Results) -> list[str]:
-    lines = [
-        "| system | N | enqueue cmds/job | process cmds/job | process commands per job (calls ÷ N) |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for run in results.commands:
         if run.error:
-            lines.append(f"| {run.system} | {run.jobs} | failed | | |")
+            rows.append([run.system, str(run.jobs), "failed", "", ""])
             continue
         top = sorted(run.cmdstats.items(), key=lambda kv: -kv[1])
         breakdown = ", ".join(
             f"{name} {calls / run.jobs:.3g}" for name, calls in top if calls / run.jobs >= 0.001
         )
-        lines.append(
-            f"| {run.system} | {run.jobs} | {run.enqueue.redis_cmds / run.jobs:.3f} "
-            f"| {run.redis_cmds / run.jobs:.2f} | {breakdown} |"
+        rows.append(
+            [
+                run.system,
+                str(run.jobs),
+                f"{run.enqueue.redis_cmds / run.jobs:.3f}",
+                f"{run.redis_cmds / run.jobs:.2f}",
+                breakdown,
+            ]
         )
-    return lines
+    header = ["system", "N", "enqueue cmds/job", "process cmds/job", "process commands per job (calls ÷ N)"]
+    return table(header, rows)
 
 
 def tables(results: Results) -> str:

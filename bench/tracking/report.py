@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import document
-from bench.core.fmt import fixed, rate, ratio, section_tail, spread
+from bench.core.fmt import fixed, rate, ratio, section_tail, spread, table
 from bench.tracking.drain import DrainRun
 from bench.tracking.section import TrackingResults
 
@@ -103,45 +103,68 @@ def drain_targets(results: TrackingResults) -> list[str]:
 
 
 def create_table(results: TrackingResults) -> list[str]:
-    lines = [
-        "| database | items | **create_task s** | items/s | prepare s | SQL s | push s | finish s | target |",
-        "|---|---|---|---|---|---|---|---|---|",
+    header = [
+        "database",
+        "items",
+        "**create_task s**",
+        "items/s",
+        "prepare s",
+        "SQL s",
+        "push s",
+        "finish s",
+        "target",
     ]
+    rows = []
     for database in dict.fromkeys(r.database for _, r in results.creates):
         runs = [r for _, r in results.creates if r.database == database and not r.error]
         if not runs:
-            lines.append(f"| {database} | | failed | | | | | | |")
+            rows.append([database, "", "failed", "", "", "", "", "", ""])
             continue
         total = _median([r.total_s for r in runs])
         limit = TARGET_CREATE_S[database]
         items = runs[0].items
-        verdict = f"< {limit:.0f} s: {_verdict(total < limit, items == TARGET_CREATE_ITEMS)}"
-        lines.append(
-            f"| {database} | {items:,} | **{spread((r.total_s for r in runs), fixed(2))}** "
-            f"| {spread((r.rate for r in runs), rate)} | {spread((r.prepare_s for r in runs), fixed(2))} "
-            f"| {spread((r.sql_s for r in runs), fixed(2))} | {spread((r.push_s for r in runs), fixed(2))} "
-            f"| {spread((r.finish_s for r in runs), fixed(3))} | {verdict} |"
+        rows.append(
+            [
+                database,
+                f"{items:,}",
+                f"**{spread((r.total_s for r in runs), fixed(2))}**",
+                spread((r.rate for r in runs), rate),
+                spread((r.prepare_s for r in runs), fixed(2)),
+                spread((r.sql_s for r in runs), fixed(2)),
+                spread((r.push_s for r in runs), fixed(2)),
+                spread((r.finish_s for r in runs), fixed(3)),
+                f"< {limit:.0f} s: {_verdict(total < limit, items == TARGET_CREATE_ITEMS)}",
+            ]
         )
-    return lines
+    return table(header, rows)
 
 
 def read_table(results: TrackingResults) -> list[str]:
     big = results.big_task
     if big is None:
         return []
-    lines = [
-        "| threads | calls | p50 ms | p90 ms | **p99 ms** | max ms | mean ms | calls/s "
-        "| bench-process CPU ms/call | target p99 < 10 ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for lat in results.latencies:
-        verdict = _verdict(lat.p99_ms < TARGET_P99_MS, big.events >= TARGET_EVENTS)
-        lines.append(
-            f"| {lat.threads} | {lat.calls} | {lat.p50_ms:.2f} | {lat.p90_ms:.2f} | **{lat.p99_ms:.2f}** "
-            f"| {lat.max_ms:.2f} | {lat.mean_ms:.2f} | {rate(lat.rate)} | {lat.client_cpu_ms:.2f} "
-            f"| {verdict} |"
-        )
-    return lines
+    header = [
+        "threads", "calls", "p50 ms", "p90 ms", "**p99 ms**", "max ms", "mean ms", "calls/s",
+        "bench-process CPU ms/call", "target p99 < 10 ms",
+    ]  # fmt: skip
+    return table(
+        header,
+        (
+            [
+                str(lat.threads),
+                str(lat.calls),
+                f"{lat.p50_ms:.2f}",
+                f"{lat.p90_ms:.2f}",
+                f"**{lat.p99_ms:.2f}**",
+                f"{lat.max_ms:.2f}",
+                f"{lat.mean_ms:.2f}",
+                rate(lat.rate),
+                f"{lat.client_cpu_ms:.2f}",
+                _verdict(lat.p99_ms < TARGET_P99_MS, big.events >= TARGET_EVENTS),
+            ]
+            for lat in results.latencies
+        ),
+    )
 
 
 def plan_summary(results: TrackingResults) -> list[str]:
