@@ -204,7 +204,8 @@ class DrainReport(Generic[D]):
     topic: str
     json_file: str
     method: str
-    intro: Callable[[D], str]
+    #: Formatted with the run's settings and ``quick_sizes``, what a --quick run says of its figures.
+    intro: str
     table: Callable[[D], list[str]]
     #: The rows of the section's goals, judged on this run.
     goals: Callable[[D], list[str]]
@@ -219,7 +220,8 @@ class DrainReport(Generic[D]):
 
     def tables(self, results: D) -> str:
         tail = section_tail(results.databases, results.errors(), results.seconds)
-        return drain_tables(self.intro(results), self.table(results), self.judged_rows(results), tail)
+        intro = self.intro.format(**results.settings, quick_sizes=quick_note(results.settings))
+        return drain_tables(intro, self.table(results), self.judged_rows(results), tail)
 
     def markdown(self, results: D) -> str:
         return drain_markdown(

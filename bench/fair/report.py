@@ -15,7 +15,6 @@ from bench.core.report import (
     case_runs,
     per_backend,
     per_rep,
-    quick_note,
     steady_cells,
 )
 from bench.fair.section import FAIR, FIFO, FairResults, case_name, cases
@@ -59,12 +58,10 @@ def _goals(results: FairResults, backend: str) -> list[str]:
     ]
 
 
-def _intro(results: FairResults) -> str:
-    s = results.settings
-    return (
-        f"{s['jobs']:,} no-op chunk jobs per drain{quick_note(s)}, in 1 or {s['tasks']} tasks created before "
-        f"the workers start; {s['reps']} rep(s), the four drains of a broker interleaved; median (min-max)."
-    )
+INTRO = (
+    "{jobs:,} no-op chunk jobs per drain{quick_sizes}, in 1 or {tasks} tasks created before "
+    "the workers start; {reps} rep(s), the four drains of a broker interleaved; median (min-max)."
+)
 
 
 METHOD = """\
@@ -98,7 +95,7 @@ REPORT = DrainReport[FairResults](
     "fair share",
     "fair.json",
     METHOD,
-    _intro,
+    INTRO,
     throughput_table,
     per_backend(_goals),
     derived=lambda r: {"case": r.case, "steady_rate": r.steady_rate},

@@ -17,7 +17,6 @@ from bench.core.report import (
     ok_by_rep,
     per_backend,
     per_rep,
-    quick_note,
     steady_cells,
 )
 from bench.feeds.section import FED, UNFED, FeedResults
@@ -79,12 +78,10 @@ def _goals(results: FeedResults, backend: str) -> list[str]:
     return rows
 
 
-def _intro(results: FeedResults) -> str:
-    s = results.settings
-    return (
-        f"One task of no-op chunk jobs per drain{quick_note(s)}, created before the workers start; "
-        f"{s['reps']} rep(s), unfed and fed interleaved; median (min-max)."
-    )
+INTRO = (
+    "One task of no-op chunk jobs per drain{quick_sizes}, created before the workers start; "
+    "{reps} rep(s), unfed and fed interleaved; median (min-max)."
+)
 
 
 METHOD = """\
@@ -112,7 +109,7 @@ REPORT = DrainReport[FeedResults](
     "task feeds",
     "feeds.json",
     METHOD,
-    _intro,
+    INTRO,
     throughput_table,
     per_backend(_goals),
     derived=lambda r: {"steady_rate": r.steady_rate},

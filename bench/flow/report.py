@@ -17,7 +17,6 @@ from bench.core.report import (
     at_least,
     at_most,
     cpu_cells,
-    quick_note,
     verdict_row,
 )
 from bench.flow.section import BACKLOG, HOT, KEYED, PLAIN, FlowResults, FlowRun
@@ -117,12 +116,10 @@ def _goals(results: FlowResults) -> list[str]:
     return rows
 
 
-def _intro(results: FlowResults) -> str:
-    s = results.settings
-    return (
-        f"No-op drains{quick_note(s)}, pushed before the workers start; {s['reps']} rep(s), the runs of each "
-        "comparison interleaved; median (min-max)."
-    )
+INTRO = (
+    "No-op drains{quick_sizes}, pushed before the workers start; {reps} rep(s), the runs of each "
+    "comparison interleaved; median (min-max)."
+)
 
 
 METHOD = """\
@@ -166,7 +163,7 @@ REPORT = DrainReport[FlowResults](
     "flow control",
     "flow.json",
     METHOD,
-    _intro,
+    INTRO,
     throughput_table,
     _goals,
     derived=lambda r: {"steady_rate": r.steady_rate},

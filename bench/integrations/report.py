@@ -7,7 +7,7 @@ figures of the same runtime.
 from __future__ import annotations
 
 from bench.core.fmt import fixed, rate, ratio, spread, table
-from bench.core.report import DrainReport, at_least, at_most, quick_note
+from bench.core.report import DrainReport, at_least, at_most
 from bench.integrations.section import CREATE, NOOP, RUNTIMES, IntegrationResults, IntegrationRun
 
 NAMES = {"celery": "Celery", "rq": "RQ", "dramatiq": "Dramatiq"}
@@ -57,13 +57,11 @@ def _goals(results: IntegrationResults) -> list[str]:
     return rows
 
 
-def _intro(results: IntegrationResults) -> str:
-    s = results.settings
-    return (
-        f"Each runtime's own worker, one process, draining {s['jobs']:,} no-op jobs with tracking attached "
-        f"and without; `create_task` of {s['items']:,} items through its client against its own bulk "
-        f"send{quick_note(s)}; {s['reps']} rep(s); median (min-max)."
-    )
+INTRO = (
+    "Each runtime's own worker, one process, draining {jobs:,} no-op jobs with tracking attached "
+    "and without; `create_task` of {items:,} items through its client against its own bulk "
+    "send{quick_sizes}; {reps} rep(s); median (min-max)."
+)
 
 
 METHOD = """\
@@ -90,7 +88,7 @@ REPORT = DrainReport[IntegrationResults](
     "integrations",
     "integrations.json",
     METHOD,
-    _intro,
+    INTRO,
     runtimes_table,
     _goals,
     derived=lambda r: {"ratio": r.ratio()},

@@ -18,7 +18,6 @@ from bench.core.report import (
     ok_by_rep,
     per_backend,
     per_rep,
-    quick_note,
 )
 from bench.periodic.section import BASELINE, SAMPLE_EVERY, SCHEDULED, Lag, PeriodicResults, PeriodicRun
 
@@ -128,14 +127,12 @@ def _tables(results: PeriodicResults) -> list[str]:
     return [*cpu_table(results), "", *lag_table(results)]
 
 
-def _intro(results: PeriodicResults) -> str:
-    s = results.settings
-    return (
-        f"{s['schedules']:,} schedules of a no-op job, every second, run by {s['processes']} worker "
-        f"processes, against the same processes with no schedule{quick_note(s)}; "
-        f"a window of {s['seconds']} s; {s['reps']} rep(s); median (min-max). "
-        "CPU in % of one core, per process."
-    )
+INTRO = (
+    "{schedules:,} schedules of a no-op job, every second, run by {processes} worker "
+    "processes, against the same processes with no schedule{quick_sizes}; "
+    "a window of {seconds} s; {reps} rep(s); median (min-max). "
+    "CPU in % of one core, per process."
+)
 
 
 METHOD = f"""\
@@ -171,7 +168,7 @@ REPORT = DrainReport[PeriodicResults](
     "periodic jobs",
     "periodic.json",
     METHOD,
-    _intro,
+    INTRO,
     _tables,
     per_backend(_goals),
     derived=lambda r: {"cpu_pct": r.cpu_pct(), "server_cpu_pct": r.server_cpu_pct()},

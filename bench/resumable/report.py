@@ -14,7 +14,6 @@ from bench.core.report import (
     both_runs,
     per_backend,
     per_rep,
-    quick_note,
 )
 from bench.resumable.section import PLAIN, RESUMABLE, WARMUP_ITERATIONS, ResumableResults
 
@@ -63,14 +62,12 @@ def _goals(results: ResumableResults, backend: str) -> list[str]:
     )
 
 
-def _intro(results: ResumableResults) -> str:
-    s = results.settings
-    return (
-        f"A job of {s['iterations']:,} no-op iterations, resumable (a generator the runtime drives, "
-        f"checkpoint interval {s['checkpoint_interval']:g} s) against the same loop as a plain job, "
-        f"run by one worker process with one job slot{quick_note(s)}; {s['reps']} rep(s); median (min-max). "
-        "Run time as the worker's server middleware measures it."
-    )
+INTRO = (
+    "A job of {iterations:,} no-op iterations, resumable (a generator the runtime drives, "
+    "checkpoint interval {checkpoint_interval:g} s) against the same loop as a plain job, "
+    "run by one worker process with one job slot{quick_sizes}; {reps} rep(s); median (min-max). "
+    "Run time as the worker's server middleware measures it."
+)
 
 
 METHOD = f"""\
@@ -105,7 +102,7 @@ REPORT = DrainReport[ResumableResults](
     "resumable jobs",
     "resumable.json",
     METHOD,
-    _intro,
+    INTRO,
     time_table,
     per_backend(_goals),
     derived=lambda r: {"ns_per_iteration": r.ns_per_iteration()},
