@@ -16,7 +16,6 @@ the workers saw it: from the first job's end to the last's, over the jobs betwee
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from asynctask.db.engine import create_database_engine, writer
 from asynctask.db.migrate import upgrade
 from asynctask.integrations.dramatiq import Tracking as TrackingMiddleware
 from asynctask.tracking.models import Event, EventMessage, Task
+from bench.core import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "bench"
@@ -171,7 +171,7 @@ class _Run:
                     )
                 time.sleep(0.005)
         finally:
-            _stop(worker)
+            procs.stop(worker, grace=30)
         ends = sorted(float(line) for line in self.marker.read_text().split())
         return (len(ends) - 1) / (ends[-1] - ends[0])
 
@@ -201,14 +201,3 @@ class _Run:
         for path in self.directory.iterdir():
             path.unlink()
         self.directory.rmdir()
-
-
-def _stop(worker: subprocess.Popen[bytes]) -> None:
-    """TERM the worker's process group, KILL it if it has not exited within 30 s."""
-    if worker.poll() is None:
-        os.killpg(worker.pid, signal.SIGTERM)
-    try:
-        worker.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait(10)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ from asynctask.integrations.rq import RqSender
 from asynctask.middleware import Chain
 from asynctask.tasks.runtime import RuntimeJob, register
 from asynctask.tracking.models import Event, EventMessage, Task
+from bench.core import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The no-op job: a builtin, found by RQ by name without importing anything.
@@ -177,13 +177,7 @@ class _Run:
 
     def close(self) -> None:
         for proc in self.workers:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+            procs.stop(proc, grace=30)
         self._forget_tasks()
         self._unlink()
         self.client.broker.close()
