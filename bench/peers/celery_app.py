@@ -9,8 +9,8 @@ task one 16-byte record (ms from enqueue to start), exactly like AsyncTask's
 from __future__ import annotations
 
 import os
-import time
 
+import marker  # type: ignore[import-not-found]  # beside this file, on PYTHONPATH
 from celery import Celery  # type: ignore[import-not-found]  # in the peers' venv only
 
 #: Celery's defaults apart from the queue's name: no result backend, acks on receipt,
@@ -19,16 +19,5 @@ app = Celery("celery_app", broker=os.environ["BENCH_REDIS_URL"])
 # Celery's own default queue is "celery"; every system of the bench uses "default".
 app.conf.task_default_queue = "default"
 
-_path = os.environ.get("BENCH_MARKER")
-# Opened once at import: a per-job open/close would cost more than the job itself.
-_marker = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if _path else -1
-
-
-@app.task(name="noop")  # type: ignore[untyped-decorator]
-def noop() -> None:
-    os.write(_marker, b".")
-
-
-@app.task(name="latency")  # type: ignore[untyped-decorator]
-def latency(sent: float) -> None:
-    os.write(_marker, b"%15.6f\n" % ((time.time() - sent) * 1000))
+noop = app.task(name="noop")(marker.noop)
+latency = app.task(name="latency")(marker.latency)

@@ -9,9 +9,9 @@ actor one 16-byte record (ms from enqueue to start), exactly like AsyncTask's
 from __future__ import annotations
 
 import os
-import time
 
 import dramatiq  # type: ignore[import-not-found]  # in the peers' venv only
+import marker  # type: ignore[import-not-found]  # beside this file, on PYTHONPATH
 from dramatiq.brokers.redis import RedisBroker  # type: ignore[import-not-found]
 
 #: Dramatiq's defaults: its default middleware (age and time limits, retries, callbacks,
@@ -19,16 +19,5 @@ from dramatiq.brokers.redis import RedisBroker  # type: ignore[import-not-found]
 broker = RedisBroker(url=os.environ["BENCH_REDIS_URL"])
 dramatiq.set_broker(broker)
 
-_path = os.environ.get("BENCH_MARKER")
-# Opened once at import: a per-job open/close would cost more than the job itself.
-_marker = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if _path else -1
-
-
-@dramatiq.actor(actor_name="noop", queue_name="default")  # type: ignore[untyped-decorator]
-def noop() -> None:
-    os.write(_marker, b".")
-
-
-@dramatiq.actor(actor_name="latency", queue_name="default")  # type: ignore[untyped-decorator]
-def latency(sent: float) -> None:
-    os.write(_marker, b"%15.6f\n" % ((time.time() - sent) * 1000))
+noop = dramatiq.actor(actor_name="noop", queue_name="default")(marker.noop)
+latency = dramatiq.actor(actor_name="latency", queue_name="default")(marker.latency)
