@@ -3,8 +3,9 @@ the no-op appends one byte to the O_APPEND file named by ``BENCH_MARKER`` (worke
 latency job one 16-byte record (ms from enqueue to start), so all systems are timed the same way.
 
 Dependency-free, so that every peer's venv imports it (``marker``, with ``bench/peers`` on the
-path). The peers with plain functions for jobs register ``noop`` and ``latency`` themselves; the
-ones with coroutines write to ``FD`` from their own.
+path). Celery and Dramatiq register ``noop`` and ``latency`` as their tasks; the peers that name
+a job by its function's module (Huey, RQ) or run coroutines (arq, procrastinate) write to ``FD``
+from their own functions.
 """
 
 from __future__ import annotations
