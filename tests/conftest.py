@@ -51,6 +51,14 @@ def restored_logging() -> Iterator[None]:
         logger.propagate = propagate
 
 
+def redis_pings(conn: redis.Redis) -> bool:
+    """Whether a private redis-server started by a test answers yet."""
+    try:
+        return bool(conn.ping())
+    except redis.ConnectionError:
+        return False
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout

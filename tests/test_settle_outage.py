@@ -23,7 +23,7 @@ from asynctask.keys import Keys
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
 from asynctask.worker.manager import Manager
-from tests.conftest import fast_settings, wait_until
+from tests.conftest import fast_settings, redis_pings, wait_until
 
 
 @pytest.fixture
@@ -37,19 +37,12 @@ def private_redis(tmp_path: Path) -> Iterator[redis.Redis]:
     )
     conn = redis.Redis(port=port)
     try:
-        wait_until(lambda: _pings(conn), timeout=10)
+        wait_until(lambda: redis_pings(conn), timeout=10)
         yield conn
     finally:
         conn.close()
         server.terminate()
         server.wait(10)
-
-
-def _pings(conn: redis.Redis) -> bool:
-    try:
-        return bool(conn.ping())
-    except redis.ConnectionError:
-        return False
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from asynctask.middleware import Chain
 from asynctask.tasks import creation as tasks
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
-from tests.conftest import wait_until
+from tests.conftest import redis_pings, wait_until
 from tests.tracking_fixtures import wait_for_task
 
 
@@ -239,7 +239,7 @@ def full_redis(tmp_path: Path) -> Iterator[redis.Redis]:
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
     conn = redis.Redis(port=port)
     try:
-        wait_until(lambda: _pings(conn) or server.poll() is not None, timeout=10)
+        wait_until(lambda: redis_pings(conn) or server.poll() is not None, timeout=10)
         assert server.poll() is None, f"redis-server on port {port} did not start"
         conn.config_set("maxmemory", conn.info("memory")["used_memory"] + 2_000_000)
         yield conn
@@ -247,13 +247,6 @@ def full_redis(tmp_path: Path) -> Iterator[redis.Redis]:
         conn.close()
         server.terminate()
         server.wait(10)
-
-
-def _pings(conn: redis.Redis) -> bool:
-    try:
-        return bool(conn.ping())
-    except redis.ConnectionError:
-        return False
 
 
 def test_create_task_is_all_or_nothing_when_redis_is_unreachable(
