@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,17 @@ PRODUCT_SCHEMA = {
 }
 #: Small limits, so that every limit can be hit by a small request.
 LIMITS = {"max_items": 50, "max_chunk_size": 10, "max_body_bytes": 16 * 1024, "max_json_depth": 6}
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture
+def chromium() -> Path:
+    """Debian's Chromium, checked before any server starts."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (Debian package chromium)")
+    return CHROMIUM
 
 
 def define_jobs(registry: Registry) -> None:

@@ -36,7 +36,6 @@ from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "jobs" / "api_jobs.py"
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -223,14 +222,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def chromium() -> Path:
-    """Debian's Chromium, checked before any server starts."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (Debian package chromium)")
-    return CHROMIUM
-
-
-@pytest.fixture
 def stack(chromium: Path, namespace: str, tmp_path: Path) -> Iterator[Stack]:
     """A worker and an API server (subprocesses) over a fresh namespace and SQLite database."""
     with running_stack(namespace, tmp_path) as running:
@@ -389,24 +380,30 @@ def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         conn.close()
 
 
-@pytest.fixture
-def page(shared_stack: Stack, tmp_path: Path) -> Iterator[Page]:
-    """A fresh browser page (empty localStorage) on the example page, recording policy violations;
-    its last look is saved in the test's tmp_path."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (Debian package chromium)")
+@contextmanager
+def recording_page(chromium: Path) -> Iterator[Page]:
+    """A fresh Chromium page (empty localStorage) that records content-policy violations; live
+    updates get their time."""
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         try:
             opened = browser.new_page(viewport={"width": 1100, "height": 900})
             opened.set_default_timeout(LIVE_TIMEOUT)
             opened.add_init_script(RECORD_POLICY_VIOLATIONS)
-            opened.goto(shared_stack.base_url + "/")
             yield opened
-            opened.screenshot(path=str(tmp_path / "page.png"), full_page=True)
-            assert opened.evaluate("[...window.policyViolations]") == []
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(chromium: Path, shared_stack: Stack, tmp_path: Path) -> Iterator[Page]:
+    """A fresh browser page on the example page, recording policy violations; its last look is
+    saved in the test's tmp_path."""
+    with recording_page(chromium) as opened:
+        opened.goto(shared_stack.base_url + "/")
+        yield opened
+        opened.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+        assert opened.evaluate("[...window.policyViolations]") == []
 
 
 def connect(page: Page, stack: Stack) -> None:

@@ -39,8 +39,8 @@ from asynctask.middleware import Chain
 from asynctask.tokens import create_token
 from tests.conftest import REDIS_URL, wait_for_beats, wait_until
 from tests.jobs import dashboard_jobs as jobs
+from tests.webapi.conftest import CHROMIUM
 from tests.webapi.test_browser import (
-    CHROMIUM,
     CHROMIUM_ARGS,
     RECORD_POLICY_VIOLATIONS,
     call_api,

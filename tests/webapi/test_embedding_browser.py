@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 from sqlalchemy import Engine
 from werkzeug.serving import make_server
 
@@ -20,7 +20,7 @@ from asynctask import Client, Registry, Settings
 from asynctask.worker import Worker
 from tests.webapi.conftest import close_watchers, define_jobs
 from tests.webapi.hostapp import PREFIX, host_app
-from tests.webapi.test_browser import CHROMIUM, CHROMIUM_ARGS, LIVE_TIMEOUT, RECORD_POLICY_VIOLATIONS
+from tests.webapi.test_browser import LIVE_TIMEOUT, recording_page
 
 ITEMS = [{"sku": f"S{i:02d}", "price": "1.50"} for i in range(30)]
 
@@ -57,24 +57,9 @@ def served(unattended: str, start_tracked_worker: Callable[..., Worker]) -> str:
 
 
 @pytest.fixture
-def chromium() -> Path:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (Debian package chromium)")
-    return CHROMIUM
-
-
-@pytest.fixture
 def page(chromium: Path) -> Iterator[Page]:
-    """A Chromium page that records content-policy violations; live updates get their time."""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        try:
-            opened = browser.new_page(viewport={"width": 1100, "height": 900})
-            opened.set_default_timeout(LIVE_TIMEOUT)
-            opened.add_init_script(RECORD_POLICY_VIOLATIONS)
-            yield opened
-        finally:
-            browser.close()
+    with recording_page(chromium) as opened:
+        yield opened
 
 
 def submit_items(page: Page) -> None:
