@@ -27,8 +27,8 @@ import psutil
 import pytest
 import redis
 
-from tests.conftest import REDIS_URL, wait_until
-from tests.webapi.test_server import CLI, Server, free_port, migrated_with_token
+from tests.conftest import wait_until
+from tests.webapi.test_server import CLI, Server, free_port, migrated_with_token, redis_api_env
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -57,14 +57,7 @@ class Deployed:
 
 @pytest.fixture
 def deployed(tmp_path: Path, namespace: str, conn: redis.Redis) -> Iterator[Deployed]:
-    env = {
-        **os.environ,
-        "ASYNCTASK_REDIS_URL": REDIS_URL,
-        "ASYNCTASK_NAMESPACE": namespace,
-        "ASYNCTASK_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}",
-        "ASYNCTASK_REQUIRE": "tests.jobs.api_jobs",
-        "PYTHONPATH": str(ROOT),
-    }
+    env = redis_api_env(namespace, tmp_path)
     token = migrated_with_token(env)
     port = free_port()
     # The defaults of `asynctask api`: 2 workers x 32 threads.

@@ -36,6 +36,20 @@ def migrated_with_token(env: dict[str, str]) -> str:
     return made.stdout.splitlines()[0]
 
 
+def redis_api_env(namespace: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of an API server over the shared Redis in ``namespace``, its SQLite
+    database in ``tmp_path``, knowing the jobs of tests/jobs/api_jobs.py."""
+    return {
+        **os.environ,
+        "ASYNCTASK_REDIS_URL": REDIS_URL,
+        "ASYNCTASK_NAMESPACE": namespace,
+        "ASYNCTASK_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}",
+        "ASYNCTASK_REQUIRE": "tests.jobs.api_jobs",
+        "PYTHONPATH": str(ROOT),
+        **extra,
+    }
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -76,15 +90,7 @@ class Server:
 
 @pytest.fixture
 def deployed(tmp_path: Path, namespace: str, conn: redis.Redis) -> Iterator[Server]:
-    env = {
-        **os.environ,
-        "ASYNCTASK_REDIS_URL": REDIS_URL,
-        "ASYNCTASK_NAMESPACE": namespace,
-        "ASYNCTASK_DATABASE_URL": f"sqlite:///{tmp_path / 'api.db'}",
-        "ASYNCTASK_REQUIRE": "tests.jobs.api_jobs",
-        "PYTHONPATH": str(ROOT),
-        "ASYNCTASK_API_MAX_BODY_BYTES": str(1024 * 1024),
-    }
+    env = redis_api_env(namespace, tmp_path, ASYNCTASK_API_MAX_BODY_BYTES=str(1024 * 1024))
     token = migrated_with_token(env)
     port = free_port()
     processes = [
