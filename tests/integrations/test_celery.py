@@ -219,28 +219,25 @@ def test_a_revoked_job_ends_cancelled_without_running(redis_rig: CeleryRig) -> N
     assert rig.wait_settled(task.id)["status"] == "finished"
 
 
-def test_a_job_past_its_hard_time_limit_ends_error(redis_rig: CeleryRig) -> None:
-    rig = redis_rig
-    limited = rig.submittable("celery_jobs.limited")
+def the_one_errored_event(rig: CeleryRig, name: str) -> dict[str, Any]:
+    """Run one job of ``name`` on a single thread; its task must end with that job in error."""
+    limited = rig.submittable(name)
     rig.start_worker(concurrency=1)
     task = rig.create(limited, [0])
-
     done = rig.wait_settled(task.id, timeout=TIME_LIMIT + 30)
     assert (done["status"], done["counts"]["error"]) == ("finished_with_errors", 1)
     (event,) = rig.events(task.id)
+    return event
+
+
+def test_a_job_past_its_hard_time_limit_ends_error(redis_rig: CeleryRig) -> None:
+    event = the_one_errored_event(redis_rig, "celery_jobs.limited")
     assert event["status"] == "error"
     assert texts(event) == ["started", f"time limit exceeded ({TIME_LIMIT:g} s); its process was killed"]
 
 
 def test_a_job_past_its_soft_time_limit_ends_error_with_the_exception(redis_rig: CeleryRig) -> None:
-    rig = redis_rig
-    limited = rig.submittable("celery_jobs.softly_limited")
-    rig.start_worker(concurrency=1)
-    task = rig.create(limited, [0])
-
-    done = rig.wait_settled(task.id, timeout=TIME_LIMIT + 30)
-    assert (done["status"], done["counts"]["error"]) == ("finished_with_errors", 1)
-    (event,) = rig.events(task.id)
+    event = the_one_errored_event(redis_rig, "celery_jobs.softly_limited")
     assert event["status"] == "error" and event["error_class"].endswith(".SoftTimeLimitExceeded")
     assert texts(event)[0] == "started" and texts(event)[-1] == "no retries left"
 
