@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -21,6 +23,7 @@ from asynctask import Client, Registry, Schedules, Settings, log
 from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
+from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
 
 pytest_plugins = ["tests.tracking_fixtures"]
 
@@ -28,6 +31,8 @@ REDIS_URL = os.environ.get("ASYNCTASK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0
 POSTGRES_URL = os.environ.get("ASYNCTASK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 #: The first Redis database handed out by ``claimed_db``; lower ones are left alone.
 FIRST_TEST_DB = 4
+
+S = TypeVar("S")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,14 +54,6 @@ def restored_logging() -> Iterator[None]:
         logger.handlers[:] = handlers
         logger.setLevel(level)
         logger.propagate = propagate
-
-
-def redis_pings(conn: redis.Redis) -> bool:
-    """Whether a private redis-server started by a test answers yet."""
-    try:
-        return bool(conn.ping())
-    except redis.ConnectionError:
-        return False
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
@@ -148,6 +145,58 @@ def fresh_postgres_schema() -> Iterator[str]:
         with admin.begin() as connection:
             connection.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
         admin.dispose()
+
+
+@contextmanager
+def scratch_redis(tmp_path: Path, *options: str) -> Iterator[redis.Redis]:
+    """A redis-server of the test's own on a free port, without persistence, for tests that
+    break a server in ways the shared one must never be."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen([*argv, "--dir", str(tmp_path), *options], stdout=subprocess.DEVNULL)
+    conn = redis.Redis(port=port)
+    try:
+        wait_until(lambda: _pings(conn) or server.poll() is not None, timeout=10)
+        assert server.poll() is None, f"redis-server on port {port} did not start"
+        yield conn
+    finally:
+        conn.close()
+        server.terminate()
+        server.wait(10)
+
+
+def _pings(conn: redis.Redis) -> bool:
+    """Whether a private redis-server started by a test answers yet."""
+    try:
+        return bool(conn.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def unavailable(reason: str) -> NoReturn:
+    # .ci/run installs the server binaries: under CI a skip would hide that the test did not run.
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; under CI this test must run, not skip")
+    pytest.skip(reason)
+
+
+def private_server(
+    start: Callable[[], AbstractContextManager[S]], down: type[Exception], what: str
+) -> Iterator[S]:
+    """The body of a fixture yielding a private server of its own, torn down whatever happens."""
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(start())
+        except down as exc:
+            unavailable(f"cannot run {what}: {exc}")
+        yield server
+
+
+@pytest.fixture
+def postgres_server() -> Iterator[PrivatePostgres]:
+    yield from private_server(private_postgres, PostgresUnavailable, "a private PostgreSQL server")
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ shared one.
 
 from __future__ import annotations
 
-import socket
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,26 +21,13 @@ from asynctask.keys import Keys
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
 from asynctask.worker.manager import Manager
-from tests.conftest import fast_settings, redis_pings, wait_until
+from tests.conftest import fast_settings, scratch_redis, wait_until
 
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[redis.Redis]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-    )
-    conn = redis.Redis(port=port)
-    try:
-        wait_until(lambda: redis_pings(conn), timeout=10)
+    with scratch_redis(tmp_path) as conn:
         yield conn
-    finally:
-        conn.close()
-        server.terminate()
-        server.wait(10)
 
 
 @pytest.fixture

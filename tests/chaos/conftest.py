@@ -11,11 +11,8 @@ where a skip would hide that the suite did not run: there they fail.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
@@ -25,33 +22,13 @@ from asynctask.db.migrate import upgrade
 from tests.chaos.redis_server import PrivateRedis, RedisUnavailable, private_redis
 from tests.chaos.state import RedisState, SqlState
 from tests.chaos.workers import Runs, WorkerPool
-from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
-
-
-def unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; under CI a chaos test must run, not skip")
-    pytest.skip(reason)
+from tests.conftest import private_server
+from tests.pg_instance import PrivatePostgres
 
 
 @pytest.fixture
 def redis_server() -> Iterator[PrivateRedis]:
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis())
-        except RedisUnavailable as exc:
-            unavailable(f"cannot run a private redis-server: {exc}")
-        yield server
-
-
-@pytest.fixture
-def postgres_server() -> Iterator[PrivatePostgres]:
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_postgres())
-        except PostgresUnavailable as exc:
-            unavailable(f"cannot run a private PostgreSQL server: {exc}")
-        yield server
+    yield from private_server(private_redis, RedisUnavailable, "a private redis-server")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ each, every transition is there and the task's counts are exact."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ from asynctask import Client, Registry, Tracking
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.tracking.views import EventView
-from tests.chaos.conftest import unavailable
 from tests.conftest import db_url, fresh_postgres_schema, wait_until
 from tests.integrations.dramatiq_support import (
     ITEMS,
@@ -28,7 +26,7 @@ from tests.integrations.dramatiq_support import (
     item,
     outcome_of,
 )
-from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
+from tests.pg_instance import PrivatePostgres
 
 #: How long after its last heartbeat the broker takes a worker for dead (the default is 60 s).
 HEARTBEAT_MS = 3000
@@ -111,16 +109,6 @@ def test_a_worker_killed_mid_task_loses_no_transition_once_its_messages_run_agai
         finally:
             tracking.client.close()
             engine.dispose()
-
-
-@pytest.fixture
-def postgres_server() -> Iterator[PrivatePostgres]:
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_postgres())
-        except PostgresUnavailable as exc:
-            unavailable(f"cannot run a private PostgreSQL server: {exc}")
-        yield server
 
 
 @pytest.mark.slow

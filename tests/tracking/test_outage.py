@@ -12,7 +12,6 @@ the last test pins that case down deterministically.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -41,7 +40,7 @@ from asynctask.tracking.apply import apply_transitions
 from asynctask.tracking.transitions import Transition
 from tests.conftest import wait_until
 from tests.jobs import outage_jobs
-from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
+from tests.pg_instance import PrivatePostgres
 from tests.tracking_fixtures import wait_for_task
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
@@ -89,21 +88,8 @@ def total_runs(conn: redis.Redis, counts_key: str) -> int:
 
 
 @pytest.fixture
-def private_pg() -> Iterator[PrivatePostgres]:
-    with contextlib.ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_postgres())
-        except PostgresUnavailable as exc:
-            # .ci/run installs the server binaries: under CI this test must run, not skip.
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"cannot run a private PostgreSQL server: {exc}")
-            pytest.skip(f"cannot run a private PostgreSQL server: {exc}")
-        yield server
-
-
-@pytest.fixture
-def private_engine(private_pg: PrivatePostgres) -> Iterator[Engine]:
-    engine = create_database_engine(private_pg.url)
+def private_engine(postgres_server: PrivatePostgres) -> Iterator[Engine]:
+    engine = create_database_engine(postgres_server.url)
     Base.metadata.create_all(engine)
     yield engine
     engine.dispose()
@@ -111,7 +97,7 @@ def private_engine(private_pg: PrivatePostgres) -> Iterator[Engine]:
 
 @pytest.fixture
 def spawn(
-    redis_settings: Settings, private_pg: PrivatePostgres, tmp_path: Path
+    redis_settings: Settings, postgres_server: PrivatePostgres, tmp_path: Path
 ) -> Iterator[Callable[[str], tuple[subprocess.Popen[bytes], Path]]]:
     """Start worker subprocesses (stderr kept in a file); any still running at teardown are killed."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -121,7 +107,7 @@ def spawn(
             **os.environ,
             "ASYNCTASK_REDIS_URL": redis_settings.redis_url,
             "ASYNCTASK_NAMESPACE": redis_settings.namespace,
-            "ASYNCTASK_DATABASE_URL": private_pg.url,
+            "ASYNCTASK_DATABASE_URL": postgres_server.url,
             "ASYNCTASK_HEARTBEAT_INTERVAL": "0.5",
             "ASYNCTASK_PROCESS_TTL": "3",
             "ASYNCTASK_SCHEDULED_POLL_INTERVAL": "0.2",
@@ -149,7 +135,7 @@ def test_jobs_survive_a_database_outage_and_every_event_ends_right(
     redis_client: Client,
     conn: redis.Redis,
     namespace: str,
-    private_pg: PrivatePostgres,
+    postgres_server: PrivatePostgres,
     private_engine: Engine,
     spawn: Callable[[str], tuple[subprocess.Popen[bytes], Path]],
 ) -> None:
@@ -172,7 +158,7 @@ def test_jobs_survive_a_database_outage_and_every_event_ends_right(
     # The flushers were applying transitions before the outage (so it interrupts a live pipeline).
     wait_until(lambda: tracking.get_task(task.id).counts["finish"] > 0, timeout=10, interval=0.02)
 
-    private_pg.stop("immediate")
+    postgres_server.stop("immediate")
     down_at = time.monotonic()
     runs_at_stop = conn.scard(runs_key)
     # The outage is real: the test's own reads fail too.
@@ -182,7 +168,7 @@ def test_jobs_survive_a_database_outage_and_every_event_ends_right(
     runs_during = conn.scard(runs_key) - runs_at_stop
     backlog = conn.xlen(stream)
     assert all(proc.poll() is None for proc, _ in workers), "a worker died while SQL was down"
-    private_pg.start()
+    postgres_server.start()
     up_at = time.monotonic()
     runs_at_restart = total_runs(conn, counts_key)
 

@@ -3,8 +3,6 @@ running, cancel, retry, and create_task's all-or-nothing promise."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +31,7 @@ from asynctask.middleware import Chain
 from asynctask.tasks import creation as tasks
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
-from tests.conftest import redis_pings, wait_until
+from tests.conftest import scratch_redis, wait_until
 from tests.tracking_fixtures import wait_for_task
 
 
@@ -231,22 +229,9 @@ def full_redis(tmp_path: Path) -> Iterator[redis.Redis]:
     """A private redis-server (the shared one must keep accepting writes) that refuses writes
     once it uses 2 MB more than at start: Redis checks the limit before each command, so the
     first batch of a big task is staged and a later one is refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    argv += ["--dir", str(tmp_path), "--maxmemory-policy", "noeviction"]
-    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    conn = redis.Redis(port=port)
-    try:
-        wait_until(lambda: redis_pings(conn) or server.poll() is not None, timeout=10)
-        assert server.poll() is None, f"redis-server on port {port} did not start"
+    with scratch_redis(tmp_path, "--maxmemory-policy", "noeviction") as conn:
         conn.config_set("maxmemory", conn.info("memory")["used_memory"] + 2_000_000)
         yield conn
-    finally:
-        conn.close()
-        server.terminate()
-        server.wait(10)
 
 
 def test_create_task_is_all_or_nothing_when_redis_is_unreachable(
