@@ -29,20 +29,31 @@ from tests.tracking_fixtures import wait_for_task
 StartWorker = Callable[..., Worker]
 
 
+class Overlap:
+    """Counts the jobs inside it at once; ``most``: the highest that count reached."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+
+    def __enter__(self) -> None:
+        self.now += 1
+        self.most = max(self.most, self.now)
+
+    def __exit__(self, *exc: object) -> None:
+        self.now -= 1
+
+
 def test_async_jobs_are_awaited_together_beyond_the_thread_count(
     registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
 ) -> None:
     seen: dict[int, str] = {}
-    awaiting = 0
-    most = 0
+    overlap = Overlap()
 
     @asynctask.job(registry=registry)
     async def fetch(n: int) -> None:
-        nonlocal awaiting, most
-        awaiting += 1
-        most = max(most, awaiting)
-        await asyncio.sleep(0.3)
-        awaiting -= 1
+        with overlap:
+            await asyncio.sleep(0.3)
         # Read after the others started: each job still sees its own context.
         seen[n] = asynctask.current_job().jid
 
@@ -53,7 +64,7 @@ def test_async_jobs_are_awaited_together_beyond_the_thread_count(
     wait_until(lambda: stats.refresh().processed == 40, 15)
     # 40 jobs of 0.3 s on 2 threads would take 6 s.
     assert time.monotonic() - start < 4
-    assert most > 10
+    assert overlap.most > 10
     assert seen == dict(enumerate(jids))
     assert (stats.failed, stats.retry_size, stats.enqueued) == (0, 0, 0)
 
@@ -61,22 +72,18 @@ def test_async_jobs_are_awaited_together_beyond_the_thread_count(
 def test_async_concurrency_bounds_the_jobs_awaited_at_once(
     registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
 ) -> None:
-    awaiting = 0
-    most = 0
+    overlap = Overlap()
 
     @asynctask.job(registry=registry)
     async def fetch(n: int) -> None:
-        nonlocal awaiting, most
-        awaiting += 1
-        most = max(most, awaiting)
-        await asyncio.sleep(0.05)
-        awaiting -= 1
+        with overlap:
+            await asyncio.sleep(0.05)
 
     fetch.set(client=client).perform_bulk([[n] for n in range(60)])
     stats = Stats(settings=settings)
     start_worker(concurrency=4, async_concurrency=5)
     wait_until(lambda: stats.refresh().processed == 60, 15)
-    assert most == 5
+    assert overlap.most == 5
 
 
 def test_an_async_job_holds_its_claim_while_it_runs(
@@ -205,17 +212,13 @@ def test_an_async_job_that_blocks_the_loop_is_named_once(
 def test_a_concurrency_key_bounds_its_async_jobs(
     registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
 ) -> None:
-    awaiting = 0
-    most = 0
+    overlap = Overlap()
     ran: list[int] = []
 
     @asynctask.job(registry=registry, concurrency_key="device:{device}", concurrency_limit=2)
     async def call_device(device: str, n: int) -> None:
-        nonlocal awaiting, most
-        awaiting += 1
-        most = max(most, awaiting)
-        await asyncio.sleep(0.05)
-        awaiting -= 1
+        with overlap:
+            await asyncio.sleep(0.05)
         ran.append(n)
 
     call_device.set(client=client).perform_bulk([["d1", n] for n in range(12)])
@@ -223,22 +226,18 @@ def test_a_concurrency_key_bounds_its_async_jobs(
     start_worker(concurrency=4, async_concurrency=50)
     wait_until(lambda: stats.refresh().processed == 12, 15)
     assert sorted(ran) == list(range(12))
-    assert most == 2
+    assert overlap.most == 2
 
 
 def test_a_fed_task_of_async_jobs_runs_at_most_parallel_at_once(
     registry: Registry, tracking: Tracking, start_worker: StartWorker
 ) -> None:
-    awaiting = 0
-    most = 0
+    overlap = Overlap()
 
     @asynctask.job(registry=registry)
     async def call_device(chunk: list[int]) -> None:
-        nonlocal awaiting, most
-        awaiting += 1
-        most = max(most, awaiting)
-        await asyncio.sleep(0.05)
-        awaiting -= 1
+        with overlap:
+            await asyncio.sleep(0.05)
 
     task = tracking.create_task(call_device, range(15), chunk_size=1, parallel=3)
     start_worker(
@@ -246,7 +245,7 @@ def test_a_fed_task_of_async_jobs_runs_at_most_parallel_at_once(
     )
     done = wait_for_task(tracking, task.id, timeout=30)
     assert done.status == "finished" and done.counts["finish"] == 15
-    assert most == 3
+    assert overlap.most == 3
 
 
 def test_a_running_async_job_of_a_cancelled_task_is_cancelled_after_the_grace(

@@ -28,6 +28,7 @@ from asynctask.brokers.redis.reads import RedisReader
 from asynctask.feeds import Feed, FeedChange
 from asynctask.settings import QueueSpec
 from tests.brokers.conftest import BROKER_JOBS, ROOT, read_runs, worker_env
+from tests.brokers.redis_keys import jids
 from tests.conftest import wait_until
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
@@ -58,10 +59,6 @@ def publish(broker: RedisBroker, task: str, jids: list[str], share: str | None =
         if batch:
             staging.write(staging.encode([job(j, **more) for j in batch]), cast(Any, None))
     return staging.publish()
-
-
-def jids(raws: list[bytes]) -> list[str]:
-    return [json.loads(raw)["jid"] for raw in raws]
 
 
 def waiting(broker: RedisBroker, key: str) -> list[str]:

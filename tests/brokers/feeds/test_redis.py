@@ -22,6 +22,7 @@ from asynctask.brokers.redis.fetch import ReliableFetch, ends_flow
 from asynctask.brokers.redis.reads import RedisReader
 from asynctask.feeds import Feed, FeedChange
 from asynctask.worker import Worker
+from tests.brokers.redis_keys import entry_jids, jids, queued
 from tests.conftest import wait_until
 
 TASK = "t1"
@@ -50,27 +51,9 @@ def publish(broker: RedisBroker, jids: list[str], feed: Feed, task: str = TASK, 
     return staging.publish()
 
 
-def jids(raws: list[bytes]) -> list[str]:
-    return [json.loads(raw)["jid"] for raw in raws]
-
-
-def queued(broker: RedisBroker, queue: str = "default") -> list[str]:
-    """Jids in a queue, next to run first."""
-    return jids(broker.redis.lrange(broker.keys.queue(queue), 0, -1))[::-1]
-
-
 def held(broker: RedisBroker, task: str = TASK) -> list[str]:
-    """Jids a feed holds, next first, each entry's header checked against its payload."""
-    found = []
-    for entry in broker.redis.lrange(broker.keys.feed_held(task), 0, -1):
-        size, _, rest = entry.partition(b":")
-        jid, rest = rest[: int(size)], rest[int(size) :]
-        size, _, rest = rest.partition(b":")
-        queue, raw = rest[: int(size)], rest[int(size) :]
-        decoded = json.loads(raw)
-        assert (decoded["jid"], decoded["queue"]) == (jid.decode(), queue.decode())
-        found.append(decoded["jid"])
-    return found
+    """Jids a feed holds, next first."""
+    return entry_jids(broker, broker.keys.feed_held(task))
 
 
 def out(broker: RedisBroker, task: str = TASK) -> set[str]:

@@ -19,6 +19,7 @@ from asynctask.brokers.reads import Move, Scored, Stored
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.fetch import ReliableFetch
 from asynctask.brokers.redis.reads import RedisReader
+from tests.brokers.redis_keys import entry_jids, jids, queued
 
 
 def job(jid: str, **flow: Any) -> payload.JobDict:
@@ -29,28 +30,9 @@ def keyed(jid: str, key: str = "k", limit: int = 1, **more: Any) -> payload.JobD
     return job(jid, concurrency_key=key, concurrency_limit=limit, **more)
 
 
-def jids(raws: list[bytes]) -> list[str]:
-    return [json.loads(raw)["jid"] for raw in raws]
-
-
-def queued(broker: RedisBroker, queue: str = "default") -> list[str]:
-    """Jids in a queue, next to run first."""
-    return jids(broker.redis.lrange(broker.keys.queue(queue), 0, -1))[::-1]
-
-
 def line(broker: RedisBroker, key: str = "k") -> list[str]:
-    """Jids waiting in a key's line, next first, read from each entry's header and checked
-    against its payload (entries are ``<length>:<jid><length>:<queue><payload>``)."""
-    found = []
-    for entry in broker.redis.lrange(broker.keys.lane(key), 0, -1):
-        size, _, rest = entry.partition(b":")
-        jid, rest = rest[: int(size)], rest[int(size) :]
-        size, _, rest = rest.partition(b":")
-        queue, raw = rest[: int(size)], rest[int(size) :]
-        job = json.loads(raw)
-        assert (job["jid"], job["queue"]) == (jid.decode(), queue.decode())
-        found.append(job["jid"])
-    return found
+    """Jids waiting in a key's line, next first."""
+    return entry_jids(broker, broker.keys.lane(key))
 
 
 def holders(broker: RedisBroker, key: str = "k") -> set[str]:
