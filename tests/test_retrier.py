@@ -5,6 +5,7 @@ told, which hooks run, and what is logged when a job's own retry_in or exhausted
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -187,6 +188,22 @@ def test_a_job_without_a_retry_field_is_retried_as_sidekiq_does(rig: Rig, regist
     unit, claimed = rig.claim(job)
     rig.retrier.failed(unit, claimed, definition, ValueError("x"))
     assert [entry.jid for entry in rig.retries()] == [job["jid"]]
+
+
+def test_a_job_pushed_without_a_queue_is_retried_into_the_queue_it_was_claimed_from(
+    rig: Rig, registry: Registry
+) -> None:
+    definition = define(registry, rig)
+    # Written straight into the queue's list by another service, with no "queue" key: the
+    # claim knows which queue it came from.
+    job = {k: v for k, v in rig.job(definition).items() if k != "queue"}
+    rig.conn.lpush(Keys(rig.settings.namespace).queue("default"), json.dumps(job))
+    [unit] = rig.fetch.claim(1, [], [])
+    claimed = payload.loads(unit.payload)
+    assert "queue" not in claimed
+    rig.retrier.failed(unit, claimed, definition, ValueError("x"))
+    [entry] = rig.retries()
+    assert entry.get("queue") == unit.queue == "default"
 
 
 def test_retry_in_is_given_the_count_the_error_and_the_job(rig: Rig, registry: Registry) -> None:
