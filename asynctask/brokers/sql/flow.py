@@ -132,7 +132,7 @@ class FlowStatements:
     """The flow-control statements, built once per dialect."""
 
     def __init__(self, postgres: bool) -> None:
-        pg = self.postgres = postgres
+        pg = postgres
         greatest = "GREATEST" if pg else "max"
         in_ids = ids_of(pg)
 
