@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asynctask import payload
+from asynctask.api.fields import Field, number, text, text_or_empty, texts
 from asynctask.api.reader import Context, Reader
 from asynctask.brokers.reads import ProcessRecord
 
@@ -31,39 +32,19 @@ class Process:
     loop_lag_us: int
     context: Context = field(repr=False, compare=False)
 
-    @property
-    def hostname(self) -> str:
-        return _str(self.info.get("hostname"))
+    def get(self, key: str, default: Any = None) -> Any:
+        """The ``info`` value under ``key``."""
+        return self.info.get(key, default)
 
-    @property
-    def pid(self) -> int:
-        return _int(self.info.get("pid"))
-
-    @property
-    def tag(self) -> str:
-        return _str(self.info.get("tag"))
-
-    @property
-    def concurrency(self) -> int:
-        return _int(self.info.get("concurrency"))
-
-    @property
-    def queues(self) -> list[str]:
-        return _strs(self.info.get("queues"))
-
-    @property
-    def labels(self) -> list[str]:
-        return _strs(self.info.get("labels"))
-
-    @property
-    def started_at(self) -> float | None:
-        return payload.timestamp(self.info.get("started_at"))
-
-    @property
-    def version(self) -> str | None:
-        """Sidekiq >= 7.0.2 and AsyncTask say which version they are; Sidekiq 6 does not."""
-        version = self.info.get("version")
-        return version if isinstance(version, str) else None
+    hostname = Field(text_or_empty)
+    pid = Field(number)
+    tag = Field(text_or_empty)
+    concurrency = Field(number)
+    queues = Field(texts)
+    labels = Field(texts)
+    started_at = Field(payload.timestamp)
+    #: Sidekiq >= 7.0.2 and AsyncTask say which version they are; Sidekiq 6 does not.
+    version = Field(text)
 
     def quiet(self) -> None:
         """Ask the process to finish its current jobs and fetch no more (TSTP)."""
@@ -144,20 +125,3 @@ def listened(processes: Iterable[Process]) -> frozenset[str]:
     """The queues these processes take jobs from. A quiet process takes no more, so its queues
     count only if another process listens to them too."""
     return frozenset(queue for process in processes if not process.is_quiet for queue in process.queues)
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bytes | str):
-        try:
-            return int(value)
-        except ValueError:
-            return 0
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _strs(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []

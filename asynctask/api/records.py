@@ -6,6 +6,7 @@ import zlib
 from typing import Any
 
 from asynctask import payload
+from asynctask.api.fields import Field, array, count, text, texts
 from asynctask.api.reader import Context
 from asynctask.brokers.reads import Stored
 from asynctask.errors import PayloadError
@@ -57,13 +58,6 @@ class JobRecord:
     def get(self, key: str, default: Any = None) -> Any:
         return default if self.item is None else self.item.get(key, default)
 
-    def _text(self, key: str) -> str | None:
-        value = self.get(key)
-        return value if isinstance(value, str) else None
-
-    def _time(self, key: str) -> float | None:
-        return payload.timestamp(self.get(key))
-
     @property
     def value(self) -> str:
         """The stored payload as text."""
@@ -73,62 +67,28 @@ class JobRecord:
     def valid(self) -> bool:
         return self.error is None
 
-    @property
-    def jid(self) -> str | None:
-        return self._text("jid")
-
-    @property
-    def klass(self) -> str | None:
-        return self._text("class")
+    jid = Field(text)
+    klass = Field(text, "class")
 
     @property
     def display_class(self) -> str | None:
         """The class a person would name: ActiveJob's wrapped class rather than its wrapper."""
-        return self._text("display_class") or self._text("wrapped") or self.klass
+        return text(self.get("display_class")) or text(self.get("wrapped")) or self.klass
 
-    @property
-    def args(self) -> list[Any]:
-        args = self.get("args")
-        return args if isinstance(args, list) else []
-
-    @property
-    def tags(self) -> list[str]:
-        tags = self.get("tags")
-        return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
-
-    @property
-    def created_at(self) -> float | None:
-        return self._time("created_at")
-
-    @property
-    def enqueued_at(self) -> float | None:
-        return self._time("enqueued_at")
-
-    @property
-    def failed_at(self) -> float | None:
-        return self._time("failed_at")
-
-    @property
-    def retried_at(self) -> float | None:
-        return self._time("retried_at")
-
-    @property
-    def retry_count(self) -> int | None:
-        count = self.get("retry_count")
-        return count if isinstance(count, int) and not isinstance(count, bool) else None
-
-    @property
-    def error_message(self) -> str | None:
-        return self._text("error_message")
-
-    @property
-    def error_class(self) -> str | None:
-        return self._text("error_class")
+    args = Field(array)
+    tags = Field(texts)
+    created_at = Field(payload.timestamp)
+    enqueued_at = Field(payload.timestamp)
+    failed_at = Field(payload.timestamp)
+    retried_at = Field(payload.timestamp)
+    retry_count = Field(count)
+    error_message = Field(text)
+    error_class = Field(text)
 
     @property
     def error_backtrace(self) -> list[str] | None:
         """The decompressed backtrace lines, or None if absent or unreadable."""
-        packed = self._text("error_backtrace")
+        packed = text(self.get("error_backtrace"))
         if not packed:
             return None
         try:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Generic, Self, TypeVar, cast, overload
 
+from asynctask.api.fields import Field
 from asynctask.api.reader import Reader
 from asynctask.brokers.reads import Backlog, Snapshot
 
 #: Queue whose latency the dashboard shows, as in Sidekiq.
 DEFAULT_QUEUE = "default"
-
-N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,25 +19,6 @@ class History:
 
     processed: dict[date, int]
     failed: dict[date, int]
-
-
-class _SnapshotNumber(Generic[N]):
-    """A number of the last snapshot ``Stats`` read, named as in it (and as Sidekiq's ``Stats``
-    names it)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, stats: None, owner: type) -> Self: ...
-
-    @overload
-    def __get__(self, stats: Stats, owner: type) -> N: ...
-
-    def __get__(self, stats: Stats | None, owner: type) -> Self | N:
-        if stats is None:
-            return self
-        return cast(N, getattr(stats.snapshot, self._name))
 
 
 class Stats(Reader):
@@ -60,6 +39,11 @@ class Stats(Reader):
     def _read(self) -> Snapshot:
         return self.backend.stats(DEFAULT_QUEUE)
 
+    def get(self, name: str) -> object:
+        """The number of the last snapshot named ``name``, as ``Snapshot`` and Sidekiq's
+        ``Stats`` name it."""
+        return getattr(self.snapshot, name)
+
     @property
     def snapshot(self) -> Snapshot:
         """All the numbers, as read by the last ``refresh()`` (the first access reads them)."""
@@ -67,20 +51,20 @@ class Stats(Reader):
             self._snapshot = self._read()
         return self._snapshot
 
-    processed = _SnapshotNumber[int]()
-    failed = _SnapshotNumber[int]()
+    processed = Field(int)
+    failed = Field(int)
     #: Times a worker found that Redis had lost its data (restarted empty, flushed).
-    data_losses = _SnapshotNumber[int]()
-    scheduled_size = _SnapshotNumber[int]()
-    retry_size = _SnapshotNumber[int]()
-    dead_size = _SnapshotNumber[int]()
+    data_losses = Field(int)
+    scheduled_size = Field(int)
+    retry_size = Field(int)
+    dead_size = Field(int)
     #: Jobs stopped by ``stop_job``, waiting for a resume.
-    stopped_size = _SnapshotNumber[int]()
+    stopped_size = Field(int)
     #: Processes whose heartbeat has not expired.
-    processes_size = _SnapshotNumber[int]()
+    processes_size = Field(int)
     #: Busy threads over all live processes, as of their last heartbeat.
-    workers_size = _SnapshotNumber[int]()
-    default_queue_latency = _SnapshotNumber[float]()
+    workers_size = Field(int)
+    default_queue_latency = Field(float)
 
     @property
     def enqueued(self) -> int:
