@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import compileall
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import redis
@@ -41,6 +40,11 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def marker_env(marker: Path | None) -> dict[str, str]:
+    """``BENCH_MARKER``, where the no-op jobs append their byte, when there is a ``marker``."""
+    return {} if marker is None else {"BENCH_MARKER": str(marker)}
+
+
 def asynctask_queued(conn: redis.Redis, queue: str = "default") -> int:
     """Jobs waiting in an AsyncTask queue: its ``queue:<name>`` list and, in a fair queue, the
     lists of its shares and its urgent list (what ``asynctask.api.Queue.size`` counts)."""
@@ -60,8 +64,7 @@ def sidekiq_queued(conn: redis.Redis) -> int:
     return int(conn.llen("queue:default"))
 
 
-@dataclass(frozen=True)
-class System:
+class System(ABC):
     """One job system under test, on the bench's Redis.
 
     ``enqueue_argv(url, mode, jobs, batch)`` is a command printing ``{"jobs", "seconds"}``;
@@ -77,25 +80,39 @@ class System:
     """
 
     name: str
-    enqueue_argv: Callable[[str, str, int, int], list[str]]
-    worker_argv: Callable[[int], list[str]]
-    env: Callable[[str, Path | None], dict[str, str]]
-    #: Human-readable configuration, written to RESULTS.md.
-    describe: Callable[[], list[str]]
-    latency_argv: Callable[[str, int, float], list[str]] | None = None
-    #: Versions of what runs (interpreter, the system, its Redis client), for RESULTS.md.
-    versions: Callable[[], dict[str, str]] = dict
-    #: Jobs waiting in the system's queue: N after the enqueue, 0 after the drain.
-    queued: Callable[[redis.Redis], int] = sidekiq_queued
     #: Whether the system counts processed jobs in Sidekiq's ``stat:processed``.
-    processed_stat: bool = False
+    processed_stat = False
     #: Key prefix of AsyncTask's in-flight lists, checked to be empty after a run ("" if none).
-    inflight_pattern: str = ""
+    inflight_pattern = ""
     #: At most this many jobs per drain (0: no cap), for systems so slow that the common N
     #: would take minutes; RESULTS.md shows each system's N.
-    max_jobs: int = 0
+    max_jobs = 0
     #: Where its processes run: a ``python -m`` process imports first from there.
-    cwd: Path = ROOT
+    cwd = ROOT
+
+    @abstractmethod
+    def enqueue_argv(self, url: str, mode: str, jobs: int, batch: int) -> list[str]: ...
+
+    @abstractmethod
+    def latency_argv(self, url: str, jobs: int, rate: float) -> list[str]: ...
+
+    @abstractmethod
+    def worker_argv(self, concurrency: int) -> list[str]: ...
+
+    @abstractmethod
+    def env(self, url: str, marker: Path | None) -> dict[str, str]: ...
+
+    @abstractmethod
+    def describe(self) -> list[str]:
+        """Human-readable configuration, written to RESULTS.md."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of what runs (interpreter, the system, its Redis client), for RESULTS.md."""
+        return {}
+
+    def queued(self, conn: redis.Redis) -> int:
+        """Jobs waiting in the system's queue: N after the enqueue, 0 after the drain."""
+        return sidekiq_queued(conn)
 
     def jobs(self, wanted: int) -> int:
         return min(wanted, self.max_jobs) if self.max_jobs else wanted

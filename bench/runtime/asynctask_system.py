@@ -9,106 +9,114 @@ import os
 import subprocess
 import sys
 import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 from asynctask import Settings
-from bench.core.system import ROOT, System, byte_compile, clean_env
+from bench.core.system import ROOT, System, byte_compile, clean_env, marker_env
 
 #: The name of AsyncTask at a commit: ``AsyncTask @ <commit>``.
 AT_REF_PREFIX = "AsyncTask @ "
 
 
-def enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
-    return [sys.executable, "-m", "bench.core.enqueue", url, mode, str(jobs), str(batch)]
+class AsyncTask(System):
+    name = "AsyncTask"
+    inflight_pattern = "asynctask:inflight|*"
+    processed_stat = True
+
+    def enqueue_argv(self, url: str, mode: str, jobs: int, batch: int) -> list[str]:
+        return [sys.executable, "-m", "bench.core.enqueue", url, mode, str(jobs), str(batch)]
+
+    def latency_argv(self, url: str, jobs: int, rate: float) -> list[str]:
+        return [sys.executable, "-m", "bench.core.enqueue", url, "latency", str(jobs), repr(rate)]
+
+    def worker_argv(self, concurrency: int) -> list[str]:
+        # Exactly what a user types: the CLI, the job module by path, one queue.
+        return [
+            sys.executable, "-m", "asynctask", "worker",
+            "-r", "bench/core/noop_jobs.py", "-c", str(concurrency), "-q", "default",
+        ]  # fmt: skip
+
+    def env(self, url: str, marker: Path | None) -> dict[str, str]:
+        return clean_env(ASYNCTASK_REDIS_URL=url, PYTHONPATH=str(ROOT), **marker_env(marker))
+
+    def describe(self) -> list[str]:
+        s = Settings()
+        return [
+            "enqueue: `NoopJob.perform_bulk(args, batch_size=1000)` (pipelined SADD + LPUSH per batch); "
+            "single: `perform_async()` in a loop (one pipelined round trip per job); "
+            "latency: `LatencyJob.perform_async(time.time())`, one call per job at the paced times",
+            "worker: `python -m asynctask worker -r bench/core/noop_jobs.py -c C -q default`, "
+            "`ASYNCTASK_REDIS_URL` set, nothing else",
+            f"defaults in force: log level {s.log_level} (no per-job log), "
+            f"fetch_timeout {s.fetch_timeout} s, heartbeat {s.heartbeat_interval} s, "
+            f"scheduled poll {s.scheduled_poll_interval} s, "
+            f"shutdown timeout {s.timeout} s, empty client and server middleware chains",
+            "fetch: reliable fetch, one EVALSHA per job (LREM ack of the previous job + LMOVE "
+            "queue -> in-flight list); BLMOVE when the queue is empty (an idle worker starts the job on "
+            "that one reply)",
+            "redis-py connection pool of concurrency + 8, hiredis parser",
+        ]
 
 
-def latency_argv(url: str, jobs: int, rate: float) -> list[str]:
-    return [sys.executable, "-m", "bench.core.enqueue", url, "latency", str(jobs), repr(rate)]
+class AsyncJobs(AsyncTask):
+    """The same jobs as ``async def``, run by the same CLI and settings."""
+
+    name = "AsyncTask (async)"
+
+    def enqueue_argv(self, url: str, mode: str, jobs: int, batch: int) -> list[str]:
+        # One call per job from an event loop: ``aperform_async``, by many coroutines at once.
+        return super().enqueue_argv(url, "coroutines" if mode == "single" else mode, jobs, batch)
+
+    def worker_argv(self, concurrency: int) -> list[str]:
+        # The same jobs as async def: C of them awaited at once on the event loop, default threads.
+        return [
+            sys.executable, "-m", "asynctask", "worker",
+            "-r", "bench/core/async_noop_jobs.py", "-a", str(concurrency), "-q", "default",
+        ]  # fmt: skip
+
+    def describe(self) -> list[str]:
+        return [
+            "the same enqueuer and settings; the jobs `NoopJob` and `LatencyJob` as `async def` "
+            "(`bench/core/async_noop_jobs.py`)",
+            "single: `await NoopJob.aperform_async()` from 1,000 coroutines on one event loop, with the "
+            "loop's longest stall (how late a 1 ms timer on it woke, at most)",
+            "worker: `python -m asynctask worker -r bench/core/async_noop_jobs.py -a C -q default`: "
+            "C jobs awaited at once on the process's event loop, fetched by its 10 processor threads",
+        ]
 
 
-def worker_argv(concurrency: int) -> list[str]:
-    # Exactly what a user types: the CLI, the job module by path, one queue.
-    return [
-        sys.executable, "-m", "asynctask", "worker",
-        "-r", "bench/core/noop_jobs.py", "-c", str(concurrency), "-q", "default",
-    ]  # fmt: skip
+class AtRef(AsyncTask):
+    """AsyncTask with the package ``asynctask`` of ``commit`` (``ref``), exported into ``tree``:
+    this tree's interpreter, jobs module and enqueuer, the same commands otherwise. Its
+    processes run in the export, so they import its package, not this tree's."""
+
+    def __init__(self, ref: str, commit: str, tree: Path) -> None:
+        self.ref, self.commit = ref, commit
+        self.name = f"{AT_REF_PREFIX}{commit}"
+        self.cwd = tree
+
+    def worker_argv(self, concurrency: int) -> list[str]:
+        argv = super().worker_argv(concurrency)
+        argv[argv.index("bench/core/noop_jobs.py")] = str(ROOT / "bench" / "core" / "noop_jobs.py")
+        return argv
+
+    def env(self, url: str, marker: Path | None) -> dict[str, str]:
+        # The export first (for the supervisor's children too), then this tree for the bench's code.
+        return super().env(url, marker) | {"PYTHONPATH": f"{self.cwd}{os.pathsep}{ROOT}"}
+
+    def describe(self) -> list[str]:
+        return [
+            f"the same commands and settings with the package `asynctask` of commit {self.commit} "
+            f"(`{self.ref}`, exported with `git archive`) in place of this tree's",
+        ]
 
 
-def async_worker_argv(concurrency: int) -> list[str]:
-    # The same jobs as async def: C of them awaited at once on the event loop, default threads.
-    return [
-        sys.executable, "-m", "asynctask", "worker",
-        "-r", "bench/core/async_noop_jobs.py", "-a", str(concurrency), "-q", "default",
-    ]  # fmt: skip
-
-
-def env(url: str, marker: Path | None) -> dict[str, str]:
-    extra = {"ASYNCTASK_REDIS_URL": url, "PYTHONPATH": str(ROOT)}
-    if marker is not None:
-        extra["BENCH_MARKER"] = str(marker)
-    return clean_env(**extra)
-
-
-def describe() -> list[str]:
-    s = Settings()
-    return [
-        "enqueue: `NoopJob.perform_bulk(args, batch_size=1000)` (pipelined SADD + LPUSH per batch); "
-        "single: `perform_async()` in a loop (one pipelined round trip per job); "
-        "latency: `LatencyJob.perform_async(time.time())`, one call per job at the paced times",
-        "worker: `python -m asynctask worker -r bench/core/noop_jobs.py -c C -q default`, "
-        "`ASYNCTASK_REDIS_URL` set, nothing else",
-        f"defaults in force: log level {s.log_level} (no per-job log), fetch_timeout {s.fetch_timeout} s, "
-        f"heartbeat {s.heartbeat_interval} s, scheduled poll {s.scheduled_poll_interval} s, "
-        f"shutdown timeout {s.timeout} s, empty client and server middleware chains",
-        "fetch: reliable fetch, one EVALSHA per job (LREM ack of the previous job + LMOVE "
-        "queue -> in-flight list); BLMOVE when the queue is empty (an idle worker starts the job on "
-        "that one reply)",
-        "redis-py connection pool of concurrency + 8, hiredis parser",
-    ]
-
-
-SYSTEM = System(
-    name="AsyncTask",
-    enqueue_argv=enqueue_argv,
-    latency_argv=latency_argv,
-    worker_argv=worker_argv,
-    env=env,
-    describe=describe,
-    inflight_pattern="asynctask:inflight|*",
-    processed_stat=True,
-)
-
-
-def async_enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
-    # One call per job from an event loop: ``aperform_async``, by many coroutines at once.
-    return enqueue_argv(url, "coroutines" if mode == "single" else mode, jobs, batch)
-
-
-def describe_async() -> list[str]:
-    return [
-        "the same enqueuer and settings; the jobs `NoopJob` and `LatencyJob` as `async def` "
-        "(`bench/core/async_noop_jobs.py`)",
-        "single: `await NoopJob.aperform_async()` from 1,000 coroutines on one event loop, with the "
-        "loop's longest stall (how late a 1 ms timer on it woke, at most)",
-        "worker: `python -m asynctask worker -r bench/core/async_noop_jobs.py -a C -q default`: "
-        "C jobs awaited at once on the process's event loop, fetched by its 10 processor threads",
-    ]
-
-
-ASYNC_SYSTEM = replace(
-    SYSTEM,
-    name="AsyncTask (async)",
-    enqueue_argv=async_enqueue_argv,
-    worker_argv=async_worker_argv,
-    describe=describe_async,
-)
+SYSTEM = AsyncTask()
+ASYNC_SYSTEM = AsyncJobs()
 
 
 def at_ref(ref: str, workdir: Path) -> System:
-    """AsyncTask as of git ``ref``: the package ``asynctask`` of that commit, exported into
-    ``workdir``, run by this tree's interpreter, jobs module and enqueuer, the same commands
-    otherwise. Its processes run in the export, so they import its package, not this tree's.
+    """AsyncTask as of git ``ref`` (``AtRef``), its package exported into ``workdir``.
 
     Raises ``SystemExit`` when ``ref`` names no commit or the export fails.
     """
@@ -117,31 +125,7 @@ def at_ref(ref: str, workdir: Path) -> System:
     with tarfile.open(fileobj=io.BytesIO(_git("archive", commit, "asynctask"))) as archive:
         archive.extractall(tree, filter="data")
     byte_compile(tree)
-    jobs_module = str(ROOT / "bench" / "core" / "noop_jobs.py")
-
-    def exported_worker_argv(concurrency: int) -> list[str]:
-        argv = worker_argv(concurrency)
-        argv[argv.index("bench/core/noop_jobs.py")] = jobs_module
-        return argv
-
-    def exported_env(url: str, marker: Path | None) -> dict[str, str]:
-        # The export first (for the supervisor's children too), then this tree for the bench's code.
-        return env(url, marker) | {"PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"}
-
-    def exported_describe() -> list[str]:
-        return [
-            f"the same commands and settings with the package `asynctask` of commit {commit} "
-            f"(`{ref}`, exported with `git archive`) in place of this tree's",
-        ]
-
-    return replace(
-        SYSTEM,
-        name=f"{AT_REF_PREFIX}{commit}",
-        worker_argv=exported_worker_argv,
-        env=exported_env,
-        describe=exported_describe,
-        cwd=tree,
-    )
+    return AtRef(ref, commit, tree)
 
 
 def _git(*args: str) -> bytes:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from bench.core.system import ROOT, System, clean_env
+from bench.core.system import ROOT, System, clean_env, marker_env
 
 SCRIPTS = ROOT / "bench" / "peers" / "bullmq"
 LOCK = SCRIPTS / "package-lock.json"
@@ -53,32 +53,44 @@ def ensure() -> float:
     return time.monotonic() - start
 
 
-def enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
-    return ["node", str(SCRIPTS / "enqueue.cjs"), mode, str(jobs), str(batch)]
+class BullMQ(System):
+    name = "BullMQ"
 
+    def enqueue_argv(self, url: str, mode: str, jobs: int, batch: int) -> list[str]:
+        return ["node", str(SCRIPTS / "enqueue.cjs"), mode, str(jobs), str(batch)]
 
-def latency_argv(url: str, jobs: int, rate: float) -> list[str]:
-    return ["node", str(SCRIPTS / "enqueue.cjs"), "latency", str(jobs), f"{rate:g}"]
+    def latency_argv(self, url: str, jobs: int, rate: float) -> list[str]:
+        return ["node", str(SCRIPTS / "enqueue.cjs"), "latency", str(jobs), f"{rate:g}"]
 
+    def worker_argv(self, concurrency: int) -> list[str]:
+        return ["node", str(SCRIPTS / "worker.cjs"), str(concurrency)]
 
-def worker_argv(concurrency: int) -> list[str]:
-    return ["node", str(SCRIPTS / "worker.cjs"), str(concurrency)]
+    def env(self, url: str, marker: Path | None) -> dict[str, str]:
+        return clean_env(BENCH_REDIS_URL=url, NODE_PATH=str(MODULES / "node_modules"), **marker_env(marker))
 
+    def queued(self, conn: redis.Redis) -> int:
+        """Jobs waiting in BullMQ's ``bull:default:wait`` list."""
+        return int(conn.llen("bull:default:wait"))
 
-def env(url: str, marker: Path | None) -> dict[str, str]:
-    extra = {"BENCH_REDIS_URL": url, "NODE_PATH": str(MODULES / "node_modules")}
-    if marker is not None:
-        extra["BENCH_MARKER"] = str(marker)
-    return clean_env(**extra)
+    def versions(self) -> dict[str, str]:
+        return _versions()
 
-
-def queued(conn: redis.Redis) -> int:
-    """Jobs waiting in BullMQ's ``bull:default:wait`` list."""
-    return int(conn.llen("bull:default:wait"))
+    def describe(self) -> list[str]:
+        return [
+            f"enqueue: `queue.addBulk` with {BATCH} jobs per call; single: `await queue.add('noop', {{}})` "
+            "in a loop; latency: `queue.add('latency', {sent})`, one call per job at the paced times "
+            "(`bench/peers/bullmq/enqueue.cjs`)",
+            "worker: `node bench/peers/bullmq/worker.cjs C`: one `Worker` on the queue `default` with "
+            "`concurrency: C`, in one Node process",
+            "jobs added with `removeOnComplete: true`: a finished job is deleted, as Sidekiq and AsyncTask "
+            "keep nothing of one (BullMQ's default keeps every finished job's hash)",
+            "defaults otherwise: a job lock renewed every 15 s (`lockDuration` 30 s), stalled-job check "
+            "every 30 s, no rate limiter, ioredis 5 (pure JavaScript)",
+        ]
 
 
 @functools.cache
-def versions() -> dict[str, str]:
+def _versions() -> dict[str, str]:
     """Node, BullMQ and ioredis, as the worker loads them."""
     script = (
         'const v = (p) => require(p + "/package.json").version; '
@@ -87,7 +99,12 @@ def versions() -> dict[str, str]:
     )
     try:
         out = subprocess.run(
-            ["node", "-e", script], capture_output=True, text=True, check=True, timeout=30, env=env("", None)
+            ["node", "-e", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+            env=SYSTEM.env("", None),
         )
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -95,27 +112,4 @@ def versions() -> dict[str, str]:
     return found
 
 
-def describe() -> list[str]:
-    return [
-        f"enqueue: `queue.addBulk` with {BATCH} jobs per call; single: `await queue.add('noop', {{}})` in a "
-        "loop; latency: `queue.add('latency', {sent})`, one call per job at the paced times "
-        "(`bench/peers/bullmq/enqueue.cjs`)",
-        "worker: `node bench/peers/bullmq/worker.cjs C`: one `Worker` on the queue `default` with "
-        "`concurrency: C`, in one Node process",
-        "jobs added with `removeOnComplete: true`: a finished job is deleted, as Sidekiq and AsyncTask "
-        "keep nothing of one (BullMQ's default keeps every finished job's hash)",
-        "defaults otherwise: a job lock renewed every 15 s (`lockDuration` 30 s), stalled-job check every "
-        "30 s, no rate limiter, ioredis 5 (pure JavaScript)",
-    ]
-
-
-SYSTEM = System(
-    name="BullMQ",
-    enqueue_argv=enqueue_argv,
-    latency_argv=latency_argv,
-    worker_argv=worker_argv,
-    env=env,
-    describe=describe,
-    versions=versions,
-    queued=queued,
-)
+SYSTEM = BullMQ()

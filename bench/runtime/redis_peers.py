@@ -10,13 +10,12 @@ each job is the bench's no-op or latency job, in ``bench/peers/``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from pathlib import Path
 
 import redis
 
 from bench.core import peers_venv
-from bench.core.system import System
+from bench.core.system import System, marker_env
 
 ENQUEUE = peers_venv.PEERS_DIR / "redis_enqueue.py"
 #: arq's venv, inside the peers' one: ``peers_venv.ensure`` clears it whenever it rebuilds.
@@ -66,133 +65,107 @@ def _arq_versions() -> dict[str, str]:
     }
 
 
-def _venv_versions(*packages: str) -> Callable[[], dict[str, str]]:
-    """Versions of ``packages`` and of the interpreter and Redis client they run on."""
-
-    def versions() -> dict[str, str]:
-        found = _peers_versions()
-        return {
-            **{package: found[package] for package in packages},
-            "python (peers' venv)": found["python"],
-            "redis-py (peers' venv)": found["redis"],
-            "hiredis (peers' venv)": found["hiredis"],
-        }
-
-    return versions
-
-
 #: Variables the peers read as settings (``CELERY_BROKER_URL`` wins over the app's broker,
 #: ``RQ_WORKER_CLASS``, ``dramatiq_queue_prefetch``...): none may come from the caller.
 _PEER_PREFIXES = ("celery_", "rq_", "dramatiq_", "huey_", "arq_")
 
 
-def env(url: str, marker: Path | None) -> dict[str, str]:
-    """The app modules read ``BENCH_REDIS_URL``; RQ's CLI reads ``RQ_REDIS_URL``."""
-    found = {
-        key: value for key, value in peers_venv.env().items() if not key.lower().startswith(_PEER_PREFIXES)
-    }
-    found.update(BENCH_REDIS_URL=url, RQ_REDIS_URL=url)
-    if marker is not None:
-        found["BENCH_MARKER"] = str(marker)
-    return found
-
-
-def _llen(key: str) -> Callable[[redis.Redis], int]:
-    def queued(conn: redis.Redis) -> int:
-        return int(conn.llen(key))
-
-    queued.__doc__ = f"Jobs waiting in the list ``{key}``."
-    return queued
-
-
-def _arq_queued(conn: redis.Redis) -> int:
-    """Jobs waiting in arq's sorted set ``arq:queue`` (a job leaves it when it ends)."""
-    return int(conn.zcard("arq:queue"))
-
-
-def _peer(
-    name: str,
-    peer: str,
-    worker_argv: Callable[[int], list[str]],
-    describe: Callable[[], list[str]],
-    versions: Callable[[], dict[str, str]],
-    queued: Callable[[redis.Redis], int],
-    python: Callable[[], Path] = peers_venv.python,
-    max_jobs: int = 0,
-) -> System:
+class _Peer(System):
     """A peer whose enqueue and latency commands are ``redis_enqueue.py`` run as ``peer`` by
-    ``python``, all in the environment ``env`` makes."""
+    ``python()``, all in the environment ``env`` makes."""
 
-    def enqueue_argv(url: str, mode: str, jobs: int, batch: int) -> list[str]:
-        return [str(python()), str(ENQUEUE), peer, url, mode, str(jobs), str(batch)]
+    #: What ``redis_enqueue.py`` calls it.
+    peer: str
+    #: Its packages in the peers' venv, whose versions RESULTS.md shows.
+    packages: tuple[str, ...]
+    #: The Redis list its jobs wait in.
+    queue_key: str
 
-    def latency_argv(url: str, jobs: int, rate: float) -> list[str]:
-        return [str(python()), str(ENQUEUE), peer, url, "latency", str(jobs), f"{rate:g}"]
+    def python(self) -> Path:
+        return peers_venv.python()
 
-    return System(
-        name=name,
-        enqueue_argv=enqueue_argv,
-        latency_argv=latency_argv,
-        worker_argv=worker_argv,
-        env=env,
-        describe=describe,
-        versions=versions,
-        queued=queued,
-        max_jobs=max_jobs,
-    )
+    def enqueue_argv(self, url: str, mode: str, jobs: int, batch: int) -> list[str]:
+        return [str(self.python()), str(ENQUEUE), self.peer, url, mode, str(jobs), str(batch)]
+
+    def latency_argv(self, url: str, jobs: int, rate: float) -> list[str]:
+        return [str(self.python()), str(ENQUEUE), self.peer, url, "latency", str(jobs), f"{rate:g}"]
+
+    def env(self, url: str, marker: Path | None) -> dict[str, str]:
+        """The app modules read ``BENCH_REDIS_URL``; RQ's CLI reads ``RQ_REDIS_URL``."""
+        found = {
+            key: value
+            for key, value in peers_venv.env().items()
+            if not key.lower().startswith(_PEER_PREFIXES)
+        }
+        found.update(BENCH_REDIS_URL=url, RQ_REDIS_URL=url, **marker_env(marker))
+        return found
+
+    def versions(self) -> dict[str, str]:
+        """Versions of its packages and of the interpreter and Redis client they run on."""
+        found = _peers_versions()
+        return {
+            **{package: found[package] for package in self.packages},
+            "python (peers' venv)": found["python"],
+            "redis-py (peers' venv)": found["redis"],
+            "hiredis (peers' venv)": found["hiredis"],
+        }
+
+    def queued(self, conn: redis.Redis) -> int:
+        return int(conn.llen(self.queue_key))
 
 
 # --- Celery ----------------------------------------------------------------------------------
 
 
-def _celery_worker(concurrency: int) -> list[str]:
-    return [
-        str(peers_venv.bin_path("celery")), "-A", "celery_app", "worker",
-        "-P", "threads", "-c", str(concurrency), "-Q", "default",
-    ]  # fmt: skip
+class _Celery(_Peer):
+    name = "Celery"
+    peer = "celery"
+    packages = ("celery", "kombu")
+    queue_key = "default"
 
+    def worker_argv(self, concurrency: int) -> list[str]:
+        return [
+            str(peers_venv.bin_path("celery")), "-A", "celery_app", "worker",
+            "-P", "threads", "-c", str(concurrency), "-Q", "default",
+        ]  # fmt: skip
 
-def _celery_describe() -> list[str]:
-    return [
-        '`Celery("celery_app", broker=URL)` with `task_default_queue = "default"` '
-        f"(`bench/peers/celery_app.py`); {_JOBS}",
-        "enqueue: Celery has no bulk publish (a `group` publishes one message per task): "
-        "`noop.delay()` per job, on the default producer pool (one LPUSH each)",
-        "worker: `celery -A celery_app worker -P threads -c C -Q default`: one process, C threads "
-        "(Celery's default pool, prefork, would be C processes); log level WARNING, Celery's default "
-        "(no per-task line)",
-        "defaults otherwise: early ack (`acks_late` off: acked just before the task runs), prefetch "
-        "multiplier 4 (up to 4·C reserved messages), no result backend, mingle and gossip on; "
-        "BRPOP per message, ~9 Redis commands per job; redis-py with hiredis",
-    ]
-
-
-CELERY = _peer(
-    name="Celery",
-    peer="celery",
-    worker_argv=_celery_worker,
-    describe=_celery_describe,
-    versions=_venv_versions("celery", "kombu"),
-    queued=_llen("default"),
-)
+    def describe(self) -> list[str]:
+        return [
+            '`Celery("celery_app", broker=URL)` with `task_default_queue = "default"` '
+            f"(`bench/peers/celery_app.py`); {_JOBS}",
+            "enqueue: Celery has no bulk publish (a `group` publishes one message per task): "
+            "`noop.delay()` per job, on the default producer pool (one LPUSH each)",
+            "worker: `celery -A celery_app worker -P threads -c C -Q default`: one process, C threads "
+            "(Celery's default pool, prefork, would be C processes); log level WARNING, Celery's default "
+            "(no per-task line)",
+            "defaults otherwise: early ack (`acks_late` off: acked just before the task runs), prefetch "
+            "multiplier 4 (up to 4·C reserved messages), no result backend, mingle and gossip on; "
+            "BRPOP per message, ~9 Redis commands per job; redis-py with hiredis",
+        ]
 
 
 # --- RQ --------------------------------------------------------------------------------------
 
 
-def _rq_worker(simple: bool) -> Callable[[int], list[str]]:
-    """One RQ worker: one job at a time, whatever the concurrency asked."""
-    pick = ["-w", "rq.worker.SimpleWorker"] if simple else []
+class _RQ(_Peer):
+    """One RQ worker: one job at a time, whatever the concurrency asked; RQ's default ``Worker``,
+    or ``simple``: its ``SimpleWorker``."""
 
-    def worker_argv(concurrency: int) -> list[str]:
+    peer = "rq"
+    packages = ("rq",)
+    queue_key = "rq:queue:default"
+
+    def __init__(self, simple: bool) -> None:
+        self.simple = simple
+        self.name = "RQ SimpleWorker" if simple else "RQ"
+        self.max_jobs = RQ_SIMPLE_MAX_JOBS if simple else RQ_FORK_MAX_JOBS
+
+    def worker_argv(self, concurrency: int) -> list[str]:
+        pick = ["-w", "rq.worker.SimpleWorker"] if self.simple else []
         return [str(peers_venv.bin_path("rq")), "worker", "--quiet", *pick, "default"]
 
-    return worker_argv
-
-
-def _rq_describe(simple: bool) -> Callable[[], list[str]]:
-    def describe() -> list[str]:
-        if simple:
+    def describe(self) -> list[str]:
+        if self.simple:
             worker = (
                 "worker: `rq worker --quiet -w rq.worker.SimpleWorker default`: runs each job in the "
                 f"worker process itself; N capped at {RQ_SIMPLE_MAX_JOBS}: 250-400 jobs/s here, the "
@@ -216,125 +189,109 @@ def _rq_describe(simple: bool) -> Callable[[], list[str]]:
             "connection), redis-py with hiredis",
         ]
 
-    return describe
-
-
-def _rq(simple: bool) -> System:
-    return _peer(
-        name="RQ SimpleWorker" if simple else "RQ",
-        peer="rq",
-        worker_argv=_rq_worker(simple),
-        describe=_rq_describe(simple),
-        versions=_venv_versions("rq"),
-        queued=_llen("rq:queue:default"),
-        max_jobs=RQ_SIMPLE_MAX_JOBS if simple else RQ_FORK_MAX_JOBS,
-    )
-
-
-RQ = _rq(simple=False)
-RQ_SIMPLE = _rq(simple=True)
-
 
 # --- Dramatiq --------------------------------------------------------------------------------
 
 
-def _dramatiq_worker(concurrency: int) -> list[str]:
-    return [
-        str(peers_venv.bin_path("dramatiq")), "dramatiq_app",
-        "--processes", "1", "--threads", str(concurrency),
-    ]  # fmt: skip
+class _Dramatiq(_Peer):
+    name = "Dramatiq"
+    peer = "dramatiq"
+    packages = ("dramatiq",)
+    queue_key = "dramatiq:default"
 
+    def worker_argv(self, concurrency: int) -> list[str]:
+        return [
+            str(peers_venv.bin_path("dramatiq")), "dramatiq_app",
+            "--processes", "1", "--threads", str(concurrency),
+        ]  # fmt: skip
 
-def _dramatiq_describe() -> list[str]:
-    return [
-        f"`RedisBroker(url=URL)`, actors on queue `default` (`bench/peers/dramatiq_app.py`); {_JOBS}",
-        "enqueue: Dramatiq has no bulk enqueue (a `group` sends one message per job): "
-        "`noop.send()` per job (one EVALSHA of its dispatch script each)",
-        "worker: `dramatiq dramatiq_app --processes 1 --threads C`: one worker process with C "
-        "threads, under Dramatiq's supervisor process; log level INFO, Dramatiq's default "
-        "(it logs nothing per message at INFO)",
-        "defaults otherwise: default middleware (age and time limits, retries, callbacks, "
-        "pipelines, shutdown notifications), prefetch 2·C, empty-queue polling with backoff "
-        "up to 1 s, no result backend, redis-py with hiredis",
-    ]
-
-
-DRAMATIQ = _peer(
-    name="Dramatiq",
-    peer="dramatiq",
-    worker_argv=_dramatiq_worker,
-    describe=_dramatiq_describe,
-    versions=_venv_versions("dramatiq"),
-    queued=_llen("dramatiq:default"),
-)
+    def describe(self) -> list[str]:
+        return [
+            f"`RedisBroker(url=URL)`, actors on queue `default` (`bench/peers/dramatiq_app.py`); {_JOBS}",
+            "enqueue: Dramatiq has no bulk enqueue (a `group` sends one message per job): "
+            "`noop.send()` per job (one EVALSHA of its dispatch script each)",
+            "worker: `dramatiq dramatiq_app --processes 1 --threads C`: one worker process with C "
+            "threads, under Dramatiq's supervisor process; log level INFO, Dramatiq's default "
+            "(it logs nothing per message at INFO)",
+            "defaults otherwise: default middleware (age and time limits, retries, callbacks, "
+            "pipelines, shutdown notifications), prefetch 2·C, empty-queue polling with backoff "
+            "up to 1 s, no result backend, redis-py with hiredis",
+        ]
 
 
 # --- arq -------------------------------------------------------------------------------------
 
 
-def _arq_worker(concurrency: int) -> list[str]:
-    return [str(arq_python()), str(peers_venv.PEERS_DIR / "arq_app.py"), str(concurrency)]
+class _Arq(_Peer):
+    """From arq's own venv, whose job queue is a sorted set."""
 
+    name = "arq"
+    peer = "arq"
+    max_jobs = ARQ_MAX_JOBS
 
-def _arq_describe() -> list[str]:
-    return [
-        "coroutines `noop(ctx)` and `latency(ctx, sent)` (`bench/peers/arq_app.py`), arq's default "
-        "queue (sorted set `arq:queue`); from arq's own venv with redis-py 5.3.1 (arq requires < 6)",
-        f"enqueue: arq has no bulk enqueue: `asyncio.gather` of {BATCH} `enqueue_job('noop')` per "
-        "batch (concurrent WATCH/MULTI/EXEC transactions on redis-py's asyncio pool); single: "
-        "`await enqueue_job('noop')` in a loop",
-        "worker: `python bench/peers/arq_app.py C` = `run_worker(WorkerSettings, max_jobs=C)`, "
-        "what `arq arq_app.WorkerSettings` runs, C concurrent jobs on one event loop; arq's log "
-        "config at WARNING instead of INFO, as arq logs each job at INFO",
-        "defaults otherwise: poll_delay 0.5 s and queue_read_limit max(5·C, 100), so at most "
-        "max(5·C, 100) jobs start per 0.5 s (200 jobs/s at C=10, 250 at C=25); results kept "
-        f"3600 s, job timeout 300 s, hiredis; N capped at {ARQ_MAX_JOBS} (that poll makes the common "
-        "N take over a minute)",
-    ]
+    def python(self) -> Path:
+        return arq_python()
 
+    def worker_argv(self, concurrency: int) -> list[str]:
+        return [str(arq_python()), str(peers_venv.PEERS_DIR / "arq_app.py"), str(concurrency)]
 
-ARQ = _peer(
-    name="arq",
-    peer="arq",
-    worker_argv=_arq_worker,
-    describe=_arq_describe,
-    versions=_arq_versions,
-    queued=_arq_queued,
-    python=arq_python,
-    max_jobs=ARQ_MAX_JOBS,
-)
+    def versions(self) -> dict[str, str]:
+        return _arq_versions()
+
+    def queued(self, conn: redis.Redis) -> int:
+        """Jobs waiting in arq's sorted set ``arq:queue`` (a job leaves it when it ends)."""
+        return int(conn.zcard("arq:queue"))
+
+    def describe(self) -> list[str]:
+        return [
+            "coroutines `noop(ctx)` and `latency(ctx, sent)` (`bench/peers/arq_app.py`), arq's default "
+            "queue (sorted set `arq:queue`); from arq's own venv with redis-py 5.3.1 (arq requires < 6)",
+            f"enqueue: arq has no bulk enqueue: `asyncio.gather` of {BATCH} `enqueue_job('noop')` per "
+            "batch (concurrent WATCH/MULTI/EXEC transactions on redis-py's asyncio pool); single: "
+            "`await enqueue_job('noop')` in a loop",
+            "worker: `python bench/peers/arq_app.py C` = `run_worker(WorkerSettings, max_jobs=C)`, "
+            "what `arq arq_app.WorkerSettings` runs, C concurrent jobs on one event loop; arq's log "
+            "config at WARNING instead of INFO, as arq logs each job at INFO",
+            "defaults otherwise: poll_delay 0.5 s and queue_read_limit max(5·C, 100), so at most "
+            "max(5·C, 100) jobs start per 0.5 s (200 jobs/s at C=10, 250 at C=25); results kept "
+            f"3600 s, job timeout 300 s, hiredis; N capped at {ARQ_MAX_JOBS} (that poll makes the common "
+            "N take over a minute)",
+        ]
 
 
 # --- Huey (Redis) ----------------------------------------------------------------------------
 
 
-def _huey_worker(concurrency: int) -> list[str]:
-    return [
-        str(peers_venv.bin_path("huey_consumer")), "huey_redis_app.huey",
-        "-w", str(concurrency), "-k", "thread", "-q",
-    ]  # fmt: skip
+class _HueyRedis(_Peer):
+    name = "Huey (Redis)"
+    peer = "huey"
+    packages = ("huey",)
+    queue_key = "huey.redis.default"
+
+    def worker_argv(self, concurrency: int) -> list[str]:
+        return [
+            str(peers_venv.bin_path("huey_consumer")), "huey_redis_app.huey",
+            "-w", str(concurrency), "-k", "thread", "-q",
+        ]  # fmt: skip
+
+    def describe(self) -> list[str]:
+        return [
+            '`RedisHuey("default", url=URL)` (its list: `huey.redis.default`) '
+            f"(`bench/peers/huey_redis_app.py`); {_JOBS}",
+            "enqueue: Huey has no bulk enqueue (`task.map` enqueues one by one): calling the task "
+            "per job (one LPUSH each)",
+            "worker: `huey_consumer huey_redis_app.huey -w C -k thread -q`: one process, C worker "
+            "threads; `-q` = WARNING, as Huey logs each task at INFO",
+            "defaults otherwise: blocking dequeue (BRPOP, 1 s timeout) per thread, results stored "
+            "(a None result is not), scheduler thread polling every 1 s, redis-py with hiredis",
+        ]
 
 
-def _huey_describe() -> list[str]:
-    return [
-        '`RedisHuey("default", url=URL)` (its list: `huey.redis.default`) '
-        f"(`bench/peers/huey_redis_app.py`); {_JOBS}",
-        "enqueue: Huey has no bulk enqueue (`task.map` enqueues one by one): calling the task "
-        "per job (one LPUSH each)",
-        "worker: `huey_consumer huey_redis_app.huey -w C -k thread -q`: one process, C worker "
-        "threads; `-q` = WARNING, as Huey logs each task at INFO",
-        "defaults otherwise: blocking dequeue (BRPOP, 1 s timeout) per thread, results stored "
-        "(a None result is not), scheduler thread polling every 1 s, redis-py with hiredis",
-    ]
-
-
-HUEY_REDIS = _peer(
-    name="Huey (Redis)",
-    peer="huey",
-    worker_argv=_huey_worker,
-    describe=_huey_describe,
-    versions=_venv_versions("huey"),
-    queued=_llen("huey.redis.default"),
+SYSTEMS: tuple[System, ...] = (
+    _Celery(),
+    _RQ(simple=False),
+    _RQ(simple=True),
+    _Dramatiq(),
+    _Arq(),
+    _HueyRedis(),
 )
-
-SYSTEMS: tuple[System, ...] = (CELERY, RQ, RQ_SIMPLE, DRAMATIQ, ARQ, HUEY_REDIS)
