@@ -129,7 +129,7 @@ def _backends(results: SqlResults, pg_url: str) -> dict[str, list[SqlSystem]]:
         if not with_peers:
             members[:] = [s for s in members if not s.peer]
         for system in members:
-            results.configs.setdefault(system.name, {})[backend] = list(system.describe)
+            results.configs.setdefault(system.name, {})[backend] = system.describe()
     return backends
 
 
