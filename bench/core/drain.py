@@ -24,7 +24,7 @@ from bench.core import procs
 from bench.core.postgres import postgres_unreachable, shown
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, asynctask_queued, clean_env
-from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
+from bench.core.timing import STOP_GRACE, DrainRates, drain_timeout, poll_marker
 from bench.sql import db as sql_db
 from bench.sql.db import PostgresDatabase
 
@@ -178,27 +178,25 @@ def watch(
     spawned = time.monotonic()
     try:
         workers = [procs.spawn(argv, env=env, cwd=ROOT, log=log) for _ in range(drain.processes)]
-        timeout = max(MIN_TIMEOUT, drain.jobs / 50)
-        first = sampled = 0.0
+        timeout = drain_timeout(drain.jobs)
+        sampled = 0.0
         cpu_first, pg_first = 0.0, {}
-        while True:
-            size = os.stat(marker).st_size
-            now = time.monotonic()
-            if size and not first:
-                first = sampled = now
+        for poll in poll_marker(marker, drain.jobs):
+            if poll.started:
+                sampled = poll.now
                 cpu_first, pg_first = _cpu(workers), postgres_cpu(broker.postgres)
-            if first and now - sampled >= PROGRESS_EVERY:
-                drain.progress.append((now - first, size))
-                sampled = now
-            if size >= drain.jobs:
+            if poll.first and poll.now - sampled >= PROGRESS_EVERY:
+                drain.progress.append((poll.now - poll.first, poll.done))
+                sampled = poll.now
+            if poll.last:
                 drain.worker_cpu_s = _cpu(workers) - cpu_first
                 pg_last = postgres_cpu(broker.postgres)
                 drain.postgres_cpu_s = sum(cpu - pg_first.get(pid, 0.0) for pid, cpu in pg_last.items())
+                first, now = poll.first, poll.now
                 drain.startup_s, drain.steady_s, drain.total_s = first - spawned, now - first, now - spawned
-                drain.progress.append((now - first, size))
+                drain.progress.append((now - first, poll.done))
                 return
-            procs.check_workers(workers, log, size, drain.jobs, now - spawned, timeout)
-            time.sleep(POLL)
+            procs.check_workers(workers, log, poll.done, drain.jobs, poll.now - spawned, timeout)
     finally:
         procs.stop_all(workers, grace=STOP_GRACE)
 

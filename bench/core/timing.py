@@ -6,6 +6,12 @@ slower clock, since reading a process tree's PSS costs milliseconds.
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
 #: Seconds between two reads of the marker file's size.
 POLL = 0.002
 #: Seconds between two samples of the workers' memory.
@@ -14,6 +20,43 @@ MEMORY_SAMPLE = 0.1
 STOP_GRACE = 30.0
 #: Floor of the processing timeout; a run slower than ~50 jobs/s is broken, not slow.
 MIN_TIMEOUT = 60.0
+
+
+def drain_timeout(jobs: int) -> float:
+    """How long a drain of ``jobs`` may take before it counts as broken."""
+    return max(MIN_TIMEOUT, jobs / 50)
+
+
+@dataclass(frozen=True)
+class MarkerPoll:
+    """One read of a drain's marker file: when, and how many jobs were done by then."""
+
+    now: float
+    done: int
+    #: When a read first found a job done (0 before).
+    first: float
+    #: This read is the first to find a job done.
+    started: bool
+    #: This read found every job done: the last one.
+    last: bool
+
+
+def poll_marker(marker: Path, jobs: int) -> Iterator[MarkerPoll]:
+    """Read the size of ``marker`` every ``POLL`` seconds until it holds ``jobs`` bytes.
+
+    The caller samples and checks what it watches between two reads, and raises to stop.
+    """
+    first = 0.0
+    while True:
+        done = os.stat(marker).st_size
+        now = time.monotonic()
+        started = bool(done) and not first
+        if started:
+            first = now
+        yield MarkerPoll(now, done, first, started, last=done >= jobs)
+        if done >= jobs:
+            return
+        time.sleep(POLL)
 
 
 class DrainRates:

@@ -9,7 +9,6 @@ so the command counts are the worker's own.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import redis
 from bench.core import procs
 from bench.core.redis_server import RedisServer
 from bench.core.system import System
-from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
+from bench.core.timing import MEMORY_SAMPLE, STOP_GRACE, DrainRates, drain_timeout, poll_marker
 
 
 @dataclass
@@ -118,7 +117,7 @@ def process(
             for _ in range(processes)
         ]
         try:
-            _watch(run, workers, marker, server.pid, spawned, timeout=max(MIN_TIMEOUT, jobs / 50))
+            _watch(run, workers, marker, server.pid, spawned, timeout=drain_timeout(jobs))
             after = _commands(conn)
             run.redis_cmds = sum(after.values()) - sum(before.values())
             run.cmdstats = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
@@ -153,17 +152,13 @@ def _watch(
     timeout: float,
 ) -> None:
     """Poll the marker until ``run.jobs`` bytes; fill in timings, CPU and peak memory."""
-    first = 0.0
     worker_first = redis_first = procs.TreeUsage()
     next_memory = spawned
-    while True:
-        size = os.stat(marker).st_size
-        now = time.monotonic()
-        if size and not first:
-            first = now
+    for poll in poll_marker(marker, run.jobs):
+        if poll.started:
             worker_first, _ = _usage(workers, memory=False)
             redis_first = procs.tree_usage(redis_pid, memory=False)
-        if size >= run.jobs:
+        if poll.last:
             worker_last, largest = _usage(workers, memory=True)
             run.redis_steady = procs.tree_usage(redis_pid, memory=False) - redis_first
             run.worker_steady = worker_last - worker_first
@@ -171,19 +166,19 @@ def _watch(
             run.peak_rss = max(run.peak_rss, worker_last.rss)
             run.peak_pss = max(run.peak_pss, worker_last.pss)
             run.peak_worker_rss = max(run.peak_worker_rss, largest)
+            first, now = poll.first, poll.now
             run.startup_s, run.steady_s, run.total_s = first - spawned, now - first, now - spawned
             return
-        if now >= next_memory:
+        if poll.now >= next_memory:
             usage, largest = _usage(workers, memory=True)
             run.peak_rss, run.peak_pss = max(run.peak_rss, usage.rss), max(run.peak_pss, usage.pss)
             run.peak_worker_rss = max(run.peak_worker_rss, largest)
-            next_memory = now + MEMORY_SAMPLE
+            next_memory = poll.now + MEMORY_SAMPLE
         for worker in workers:
             if worker.poll() is not None:
-                raise RuntimeError(f"a worker exited with {worker.returncode} after {size} jobs")
-        if now - spawned > timeout:
-            raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {run.jobs} jobs done")
-        time.sleep(POLL)
+                raise RuntimeError(f"a worker exited with {worker.returncode} after {poll.done} jobs")
+        if poll.now - spawned > timeout:
+            raise RuntimeError(f"timed out after {timeout:.0f} s with {poll.done} of {run.jobs} jobs done")
 
 
 def _checks(system: System, server: RedisServer, marker: Path) -> dict[str, int]:

@@ -31,7 +31,7 @@ from bench.core.drain import one_line, postgres_cpu, say
 from bench.core.postgres import postgres_unreachable, shown
 from bench.core.results import section_frame
 from bench.core.system import ROOT
-from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, POLL, STOP_GRACE, DrainRates
+from bench.core.timing import MEMORY_SAMPLE, MIN_TIMEOUT, STOP_GRACE, DrainRates, drain_timeout, poll_marker
 from bench.sql import db as sql_db
 from bench.sql.db import PostgresDatabase
 from bench.sql.systems import POSTGRESQL, SQLITE, SqlSystem, systems
@@ -293,19 +293,15 @@ def _watch(
         for _ in range(result.processes):
             argv = system.worker_argv(url, result.concurrency)
             workers.append(procs.spawn(argv, env=system.env(url, marker), cwd=ROOT, log=log))
-        timeout = max(MIN_TIMEOUT, result.jobs / 50)
-        first = 0.0
+        timeout = drain_timeout(result.jobs)
         worker_first = procs.TreeUsage()
         pg_first: dict[int, float] = {}
         next_memory = spawned
-        while True:
-            size = os.stat(marker).st_size
-            now = time.monotonic()
-            if size and not first:
-                first = now
+        for poll in poll_marker(marker, result.jobs):
+            if poll.started:
                 worker_first = _usage(workers, memory=False)
                 pg_first = postgres_cpu(pg)
-            if size >= result.jobs:
+            if poll.last:
                 last = _usage(workers, memory=True)
                 pg_last = postgres_cpu(pg)
                 result.worker_steady = last - worker_first
@@ -316,21 +312,21 @@ def _watch(
                     max(result.peak_rss, last.rss),
                     max(result.peak_pss, last.pss),
                 )
+                first, now = poll.first, poll.now
                 result.startup_s, result.steady_s, result.total_s = (
                     first - spawned,
                     now - first,
                     now - spawned,
                 )
                 return
-            if now >= next_memory:
+            if poll.now >= next_memory:
                 usage = _usage(workers, memory=True)
                 result.peak_rss, result.peak_pss = (
                     max(result.peak_rss, usage.rss),
                     max(result.peak_pss, usage.pss),
                 )
-                next_memory = now + MEMORY_SAMPLE
-            procs.check_workers(workers, log, size, result.jobs, now - spawned, timeout)
-            time.sleep(POLL)
+                next_memory = poll.now + MEMORY_SAMPLE
+            procs.check_workers(workers, log, poll.done, result.jobs, poll.now - spawned, timeout)
     finally:
         result.stop_s = max(procs.stop_all(workers, grace=STOP_GRACE), default=0.0)
 

@@ -25,7 +25,6 @@ and only then polls ``get_task`` every 5 ms until it reports the task finished.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -47,7 +46,7 @@ from bench.core.machine import package_version
 from bench.core.postgres import postgres_unreachable
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, asynctask_queued, clean_env
-from bench.core.timing import POLL, STOP_GRACE
+from bench.core.timing import STOP_GRACE, poll_marker
 from bench.core.tracked_jobs import tracked_noop_job
 from bench.sse.client import TOKEN_ENV
 from bench.tracking import drain as tracking_drain
@@ -264,22 +263,17 @@ def _drain(
     results: SseResults, worker: Any, marker: Path, spawned: float, timeout: float, log: Path
 ) -> float:
     """Wait for the last job's marker byte; return when it was seen."""
-    first = 0.0
-    while True:
-        size = os.stat(marker).st_size
-        now = time.monotonic()
-        if size and not first:
-            first = now
-        if size >= results.jobs:
-            results.startup_s, results.drain_s = first - spawned, now - first
-            return now
+    for poll in poll_marker(marker, results.jobs):
+        if poll.last:
+            break
         if worker.poll() is not None:
             raise RuntimeError(
-                f"worker exited with {worker.returncode} after {size} jobs: {procs.log_line(log)}"
+                f"worker exited with {worker.returncode} after {poll.done} jobs: {procs.log_line(log)}"
             )
-        if now - spawned > timeout:
-            raise RuntimeError(f"{size} of {results.jobs} jobs done after {timeout:.0f} s")
-        time.sleep(POLL)
+        if poll.now - spawned > timeout:
+            raise RuntimeError(f"{poll.done} of {results.jobs} jobs done after {timeout:.0f} s")
+    results.startup_s, results.drain_s = poll.first - spawned, poll.now - poll.first
+    return poll.now
 
 
 def _caught_up(tracking: Tracking, task_id: str, last_job: float, timeout: float) -> float:

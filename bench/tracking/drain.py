@@ -14,7 +14,6 @@ SQL nothing while jobs run: the ``get_task`` polls begin after the last job is d
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from asynctask.db.engine import create_database_engine
 from bench.core import procs
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, asynctask_queued, clean_env
-from bench.core.timing import MIN_TIMEOUT, POLL, STOP_GRACE
+from bench.core.timing import STOP_GRACE, drain_timeout, poll_marker
 from bench.core.tracked_jobs import NAME, tracked_noop_job
 
 #: Interval of the get_task polls once every job is done (each is one primary-key SELECT).
@@ -155,24 +154,19 @@ def _watch(
     task_id: str | None,
     server: RedisServer,
 ) -> None:
-    timeout = max(MIN_TIMEOUT, run.jobs / 50)
-    first = 0.0
+    timeout = drain_timeout(run.jobs)
     cpu_first = 0.0
-    while True:
-        size = os.stat(marker).st_size
-        now = time.monotonic()
-        if size and not first:
-            first = now
+    for poll in poll_marker(marker, run.jobs):
+        if poll.started:
             cpu_first = procs.tree_usage(worker.pid, memory=False).cpu
-        if size >= run.jobs:
-            last = now
+        if poll.last:
+            first, last = poll.first, poll.now
             run.cpu_steady_s = procs.tree_usage(worker.pid, memory=False).cpu - cpu_first
             break
         if worker.poll() is not None:
-            raise RuntimeError(f"worker exited with {worker.returncode} after {size} jobs")
-        if now - spawned > timeout:
-            raise RuntimeError(f"timed out after {timeout:.0f} s with {size} of {run.jobs} jobs done")
-        time.sleep(POLL)
+            raise RuntimeError(f"worker exited with {worker.returncode} after {poll.done} jobs")
+        if poll.now - spawned > timeout:
+            raise RuntimeError(f"timed out after {timeout:.0f} s with {poll.done} of {run.jobs} jobs done")
     run.startup_s, run.steady_s = first - spawned, last - first
     if tracking is None or task_id is None:
         return
