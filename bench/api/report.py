@@ -14,7 +14,7 @@ from typing import Any
 from bench.api.section import ApiResults, LoadRun, PostRun
 from bench.api.server import CACHED, UNCACHED, VARIANTS, WORKERS
 from bench.core import document
-from bench.core.fmt import fixed, rate, section_tail, spread
+from bench.core.fmt import fixed, rate, section_text, spread
 
 #: The API's target: p99 of GET /api/tasks/<id> under 10 ms on PostgreSQL, 1,000,000 events.
 TARGET_P99_MS = 10.0
@@ -147,8 +147,7 @@ def tables(results: ApiResults) -> str:
         "",
         *post_table(results),
     ]
-    parts += section_tail(results.databases, results.errors(), results.seconds)
-    return "\n".join(parts) + "\n"
+    return section_text(parts, results)
 
 
 METHOD = """\

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 
 def spread(values: Iterable[float], fmt: Callable[[float], str]) -> str:
@@ -47,16 +48,37 @@ def table_row(cells: Iterable[str]) -> str:
     return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
 
 
-def section_tail(databases: dict[str, str], errors: list[str], seconds: dict[str, float]) -> list[str]:
+def titled(title: str, lines: Sequence[str]) -> list[str]:
+    """``lines`` under ``title``, each set apart by a blank line; nothing when there are none."""
+    return ["", title, "", *lines] if lines else []
+
+
+class Tailed(Protocol):
+    """What a section's closing lines tell of its run."""
+
+    databases: dict[str, str]
+    seconds: dict[str, float]
+
+    def errors(self) -> list[str]: ...
+
+
+def section_tail(results: Tailed) -> list[str]:
     """The closing lines of a report section: databases skipped, errors, the section's run time."""
-    lines: list[str] = []
-    skipped = [f"- {kind}: {where}" for kind, where in databases.items() if where.startswith("skipped")]
-    if skipped:
-        lines += ["", "Skipped:", "", *skipped]
-    if errors:
-        lines += ["", "Errors:", "", *(f"- {e}" for e in errors)]
-    timing = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
-    return [*lines, "", f"Section run time: {timing}."]
+    skipped = [
+        f"- {kind}: {where}" for kind, where in results.databases.items() if where.startswith("skipped")
+    ]
+    timing = ", ".join(f"{k} {v:.0f} s" for k, v in results.seconds.items())
+    return [
+        *titled("Skipped:", skipped),
+        *titled("Errors:", [f"- {e}" for e in results.errors()]),
+        "",
+        f"Section run time: {timing}.",
+    ]
+
+
+def section_text(parts: list[str], results: Tailed) -> str:
+    """A report section's text: ``parts``, then its closing lines."""
+    return "\n".join([*parts, *section_tail(results)]) + "\n"
 
 
 def verdict(met: bool) -> str:

@@ -219,7 +219,7 @@ class DrainReport(Generic[D]):
         return judged(self.goals(results), results.settings["quick"])
 
     def tables(self, results: D) -> str:
-        tail = section_tail(results.databases, results.errors(), results.seconds)
+        tail = section_tail(results)
         intro = self.intro.format(**results.settings, quick_sizes=quick_note(results.settings))
         return drain_tables(intro, self.table(results), self.judged_rows(results), tail)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import document
-from bench.core.fmt import fixed, rate, ratio, spread, table
+from bench.core.fmt import fixed, rate, ratio, spread, table, titled
 from bench.core.report import USAGE_COLUMNS, per_job_us, usage_cells
 from bench.runtime.asynctask_system import AT_REF_PREFIX
 from bench.runtime.runner import EnqueueRun, ProcessRun
@@ -281,20 +281,13 @@ def tables(results: Results) -> str:
         "",
         *processing_table(results),
     ]
-    ab = ab_table(results)
-    if ab:
-        parts += ["", "This tree against the `--ab` commit, per repetition then median (min-max):", "", *ab]
-    ratios = ratio_table(results)
-    if ratios:
-        parts += ["", "Ratios of drain throughput, per repetition then median (min-max):", "", *ratios]
-    scaling = scaling_table(results)
-    if scaling:
-        parts += [
-            "",
-            f"Scaling: steady jobs/s by worker processes (median), on {s['nproc']} cores:",
-            "",
-            *scaling,
-        ]
+    parts += titled(
+        "This tree against the `--ab` commit, per repetition then median (min-max):", ab_table(results)
+    )
+    parts += titled("Ratios of drain throughput, per repetition then median (min-max):", ratio_table(results))
+    parts += titled(
+        f"Scaling: steady jobs/s by worker processes (median), on {s['nproc']} cores:", scaling_table(results)
+    )
     parts += [
         "",
         "Cost per job, steady phase (first -> last job done), median (min-max):",
@@ -312,11 +305,8 @@ def tables(results: Results) -> str:
             "",
             *commands_table(results),
         ]
-    if results.skipped:
-        parts += ["", "Not run here:", "", *(f"- {name}: {why}" for name, why in results.skipped.items())]
-    errors = results.errors()
-    if errors:
-        parts += ["", "Errors:", "", *(f"- {e}" for e in errors)]
+    parts += titled("Not run here:", [f"- {name}: {why}" for name, why in results.skipped.items()])
+    parts += titled("Errors:", [f"- {e}" for e in results.errors()])
     return "\n".join(parts) + "\n"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.document import write_section
-from bench.core.fmt import fixed, rate, ratio, section_tail, spread, table
+from bench.core.fmt import fixed, rate, ratio, section_text, spread, table, titled
 from bench.core.report import CPU_COLUMNS, USAGE_COLUMNS, per_job_us, usage_cells
 from bench.sql.section import SqlResults, SqlRun
 from bench.sql.systems import POSTGRESQL, SQLITE
@@ -156,17 +156,14 @@ def tables(results: SqlResults) -> str:
         "",
         *throughput_table(results),
     ]
-    ratios = ratio_table(results)
-    if ratios:
-        parts += ["", "Ratios, per repetition then median (min-max):", "", *ratios]
+    parts += titled("Ratios, per repetition then median (min-max):", ratio_table(results))
     parts += [
         "",
         "Cost per job in the workers, steady phase (first -> last job done), median (min-max):",
         "",
         *cost_table(results),
     ]
-    parts += section_tail(results.databases, results.errors(), results.seconds)
-    return "\n".join(parts) + "\n"
+    return section_text(parts, results)
 
 
 METHOD = """\

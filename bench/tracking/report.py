@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import document
-from bench.core.fmt import fixed, rate, ratio, section_tail, spread, table
+from bench.core.fmt import fixed, rate, ratio, section_text, spread, table
 from bench.tracking.drain import DrainRun
 from bench.tracking.section import TrackingResults
 
@@ -231,8 +231,7 @@ def tables(results: TrackingResults) -> str:
             "",
             *plan_summary(results),
         ]
-    parts += section_tail(results.databases, results.errors(), results.seconds)
-    return "\n".join(parts) + "\n"
+    return section_text(parts, results)
 
 
 METHOD = """\
