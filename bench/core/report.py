@@ -19,6 +19,11 @@ from bench.core.results import R, SectionResults
 BACKEND_NAMES = {REDIS: "Redis", POSTGRESQL: "PostgreSQL"}
 #: What a section's introduction says of a --quick run's figures.
 QUICK_SIZES = " (--quick sizes: a smoke run, not figures to compare)"
+#: The method's last item in the sections that give ``drain.watch``'s CPU figures per job.
+CPU_METHOD = """\
+- **CPU**: user + system CPU of all worker process trees and of the PostgreSQL backends
+  serving the database, first -> last job done, ÷ N.
+"""
 
 
 def quick_note(settings: dict[str, Any]) -> str:

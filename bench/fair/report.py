@@ -9,6 +9,7 @@ from __future__ import annotations
 from bench.core.fmt import fixed, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
+    CPU_METHOD,
     STEADY_COLUMNS,
     DrainReport,
     at_least,
@@ -64,7 +65,8 @@ INTRO = (
 )
 
 
-METHOD = """\
+METHOD = (
+    """\
 - **Job** (`bench/feeds/jobs.py`, shared with the feeds section): the no-op of the other
   sections (one byte appended to an O_APPEND marker file), taking the task's chunk (one item)
   as its argument.
@@ -85,9 +87,9 @@ METHOD = """\
 - **Tenths**: the marker's size is sampled every 0.1 s; the rate over the first tenth of the
   jobs ÷ the rate over the last tenth shows whether the rate holds over the drain (a fair
   queue of T equal tasks serves all T shares until its last jobs).
-- **CPU**: user + system CPU of all worker process trees and of the PostgreSQL backends
-  serving the database, first -> last job done, ÷ N.
 """
+    + CPU_METHOD
+)
 
 
 REPORT = DrainReport[FairResults](

@@ -9,6 +9,7 @@ from __future__ import annotations
 from bench.core.fmt import fixed, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
+    CPU_METHOD,
     STEADY_COLUMNS,
     DrainReport,
     at_least,
@@ -84,7 +85,8 @@ INTRO = (
 )
 
 
-METHOD = """\
+METHOD = (
+    """\
 - **Job** (`bench/feeds/jobs.py`): the no-op of the other sections (one byte appended to an
   O_APPEND marker file), taking the task's chunk (one item) as its argument.
 - **Creation**: `create_task(FeedNoopJob, range(N))` (items streamed from a generator, chunks
@@ -99,9 +101,9 @@ METHOD = """\
 - **Held jobs**: the marker's size is sampled every 0.1 s; the rate over the first tenth of the
   jobs (N to 0.9 N held) ÷ the rate over the last tenth (0.1 N to none held) shows whether
   a release costs more with more jobs held.
-- **CPU**: user + system CPU of all worker process trees and of the PostgreSQL backends
-  serving the database, first -> last job done, ÷ N.
 """
+    + CPU_METHOD
+)
 
 
 REPORT = DrainReport[FeedResults](

@@ -13,6 +13,7 @@ from bench.core.fmt import fixed, rate, spread, table
 from bench.core.report import (
     BACKEND_NAMES,
     CPU_COLUMNS,
+    CPU_METHOD,
     DrainReport,
     at_least,
     at_most,
@@ -122,7 +123,8 @@ INTRO = (
 )
 
 
-METHOD = """\
+METHOD = (
+    """\
 - **Jobs** (`bench/flow/jobs.py`): the no-op of the other sections (one byte appended to
   an O_APPEND marker file), as `FlowPlainJob(key)` without flow options and `FlowKeyedJob(key)`
   with `concurrency_key="{key}"` (limit 1): the same arguments and work, only the key differs.
@@ -146,9 +148,9 @@ METHOD = """\
   The plans below are `EXPLAIN (ANALYZE, BUFFERS, TIMING OFF)` of the broker's own claim
   statement (10 jobs of `default`, nothing acknowledged) and of its promotion statement for a
   parked key, with the large backlog and the N jobs queued, in a transaction rolled back.
-- **CPU**: user + system CPU of all worker process trees and of the PostgreSQL backends
-  serving the database, first -> last job done, ÷ N.
 """
+    + CPU_METHOD
+)
 
 
 def _plans(results: FlowResults) -> list[str]:
