@@ -28,15 +28,5 @@ def create_app(
     ``client`` and ``engine`` replace the ones built from the settings (tests)."""
     # No static folder of the app's: the page's files are its blueprint's, as in any app it is mounted in.
     app = Flask(__name__, static_folder=None)
-    mount(
-        app,
-        config,
-        url_prefix="",
-        authenticate=None,
-        client=client,
-        engine=engine,
-        page=True,
-        dashboard=True,
-        own_app=True,
-    )
+    mount(app, config, client=client, engine=engine, dashboard=True, own_app=True)
     return app

@@ -102,7 +102,6 @@ def init_app(
         engine=engine,
         page=page,
         dashboard=dashboard,
-        own_app=False,
     )
 
 
@@ -110,13 +109,13 @@ def mount(
     app: Flask,
     config: ApiConfig | Mapping[str, Any] | None,
     *,
-    url_prefix: str,
-    authenticate: Authenticate | None,
-    client: Client | None,
-    engine: Engine | None,
-    page: bool,
-    dashboard: bool,
-    own_app: bool,
+    url_prefix: str = "",
+    authenticate: Authenticate | None = None,
+    client: Client | None = None,
+    engine: Engine | None = None,
+    page: bool = True,
+    dashboard: bool = False,
+    own_app: bool = False,
 ) -> None:
     """``init_app``; with ``own_app``, ``app`` is the API's alone (``create_app``), and a request
     that matches none of its routes is answered, and timed, as the API's."""
