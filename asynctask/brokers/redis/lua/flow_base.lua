@@ -57,20 +57,21 @@ local function flow_base()
     return nil
   end
 
-  local function jid(t)
-    local value = t["jid"]
+  -- A job's text field, or nil if it is missing, empty or not text (a hand-written payload).
+  local function text(t, field)
+    local value = t[field]
     if type(value) == "string" and #value > 0 then
       return value
     end
     return nil
   end
 
+  local function jid(t)
+    return text(t, "jid")
+  end
+
   local function queue(t)
-    local value = t["queue"]
-    if type(value) == "string" and #value > 0 then
-      return value
-    end
-    return "default"
+    return text(t, "queue") or "default"
   end
 
   FLOW_BASE = {
