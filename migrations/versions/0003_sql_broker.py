@@ -24,6 +24,11 @@ def _postgresql() -> bool:
     return op.get_context().dialect.name == "postgresql"
 
 
+def _partial_index(name: str, table: str, columns: list[str], where: sa.TextClause) -> None:
+    """An index of the rows ``where`` holds, alike on both dialects the broker runs on."""
+    op.create_index(name, table, columns, sqlite_where=where, postgresql_where=where)
+
+
 def upgrade() -> None:
     op.create_table(
         "asynctask_job",
@@ -41,26 +46,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_asynctask_job")),
         sqlite_autoincrement=True,
     )
-    op.create_index(
+    _partial_index(
         "ix_asynctask_job_fetch",
         "asynctask_job",
         ["queue", "priority", "id"],
-        sqlite_where=sa.text("state = 'queued' AND locked_by IS NULL"),
-        postgresql_where=sa.text("state = 'queued' AND locked_by IS NULL"),
+        sa.text("state = 'queued' AND locked_by IS NULL"),
     )
-    op.create_index(
-        "ix_asynctask_job_set",
-        "asynctask_job",
-        ["state", "run_at", "id"],
-        sqlite_where=sa.text("state <> 'queued'"),
-        postgresql_where=sa.text("state <> 'queued'"),
+    _partial_index(
+        "ix_asynctask_job_set", "asynctask_job", ["state", "run_at", "id"], sa.text("state <> 'queued'")
     )
-    op.create_index(
-        "ix_asynctask_job_claimed",
-        "asynctask_job",
-        ["locked_by"],
-        sqlite_where=sa.text("locked_by IS NOT NULL"),
-        postgresql_where=sa.text("locked_by IS NOT NULL"),
+    _partial_index(
+        "ix_asynctask_job_claimed", "asynctask_job", ["locked_by"], sa.text("locked_by IS NOT NULL")
     )
     op.create_index(op.f("ix_asynctask_job_jid"), "asynctask_job", ["jid"])
 

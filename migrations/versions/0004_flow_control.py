@@ -16,6 +16,11 @@ down_revision = "0003"
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
+def _partial_index(name: str, table: str, columns: list[str], where: sa.TextClause) -> None:
+    """An index of the rows ``where`` holds, alike on both dialects the broker runs on."""
+    op.create_index(name, table, columns, sqlite_where=where, postgresql_where=where)
+
+
 def upgrade() -> None:
     # Plain ALTER TABLE on both (SQLite adds and drops columns itself since 3.35): a batch
     # copy of the table could not be written offline (``--sql``).
@@ -23,20 +28,13 @@ def upgrade() -> None:
     op.add_column(
         "asynctask_job", sa.Column("holds", sa.Boolean(), server_default=sa.text("false"), nullable=False)
     )
-    op.create_index(
+    _partial_index(
         "ix_asynctask_job_lane",
         "asynctask_job",
         ["lane", "priority", "run_at", "id"],
-        sqlite_where=sa.text("state = 'lane'"),
-        postgresql_where=sa.text("state = 'lane'"),
+        sa.text("state = 'lane'"),
     )
-    op.create_index(
-        "ix_asynctask_job_holders",
-        "asynctask_job",
-        ["lane"],
-        sqlite_where=sa.text("holds"),
-        postgresql_where=sa.text("holds"),
-    )
+    _partial_index("ix_asynctask_job_holders", "asynctask_job", ["lane"], sa.text("holds"))
     op.create_table(
         "asynctask_lane",
         sa.Column("digest", sa.String(length=64), nullable=False),

@@ -19,18 +19,15 @@ OUT = sa.text("feed IS NOT NULL AND state IN ('queued', 'lane', 'scheduled')")
 DUE = sa.text("next_at IS NOT NULL")
 
 
+def _partial_index(name: str, table: str, columns: list[str], where: sa.TextClause) -> None:
+    """An index of the rows ``where`` holds, alike on both dialects the broker runs on."""
+    op.create_index(name, table, columns, sqlite_where=where, postgresql_where=where)
+
+
 def upgrade() -> None:
     op.add_column("asynctask_job", sa.Column("feed", sa.String(length=32), nullable=True))
-    op.create_index(
-        "ix_asynctask_job_held",
-        "asynctask_job",
-        ["feed", "run_at", "id"],
-        sqlite_where=HELD,
-        postgresql_where=HELD,
-    )
-    op.create_index(
-        "ix_asynctask_job_out", "asynctask_job", ["feed", "id"], sqlite_where=OUT, postgresql_where=OUT
-    )
+    _partial_index("ix_asynctask_job_held", "asynctask_job", ["feed", "run_at", "id"], HELD)
+    _partial_index("ix_asynctask_job_out", "asynctask_job", ["feed", "id"], OUT)
     op.create_table(
         "asynctask_feed",
         sa.Column("task_id", sa.String(length=32), nullable=False),
@@ -46,9 +43,7 @@ def upgrade() -> None:
         sa.Column("out_from", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.PrimaryKeyConstraint("task_id", name=op.f("pk_asynctask_feed")),
     )
-    op.create_index(
-        "ix_asynctask_feed_next_at", "asynctask_feed", ["next_at"], sqlite_where=DUE, postgresql_where=DUE
-    )
+    _partial_index("ix_asynctask_feed_next_at", "asynctask_feed", ["next_at"], DUE)
 
 
 def downgrade() -> None:

@@ -18,23 +18,16 @@ TAGGED = sa.text("state = 'queued' AND locked_by IS NULL AND turn IS NOT NULL")
 PLAIN = sa.text("state = 'queued' AND locked_by IS NULL AND turn IS NULL")
 
 
+def _partial_index(name: str, table: str, columns: list[str], where: sa.TextClause) -> None:
+    """An index of the rows ``where`` holds, alike on both dialects the broker runs on."""
+    op.create_index(name, table, columns, sqlite_where=where, postgresql_where=where)
+
+
 def upgrade() -> None:
     # Rows waiting already keep NULL: they are the plain share, served in push order.
     op.add_column("asynctask_job", sa.Column("turn", sa.BigInteger(), nullable=True))
-    op.create_index(
-        "ix_asynctask_job_turn",
-        "asynctask_job",
-        ["queue", "priority", "turn", "id"],
-        sqlite_where=TAGGED,
-        postgresql_where=TAGGED,
-    )
-    op.create_index(
-        "ix_asynctask_job_plain",
-        "asynctask_job",
-        ["queue", "priority", "id"],
-        sqlite_where=PLAIN,
-        postgresql_where=PLAIN,
-    )
+    _partial_index("ix_asynctask_job_turn", "asynctask_job", ["queue", "priority", "turn", "id"], TAGGED)
+    _partial_index("ix_asynctask_job_plain", "asynctask_job", ["queue", "priority", "id"], PLAIN)
     op.create_table(
         "asynctask_share",
         sa.Column("queue", sa.String(length=255), nullable=False),
