@@ -9,9 +9,19 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from asynctask.brokers.fetcher import Fetcher, UnitOfWork
 from asynctask.brokers.pacing import CLAIMS_UNDER_WAY, PREFETCH_LIMIT, ClaimPacing
 from asynctask.settings import QueueSpec
+
+
+def measured(job_seconds: float, found: int) -> ClaimPacing:
+    """Pacing after one job of ``job_seconds`` ran and a claim of a 2 ms round trip found ``found``."""
+    pacing = ClaimPacing()
+    pacing.ran(job_seconds)
+    pacing.claimed(found, 0.002)
+    return pacing
 
 
 def test_before_any_job_ran_a_claim_asks_for_the_waiting_threads() -> None:
@@ -20,9 +30,7 @@ def test_before_any_job_ran_a_claim_asks_for_the_waiting_threads() -> None:
 
 
 def test_short_jobs_are_claimed_in_batches_by_few_claims() -> None:
-    pacing = ClaimPacing()
-    pacing.ran(0.0001)
-    pacing.claimed(3, 0.002)
+    pacing = measured(0.0001, 3)
     assert pacing.wanted(3, 10, True) == 10 * PREFETCH_LIMIT
     pacing.claiming = CLAIMS_UNDER_WAY - 1
     assert not pacing.must_wait()
@@ -33,26 +41,21 @@ def test_short_jobs_are_claimed_in_batches_by_few_claims() -> None:
     assert pacing.wanted(3, 10, True) == 10 * PREFETCH_LIMIT
 
 
-def test_a_batch_is_what_the_threads_run_in_a_round_trip() -> None:
-    pacing = ClaimPacing()
-    pacing.ran(0.001)
-    pacing.claimed(1, 0.002)
-    assert pacing.wanted(3, 10, True) == 20
-
-
-def test_jobs_longer_than_a_round_trip_are_claimed_one_per_waiting_thread() -> None:
-    pacing = ClaimPacing()
-    pacing.ran(0.05)
-    pacing.claimed(1, 0.002)
-    assert pacing.wanted(3, 10, True) == 3
+@pytest.mark.parametrize(
+    ("job_seconds", "wanted"),
+    [
+        pytest.param(0.001, 20, id="a_batch_is_what_the_threads_run_in_a_round_trip"),
+        pytest.param(0.05, 3, id="jobs_longer_than_a_round_trip_are_claimed_one_per_waiting_thread"),
+    ],
+)
+def test_a_claim_asks_for_what_its_threads_run_in_a_round_trip(job_seconds: float, wanted: int) -> None:
+    assert measured(job_seconds, 1).wanted(3, 10, True) == wanted
 
 
 def test_idle_threads_after_a_claim_that_found_nothing_ask_for_themselves_only() -> None:
     """The queues were empty: what comes next may run far longer than the jobs before, and
     another process's idle threads could start it."""
-    pacing = ClaimPacing()
-    pacing.ran(0.0001)
-    pacing.claimed(0, 0.002)
+    pacing = measured(0.0001, 0)
     assert pacing.wanted(2, 2, False) == 2
     # A claim carrying finished jobs: they flow through this process (a feed's slots all out
     # until these ends free them), so it batches.
@@ -63,9 +66,7 @@ def test_idle_threads_after_a_claim_that_found_nothing_ask_for_themselves_only()
 
 
 def test_jobs_come_in_batches_while_short_jobs_are_found_several_at_a_time() -> None:
-    pacing = ClaimPacing()
-    pacing.ran(0.0001)
-    pacing.claimed(5, 0.002)
+    pacing = measured(0.0001, 5)
     assert pacing.batched
     # Idle threads' claims find nothing: what the jobs were like is still so.
     pacing.claimed(0, 0.002)
