@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -24,6 +23,7 @@ from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain
 from asynctask.worker import Worker
 from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
+from tests.processes import free_port
 
 pytest_plugins = ["tests.tracking_fixtures"]
 
@@ -151,9 +151,7 @@ def fresh_postgres_schema() -> Iterator[str]:
 def scratch_redis(tmp_path: Path, *options: str) -> Iterator[redis.Redis]:
     """A redis-server of the test's own on a free port, without persistence, for tests that
     break a server in ways the shared one must never be."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     server = subprocess.Popen([*argv, "--dir", str(tmp_path), *options], stdout=subprocess.DEVNULL)
     conn = redis.Redis(port=port)

@@ -1,11 +1,55 @@
-"""Stopping the runtime workers a test started, each in a session (process group) of its own."""
+"""Processes a test starts: a free port to give them, their output read as it comes, and
+stopping the runtime workers, each in a session (process group) of its own."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
-from collections.abc import Iterable
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def run_module(
+    module: str, *argv: str, cwd: Path, env: Mapping[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module argv...`` in this interpreter, to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv],
+        cwd=cwd,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class LineReader:
+    """The lines of a child's pipe so far, read by a thread of their own: a pipe nobody reads
+    fills up and blocks the child."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
 
 
 def stop_groups(procs: Iterable[subprocess.Popen[bytes]], grace: float = 20.0) -> None:

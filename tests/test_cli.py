@@ -10,7 +10,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from asynctask.db import migrate
 from asynctask.keys import Keys
 from asynctask.modules import load_module
 from tests.conftest import POSTGRES_URL, REDIS_URL, fresh_postgres_schema, wait_until
+from tests.processes import LineReader, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Servers with nothing listening.
@@ -396,14 +396,9 @@ class Process:
             text=True,
             start_new_session=True,
         )
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
         assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
+        self.reader = LineReader(self.process.stderr)
+        self.lines = self.reader.lines
 
     def line(self, pattern: str) -> str:
         def found() -> str | None:
@@ -513,9 +508,7 @@ def test_the_api_says_where_it_listens_and_warns_without_jobs(
 ) -> None:
     database = f"sqlite:///{tmp_path / 'api.db'}"
     migrate.upgrade(database)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     argv = ["api", "--database-url", database, "--port", str(port), "--workers", "1", "--threads", "4"]
     api = background(*argv, *(["-r", require] if require else []))
     listening = fields(api.line("api listening"))
@@ -540,9 +533,7 @@ def test_the_api_warns_when_its_pools_may_hold_more_postgresql_connections_than_
     connections) cannot fit in the test server's 100."""
     with fresh_postgres_schema() as database:
         migrate.upgrade(database)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         argv = ["api", "--database-url", database, "--port", str(port), "--workers", "1"]
         api = background(*argv, "--threads", "200", "-r", API_JOBS)
         api.line("api listening")

@@ -29,6 +29,7 @@ from asynctask.demo import jobs
 from asynctask.demo.cli import child_environment
 from asynctask.demo.progress import ProgressLine, progress_text
 from tests.conftest import wait_until
+from tests.processes import LineReader, free_port
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -42,13 +43,6 @@ NOWHERE = {
 }
 #: Seconds the sample task may take on a busy 2-core machine (retries wait up to 10 s).
 RUN_TIMEOUT = 180
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Demo:
@@ -65,14 +59,9 @@ class Demo:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
+        self.reader = LineReader(self.process.stdout)
+        self.lines = self.reader.lines
 
     @property
     def output(self) -> str:

@@ -10,10 +10,11 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "guide" / "getting-started.md"
@@ -39,13 +40,6 @@ def section_commands() -> str:
     blocks = re.findall(r"^```sh\n(.*?)^```", section, re.S | re.M)
     assert len(blocks) >= 4, blocks
     return "\n".join(blocks)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_the_http_walk_through_runs_as_written(tmp_path: Path) -> None:

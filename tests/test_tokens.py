@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from asynctask import tokens
 from asynctask.db import migrate
 from asynctask.db.engine import create_database_engine
 from asynctask.tracking.models import ApiToken
+from tests.processes import run_module
 
 
 @pytest.fixture
@@ -30,14 +30,7 @@ def engine(database_url: str) -> Iterator[Engine]:
 
 
 def asynctask_tokens(*argv: str, database_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "asynctask", *argv],
-        cwd=cwd,
-        env={**os.environ, "ASYNCTASK_DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("asynctask", *argv, cwd=cwd, env={**os.environ, "ASYNCTASK_DATABASE_URL": database_url})
 
 
 def tenant_for(bind: Engine | Connection, token: str) -> str | None:

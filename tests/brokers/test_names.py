@@ -4,8 +4,6 @@ database."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -14,6 +12,7 @@ import asynctask
 from asynctask import Client, InvalidName, Registry, Settings, Tracking
 from asynctask.api import Queue, ScheduledSet
 from tests.brokers.conftest import ROOT, worker_env
+from tests.processes import run_module
 
 BAD = {
     "a 100,000-character queue": ("queue", {"queue": "q" * 100_000}),
@@ -88,14 +87,8 @@ def test_create_task_refuses_a_queue_no_broker_holds(
 
 
 def test_the_command_line_says_so_in_one_line(settings: Settings) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "asynctask", "enqueue", "ImportRows", "[1]", "--queue", "q" * 1000],
-        env=worker_env(settings),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    argv = ["enqueue", "ImportRows", "[1]", "--queue", "q" * 1000]
+    result = run_module("asynctask", *argv, cwd=ROOT, env=worker_env(settings), timeout=60)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert "queue" in line and "is 1000 characters long" in line

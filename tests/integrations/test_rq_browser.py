@@ -14,8 +14,9 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.integrations.rq_support import ROOT, rq_stack
+from tests.processes import free_port
 from tests.webapi.conftest import CHROMIUM
-from tests.webapi.test_browser import CHROMIUM_ARGS, LIVE_TIMEOUT, cli, free_port, wait_ready
+from tests.webapi.test_browser import CHROMIUM_ARGS, LIVE_TIMEOUT, cli, wait_ready
 
 #: 12 items: 2 refused (JobFailed), 2 crashing every time (retried twice by RQ), 8 fine.
 ITEMS = [{"n": n, "kind": "failed" if n in (2, 7) else "error" if n in (4, 9) else "ok"} for n in range(12)]

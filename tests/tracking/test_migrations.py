@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tomllib
 import uuid
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from asynctask.db.base import NAMING, Base
 from asynctask.db.engine import create_database_engine
 from asynctask.tracking.models import Event, EventMessage, Task
 from tests.conftest import POSTGRES_URL
+from tests.processes import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
@@ -59,25 +59,11 @@ def asynctask_db(*argv: str, cwd: Path, env_url: str | None = None) -> subproces
     env = {k: v for k, v in os.environ.items() if k != "ASYNCTASK_DATABASE_URL"}
     if env_url is not None:
         env["ASYNCTASK_DATABASE_URL"] = env_url
-    return subprocess.run(
-        [sys.executable, "-m", "asynctask", "db", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("asynctask", "db", *argv, cwd=cwd, env=env)
 
 
 def alembic(*argv: str, database_url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", *argv],
-        cwd=ROOT,
-        env={**os.environ, "ASYNCTASK_DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("alembic", *argv, cwd=ROOT, env={**os.environ, "ASYNCTASK_DATABASE_URL": database_url})
 
 
 def test_upgrade_creates_the_tables_exactly_as_the_models_define_them(

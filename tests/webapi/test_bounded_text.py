@@ -20,7 +20,8 @@ from asynctask.db.engine import create_database_engine
 from asynctask.storable import DEFAULT_TEXT_LIMIT
 from asynctask.tracking.models import Event, EventMessage
 from tests.conftest import REDIS_URL, wait_until
-from tests.webapi.test_server import CLI, ROOT, Server, _answers, free_port, migrated_with_token
+from tests.processes import free_port
+from tests.webapi.test_server import CLI, ROOT, Server, _answers, migrated_with_token
 
 MARKER = "... (truncated, 10485774 bytes)"  # "RuntimeError: " and the 10 MB message
 MIB = 1024 * 1024

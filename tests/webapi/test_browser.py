@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import redis
 from playwright.sync_api import Page, expect, sync_playwright
 
 from tests.conftest import REDIS_URL
+from tests.processes import free_port, run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "jobs" / "api_jobs.py"
@@ -117,24 +117,9 @@ def products_csv() -> bytes:
 
 
 def cli(env: dict[str, str], *argv: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "asynctask", *argv],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_module("asynctask", *argv, cwd=ROOT, env=env, timeout=60)
     assert done.returncode == 0, f"asynctask {' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def fail_with_logs(message: str, logs: list[Path]) -> NoReturn:

@@ -28,7 +28,8 @@ import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.webapi.test_server import CLI, Server, free_port, migrated_with_token, redis_api_env
+from tests.processes import free_port
+from tests.webapi.test_server import CLI, Server, migrated_with_token, redis_api_env
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone

@@ -32,9 +32,10 @@ from asynctask.tokens import create_token
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import EventStatus, TaskStatus
 from tests.conftest import REDIS_URL, wait_until
+from tests.processes import free_port
 from tests.webapi.conftest import Api, MakeApi
 from tests.webapi.test_api import error_of
-from tests.webapi.test_server import ROOT, Server, free_port
+from tests.webapi.test_server import ROOT, Server
 
 OPERATORS = ("ops",)
 

@@ -22,7 +22,8 @@ import pytest
 from sqlalchemy import make_url
 
 from tests.conftest import POSTGRES_URL, fresh_postgres_schema, wait_until
-from tests.webapi.test_server import CLI, ROOT, Server, _answers, free_port, migrated_with_token
+from tests.processes import free_port
+from tests.webapi.test_server import CLI, ROOT, Server, _answers, migrated_with_token
 from webapi.config import ApiConfig
 from webapi.embed import SPARE_CONNECTIONS
 

@@ -7,7 +7,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 import redis
 
 from tests.conftest import REDIS_URL, wait_until
+from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,13 +48,6 @@ def redis_api_env(namespace: str, tmp_path: Path, **extra: str) -> dict[str, str
         "PYTHONPATH": str(ROOT),
         **extra,
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Server:
