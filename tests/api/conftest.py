@@ -16,6 +16,7 @@ from asynctask.api.reader import close_shared
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain
+from asynctask.tasks.service import Tracking
 from asynctask.worker import Worker
 from tests.api.stores import RedisStore, SqlStore, Store
 from tests.conftest import fresh_postgres_schema
@@ -47,6 +48,23 @@ def store_client(store: Store, registry: Registry) -> Iterator[Client]:
     client = Client(store.settings, registry=registry, middleware=Chain())
     yield client
     client.broker.close()
+
+
+@pytest.fixture
+def tracking(store: Store, registry: Registry, tmp_path: Path) -> Iterator[Tracking]:
+    """Task tracking over ``store``'s broker (a SQL broker keeps the tables in its database)."""
+    url = store.settings.broker_url
+    if store.kind == "redis":
+        url = f"sqlite:///{tmp_path / 'tracking.db'}"
+        upgrade(url)
+    settings = replace(store.settings, database_url=url)
+    client = Client(settings, registry=registry, middleware=Chain())
+    engine = create_database_engine(url)
+    try:
+        yield Tracking(client, engine)
+    finally:
+        client.close()
+        engine.dispose()
 
 
 @pytest.fixture

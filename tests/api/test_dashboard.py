@@ -7,9 +7,8 @@ import html
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 import redis
@@ -18,12 +17,11 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
 import asynctask
-from asynctask import Client, JobFailed, Registry, Settings, payload
+from asynctask import JobFailed, Registry, payload
 from asynctask.api import DeadSet, Queue, RetrySet, ScheduledSet, Stats, StoppedSet
-from asynctask.db.engine import create_database_engine
-from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.settings import QueueSpec
+from asynctask.tasks.service import Tracking
 from asynctask.tokens import create_token, revoke_token
 from asynctask.tracking.isolate import set_aside
 from asynctask.worker import Worker
@@ -80,24 +78,13 @@ def csrf(page: str) -> str:
 
 
 @pytest.fixture
-def board(store: Store, registry: Registry, tmp_path: Path) -> Iterator[Dashboard]:
-    # A SQL broker keeps the tracking tables in its own (migrated) database.
-    tracking = store.settings.broker_url
-    if store.kind == "redis":
-        tracking = f"sqlite:///{tmp_path / 'tracking.db'}"
-        upgrade(tracking)
-    engine = create_database_engine(tracking)
-    settings: Settings = replace(store.settings, database_url=tracking)
-    client = Client(settings, registry=registry, middleware=Chain())
+def board(store: Store, tracking: Tracking) -> Dashboard:
+    client, engine = tracking.client, tracking.engine
     operator = create_token(engine, "ops", operator=True)
     tenant = create_token(engine, "acme").token
-    app = create_app({"settings": settings, "token_cache_seconds": 0.0}, client=client, engine=engine)
+    app = create_app({"settings": client.settings, "token_cache_seconds": 0.0}, client=client, engine=engine)
     app.testing = True
-    try:
-        yield Dashboard(app, app.test_client(), engine, store, operator.token, operator.id, tenant)
-    finally:
-        client.close()
-        engine.dispose()
+    return Dashboard(app, app.test_client(), engine, store, operator.token, operator.id, tenant)
 
 
 @pytest.fixture
@@ -358,37 +345,26 @@ def _queue(board: Dashboard, name: str) -> Queue:
     return Queue(name, settings=settings)
 
 
-def test_a_login_holds_on_every_process_that_shares_the_secret_key(
-    store: Store, registry: Registry, tmp_path: Path
-) -> None:
+def test_a_login_holds_on_every_process_that_shares_the_secret_key(store: Store, tracking: Tracking) -> None:
     if store.kind != "redis":
         pytest.skip("the cookie does not depend on the broker")
-    tracking = f"sqlite:///{tmp_path / 'tracking.db'}"
-    upgrade(tracking)
-    engine = create_database_engine(tracking)
-    settings = replace(store.settings, database_url=tracking)
-    client = Client(settings, registry=registry, middleware=Chain())
+    client, engine = tracking.client, tracking.engine
     operator = create_token(engine, "ops", operator=True).token
-    try:
-        apps = [
-            create_app({"settings": settings, "secret_key": key}, client=client, engine=engine)
-            for key in ("k" * 32, "k" * 32, "x" * 32)
-        ]
-        first, same_key, other_key = (app.test_client() for app in apps)
-        page = first.get("/dashboard/login").get_data(as_text=True)
-        assert (
-            first.post("/dashboard/login", data={"token": operator, "csrf_token": csrf(page)}).status_code
-            == 303
-        )
-        cookie = first.get_cookie("asynctask_dashboard", path="/dashboard")
-        assert cookie is not None
-        for http in (same_key, other_key):
-            http.set_cookie("asynctask_dashboard", cookie.value, path="/dashboard")
-        assert same_key.get("/dashboard/").status_code == 200
-        assert other_key.get("/dashboard/").status_code == 302
-    finally:
-        client.close()
-        engine.dispose()
+    apps = [
+        create_app({"settings": client.settings, "secret_key": key}, client=client, engine=engine)
+        for key in ("k" * 32, "k" * 32, "x" * 32)
+    ]
+    first, same_key, other_key = (app.test_client() for app in apps)
+    page = first.get("/dashboard/login").get_data(as_text=True)
+    assert (
+        first.post("/dashboard/login", data={"token": operator, "csrf_token": csrf(page)}).status_code == 303
+    )
+    cookie = first.get_cookie("asynctask_dashboard", path="/dashboard")
+    assert cookie is not None
+    for http in (same_key, other_key):
+        http.set_cookie("asynctask_dashboard", cookie.value, path="/dashboard")
+    assert same_key.get("/dashboard/").status_code == 200
+    assert other_key.get("/dashboard/").status_code == 302
 
 
 def test_a_short_secret_key_is_refused() -> None:

@@ -5,42 +5,19 @@ processes take from, ``create_task`` warns (its view and one log record), and so
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import asynctask
-from asynctask import Client, Registry, Settings
+from asynctask import Registry, Settings
 from asynctask.api import ProcessSet
 from asynctask.cli import main
-from asynctask.db.engine import create_database_engine
-from asynctask.db.migrate import upgrade
-from asynctask.middleware import Chain
 from asynctask.tasks.service import Tracking
 from asynctask.tracking.views import TaskWarning
 from tests.api.stores import Store
 
 UNHEARD = TaskWarning("no_worker", "no live worker listens to queue 'imports'; the jobs wait until one does")
-
-
-@pytest.fixture
-def tracking(store: Store, registry: Registry, tmp_path: Path) -> Iterator[Tracking]:
-    """Task tracking over ``store``'s broker (a SQL broker keeps the tables in its database)."""
-    url = store.settings.broker_url
-    if store.kind == "redis":
-        url = f"sqlite:///{tmp_path / 'tracking.db'}"
-        upgrade(url)
-    settings = replace(store.settings, database_url=url)
-    client = Client(settings, registry=registry, middleware=Chain())
-    engine = create_database_engine(url)
-    try:
-        yield Tracking(client, engine)
-    finally:
-        client.close()
-        engine.dispose()
 
 
 def test_the_listened_queues_are_those_of_the_live_processes_that_take_jobs(store: Store) -> None:
