@@ -555,26 +555,32 @@ def _hold_the_feed_lock_and_release_two(other: Any, broker: SqlBroker) -> None:
     other.execute(update(FeedRow).where(FeedRow.task_id == "T").values(held=FeedRow.held - 2))
 
 
-@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-def test_a_settle_racing_an_update_counts_what_the_update_released(sql_broker: SqlBroker) -> None:
-    """READ COMMITTED: an update holds the feed's lock and raises parallel while a settle of
-    one of its jobs waits for that lock. The settle's release must count the job the update
-    released (its statement runs after the lock is granted), or the feed would go over parallel."""
+def _ack_while_parallel_is_raised(
+    sql_broker: SqlBroker, ack: str, reached: Callable[[UnitOfWork], object]
+) -> None:
+    """A feed of parallel 1: its one claimed job is acknowledged by ``ack`` in a thread while
+    another connection holds the feed's lock; once ``reached`` holds, that connection raises
+    parallel to 3 and commits."""
     stage(sql_broker, Feed(parallel=1), 5)
     fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
     with sql_broker.engine.connect() as other:
         with other.begin():
             other.execute(text("SELECT task_id FROM asynctask_feed WHERE task_id = 'T' FOR UPDATE"))
-            acked = threading.Thread(target=ACKS["settle"], args=(fetcher, unit))
+            acked = threading.Thread(target=ACKS[ack], args=(fetcher, unit))
             acked.start()
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not _waiting_for_a_lock(sql_broker):
-                time.sleep(0.01)
-            assert _waiting_for_a_lock(sql_broker)
+            wait_until(lambda: reached(unit), 10)
             _hold_the_feed_lock_and_release_two(other, sql_broker)
         acked.join(30)
     assert not acked.is_alive()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_settle_racing_an_update_counts_what_the_update_released(sql_broker: SqlBroker) -> None:
+    """READ COMMITTED: an update holds the feed's lock and raises parallel while a settle of
+    one of its jobs waits for that lock. The settle's release must count the job the update
+    released (its statement runs after the lock is granted), or the feed would go over parallel."""
+    _ack_while_parallel_is_raised(sql_broker, "settle", lambda unit: _waiting_for_a_lock(sql_broker))
     # Three out (two by the update, one by the settle), not four.
     assert checked(sql_broker) == FeedState(Feed(parallel=3), held=1, out=3)
 
@@ -588,18 +594,7 @@ def test_a_claim_never_waits_for_its_feeds_lock_and_its_slot_is_counted_after_it
     commits without waiting (every end of a feed would commit one after the other), then
     releases once the lock is free, so the slot it freed is counted even though the update's
     release could not see it: the feed ends at parallel, never over it."""
-    stage(sql_broker, Feed(parallel=1), 5)
-    fetcher = sql_broker.fetcher("me")
-    [unit] = claim_all(fetcher)
-    with sql_broker.engine.connect() as other:
-        with other.begin():
-            other.execute(text("SELECT task_id FROM asynctask_feed WHERE task_id = 'T' FOR UPDATE"))
-            acked = threading.Thread(target=ACKS[ack], args=(fetcher, unit))
-            acked.start()
-            wait_until(lambda: not _row_exists(sql_broker, int(unit.ref)), 10)
-            _hold_the_feed_lock_and_release_two(other, sql_broker)
-        acked.join(30)
-    assert not acked.is_alive()
+    _ack_while_parallel_is_raised(sql_broker, ack, lambda unit: not _row_exists(sql_broker, int(unit.ref)))
     # Two by the update, one by the release after the acknowledgement's commit.
     assert checked(sql_broker) == FeedState(Feed(parallel=3), held=1, out=3)
 
