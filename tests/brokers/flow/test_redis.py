@@ -111,31 +111,41 @@ def test_an_end_for_a_job_no_longer_held_frees_nothing(
     assert line(redis_broker) == ["b"]
 
 
-def test_retry_under_hold_keeps_the_slot_and_returns_straight_to_the_queue(
-    redis_broker: RedisBroker, fetch: ReliableFetch
+@pytest.mark.parametrize(
+    ("on_failure", "retrying", "due"),
+    [
+        pytest.param(
+            {},
+            ({"a"}, [], ["b"]),
+            ({"a"}, ["a"], ["b"]),
+            id="under_hold_keeps_the_slot_and_returns_straight_to_the_queue",
+        ),
+        pytest.param(
+            {"concurrency_on_failure": "continue"},
+            ({"b"}, ["b"], []),
+            ({"b"}, ["b"], ["a"]),
+            id="under_continue_frees_the_slot_and_rejoins_the_line",
+        ),
+    ],
+)
+def test_retry(
+    redis_broker: RedisBroker,
+    fetch: ReliableFetch,
+    on_failure: dict[str, str],
+    retrying: tuple[set[str], list[str], list[str]],
+    due: tuple[set[str], list[str], list[str]],
 ) -> None:
-    redis_broker.push([(keyed("a"), None), (keyed("b"), None)])
+    """(holders, queued, line) while the first of two keyed jobs waits for its retry, and once it is due."""
+
+    def places() -> tuple[set[str], list[str], list[str]]:
+        return holders(redis_broker), queued(redis_broker), line(redis_broker)
+
+    redis_broker.push([(keyed("a", **on_failure), None), (keyed("b", **on_failure), None)])
     [a] = claim(fetch)
     redis_broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() + 60)
-    assert holders(redis_broker) == {"a"}
-    assert line(redis_broker) == ["b"]
+    assert places() == retrying
     due_now(redis_broker, "retry")
-    assert queued(redis_broker) == ["a"]
-    assert line(redis_broker) == ["b"]
-
-
-def test_retry_under_continue_frees_the_slot_and_rejoins_the_line(
-    redis_broker: RedisBroker, fetch: ReliableFetch
-) -> None:
-    more = {"concurrency_on_failure": "continue"}
-    redis_broker.push([(keyed("a", **more), None), (keyed("b", **more), None)])
-    [a] = claim(fetch)
-    redis_broker.retry_at(a, payload.loads(a.payload) | {"retry_count": 0}, payload.now() + 60)
-    assert holders(redis_broker) == {"b"}
-    assert queued(redis_broker) == ["b"]
-    due_now(redis_broker, "retry")
-    assert line(redis_broker) == ["a"]
-    assert queued(redis_broker) == ["b"]
+    assert places() == due
 
 
 def test_a_due_scheduled_keyed_job_enters_its_line(redis_broker: RedisBroker) -> None:

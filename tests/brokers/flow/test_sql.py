@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from sqlalchemy import delete, func, select
 
 from asynctask import payload
@@ -101,34 +102,45 @@ def test_a_limit_of_two_keeps_two_holders_and_the_latest_push_sets_the_limit(sql
     assert [r.state for r in rows(sql_broker)] == ["queued", "queued", "queued", "lane", "lane"]
 
 
-def test_a_failed_job_on_hold_keeps_its_slot_and_comes_back_straight_to_its_queue(
+@pytest.mark.parametrize(
+    ("on_failure", "retrying", "requeued", "order"),
+    [
+        pytest.param(
+            {},
+            [("retry", True), ("lane", False)],
+            [("queued", True), ("lane", False)],
+            [0, 1],
+            id="on_hold_it_keeps_its_slot_and_comes_back_straight_to_its_queue",
+        ),
+        pytest.param(
+            {"concurrency_on_failure": "continue"},
+            [("retry", False), ("queued", True)],
+            [("lane", False), ("queued", True)],
+            [1, 0],
+            id="one_that_continues_frees_its_slot_and_reenters_the_line",
+        ),
+    ],
+)
+def test_a_failed_keyed_job(
     sql_broker: SqlBroker,
+    on_failure: dict[str, str],
+    retrying: list[tuple[str, bool]],
+    requeued: list[tuple[str, bool]],
+    order: list[int],
 ) -> None:
-    first, second = keyed(), keyed()
-    sql_broker.push([(first, None), (second, None)])
+    """(state, holds) of the failed job and the one behind it while it waits for its retry and
+    once the retry is due, then which of the two runs first."""
+    pushed = [keyed(**on_failure), keyed()]
+    sql_broker.push([(j, None) for j in pushed])
     fetcher = sql_broker.fetcher("me")
     [unit] = claim_all(fetcher)
     sql_broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
-    assert [(r.state, r.holds) for r in rows(sql_broker)] == [("retry", True), ("lane", False)]
+    assert [(r.state, r.holds) for r in rows(sql_broker)] == retrying
     assert sql_broker.enqueue_due("retry", payload.loads) == 1
-    assert [(r.state, r.holds) for r in rows(sql_broker)] == [("queued", True), ("lane", False)]
-    [again] = claim_all(fetcher)
-    assert jids([again]) == [first["jid"]]
-    assert jids(fetcher.claim(10, [again], [])) == [second["jid"]]
-
-
-def test_a_failed_job_that_continues_frees_its_slot_and_reenters_the_line(sql_broker: SqlBroker) -> None:
-    first, second = keyed(concurrency_on_failure="continue"), keyed()
-    sql_broker.push([(first, None), (second, None)])
-    fetcher = sql_broker.fetcher("me")
-    [unit] = claim_all(fetcher)
-    sql_broker.retry_at(unit, payload.loads(unit.payload) | {"retry_count": 0}, payload.now() - 1)
-    assert [(r.state, r.holds) for r in rows(sql_broker)] == [("retry", False), ("queued", True)]
-    assert sql_broker.enqueue_due("retry", payload.loads) == 1
-    assert [(r.state, r.holds) for r in rows(sql_broker)] == [("lane", False), ("queued", True)]
+    assert [(r.state, r.holds) for r in rows(sql_broker)] == requeued
     [running] = claim_all(fetcher)
-    assert jids([running]) == [second["jid"]]
-    assert jids(fetcher.claim(10, [running], [])) == [first["jid"]]
+    assert jids([running]) == [pushed[order[0]]["jid"]]
+    assert jids(fetcher.claim(10, [running], [])) == [pushed[order[1]]["jid"]]
 
 
 def test_kill_and_release_free_the_slot(sql_broker: SqlBroker) -> None:
