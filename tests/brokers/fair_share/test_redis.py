@@ -43,6 +43,14 @@ def redis_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
 
 
 @pytest.fixture
+def blocking_broker(redis_settings: Settings) -> Iterator[RedisBroker]:
+    """A second broker on the namespace whose threads block in Redis up to 5 s (two of them)."""
+    made = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
+    yield made
+    made.close()
+
+
+@pytest.fixture
 def reader(redis_broker: RedisBroker, redis_settings: Settings) -> RedisReader:
     return RedisReader(redis_broker.redis, redis_broker.keys, redis_settings)
 
@@ -346,47 +354,43 @@ def blocked_in(broker: RedisBroker, *commands: str) -> list[dict[str, Any]]:
 
 
 def test_a_bell_wakes_an_idle_thread_and_a_plain_push_still_wakes_the_queue(
-    redis_broker: RedisBroker, redis_settings: Settings
+    redis_broker: RedisBroker, blocking_broker: RedisBroker
 ) -> None:
-    slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
-    try:
-        fetcher = slow.fetcher("proc-3")
-        fetcher.register()
-        returned: dict[int, tuple[float, UnitOfWork | None]] = {}
+    fetcher = blocking_broker.fetcher("proc-3")
+    fetcher.register()
+    returned: dict[int, tuple[float, UnitOfWork | None]] = {}
 
-        def block(target: int) -> None:
-            unit = fetcher.wait(target)
-            returned[target] = (time.monotonic(), unit)
+    def block(target: int) -> None:
+        unit = fetcher.wait(target)
+        returned[target] = (time.monotonic(), unit)
 
-        waiters = [threading.Thread(target=block, args=(target,)) for target in (0, 1)]
-        for thread in waiters:
-            thread.start()
-        wait_until(lambda: len(blocked_in(slow, "blmove", "blpop")) >= 2)
-        started = time.monotonic()
-        publish(redis_broker, "ta", ["a0"], "task:ta")
-        waiters[1].join(2)
-        assert 1 in returned and returned[1][0] - started < 1.0
-        # The bell wakes the thread; the job waits for its turn in the claim that follows.
-        assert returned[1][1] is None
-        started = time.monotonic()
-        redis_broker.push([(job("p0"), None)])
-        waiters[0].join(2)
-        assert 0 in returned and returned[0][0] - started < 1.0
-        unit = returned[0][1]
-        assert unit is not None and jids([unit.payload]) == ["p0"]
-        assert jids([u.payload for u in fetcher.claim(1, [], [])]) == ["a0"]
+    waiters = [threading.Thread(target=block, args=(target,)) for target in (0, 1)]
+    for thread in waiters:
+        thread.start()
+    wait_until(lambda: len(blocked_in(blocking_broker, "blmove", "blpop")) >= 2)
+    started = time.monotonic()
+    publish(redis_broker, "ta", ["a0"], "task:ta")
+    waiters[1].join(2)
+    assert 1 in returned and returned[1][0] - started < 1.0
+    # The bell wakes the thread; the job waits for its turn in the claim that follows.
+    assert returned[1][1] is None
+    started = time.monotonic()
+    redis_broker.push([(job("p0"), None)])
+    waiters[0].join(2)
+    assert 0 in returned and returned[0][0] - started < 1.0
+    unit = returned[0][1]
+    assert unit is not None and jids([unit.payload]) == ["p0"]
+    assert jids([u.payload for u in fetcher.claim(1, [], [])]) == ["a0"]
 
-        # A stop unblocks a thread on a bell at once, as one in BLMOVE.
-        waiter = threading.Thread(target=block, args=(1,))
-        del returned[1]
-        waiter.start()
-        wait_until(lambda: blocked_in(slow, "blpop"))
-        started = time.monotonic()
-        fetcher.interrupt()
-        waiter.join(2)
-        assert 1 in returned and returned[1][0] - started < 1.0
-    finally:
-        slow.close()
+    # A stop unblocks a thread on a bell at once, as one in BLMOVE.
+    waiter = threading.Thread(target=block, args=(1,))
+    del returned[1]
+    waiter.start()
+    wait_until(lambda: blocked_in(blocking_broker, "blpop"))
+    started = time.monotonic()
+    fetcher.interrupt()
+    waiter.join(2)
+    assert 1 in returned and returned[1][0] - started < 1.0
 
 
 def spawn(settings: Settings, runs_file: Path, concurrency: int) -> Any:
@@ -494,52 +498,44 @@ def test_stats_load_the_sizes_script_when_redis_lacks_it(
 
 
 def test_a_claim_takes_no_jobs_for_threads_blocked_in_redis(
-    redis_broker: RedisBroker, redis_settings: Settings
+    redis_broker: RedisBroker, blocking_broker: RedisBroker
 ) -> None:
-    slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
-    try:
-        fetcher = slow.fetcher("proc-4")
-        blocked = threading.Thread(target=fetcher.wait, args=(0,))
-        blocked.start()
-        wait_until(lambda: blocked_in(slow, "blmove"))
-        publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
-        # Two threads in fetch, one of them blocked on queue:default: one job is claimed, the
-        # other stays queued for whichever thread comes next.
-        assert jids([u.payload for u in fetcher.claim(2, [], [])]) == ["a0"]
-        assert waiting(redis_broker, redis_broker.keys.share("default", "task:ta")) == ["a1"]
-        fetcher.interrupt()
-        blocked.join(5)
-    finally:
-        slow.close()
+    fetcher = blocking_broker.fetcher("proc-4")
+    blocked = threading.Thread(target=fetcher.wait, args=(0,))
+    blocked.start()
+    wait_until(lambda: blocked_in(blocking_broker, "blmove"))
+    publish(redis_broker, "ta", ["a0", "a1"], "task:ta")
+    # Two threads in fetch, one of them blocked on queue:default: one job is claimed, the
+    # other stays queued for whichever thread comes next.
+    assert jids([u.payload for u in fetcher.claim(2, [], [])]) == ["a0"]
+    assert waiting(redis_broker, redis_broker.keys.share("default", "task:ta")) == ["a1"]
+    fetcher.interrupt()
+    blocked.join(5)
 
 
 def test_a_thread_leaving_the_queue_unwatched_wakes_one_on_the_bell(
-    redis_broker: RedisBroker, redis_settings: Settings
+    redis_broker: RedisBroker, blocking_broker: RedisBroker
 ) -> None:
-    slow = RedisBroker(replace(redis_settings, fetch_timeout=5.0, concurrency=2))
-    try:
-        fetcher = slow.fetcher("proc-5")
-        returned: dict[int, float] = {}
+    fetcher = blocking_broker.fetcher("proc-5")
+    returned: dict[int, float] = {}
 
-        def block(target: int) -> None:
-            fetcher.wait(target)
-            returned[target] = time.monotonic()
+    def block(target: int) -> None:
+        fetcher.wait(target)
+        returned[target] = time.monotonic()
 
-        waiters = [threading.Thread(target=block, args=(target,)) for target in (0, 1)]
-        for thread in waiters:
-            thread.start()
-        wait_until(lambda: len(blocked_in(slow, "blmove", "blpop")) >= 2)
-        started = time.monotonic()
-        redis_broker.push([(job("p0"), None)])
-        for thread in waiters:
-            thread.join(2)
-        # The bell's thread came back at once, to watch queue:default in its turn.
-        assert returned[0] - started < 1.0 and returned[1] - started < 1.0
-        assert not redis_broker.redis.exists(redis_broker.keys.bell("default"))
+    waiters = [threading.Thread(target=block, args=(target,)) for target in (0, 1)]
+    for thread in waiters:
+        thread.start()
+    wait_until(lambda: len(blocked_in(blocking_broker, "blmove", "blpop")) >= 2)
+    started = time.monotonic()
+    redis_broker.push([(job("p0"), None)])
+    for thread in waiters:
+        thread.join(2)
+    # The bell's thread came back at once, to watch queue:default in its turn.
+    assert returned[0] - started < 1.0 and returned[1] - started < 1.0
+    assert not redis_broker.redis.exists(redis_broker.keys.bell("default"))
 
-        # A lone idle thread does not sit out the whole fetch timeout on one of the two.
-        started = time.monotonic()
-        assert fetcher.wait(1) is None
-        assert time.monotonic() - started < 1.0
-    finally:
-        slow.close()
+    # A lone idle thread does not sit out the whole fetch timeout on one of the two.
+    started = time.monotonic()
+    assert fetcher.wait(1) is None
+    assert time.monotonic() - started < 1.0
