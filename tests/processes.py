@@ -52,6 +52,31 @@ class LineReader:
         self._thread.join(timeout)
 
 
+def worker_argv(jobs: Path, *options: str) -> list[str]:
+    """``python -m asynctask worker -r jobs options...`` in this interpreter."""
+    return [sys.executable, "-m", "asynctask", "worker", "-r", str(jobs), *options]
+
+
+class Sessions:
+    """Commands each started in a session of its own, so that killing its process group also
+    ends any child it started."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def kill(self) -> None:
+        """KILL the groups of those still running and reap them all: what a test left behind."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
 def stop_groups(procs: Iterable[subprocess.Popen[bytes]], grace: float = 20.0) -> None:
     """TERM every process group still running, all at once, then KILL those that outlive ``grace``
     seconds: a runtime's main process and the processes it forked go together."""

@@ -6,7 +6,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import asynctask
 from asynctask import Client, Registry, Settings
 from asynctask.worker import Worker
 from tests.conftest import wait_until
+from tests.processes import Sessions, worker_argv
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -29,7 +29,7 @@ JOBS = ROOT / "tests" / "jobs" / "crash_jobs.py"
 @pytest.fixture
 def spawn(redis_settings: Settings) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start ``asynctask worker`` subprocesses; any still running at teardown are killed."""
-    procs: list[subprocess.Popen[bytes]] = []
+    sessions = Sessions()
 
     def start(concurrency: int = 5, timeout: float = 5.0) -> subprocess.Popen[bytes]:
         env = {
@@ -40,17 +40,10 @@ def spawn(redis_settings: Settings) -> Iterator[Callable[..., subprocess.Popen[b
             "ASYNCTASK_PROCESS_TTL": str(redis_settings.process_ttl),
             "ASYNCTASK_SCHEDULED_POLL_INTERVAL": str(redis_settings.scheduled_poll_interval),
         }
-        command = [sys.executable, "-m", "asynctask", "worker", "-r", str(JOBS)]
-        command += ["-c", str(concurrency), "-t", str(timeout)]
-        proc = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
-        procs.append(proc)
-        return proc
+        return sessions.start(worker_argv(JOBS, "-c", str(concurrency), "-t", str(timeout)), env, ROOT)
 
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+    sessions.kill()
 
 
 def inflight_jobs(conn: redis.Redis, namespace: str) -> int:

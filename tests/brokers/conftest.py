@@ -13,9 +13,7 @@ import asyncio
 import functools
 import inspect
 import os
-import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.worker import Worker
 from tests.conftest import REDIS_URL, fast_settings, fresh_postgres_schema, started_workers
+from tests.processes import Sessions, worker_argv
 from tests.records import written_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,23 +220,16 @@ def spawn_worker(settings: Settings, runs_file: Path) -> Iterator[SpawnWorker]:
     Each runs in its own session, so that killing its process group also ends any child it
     started; those still running at teardown are killed.
     """
-    procs: list[subprocess.Popen[bytes]] = []
+    sessions = Sessions()
 
     def spawn(
         concurrency: int = 5, timeout: float = 5.0, jobs: Path = BROKER_JOBS, **extra: str
     ) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "asynctask", "worker", "-r", str(jobs)]
-        command += ["-c", str(concurrency), "-t", str(timeout)]
-        env = worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file), **extra)
-        proc = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
-        procs.append(proc)
-        return proc
+        argv = worker_argv(jobs, "-c", str(concurrency), "-t", str(timeout))
+        return sessions.start(argv, worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file), **extra), ROOT)
 
     yield spawn
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+    sessions.kill()
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from asynctask.settings import QueueSpec
 from tests.brokers.conftest import BROKER_JOBS, ROOT, read_runs, worker_env
 from tests.brokers.redis_keys import jids
 from tests.conftest import wait_until
+from tests.processes import Sessions, worker_argv
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -393,29 +394,17 @@ def test_a_bell_wakes_an_idle_thread_and_a_plain_push_still_wakes_the_queue(
     assert 1 in returned and returned[1][0] - started < 1.0
 
 
-def spawn(settings: Settings, runs_file: Path, concurrency: int) -> Any:
-    import subprocess
-    import sys
-
-    command = [sys.executable, "-m", "asynctask", "worker", "-r", str(BROKER_JOBS), "-c", str(concurrency)]
-    env = worker_env(settings, ASYNCTASK_TEST_RUNS=str(runs_file))
-    return subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
-
-
 @pytest.fixture
 def workers(redis_settings: Settings, tmp_path: Path) -> Iterator[tuple[Path, Any]]:
     runs_file = tmp_path / "runs.txt"
-    procs: list[Any] = []
+    sessions = Sessions()
 
     def start(concurrency: int) -> Any:
-        procs.append(spawn(redis_settings, runs_file, concurrency))
-        return procs[-1]
+        env = worker_env(redis_settings, ASYNCTASK_TEST_RUNS=str(runs_file))
+        return sessions.start(worker_argv(BROKER_JOBS, "-c", str(concurrency)), env, ROOT)
 
     yield runs_file, start
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+    sessions.kill()
 
 
 def record_job(jid: str, seconds: float = 0.0) -> payload.JobDict:
