@@ -46,19 +46,30 @@ class Poll:
     view: TaskView
 
 
-def test_half_way_the_eta_is_within_a_fifth_of_the_time_left(
-    tracking: Tracking, registry: Registry, start_worker: Callable[..., Worker]
-) -> None:
+def napping(
+    registry: Registry, start_worker: Callable[..., Worker], seconds: float, concurrency: int
+) -> list[float]:
+    """A tracked worker of ``concurrency`` threads for ``nap``, a job that sleeps ``seconds``;
+    returns the wall times its runs end at, as they end."""
     ends: list[float] = []
     lock = threading.Lock()
 
     @job(registry=registry, retry=False)
     def nap(chunk: list[Any]) -> None:
-        time.sleep(STEADY_SECONDS)
+        time.sleep(seconds)
         with lock:
             ends.append(time.time())
 
-    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread", concurrency=8)
+    start_worker(
+        server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread", concurrency=concurrency
+    )
+    return ends
+
+
+def test_half_way_the_eta_is_within_a_fifth_of_the_time_left(
+    tracking: Tracking, registry: Registry, start_worker: Callable[..., Worker]
+) -> None:
+    ends = napping(registry, start_worker, STEADY_SECONDS, concurrency=8)
     task = tracking.create_task("nap", range(STEADY_JOBS), parallel=PARALLEL)
     polls: list[Poll] = []
 
@@ -90,16 +101,7 @@ def test_after_parallel_rises_the_eta_follows_the_new_rate(
 ) -> None:
     """The rate since the change, not since the first start: at parallel 2 then 10, an ETA
     from the whole run's average would be several times the time actually left."""
-    ends: list[float] = []
-    lock = threading.Lock()
-
-    @job(registry=registry, retry=False)
-    def nap(chunk: list[Any]) -> None:
-        time.sleep(SECONDS)
-        with lock:
-            ends.append(time.time())
-
-    start_worker(server_middleware=Chain([TrackingServerMiddleware()]), flusher="thread", concurrency=12)
+    ends = napping(registry, start_worker, SECONDS, concurrency=12)
     task = tracking.create_task("nap", range(JOBS), parallel=2)
     wait_until(lambda: tracking.get_task(task.id, errors=0).done >= 80, 60, interval=0.02)
     tracking.update_task(task.id, parallel=10)
