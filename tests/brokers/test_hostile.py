@@ -242,13 +242,7 @@ class RawStore:
         """Jobs claimed and not released: in-flight list entries, or locked rows."""
         if self.redis is not None:
             return sum(int(self.redis.llen(key)) for key in self.redis.hkeys(self.keys.inflight_registry))
-        assert self.engine is not None
-        with self.engine.connect() as connection:
-            return int(
-                connection.execute(
-                    text("SELECT count(*) FROM asynctask_job WHERE locked_by IS NOT NULL")
-                ).scalar_one()
-            )
+        return self._rows("locked_by IS NOT NULL")
 
     def waiting(self) -> int:
         """Jobs still in the queue or the schedule and retry sets."""
@@ -259,12 +253,13 @@ class RawStore:
                 + self.redis.zcard(keys.schedule)
                 + self.redis.zcard(keys.retry)
             )
+        return self._rows("state <> 'dead'")
+
+    def _rows(self, where: str) -> int:
         assert self.engine is not None
         with self.engine.connect() as connection:
             return int(
-                connection.execute(
-                    text("SELECT count(*) FROM asynctask_job WHERE state <> 'dead'")
-                ).scalar_one()
+                connection.execute(text(f"SELECT count(*) FROM asynctask_job WHERE {where}")).scalar_one()
             )
 
 
