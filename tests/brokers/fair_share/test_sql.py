@@ -394,16 +394,23 @@ def test_a_fair_claim_that_ends_keyed_jobs_is_planned_without_sorts(
     assert asked == [("alone", True)]
 
 
+def plain_jobs_after_a_tagged_claim(sql_broker: SqlBroker, tagged: int, plain_jobs: int) -> SqlFetcher:
+    """A fetcher whose claim took the first of task A's ``tagged`` jobs, reading the tagged rows
+    alone (no plain job waited); then ``plain_jobs`` plain jobs are pushed."""
+    stage(sql_broker, "A", tagged, tenant="a")
+    fetcher = fetcher_of(sql_broker)
+    assert classes(fetcher.claim(1, [], [])) == ["A0"]
+    assert reads(fetcher) == "tagged"
+    plain(sql_broker, "P", plain_jobs)
+    return fetcher
+
+
 def test_a_claim_reads_the_kinds_the_claim_before_saw_waiting(sql_broker: SqlBroker) -> None:
     """A queue of tasks alone, or of plain jobs alone, is claimed by one index read, as a FIFO
     queue is; a job of the other kind that comes is read by the next claim."""
     if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite's claim reads both kinds: its write lock costs more than the read")
-    stage(sql_broker, "A", 4, tenant="a")
-    fetcher = fetcher_of(sql_broker)
-    assert classes(fetcher.claim(1, [], [])) == ["A0"]
-    assert reads(fetcher) == "tagged"
-    plain(sql_broker, "P", 2)
+    fetcher = plain_jobs_after_a_tagged_claim(sql_broker, tagged=4, plain_jobs=2)
     # Read as the claim before saw the queue; it sees the plain jobs waiting.
     assert classes(fetcher.claim(1, [], [])) == ["A1"]
     assert reads(fetcher) == "both"
@@ -413,11 +420,7 @@ def test_a_claim_reads_the_kinds_the_claim_before_saw_waiting(sql_broker: SqlBro
 def test_a_claim_that_read_none_of_the_kind_waiting_reads_it_at_once(sql_broker: SqlBroker) -> None:
     if not sql_broker.store.sql.postgres:
         pytest.skip("SQLite's claim reads both kinds")
-    stage(sql_broker, "A", 1, tenant="a")
-    fetcher = fetcher_of(sql_broker)
-    assert classes(fetcher.claim(1, [], [])) == ["A0"]
-    assert reads(fetcher) == "tagged"
-    plain(sql_broker, "P", 1)
+    fetcher = plain_jobs_after_a_tagged_claim(sql_broker, tagged=1, plain_jobs=1)
     # No tagged row is left: the same call claims again, reading the plain rows it saw.
     assert classes(fetcher.claim(1, [], [])) == ["P0"]
     assert reads(fetcher) == "plain"
