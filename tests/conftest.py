@@ -21,6 +21,8 @@ from sqlalchemy.exc import OperationalError
 from asynctask import Client, Registry, Schedules, Settings, log
 from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain
+from asynctask.payload import JobDict
+from asynctask.tracking.views import Page
 from asynctask.worker import Worker
 from tests.pg_instance import PostgresUnavailable, PrivatePostgres, private_postgres
 from tests.processes import free_port
@@ -33,6 +35,7 @@ POSTGRES_URL = os.environ.get("ASYNCTASK_TEST_POSTGRES_URL", "postgresql://postg
 FIRST_TEST_DB = 4
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -75,6 +78,30 @@ def wait_for_beats(beat: Callable[[], float | None], count: int = 2, timeout: fl
     last = time.time()
     for _ in range(count):
         last = wait_until(lambda after=last: (at := beat()) is not None and at > after and at, timeout)
+
+
+def recorded_pushes(client: Client) -> list[JobDict]:
+    """The jobs ``client`` pushes from now on, as its client middleware sees them."""
+    seen: list[JobDict] = []
+
+    def record(job: JobDict, queue: str, call_next: Callable[[], Any]) -> Any:
+        seen.append(job)
+        return call_next()
+
+    client.middleware.add(record)
+    return seen
+
+
+def all_pages(read: Callable[[str | None], Page[T]]) -> list[T]:
+    """Every item of a paged listing: ``read(after)`` is the page after the cursor ``after``."""
+    items: list[T] = []
+    after: str | None = None
+    while True:
+        page = read(after)
+        items += page.items
+        if page.next_cursor is None:
+            return items
+        after = page.next_cursor
 
 
 @pytest.fixture

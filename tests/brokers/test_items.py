@@ -16,7 +16,7 @@ from asynctask import JobFailed, QueueSpec, Registry, Tracking, current_job
 from asynctask.items import ITEMS_FIELD
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.worker import Worker
-from tests.conftest import wait_until
+from tests.conftest import all_pages, wait_until
 from tests.tracking_fixtures import wait_for_task
 
 ITEMS = 2000
@@ -57,14 +57,7 @@ def test_a_failed_item_fails_alone_and_the_task_counts_items(
     assert done.status == "finished_with_errors"
     assert done.progress == 1.0
 
-    failed: list[asynctask.FailedItemView] = []
-    after: str | None = None
-    while True:
-        page = tracking.list_failed_items(task.id, after=after, limit=7)
-        failed += page.items
-        if page.next_cursor is None:
-            break
-        after = page.next_cursor
+    failed = all_pages(lambda after: tracking.list_failed_items(task.id, after=after, limit=7))
     assert sorted(item.item["sku"] for item in failed) == sorted(f"P-{n}" for n in BAD)
     for item in failed:
         assert item.message == f"{item.item['sku']} does not qualify"

@@ -33,7 +33,7 @@ from asynctask.tracking.models import Event, EventMessage, SetAside, Task
 from asynctask.worker import Worker
 from tests.brokers.conftest import MakeClient
 from tests.brokers.test_hostile import Hostile, RawStore, failing, job
-from tests.conftest import wait_until
+from tests.conftest import all_pages, wait_until
 from tests.tracking_fixtures import wait_for_task
 
 #: What the poison jobs say, as job code may by accident (a binary field, a quoted bad input).
@@ -125,15 +125,8 @@ def test_poison_strings_are_recorded_escaped_while_another_tenants_task_runs_to_
 
     done = wait_for_task(tracking, poisoned.id, timeout=60)
     assert {k: v for k, v in done.counts.items() if v} == {"finish": 12, "failed": 12, "error": 12}
-    events: list[Any] = []
-    after: Any = None
-    while True:
-        # Pages small enough that each text is read whole (a page of 100 reads 10 KB of each).
-        page = tracking.list_events(poisoned.id, after=after, limit=10)
-        events += page.items
-        if page.next_cursor is None:
-            break
-        after = page.next_cursor
+    # Pages small enough that each text is read whole (a page of 100 reads 10 KB of each).
+    events: list[Any] = all_pages(lambda after: tracking.list_events(poisoned.id, after=after, limit=10))
     by_what: dict[tuple[str, str], list[Any]] = {}
     for event in events:
         item = event.params[0][0]

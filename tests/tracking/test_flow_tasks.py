@@ -4,7 +4,6 @@ is written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,18 +17,7 @@ from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError, tenan
 from asynctask.tracking.models import Event, EventMessage, Task
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.transitions import decode_entry
-
-
-def recorded(tracking: Tracking) -> list[JobDict]:
-    """The jobs create_task pushes from now on, as the client middleware sees them."""
-    seen: list[JobDict] = []
-
-    def record(job: JobDict, queue: str, call_next: Callable[[], Any]) -> Any:
-        seen.append(job)
-        return call_next()
-
-    tracking.client.middleware.add(record)
-    return seen
+from tests.conftest import recorded_pushes
 
 
 @pytest.fixture
@@ -44,7 +32,7 @@ def rows(registry: Registry) -> Any:
 def test_chunks_hold_one_key_each_and_keep_the_order_of_each_keys_items(
     redis_tracking: Tracking, rows: Any
 ) -> None:
-    seen = recorded(redis_tracking)
+    seen = recorded_pushes(redis_tracking.client)
     items = [{"op": op, "n": n} for n, op in enumerate("aabbabaaa")]
     task = redis_tracking.create_task(
         rows, items, chunk_size=2, concurrency_key="operator:{op}", concurrency_limit=3
@@ -66,7 +54,7 @@ def test_keys_are_grouped_within_each_batch_and_batches_keep_their_order(
     redis_tracking: Tracking, rows: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(creation, "BATCH", 4)
-    seen = recorded(redis_tracking)
+    seen = recorded_pushes(redis_tracking.client)
     items = [{"k": k, "n": n} for n, k in enumerate("xyxyxyxy")]
     redis_tracking.create_task(rows, items, chunk_size=4, concurrency_key="{k}")
     assert [(j["concurrency_key"], [i["n"] for i in j["args"][0]]) for j in seen] == [
@@ -78,14 +66,14 @@ def test_keys_are_grouped_within_each_batch_and_batches_keep_their_order(
 
 
 def test_without_a_key_chunks_and_payloads_are_unchanged(redis_tracking: Tracking, rows: Any) -> None:
-    seen = recorded(redis_tracking)
+    seen = recorded_pushes(redis_tracking.client)
     redis_tracking.create_task(rows, [{"op": "a"}, {"op": "b"}, {"op": "a"}], chunk_size=2)
     assert [j["args"][0] for j in seen] == [[{"op": "a"}, {"op": "b"}], [{"op": "a"}]]
     assert not any("concurrency_key" in j or "concurrency_limit" in j for j in seen)
 
 
 def test_a_tenants_keys_are_its_own(redis_tracking: Tracking, rows: Any) -> None:
-    seen = recorded(redis_tracking)
+    seen = recorded_pushes(redis_tracking.client)
     redis_tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}", tenant="acme")
     redis_tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}", tenant='ac"me/x')
     redis_tracking.create_task(rows, [{"op": 7}], concurrency_key="operator:{op}")
@@ -112,7 +100,7 @@ def test_a_keyed_chunk_is_enqueue_with_one_waiting_message(
 
 
 def test_a_key_function_gets_each_item(redis_tracking: Tracking, rows: Any) -> None:
-    seen = recorded(redis_tracking)
+    seen = recorded_pushes(redis_tracking.client)
     redis_tracking.create_task(rows, [3, 4, 5], chunk_size=3, concurrency_key=lambda n: f"parity:{n % 2}")
     assert [(j["concurrency_key"], j["args"][0]) for j in seen] == [("parity:1", [3, 5]), ("parity:0", [4])]
 
@@ -178,7 +166,7 @@ def test_the_jobs_own_key_and_rate_apply_to_each_chunk_but_not_its_uniqueness(
     def limited(items: list[int]) -> None:
         pass
 
-    seen = recorded(redis_tracking)
+    seen = recorded_pushes(redis_tracking.client)
     task = redis_tracking.create_task(limited, [1, 2, 3], chunk_size=2)
     flow = [{k: v for k, v in j.items() if k.startswith(("concurrency", "rate", "unique"))} for j in seen]
     assert flow == [

@@ -5,7 +5,6 @@ with stable codes before anything is written."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.payload import JobDict
 from asynctask.tokens import create_token
+from tests.conftest import recorded_pushes
 from tests.webapi.conftest import LIMITS, Api, define_jobs
 from tests.webapi.test_api import assert_nothing_written, error_of
 from webapi import create_app
@@ -25,24 +25,12 @@ from webapi import create_app
 ITEMS = [{"op": op, "n": n} for n, op in enumerate([7, 7, 8, 7, 8])]
 
 
-def pushed(api: Api) -> list[JobDict]:
-    """The jobs the API pushes from now on, as the client middleware sees them."""
-    seen: list[JobDict] = []
-
-    def record(job: JobDict, queue: str, call_next: Callable[[], Any]) -> Any:
-        seen.append(job)
-        return call_next()
-
-    api.client.middleware.add(record)
-    return seen
-
-
 def keyed(seen: list[JobDict]) -> list[tuple[str, int, list[Any]]]:
     return [(j["concurrency_key"], j["concurrency_limit"], [i["n"] for i in j["args"][0]]) for j in seen]
 
 
 def test_json_body_chunks_by_key_and_the_tenant_owns_the_keys(api: Api) -> None:
-    seen = pushed(api)
+    seen = recorded_pushes(api.client)
     body = {"job": "echo", "items": ITEMS, "chunk_size": 2, "concurrency_key": "operator:{op}"}
     response = api.post_json({**body, "concurrency_limit": 2})
     assert response.status_code == 202, response.get_json()
@@ -70,7 +58,7 @@ def test_the_events_say_which_key_a_job_waits_for(api: Api) -> None:
 
 
 def test_csv_and_upload_take_the_options_as_fields(api: Api) -> None:
-    seen = pushed(api)
+    seen = recorded_pushes(api.client)
     csv_text = "sku,price,op\nA1,1,x\nA2,2,y\nA3,3,x\n"
     response = api.post(
         "/api/tasks?job=import_products&chunk_size=5&concurrency_key=op-{op}&concurrency_limit=4"
@@ -96,7 +84,7 @@ def test_csv_and_upload_take_the_options_as_fields(api: Api) -> None:
 
 def test_without_auth_keys_are_not_prefixed(make_api: Any) -> None:
     api = make_api(auth=False)
-    seen = pushed(api)
+    seen = recorded_pushes(api.client)
     body = {"job": "echo", "items": ITEMS[:1], "concurrency_key": "operator:{op}"}
     assert api.http.post("/api/tasks", json=body).status_code == 202
     assert keyed(seen) == [("operator:7", 1, [0])]
