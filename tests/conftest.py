@@ -80,6 +80,20 @@ def wait_for_beats(beat: Callable[[], float | None], count: int = 2, timeout: fl
         last = wait_until(lambda after=last: (at := beat()) is not None and at > after and at, timeout)
 
 
+def started_threads(target: Callable[[], object], count: int) -> list[threading.Thread]:
+    """``count`` threads running ``target``, started."""
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def run_in_threads(target: Callable[[], object], count: int, timeout: float | None) -> None:
+    """Run ``target`` in ``count`` threads at once, waiting up to ``timeout`` seconds for each."""
+    for thread in started_threads(target, count):
+        thread.join(timeout)
+
+
 def recorded_pushes(client: Client) -> list[JobDict]:
     """The jobs ``client`` pushes from now on, as its client middleware sees them."""
     seen: list[JobDict] = []

@@ -24,7 +24,7 @@ from asynctask.middleware import Chain
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
 from tests.chaos.redis_server import private_redis
-from tests.conftest import REDIS_URL, wait_until
+from tests.conftest import REDIS_URL, run_in_threads, wait_until
 from tests.redis_sockets import WatchedConnection
 
 
@@ -134,11 +134,7 @@ def test_pushes_take_a_connection_per_thread_pushing_at_once_and_close_closes_th
         for n in range(200):
             client.push({"class": "Together", "args": [n]})
 
-    threads = [threading.Thread(target=push) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(push, 4, None)
     assert 1 <= len(own_connections(conn, named)) <= 4
     assert conn.llen(client.keys.queue("default")) == 1000
     client.close()

@@ -23,7 +23,7 @@ from asynctask.brokers import open_broker
 from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.worker import Worker
 from tests.brokers.conftest import SpawnWorker, read_runs
-from tests.conftest import wait_for_beats, wait_until
+from tests.conftest import started_threads, wait_for_beats, wait_until
 
 # Times what it checks: runs alone (see the marker in pyproject.toml).
 pytestmark = pytest.mark.alone
@@ -134,9 +134,7 @@ def test_going_quiet_releases_the_threads_waiting_for_jobs(settings: Settings) -
     try:
         fetcher = broker.fetcher("me")
         got: list[UnitOfWork | None] = []
-        waiting = [threading.Thread(target=lambda: got.append(fetcher.fetch(None, 0))) for _ in range(3)]
-        for thread in waiting:
-            thread.start()
+        waiting = started_threads(lambda: got.append(fetcher.fetch(None, 0)), 3)
         time.sleep(0.5)
         started = time.monotonic()
         fetcher.interrupt()

@@ -34,6 +34,7 @@ from asynctask.tracking.models import Event
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import status
 from tests.brokers.conftest import sql_settings
+from tests.conftest import run_in_threads, started_threads
 
 
 def job(klass: str = "Work", queue: str = "default", **fields: Any) -> payload.JobDict:
@@ -478,9 +479,7 @@ def test_two_fetchers_in_threads_claim_every_job_exactly_once(
 def test_idle_fetches_wake_when_jobs_are_pushed(make_sql_broker: Callable[..., SqlBroker]) -> None:
     fetcher = make_sql_broker(fetch_timeout=5.0).fetcher("me")
     got: list[UnitOfWork | None] = []
-    waiting = [threading.Thread(target=lambda: got.append(fetcher.fetch(None, 0))) for _ in range(3)]
-    for thread in waiting:
-        thread.start()
+    waiting = started_threads(lambda: got.append(fetcher.fetch(None, 0)), 3)
     time.sleep(0.3)
     # Another broker (its own engine and pool), as a client process would push.
     started = time.monotonic()
@@ -543,11 +542,7 @@ def test_idle_threads_leave_the_polling_to_the_one_watching(
         while time.monotonic() < stop:
             assert fetcher.fetch(None, 0) is None
 
-    threads = [threading.Thread(target=idle) for _ in range(10)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(5)
+    run_in_threads(idle, 10, 5)
     counted_claims = [at for at in claims if counted_from <= at < stop]
     assert 2 <= len(counted_claims) <= 20, len(counted_claims)
 

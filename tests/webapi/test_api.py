@@ -24,7 +24,7 @@ from asynctask.tracking import transitions
 from asynctask.tracking.apply import apply_transitions
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import EventStatus
-from tests.conftest import wait_until
+from tests.conftest import started_threads, wait_until
 from tests.webapi.conftest import Api
 from webapi.resources import EXTENSION
 
@@ -736,9 +736,7 @@ def test_many_streams_of_one_task_share_one_reader(make_api: Any, start_tracked_
         kinds = [kind for kind, _ in read_events(response)]
         ends.append(kinds[-1])
 
-    streams = [threading.Thread(target=follow) for _ in range(20)]
-    for thread in streams:
-        thread.start()
+    streams = started_threads(follow, 20)
     started = time.monotonic()
     start_tracked_worker()
     for thread in streams:

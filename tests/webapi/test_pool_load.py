@@ -21,7 +21,7 @@ import psutil
 import pytest
 from sqlalchemy import make_url
 
-from tests.conftest import POSTGRES_URL, fresh_postgres_schema, wait_until
+from tests.conftest import POSTGRES_URL, fresh_postgres_schema, run_in_threads, wait_until
 from tests.processes import free_port
 from tests.webapi.test_server import CLI, ROOT, Server, _answers, migrated_with_token
 from webapi.config import ApiConfig
@@ -92,11 +92,7 @@ def test_64_concurrent_submissions_are_all_answered_in_time(on_postgres: ApiServ
             if status != 202:
                 refusals.append(body)
 
-    threads = [threading.Thread(target=submit) for _ in range(CONCURRENT)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(90)
+    run_in_threads(submit, CONCURRENT, 90)
     assert sorted(status for status, _, _ in answers) == [202] * CONCURRENT, refusals
     # The pools keep what they opened: what is open now is the most the burst asked for.
     assert on_postgres.connections_to_postgres() <= WORKERS * (ApiConfig.threads + SPARE_CONNECTIONS)

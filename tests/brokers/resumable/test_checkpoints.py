@@ -28,6 +28,7 @@ from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import status
 from tests.brokers.feeds.test_sql import checked, stage, states
 from tests.brokers.test_sql_broker import claim_all
+from tests.conftest import run_in_threads
 
 #: Threads racing to flag one job's stop.
 RACERS = 8
@@ -121,11 +122,7 @@ def test_of_stop_requests_racing_for_a_job_exactly_one_flags_it(broker: Broker) 
                 with lock:
                     flagged.append(jid)
 
-    threads = [threading.Thread(target=race) for _ in range(RACERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    run_in_threads(race, RACERS, 30)
     assert sorted(flagged) == sorted(jids)
     assert all(broker.checkpoints.load(jid).cursor == "0" for jid in jids[::2])
 
