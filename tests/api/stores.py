@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -30,6 +31,17 @@ _STATES: dict[SetName, str] = {
 }
 
 Job = payload.JobDict | bytes | str
+
+
+@dataclass(frozen=True)
+class Beat:
+    """A heartbeat's fields, as ``Store.process`` takes them."""
+
+    busy: int
+    info: dict[str, Any] | None
+    work: dict[str, str]
+    alive: bool
+    quiet: bool
 
 
 class Store(ABC):
@@ -56,7 +68,6 @@ class Store(ABC):
     def pop_lowest(self, name: SetName) -> None:
         """Remove the lowest-scored entry, as the poller takes the due end."""
 
-    @abstractmethod
     def process(
         self,
         identity: str,
@@ -69,6 +80,10 @@ class Store(ABC):
     ) -> None:
         """A heartbeat as a worker writes it; ``alive=False``: a process that died (its
         heartbeat expired) and left its record behind; ``quiet``: one told to take no more jobs."""
+        self.beat(identity, Beat(busy, info, work or {}, alive, quiet))
+
+    @abstractmethod
+    def beat(self, identity: str, beat: Beat) -> None: ...
 
     @abstractmethod
     def set_stat(self, name: str, value: int) -> None:
@@ -113,22 +128,13 @@ class RedisStore(Store):
     def pop_lowest(self, name: SetName) -> None:
         self.conn.zpopmin({"schedule": self.keys.schedule, "retry": self.keys.retry}[name])
 
-    def process(
-        self,
-        identity: str,
-        *,
-        busy: int = 0,
-        info: dict[str, Any] | None = None,
-        work: dict[str, str] | None = None,
-        alive: bool = True,
-        quiet: bool = False,
-    ) -> None:
-        if alive:
-            write_process(self.conn, self.keys, identity, busy=busy, quiet=quiet, info=info)
+    def beat(self, identity: str, beat: Beat) -> None:
+        if beat.alive:
+            write_process(self.conn, self.keys, identity, busy=beat.busy, quiet=beat.quiet, info=beat.info)
         else:
             self.conn.sadd(self.keys.processes, identity)
-        if work:
-            self.conn.hset(self.keys.work(identity), mapping=work)
+        if beat.work:
+            self.conn.hset(self.keys.work(identity), mapping=beat.work)
 
     def set_stat(self, name: str, value: int) -> None:
         # Sidekiq's key names, spelled out rather than taken from Keys.
@@ -204,27 +210,18 @@ class SqlStore(Store):
         with self.engine.begin() as conn:
             conn.execute(delete(QueuedJob).where(QueuedJob.id == lowest))
 
-    def process(
-        self,
-        identity: str,
-        *,
-        busy: int = 0,
-        info: dict[str, Any] | None = None,
-        work: dict[str, str] | None = None,
-        alive: bool = True,
-        quiet: bool = False,
-    ) -> None:
+    def beat(self, identity: str, beat: Beat) -> None:
         now = payload.now()
         row = {
             "identity": identity,
-            "info": json.dumps(process_info(identity, info), separators=(",", ":")),
-            "busy": busy,
+            "info": json.dumps(process_info(identity, beat.info), separators=(",", ":")),
+            "busy": beat.busy,
             "beat": now,
-            "quiet": quiet,
+            "quiet": beat.quiet,
             "rss": 29676,
             "rtt_us": 551,
-            "expires_at": now + 60 if alive else now - 1,
-            "work": json.dumps(work or {}),
+            "expires_at": now + 60 if beat.alive else now - 1,
+            "work": json.dumps(beat.work),
         }
         with self.engine.begin() as conn:
             conn.execute(insert(WorkerProcess).values(row))
