@@ -60,17 +60,15 @@ def redis_state(redis_server: PrivateRedis, tmp_path: Path) -> Iterator[RedisSta
 
 @pytest.fixture
 def postgres_state(postgres_server: PrivatePostgres) -> Iterator[SqlState]:
-    upgrade(postgres_server.url)
-    state = SqlState(create_database_engine(postgres_server.url), Settings(broker_url=postgres_server.url))
-    try:
-        yield state
-    finally:
-        state.close()
+    yield from _sql_state(postgres_server.url)
 
 
 @pytest.fixture
 def sqlite_state(tmp_path: Path) -> Iterator[SqlState]:
-    url = f"sqlite:///{tmp_path / 'broker.db'}"
+    yield from _sql_state(f"sqlite:///{tmp_path / 'broker.db'}")
+
+
+def _sql_state(url: str) -> Iterator[SqlState]:
     upgrade(url)
     state = SqlState(create_database_engine(url), Settings(broker_url=url))
     try:
