@@ -26,6 +26,7 @@ from asynctask.cli import main
 from asynctask.db import migrate
 from asynctask.keys import Keys
 from asynctask.modules import load_module
+from tests.cli_support import run_cli, without_asynctask_environment
 from tests.conftest import POSTGRES_URL, REDIS_URL, fresh_postgres_schema, wait_until
 from tests.processes import LineReader, free_port
 
@@ -77,9 +78,7 @@ def run(
 
     An ``api`` command with no ``--port`` gets a busy one: one that failed to fail would
     then stop there instead of serving in the test's process."""
-    for name in list(os.environ):
-        if name.startswith("ASYNCTASK_") or name == "REDIS_URL":
-            monkeypatch.delenv(name)
+    without_asynctask_environment(monkeypatch)
     monkeypatch.chdir(tmp_path)
     # -r puts directories on sys.path, and loads modules.
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -89,12 +88,7 @@ def run(
     def run_main(*argv: str) -> Result:
         if argv[:1] == ("api",) and "--port" not in argv:
             argv = (*argv, "--port", str(busy_port))
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:  # argparse: usage errors, --help, --version
-            code = int(exc.code or 0)
-        out, err = capfd.readouterr()
-        return Result(code, out, err)
+        return Result(*run_cli(list(argv), capfd))
 
     return run_main
 

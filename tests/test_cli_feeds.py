@@ -4,7 +4,6 @@ task that cannot change)."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from asynctask.feeds import Feed, FeedState
 from asynctask.middleware import Chain, TrackingClientMiddleware
 from asynctask.tasks.creation import new_task_id
 from asynctask.tracking.views import FeedView
+from tests.cli_support import run_cli, without_asynctask_environment
 from tests.conftest import REDIS_URL
 
 Run = Callable[..., tuple[int, str, str]]
@@ -40,19 +40,12 @@ def tracking(redis_settings: Settings, registry: Registry, tmp_path: Path) -> Tr
 @pytest.fixture
 def run(tracking: Tracking, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
     """``asynctask ARGV... --redis --namespace --database-url`` of ``tracking``'s broker."""
-    for name in list(os.environ):
-        if name.startswith("ASYNCTASK_") or name == "REDIS_URL":
-            monkeypatch.delenv(name)
+    without_asynctask_environment(monkeypatch)
     settings = tracking.client.settings
     where = ["--redis", REDIS_URL, "--namespace", settings.namespace, "--database-url", settings.database_url]
 
     def run_main(*argv: str) -> tuple[int, str, str]:
-        try:
-            code = main([*argv, *where])
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
+        return run_cli([*argv, *where], capsys)
 
     return run_main
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,11 +10,11 @@ import pytest
 
 from asynctask import Registry, Settings
 from asynctask.brokers import open_broker
-from asynctask.cli import main
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain
 from asynctask.periodic import Schedule, Schedules
 from asynctask.worker.periodic import Scheduler
+from tests.cli_support import run_cli, without_asynctask_environment
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -35,17 +34,10 @@ def broker_url(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def run(broker_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
-    for name in list(os.environ):
-        if name.startswith("ASYNCTASK_") or name == "REDIS_URL":
-            monkeypatch.delenv(name)
+    without_asynctask_environment(monkeypatch)
 
     def run_main(*argv: str) -> tuple[int, str, str]:
-        try:
-            status = main([*argv, "--broker", broker_url])
-        except SystemExit as exc:
-            status = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return status, out, err
+        return run_cli([*argv, "--broker", broker_url], capsys)
 
     return run_main
 

@@ -4,17 +4,16 @@ clear|pause|resume`` on every broker: what an operator sees and does from a shel
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 
 import pytest
 
 from asynctask import payload
 from asynctask.api import DeadSet, Queue, RetrySet
-from asynctask.cli import main
 from asynctask.cli import status as status_cli
 from tests.api.conftest import sidekiq_job
 from tests.api.stores import Store
+from tests.cli_support import run_cli, without_asynctask_environment
 
 
 class Shell:
@@ -26,19 +25,12 @@ class Shell:
         self.capsys = capsys
 
     def __call__(self, *argv: str) -> tuple[int, str, str]:
-        try:
-            status = main([*argv, *self.connection])
-        except SystemExit as exc:
-            status = int(exc.code or 0)
-        out, err = self.capsys.readouterr()
-        return status, out, err
+        return run_cli([*argv, *self.connection], self.capsys)
 
 
 @pytest.fixture
 def shell(store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Shell:
-    for name in list(os.environ):
-        if name.startswith("ASYNCTASK_") or name == "REDIS_URL":
-            monkeypatch.delenv(name)
+    without_asynctask_environment(monkeypatch)
     return Shell(store, capsys)
 
 

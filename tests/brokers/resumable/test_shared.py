@@ -16,11 +16,11 @@ from sqlalchemy import Engine
 
 from asynctask import Client, JobNotFound, JobStateError, Registry, Settings, Tracking, job, payload
 from asynctask.api import Queue, ScheduledSet, StoppedSet
-from asynctask.cli import main
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.tasks.jobs import StopState
 from asynctask.worker import Worker
 from tests.brokers.conftest import ROOT, JobKind, SpawnWorker
+from tests.cli_support import run_cli, without_asynctask_environment
 from tests.conftest import wait_until
 from tests.records import written_lines
 
@@ -198,20 +198,13 @@ def test_the_shell_stops_lists_and_resumes_a_job(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for name in list(os.environ):
-        if name.startswith("ASYNCTASK_") or name == "REDIS_URL":
-            monkeypatch.delenv(name)
+    without_asynctask_environment(monkeypatch)
     connection = ["--broker", settings.broker, "--database-url", settings.database_url]
     if settings.uses_redis:
         connection += ["--namespace", settings.namespace]
 
     def shell(*argv: str) -> tuple[int, str, str]:
-        try:
-            status = main([*argv, *connection])
-        except SystemExit as exc:
-            status = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return status, out, err
+        return run_cli([*argv, *connection], capsys)
 
     jid = client.push({"class": "count", "args": [3, 1]})
     assert shell("jobs", "stop", jid) == (0, f"job {jid} stopped\n", "")
