@@ -157,17 +157,22 @@ def test_plain_jobs_alone_are_claimed_in_push_order(sql_broker: SqlBroker) -> No
     assert one_by_one(fetcher) == ["P1", "P2"]
 
 
+def claim_order(broker: SqlBroker, count: int) -> list[str]:
+    """The classes one claim of ``count`` jobs takes, in order; claimed again one at a time once
+    they are given back, they come in the same order."""
+    fetcher = fetcher_of(broker)
+    units = fetcher.claim(count, [], [])
+    fetcher.requeue(units)
+    assert one_by_one(fetcher) == classes(units)
+    return classes(units)
+
+
 def test_priority_beats_fairness(sql_broker: SqlBroker) -> None:
     stage(sql_broker, "A", 2, tenant="a", priority=5)
     stage(sql_broker, "B", 2, tenant="b")
     plain(sql_broker, "P", 2, priority=1)
     plain(sql_broker, "Q", 1, priority=-1)
-    expected = ["Q0", "B0", "B1", "P0", "P1", "A0", "A1"]
-    fetcher = fetcher_of(sql_broker)
-    units = fetcher.claim(7, [], [])
-    assert classes(units) == expected
-    fetcher.requeue(units)
-    assert one_by_one(fetcher) == expected
+    assert claim_order(sql_broker, 7) == ["Q0", "B0", "B1", "P0", "P1", "A0", "A1"]
 
 
 @pytest.mark.parametrize(
@@ -182,12 +187,7 @@ def test_a_fifo_queue_is_claimed_by_priority_then_push_order(
     stage(broker, "B", 2, tenant="b")
     plain(broker, "Q", 1, priority=-1)
     assert turns(broker)["B0"] == 0
-    expected = ["Q0", "A0", "A1", "A2", "P0", "B0", "B1"]
-    fetcher = fetcher_of(broker)
-    units = fetcher.claim(7, [], [])
-    assert classes(units) == expected
-    fetcher.requeue(units)
-    assert one_by_one(fetcher) == expected
+    assert claim_order(broker, 7) == ["Q0", "A0", "A1", "A2", "P0", "B0", "B1"]
 
 
 def test_fair_and_fifo_queues_in_one_claim(make_sql_broker: Callable[..., SqlBroker]) -> None:
@@ -195,12 +195,7 @@ def test_fair_and_fifo_queues_in_one_claim(make_sql_broker: Callable[..., SqlBro
     for queue in "of":
         stage(broker, f"{queue.upper()}A", 2, tenant="a", queue=queue)
         stage(broker, f"{queue.upper()}B", 2, tenant="b", queue=queue)
-    expected = ["FA0", "FB0", "FA1", "FB1", "OA0", "OA1", "OB0", "OB1"]
-    fetcher = fetcher_of(broker)
-    units = fetcher.claim(8, [], [])
-    assert classes(units) == expected
-    fetcher.requeue(units)
-    assert one_by_one(fetcher) == expected
+    assert claim_order(broker, 8) == ["FA0", "FB0", "FA1", "FB1", "OA0", "OA1", "OB0", "OB1"]
 
 
 def test_turns_never_go_back_after_the_queue_drains(sql_broker: SqlBroker) -> None:
