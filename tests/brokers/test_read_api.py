@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import asynctask
 from asynctask import Client, Registry, Settings, payload
 from asynctask.api import DeadSet, Queue, RetrySet, ScheduledSet, Stats
+from asynctask.api.sorted_sets import SortedEntry
 from asynctask.worker import Worker
 from tests.conftest import wait_until
 
@@ -41,26 +43,46 @@ def test_queue_size_find_iterate_delete_and_clear(
     assert left.jid == other
 
 
-def test_retry_now_runs_a_retry_at_once_and_only_once(
+@dataclass
+class FailedOnce:
+    """A job that failed its first run and waits in the retry set; ``runs``: (jid, retry_count)
+    of each of its runs, as they start."""
+
+    jid: str
+    runs: list[tuple[str, int | None]]
+    retries: RetrySet
+    entry: SortedEntry
+
+
+def failed_once(
     registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
-) -> None:
-    counts: list[int | None] = []
+) -> FailedOnce:
+    runs: list[tuple[str, int | None]] = []
 
     @asynctask.job(registry=registry)
     def fails_once() -> None:
-        counts.append(asynctask.current_job().retry_count)
-        if len(counts) == 1:
+        current = asynctask.current_job()
+        runs.append((current.jid, current.retry_count))
+        if len(runs) == 1:
             raise ValueError("first time")
 
     jid = fails_once.set(client=client).perform_async()
     start_worker()
     retries = RetrySet(settings=settings)
     [entry] = wait_until(lambda: list(retries))
+    return FailedOnce(jid, runs, retries, entry)
+
+
+def test_retry_now_runs_a_retry_at_once_and_only_once(
+    registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
+) -> None:
+    failed = failed_once(registry, client, settings, start_worker)
+    jid, retries, entry = failed.jid, failed.retries, failed.entry
     assert entry.jid == jid and entry.score > payload.now() + 10
     assert entry.retry() is True
-    wait_until(lambda: len(counts) == 2)
+    wait_until(lambda: len(failed.runs) == 2)
     # "Retry now" takes one off retry_count, so the next failure counts as the same attempt.
-    assert counts == [None, -1]
+    assert [count for _, count in failed.runs] == [None, -1]
     assert entry.retry() is False  # already moved
     assert retries.size == 0
 
@@ -68,18 +90,8 @@ def test_retry_now_runs_a_retry_at_once_and_only_once(
 def test_kill_moves_a_retry_to_the_dead_set_where_it_can_be_retried_or_deleted(
     registry: Registry, client: Client, settings: Settings, start_worker: StartWorker
 ) -> None:
-    ran: list[str] = []
-
-    @asynctask.job(registry=registry)
-    def fails_once() -> None:
-        ran.append(asynctask.current_job().jid)
-        if len(ran) == 1:
-            raise ValueError("first time")
-
-    jid = fails_once.set(client=client).perform_async()
-    start_worker()
-    retries = RetrySet(settings=settings)
-    [entry] = wait_until(lambda: list(retries))
+    failed = failed_once(registry, client, settings, start_worker)
+    jid, retries, entry = failed.jid, failed.retries, failed.entry
     assert entry.kill() is True
     assert entry.kill() is False
     dead = DeadSet(settings=settings)
@@ -94,7 +106,7 @@ def test_kill_moves_a_retry_to_the_dead_set_where_it_can_be_retried_or_deleted(
     assert dead.size == 1
 
     assert buried.retry() is True
-    wait_until(lambda: ran == [jid, jid])
+    wait_until(lambda: [ran for ran, _ in failed.runs] == [jid, jid])
     assert dead.size == 0 and buried.retry() is False
     wait_until(lambda: Stats(settings=settings).enqueued == 0)
 
