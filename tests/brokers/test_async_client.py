@@ -21,7 +21,7 @@ from sqlalchemy.exc import DataError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import asynctask
-from asynctask import AsyncClient, Client, Registry, Settings
+from asynctask import AsyncClient, Client, JobDefinition, Registry, Settings
 from asynctask import client as client_module
 from asynctask.api import Queue, ScheduledSet
 from asynctask.async_client import default_async_client
@@ -73,10 +73,9 @@ def test_aperform_pushes_jobs_a_worker_runs(
     assert sorted(ran) == sorted([(one, [1, 2]), *((jid, [n, n]) for n, jid in enumerate(many))])
 
 
-def test_a_thousand_coroutines_pushing_at_once_each_push_once(registry: Registry, settings: Settings) -> None:
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
-
+def test_a_thousand_coroutines_pushing_at_once_each_push_once(
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
+) -> None:
     async def push(client: AsyncClient) -> list[str]:
         return list(await asyncio.gather(*(note.set(client=client).aperform_async(n) for n in range(1000))))
 
@@ -87,10 +86,9 @@ def test_a_thousand_coroutines_pushing_at_once_each_push_once(registry: Registry
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_coroutines_pushing_side_by_side_share_transactions(registry: Registry, settings: Settings) -> None:
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
-
+def test_coroutines_pushing_side_by_side_share_transactions(
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
+) -> None:
     commits: list[int] = []
 
     async def push(client: AsyncClient) -> list[str]:
@@ -105,12 +103,11 @@ def test_coroutines_pushing_side_by_side_share_transactions(registry: Registry, 
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])
-def test_a_push_committed_with_others_fails_alone(registry: Registry, settings: Settings) -> None:
+def test_a_push_committed_with_others_fails_alone(
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
+) -> None:
     """Plain pushes made side by side share a transaction: a row the database refuses fails
     only the push it belongs to."""
-
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
 
     def misplace(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
         if job["args"] == [3]:
@@ -130,14 +127,11 @@ def test_a_push_committed_with_others_fails_alone(registry: Registry, settings: 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_thousand_coroutines_pushing_set_off_no_full_collection(
-    registry: Registry, settings: Settings
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
 ) -> None:
     """The coroutines of the trips under way make their next pushes together: trips too full
     would set off a young collection each, keep every push under way for the oldest generation,
     and soon a full collection, which walks every object of the process (SQLAlchemy's too)."""
-
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
 
     collected: list[int] = []
 
@@ -194,10 +188,9 @@ def test_a_tracked_job_and_a_unique_one_go_through_the_async_client(
     wait_until(lambda: status() == "finish", 10)
 
 
-def test_a_client_of_the_other_kind_is_refused(registry: Registry, settings: Settings) -> None:
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
-
+def test_a_client_of_the_other_kind_is_refused(
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
+) -> None:
     client = Client(settings, registry=registry, middleware=Chain())
     with pytest.raises(TypeError, match="aperform_\\* needs an AsyncClient"):
         asyncio.run(note.set(client=client).aperform_async(1))
@@ -226,11 +219,8 @@ def test_a_payload_over_the_limit_is_refused_before_anything_is_pushed(
 
 @pytest.mark.parametrize("backend", ["redis"])
 def test_a_redis_broker_named_by_its_broker_url_takes_async_pushes(
-    registry: Registry, settings: Settings
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
 ) -> None:
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
-
     named = Settings(**{**settings.__dict__, "redis_url": "", "broker_url": settings.redis_url})
 
     async def push(client: AsyncClient) -> str:
@@ -241,11 +231,10 @@ def test_a_redis_broker_named_by_its_broker_url_takes_async_pushes(
 
 
 @pytest.mark.parametrize("backend", ["redis"])
-def test_a_push_sent_with_others_fails_alone(registry: Registry, settings: Settings) -> None:
+def test_a_push_sent_with_others_fails_alone(
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
+) -> None:
     """Plain pushes made side by side share a round trip: each still gets its own outcome."""
-
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
 
     blocker = redis.Redis.from_url(settings.redis_url)
     blocker.set(f"{settings.namespace}:queue:broken", "not a list")
@@ -266,11 +255,8 @@ def test_a_push_sent_with_others_fails_alone(registry: Registry, settings: Setti
 
 @pytest.mark.parametrize("backend", ["redis"])
 def test_a_push_after_the_server_closed_an_idle_connection_is_sent_once(
-    registry: Registry, settings: Settings
+    registry: Registry, settings: Settings, note: JobDefinition[Any]
 ) -> None:
-    @asynctask.job(registry=registry)
-    def note(n: int) -> None: ...
-
     admin = redis.Redis.from_url(settings.redis_url)
     name = f"asynctask:{socket.gethostname()}:{os.getpid()}"
 
@@ -285,6 +271,14 @@ def test_a_push_after_the_server_closed_an_idle_connection_is_sent_once(
     jids = run(push, settings, registry)
     assert sorted(r.jid for r in Queue("default", settings=settings)) == sorted(jids)
     admin.close()
+
+
+@pytest.fixture
+def note(registry: Registry) -> JobDefinition[Any]:
+    @asynctask.job(registry=registry)
+    def note(n: int) -> None: ...
+
+    return note
 
 
 @pytest.fixture
