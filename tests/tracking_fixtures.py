@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 # Imported for its tables: they join Base.metadata, which create_all creates.
 import asynctask.tracking.models  # noqa: F401
-from asynctask import Client, Registry, Settings, Tracking
+from asynctask import Client, JobDefinition, Registry, Settings, Tracking, job
 from asynctask.db.base import Base
 from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
@@ -55,6 +55,17 @@ def start_tracked_worker(
         return start_redis_worker(database_url=database_url, **overrides)
 
     return start
+
+
+@pytest.fixture
+def noop_job(registry: Registry) -> JobDefinition[Any]:
+    """A job that does nothing, for tasks whose transitions a test writes itself."""
+
+    @job(registry=registry)
+    def noop(items: list[int]) -> None:
+        pass
+
+    return noop
 
 
 def wait_for_task(tracking: Tracking, task_id: str, timeout: float = 30.0) -> Any:

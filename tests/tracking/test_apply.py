@@ -18,7 +18,7 @@ import redis
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import OperationalError
 
-from asynctask import Tracking, job
+from asynctask import JobDefinition, Tracking, job
 from asynctask.brokers.redis.flusher import Flusher
 from asynctask.db.engine import as_utc, create_database_engine, writer
 from asynctask.registry import Registry
@@ -421,15 +421,10 @@ def test_apply_returns_how_many_events_it_changed(
 
 
 def test_one_batch_moves_the_counts_and_times_of_each_of_its_tasks(
-    redis_tracking: Tracking, registry: Registry, database_engine: Engine
+    redis_tracking: Tracking, noop_job: JobDefinition[Any], database_engine: Engine
 ) -> None:
     """A fair queue hands a worker one job of each task in turn: a batch spans many tasks."""
-
-    @job(registry=registry)
-    def noop(items: list[int]) -> None:
-        pass
-
-    tasks = [redis_tracking.create_task(noop, range(size)) for size in (3, 2, 1)]
+    tasks = [redis_tracking.create_task(noop_job, range(size)) for size in (3, 2, 1)]
     jids = [[e.job_id for e in redis_tracking.list_events(t.id, limit=3).items] for t in tasks]
     history = [status(jid, EventStatus.WORKING, "started") for group in jids for jid in group]
     # The first task: one job still running; the second: one failed; the third: all done.
@@ -569,14 +564,10 @@ def test_item_transitions_travel_through_the_stream_encoding() -> None:
 
 
 def test_a_tasks_progress_counts_items_once_its_jobs_report_them(
-    redis_tracking: Tracking, registry: Registry, database_engine: Engine
+    redis_tracking: Tracking, noop_job: JobDefinition[Any], database_engine: Engine
 ) -> None:
-    @job(registry=registry)
-    def sign_up(items: list[int]) -> None:
-        pass
-
     # Two jobs of 10 items: the items say how far the task is before any job ends.
-    task = redis_tracking.create_task(sign_up, range(20), chunk_size=10)
+    task = redis_tracking.create_task(noop_job, range(20), chunk_size=10)
     first, second = (e.job_id for e in redis_tracking.list_events(task.id).items)
     apply(database_engine, numbered([status(first, EventStatus.WORKING), items(first, 4, 1, 2, "x")]))
     view = redis_tracking.get_task(task.id)

@@ -4,10 +4,11 @@ SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlalchemy import Engine
 
-from asynctask import Tracking, job
+from asynctask import JobDefinition, Tracking
 from asynctask.registry import Registry
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.transitions import Transition
@@ -63,15 +64,10 @@ def test_a_stopped_job_moves_its_count_and_holds_the_task_unfinished_until_it_en
 
 
 def test_one_batch_stopping_the_last_jobs_of_several_tasks_finishes_none(
-    redis_tracking: Tracking, registry: Registry, database_engine: Engine
+    redis_tracking: Tracking, noop_job: JobDefinition[Any], database_engine: Engine
 ) -> None:
     """On PostgreSQL a batch touching several tasks updates them in one statement."""
-
-    @job(registry=registry)
-    def noop(items: list[int]) -> None:
-        pass
-
-    tasks = [redis_tracking.create_task(noop, range(2)) for _ in range(2)]
+    tasks = [redis_tracking.create_task(noop_job, range(2)) for _ in range(2)]
     jids = [[e.job_id for e in redis_tracking.list_events(task.id).items] for task in tasks]
     history = [
         Transition(jid, kind.value, time.time(), text)
