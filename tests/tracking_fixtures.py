@@ -62,7 +62,7 @@ def noop_job(registry: Registry) -> JobDefinition[Any]:
     """A job that does nothing, for tasks whose transitions a test writes itself."""
 
     @job(registry=registry)
-    def noop(items: list[int]) -> None:
+    def noop(items: list[Any]) -> None:
         pass
 
     return noop

@@ -12,7 +12,7 @@ import pytest
 import redis
 from sqlalchemy import Connection, func, select
 
-from asynctask import Registry, Tracking, job, payload
+from asynctask import Tracking, payload
 from asynctask.brokers.redis.push import RedisStaging
 from asynctask.job import JobDefinition
 from asynctask.tasks import creation as tasks
@@ -24,15 +24,6 @@ def fifo_queues(conn: redis.Redis, namespace: str) -> None:
     """These look at queue:<queue>, where a fifo queue keeps a task's jobs; the same publish
     into a fair queue's share is tried in tests/brokers/fair_share/test_redis.py."""
     conn.sadd(f"{namespace}:asynctask:fifo", "default", "thirds")
-
-
-@pytest.fixture
-def rows(registry: Registry) -> JobDefinition[Any]:
-    @job(registry=registry)
-    def rows(items: list[Any]) -> None:
-        pass
-
-    return rows
 
 
 def generated(count: int) -> Iterator[dict[str, Any]]:
@@ -49,7 +40,7 @@ def peak_bytes(create: Callable[[], Any]) -> int:
 
 
 def test_memory_is_bounded_by_a_batch_not_by_the_task(
-    redis_tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str
+    redis_tracking: Tracking, noop_job: JobDefinition[Any], conn: redis.Redis, namespace: str
 ) -> None:
     """Peak traced memory of create_task for 50,000 generated rows vs 5,000: about the same,
     since either holds one batch (2,000 jobs) at a time.
@@ -61,11 +52,11 @@ def test_memory_is_bounded_by_a_batch_not_by_the_task(
     """
     create = tasks.create_task
     engine, client = redis_tracking.engine, redis_tracking.client
-    create(engine, client, rows, generated(3000))  # warm-up: statement caches, scripts, pool
+    create(engine, client, noop_job, generated(3000))  # warm-up: statement caches, scripts, pool
     tracemalloc.start()
     try:
-        small = peak_bytes(lambda: create(engine, client, rows, generated(5_000)))
-        large = peak_bytes(lambda: create(engine, client, rows, generated(50_000)))
+        small = peak_bytes(lambda: create(engine, client, noop_job, generated(5_000)))
+        large = peak_bytes(lambda: create(engine, client, noop_job, generated(50_000)))
     finally:
         tracemalloc.stop()
     assert large < 2 * small, f"peak {large:,} B for 50,000 rows vs {small:,} B for 5,000"
@@ -97,7 +88,7 @@ def source_fails() -> Any:
 )
 def test_a_bad_item_deep_in_the_stream_leaves_nothing(
     redis_tracking: Tracking,
-    rows: JobDefinition[Any],
+    noop_job: JobDefinition[Any],
     conn: redis.Redis,
     namespace: str,
     poison: Callable[[], Any],
@@ -106,11 +97,11 @@ def test_a_bad_item_deep_in_the_stream_leaves_nothing(
 ) -> None:
     """The 50,001st item is bad after 25 batches were written to SQL and staged in Redis:
     no task, no event, no staging list, and the queue holds what it held before."""
-    waiting = redis_tracking.client.push({"class": "rows", "args": [["waiting"]]})
+    waiting = redis_tracking.client.push({"class": "noop", "args": [["waiting"]]})
     queue = f"{namespace}:queue:default"
     before = conn.lrange(queue, 0, -1)
     with pytest.raises(error, match=match):
-        redis_tracking.create_task(rows, poisoned_at(50_000, poison))
+        redis_tracking.create_task(noop_job, poisoned_at(50_000, poison))
     with redis_tracking.engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
         assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
@@ -125,12 +116,12 @@ def popped(conn: redis.Redis, key: str) -> list[Any]:
 
 @pytest.mark.parametrize("already", [0, 3], ids=["empty-queue", "queue-with-jobs"])
 def test_jobs_are_queued_in_item_order_after_the_jobs_already_waiting(
-    redis_tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str, already: int
+    redis_tracking: Tracking, noop_job: JobDefinition[Any], conn: redis.Redis, namespace: str, already: int
 ) -> None:
     """5,000 items: three batches staged, and more than one 1,000-job slice of the publish
     script when the queue exists (RENAME when it does not)."""
-    waiting = [redis_tracking.client.push({"class": "rows", "args": [[f"w{n}"]]}) for n in range(already)]
-    task = redis_tracking.create_task(rows, iter(range(5000)))
+    waiting = [redis_tracking.client.push({"class": "noop", "args": [[f"w{n}"]]}) for n in range(already)]
+    task = redis_tracking.create_task(noop_job, iter(range(5000)))
     queue = f"{namespace}:queue:default"
     jobs = popped(conn, queue)
     assert [j["jid"] for j in jobs[:already]] == waiting
@@ -147,16 +138,16 @@ def test_jobs_are_queued_in_item_order_after_the_jobs_already_waiting(
 
 
 def test_jobs_a_middleware_routes_to_other_queues_keep_their_order(
-    redis_tracking: Tracking, rows: JobDefinition[Any], conn: redis.Redis, namespace: str
+    redis_tracking: Tracking, noop_job: JobDefinition[Any], conn: redis.Redis, namespace: str
 ) -> None:
     def route(item: Any, queue: str, call_next: Callable[[], Any]) -> Any:
         if item["args"][0][0] % 3 == 0:
             item["queue"] = "thirds"
         return call_next()
 
-    redis_tracking.client.push({"class": "rows", "args": [["waiting"]], "queue": "thirds"})
+    redis_tracking.client.push({"class": "noop", "args": [["waiting"]], "queue": "thirds"})
     redis_tracking.client.middleware.add(route)
-    task = redis_tracking.create_task(rows, range(4500), chunk_size=2)
+    task = redis_tracking.create_task(noop_job, range(4500), chunk_size=2)
     thirds = popped(conn, f"{namespace}:queue:thirds")
     rest = popped(conn, f"{namespace}:queue:default")
     assert thirds[0]["args"] == [["waiting"]]
@@ -168,7 +159,7 @@ def test_jobs_a_middleware_routes_to_other_queues_keep_their_order(
 
 def test_publish_moves_nothing_if_a_staging_list_changed(
     redis_tracking: Tracking,
-    rows: JobDefinition[Any],
+    noop_job: JobDefinition[Any],
     conn: redis.Redis,
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -183,7 +174,7 @@ def test_publish_moves_nothing_if_a_staging_list_changed(
 
     monkeypatch.setattr(RedisStaging, "publish", expired_first)
     with pytest.raises(redis.ResponseError, match="holds 2999 jobs, expected 3000"):
-        redis_tracking.create_task(rows, range(3000))
+        redis_tracking.create_task(noop_job, range(3000))
     with redis_tracking.engine.connect() as connection:
         task_id, total = connection.execute(select(Task.id, Task.total)).one()
     assert total == 3000 and redis_tracking.get_task(task_id).status == "aborted"
@@ -193,7 +184,7 @@ def test_publish_moves_nothing_if_a_staging_list_changed(
 
 def test_redis_refusing_the_staging_records_the_task_aborted_without_events(
     redis_tracking: Tracking,
-    rows: JobDefinition[Any],
+    noop_job: JobDefinition[Any],
     conn: redis.Redis,
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -211,7 +202,7 @@ def test_redis_refusing_the_staging_records_the_task_aborted_without_events(
 
     monkeypatch.setattr(RedisStaging, "write", fails_third)
     with pytest.raises(redis.ConnectionError):
-        redis_tracking.create_task(rows, range(10_000), meta={"file": "a.csv"})
+        redis_tracking.create_task(noop_job, range(10_000), meta={"file": "a.csv"})
     with redis_tracking.engine.connect() as connection:
         (task_id,) = connection.execute(select(Task.id)).one()
         assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
@@ -222,17 +213,17 @@ def test_redis_refusing_the_staging_records_the_task_aborted_without_events(
 
 
 def test_params_with_separators_survive_batched_copy(
-    redis_tracking: Tracking, rows: JobDefinition[Any]
+    redis_tracking: Tracking, noop_job: JobDefinition[Any]
 ) -> None:
     items = [{"text": f"tab\t{n}\nline\\{n}\r", "n": n} for n in range(4100)]
-    task = redis_tracking.create_task(rows, iter(items))
+    task = redis_tracking.create_task(noop_job, iter(items))
     with redis_tracking.engine.connect() as connection:
         params = connection.execute(select(Event.params).order_by(Event.id)).scalars().all()
     assert params == [[[item]] for item in items] and task.total == 4100
 
 
 def test_the_collector_is_paused_while_batches_are_written_and_left_as_found(
-    redis_tracking: Tracking, rows: JobDefinition[Any]
+    redis_tracking: Tracking, noop_job: JobDefinition[Any]
 ) -> None:
     """Items are read batch by batch: a batch read after the first is read with the cyclic
     collector paused, and create_task leaves it as it found it, whether it ends or fails."""
@@ -246,14 +237,14 @@ def test_the_collector_is_paused_while_batches_are_written_and_left_as_found(
                     raise RuntimeError("the source broke")
             yield index
 
-    redis_tracking.create_task(rows, items(6_000))
+    redis_tracking.create_task(noop_job, items(6_000))
     assert seen == [False] and gc.isenabled()
     with pytest.raises(RuntimeError, match="the source broke"):
-        redis_tracking.create_task(rows, items(6_000, fail=True))
+        redis_tracking.create_task(noop_job, items(6_000, fail=True))
     assert gc.isenabled()
     gc.disable()
     try:
-        redis_tracking.create_task(rows, items(6_000))
+        redis_tracking.create_task(noop_job, items(6_000))
         assert not gc.isenabled(), "a collector paused by the caller stays paused"
     finally:
         gc.enable()
