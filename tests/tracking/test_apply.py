@@ -335,12 +335,10 @@ def test_each_status_sets_its_times_and_a_new_run_starts_without_the_old_progres
     assert view.started_at == at(t + 1) and view.finished_at is not None
 
 
-def test_a_start_without_its_enqueue_yet_is_not_finished(
-    redis_tracking: Tracking, registry: Registry, database_engine: Engine
-) -> None:
-    _, (jid,) = make_task(redis_tracking, registry, 1)
-    t = time.time()
-    working, error, enqueue, working_again = numbered(
+def retried_once(jid: str, t: float) -> list[Transition]:
+    """A job's start at ``t + 1``, its error, its enqueue for a retry and the retry's start, a
+    second apart, numbered from 1."""
+    return numbered(
         [
             Transition(jid, EventStatus.WORKING.value, t + 1, "started"),
             Transition(jid, EventStatus.ERROR.value, t + 2, "boom", error_class="RuntimeError"),
@@ -348,6 +346,14 @@ def test_a_start_without_its_enqueue_yet_is_not_finished(
             Transition(jid, EventStatus.WORKING.value, t + 4, "started"),
         ]
     )
+
+
+def test_a_start_without_its_enqueue_yet_is_not_finished(
+    redis_tracking: Tracking, registry: Registry, database_engine: Engine
+) -> None:
+    _, (jid,) = make_task(redis_tracking, registry, 1)
+    t = time.time()
+    working, error, enqueue, working_again = retried_once(jid, t)
     # The retry's start reaches SQL before the enqueue that preceded it (another flusher has it).
     apply(database_engine, [working, error])
     apply(database_engine, [working_again])
@@ -362,14 +368,7 @@ def test_late_transitions_of_an_earlier_run_leave_the_start_alone(
     _, (first, second) = make_task(redis_tracking, registry, 2)
     t = time.time()
     # A retried job whose first start is replayed after its second.
-    working, error, enqueue, working_again = numbered(
-        [
-            Transition(first, EventStatus.WORKING.value, t + 1, "started"),
-            Transition(first, EventStatus.ERROR.value, t + 2, "boom", error_class="RuntimeError"),
-            Transition(first, EventStatus.ENQUEUE.value, t + 3, "waiting for retry 1 of 1"),
-            Transition(first, EventStatus.WORKING.value, t + 4, "started"),
-        ]
-    )
+    working, error, enqueue, working_again = retried_once(first, t)
     apply(database_engine, [working, error, enqueue, working_again])
     apply(database_engine, [working])
     assert event_row(database_engine, first).started_at == at(t + 4)
