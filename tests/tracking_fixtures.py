@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
 # Imported for its tables: they join Base.metadata, which create_all creates.
 import asynctask.tracking.models  # noqa: F401
@@ -17,6 +17,7 @@ from asynctask import Client, JobDefinition, Registry, Settings, Tracking, job
 from asynctask.db.base import Base
 from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
+from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 from tests.conftest import wait_until
 
@@ -66,6 +67,14 @@ def noop_job(registry: Registry) -> JobDefinition[Any]:
         pass
 
     return noop
+
+
+def tracked_rows(engine: Engine) -> tuple[int, int]:
+    """How many tasks and events the tracking tables hold."""
+    with engine.connect() as connection:
+        tasks = connection.execute(select(func.count()).select_from(Task)).scalar_one()
+        events = connection.execute(select(func.count()).select_from(Event)).scalar_one()
+    return tasks, events
 
 
 def wait_for_task(tracking: Tracking, task_id: str, timeout: float = 30.0) -> Any:

@@ -23,6 +23,7 @@ from asynctask.tasks import runtime
 from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
+from tests.tracking_fixtures import tracked_rows
 
 
 @pytest.fixture
@@ -174,9 +175,7 @@ def test_a_task_is_refused_whole_when_a_later_batch_is_invalid(
             await tracking.acreate_task(rows, [*range(4500), "x" * (settings.max_payload_bytes + 1)])
 
     run_on_loop(create)
-    with engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
-        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    assert tracked_rows(engine) == (0, 0)
     assert Queue("default", settings=settings).size == 0
 
 

@@ -29,12 +29,12 @@ from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServer
 from asynctask.storable import DEFAULT_TEXT_LIMIT
 from asynctask.tracking import setaside
 from asynctask.tracking.isolate import BatchRefused
-from asynctask.tracking.models import Event, EventMessage, SetAside, Task
+from asynctask.tracking.models import Event, EventMessage, SetAside
 from asynctask.worker import Worker
 from tests.brokers.conftest import MakeClient
 from tests.brokers.test_hostile import Hostile, RawStore, failing, job
 from tests.conftest import all_pages, wait_until
-from tests.tracking_fixtures import wait_for_task
+from tests.tracking_fixtures import tracked_rows, wait_for_task
 
 #: What the poison jobs say, as job code may by accident (a binary field, a quoted bad input).
 POISON = {
@@ -175,9 +175,7 @@ def test_create_task_refuses_unstorable_items_and_writes_nothing(
     assert (refused.value.field, refused.value.item) == ("items", 3)
     with pytest.raises(InvalidString, match=r"meta\['note'\] holds a NUL"):
         tracking.create_task(jobs.ordinary, [1], meta={"note": "\x00"})
-    with engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(Task)).scalar_one() == 0
-        assert connection.execute(select(func.count()).select_from(Event)).scalar_one() == 0
+    assert tracked_rows(engine) == (0, 0)
     assert Queue("mixed", settings=settings).size == 0
 
 

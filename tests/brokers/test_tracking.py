@@ -8,17 +8,17 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, select
 
 from asynctask import JobFailed, Registry, Settings, Tracking, current_job, job
 from asynctask.api import Queue
 from asynctask.job import JobDefinition
 from asynctask.middleware import Chain, TrackingClientMiddleware, TrackingServerMiddleware
-from asynctask.tracking.models import Event, Task
+from asynctask.tracking.models import Event
 from asynctask.worker import Worker
 from tests.brokers.conftest import AwaitedTracking, MakeClient, awaited_job
 from tests.conftest import wait_until
-from tests.tracking_fixtures import wait_for_task
+from tests.tracking_fixtures import tracked_rows, wait_for_task
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -89,9 +89,7 @@ def test_an_invalid_item_leaves_no_task_and_no_job(
     items = [*range(4999), {"not": "an int"}, object()]
     with pytest.raises(TypeError, match=r"items\[5000\]"):
         tracking.create_task(rows, iter(items))
-    with engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
-        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    assert tracked_rows(engine) == (0, 0)
     assert Queue("default", settings=settings).size == 0
 
 

@@ -17,6 +17,7 @@ from asynctask.brokers.redis.push import RedisStaging
 from asynctask.job import JobDefinition
 from asynctask.tasks import creation as tasks
 from asynctask.tracking.models import Event, Task
+from tests.tracking_fixtures import tracked_rows
 
 
 @pytest.fixture(autouse=True)
@@ -102,9 +103,7 @@ def test_a_bad_item_deep_in_the_stream_leaves_nothing(
     before = conn.lrange(queue, 0, -1)
     with pytest.raises(error, match=match):
         redis_tracking.create_task(noop_job, poisoned_at(50_000, poison))
-    with redis_tracking.engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
-        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    assert tracked_rows(redis_tracking.engine) == (0, 0)
     assert list(conn.scan_iter(match=f"{namespace}:asynctask:staging:*")) == []
     assert conn.lrange(queue, 0, -1) == before and payload.loads(before[0])["jid"] == waiting
 

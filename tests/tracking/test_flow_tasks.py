@@ -14,10 +14,11 @@ from asynctask import Registry, Tracking, job
 from asynctask.payload import JobDict
 from asynctask.tasks import creation
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError, TemplateError, tenant_prefix
-from asynctask.tracking.models import Event, EventMessage, Task
+from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.transitions import decode_entry
 from tests.conftest import recorded_pushes
+from tests.tracking_fixtures import tracked_rows
 
 
 @pytest.fixture
@@ -140,9 +141,7 @@ def test_a_bad_key_or_limit_writes_nothing(
 ) -> None:
     with pytest.raises(error, match=match):
         redis_tracking.create_task(rows, items, **options)
-    with database_engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
-        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    assert tracked_rows(database_engine) == (0, 0)
     assert conn.llen(f"{namespace}:queue:default") == 0
 
 

@@ -32,7 +32,7 @@ from asynctask.tasks import creation as tasks
 from asynctask.tracking.models import Event, Task
 from asynctask.worker import Worker
 from tests.conftest import scratch_redis, wait_until
-from tests.tracking_fixtures import wait_for_task
+from tests.tracking_fixtures import tracked_rows, wait_for_task
 
 
 def event_of(tracking: Tracking, jid: str) -> Any:
@@ -307,9 +307,7 @@ def test_create_task_rejects_bad_input_before_writing_anything(
     redis_tracking.client.middleware.add(drop)
     with pytest.raises(ValueError, match="dropped"):
         redis_tracking.create_task(one, range(5))
-    with database_engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
-        assert connection.execute(select(func.count()).select_from(Event)).scalar() == 0
+    assert tracked_rows(database_engine) == (0, 0)
     assert conn.llen(f"{namespace}:queue:default") == 0
 
 
