@@ -18,7 +18,7 @@ import pytest
 import redis
 from sqlalchemy.exc import OperationalError
 
-from asynctask import Client, Registry, Schedules, Settings, log
+from asynctask import Client, Registry, Schedules, Settings, job, log
 from asynctask.db.engine import create_database_engine
 from asynctask.middleware import Chain
 from asynctask.payload import JobDict
@@ -92,6 +92,20 @@ def run_in_threads(target: Callable[[], object], count: int, timeout: float | No
     """Run ``target`` in ``count`` threads at once, waiting up to ``timeout`` seconds for each."""
     for thread in started_threads(target, count):
         thread.join(timeout)
+
+
+def marked_queues(registry: Registry, client: Client, jobs: dict[str, int]) -> list[str]:
+    """Push ``jobs[queue]`` jobs to each queue, in that order, of a job that notes the queue it
+    came from; the queues noted as the jobs run, in the order they ran."""
+    order: list[str] = []
+
+    @job(registry=registry)
+    def mark(queue: str) -> None:
+        order.append(queue)
+
+    for queue, count in jobs.items():
+        mark.set(client=client, queue=queue).perform_bulk([[queue]] * count)
+    return order
 
 
 def recorded_pushes(client: Client) -> list[JobDict]:

@@ -21,7 +21,7 @@ from asynctask.payload import decompress_backtrace
 from asynctask.settings import QueueSpec
 from asynctask.worker import Worker
 from asynctask.worker import retry as retry_module
-from tests.conftest import wait_for_beats, wait_until
+from tests.conftest import marked_queues, wait_for_beats, wait_until
 
 StartWorker = Callable[..., Worker]
 
@@ -150,14 +150,7 @@ def test_scheduled_and_due_retry_jobs_are_run_by_the_poller(
 def test_strict_queues_drain_in_order(
     registry: Registry, redis_client: Client, conn: redis.Redis, start_redis_worker: StartWorker
 ) -> None:
-    order: list[str] = []
-
-    @asynctask.job(registry=registry)
-    def mark(queue: str) -> None:
-        order.append(queue)
-
-    for queue in ("low", "high"):
-        mark.set(client=redis_client, queue=queue).perform_bulk([[queue]] * 30)
+    order = marked_queues(registry, redis_client, {"low": 30, "high": 30})
     start_redis_worker(queues=(QueueSpec("high"), QueueSpec("low")), concurrency=1)
     wait_until(lambda: len(order) == 60)
     assert order == ["high"] * 30 + ["low"] * 30

@@ -18,7 +18,7 @@ from asynctask.api import Queue, ScheduledSet
 from asynctask.settings import QueueSpec
 from asynctask.worker import Worker
 from tests.brokers.conftest import JobKind, MakeClient
-from tests.conftest import wait_until
+from tests.conftest import marked_queues, wait_until
 
 StartWorker = Callable[..., Worker]
 
@@ -142,14 +142,7 @@ def test_strict_queues_drain_in_order_and_each_queue_first_in_first_out(
 def test_weighted_queues_are_picked_in_proportion(
     registry: Registry, client: Client, start_worker: StartWorker
 ) -> None:
-    order: list[str] = []
-
-    @asynctask.job(registry=registry)
-    def mark(queue: str) -> None:
-        order.append(queue)
-
-    for queue in ("critical", "default"):
-        mark.set(client=client, queue=queue).perform_bulk([[queue]] * 1200)
+    order = marked_queues(registry, client, {"critical": 1200, "default": 1200})
     start_worker(queues=(QueueSpec("critical", 3), QueueSpec("default", 1)), concurrency=1)
     wait_until(lambda: len(order) >= 800, timeout=30)
     share = order[:800].count("critical") / 800
