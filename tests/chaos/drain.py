@@ -13,13 +13,45 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from tests.chaos.state import DRAIN_JOB, BrokerState, make_client, push_one, summarize
-from tests.chaos.workers import Runs, Timing, WorkerPool
+from tests.chaos.state import DRAIN_JOB, BrokerState, make_client, push_drain, push_one, summarize
+from tests.chaos.workers import Runs, Timing, WorkerPool, WorkerProc
 
 #: Seconds the last jobs may take to finish and be acknowledged once the queues are empty.
 SLACK = 5.0
 #: Seconds the ordinary drain may take at most (a bound against a hung test, not a target).
 DRAIN_LIMIT = 240.0
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A chaos test's drain: ``jobs`` jobs of up to ``pause_ms`` each, run by two workers with
+    ``timing``; ``runs_between`` runs go by before each fault, so that each hits a drain in full
+    swing."""
+
+    jobs: int
+    pause_ms: int
+    timing: Timing
+    runs_between: int
+
+    def start(self, pool: WorkerPool, state: BrokerState, runs: Runs) -> tuple[list[WorkerProc], list[str]]:
+        """The two workers, and the jids of the drain, once its first ``runs_between`` ran."""
+        workers = pool.start(state, self.timing)
+        jids = push_drain(state.settings, self.jobs, self.pause_ms)
+        assert runs.wait_done(self.runs_between, 60), f"the drain did not start\n{pool.logs()}"
+        return workers, jids
+
+    def kill_the_recovered(
+        self, pool: WorkerPool, workers: list[WorkerProc], runs: Runs
+    ) -> tuple[WorkerProc, float, int]:
+        """The last fault, a kill -9 of the worker a peer recovered from (the worst case: if it
+        never registered its lists again, nobody can return what it held). Returns it, when it
+        was killed, and the runs done then, fewer than the drain's jobs (else it tested nothing)."""
+        victim = pool.peer_recovered(workers)
+        victim.kill9()
+        killed = time.monotonic()
+        done = runs.count_done()
+        assert done < self.jobs, "the drain ended before the last fault: it tested nothing"
+        return victim, killed, done
 
 
 @dataclass(frozen=True)

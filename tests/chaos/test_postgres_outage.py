@@ -12,27 +12,21 @@ import time
 
 import pytest
 
-from tests.chaos.drain import check, scheduled_job_runs, settle
-from tests.chaos.state import SqlState, push_drain
+from tests.chaos.drain import Drain, check, scheduled_job_runs, settle
+from tests.chaos.state import SqlState
 from tests.chaos.workers import Runs, Timing, WorkerPool
 from tests.pg_instance import PrivatePostgres
 
-TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
-JOBS = 10_000
-PAUSE_MS = 30
+DRAIN = Drain(jobs=10_000, pause_ms=30, timing=Timing(heartbeat=2.0, ttl=10, poll=1.0), runs_between=1000)
 OUTAGES = 2
 OUTAGE_SECONDS = 10.0
-RUNS_BETWEEN = 1000
 
 
 @pytest.mark.slow
 def test_a_drain_survives_postgres_stopped_twice_then_a_worker_killed(
     postgres_state: SqlState, postgres_server: PrivatePostgres, pool: WorkerPool, runs: Runs
 ) -> None:
-    workers = pool.start(postgres_state, TIMING)
-    jids = push_drain(postgres_state.settings, JOBS, PAUSE_MS)
-
-    assert runs.wait_done(RUNS_BETWEEN, 60), f"the drain did not start\n{pool.logs()}"
+    workers, jids = DRAIN.start(pool, postgres_state, runs)
     stalls = []
     progress = []
     for _ in range(OUTAGES):
@@ -40,16 +34,12 @@ def test_a_drain_survives_postgres_stopped_twice_then_a_worker_killed(
         time.sleep(OUTAGE_SECONDS)
         postgres_server.start()
         progress.append(runs.count_done())
-        if not runs.wait_done(progress[-1] + RUNS_BETWEEN, 60):
+        if not runs.wait_done(progress[-1] + DRAIN.runs_between, 60):
             stalls.append(f"no progress within 60 s after the restart at {progress[-1]} runs")
 
-    victim = pool.peer_recovered(workers)
-    victim.kill9()
-    last_fault = time.monotonic()
-    killed_at = runs.count_done()
-    assert killed_at < JOBS, "the drain ended before the last fault: it tested nothing"
+    _, last_fault, killed_at = DRAIN.kill_the_recovered(pool, workers, runs)
 
-    outcome = settle(postgres_state, runs, jids, last_fault, TIMING, pool)
+    outcome = settle(postgres_state, runs, jids, last_fault, DRAIN.timing, pool)
     print(
         f"\npostgres outage drain: {outcome.jobs} jobs, {outcome.duplicates} run twice, "
         f"{outcome.settled_after:.1f} s from the last fault to settled; done at the restarts {progress}, "

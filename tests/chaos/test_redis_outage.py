@@ -11,45 +11,32 @@ scheduled after all that must run (the pollers outlived the outages).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.chaos.drain import check, scheduled_job_runs, settle
+from tests.chaos.drain import Drain, check, scheduled_job_runs, settle
 from tests.chaos.redis_server import PrivateRedis, pause_then_kill
-from tests.chaos.state import RedisState, push_drain
+from tests.chaos.state import RedisState
 from tests.chaos.workers import Runs, Timing, WorkerPool
 
-TIMING = Timing(heartbeat=2.0, ttl=10, poll=1.0)
-JOBS = 20_000
-#: Each job works up to this many milliseconds: the 20 threads need most of a minute of
-#: running time for the whole drain, so it spans every fault.
-PAUSE_MS = 30
+#: Jobs of up to 30 ms: the 20 threads need most of a minute of running time for the whole
+#: drain, so it spans every fault.
+DRAIN = Drain(jobs=20_000, pause_ms=30, timing=Timing(heartbeat=2.0, ttl=10, poll=1.0), runs_between=1500)
 PAUSED_SECONDS = 20.0
 STOPPED_SECONDS = 15.0
-#: Runs between two faults, so that each fault hits a drain in full swing.
-RUNS_BETWEEN = 1500
 
 
 @pytest.mark.slow
 def test_a_drain_survives_redis_paused_then_killed_then_a_worker_killed(
     redis_state: RedisState, redis_server: PrivateRedis, pool: WorkerPool, runs: Runs
 ) -> None:
-    workers = pool.start(redis_state, TIMING)
-    jids = push_drain(redis_state.settings, JOBS, PAUSE_MS)
+    workers, jids = DRAIN.start(pool, redis_state, runs)
+    outages = pause_then_kill(redis_server, runs, PAUSED_SECONDS, STOPPED_SECONDS, DRAIN.runs_between)
 
-    assert runs.wait_done(RUNS_BETWEEN, 60), f"the drain did not start\n{pool.logs()}"
-    outages = pause_then_kill(redis_server, runs, PAUSED_SECONDS, STOPPED_SECONDS, RUNS_BETWEEN)
-
-    victim = pool.peer_recovered(workers)
-    victim.kill9()
-    last_fault = time.monotonic()
-    killed_at = runs.count_done()
-    assert killed_at < JOBS, "the drain ended before the last fault: it tested nothing"
+    victim, last_fault, killed_at = DRAIN.kill_the_recovered(pool, workers, runs)
     survivor = next(worker for worker in workers if worker is not victim)
     assert survivor.alive(), f"a worker exited on its own\n{pool.logs()}"
 
-    outcome = settle(redis_state, runs, jids, last_fault, TIMING, pool)
+    outcome = settle(redis_state, runs, jids, last_fault, DRAIN.timing, pool)
     print(
         f"\nredis outage drain: {outcome.jobs} jobs, {outcome.duplicates} run twice, "
         f"{outcome.settled_after:.1f} s from the last fault to settled; done at the end of the pause "
