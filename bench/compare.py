@@ -3,11 +3,12 @@
     python -m bench.compare main --reps 3 -- --sections tracking,flow,feeds,fair --fair-jobs 50000
 
 ``python -m bench --ab REF`` interleaves two AsyncTask builds inside one drain section; the other
-sections start their workers, brokers and databases themselves. This runs the whole bench of
-each tree in turn instead (REF's own bench, exported with ``git archive``), one repetition at a
-time and in alternating order (this tree first in even repetitions, REF first in odd ones), so
-that a drift of the machine falls on both alike. Then it pairs each measurement of this tree with
-REF's of the same configuration and prints this ÷ REF per repetition and their median.
+sections start their workers, brokers and databases themselves. This runs each tree's own bench
+in turn instead (REF's exported with ``git archive``), one section at a time, the two runs of a
+section back to back and in alternating order (this tree first, then REF first at the next), so
+that they are minutes apart at most and a drift of the machine falls on both alike. Then it pairs
+each measurement of this tree with REF's of the same configuration and prints this ÷ REF per
+repetition and their median.
 """
 
 from __future__ import annotations
@@ -146,6 +147,23 @@ def _git(*args: str) -> bytes:
     return done.stdout
 
 
+def split_sections(bench_args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The sections ``--sections`` names, each to run on its own, and the other options."""
+    rest = list(bench_args)
+    for i, arg in enumerate(rest):
+        if arg == "--sections" and i + 1 < len(rest):
+            value = rest[i + 1]
+            del rest[i : i + 2]
+            break
+        if arg.startswith("--sections="):
+            value = arg.removeprefix("--sections=")
+            del rest[i]
+            break
+    else:
+        raise SystemExit("python -m bench.compare: name the sections to compare (-- --sections ...)")
+    return [name for name in value.split(",") if name], rest
+
+
 def run_bench(tree: Path, bench_args: Sequence[str], out_dir: Path) -> None:
     # The tree's own packages ahead of the installed ones, in every process the bench starts.
     env = os.environ | {"PYTHONPATH": str(tree)}
@@ -194,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     split = given.index("--") if "--" in given else len(given)
     args = parser.parse_args(given[:split])
-    bench_args = given[split + 1 :]
+    sections, bench_args = split_sections(given[split + 1 :])
     if args.reps < 1:
         raise SystemExit("--reps takes 1 or more")
     work = Path(tempfile.mkdtemp(prefix="asynctask-compare-"))
@@ -203,12 +221,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         commit = export(args.ref, work / "ref")
         trees = {THIS: ROOT, commit: work / "ref"}
         found: dict[str, list[dict[tuple[str, str, str], float]]] = {THIS: [], commit: []}
+        turn = 0
         for rep in range(args.reps):
-            order = [THIS, commit] if rep % 2 == 0 else [commit, THIS]
-            for name in order:
-                out_dir = out / ("this" if name == THIS else commit) / str(rep)
-                run_bench(trees[name], bench_args, out_dir)
-                found[name].append(figures(out_dir))
+            for name in trees:
+                found[name].append({})
+            for section in sections:
+                order = [THIS, commit] if turn % 2 == 0 else [commit, THIS]
+                turn += 1
+                for name in order:
+                    out_dir = out / ("this" if name == THIS else commit) / str(rep) / section
+                    run_bench(trees[name], [*bench_args, "--sections", section], out_dir)
+                    found[name][rep] |= figures(out_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text, worse = table(ratios(found[THIS], found[commit]), commit)

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench import compare
 
 
@@ -63,3 +65,11 @@ def test_a_median_worse_beyond_the_tolerance_is_marked_in_its_own_direction(tmp_
     assert rows["worker CPU µs/job"].endswith("|  |")
     assert rows["p50 ms"].endswith("|  |")
     assert worse == 2
+
+
+def test_each_section_runs_on_its_own_with_the_other_options() -> None:
+    sections, rest = compare.split_sections(["--jobs", "100", "--sections", "tracking,fair", "--reps", "2"])
+    assert (sections, rest) == (["tracking", "fair"], ["--jobs", "100", "--reps", "2"])
+    assert compare.split_sections(["--sections=flow"]) == (["flow"], [])
+    with pytest.raises(SystemExit, match="name the sections"):
+        compare.split_sections(["--jobs", "100"])
