@@ -20,12 +20,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.core import gitref
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = "this tree"
@@ -127,26 +128,6 @@ def figures(out_dir: Path) -> dict[tuple[str, str, str], float]:
     return found
 
 
-def export(ref: str, into: Path) -> str:
-    """Write the tree of ``ref`` into ``into``; return its commit."""
-    commit = _git("rev-parse", "--short", f"{ref}^{{commit}}").decode().strip()
-    archive = into.with_suffix(".tar")
-    archive.write_bytes(_git("archive", "--format=tar", commit))
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    archive.unlink()
-    return commit
-
-
-def _git(*args: str) -> bytes:
-    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(
-            f"python -m bench.compare: git {args[0]} failed: {done.stderr.decode(errors='replace').strip()}"
-        )
-    return done.stdout
-
-
 def split_sections(bench_args: Sequence[str]) -> tuple[list[str], list[str]]:
     """The sections ``--sections`` names, each to run on its own, and the other options."""
     rest = list(bench_args)
@@ -218,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="asynctask-compare-"))
     out = args.out or work / "out"
     try:
-        commit = export(args.ref, work / "ref")
+        commit = gitref.commit_of(args.ref, parser.prog)
+        gitref.export(commit, work / "ref", command=parser.prog)
         trees = {THIS: ROOT, commit: work / "ref"}
         found: dict[str, list[dict[tuple[str, str, str], float]]] = {THIS: [], commit: []}
         turn = 0

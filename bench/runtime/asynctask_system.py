@@ -4,14 +4,12 @@
 
 from __future__ import annotations
 
-import io
 import os
-import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 from asynctask import Settings
+from bench.core import gitref
 from bench.core.system import ROOT, System, byte_compile, clean_env, marker_env
 
 #: The name of AsyncTask at a commit: ``AsyncTask @ <commit>``.
@@ -120,20 +118,8 @@ def at_ref(ref: str, workdir: Path) -> System:
 
     Raises ``SystemExit`` when ``ref`` names no commit or the export fails.
     """
-    commit = _git("rev-parse", "--verify", "--short=10", f"{ref}^{{commit}}").decode().strip()
+    commit = gitref.commit_of(ref, "python -m bench --ab")
     tree = workdir / f"asynctask-{commit}"
-    with tarfile.open(fileobj=io.BytesIO(_git("archive", commit, "asynctask"))) as archive:
-        archive.extractall(tree, filter="data")
+    gitref.export(commit, tree, "asynctask", command="python -m bench --ab")
     byte_compile(tree)
     return AtRef(ref, commit, tree)
-
-
-def _git(*args: str) -> bytes:
-    try:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=False)
-    except OSError as exc:
-        raise SystemExit(f"python -m bench --ab: cannot run git: {exc}") from None
-    if done.returncode != 0:
-        detail = done.stderr.decode(errors="replace").strip()
-        raise SystemExit(f"python -m bench --ab: git {args[0]} failed: {detail}")
-    return done.stdout
