@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import redis
 
 from tests.chaos.workers import Runs
+from tests.processes import free_port
 
 #: Seconds a start (including loading the append-only file) may take.
 START_TIMEOUT = 30.0
@@ -30,12 +30,6 @@ START_TIMEOUT = 30.0
 
 class RedisUnavailable(RuntimeError):
     """This machine cannot run a private redis-server (the binary is missing)."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class PrivateRedis:
