@@ -24,6 +24,10 @@ T = TypeVar("T")
 FIRST_PAUSE = 0.1
 #: The longest pause between two attempts, in seconds.
 MAX_PAUSE = 5.0
+#: How long ``Loop.stop`` waits for a step under way to end, in seconds.
+STOP_WAIT = 5.0
+
+logger = logging.getLogger("asynctask.supervision")
 
 
 @dataclass(eq=False)
@@ -111,7 +115,13 @@ class Loop(ABC):
         self.thread.start()
 
     def stop(self) -> None:
+        """Stop, and wait for a step under way to end: its owner closes the broker next, and a
+        step still holding one of the broker's connections then would leave it open forever."""
         self._stopped.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(STOP_WAIT)
+            if self.thread.is_alive():
+                logger.warning("%s is still in a step %.0f s after its stop", self.thread_name, STOP_WAIT)
 
     @abstractmethod
     def run(self) -> None:

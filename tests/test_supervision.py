@@ -1,13 +1,19 @@
 """A background loop's supervisor: one log line when an outage starts, one when it ends,
-whatever the error, and pauses that double up to a cap."""
+whatever the error, pauses that double up to a cap, and a stop that waits for the step under
+way."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 
-from asynctask.supervision import MAX_PAUSE, Activity, backoff
+from asynctask import supervision
+from asynctask.supervision import MAX_PAUSE, Activity, Loop, backoff
 
 logger = logging.getLogger("asynctask.test-supervision")
 
@@ -54,3 +60,48 @@ def test_pauses_double_from_the_first_and_stop_at_the_cap() -> None:
     activity.attempt(lambda: 1 / 0)
     activity.attempt(lambda: 1 / 0)
     assert activity.pause() == 0.2
+
+
+@dataclass(eq=False)
+class SlowSteps(Loop):
+    """A loop whose step takes a while, as a poll does on a slow broker."""
+
+    thread_name: ClassVar[str] = "slow-steps"
+    step: float
+    in_step: threading.Event = field(default_factory=threading.Event)
+    steps_ended: int = 0
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self.in_step.set()
+            time.sleep(self.step)
+            self.steps_ended += 1
+
+
+def test_stop_returns_once_the_step_under_way_has_ended() -> None:
+    loop = SlowSteps(step=0.3)
+    loop.start()
+    assert loop.in_step.wait(5)
+    loop.stop()
+    assert not loop.thread.is_alive()
+    assert loop.steps_ended == 1
+
+
+def test_stop_before_start_and_twice_is_harmless() -> None:
+    loop = SlowSteps(step=0.0)
+    loop.stop()
+    loop.stop()
+    assert not loop.thread.is_alive()
+
+
+def test_a_step_that_outlasts_the_wait_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(supervision, "STOP_WAIT", 0.05)
+    loop = SlowSteps(step=0.5)
+    loop.start()
+    assert loop.in_step.wait(5)
+    with caplog.at_level(logging.WARNING, logger="asynctask.supervision"):
+        loop.stop()
+    assert "slow-steps is still in a step" in caplog.text
+    loop.thread.join(5)
