@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from asynctask import payload
 from asynctask.brokers.periodic import Declaration, PeriodicStore, Tick
@@ -34,7 +34,7 @@ from asynctask.middleware import Chain
 from asynctask.periodic.schedule import Schedule, Schedules, TickCursor
 from asynctask.registry import Registry
 from asynctask.settings import Settings
-from asynctask.supervision import Activity
+from asynctask.supervision import Activity, Loop
 
 logger = logging.getLogger("asynctask.periodic")
 
@@ -56,7 +56,8 @@ TICK_FIELD = "periodic_at"
 
 
 @dataclass(eq=False)
-class Scheduler:
+class Scheduler(Loop):
+    thread_name: ClassVar[str] = "asynctask-periodic"
     store: PeriodicStore
     schedules: Schedules
     registry: Registry
@@ -66,7 +67,6 @@ class Scheduler:
     max_payload_bytes: int = Settings.max_payload_bytes
     #: The broker's time (``brokers.clock``): ticks are due by it, not by this machine's.
     clock: Callable[[], float] = time.time
-    _stopped: threading.Event = field(default_factory=threading.Event, init=False)
     _declare_at: float = field(default=0.0, init=False)
     #: The time the last pass was for (its tick, when it started ahead of one).
     _passed: float = field(default=0.0, init=False)
@@ -78,10 +78,6 @@ class Scheduler:
     _templates: dict[str, Template | None] = field(default_factory=dict, init=False)
     #: The ticks of each (cron, zone) after the last one seen (the pause's and the pass's start).
     _cursors: dict[tuple[str, str], TickCursor] = field(default_factory=dict, init=False)
-    thread: threading.Thread = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self.run, name="asynctask-periodic", daemon=True)
 
     def start(self) -> None:
         if len(self.schedules):
@@ -90,9 +86,9 @@ class Scheduler:
     def stop(self) -> None:
         """Stop passing, and say so in the broker (best effort: a scheduler that cannot reach
         it counts as gone ``SCHEDULER_STALE`` seconds after its last pass anyway)."""
-        self._stopped.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout=5)
+        started = self.thread.is_alive()
+        super().stop()
+        if started:
             try:
                 self.store.leave(self.identity)
             except self.store.errors as exc:
