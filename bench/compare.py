@@ -100,10 +100,11 @@ MEASUREMENTS: dict[tuple[str, str], tuple[Figure, ...]] = {
 
 
 def configuration(entry: Entry) -> str:
-    """What names a measurement's setup: its text fields and configuration numbers."""
+    """What names a measurement's setup: its text fields and configuration numbers, by name (two
+    builds may write the same fields in another order)."""
     parts = [
         f"{key}={value}"
-        for key, value in entry.items()
+        for key, value in sorted(entry.items())
         if (isinstance(value, str) and key != "error") or (key in CONFIGURATION_INTS and value is not None)
     ]
     return " ".join(parts)
@@ -164,6 +165,15 @@ def ratios(
     }
 
 
+def unpaired(
+    this: list[dict[tuple[str, str, str], float]], ref: list[dict[tuple[str, str, str], float]]
+) -> list[tuple[str, str, str]]:
+    """The figures some run of either tree measured that ``ratios`` cannot pair in every
+    repetition: a configuration one build names otherwise, or a run that failed."""
+    seen = [set(run) for run in this + ref]
+    return sorted(set().union(*seen) - seen[0].intersection(*seen[1:]))
+
+
 def table(found: dict[tuple[str, str, str], list[float]], ref_name: str) -> tuple[str, int]:
     """The comparison as Markdown, and how many figures are worse than REF beyond the tolerance."""
     better_is_more = {
@@ -218,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     text, worse = table(ratios(found[THIS], found[commit]), commit)
     print(text)
+    for measurement, config, name in unpaired(found[THIS], found[commit]):
+        print(f"not compared (missing from some run): {measurement} | {config} | {name}")
     print(f"\n{worse} figure(s) worse than {commit} by more than {TOLERANCE:.0%} (median of {args.reps}).")
     return 1 if worse else 0
 
