@@ -97,6 +97,16 @@ def backoff(failures: int, max_pause: float = MAX_PAUSE) -> float:
     return min(max_pause, FIRST_PAUSE * 2.0 ** max(0, failures - 1))
 
 
+def join_stopped(thread: threading.Thread) -> None:
+    """Wait up to ``STOP_WAIT`` for ``thread``, asked to stop, to end the step under way: its
+    owner closes the broker next, and a step still holding one of the broker's connections then
+    would leave it open forever. A thread never started, or the calling one, is not waited for."""
+    if thread.is_alive() and thread is not threading.current_thread():
+        thread.join(STOP_WAIT)
+        if thread.is_alive():
+            logger.warning("%s is still in a step %.0f s after its stop", thread.name, STOP_WAIT)
+
+
 class Loop(ABC):
     """A background loop on a daemon thread of its own: ``run`` until ``stop``.
 
@@ -115,13 +125,9 @@ class Loop(ABC):
         self.thread.start()
 
     def stop(self) -> None:
-        """Stop, and wait for a step under way to end: its owner closes the broker next, and a
-        step still holding one of the broker's connections then would leave it open forever."""
+        """Stop, and wait for a step under way to end."""
         self._stopped.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join(STOP_WAIT)
-            if self.thread.is_alive():
-                logger.warning("%s is still in a step %.0f s after its stop", self.thread_name, STOP_WAIT)
+        join_stopped(self.thread)
 
     @abstractmethod
     def run(self) -> None:

@@ -24,7 +24,7 @@ import redis
 from asynctask.brokers.redis import RedisBroker
 from asynctask.brokers.redis.epoch import count_loss, look
 from asynctask.settings import Settings
-from asynctask.supervision import Activity
+from asynctask.supervision import Activity, join_stopped
 from asynctask.tracking import transitions
 from asynctask.tracking.status import EventStatus
 from asynctask.tracking.tracker import Tracker
@@ -42,6 +42,8 @@ class LossWatch:
         self.tracker = tracker
         self._known: str | None = None
         self._stopped = threading.Event()
+        #: The threads marking the jobs of a loss lost (one per loss noticed, rarely more).
+        self._markers: list[threading.Thread] = []
 
     def check(self) -> None:
         """One look at the epoch (after a heartbeat); raises the broker's errors."""
@@ -52,12 +54,17 @@ class LossWatch:
             return
         noticed = self.broker.clock.now()
         self._say(noticed)
-        threading.Thread(
+        marker = threading.Thread(
             target=self._mark_after_grace, args=(noticed,), name="asynctask-lost-jobs", daemon=True
-        ).start()
+        )
+        self._markers = [thread for thread in self._markers if thread.is_alive()] + [marker]
+        marker.start()
 
     def stop(self) -> None:
+        """Stop, and wait for a marking under way to end (the worker closes the tracker next)."""
         self._stopped.set()
+        for marker in self._markers:
+            join_stopped(marker)
 
     def _say(self, noticed: float) -> None:
         count_loss(self.broker.redis, self.broker.keys)
