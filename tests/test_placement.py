@@ -284,10 +284,11 @@ def test_job_threads_move_off_a_cpu_that_other_work_takes(
         # keep the other CPU busy); the threads move at their next job.
         time.sleep(2)
         log = tmp_path / "worker-0.log"
+        moved = "job threads moved to another CPU"
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and "job threads moved to another CPU" not in log.read_text():
+        while time.monotonic() < deadline and moved not in log.read_text():
             run_jobs(redis_process_settings, tmp_path, 100, 0)
-        assert "job threads moved to another CPU" in log.read_text()
+        assert moved in log.read_text()
         # Jobs that come one at a time free the threads: only a batch shows where they are held.
         held = drain_held(redis_process_settings, tmp_path, worker.pid)
         assert len(held) == CONCURRENCY and cpu not in held
