@@ -1,4 +1,5 @@
-"""``python -m bench.work REF``: see this package's docstring; ``--help`` for the options."""
+"""``python -m bench.work REF``: this package's docstring says what it counts; ``--help`` gives the
+options."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+import bench.work
 from bench.core import fmt, gitref
 from bench.core.postgres import DEFAULT_PG_URL, postgres_unreachable
 from bench.core.redis_server import RedisServer
-from bench.core.system import clean_env
+from bench.core.system import ROOT, clean_env
 from bench.sql.db import PostgresDatabase
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 THIS = "this tree"
 #: A count this much above REF's in every drain is a cost the change added.
 TOLERANCE = 0.03
@@ -99,7 +100,7 @@ def _run(argv: list[str], env: dict[str, str], workdir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.work", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.work", description=bench.work.__doc__)
     parser.add_argument("ref", help="git branch, tag or commit to compare with")
     parser.add_argument(
         "--jobs",
@@ -128,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "postgresql" in backends and (why := postgres_unreachable(args.pg_url)):
         raise SystemExit(f"python -m bench.work: PostgreSQL: {why}")
     work = Path(tempfile.mkdtemp(prefix="asynctask-work-"))
+    failed = True
     try:
         commit = gitref.commit_of(args.ref, parser.prog)
         export_ref(commit, work / "ref", parser.prog)
@@ -152,8 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         extra = per_job(runs[(name, small)][rep], runs[(name, large)][rep], large - small)
                         for (scenario, counter), value in extra.items():
                             counted[name][(f"{scenario}, {backend}", counter)].append(value)
+        failed = False
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        # A failed drain's folder stays: the message names its worker log.
+        if not failed:
+            shutil.rmtree(work, ignore_errors=True)
     text, worse = table(counted[THIS], counted[commit], commit)
     print(text)
     print(f"\n{worse} count(s) above {commit}'s in every drain by more than {TOLERANCE:.0%}.")
