@@ -32,6 +32,11 @@ STATS_DELAY = 1.5
 SQL_COUNTERS = ("tup_fetched", "tup_inserted", "tup_updated", "tup_deleted", "xact_commit")
 #: Tenants of the fair and FIFO scenarios (one task each).
 TENANTS = 10
+#: The queue the FIFO scenario's worker reads in push order rather than in turn by tenant.
+FIFO_QUEUE = "fifo"
+#: The bench's no-op jobs the scenarios push: a plain and a keyed one with the same argument,
+#: and the chunk-taking one of tasks. Each appends one byte to ``BENCH_MARKER``.
+JOB_MODULES = ("bench.flow.jobs", "bench.core.tracked_jobs")
 
 Totals = dict[str, float]
 
@@ -73,17 +78,19 @@ class Drains:
     def run_all(self) -> dict[str, Totals]:
         # Imported here: the environment above says where they push.
         import asynctask
-        from bench.work import jobs
+        from bench.core.tracked_jobs import tracked_noop_job
+        from bench.flow.jobs import flow_keyed, flow_plain
 
         n = self.args.jobs
         per_tenant = n // TENANTS
 
-        def task(job: object, parallel: int | None = None) -> Callable[[], list[str]]:
-            return lambda: [asynctask.create_task(job, range(n), parallel=parallel).id]
+        def task(parallel: int | None = None) -> Callable[[], list[str]]:
+            return lambda: [asynctask.create_task(tracked_noop_job, range(n), parallel=parallel).id]
 
-        def tenants(job: object) -> Callable[[], list[str]]:
+        def tenants(queue: str) -> Callable[[], list[str]]:
             return lambda: [
-                asynctask.create_task(job, range(per_tenant), tenant=f"t{t}").id for t in range(TENANTS)
+                asynctask.create_task(tracked_noop_job, range(per_tenant), tenant=f"t{t}", queue=queue).id
+                for t in range(TENANTS)
             ]
 
         def bulk(push: Callable[[], object]) -> Callable[[], list[str]]:
@@ -93,16 +100,17 @@ class Drains:
 
             return run
 
-        plain = bulk(lambda: jobs.plain.perform_bulk([[i] for i in range(n)]))
-        keyed = bulk(lambda: jobs.keyed.perform_bulk([[f"k{i % 50}"] for i in range(n)]))
-        fifo = f"{jobs.FIFO_QUEUE},1,fifo"
+        plain = bulk(lambda: flow_plain.perform_bulk([[f"k{i % 50}"] for i in range(n)]))
+        keyed = bulk(lambda: flow_keyed.perform_bulk([[f"k{i % 50}"] for i in range(n)]))
         scenarios = {
             "plain": Scenario(plain, "default", n),
             "keyed (50 keys)": Scenario(keyed, "default", n),
-            "task": Scenario(task(jobs.item), "default", n),
-            "fed task (parallel 5)": Scenario(task(jobs.item, parallel=5), "default", n),
-            f"fair ({TENANTS} tenants)": Scenario(tenants(jobs.item), "default", TENANTS * per_tenant),
-            f"fifo ({TENANTS} tenants)": Scenario(tenants(jobs.fifo_item), fifo, TENANTS * per_tenant),
+            "task": Scenario(task(), "default", n),
+            "fed task (parallel 5)": Scenario(task(parallel=5), "default", n),
+            f"fair ({TENANTS} tenants)": Scenario(tenants("default"), "default", TENANTS * per_tenant),
+            f"fifo ({TENANTS} tenants)": Scenario(
+                tenants(FIFO_QUEUE), f"{FIFO_QUEUE},1,fifo", TENANTS * per_tenant
+            ),
         }
         return {
             name: self.drain(name, scenario, index, asynctask.get_task)
@@ -119,7 +127,8 @@ class Drains:
             "BENCH_CALLS": str(calls),
             "PYTHONPATH": os.pathsep.join([str(COUNTING), os.environ.get("PYTHONPATH", "")]),
         }
-        argv = [sys.executable, "-m", "asynctask", "worker", "-r", "bench.work.jobs", "-q", scenario.queue]
+        argv = [sys.executable, "-m", "asynctask", "worker", "-q", scenario.queue]
+        argv += [arg for module in JOB_MODULES for arg in ("-r", module)]
         argv += ["-c", str(self.args.concurrency), "--no-cpu-pinning"]
         with open(self.args.workdir / "worker.log", "ab") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
