@@ -56,7 +56,8 @@ def table(
     worse = 0
     for key in sorted(set(this) & set(ref)):
         mine, theirs = this[key], ref[key]
-        ratio = statistics.median(mine) / statistics.median(theirs) if statistics.median(theirs) else None
+        middle = statistics.median(theirs)
+        ratio = statistics.median(mine) / middle if middle else None
         flag = "more" if max(theirs) > 0 and min(mine) > max(theirs) * (1 + TOLERANCE) else ""
         worse += bool(flag)
         shown = "-" if ratio is None else f"{ratio:.3f}"
@@ -88,7 +89,7 @@ def drain_all(
         _run(argv, env, workdir)
     else:
         with PostgresDatabase(args.pg_url, "work") as database:
-            argv += ["--database-url", database.url.replace("postgresql://", "postgresql+psycopg://", 1)]
+            argv += ["--database-url", database.url]
             _run(argv, env, workdir)
     run: Run = json.loads(out.read_text(encoding="utf-8"))
     return run
@@ -134,10 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         commit = gitref.commit_of(args.ref, parser.prog)
         export_ref(commit, work / "ref", parser.prog)
         trees = {THIS: ROOT, commit: work / "ref"}
-        counted: dict[str, dict[tuple[str, str], list[float]]] = {
-            THIS: defaultdict(list),
-            commit: defaultdict(list),
-        }
+        counted: dict[str, dict[tuple[str, str], list[float]]] = {name: defaultdict(list) for name in trees}
         with RedisServer(work) as server:
             for backend in backends:
                 runs: dict[tuple[str, int], list[Run]] = defaultdict(list)

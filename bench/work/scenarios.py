@@ -22,9 +22,11 @@ from typing import Any, NamedTuple
 import psycopg
 import redis
 
+from bench.core.timing import drain_timeout, poll_marker
+
 COUNTING = Path(__file__).resolve().parent / "counting"
-#: What a drain may take before the scenario is given up.
-DRAIN_TIMEOUT = 300.0
+#: Seconds between two reads of the tasks' status once every job ran (each read is a query).
+TASK_POLL = 0.05
 #: PostgreSQL's statistics reach pg_stat_database up to a second after a transaction.
 STATS_DELAY = 1.5
 #: pg_stat_database's counters of the work done, not of how it was planned (a sequential scan
@@ -133,21 +135,20 @@ class Drains:
         with open(self.args.workdir / "worker.log", "ab") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
         try:
-            deadline = time.monotonic() + DRAIN_TIMEOUT
+            deadline = time.monotonic() + drain_timeout(scenario.jobs)
 
-            def wait(until: Callable[[], bool]) -> None:
-                while not until():
-                    if time.monotonic() > deadline or worker.poll() is not None:
-                        ran = self.marker.stat().st_size
-                        raise SystemExit(
-                            f"{name}: {ran} of {scenario.jobs} jobs ran, or their tasks did not end"
-                        )
-                    time.sleep(0.05)
+            def given_up() -> bool:
+                return time.monotonic() > deadline or worker.poll() is not None
 
             # The marker first: reading a task asks the broker how many jobs are ahead of it, and
             # those commands, as many as the drain is long, would be counted with the jobs'.
-            wait(lambda: self.marker.stat().st_size >= scenario.jobs)
-            wait(lambda: all(get_task(task_id).status == "finished" for task_id in task_ids))
+            for read in poll_marker(self.marker, scenario.jobs):
+                if not read.last and given_up():
+                    raise SystemExit(f"{name}: {read.done} of {scenario.jobs} jobs ran")
+            while not all(get_task(task_id).status == "finished" for task_id in task_ids):
+                if given_up():
+                    raise SystemExit(f"{name}: every job ran, but a task did not end")
+                time.sleep(TASK_POLL)
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(60)
@@ -165,7 +166,7 @@ class Drains:
             calls.pop("info", None)
             return {"redis commands": sum(calls.values())}
         time.sleep(STATS_DELAY)
-        url = self.args.database_url.replace("postgresql+psycopg://", "postgresql://")
+        url = self.args.database_url
         database = url.rsplit("/", 1)[1]
         with psycopg.connect(url, autocommit=True) as connection:
             row = connection.execute(
