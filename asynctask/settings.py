@@ -16,7 +16,7 @@ from asynctask.storable import DEFAULT_TEXT_LIMIT, MIN_TEXT_LIMIT
 #: no broker URL either, the jobs live there too: AsyncTask needs no server by default.
 DEFAULT_DATABASE_URL = "sqlite:///asynctask.db"
 #: URL schemes of the Redis broker; ``sqlite`` and ``postgresql`` URLs mean the SQL broker.
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 #: Databases of the SQL broker and of tracking (SQLAlchemy dialects, each with an optional
 #: ``+driver``); ``postgres://`` is taken for ``postgresql://``, as libpq takes it.
 SQL_SCHEMES = ("sqlite", "postgresql")
@@ -64,6 +64,9 @@ class Settings:
     broker_url: str = ""
     #: Redis, when it is the broker (ASYNCTASK_REDIS_URL, then REDIS_URL); empty for none.
     redis_url: str = ""
+    #: Replicas every write to Redis waits for (WAIT) before it counts as done; 0: none. With
+    #: one or more, a failover loses no job a push, acknowledgement or retry reported done.
+    redis_min_replicas: int = 0
     #: Key prefix as redis-namespace writes it ("myapp" gives "myapp:queue:default"); empty for none.
     namespace: str = ""
     queues: tuple[QueueSpec, ...] = (QueueSpec("default"),)
@@ -171,6 +174,7 @@ class Settings:
                     "scheduled_poll_interval": float,
                     "max_retries": int,
                     "max_payload_bytes": int,
+                    "redis_min_replicas": int,
                     "tracked_text_limit": int,
                     "checkpoint_interval": float,
                     "lost_grace": float,
@@ -235,6 +239,10 @@ class Settings:
             raise ValueError("lost_grace must not be negative")
         if self.tracked_text_limit < MIN_TEXT_LIMIT:
             raise ValueError(f"tracked_text_limit must be at least {MIN_TEXT_LIMIT} bytes")
+        if self.redis_min_replicas < 0:
+            raise ValueError("redis_min_replicas must not be negative")
+        if self.redis_min_replicas and not self.uses_redis:
+            raise ValueError("redis_min_replicas applies to a Redis broker; this one is SQL")
         if self.flusher not in ("process", "thread", "off"):
             raise ValueError("flusher must be 'process', 'thread' or 'off'")
         if self.log_format not in ("logfmt", "json"):

@@ -40,7 +40,7 @@ NO_SUCH_MESSAGE = 'FATAL: database "asynctask_no_such_database" does not exist'
 #: The jobs the API may submit, for ``asynctask api``.
 API_JOBS = "tests.jobs.api_jobs"
 UPGRADE = "asynctask db upgrade"
-REDIS_SCHEMES = "it must start with redis://, rediss:// or unix://"
+REDIS_SCHEMES = "it must start with redis://, rediss://, unix:// or redis+sentinel://"
 
 
 @dataclass
@@ -243,7 +243,7 @@ PSYCOPG2_MISSING = pytest.mark.skipif(find_spec("psycopg2") is not None, reason=
             "ASYNCTASK_BROKER_URL",
             "redis:/x",
             "ASYNCTASK_BROKER_URL is not a broker URL: it must start with redis://, rediss://, unix://, "
-            "sqlite:// or postgresql:// (it has no scheme://)",
+            "redis+sentinel://, sqlite:// or postgresql:// (it has no scheme://)",
         ),
         pytest.param(
             "ASYNCTASK_DATABASE_URL",

@@ -51,7 +51,7 @@ def test_queue_specs_and_strictness() -> None:
     assert Settings.from_env(env).queues == (QueueSpec("critical", 3), QueueSpec("default"))
 
 
-REDIS_SCHEMES = "redis://, rediss:// or unix://"
+REDIS_SCHEMES = "redis://, rediss://, unix:// or redis+sentinel://"
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,7 @@ class AsyncTracking:
             # Imported here: a SQL broker's process never loads the Redis asyncio client.
             from asynctask.brokers.redis.green import GreenRedis
 
-            connection = self._redis = GreenRedis(settings.broker)
+            connection = self._redis = GreenRedis(settings.broker, replicas=settings.redis_min_replicas)
         else:
             self._broker_database = create_async_database_engine(settings.broker)
             connection = self._broker_database.sync_engine

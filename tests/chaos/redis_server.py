@@ -41,6 +41,8 @@ class PrivateRedis:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
+        #: More command-line settings (a replica's ``--replicaof``).
+        self.extra: list[str] = []
 
     @property
     def url(self) -> str:
@@ -79,6 +81,7 @@ class PrivateRedis:
             "--appendfsync", "always",
             "--save", "",
             "--daemonize", "no",
+            *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True

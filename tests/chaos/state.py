@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Protocol, cast
 
-import redis
 from sqlalchemy import Engine, text
 
 from asynctask import Client, Registry, Settings
+from asynctask.brokers.redis.connection import connect
 from asynctask.keys import Keys
 from asynctask.middleware import Chain
 
@@ -76,7 +76,8 @@ def _jid(raw: bytes | str) -> str:
 class RedisState:
     def __init__(self, url: str, settings: Settings) -> None:
         self.settings = settings
-        self.conn = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+        # asynctask's own connect: ``url`` may name the master behind Sentinel.
+        self.conn = connect(url)
         self.keys = Keys(settings.namespace)
 
     def close(self) -> None:

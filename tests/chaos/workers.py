@@ -112,6 +112,7 @@ class WorkerPool:
                 "ASYNCTASK_REDIS_URL": settings.redis_url,
                 "ASYNCTASK_NAMESPACE": settings.namespace,
                 "ASYNCTASK_DATABASE_URL": settings.database_url,
+                "ASYNCTASK_REDIS_MIN_REPLICAS": str(settings.redis_min_replicas),
             }
         else:
             self.broker_env = {"ASYNCTASK_BROKER_URL": settings.broker_url}

@@ -18,8 +18,10 @@ import redis
 import redis.asyncio
 
 from asynctask import payload
+from asynctask.brokers.redis.async_connection import connect_async, min_replicas
 from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, READ_SIZE, REPLY_MARGIN, Replies
 from asynctask.brokers.redis.push import Command, ScriptCall, plan_push
+from asynctask.brokers.redis.replicas import check, wait_command
 from asynctask.brokers.redis.scripts import script_source
 from asynctask.brokers.shared_trips import Outcome, SharedTrips
 from asynctask.keys import Keys
@@ -28,8 +30,9 @@ from asynctask.settings import Settings
 
 class AsyncRedisPusher:
     def __init__(self, settings: Settings) -> None:
-        self.redis = redis.asyncio.Redis.from_url(
+        self.redis = connect_async(
             settings.broker,
+            replicas=settings.redis_min_replicas,
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=REPLY_MARGIN,
             socket_keepalive=True,
@@ -94,21 +97,29 @@ class AsyncPlainRoundTrips:
         self._pool = client.connection_pool
         self._timeout = self._pool.connection_kwargs.get("socket_timeout") or REPLY_MARGIN
         self._idle: list[Any] = []
+        replicas = min_replicas(client)
+        #: Sent after the commands when writes wait for replicas (``replicas``).
+        self._wait = wait_command(replicas) if replicas else None
 
     async def send(self, commands: Sequence[Command]) -> list[Any]:
-        """The replies of ``commands``, error replies as redis-py's exceptions (not raised)."""
+        """The replies of ``commands``, error replies as redis-py's exceptions (not raised);
+        ``replicas.FewerReplicas`` raised when the writes wait for replicas and too few came."""
         try:
             connection = self._idle.pop()
         except IndexError:
             connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        wait = self._wait
+        sent = commands if wait is None else [*commands, wait]
         # hiredis's stub types a command as a tuple of one argument.
-        packed = b"".join([hiredis.pack_command(command) for command in commands])  # type: ignore[arg-type]
+        packed = b"".join([hiredis.pack_command(command) for command in sent])  # type: ignore[arg-type]
         try:
-            replies = await self._exchange(connection, packed, len(commands))
+            replies = await self._exchange(connection, packed, len(sent))
         except BaseException:
             await connection.disconnect()
             raise
         self._idle.append(connection)
+        if wait is not None:
+            check(replies.pop(), wait[1])
         return replies
 
     async def _exchange(self, connection: Any, packed: bytes, count: int) -> list[Any]:

@@ -46,6 +46,7 @@ class RedisBroker(Broker):
                 settings.broker,
                 max_connections=settings.concurrency + 8,
                 longest_block=settings.fetch_timeout,
+                replicas=settings.redis_min_replicas,
             )
         )
         self.scripts = Scripts(self.redis)

@@ -15,6 +15,9 @@ import hiredis
 import redis
 from redis._parsers import BaseParser
 
+from asynctask.brokers.redis import sentinel
+from asynctask.brokers.redis.replicas import ReplicatedRedis, check, min_replicas, wait_command
+
 #: Seconds to wait for a connection; a down Redis is reported instead of hanging forever.
 CONNECT_TIMEOUT = 5.0
 #: Bytes asked of a push connection's socket per read: a push's replies are a few bytes each.
@@ -25,23 +28,34 @@ READ_SIZE = 65536
 REPLY_MARGIN = 10.0
 
 
-def connect(url: str, *, max_connections: int | None = None, longest_block: float = 0.0) -> redis.Redis:
-    """A client for ``url``; uses hiredis for parsing when installed (it is a dependency).
+def connect(
+    url: str, *, max_connections: int | None = None, longest_block: float = 0.0, replicas: int = 0
+) -> redis.Redis:
+    """A client for ``url`` (of one server, or of the master Sentinel names in a
+    ``redis+sentinel://`` URL); uses hiredis for parsing when installed (it is a dependency).
 
     ``longest_block``: the longest timeout of a blocking command sent on it, in seconds.
+    ``replicas``: how many replicas each write waits for (``replicas.ReplicatedRedis``).
     Its connections are named after this process (``CLIENT LIST`` shows who is who), which
     also lets a worker find and unblock its own threads' BLMOVE when it goes quiet.
     """
-    return redis.Redis.from_url(
-        url,
-        socket_connect_timeout=CONNECT_TIMEOUT,
-        socket_timeout=longest_block + REPLY_MARGIN,
-        socket_keepalive=True,
-        health_check_interval=30,
-        max_connections=max_connections,
-        client_name=f"asynctask:{socket.gethostname()}:{os.getpid()}",
+    redis_class = ReplicatedRedis if replicas else redis.Redis
+    settings: dict[str, Any] = {
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_timeout": longest_block + REPLY_MARGIN,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "max_connections": max_connections,
+        "client_name": f"asynctask:{socket.gethostname()}:{os.getpid()}",
         **_driver_info(),
-    )
+    }
+    if sentinel.is_sentinel_url(url):
+        client = sentinel.master_client(url, redis_class, **settings)
+    else:
+        client = redis_class.from_url(url, **settings)
+    if isinstance(client, ReplicatedRedis):
+        client.min_replicas = replicas
+    return client
 
 
 class PlainRoundTrips:
@@ -64,6 +78,9 @@ class PlainRoundTrips:
         self._pool = client.connection_pool
         self._idle: list[Any] = []
         self._forks = _forks
+        replicas = min_replicas(client)
+        #: Sent after the commands when writes wait for replicas (``replicas``).
+        self._wait = wait_command(replicas) if replicas else None
 
     def send(self, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
         """The replies of ``commands``, retried on a connection error as redis-py retries a
@@ -77,20 +94,26 @@ class PlainRoundTrips:
         except IndexError:
             pool = self._pool
             connection = pool.connection_class(**pool.connection_kwargs)
+        wait = self._wait
+        sent = commands if wait is None else [*commands, wait]
         # hiredis's stub types a command as a tuple of one argument.
-        packed = b"".join([hiredis.pack_command(command) for command in commands])  # type: ignore[arg-type]
+        packed = b"".join([hiredis.pack_command(command) for command in sent])  # type: ignore[arg-type]
         try:
             replies: list[Any] = connection.retry.call_with_retry(
-                lambda: _exchange(connection, packed, len(commands)),
+                lambda: _exchange(connection, packed, len(sent)),
                 lambda _error: connection.disconnect(),
             )
         except BaseException:
             connection.disconnect()
             raise
         self._idle.append(connection)
+        if wait is not None:
+            reached = replies.pop()
         for reply in replies:
             if isinstance(reply, redis.RedisError):
                 raise reply
+        if wait is not None:
+            check(reached, wait[1])
         return replies
 
     def close(self) -> None:
@@ -221,6 +244,8 @@ def same_database(one: redis.Redis, other: redis.Redis) -> bool:
     the same kind of connection (TCP, TLS or a Unix socket)."""
     first, second = one.connection_pool, other.connection_pool
     if first.connection_class is not second.connection_class:
+        return False
+    if sentinel.where(first) != sentinel.where(second):
         return False
     a, b = first.connection_kwargs, second.connection_kwargs
     return all(a.get(key, default) == b.get(key, default) for key, default in _SERVER_DEFAULTS.items())

@@ -17,18 +17,23 @@ import redis.asyncio
 from redis.client import Pipeline
 from sqlalchemy.util import await_only
 
+from asynctask.brokers.redis import sentinel
+from asynctask.brokers.redis.async_connection import connect_async
 from asynctask.brokers.redis.connection import CONNECT_TIMEOUT, REPLY_MARGIN
 
 
 class GreenRedis(redis.Redis):
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, replicas: int = 0) -> None:
         # The sync pool only holds the URL's settings: a caller that would make a connection
         # of its own from it (``PlainRoundTrips``) would block the loop, and fails instead.
         super().__init__(
-            connection_pool=redis.ConnectionPool.from_url(url, connection_class=NoBlockingConnection)
+            connection_pool=redis.ConnectionPool(connection_class=NoBlockingConnection)
+            if sentinel.is_sentinel_url(url)
+            else redis.ConnectionPool.from_url(url, connection_class=NoBlockingConnection)
         )
-        self.awaited = redis.asyncio.Redis.from_url(
+        self.awaited = connect_async(
             url,
+            replicas=replicas,
             socket_connect_timeout=CONNECT_TIMEOUT,
             socket_timeout=REPLY_MARGIN,
             socket_keepalive=True,

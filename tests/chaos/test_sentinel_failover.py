@@ -1,0 +1,214 @@
+"""A drain through a Sentinel failover: the master killed mid-drain, the replica promoted.
+
+Two workers drain 20,000 jobs while a client pushes more, one at a time, and the API answers
+``/readyz``. The master is killed (-9); Sentinel promotes the replica; the killed server comes
+back as the new master's replica. Workers, client and API must go on by themselves (no
+restart) within ``RESUME_LIMIT`` seconds of the kill, and afterwards nothing may be left
+anywhere.
+
+What a failover may lose is what the old master acknowledged and had not yet sent to its
+replica (replication is asynchronous). With ``redis_min_replicas=1`` every write waits until
+the replica holds it, and every job pushed or drained must run. Without it, the jobs lost are
+counted and reported; each must be one whose push was acknowledged in the last
+``LOSS_WINDOW`` seconds before the kill (docs/internals/reliability.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from asynctask import Settings
+from asynctask.db.migrate import upgrade
+from tests.chaos.drain import Drain, settle
+from tests.chaos.redis_server import RedisUnavailable
+from tests.chaos.sentinel_group import SentinelGroup, sentinel_group
+from tests.chaos.state import RedisState, make_client, push_one
+from tests.chaos.workers import Runs, Timing, WorkerPool
+from tests.conftest import private_server
+from webapi.app import create_app
+
+#: Jobs of up to 5 ms: the 20 threads take most of ten seconds for the drain, so the failover
+#: lands in its middle.
+DRAIN = Drain(jobs=20_000, pause_ms=5, timing=Timing(heartbeat=1.0, ttl=5, poll=1.0), runs_between=3000)
+#: Seconds from the kill within which workers, client and API work again.
+RESUME_LIMIT = 10.0
+#: Jobs run after the kill that show the workers went on: more than their 20 threads and
+#: their claim buffers can hold.
+GONE_ON = 200
+#: Seconds before the kill within which a lost job's push was acknowledged.
+LOSS_WINDOW = 1.0
+
+
+@pytest.fixture
+def group() -> Iterator[SentinelGroup]:
+    yield from private_server(sentinel_group, RedisUnavailable, "a private Redis Sentinel group")
+
+
+@dataclass
+class Pusher:
+    """Pushes one job after another from its own thread; notes when each push was acknowledged."""
+
+    settings: Settings
+    acknowledged: dict[str, float] = field(default_factory=dict)
+    failures: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        client = make_client(self.settings)
+        try:
+            while not self._stop.is_set():
+                try:
+                    jid = push_one(client)
+                except client.broker.errors:
+                    self.failures += 1
+                    time.sleep(0.05)
+                    continue
+                self.acknowledged[jid] = time.monotonic()
+                time.sleep(0.002)
+        finally:
+            client.close()
+
+    def first_after(self, moment: float) -> float | None:
+        return min((at for at in self.acknowledged.values() if at > moment), default=None)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclass(frozen=True)
+class Failover:
+    promoted_after: float
+    workers_after: float
+    client_after: float
+    api_after: float
+
+
+class FirstSuccess:
+    """Calls ``probe`` every 50 ms from its own thread until it returns True; notes when."""
+
+    def __init__(self, probe: Callable[[], bool]) -> None:
+        self.probe = probe
+        self.at: float | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> FirstSuccess:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.probe():
+                self.at = time.monotonic()
+                return
+            time.sleep(0.05)
+
+    def after(self, since: float) -> float:
+        self._thread.join(60)
+        return float("inf") if self.at is None else self.at - since
+
+
+def _runs_went_on(runs: Runs, done_at_kill: int, killed_at: float) -> float:
+    """Seconds from the kill (epoch ``killed_at``) until the workers had run ``GONE_ON`` jobs
+    more than when it came: more than their threads and buffers held, so run on the new master."""
+    wanted = done_at_kill + GONE_ON
+    if not runs.wait_done(wanted, 60):
+        return float("inf")
+    done = [run for run in runs.read() if run.event == "done"]
+    return done[wanted - 1].at - killed_at
+
+
+def _drain_through_failover(
+    group: SentinelGroup, pool: WorkerPool, runs: Runs, tmp: Path, replicas: int
+) -> None:
+    tracking = f"sqlite:///{tmp / 'tracking.db'}"
+    upgrade(tracking)
+    settings = Settings(
+        redis_url=group.url, namespace="chaos", database_url=tracking, redis_min_replicas=replicas
+    )
+    state = RedisState(group.url, settings)
+    pusher = Pusher(settings)
+    thread = threading.Thread(target=pusher.run, daemon=True)
+    api = create_app({"settings": settings, "auth": False}).test_client()
+    try:
+        _, jids = DRAIN.start(pool, state, runs)
+        thread.start()
+        time.sleep(1.0)
+        assert api.get("/readyz").status_code == 200
+
+        done_at_kill = runs.count_done()
+        group.kill_master()
+        # Noted once the server is gone (reaped): no reply of it can come later.
+        killed, killed_at = time.monotonic(), time.time()
+        ready = FirstSuccess(lambda: api.get("/readyz").status_code == 200).start()
+        promoted = group.wait_promoted()
+        if replicas:
+            # Writes wait for a replica: none is left until the killed server comes back as one.
+            group.rejoin()
+        workers_after = _runs_went_on(runs, done_at_kill, killed_at)
+        first_push = pusher.first_after(killed)
+        failover = Failover(
+            promoted_after=promoted,
+            workers_after=workers_after,
+            client_after=float("inf") if first_push is None else first_push - killed,
+            api_after=ready.after(killed),
+        )
+        assert done_at_kill < DRAIN.jobs, "the drain ended before the kill: it tested nothing"
+        time.sleep(1.0)
+        pusher.stop()
+        thread.join(30)
+        expected = [*jids, *pusher.acknowledged]
+        outcome = settle(state, runs, expected, time.monotonic(), DRAIN.timing, pool)
+        done = runs.done()
+        lost = [jid for jid in expected if jid not in done]
+        left = state.leftovers()
+        at_risk = {jid for jid, at in pusher.acknowledged.items() if killed - LOSS_WINDOW <= at <= killed}
+        print(
+            f"\nsentinel failover, redis_min_replicas={replicas}: promoted {failover.promoted_after:.1f} s "
+            f"after the kill; workers went on after {failover.workers_after:.1f} s, the client after "
+            f"{failover.client_after:.1f} s, the API after {failover.api_after:.1f} s; {len(expected)} jobs "
+            f"({len(pusher.acknowledged)} pushed during the drain, {pusher.failures} pushes refused), "
+            f"{len(lost)} lost, {outcome.duplicates} run twice"
+        )
+        problems = [
+            f"{what} went on only after {after:.1f} s"
+            for what, after in (
+                ("workers", failover.workers_after),
+                ("the client", failover.client_after),
+                ("the API", failover.api_after),
+            )
+            if after > RESUME_LIMIT
+        ]
+        if left:
+            problems.append("left in the broker:\n  " + "\n  ".join(left))
+        if replicas and lost:
+            problems.append(f"{len(lost)} job(s) lost with redis_min_replicas=1: {lost[:5]}")
+        if not replicas and set(lost) - at_risk:
+            problems.append(f"job(s) lost that were pushed earlier than {LOSS_WINDOW} s before the kill")
+        assert not problems, "\n".join(problems) + f"\n{pool.logs()}\n{group.logs()}"
+    finally:
+        pusher.stop()
+        thread.join(30)
+        state.close()
+
+
+@pytest.mark.slow
+@pytest.mark.alone
+def test_a_failover_loses_no_job_when_writes_wait_for_the_replica(
+    group: SentinelGroup, pool: WorkerPool, runs: Runs, tmp_path: Path
+) -> None:
+    _drain_through_failover(group, pool, runs, tmp_path, replicas=1)
+
+
+@pytest.mark.slow
+@pytest.mark.alone
+def test_a_failover_without_waiting_loses_at_most_the_last_acknowledged_pushes(
+    group: SentinelGroup, pool: WorkerPool, runs: Runs, tmp_path: Path
+) -> None:
+    _drain_through_failover(group, pool, runs, tmp_path, replicas=0)

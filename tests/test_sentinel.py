@@ -1,0 +1,127 @@
+"""Redis behind Sentinel: ``redis+sentinel://`` URLs, and clients that follow the master when
+Sentinel moves it (a master demoted while its connections stay open included)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from asynctask import Registry, Settings
+from asynctask.async_client import AsyncClient
+from asynctask.brokers.redis.connection import connect, same_database
+from asynctask.brokers.redis.sentinel import SentinelURL, parse
+from asynctask.errors import InvalidSetting
+from asynctask.middleware import Chain
+from tests.chaos.redis_server import RedisUnavailable
+from tests.chaos.sentinel_group import SERVICE, SentinelGroup, sentinel_group
+from tests.chaos.state import make_client
+from tests.conftest import private_server, wait_until
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("redis+sentinel://h1/mymaster", SentinelURL((("h1", 26379),), "mymaster")),
+        (
+            "redis+sentinel://h1:26380,h2,10.0.0.3:1/mymaster/3",
+            SentinelURL((("h1", 26380), ("h2", 26379), ("10.0.0.3", 1)), "mymaster", 3),
+        ),
+        (
+            "redis+sentinel://ann:p%40ss@h1:26379/mymaster/0?sentinel_password=s3",
+            SentinelURL((("h1", 26379),), "mymaster", 0, "ann", "p@ss", "s3"),
+        ),
+        ("REDIS+SENTINEL://:secret@[::1]:26379/m", SentinelURL((("::1", 26379),), "m", 0, None, "secret")),
+    ],
+)
+def test_a_sentinel_url_names_sentinels_service_database_and_passwords(url: str, parsed: SentinelURL) -> None:
+    assert parse(url) == parsed
+    assert (parse(url).password, parse(url).sentinel_password) == (parsed.password, parsed.sentinel_password)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis+sentinel://h1", "names its Sentinels and the master's service"),
+        ("redis+sentinel:///mymaster", "names its Sentinels and the master's service"),
+        ("redis+sentinel://h1:port/mymaster", "ports and database are numbers"),
+        ("redis+sentinel://h1/mymaster/zero", "ports and database are numbers"),
+        ("redis+sentinel://h1/mymaster?ssl=true", "takes only sentinel_password as an option, not ssl"),
+    ],
+)
+def test_a_malformed_sentinel_url_is_one_clear_error_without_the_url(url: str, message: str) -> None:
+    with pytest.raises(InvalidSetting, match=message) as raised:
+        connect(url)
+    assert url not in str(raised.value)
+
+
+def test_a_sentinel_url_is_a_redis_url_everywhere_one_is_taken() -> None:
+    url = "redis+sentinel://h1:26379,h2:26379/mymaster/0"
+    assert Settings.from_env({"ASYNCTASK_REDIS_URL": url}).uses_redis
+    assert Settings.from_env({"ASYNCTASK_BROKER_URL": url}).uses_redis
+
+
+def test_clients_of_one_service_share_a_database_and_of_another_do_not() -> None:
+    url = "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster/0"
+    assert same_database(connect(url), connect("redis+sentinel://127.0.0.1:26380,127.0.0.1:26379/mymaster/0"))
+    assert not same_database(
+        connect(url), connect("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/other/0")
+    )
+    assert not same_database(connect(url), connect("redis+sentinel://127.0.0.1:26379/mymaster/0"))
+    assert not same_database(connect(url), connect("redis://127.0.0.1:6379/0"))
+
+
+@pytest.fixture
+def group() -> Iterator[SentinelGroup]:
+    yield from private_server(sentinel_group, RedisUnavailable, "a private Redis Sentinel group")
+
+
+def _hand_over(group: SentinelGroup) -> None:
+    """A failover Sentinel is told to make: the master stays up, and becomes the replica."""
+    old = group.master
+    group.sentinels[0].client.sentinel_failover(SERVICE)
+    group.wait_promoted()
+    demoted = old.client()
+    wait_until(lambda: demoted.info("replication")["role"] == "slave", timeout=30)
+    demoted.close()
+
+
+def _queued(group: SentinelGroup) -> int:
+    return int(group.master.client().llen("queue:default"))
+
+
+def test_pushes_follow_the_master_sentinel_moved(group: SentinelGroup) -> None:
+    client = make_client(Settings(redis_url=group.url))
+    try:
+        # The push connection stays open to the master that is demoted next.
+        assert client.push({"class": "Before", "args": []})
+        _hand_over(group)
+        assert client.push({"class": "After", "args": []})
+        assert _queued(group) == 2
+    finally:
+        client.close()
+
+
+def test_asyncio_pushes_follow_the_master_sentinel_moved(group: SentinelGroup) -> None:
+    settings = Settings(redis_url=group.url)
+
+    async def scenario() -> None:
+        client = AsyncClient(settings, registry=Registry(), middleware=Chain())
+        try:
+            assert await client.apush({"class": "Before", "args": []})
+            await asyncio.to_thread(_hand_over, group)
+            for _ in range(50):
+                # The demoted master's connection fails the first push, as a lost one does.
+                try:
+                    assert await client.apush({"class": "After", "args": []})
+                    return
+                except redis.ConnectionError:
+                    await asyncio.sleep(0.1)
+            raise AssertionError("no push reached the new master")
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+    assert _queued(group) == 2
