@@ -92,19 +92,30 @@ def _queued(group: SentinelGroup) -> int:
     return int(group.master.client().llen("queue:default"))
 
 
-def test_pushes_follow_the_master_sentinel_moved(group: SentinelGroup) -> None:
+def _moves(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("the Redis master moved")]
+
+
+def test_pushes_follow_the_master_sentinel_moved(
+    group: SentinelGroup, caplog: pytest.LogCaptureFixture
+) -> None:
     client = make_client(Settings(redis_url=group.url))
     try:
         # The push connection stays open to the master that is demoted next.
         assert client.push({"class": "Before", "args": []})
+        assert client.broker.server_time()
         _hand_over(group)
         assert client.push({"class": "After", "args": []})
+        assert client.broker.server_time()
         assert _queued(group) == 2
+        assert _moves(caplog) == [f"the Redis master moved: Sentinel now names 127.0.0.1:{group.master.port}"]
     finally:
         client.close()
 
 
-def test_asyncio_pushes_follow_the_master_sentinel_moved(group: SentinelGroup) -> None:
+def test_asyncio_pushes_follow_the_master_sentinel_moved(
+    group: SentinelGroup, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = Settings(redis_url=group.url)
 
     async def scenario() -> None:
@@ -125,3 +136,4 @@ def test_asyncio_pushes_follow_the_master_sentinel_moved(group: SentinelGroup) -
 
     asyncio.run(scenario())
     assert _queued(group) == 2
+    assert len(_moves(caplog)) == 1

@@ -21,9 +21,7 @@ def connect_async(url: str, *, replicas: int = 0, **settings: Any) -> redis.asyn
     client: redis.asyncio.Redis
     if sentinel.is_sentinel_url(url):
         parsed = sentinel.parse(url)
-        manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_settings()
-        )
+        manager = AsyncSentinels(parsed)
         client = manager.master_for(
             parsed.service,
             redis_class=redis_class,
@@ -36,6 +34,19 @@ def connect_async(url: str, *, replicas: int = 0, **settings: Any) -> redis.asyn
     if isinstance(client, ReplicatedAsyncRedis):
         client.min_replicas = replicas
     return client
+
+
+class AsyncSentinels(redis.asyncio.sentinel.Sentinel):
+    """``sentinel.Sentinels`` for redis-py's asyncio client."""
+
+    def __init__(self, parsed: sentinel.SentinelURL) -> None:
+        super().__init__(list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_settings())  # type: ignore[no-untyped-call]
+        self.moves = sentinel.MasterMoves(parsed.service)
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        address: tuple[str, int] = await super().discover_master(service_name)
+        self.moves.found(address)
+        return address
 
 
 class AsyncSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):

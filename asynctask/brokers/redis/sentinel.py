@@ -13,6 +13,8 @@ master it turns into a replica, so none goes on talking to it.
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -21,6 +23,8 @@ import redis
 import redis.sentinel
 
 from asynctask.errors import InvalidSetting
+
+logger = logging.getLogger("asynctask.broker")
 
 SCHEME = "redis+sentinel"
 #: Sentinel's own port, for a host given without one.
@@ -103,6 +107,38 @@ def _address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class MasterMoves:
+    """The master address a client last found, and one log line when it moves."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self._address: tuple[str, int] | None = None
+        self._lock = threading.Lock()
+
+    def found(self, address: tuple[str, int]) -> None:
+        with self._lock:
+            before, self._address = self._address, address
+        if before is not None and before != address:
+            logger.warning(
+                "the Redis master moved: Sentinel now names %s:%s",
+                *address,
+                extra={"fields": {"service": self.service, "before": f"{before[0]}:{before[1]}"}},
+            )
+
+
+class Sentinels(redis.sentinel.Sentinel):
+    """redis-py's client of the Sentinels, which logs each move of the master once."""
+
+    def __init__(self, parsed: SentinelURL) -> None:
+        super().__init__(list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_settings())  # type: ignore[no-untyped-call]
+        self.moves = MasterMoves(parsed.service)
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        address: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+        self.moves.found(address)
+        return address
+
+
 class SentinelPool(redis.sentinel.SentinelConnectionPool):
     """redis-py's pool of a Sentinel's master, which also closes its connections to the
     Sentinels when its client closes it (``inuse_connections``: a close, not the reconnection
@@ -118,9 +154,7 @@ class SentinelPool(redis.sentinel.SentinelConnectionPool):
 def master_client(url: str, redis_class: type[redis.Redis] = redis.Redis, **settings: Any) -> redis.Redis:
     """A client of the master ``url`` names, its connections made with ``settings``."""
     parsed = parse(url)
-    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_settings()
-    )
+    manager = Sentinels(parsed)
     client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
         parsed.service,
         redis_class=redis_class,

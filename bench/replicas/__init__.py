@@ -1,0 +1,1 @@
+"""What writes that wait for a replica cost (``python -m bench.replicas``)."""
