@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
-from asynctask import Registry, Settings
+import asynctask
+from asynctask import AsyncTracking, Registry, Settings
+from asynctask.api import Queue
 from asynctask.async_client import AsyncClient
 from asynctask.brokers.redis.connection import connect, same_database
 from asynctask.brokers.redis.sentinel import SentinelURL, parse
+from asynctask.db.migrate import upgrade
 from asynctask.errors import InvalidSetting
-from asynctask.middleware import Chain
+from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.chaos.redis_server import RedisUnavailable
 from tests.chaos.sentinel_group import SERVICE, SentinelGroup, sentinel_group
 from tests.chaos.state import make_client
@@ -137,3 +141,30 @@ def test_asyncio_pushes_follow_the_master_sentinel_moved(
     asyncio.run(scenario())
     assert _queued(group) == 2
     assert len(_moves(caplog)) == 1
+
+
+def test_tasks_created_on_an_event_loop_reach_the_master(group: SentinelGroup, tmp_path: Path) -> None:
+    tracking_db = f"sqlite:///{tmp_path / 'tracking.db'}"
+    upgrade(tracking_db)
+    registry = Registry()
+
+    @asynctask.job(registry=registry)
+    def rows(chunk: list[int]) -> None: ...
+
+    settings = Settings(redis_url=group.url, database_url=tracking_db)
+
+    async def create() -> int:
+        tracking = AsyncTracking(
+            settings,
+            registry=registry,
+            middleware=Chain([TrackingClientMiddleware()]),
+        )
+        try:
+            task = await tracking.acreate_task(rows, range(50))
+            return (await tracking.aget_task(task.id)).total
+        finally:
+            await tracking.aclose()
+
+    assert asyncio.run(create()) == 50
+    # Read back through Sentinel as well (the read API's own client).
+    assert Queue("default", settings=settings).size == 50

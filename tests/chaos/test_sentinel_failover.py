@@ -23,8 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from asynctask import Settings
+import asynctask
+from asynctask import Client, Registry, Settings, TaskView, Tracking
+from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
+from asynctask.middleware import Chain, TrackingClientMiddleware
 from tests.chaos.drain import Drain, settle
 from tests.chaos.redis_server import RedisUnavailable
 from tests.chaos.sentinel_group import SentinelGroup, sentinel_group
@@ -40,7 +43,11 @@ DRAIN = Drain(jobs=20_000, pause_ms=5, timing=Timing(heartbeat=1.0, ttl=5, poll=
 RESUME_LIMIT = 10.0
 #: Jobs run after the kill that show the workers went on: more than their 20 threads and
 #: their claim buffers can hold.
-GONE_ON = 200
+GONE_ON = 500
+#: Items of the tracked task created before the kill, and the seconds after the drain settled
+#: that it may take to end.
+TRACKED = 2000
+TASK_LIMIT = 30.0
 #: Seconds before the kill within which a lost job's push was acknowledged.
 LOSS_WINDOW = 1.0
 
@@ -114,30 +121,41 @@ class FirstSuccess:
         return float("inf") if self.at is None else self.at - since
 
 
-def _runs_went_on(runs: Runs, done_at_kill: int, killed_at: float) -> float:
-    """Seconds from the kill (epoch ``killed_at``) until the workers had run ``GONE_ON`` jobs
-    more than when it came: more than their threads and buffers held, so run on the new master."""
-    wanted = done_at_kill + GONE_ON
-    if not runs.wait_done(wanted, 60):
-        return float("inf")
-    done = [run for run in runs.read() if run.event == "done"]
-    return done[wanted - 1].at - killed_at
+def _runs_went_on(runs: Runs, killed_at: float) -> float:
+    """Seconds from the kill (epoch ``killed_at``) until the workers had finished ``GONE_ON``
+    jobs since: more than their threads and claim buffers held, so run on the new master."""
+    deadline = time.monotonic() + 60
+    while (
+        len(since := [run.at for run in runs.read() if run.event == "done" and run.at > killed_at]) < GONE_ON
+    ):
+        if time.monotonic() > deadline:
+            return float("inf")
+        time.sleep(0.05)
+    return sorted(since)[GONE_ON - 1] - killed_at
 
 
 def _drain_through_failover(
     group: SentinelGroup, pool: WorkerPool, runs: Runs, tmp: Path, replicas: int
 ) -> None:
-    tracking = f"sqlite:///{tmp / 'tracking.db'}"
-    upgrade(tracking)
+    tracking_db = f"sqlite:///{tmp / 'tracking.db'}"
+    upgrade(tracking_db)
     settings = Settings(
-        redis_url=group.url, namespace="chaos", database_url=tracking, redis_min_replicas=replicas
+        redis_url=group.url, namespace="chaos", database_url=tracking_db, redis_min_replicas=replicas
     )
     state = RedisState(group.url, settings)
+    registry = Registry()
+
+    @asynctask.job(registry=registry, name="chaos_fed")
+    def chaos_fed(chunk: list[int]) -> None: ...
+
+    client = Client(settings, registry=registry, middleware=Chain([TrackingClientMiddleware()]))
+    tracking = Tracking(client, create_database_engine(tracking_db))
     pusher = Pusher(settings)
     thread = threading.Thread(target=pusher.run, daemon=True)
     api = create_app({"settings": settings, "auth": False}).test_client()
     try:
         _, jids = DRAIN.start(pool, state, runs)
+        task = tracking.create_task(chaos_fed, [DRAIN.pause_ms] * TRACKED)
         thread.start()
         time.sleep(1.0)
         assert api.get("/readyz").status_code == 200
@@ -151,7 +169,7 @@ def _drain_through_failover(
         if replicas:
             # Writes wait for a replica: none is left until the killed server comes back as one.
             group.rejoin()
-        workers_after = _runs_went_on(runs, done_at_kill, killed_at)
+        workers_after = _runs_went_on(runs, killed_at)
         first_push = pusher.first_after(killed)
         failover = Failover(
             promoted_after=promoted,
@@ -165,6 +183,7 @@ def _drain_through_failover(
         thread.join(30)
         expected = [*jids, *pusher.acknowledged]
         outcome = settle(state, runs, expected, time.monotonic(), DRAIN.timing, pool)
+        view = _task_end(tracking, task.id)
         done = runs.done()
         lost = [jid for jid in expected if jid not in done]
         left = state.leftovers()
@@ -174,7 +193,8 @@ def _drain_through_failover(
             f"after the kill; workers went on after {failover.workers_after:.1f} s, the client after "
             f"{failover.client_after:.1f} s, the API after {failover.api_after:.1f} s; {len(expected)} jobs "
             f"({len(pusher.acknowledged)} pushed during the drain, {pusher.failures} pushes refused), "
-            f"{len(lost)} lost, {outcome.duplicates} run twice"
+            f"{len(lost)} lost, {outcome.duplicates} run twice; the tracked task of {TRACKED} items "
+            f"{view.status} with {view.counts['finish']} finished"
         )
         problems = [
             f"{what} went on only after {after:.1f} s"
@@ -187,6 +207,8 @@ def _drain_through_failover(
         ]
         if left:
             problems.append("left in the broker:\n  " + "\n  ".join(left))
+        if replicas and view.counts["finish"] != TRACKED:
+            problems.append(f"the tracked task did not end with every item finished: {view.counts}")
         if replicas and lost:
             problems.append(f"{len(lost)} job(s) lost with redis_min_replicas=1: {lost[:5]}")
         if not replicas and set(lost) - at_risk:
@@ -195,7 +217,18 @@ def _drain_through_failover(
     finally:
         pusher.stop()
         thread.join(30)
+        client.close()
         state.close()
+
+
+def _task_end(tracking: Tracking, task_id: str) -> TaskView:
+    """The task once it ended, or as it is after ``TASK_LIMIT`` seconds."""
+    deadline = time.monotonic() + TASK_LIMIT
+    while (view := tracking.get_task(task_id)).status not in ("finished", "finished_with_errors"):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return view
 
 
 @pytest.mark.slow
