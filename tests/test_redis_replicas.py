@@ -14,7 +14,7 @@ import redis
 
 from asynctask import Registry, Settings
 from asynctask.async_client import AsyncClient
-from asynctask.brokers.redis import RedisBroker
+from asynctask.brokers.redis import RedisBroker, replicas
 from asynctask.brokers.redis.async_connection import connect_async
 from asynctask.brokers.redis.connection import PlainRoundTrips, connect
 from asynctask.brokers.redis.replicas import FewerReplicas
@@ -40,6 +40,8 @@ class Pair:
 @contextmanager
 def replicated() -> Iterator[Pair]:
     with private_redis() as master, private_redis() as replica:
+        # Sent at once rather than after redis-server's 5 s wait for more replicas.
+        master.client().config_set("repl-diskless-sync-delay", 0)
         client = replica.client()
         client.replicaof("127.0.0.1", master.port)
         wait_until(lambda: client.info("replication").get("master_link_status") == "up", timeout=30)
@@ -117,6 +119,13 @@ def test_the_asyncio_client_waits_too(pair: Pair) -> None:
     assert pair.replica.client().llen("queue:default") == 1
 
 
+@pytest.fixture
+def short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WAIT gives up after 50 ms: the shared server has no replica to wait for."""
+    monkeypatch.setattr(replicas, "WAIT_MS", 50)
+
+
+@pytest.mark.usefixtures("short_wait")
 def test_a_write_no_replica_confirms_fails_loudly(namespace: str) -> None:
     settings = Settings(redis_url=REDIS_URL, namespace=namespace, redis_min_replicas=1)
     client = make_client(settings)
@@ -129,11 +138,46 @@ def test_a_write_no_replica_confirms_fails_loudly(namespace: str) -> None:
             client.push({"class": "Plain", "args": []})
         with pytest.raises(FewerReplicas):
             broker.redis.set(key, 1)
+        transaction = broker.redis.pipeline(transaction=True)
+        transaction.incr(f"{namespace}:counted")
+        with pytest.raises(FewerReplicas):
+            transaction.execute()
         # Done on the master all the same: the caller learns it may not survive a failover.
         assert broker.redis.get(key) == b"1"
         assert isinstance(FewerReplicas("x"), redis.RedisError), "the runtime retries it as a store error"
     finally:
         client.close()
+
+
+@pytest.mark.usefixtures("short_wait")
+def test_an_asyncio_write_no_replica_confirms_fails_loudly(namespace: str) -> None:
+    settings = Settings(redis_url=REDIS_URL, namespace=namespace, redis_min_replicas=1)
+
+    async def writes() -> list[str]:
+        failed = []
+        client = AsyncClient(settings, registry=Registry(), middleware=Chain())
+        try:
+            for item in ({"class": "Plain", "args": []}, {"class": "Later", "args": [], "at": 4102444800}):
+                with pytest.raises(FewerReplicas):
+                    await client.apush(item)
+                failed.append(str(item["class"]))
+        finally:
+            await client.aclose()
+        direct = connect_async(REDIS_URL, replicas=1)
+        try:
+            with pytest.raises(FewerReplicas):
+                await direct.set(f"{namespace}:written", 1)
+            failed.append("command")
+            transaction = direct.pipeline(transaction=True)
+            transaction.incr(f"{namespace}:counted")
+            with pytest.raises(FewerReplicas):
+                await transaction.execute()
+            failed.append("transaction")
+        finally:
+            await direct.aclose()
+        return failed
+
+    assert asyncio.run(writes()) == ["Plain", "Later", "command", "transaction"]
 
 
 def test_a_sql_broker_refuses_the_setting() -> None:
