@@ -149,23 +149,37 @@ class PrivateRedis:
             return "(no log)"
 
 
-@contextlib.contextmanager
-def private_redis() -> Iterator[PrivateRedis]:
-    """A started private redis-server; killed and its directory removed on exit, whatever happened."""
+def redis_binary() -> str:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisUnavailable("redis-server is not on PATH")
-    # tmpfs when there is one: appendfsync always then costs no disk flush per write, and a
-    # killed process loses nothing either way (the kernel holds what Redis wrote).
+    return binary
+
+
+@contextlib.contextmanager
+def scratch_directory(prefix: str) -> Iterator[Path]:
+    """A directory of its own, removed on exit. On tmpfs when there is one: appendfsync always
+    then costs no disk flush per write, and a killed server loses nothing either way (the
+    kernel holds what Redis wrote)."""
     shm = Path("/dev/shm")
-    root = Path(tempfile.mkdtemp(prefix="asynctask-redis-", dir=shm if shm.is_dir() else None))
-    server = PrivateRedis(binary, root)
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=shm if shm.is_dir() else None))
     try:
-        server.start()
-        yield server
+        yield root
     finally:
-        server.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[PrivateRedis]:
+    """A started private redis-server; killed and its directory removed on exit, whatever happened."""
+    binary = redis_binary()
+    with scratch_directory("asynctask-redis-") as root:
+        server = PrivateRedis(binary, root)
+        try:
+            server.start()
+            yield server
+        finally:
+            server.kill()
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,7 @@ a replica of the promoted one, as an orchestrator restarting the failed node wou
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import cast
 
 import redis
 
-from tests.chaos.redis_server import START_TIMEOUT, PrivateRedis, RedisUnavailable
+from tests.chaos.redis_server import START_TIMEOUT, PrivateRedis, redis_binary, scratch_directory
 from tests.processes import free_port
 
 SERVICE = "asynctask"
@@ -155,15 +153,11 @@ class SentinelGroup:
 @contextlib.contextmanager
 def sentinel_group() -> Iterator[SentinelGroup]:
     """A started group; every server killed and the directory removed on exit."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RedisUnavailable("redis-server is not on PATH")
-    shm = Path("/dev/shm")
-    root = Path(tempfile.mkdtemp(prefix="asynctask-sentinel-", dir=shm if shm.is_dir() else None))
-    group = SentinelGroup(binary, root)
-    try:
-        group.start()
-        yield group
-    finally:
-        group.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    binary = redis_binary()
+    with scratch_directory("asynctask-sentinel-") as root:
+        group = SentinelGroup(binary, root)
+        try:
+            group.start()
+            yield group
+        finally:
+            group.stop()

@@ -233,15 +233,12 @@ def _task_end(tracking: Tracking, task_id: str) -> TaskView:
 
 @pytest.mark.slow
 @pytest.mark.alone
-def test_a_failover_loses_no_job_when_writes_wait_for_the_replica(
-    group: SentinelGroup, pool: WorkerPool, runs: Runs, tmp_path: Path
+@pytest.mark.parametrize(
+    "replicas",
+    [1, 0],
+    ids=["waiting for the replica loses nothing", "not waiting loses only the last pushes"],
+)
+def test_a_drain_goes_on_through_a_sentinel_failover(
+    group: SentinelGroup, pool: WorkerPool, runs: Runs, tmp_path: Path, replicas: int
 ) -> None:
-    _drain_through_failover(group, pool, runs, tmp_path, replicas=1)
-
-
-@pytest.mark.slow
-@pytest.mark.alone
-def test_a_failover_without_waiting_loses_at_most_the_last_acknowledged_pushes(
-    group: SentinelGroup, pool: WorkerPool, runs: Runs, tmp_path: Path
-) -> None:
-    _drain_through_failover(group, pool, runs, tmp_path, replicas=0)
+    _drain_through_failover(group, pool, runs, tmp_path, replicas)
