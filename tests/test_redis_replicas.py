@@ -16,7 +16,7 @@ from asynctask import Registry, Settings
 from asynctask.async_client import AsyncClient
 from asynctask.brokers.redis import RedisBroker, replicas
 from asynctask.brokers.redis.async_connection import connect_async
-from asynctask.brokers.redis.connection import PlainRoundTrips, connect
+from asynctask.brokers.redis.connection import connect, round_trips
 from asynctask.brokers.redis.replicas import FewerReplicas
 from asynctask.middleware import Chain
 from tests.chaos.redis_server import PrivateRedis, RedisUnavailable, private_redis
@@ -84,7 +84,7 @@ def test_writes_wait_for_the_replica_and_reads_do_not(pair: Pair) -> None:
 
 def test_a_push_waits_in_its_own_round_trip(pair: Pair) -> None:
     client = connect(pair.master.url, replicas=1)
-    trips = PlainRoundTrips(client)
+    trips = round_trips(client)
     before = pair.waits()
     assert trips.send([("RPUSH", "q", "a"), ("RPUSH", "q", "b")]) == [1, 2]
     assert pair.waits() == before + 1

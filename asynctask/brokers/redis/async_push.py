@@ -42,7 +42,10 @@ class AsyncRedisPusher:
         self.keys = Keys(settings.namespace)
         self.max_payload_bytes = settings.max_payload_bytes
         self._scripts = {name: self.redis.register_script(script_source(name)) for name in ("record", "push")}
-        self._plain = AsyncPlainRoundTrips(self.redis)
+        replicas = min_replicas(self.redis)
+        self._plain = (
+            AsyncReplicatedRoundTrips(self.redis, replicas) if replicas else AsyncPlainRoundTrips(self.redis)
+        )
         self._shared = SharedTrips(self._send_plain)
 
     async def push(self, entries: payload.PushEntries, *, transitions: Sequence[str] = ()) -> list[str]:
@@ -97,29 +100,21 @@ class AsyncPlainRoundTrips:
         self._pool = client.connection_pool
         self._timeout = self._pool.connection_kwargs.get("socket_timeout") or REPLY_MARGIN
         self._idle: list[Any] = []
-        replicas = min_replicas(client)
-        #: Sent after the commands when writes wait for replicas (``replicas``).
-        self._wait = wait_command(replicas) if replicas else None
 
     async def send(self, commands: Sequence[Command]) -> list[Any]:
-        """The replies of ``commands``, error replies as redis-py's exceptions (not raised);
-        ``replicas.FewerReplicas`` raised when the writes wait for replicas and too few came."""
+        """The replies of ``commands``, error replies as redis-py's exceptions (not raised)."""
         try:
             connection = self._idle.pop()
         except IndexError:
             connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-        wait = self._wait
-        sent = commands if wait is None else [*commands, wait]
         # hiredis's stub types a command as a tuple of one argument.
-        packed = b"".join([hiredis.pack_command(command) for command in sent])  # type: ignore[arg-type]
+        packed = b"".join([hiredis.pack_command(command) for command in commands])  # type: ignore[arg-type]
         try:
-            replies = await self._exchange(connection, packed, len(sent))
+            replies = await self._exchange(connection, packed, len(commands))
         except BaseException:
             await connection.disconnect()
             raise
         self._idle.append(connection)
-        if wait is not None:
-            check(replies.pop(), wait[1])
         return replies
 
     async def _exchange(self, connection: Any, packed: bytes, count: int) -> list[Any]:
@@ -144,3 +139,17 @@ class AsyncPlainRoundTrips:
         idle, self._idle = self._idle, []
         for connection in idle:
             await connection.disconnect()
+
+
+class AsyncReplicatedRoundTrips(AsyncPlainRoundTrips):
+    """``AsyncPlainRoundTrips`` whose writes wait for replicas (``replicas``): WAIT goes last in
+    the same write; too few replicas raise ``replicas.FewerReplicas`` for the whole send."""
+
+    def __init__(self, client: redis.asyncio.Redis, replicas: int) -> None:
+        super().__init__(client)
+        self._wait = wait_command(replicas)
+
+    async def send(self, commands: Sequence[Command]) -> list[Any]:
+        replies = await super().send([*commands, self._wait])
+        check(replies.pop(), self._wait[1])
+        return replies

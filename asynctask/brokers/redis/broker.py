@@ -12,7 +12,7 @@ from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet
 from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.redis import process
 from asynctask.brokers.redis.checkpoints import RedisCheckpoints
-from asynctask.brokers.redis.connection import PlainRoundTrips, connect
+from asynctask.brokers.redis.connection import connect, round_trips
 from asynctask.brokers.redis.feeds import RedisFeeds
 from asynctask.brokers.redis.fetch import ReliableFetch, release
 from asynctask.brokers.redis.periodic import RedisPeriodic
@@ -50,7 +50,7 @@ class RedisBroker(Broker):
             )
         )
         self.scripts = Scripts(self.redis)
-        self.plain_round_trips = PlainRoundTrips(self.redis)
+        self.plain_round_trips = round_trips(self.redis)
         self.tracking = RedisTrackingStore(self.redis, self.keys, self.scripts, settings)
         self.feeds = RedisFeeds(self.redis, self.keys, self.scripts)
         self.periodic = RedisPeriodic(self.redis, self.keys, self.scripts)

@@ -78,9 +78,6 @@ class PlainRoundTrips:
         self._pool = client.connection_pool
         self._idle: list[Any] = []
         self._forks = _forks
-        replicas = min_replicas(client)
-        #: Sent after the commands when writes wait for replicas (``replicas``).
-        self._wait = wait_command(replicas) if replicas else None
 
     def send(self, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
         """The replies of ``commands``, retried on a connection error as redis-py retries a
@@ -94,32 +91,46 @@ class PlainRoundTrips:
         except IndexError:
             pool = self._pool
             connection = pool.connection_class(**pool.connection_kwargs)
-        wait = self._wait
-        sent = commands if wait is None else [*commands, wait]
         # hiredis's stub types a command as a tuple of one argument.
-        packed = b"".join([hiredis.pack_command(command) for command in sent])  # type: ignore[arg-type]
+        packed = b"".join([hiredis.pack_command(command) for command in commands])  # type: ignore[arg-type]
         try:
             replies: list[Any] = connection.retry.call_with_retry(
-                lambda: _exchange(connection, packed, len(sent)),
+                lambda: _exchange(connection, packed, len(commands)),
                 lambda _error: connection.disconnect(),
             )
         except BaseException:
             connection.disconnect()
             raise
         self._idle.append(connection)
-        if wait is not None:
-            reached = replies.pop()
         for reply in replies:
             if isinstance(reply, redis.RedisError):
                 raise reply
-        if wait is not None:
-            check(reached, wait[1])
         return replies
 
     def close(self) -> None:
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.disconnect()
+
+
+class ReplicatedRoundTrips(PlainRoundTrips):
+    """``PlainRoundTrips`` whose writes wait for replicas (``replicas``): WAIT goes last in the
+    same write, and too few replicas fail the send once every other reply passed."""
+
+    def __init__(self, client: redis.Redis, replicas: int) -> None:
+        super().__init__(client)
+        self._wait = wait_command(replicas)
+
+    def send(self, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
+        replies = super().send([*commands, self._wait])
+        check(replies.pop(), self._wait[1])
+        return replies
+
+
+def round_trips(client: redis.Redis) -> PlainRoundTrips:
+    """The push connections of ``client``: waiting for replicas when its writes do."""
+    replicas = min_replicas(client)
+    return ReplicatedRoundTrips(client, replicas) if replicas else PlainRoundTrips(client)
 
 
 def _exchange(connection: Any, packed: bytes, count: int) -> list[Any]:
