@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.sentinel import MasterNotFoundError
 
 import asynctask
 from asynctask import AsyncTracking, Registry, Settings
 from asynctask.api import Queue
 from asynctask.async_client import AsyncClient
+from asynctask.brokers.redis.async_connection import connect_async
 from asynctask.brokers.redis.connection import connect, same_database
 from asynctask.brokers.redis.sentinel import SentinelURL, parse
 from asynctask.db.migrate import upgrade
@@ -23,6 +25,7 @@ from tests.chaos.redis_server import RedisUnavailable
 from tests.chaos.sentinel_group import SERVICE, SentinelGroup, sentinel_group
 from tests.chaos.state import make_client
 from tests.conftest import private_server, wait_until
+from tests.processes import free_port
 
 
 @pytest.mark.parametrize(
@@ -168,3 +171,25 @@ def test_tasks_created_on_an_event_loop_reach_the_master(group: SentinelGroup, t
     assert asyncio.run(create()) == 50
     # Read back through Sentinel as well (the read API's own client).
     assert Queue("default", settings=settings).size == 50
+
+
+def test_no_master_found_is_one_line_naming_the_sentinels_asked() -> None:
+    url = f"redis+sentinel://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/mymaster/0"
+    hosts = ", ".join(url.split("//")[1].split("/")[0].split(","))
+    expected = f"no Sentinel names a master 'mymaster' (asked {hosts})"
+    client = connect(url)
+    with pytest.raises(MasterNotFoundError) as raised:
+        client.ping()
+    assert str(raised.value) == expected
+    client.close()
+
+    async def ping() -> None:
+        awaited = connect_async(url)
+        try:
+            await awaited.ping()
+        finally:
+            await awaited.aclose()
+
+    with pytest.raises(MasterNotFoundError) as raised:
+        asyncio.run(ping())
+    assert str(raised.value) == expected

@@ -42,9 +42,13 @@ class AsyncSentinels(redis.asyncio.sentinel.Sentinel):
     def __init__(self, parsed: sentinel.SentinelURL) -> None:
         super().__init__(list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_settings())  # type: ignore[no-untyped-call]
         self.moves = sentinel.MasterMoves(parsed.service)
+        self.parsed = parsed
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
-        address: tuple[str, int] = await super().discover_master(service_name)
+        try:
+            address: tuple[str, int] = await super().discover_master(service_name)
+        except redis.asyncio.sentinel.MasterNotFoundError as exc:
+            raise sentinel.no_master(self.parsed) from exc
         self.moves.found(address)
         return address
 

@@ -132,11 +132,23 @@ class Sentinels(redis.sentinel.Sentinel):
     def __init__(self, parsed: SentinelURL) -> None:
         super().__init__(list(parsed.sentinels), sentinel_kwargs=parsed.sentinel_settings())  # type: ignore[no-untyped-call]
         self.moves = MasterMoves(parsed.service)
+        self.parsed = parsed
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
-        address: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+        try:
+            address: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+        except redis.sentinel.MasterNotFoundError as exc:
+            raise no_master(self.parsed) from exc
         self.moves.found(address)
         return address
+
+
+def no_master(parsed: SentinelURL) -> redis.sentinel.MasterNotFoundError:
+    """redis-py's error, in one line: its own message holds each Sentinel client's whole repr."""
+    hosts = ", ".join(f"{host}:{port}" for host, port in parsed.sentinels)
+    return redis.sentinel.MasterNotFoundError(
+        f"no Sentinel names a master {parsed.service!r} (asked {hosts})"
+    )
 
 
 class SentinelPool(redis.sentinel.SentinelConnectionPool):
