@@ -90,9 +90,18 @@ def _hand_over(group: SentinelGroup) -> None:
     old = group.master
     group.sentinels[0].client.sentinel_failover(SERVICE)
     group.wait_promoted()
-    demoted = old.client()
-    wait_until(lambda: demoted.info("replication")["role"] == "slave", timeout=30)
-    demoted.close()
+
+    def demoted() -> bool:
+        client = old.client()
+        try:
+            return bool(client.info("replication")["role"] == "slave")
+        except redis.ConnectionError:
+            # Sentinel closes the clients of the master it demotes, this one's included.
+            return False
+        finally:
+            client.close()
+
+    wait_until(demoted, timeout=30)
 
 
 def _queued(group: SentinelGroup) -> int:
