@@ -32,9 +32,10 @@ from bench.core import procs
 from bench.core.fmt import fixed, percentile, rate, ratio, spread, table
 from bench.core.noop_jobs import LATENCY_NAME, NAME
 from bench.core.redis_server import RedisServer
+from bench.core.system import ROOT
 from bench.core.timing import STOP_GRACE, drain_timeout, poll_marker
+from bench.runtime.asynctask_system import AsyncTask
 
-JOBS = Path(__file__).resolve().parents[1] / "core" / "noop_jobs.py"
 #: Seconds between two latency jobs: the worker is idle when each comes.
 PACE = 0.005
 #: Seconds a worker gets to start and run its first job.
@@ -124,16 +125,13 @@ def _push(settings: Settings, pushes: int, found: Figures) -> None:
 
 
 def _worker(settings: Settings, marker: Path, root: Path) -> subprocess.Popen[bytes]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "ASYNCTASK_REDIS_URL": settings.redis_url,
+    """The runtime section's AsyncTask worker (1 x 10), with the setting under test."""
+    system = AsyncTask()
+    env = system.env(settings.redis_url, marker) | {
         "ASYNCTASK_REDIS_MIN_REPLICAS": str(settings.redis_min_replicas),
         "ASYNCTASK_TRACKING": "false",
-        "BENCH_MARKER": str(marker),
-        "PYTHONPATH": str(JOBS.parents[2]),
     }
-    argv = [sys.executable, "-m", "asynctask", "worker", "-r", str(JOBS), "-c", "10"]
-    return procs.spawn(argv, env=env, cwd=root, log=root / "worker.log")
+    return procs.spawn(system.worker_argv(10), env=env, cwd=ROOT, log=root / "worker.log")
 
 
 def _latency(settings: Settings, jobs: int, root: Path, found: Figures) -> None:
@@ -182,10 +180,9 @@ def _drain(settings: Settings, jobs: int, root: Path, found: Figures) -> None:
 
 def _wait_for(marker: Path, size: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while marker.stat().st_size < size:
-        if time.monotonic() > deadline:
+    for poll in poll_marker(marker, size):
+        if not poll.last and poll.now > deadline:
             raise RuntimeError(f"the worker did not run its jobs within {timeout:.0f} s")
-        time.sleep(0.01)
 
 
 def _report(figures: dict[int, Figures]) -> list[str]:

@@ -15,9 +15,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import redis
 
@@ -169,17 +170,32 @@ def scratch_directory(prefix: str) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+class Killable(Protocol):
+    def start(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+K = TypeVar("K", bound=Killable)
+
+
 @contextlib.contextmanager
-def private_redis() -> Iterator[PrivateRedis]:
-    """A started private redis-server; killed and its directory removed on exit, whatever happened."""
+def started(make: Callable[[str, Path], K], prefix: str) -> Iterator[K]:
+    """``make(redis-server's path, a scratch directory)``, started; killed and its directory
+    removed on exit, whatever happened."""
     binary = redis_binary()
-    with scratch_directory("asynctask-redis-") as root:
-        server = PrivateRedis(binary, root)
+    with scratch_directory(prefix) as root:
+        servers = make(binary, root)
         try:
-            server.start()
-            yield server
+            servers.start()
+            yield servers
         finally:
-            server.kill()
+            servers.kill()
+
+
+def private_redis() -> contextlib.AbstractContextManager[PrivateRedis]:
+    """A started private redis-server; killed and its directory removed on exit, whatever happened."""
+    return started(PrivateRedis, "asynctask-redis-")
 
 
 @dataclass(frozen=True)

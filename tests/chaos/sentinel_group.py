@@ -11,13 +11,12 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
 import redis
 
-from tests.chaos.redis_server import START_TIMEOUT, PrivateRedis, redis_binary, scratch_directory
+from tests.chaos.redis_server import START_TIMEOUT, PrivateRedis, started
 from tests.processes import free_port
 
 SERVICE = "asynctask"
@@ -143,21 +142,13 @@ class SentinelGroup:
                 tails.append(f"sentinel {n}: {(self.root / f's{n}' / 'sentinel.log').read_text()[-800:]}")
         return "\n".join(tails)
 
-    def stop(self) -> None:
+    def kill(self) -> None:
         for s in self.sentinels:
             s.stop()
         self.master.kill()
         self.replica.kill()
 
 
-@contextlib.contextmanager
-def sentinel_group() -> Iterator[SentinelGroup]:
+def sentinel_group() -> contextlib.AbstractContextManager[SentinelGroup]:
     """A started group; every server killed and the directory removed on exit."""
-    binary = redis_binary()
-    with scratch_directory("asynctask-sentinel-") as root:
-        group = SentinelGroup(binary, root)
-        try:
-            group.start()
-            yield group
-        finally:
-            group.stop()
+    return started(SentinelGroup, "asynctask-sentinel-")

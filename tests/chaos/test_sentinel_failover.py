@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from asynctask import Client, Registry, Settings, TaskView, Tracking
 from asynctask.db.engine import create_database_engine
 from asynctask.db.migrate import upgrade
 from asynctask.middleware import Chain, TrackingClientMiddleware
+from tests.chaos.accept import FirstAccept
 from tests.chaos.drain import Drain, settle
 from tests.chaos.redis_server import RedisUnavailable
 from tests.chaos.sentinel_group import SentinelGroup, sentinel_group
@@ -96,31 +97,6 @@ class Failover:
     api_after: float
 
 
-class FirstSuccess:
-    """Calls ``probe`` every 50 ms from its own thread until it returns True; notes when."""
-
-    def __init__(self, probe: Callable[[], bool]) -> None:
-        self.probe = probe
-        self.at: float | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> FirstSuccess:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.probe():
-                self.at = time.monotonic()
-                return
-            time.sleep(0.05)
-
-    def after(self, since: float) -> float:
-        self._thread.join(60)
-        return float("inf") if self.at is None else self.at - since
-
-
 def _runs_went_on(runs: Runs, killed_at: float) -> float:
     """Seconds from the kill (epoch ``killed_at``) until the workers had finished ``GONE_ON``
     jobs since: more than their threads and claim buffers held, so run on the new master."""
@@ -153,6 +129,13 @@ def _drain_through_failover(
     pusher = Pusher(settings)
     thread = threading.Thread(target=pusher.run, daemon=True)
     api = create_app({"settings": settings, "auth": False}).test_client()
+
+    def api_ready() -> None:
+        status = api.get("/readyz").status_code
+        if status != 200:
+            raise RuntimeError(f"/readyz answered {status}")
+
+    ready: FirstAccept | None = None
     try:
         _, jids = DRAIN.start(pool, state, runs)
         task = tracking.create_task(chaos_fed, [DRAIN.pause_ms] * TRACKED)
@@ -164,7 +147,7 @@ def _drain_through_failover(
         group.kill_master()
         # Noted once the server is gone (reaped): no reply of it can come later.
         killed, killed_at = time.monotonic(), time.time()
-        ready = FirstSuccess(lambda: api.get("/readyz").status_code == 200).start()
+        ready = FirstAccept(api_ready).start()
         promoted = group.wait_promoted()
         if replicas:
             # Writes wait for a replica: none is left until the killed server comes back as one.
@@ -175,7 +158,7 @@ def _drain_through_failover(
             promoted_after=promoted,
             workers_after=workers_after,
             client_after=float("inf") if first_push is None else first_push - killed,
-            api_after=ready.after(killed),
+            api_after=ready.wait(60) - killed_at,
         )
         assert done_at_kill < DRAIN.jobs, "the drain ended before the kill: it tested nothing"
         time.sleep(1.0)
@@ -215,6 +198,8 @@ def _drain_through_failover(
             problems.append(f"job(s) lost that were pushed earlier than {LOSS_WINDOW} s before the kill")
         assert not problems, "\n".join(problems) + f"\n{pool.logs()}\n{group.logs()}"
     finally:
+        if ready is not None:
+            ready.stop()
         pusher.stop()
         thread.join(30)
         client.close()
