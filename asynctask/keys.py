@@ -165,6 +165,10 @@ class Keys:
         """Hash: a resumable job's checkpoint (``c`` cursor, ``n`` iterations) and ``stop`` flag."""
         return f"{self.prefix}asynctask:checkpoint:{jid}"
 
+    def callback_pushed(self, jid: str) -> str:
+        """String: set by the script that pushes a task's callback job, so that it pushes once."""
+        return f"{self.prefix}asynctask:callback-pushed:{jid}"
+
     def stat_processed_day(self, when: datetime | None = None) -> str:
         return f"{self.stat_processed}:{_day(when)}"
 

@@ -230,12 +230,33 @@ class TaskFields(TypedDict):
     urls: Urls
 
 
+class Callback(TypedDict):
+    """A job the task pushes once when it ends (`on_complete`, `on_success`, `on_failure`)."""
+
+    kind: Annotated[str, Keywords(enum=["complete", "success", "failure"])]
+    job: str
+    job_id: Annotated[str, Keywords(description="The callback job's jid, chosen when the task was created.")]
+    state: Annotated[
+        str,
+        Keywords(
+            enum=["waiting", "due", "pushed"],
+            description="`waiting`: the task has not ended, or ended so that this kind does not apply; "
+            "`due`: being pushed; `pushed`: in its queue (then it runs as any job does).",
+        ),
+    ]
+    fired_at: Annotated[DateTime | None, Keywords(description="When the task's end made it due.")]
+
+
 class Task(TaskFields):
     """A task and its progress."""
 
     errors: Annotated[
         list[Event],
         Keywords(description="The first failed/error events (as many as `errors` asks; empty in lists)."),
+    ]
+    callbacks: Annotated[
+        list[Callback],
+        Keywords(description="Its callbacks, in the order given (empty in lists)."),
     ]
 
 

@@ -195,7 +195,7 @@ def _submission(
     """The submission's job and options, checked (its items are read later)."""
     definition = _job(fields, registry)
     return _checked_options(
-        definition, config, lambda: TaskOptions.from_json(_option_fields(fields), tenant=tenant)
+        definition, config, registry, lambda: TaskOptions.from_json(_option_fields(fields), tenant=tenant)
     )
 
 
@@ -211,6 +211,7 @@ def _text_submission(
     return _checked_options(
         definition,
         config,
+        registry,
         lambda: TaskOptions.from_text(
             _option_fields(form),
             tenant=tenant,
@@ -233,7 +234,7 @@ def _option_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _checked_options(
-    definition: JobSpec[Any], config: ApiConfig, build: Callable[[], TaskOptions]
+    definition: JobSpec[Any], config: ApiConfig, registry: Registry, build: Callable[[], TaskOptions]
 ) -> Submission:
     """``build``'s options, any refusal a 422 naming the field; within the API's own limits."""
     try:
@@ -244,6 +245,14 @@ def _checked_options(
         raise ApiError(422, "invalid_concurrency_key", str(exc), {"field": "concurrency_key"}) from None
     except InvalidString as exc:
         raise ApiError(422, "invalid_string", str(exc), {"field": exc.field}) from None
+    for kind, name in options.callbacks.items():
+        if name not in registry or not registry.get(name).api:
+            raise ApiError(
+                422,
+                "unknown_job",
+                f"no job {name!r} can be a callback here",
+                {"field": f"on_{kind}", "job": name},
+            )
     if options.chunk_size > config.max_chunk_size:
         raise limit_exceeded(
             422,

@@ -23,7 +23,20 @@ def task_urls(task_id: str) -> bodies.Urls:
 
 
 def task_json(view: TaskView) -> bodies.Task:
-    return {**task_fields(view), "errors": [event_json(e) for e in view.errors]}
+    return {
+        **task_fields(view),
+        "errors": [event_json(e) for e in view.errors],
+        "callbacks": [
+            {
+                "kind": c.kind,
+                "job": c.job_name,
+                "job_id": c.jid,
+                "state": c.state,
+                "fired_at": _time(c.fired_at),
+            }
+            for c in view.callbacks
+        ],
+    }
 
 
 def task_fields(view: TaskView) -> bodies.TaskFields:

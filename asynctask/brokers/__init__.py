@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from asynctask.brokers.reads import ReadBackend
     from asynctask.brokers.redis import RedisBroker
     from asynctask.brokers.sql import SqlBroker
+    from asynctask.tracking.callbacks import CallbackPusher
 
 __all__ = [
     "Beat",
@@ -22,6 +23,7 @@ __all__ = [
     "Staging",
     "UnitOfWork",
     "as_redis",
+    "callback_pusher",
     "open_broker",
     "read_backend",
 ]
@@ -61,6 +63,17 @@ def read_backend(broker: Broker, settings: Settings) -> ReadBackend:
     from asynctask.brokers.sql.reads import SqlReader
 
     return SqlReader(cast("SqlBroker", broker).engine, settings)
+
+
+def callback_pusher(broker: Broker) -> CallbackPusher:
+    """What pushes ``broker``'s due task callbacks (loaded only where tracking is: a Redis
+    worker that never writes SQL never loads it)."""
+    if broker.backend == "redis":
+        from asynctask.brokers.redis.callbacks import RedisCallbackPusher
+
+        redis_broker = cast("RedisBroker", broker)
+        return RedisCallbackPusher(redis_broker.redis, redis_broker.keys)
+    return cast("SqlBroker", broker).callback_pusher
 
 
 def as_redis(broker: Broker) -> RedisBroker:

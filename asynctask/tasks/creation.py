@@ -51,6 +51,7 @@ from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
 from asynctask.tasks.options import TaskOptions
 from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tasks.runtime_staging import RuntimeStaging
+from asynctask.tracking import callbacks
 from asynctask.tracking.models import Task
 from asynctask.tracking.status import TaskState
 
@@ -120,6 +121,8 @@ def create_task(
     if chunks is None:
         raise ValueError("a task needs at least one item")
     definition.check_args([chunks[0].items])
+    created = payload.now()
+    task_callbacks = _callbacks(client, options, created)
     task_id = new_task_id()
     job_options = definition.options.merged({"queue": options.queue}) if options.queue else definition.options
     head = {**job_options.payload_head(), "task": task_id}
@@ -127,7 +130,6 @@ def create_task(
     if feed is not None:
         head[FEED_FIELD] = task_id
     flow = _chunk_flow(definition, job_options.flow, options)
-    created = payload.now()
     at = datetime.fromtimestamp(created, UTC)
     task_row = {
         "id": task_id,
@@ -152,6 +154,7 @@ def create_task(
         "created_at": at,
         "feed": feed.as_dict() if feed is not None else None,
         "runtime": elsewhere.runtime if elsewhere is not None else None,
+        "callbacks": len(task_callbacks),
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
     jobs = _jobs(client, head, definition.name, created, chunks, flow)
@@ -164,6 +167,7 @@ def create_task(
     try:
         with _collector_paused(), writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
+            callbacks.record(connection, task_id, task_callbacks)
             total = items_total = 0
             waiting = flow.keyed or flow.options.concurrency_key is not None
             with event_rows(connection, task_id, definition.name, at, flow.active) as events:
@@ -352,6 +356,32 @@ def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:
             connection.execute(insert(Task).values(task_row))
     except SQLAlchemyError as exc:
         logger.warning("task %s: could not record it aborted: %s", task_row["id"], exc)
+
+
+def _callbacks(client: Client, options: TaskOptions, created: float) -> list[callbacks.Callback]:
+    """The task's callback jobs, made now as a push would make them (through the client
+    middleware, args aside): a job that cannot be one is refused before anything is written."""
+    made: list[callbacks.Callback] = []
+    args = list(options.callback_args or ())
+    for kind, name in options.callbacks.items():
+        spec = client.registry.get(name)
+        what = f"on_{kind}: {spec.name}"
+        if isinstance(spec, RuntimeJob):
+            raise ValueError(f"{what} runs on {spec.runtime}: a callback runs on AsyncTask's own runtime")
+        if spec.options.flow.active:
+            raise ValueError(
+                f"{what} has a concurrency key, rate limit or unique key: a callback is pushed as its "
+                "task ends, and nothing may hold it back"
+            )
+        # The summary comes first: a dict stands for it.
+        spec.check_args([{}, *args])
+        job = _through_middleware(
+            client,
+            {**spec.options.payload_head(), "args": args, "class": spec.name}
+            | {"jid": payload.new_jid(), "created_at": created},
+        )
+        made.append(callbacks.Callback(kind, spec.name, {k: v for k, v in job.items() if k != "args"}, args))
+    return made
 
 
 def _through_middleware(client: Client, item: payload.JobDict) -> payload.JobDict:

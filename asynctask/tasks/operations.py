@@ -15,8 +15,10 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
+from asynctask.brokers import callback_pusher
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
@@ -26,7 +28,7 @@ from asynctask.tasks import jobs, runtime
 from asynctask.tasks.event_rows import shown_key
 from asynctask.tasks.itemkeys import tenant_prefix
 from asynctask.tasks.runtime import OutgoingJob, RuntimeJob
-from asynctask.tracking import transitions
+from asynctask.tracking import callbacks, transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import UNDONE, EventStatus, TaskState
@@ -104,6 +106,17 @@ def cancel_task(
                 ),
             )
         )
+        ended = connection.execute(
+            select(Task.id).where(Task.id == task_id, Task.finished_at.is_not(None), Task.callbacks > 0)
+        ).all()
+        due = callbacks.fire(connection, [task_id] if ended else [])
+    if due:
+        failures: tuple[type[BaseException], ...] = (SQLAlchemyError, *client.broker.errors)
+        try:
+            callback_pusher(client.broker).push_due(engine, due)
+        except failures as exc:
+            # The cancel holds: the callbacks stay due, and the broker's next sweep pushes them.
+            logger.warning("task %s: its callbacks are left for the next sweep: %s", task_id, exc)
     return int(cancelled)
 
 

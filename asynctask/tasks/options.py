@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Literal, TypedDict
 
 from asynctask import payload, storable
 from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIORITY_MIN, Feed
+from asynctask.job_spec import JobSpec
 from asynctask.tasks.itemkeys import ItemKey
 
 #: The largest ``concurrency_limit``: what every store's integer column holds.
@@ -142,11 +143,58 @@ class TaskOptions:
             needs="parallel",
         ),
     )
+    on_complete: str | None = field(
+        default=None,
+        metadata=_request(
+            "string",
+            "A job pushed once when the task ends, whatever its outcome. It gets the task's summary "
+            "(`task_id`, `status`, `counts`, `items`, `first_errors`...) as its first argument, then "
+            "`callback_args`.",
+            minLength=1,
+            maxLength=255,
+            nullable=True,
+        ),
+    )
+    on_success: str | None = field(
+        default=None,
+        metadata=_request(
+            "string",
+            "A job pushed once when the task ends with every job and item done well (status "
+            "`finished`), as `on_complete` is.",
+            minLength=1,
+            maxLength=255,
+            nullable=True,
+        ),
+    )
+    on_failure: str | None = field(
+        default=None,
+        metadata=_request(
+            "string",
+            "A job pushed once when the task ends otherwise (`finished_with_errors`, `cancelled`), as "
+            "`on_complete` is.",
+            minLength=1,
+            maxLength=255,
+            nullable=True,
+        ),
+    )
+    callback_args: Sequence[Any] | None = field(
+        default=None,
+        metadata=_request("array", "What each callback job gets after the task's summary.", nullable=True),
+    )
     #: Whose task it is: its concurrency keys are the tenant's own. The API sets it from the
     #: caller, never from the request.
     tenant: str | None = None
 
     def __post_init__(self) -> None:
+        for name in CALLBACK_FIELDS.values():
+            value = getattr(self, name)
+            if isinstance(value, JobSpec):
+                # From Python a callback may be the job itself; it is kept by name, as stored.
+                object.__setattr__(self, name, value.name)
+        if self.callback_args is not None and not self.callbacks:
+            raise TaskOptionError(
+                "callback_args", "callback_args needs on_complete, on_success or on_failure"
+            )
         for name, schema in _SCHEMAS.items():
             value = getattr(self, name)
             if value is None and name not in _REQUIRED:
@@ -179,6 +227,13 @@ class TaskOptions:
             return None
         interval = 0.0 if self.interval is None else float(self.interval)
         return Feed(parallel=self.parallel, interval=interval, priority=self.priority or 0)
+
+    @property
+    def callbacks(self) -> dict[str, str]:
+        """The task's callback jobs' names, by kind (complete, success, failure)."""
+        return {
+            kind: name for kind, field_name in CALLBACK_FIELDS.items() if (name := getattr(self, field_name))
+        }
 
     @property
     def key_limit(self) -> int:
@@ -237,7 +292,7 @@ class TaskOptions:
             if not _NUMBER_TEXT.fullmatch(text):
                 raise TaskOptionError(name, f"{name} must be a number of seconds")
             return float(text)
-        if kind == "object":
+        if kind in ("object", "array"):
             if read_object is None:
                 raise TaskOptionError(name, f"{name} cannot be given as text here")
             return read_object(name, text) if text else None
@@ -276,8 +331,15 @@ class TaskFields(TypedDict, total=False):
     parallel: int | None
     interval: float | None
     priority: int | None
+    on_complete: str | JobSpec[Any] | None
+    on_success: str | JobSpec[Any] | None
+    on_failure: str | JobSpec[Any] | None
+    callback_args: Sequence[Any] | None
     tenant: str | None
 
+
+#: The option naming each kind of callback.
+CALLBACK_FIELDS = {"complete": "on_complete", "success": "on_success", "failure": "on_failure"}
 
 _SCHEMAS: dict[str, dict[str, Any]] = {
     option.name: option.metadata["schema"] for option in fields(TaskOptions) if "schema" in option.metadata
@@ -309,6 +371,14 @@ def _check(name: str, value: Any, schema: Mapping[str, Any]) -> None:
         # NaN is within no bounds, and infinity beyond every maximum: both are refused here.
         if isinstance(value, bool) or not isinstance(value, int | float) or not _within(value, schema):
             raise TaskOptionError(name, f"{name} must be a number of seconds {_range(schema)}")
+    elif kind == "array":
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise TaskOptionError(name, f"{name} must be an array")
+        try:
+            payload.check_args(list(value))
+            storable.check(list(value), name)
+        except ValueError as exc:
+            raise TaskOptionError(name, f"{name}: {exc}") from None
     elif "enum" in schema:
         if value not in schema["enum"]:
             raise TaskOptionError(name, f"{name} must be {' or '.join(schema['enum'])}")

@@ -17,13 +17,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 
 from asynctask.db.engine import as_utc
-from asynctask.tracking import apply_items, apply_postgres, apply_sqlite
+from asynctask.tracking import apply_items, apply_postgres, apply_sqlite, callbacks
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState
 from asynctask.tracking.transitions import ITEMS, LOG, PROGRESS, Transition
@@ -45,7 +45,11 @@ def _task_update(param: Callable[[str], str], source: str = "") -> str:
     Redis ran the push but its reply was lost) by a create_task that failed after the push is
     healed here. ``finished_at`` is set once no job is left that will run again
     (``WAITING_COLUMNS``), judged on the counts as this statement leaves them (SET expressions
-    read the row before the update, hence the deltas added again).
+    read the row before the update, hence the deltas added again). It returns each task's id,
+    ``finished_at`` and callback count: a task that has ended with callbacks fires them
+    (``callbacks.fire``). The plain values are returned and judged in Python: on SQLite 3.40 a
+    boolean expression over them in RETURNING was seen true for a row whose ``finished_at`` it
+    returned NULL.
     """
     counts = ", ".join(f"{c} = {c} + {param('d_' + c)}" for c in COUNT_COLUMN.values())
     waiting = " + ".join(f"{c} + {param('d_' + c)}" for c in WAITING_COLUMNS)
@@ -55,7 +59,8 @@ def _task_update(param: Callable[[str], str], source: str = "") -> str:
         f"state = CASE WHEN state IN ({stale}) THEN '{TaskState.READY.value}' ELSE state END, {counts}, "
         f"started_at = coalesce(started_at, {param('started')}), "
         f"finished_at = CASE WHEN {waiting} = 0 THEN coalesce(finished_at, {param('now')}) ELSE NULL END "
-        f"{source}WHERE id = {param('id')}"
+        f"{source}WHERE id = {param('id')} "
+        f"RETURNING id, finished_at, callbacks"
     )
 
 
@@ -109,13 +114,24 @@ class _EventState:
     changes: dict[str, Any] = field(default_factory=dict)
 
 
-def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> int:
-    """Apply ``batch`` (any order) inside the caller's transaction; return events changed."""
+class Applied(NamedTuple):
+    """What a batch changed: how many events, and the task callbacks it made due."""
+
+    events: int
+    due: list[int]
+
+
+NOTHING = Applied(0, [])
+
+
+def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> Applied:
+    """Apply ``batch`` (any order) inside the caller's transaction: the callbacks of the tasks
+    it ends are made due in it (``callbacks.fire``), for the caller to push after."""
     by_job: dict[str, list[Transition]] = defaultdict(list)
     for transition in sorted(batch, key=lambda t: t.seq):
         by_job[transition.jid].append(transition)
     if not by_job:
-        return 0
+        return NOTHING
     states = _load(connection, sorted(by_job))
     missing = [jid for jid in sorted(by_job) if jid not in states]
     if missing:
@@ -145,11 +161,14 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> in
     changes = {s.id: s.changes for s in states.values() if s.changes}
     dialect = _dialect(connection)
     dialect.update_events(connection, changes, dialect.insert_messages(connection, messages))
-    _update_tasks(connection, deltas, started, touched={s.task_id for s in states.values() if s.task_id})
+    ended = _update_tasks(
+        connection, deltas, started, touched={s.task_id for s in states.values() if s.task_id}
+    )
     if items:
         # After the tasks' update: their rows are locked already, in the same order.
         apply_items.apply(connection, items)
-    return len(changes)
+    # After the items too: a failed item decides whether the task succeeded.
+    return Applied(len(changes), callbacks.fire(connection, ended))
 
 
 def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
@@ -236,9 +255,10 @@ def _update_tasks(
     deltas: dict[str, dict[str, int]],
     started: dict[str, datetime],
     touched: set[str],
-) -> None:
+) -> list[str]:
+    """Move the ``touched`` tasks' counts; return those that have ended with callbacks."""
     if not touched:
-        return
+        return []
     dialect = connection.dialect.name
     # SQLite stores times as text, which the plain statement must be given.
     time: Callable[[datetime | None], Any] = apply_sqlite.to_text if dialect == "sqlite" else (lambda at: at)
@@ -254,11 +274,17 @@ def _update_tasks(
         # A batch of jobs from many tasks (a fair queue takes turns between them): two
         # statements instead of one per task.
         connection.exec_driver_sql(LOCK_TASKS, {"ids": [row["id"] for row in rows]})
-        connection.exec_driver_sql(TASKS_UPDATE, {name: [row[name] for row in rows] for name in TASK_ARRAYS})
-        return
+        updated = connection.exec_driver_sql(
+            TASKS_UPDATE, {name: [row[name] for row in rows] for name in TASK_ARRAYS}
+        ).all()
+        return [task_id for task_id, finished_at, count in updated if finished_at is not None and count]
     # One task at a time, in id order: the rows are locked in a fixed order.
+    ended: list[str] = []
     for params in rows:
-        connection.exec_driver_sql(TASK_UPDATE[dialect], params)
+        found = connection.exec_driver_sql(TASK_UPDATE[dialect], params).first()
+        if found is not None and found[1] is not None and found[2]:
+            ended.append(params["id"])
+    return ended
 
 
 def _dialect(connection: Connection) -> _Statements:

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, insert
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 
 from asynctask import storable
-from asynctask.tracking.apply import apply_transitions
+from asynctask.tracking.apply import Applied, apply_transitions
 from asynctask.tracking.models import SetAside
 from asynctask.tracking.transitions import Transition
 
@@ -44,16 +44,17 @@ def is_data_error(exc: BaseException) -> bool:
     return isinstance(exc, StatementError | UnicodeError | ValueError | OverflowError)
 
 
-def apply_isolating(connection: Connection, batch: Sequence[Transition]) -> int:
+def apply_isolating(connection: Connection, batch: Sequence[Transition]) -> Applied:
     """Apply ``batch`` inside the caller's transaction, setting aside each transition the
-    database refuses for its data; return how many were set aside."""
+    database refuses for its data; return what the rest changed."""
     refused: Refused = []
-    _apply_part(connection, list(batch), refused)
+    applied: list[Applied] = []
+    _apply_part(connection, list(batch), refused, applied)
     set_aside(
         connection,
         [(t.jid, t.dumps().encode("utf-8", "surrogatepass"), reason) for t, reason in refused],
     )
-    return len(refused)
+    return Applied(sum(a.events for a in applied), [i for a in applied for i in a.due])
 
 
 def set_aside(connection: Connection, rows: Sequence[tuple[str | None, bytes, str]]) -> None:
@@ -82,11 +83,11 @@ def set_aside(connection: Connection, rows: Sequence[tuple[str | None, bytes, st
 
 
 def _apply_part(
-    connection: Connection, part: list[Transition], refused: list[tuple[Transition, str]]
+    connection: Connection, part: list[Transition], refused: Refused, applied: list[Applied]
 ) -> None:
     savepoint = connection.begin_nested()
     try:
-        apply_transitions(connection, part)
+        done = apply_transitions(connection, part)
     except Exception as exc:
         savepoint.rollback()
         if not is_data_error(exc):
@@ -95,10 +96,11 @@ def _apply_part(
             refused.append((part[0], f"refused by the database: {first_line(exc)}"))
             return
         middle = len(part) // 2
-        _apply_part(connection, part[:middle], refused)
-        _apply_part(connection, part[middle:], refused)
+        _apply_part(connection, part[:middle], refused, applied)
+        _apply_part(connection, part[middle:], refused, applied)
     else:
         savepoint.commit()
+        applied.append(done)
 
 
 def first_line(exc: BaseException) -> str:

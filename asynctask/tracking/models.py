@@ -31,6 +31,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
@@ -75,6 +76,9 @@ class Task(Base):
     feed: Mapped[dict[str, Any] | None]
     #: The runtime that runs its jobs ("celery", "rq", "dramatiq"); None: AsyncTask's own.
     runtime: Mapped[str | None] = mapped_column(String(32))
+    #: How many callbacks it was created with (``TaskCallback``): a task with none costs its
+    #: reads and its end no look at their table.
+    callbacks: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (
         # A tenant's tasks, newest first, paged by (created_at, id).
@@ -163,6 +167,39 @@ class FailedItem(Base):
         # A task's failed items in the order of its items: its events' (chunks') order, then
         # each item's place in its chunk.
         Index(None, "task_id", "event_id", "position"),
+    )
+
+
+class TaskCallback(Base):
+    """A job pushed once when its task ends (``create_task(on_complete=...)``): its row is the
+    outbox that makes the push happen exactly once. The transaction that ends the task marks it
+    ``due`` with the job's payload; the broker's push then marks it ``pushed`` (a SQL broker in
+    that same transaction, Redis after it, guarded so that a second push does nothing)."""
+
+    __tablename__ = "asynctask_task_callback"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("asynctask_task.id", ondelete="CASCADE"))
+    #: complete / success / failure.
+    kind: Mapped[str] = mapped_column(String(16))
+    job_name: Mapped[str] = mapped_column(String(255))
+    #: The callback job's id, chosen when the task is created.
+    jid: Mapped[str] = mapped_column(String(64), unique=True)
+    #: The job's payload without its args: what the client and its middleware made of it.
+    head: Mapped[dict[str, Any]]
+    #: What the job gets after the task's summary (``callback_args``).
+    args: Mapped[list[Any]]
+    #: waiting / due / pushed.
+    state: Mapped[str] = mapped_column(String(8))
+    #: The payload pushed, written when the task ends.
+    payload: Mapped[str | None] = mapped_column(Text)
+    fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    pushed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        UniqueConstraint("task_id", "kind"),
+        # The callbacks a crashed pusher left due, found without reading the others.
+        Index(None, "state", postgresql_where=text("state = 'due'"), sqlite_where=text("state = 'due'")),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,9 +35,10 @@ from asynctask.errors import JobNotFound, TaskNotFound
 from asynctask.tracking import shown
 from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.eta import eta_seconds, read_mark
-from asynctask.tracking.models import Event, EventMessage, FailedItem, Task
+from asynctask.tracking.models import Event, EventMessage, FailedItem, Task, TaskCallback
 from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState, TaskStatus
 from asynctask.tracking.views import (
+    CallbackView,
     EventView,
     FailedItemView,
     FeedView,
@@ -73,7 +75,24 @@ def get_task(
             return shown.fit(_with_messages(connection, rows, chars), shown.TASK_BUDGET)
 
         first_errors = cache.get(row, errors, load) if cache is not None else load()
-    return _task_view(row, first_errors)
+    view = _task_view(row, first_errors)
+    if row.callbacks:
+        return replace(view, callbacks=_callbacks_of(connection, task_id))
+    return view
+
+
+_CALLBACKS_OF = (
+    select(
+        TaskCallback.kind, TaskCallback.job_name, TaskCallback.jid, TaskCallback.state, TaskCallback.fired_at
+    )
+    .where(TaskCallback.task_id == bindparam("task_id"))
+    .order_by(TaskCallback.id)
+)
+
+
+def _callbacks_of(connection: Connection, task_id: str) -> tuple[CallbackView, ...]:
+    rows = connection.execute(_CALLBACKS_OF, {"task_id": task_id}).all()
+    return tuple(CallbackView(kind, name, jid, state, as_utc(at)) for kind, name, jid, state, at in rows)
 
 
 #: A tenant's earlier tasks a place reads at most: a poll must not read a tenant's whole history.

@@ -42,6 +42,20 @@ class EventView:
 
 
 @dataclass(frozen=True, slots=True)
+class CallbackView:
+    """A job its task pushes once when it ends (``create_task(on_complete=...)``)."""
+
+    #: complete / success / failure.
+    kind: str
+    job_name: str
+    jid: str
+    #: waiting (the task has not ended, or ended so that it does not apply), due (to be
+    #: pushed), pushed.
+    state: str
+    fired_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class ItemCounts:
     """A task's items: how many its chunks hold, and of those its jobs ran one by one
     (``asynctask.each``), how many ended well and how many failed."""
@@ -132,6 +146,9 @@ class TaskView:
     warnings: tuple[TaskWarning, ...] = ()
     #: The runtime that runs its jobs ("celery", "rq", "dramatiq"); None: AsyncTask's own.
     runtime: str | None = None
+    #: Its callbacks (``create_task(on_complete=...)``), in the order given; read by
+    #: ``get_task`` only, empty in lists and streams.
+    callbacks: tuple[CallbackView, ...] = ()
 
 
 T = TypeVar("T")

@@ -165,7 +165,7 @@ def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
     lock = threading.Lock()
     write = flusher._write
 
-    def watched_write(apply: Any, batch: Sequence[Transition], malformed: Any) -> None:
+    def watched_write(apply: Any, batch: Sequence[Transition], malformed: Any) -> list[int]:
         with lock:
             parts.append((threading.current_thread().name, {t.jid for t in batch}))
             running[0] += 1
@@ -173,7 +173,7 @@ def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
         # Long enough for the other parts to start meanwhile.
         time.sleep(0.1)
         try:
-            write(apply, batch, malformed)
+            return write(apply, batch, malformed)
         finally:
             with lock:
                 running[0] -= 1
@@ -413,10 +413,10 @@ def test_apply_returns_how_many_events_it_changed(
     _, jids = make_task(redis_tracking, registry, 3)
     batch = numbered([status(jid, EventStatus.WORKING, "started") for jid in jids[:2]])
     with writer(database_engine).begin() as connection:
-        assert apply_transitions(connection, []) == 0
-        assert apply_transitions(connection, batch) == 2
+        assert apply_transitions(connection, []).events == 0
+        assert apply_transitions(connection, batch).events == 2
     with writer(database_engine).begin() as connection:
-        assert apply_transitions(connection, batch) == 0
+        assert apply_transitions(connection, batch).events == 0
 
 
 def test_one_batch_moves_the_counts_and_times_of_each_of_its_tasks(

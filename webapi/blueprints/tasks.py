@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from flask import Blueprint, Response, request
 
-from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.errors import JobArgumentsError, JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.queue_place import with_ahead
 from asynctask.tasks.service import Tracking
@@ -45,6 +45,9 @@ def create() -> Response:
         if submission.item_count == 0:
             raise ApiError(422, "no_items", "a task needs at least one item") from None
         raise ApiError(422, "invalid_request", str(exc)) from None
+    except JobArgumentsError as exc:
+        # The items are always one argument: only a callback's arguments can miss.
+        raise ApiError(422, "invalid_request", str(exc), {"field": "callback_args"}) from None
     except JobsNotSent as exc:
         raise not_sent(exc) from None
     finally:

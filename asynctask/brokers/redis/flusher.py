@@ -11,6 +11,9 @@ holding entries loses nothing: after ``CLAIM_IDLE_MS`` another flusher claims th
 entry twice is harmless (see ``tracking.apply``), so is a batch applied in part before it
 failed. A batch the database refuses for its data is applied without what it refuses, which is
 set aside (``tracking.isolate``): only connection errors are retried.
+
+A batch that ends tasks with callbacks makes them due in its transaction; the flusher pushes
+them once it committed, and every ``CLAIM_EVERY`` pushes any that a flusher which died left due.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ import redis
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from asynctask.brokers.redis.callbacks import RedisCallbackPusher
 from asynctask.keys import Keys
-from asynctask.tracking.apply import apply_transitions
+from asynctask.tracking.apply import Applied, apply_transitions
 from asynctask.tracking.isolate import apply_isolating, first_line, is_data_error, set_aside
 from asynctask.tracking.transitions import Transition, decode_entry
 
@@ -71,6 +75,7 @@ class Flusher:
     consumer: str
     parallel: int = 1
     _parts: ThreadPoolExecutor | None = field(init=False)
+    _callbacks: RedisCallbackPusher = field(init=False)
     _stopped: threading.Event = field(default_factory=threading.Event, init=False)
     _group_ready: bool = field(default=False, init=False)
     _next_claim: float = field(default=0.0, init=False)
@@ -79,6 +84,7 @@ class Flusher:
     def __post_init__(self) -> None:
         parallel = self.parallel
         self._parts = ThreadPoolExecutor(parallel, "asynctask-tracking-part") if parallel > 1 else None
+        self._callbacks = RedisCallbackPusher(self.conn, self.keys)
         self.thread = threading.Thread(target=self.run, name="asynctask-tracking-flusher", daemon=True)
 
     def start(self) -> None:
@@ -149,6 +155,7 @@ class Flusher:
         self._ensure_group()
         if time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + CLAIM_EVERY
+            self._push_callbacks(None)
             orphans = self._claim_orphans()
             if orphans:
                 return orphans
@@ -185,8 +192,9 @@ class Flusher:
                 # Applying it can never succeed; keeping it would stop every later transition.
                 malformed.append((None, fields.get(b"d", b""), f"malformed entry {entry_id.decode()}: {exc}"))
         parts = self._split(batch)
+        due: list[int] = []
         if self._parts is None or len(parts) == 1:
-            self._apply_part(batch, malformed)
+            due += self._apply_part(batch, malformed)
         else:
             running = [
                 self._parts.submit(self._apply_part, part, malformed if n == 0 else ())
@@ -196,12 +204,22 @@ class Flusher:
             # beside a part of the same batch still under way.
             wait(running)
             for part in running:
-                part.result()
+                due += part.result()
         ids = [entry_id for entry_id, _ in entries]
         pipe = self.conn.pipeline(transaction=True)
         pipe.xack(self.keys.tracking_stream, GROUP, *ids)
         pipe.xdel(self.keys.tracking_stream, *ids)
         pipe.execute()
+        if due:
+            self._push_callbacks(due)
+
+    def _push_callbacks(self, due: list[int] | None) -> None:
+        """Push the callbacks ``due`` (None: any left due). Pushing none costs the batch nothing:
+        they stay due for the next look."""
+        try:
+            self._callbacks.push_due(self.engine, due)
+        except (SQLAlchemyError, redis.RedisError) as exc:
+            logger.warning("task callbacks left due for the next look: %s", _first_line(exc))
 
     def _split(self, batch: list[Transition]) -> list[list[Transition]]:
         """``batch`` in parts by job (a job's transitions all in one part), as many as
@@ -216,9 +234,10 @@ class Flusher:
 
     def _apply_part(
         self, batch: Sequence[Transition], malformed: Sequence[tuple[str | None, bytes, str]]
-    ) -> None:
+    ) -> list[int]:
+        """Apply one part in a transaction; return the callbacks it made due."""
         try:
-            self._write(apply_transitions, batch, malformed)
+            return self._write(apply_transitions, batch, malformed)
         except Exception as exc:
             if not is_data_error(exc):
                 raise
@@ -228,18 +247,20 @@ class Flusher:
                 len(batch),
                 first_line(exc),
             )
-            self._write(apply_isolating, batch, malformed)
+            return self._write(apply_isolating, batch, malformed)
 
     def _write(
         self,
-        apply: Callable[[Connection, Sequence[Transition]], object],
+        apply: Callable[[Connection, Sequence[Transition]], Applied],
         batch: Sequence[Transition],
         malformed: Sequence[tuple[str | None, bytes, str]],
-    ) -> None:
-        """One transaction: ``batch`` applied, the ``malformed`` entries set aside."""
+    ) -> list[int]:
+        """One transaction: ``batch`` applied, the ``malformed`` entries set aside; the
+        callbacks it made due."""
         with self.engine.begin() as connection:
-            apply(connection, batch)
+            applied = apply(connection, batch)
             set_aside(connection, malformed)
+        return applied.due
 
     def _keep(self, entries: Sequence[Entry]) -> None:
         """Reset the entries' idle time, so that others do not take over a batch we retry."""

@@ -21,6 +21,7 @@ from asynctask import fairness, payload
 from asynctask.brokers.base import Beat, BeatReply, Broker, DueSet
 from asynctask.brokers.fetcher import UnitOfWork
 from asynctask.brokers.sql import processes
+from asynctask.brokers.sql.callbacks import SqlCallbackPusher
 from asynctask.brokers.sql.checkpoints import SqlCheckpoints
 from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed
 from asynctask.brokers.sql.fetch import SqlFetcher
@@ -75,6 +76,8 @@ class SqlBroker(Broker):
             )
         )
         self.store = Store(self.engine)
+        self.callback_pusher = SqlCallbackPusher(self.store)
+        self.store.callbacks = self.callback_pusher
         self.flow = Flow(self.store.sql.postgres)
         self.feeds = SqlFeeds(self.store, self.flow)
         self._next_sweep = 0.0
@@ -334,9 +337,11 @@ class SqlBroker(Broker):
 
     def sweep(self) -> int:
         """Forget expired unique holds and old rate log entries, promote from lines whose key
-        has free slots, forget idle keys and old checkpoints; return how many jobs were
-        promoted. One transaction per kind of lock, so none waits for another in a cycle."""
+        has free slots, forget idle keys and old checkpoints, push task callbacks left due;
+        return how many jobs were promoted. One transaction per kind of lock, so none waits
+        for another in a cycle."""
         now = payload.now()
+        self.callback_pusher.push_due(self.engine)
         with self.store.write() as tx:
             self.flow.expire(tx.connection, now)
         with self.store.write() as tx:

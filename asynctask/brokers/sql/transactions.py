@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from sqlalchemy import Connection, Engine, TextClause
@@ -51,6 +51,12 @@ _PIPELINE_SETTINGS = {False: f"SELECT {_GENERIC_PLANS}", True: f"SELECT {_GENERI
 
 #: A job row, in ``statements.JOB_COLUMNS`` order.
 JobRow = tuple[str, str, str, int, float, str, str | None, str | None, bool]
+
+
+class CallbacksInTransaction(Protocol):
+    def push_in(self, connection: Connection, ids: Sequence[int]) -> int:
+        """Push the due callbacks ``ids`` in the caller's transaction; return how many."""
+        ...
 
 
 class MissingTables(SQLAlchemyError):
@@ -104,6 +110,8 @@ class Store:
         self._compiled_text: dict[TextClause, str] = {}
         #: Set once the database refused a batch's data: batches are applied under savepoints.
         self._isolating = False
+        #: Pushes the callbacks of the tasks a ``record`` ends (set by the broker).
+        self.callbacks: CallbacksInTransaction | None = None
         if self.postgres:
             self._serial: threading.Lock | None = None
             self.bell: Bell | None = None
@@ -256,15 +264,18 @@ class Store:
             return
         transitions = self._numbered(connection, encoded)
         if self._isolating:
-            apply_isolating(connection, transitions)
-            return
-        try:
-            apply_transitions(connection, transitions)
-        except Exception as exc:
-            if not is_data_error(exc):
-                raise
-            self._isolating = True
-            raise BatchRefused(f"the database refused tracking transitions: {first_line(exc)}") from exc
+            applied = apply_isolating(connection, transitions)
+        else:
+            try:
+                applied = apply_transitions(connection, transitions)
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise
+                self._isolating = True
+                raise BatchRefused(f"the database refused tracking transitions: {first_line(exc)}") from exc
+        if applied.due and self.callbacks is not None:
+            # The tasks these transitions end push their callbacks as they end: same transaction.
+            self.callbacks.push_in(connection, applied.due)
 
     def tracking_position(self) -> int:
         with self.read() as connection:
