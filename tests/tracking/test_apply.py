@@ -209,12 +209,13 @@ def test_a_batch_whose_part_fails_is_retried_only_once_every_part_has_ended(
     ended: list[str] = []
     write = flusher._write
 
-    def one_part_fails(apply: Any, batch: Sequence[Transition], malformed: Any) -> None:
+    def one_part_fails(apply: Any, batch: Sequence[Transition], malformed: Any) -> list[int]:
         if batch[0].jid == flusher._split(list(decode_entry(1, pack(started))))[0][0].jid:
             raise OperationalError("SELECT 1", {}, Exception("connection lost"))
         time.sleep(0.3)
-        write(apply, batch, malformed)
+        due = write(apply, batch, malformed)
         ended.append(batch[0].jid)
+        return due
 
     flusher._write = one_part_fails  # type: ignore[method-assign]
     entries = flusher._read(block=False)
