@@ -1,6 +1,6 @@
-"""``asynctask tasks update|pause|resume``: tuning a fed task from a shell (real Redis broker,
-SQLite tracking), and how each refusal reads (one line; status 2 for input to fix, 1 for a
-task that cannot change)."""
+"""``asynctask tasks show|update|pause|resume``: a task shown, and a fed task tuned, from a shell
+(real Redis broker, SQLite tracking), and how each refusal reads (one line; status 2 for input
+to fix, 1 for a task that cannot change)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,19 @@ def run(tracking: Tracking, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
 
 def state(tracking: Tracking, task_id: str) -> FeedState | None:
     return tracking.client.broker.feeds.state(task_id)
+
+
+def test_show_a_task_with_its_callbacks(tracking: Tracking, run: Run) -> None:
+    task = tracking.create_task("step", range(3), on_complete="step", on_failure="step")
+    tracking.cancel_task(task.id)
+    code, out, err = run("tasks", "show", task.id)
+    assert (code, err) == (0, "")
+    first, second, complete, failure = out.splitlines()
+    assert first == f"task {task.id} cancelled: 3/3 done (cancelled 3)"
+    assert second.startswith("job step on queue default, created ") and ", ended " in second
+    assert re.fullmatch(r"on complete: step \(job \w+\) pushed since \S+ \S+", complete), complete
+    assert re.fullmatch(r"on failure: step \(job \w+\) pushed since \S+ \S+", failure), failure
+    assert run("tasks", "show", "f" * 32)[0] == 1
 
 
 def test_update_pause_and_resume_a_fed_task(tracking: Tracking, run: Run) -> None:

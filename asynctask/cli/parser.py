@@ -184,8 +184,12 @@ def _tokens(group: Commands) -> None:
 
 def _tasks(group: Commands) -> None:
     tasks_commands = _command_group(
-        group, "tasks", help="tune a fed task while it runs (update, pause, resume)", dest="tasks_command"
+        group,
+        "tasks",
+        help="show a task; tune a fed task while it runs (update, pause, resume)",
+        dest="tasks_command",
     )
+    show = tasks_commands.add_parser("show", help="a task's progress, first errors and callbacks")
     update = tasks_commands.add_parser(
         "update", help="change a fed task's parallel, interval or priority (the others stay)"
     )
@@ -200,9 +204,9 @@ def _tasks(group: Commands) -> None:
         "pause", help="release no more of a fed task's jobs (running ones finish)"
     )
     resume = tasks_commands.add_parser("resume", help="release a paused fed task's jobs again")
-    for tasks_command in (update, pause, resume):
+    for tasks_command in (show, update, pause, resume):
         tasks_command.add_argument("id", help="the task's id")
-    _store_commands((update, pause, resume), feeds.run_tasks)
+    _store_commands((show, update, pause, resume), feeds.run_tasks)
 
 
 def _jobs(group: Commands) -> None:

@@ -1,7 +1,9 @@
-"""``asynctask tasks``: tune a fed task while it runs (``update``), ``pause`` and ``resume`` it.
+"""``asynctask tasks``: ``show`` a task; tune a fed task while it runs (``update``), ``pause``
+and ``resume`` it.
 
-Each prints the task's feed as it is then, in one line; a task that does not exist, is not
-fed or has ended is one line on stderr (exit status 1), a bad value is a usage error (2).
+``show`` prints the task's progress, first errors and callbacks; the others print the task's feed
+as it is then, in one line. A task that does not exist, is not fed or has ended is one line on
+stderr (exit status 1), a bad value is a usage error (2).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def run_tasks(args: argparse.Namespace) -> int:
     client = Client(settings)
     tracking = Tracking(client)
     try:
+        if args.tasks_command == "show":
+            print(described(tracking.get_task(args.id, errors=SHOWN_ERRORS)))
+            return 0
         if args.tasks_command == "update":
             tracking.update_task(
                 args.id, parallel=args.parallel, interval=args.interval, priority=args.priority
@@ -81,6 +86,27 @@ def run_tasks(args: argparse.Namespace) -> int:
         tracking.engine.dispose()
         client.broker.close()
     return 0
+
+
+#: First errors ``tasks show`` prints.
+SHOWN_ERRORS = 5
+
+
+def described(view: TaskView) -> str:
+    """The task, its first errors and its callbacks, a line each."""
+    counts = ", ".join(f"{status} {count}" for status, count in view.counts.items() if count)
+    lines = [
+        f"task {view.id} {view.status}: {view.done}/{view.total} done ({counts or 'no job'})",
+        f"job {view.job_name} on queue {view.queue}, created {view.created_at:%Y-%m-%d %H:%M:%S}"
+        + (f", ended {view.finished_at:%Y-%m-%d %H:%M:%S}" if view.finished_at else ""),
+    ]
+    lines += [
+        f"error {e.job_id} {e.status}: {e.error_class or ''} {e.error or ''}".rstrip() for e in view.errors
+    ]
+    for callback in view.callbacks:
+        when = f" since {callback.fired_at:%Y-%m-%d %H:%M:%S}" if callback.fired_at else ""
+        lines.append(f"on {callback.kind}: {callback.job_name} (job {callback.jid}) {callback.state}{when}")
+    return "\n".join(lines)
 
 
 def shown(view: TaskView) -> str:

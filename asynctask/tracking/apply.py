@@ -118,10 +118,10 @@ class Applied(NamedTuple):
     """What a batch changed: how many events, and the task callbacks it made due."""
 
     events: int
-    due: list[int]
+    due: tuple[int, ...]
 
 
-NOTHING = Applied(0, [])
+NOTHING = Applied(0, ())
 
 
 def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> Applied:
@@ -168,7 +168,7 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> Ap
         # After the tasks' update: their rows are locked already, in the same order.
         apply_items.apply(connection, items)
     # After the items too: a failed item decides whether the task succeeded.
-    return Applied(len(changes), callbacks.fire(connection, ended))
+    return Applied(len(changes), tuple(callbacks.fire(connection, ended)))
 
 
 def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:

@@ -54,7 +54,7 @@ def apply_isolating(connection: Connection, batch: Sequence[Transition]) -> Appl
         connection,
         [(t.jid, t.dumps().encode("utf-8", "surrogatepass"), reason) for t, reason in refused],
     )
-    return Applied(sum(a.events for a in applied), [i for a in applied for i in a.due])
+    return Applied(sum(a.events for a in applied), tuple(i for a in applied for i in a.due))
 
 
 def set_aside(connection: Connection, rows: Sequence[tuple[str | None, bytes, str]]) -> None:

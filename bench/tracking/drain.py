@@ -29,7 +29,7 @@ from bench.core import procs
 from bench.core.redis_server import RedisServer
 from bench.core.system import ROOT, asynctask_queued, clean_env
 from bench.core.timing import STOP_GRACE, drain_timeout, poll_marker
-from bench.core.tracked_jobs import NAME, tracked_noop_job
+from bench.core.tracked_jobs import NAME, tracked_noop_callback, tracked_noop_job
 
 #: Interval of the get_task polls once every job is done (each is one primary-key SELECT).
 SQL_POLL = 0.005
@@ -52,6 +52,10 @@ class DrainRun:
     steady_s: float = 0.0  # first job done -> last job done
     #: Last job done -> get_task reports the task finished (flusher lag); 0 when untracked.
     caught_up_s: float = 0.0
+    #: Whether the task had an ``on_complete`` callback, and the seconds from get_task
+    #: reporting it finished to the callback's marker byte.
+    callback: bool = False
+    callback_s: float = 0.0
     #: Tracking stream entries not yet applied and deleted when the last job was done.
     backlog_entries: int = 0
     #: Worker tree CPU seconds, first job -> last job, and first job -> caught up.
@@ -84,10 +88,18 @@ def worker_argv(concurrency: int) -> list[str]:
 
 
 def drain(
-    mode: str, database_url: str | None, server: RedisServer, jobs: int, concurrency: int, workdir: Path
+    mode: str,
+    database_url: str | None,
+    server: RedisServer,
+    jobs: int,
+    concurrency: int,
+    workdir: Path,
+    *,
+    callback: bool = False,
 ) -> DrainRun:
-    """Queue ``jobs`` (tracked iff ``database_url``), start one worker, time it until done."""
-    run = DrainRun(mode, jobs, concurrency)
+    """Queue ``jobs`` (tracked iff ``database_url``; with ``callback``, the task has an
+    ``on_complete`` job), start one worker, time it until done."""
+    run = DrainRun(mode, jobs, concurrency, callback=callback)
     with server.client() as conn:
         conn.flushall()
     client = Client(Settings(redis_url=server.url))
@@ -117,8 +129,8 @@ def drain(
         finally:
             run.stop_s = procs.stop(worker, grace=STOP_GRACE)
         run.checks = _checks(server, marker, tracking, task_id)
-        if run.checks["marker_bytes"] != jobs and not run.error:
-            run.error = f"{run.checks['marker_bytes']} jobs ran, expected {jobs}"
+        if run.checks["marker_bytes"] != jobs + callback and not run.error:
+            run.error = f"{run.checks['marker_bytes']} jobs ran, expected {jobs + callback}"
         if tracking is not None and run.checks.get("sql_finish") != jobs and not run.error:
             run.error = f"SQL counts {run.checks.get('sql_counts')} after the run, expected {jobs} finish"
     finally:
@@ -137,7 +149,10 @@ def _enqueue(run: DrainRun, client: Client, tracking: Tracking | None) -> str | 
     if tracking is None:
         client.push_bulk({"class": NAME, "args": [[[i]] for i in range(run.jobs)]}, batch_size=1000)
     else:
-        task_id = tracking.create_task(tracked_noop_job, range(run.jobs), chunk_size=1).id
+        on_complete = tracked_noop_callback if run.callback else None
+        task_id = tracking.create_task(
+            tracked_noop_job, range(run.jobs), chunk_size=1, on_complete=on_complete
+        ).id
     run.enqueue_s = time.perf_counter() - start
     queued = asynctask_queued(client.redis)
     if queued != run.jobs:
@@ -183,12 +198,24 @@ def _watch(
             run.cpu_caught_up_s = procs.tree_usage(worker.pid, memory=False).cpu - cpu_first
             if view.status != "finished":
                 raise RuntimeError(f"task ended {view.status}: {view.counts}")
+            if run.callback:
+                run.callback_s = _callback_ran(marker, run.jobs, worker) - now
             return
         if worker.poll() is not None:
             raise RuntimeError(f"worker exited with {worker.returncode}; SQL at {view.counts}")
         if now - progressed > STALL_TIMEOUT:
             raise RuntimeError(f"SQL made no progress for {STALL_TIMEOUT:.0f} s: {view.counts}")
         time.sleep(SQL_POLL)
+
+
+def _callback_ran(marker: Path, jobs: int, worker: Any) -> float:
+    """When the task's callback wrote its marker byte (monotonic)."""
+    deadline = time.monotonic() + STALL_TIMEOUT
+    while marker.stat().st_size <= jobs:
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the task's callback did not run")
+        time.sleep(SQL_POLL)
+    return time.monotonic()
 
 
 def _checks(

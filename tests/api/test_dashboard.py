@@ -554,3 +554,23 @@ def _feed_controls(page: str) -> set[str]:
     """The buttons of the task page's feed section."""
     feed = page.partition("<h2>Feed</h2>")[2].partition("<h2>")[0]
     return set(re.findall(r"<button[^>]*>([^<]+)</button>", feed))
+
+
+def test_a_task_page_shows_its_callbacks_and_their_state(board: Dashboard, registry: Registry) -> None:
+    @asynctask.job(queue="imports", registry=registry)
+    def load(rows: list[int]) -> None: ...
+
+    @asynctask.job(registry=registry)
+    def report(summary: dict[str, object]) -> None: ...
+
+    tracking = board.app.extensions[EXTENSION].tracking
+    task = tracking.create_task(load, range(2), on_complete=report, on_success=report)
+    board.login()
+    url = f"/dashboard/tasks/{task.id}"
+    callbacks = board.page(url).partition("<h2>Callbacks</h2>")[2].partition("</table>")[0]
+    states = re.findall(r"<td>on (\w+)</td><td>report</td>.*?callback-state\">(\w+)<", callbacks)
+    assert states == [("complete", "waiting"), ("success", "waiting")]
+    tracking.cancel_task(task.id)
+    callbacks = board.page(url).partition("<h2>Callbacks</h2>")[2].partition("</table>")[0]
+    states = re.findall(r"<td>on (\w+)</td><td>report</td>.*?callback-state\">(\w+)<", callbacks)
+    assert states == [("complete", "pushed"), ("success", "waiting")]

@@ -54,3 +54,30 @@ def chaos_fed(chunk: list[int]) -> None:
     if chunk[0]:
         time.sleep(random.random() * chunk[0] / 1000)
     _note("done")
+
+
+@asynctask.job(retry=False)
+def chaos_item(chunk: list[int]) -> None:
+    """A tracked task's job: its one item is ``pause_ms`` as for ``chaos_drain``; a negative
+    item fails (``JobFailed``), so that its task does not succeed."""
+    if chunk[0] < 0:
+        _note("failed")
+        raise asynctask.JobFailed("a negative item")
+    time.sleep(random.random() * chunk[0] / 1000)
+    _note("done")
+
+
+def _note_task(event: str, summary: dict[str, Any]) -> None:
+    """A callback's run, by its task's id (where other runs have their jid), when it starts."""
+    line = f"{event} {summary['task_id']} {os.getpid()} {os.getppid()} {time.time()!r}\n"
+    os.write(_runs, line.encode())
+
+
+@asynctask.job
+def chaos_on_complete(summary: dict[str, Any]) -> None:
+    _note_task("complete", summary)
+
+
+@asynctask.job
+def chaos_on_success(summary: dict[str, Any]) -> None:
+    _note_task("success", summary)

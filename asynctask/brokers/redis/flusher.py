@@ -260,7 +260,7 @@ class Flusher:
         with self.engine.begin() as connection:
             applied = apply(connection, batch)
             set_aside(connection, malformed)
-        return applied.due
+        return list(applied.due)
 
     def _keep(self, entries: Sequence[Entry]) -> None:
         """Reset the entries' idle time, so that others do not take over a batch we retry."""

@@ -1,0 +1,190 @@
+"""Task callbacks while workers, and on Redis their flushers, are killed (-9) again and again.
+
+A thousand tasks of twenty jobs each, every one with ``on_complete`` and ``on_success``, one task
+in ten with a failing job, run by two workers of ten threads. Five faults hit the drain. Every
+task must call ``on_complete`` once and ``on_success`` once if it succeeded, never otherwise,
+each after the task's last job ended. A callback run twice is allowed only where the first run's
+process was killed (delivery is at least once, as for any job); a second push is not.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import psutil
+import pytest
+from sqlalchemy import Engine, func, select
+
+import asynctask
+from asynctask import Client, Registry, Tracking
+from asynctask.db.migrate import upgrade
+from asynctask.middleware import Chain
+from asynctask.tracking.models import Event, Task
+from tests.chaos.state import BrokerState
+from tests.chaos.workers import Run, Runs, Timing, WorkerPool, WorkerProc
+
+TASKS = 1000
+JOBS = 20
+#: Every this many tasks, one has a failing job.
+FAILING_EVERY = 10
+PAUSE_MS = 4
+FAULTS = 5
+TIMING = Timing(heartbeat=1.0, ttl=5, poll=1.0)
+#: Seconds for the drain and every callback after the last fault (a bound, not a target).
+SETTLE_LIMIT = 180.0
+
+
+def _registry() -> Registry:
+    """The test process's definitions of the workers' jobs (tests/chaos/chaos_jobs.py), which it
+    cannot import: that module opens the workers' runs file."""
+    registry = Registry()
+
+    @asynctask.job(registry=registry, name="chaos_item")
+    def chaos_item(chunk: list[int]) -> None: ...
+
+    @asynctask.job(registry=registry, name="chaos_on_complete")
+    def chaos_on_complete(summary: dict[str, object]) -> None: ...
+
+    @asynctask.job(registry=registry, name="chaos_on_success")
+    def chaos_on_success(summary: dict[str, object]) -> None: ...
+
+    return registry
+
+
+@pytest.fixture(params=["redis", "sqlite", "postgresql"])
+def state(request: pytest.FixtureRequest) -> Iterator[BrokerState]:
+    yield request.getfixturevalue(f"{request.param}_state")
+
+
+def _flusher_of(worker: WorkerProc) -> psutil.Process | None:
+    """The worker's flusher child process (Redis), if it runs one now."""
+    for child in psutil.Process(worker.pid).children(recursive=True):
+        try:
+            if "flusher" in " ".join(child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_each_task_calls_back_once_through_kills_of_workers_and_flushers(
+    state: BrokerState, pool: WorkerPool, runs: Runs
+) -> None:
+    settings = state.settings
+    if settings.uses_redis:
+        upgrade(settings.database_url)
+    workers = pool.start(state, TIMING)
+    client = Client(settings, registry=_registry(), middleware=Chain())
+    tracking = Tracking(client)
+    task_ids: list[str] = []
+    failing: set[str] = set()
+    created = threading.Event()
+
+    def create() -> None:
+        try:
+            for n in range(TASKS):
+                items = [PAUSE_MS] * JOBS
+                if n % FAILING_EVERY == 0:
+                    items[n % JOBS] = -1
+                view = tracking.create_task(
+                    "chaos_item", items, on_complete="chaos_on_complete", on_success="chaos_on_success"
+                )
+                task_ids.append(view.id)
+                if n % FAILING_EVERY == 0:
+                    failing.add(view.id)
+        finally:
+            created.set()
+
+    creator = threading.Thread(target=create, daemon=True)
+    creator.start()
+    killed: list[int] = []
+    faults: list[str] = []
+    try:
+        for fault in range(FAULTS):
+            assert runs.wait_done((fault + 1) * TASKS * JOBS // (FAULTS + 2), 120), (
+                f"the drain stalled before fault {fault + 1}\n{pool.logs()}"
+            )
+            flusher = _flusher_of(workers[fault % 2]) if fault % 2 else None
+            if flusher is not None:
+                killed.append(flusher.pid)
+                flusher.kill()
+                faults.append("flusher")
+            else:
+                victim = workers[fault % 2]
+                killed.append(victim.pid)
+                victim.kill9()
+                workers[fault % 2] = pool.spawn()
+                faults.append("worker")
+        assert runs.count_done() < TASKS * JOBS * 0.95, "the drain ended before the last fault"
+        assert created.wait(120), "the tasks were not all created"
+        creator.join()
+        outcome = _settle(tracking, runs, task_ids, failing, killed, pool)
+    finally:
+        client.close()
+    print(f"\ncallbacks through {faults}: {outcome}")
+
+
+def _settle(
+    tracking: Tracking,
+    runs: Runs,
+    task_ids: list[str],
+    failing: set[str],
+    killed: list[int],
+    pool: WorkerPool,
+) -> str:
+    """Wait until every task ended and called back; check each callback ran once (twice only
+    after a kill) and after its task's last job; return a one-line report."""
+    wanted = {(kind, task) for task in task_ids for kind in ("complete", "success") if not (
+        kind == "success" and task in failing
+    )}  # fmt: skip
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while True:
+        seen = {(run.event, run.jid) for run in runs.read() if run.event in ("complete", "success")}
+        if wanted <= seen or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    # Anything pushed twice would run well within this.
+    time.sleep(3 * TIMING.ttl)
+    by_callback: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for run in runs.read():
+        if run.event in ("complete", "success"):
+            by_callback[(run.event, run.jid)].append(run)
+    missing = sorted(wanted - by_callback.keys())
+    unwanted = sorted(by_callback.keys() - wanted)
+    twice = {key: found for key, found in by_callback.items() if len(found) > 1}
+    unexplained = {key: found for key, found in twice.items() if not any(found[0].by(pid) for pid in killed)}
+    ended = _last_job_ends(tracking.engine, task_ids)
+    early = sorted(key for key, found in by_callback.items() if found[0].at < ended.get(key[1], 0.0))
+    assert not (missing or unwanted or unexplained or early), (
+        f"{len(missing)} callback(s) never ran (first {missing[:5]}), {len(unwanted)} ran that should not "
+        f"({unwanted[:5]}), {len(unexplained)} ran twice with no kill of the first run's process "
+        f"({list(unexplained.items())[:3]}), {len(early)} started before their task's last job ended "
+        f"({early[:5]})\n{pool.logs()}"
+    )
+    return (
+        f"{len(task_ids)} tasks, {len(wanted)} callbacks ran, {len(twice)} of them twice after a kill "
+        f"of the process running it"
+    )
+
+
+def _last_job_ends(engine: Engine, task_ids: list[str]) -> dict[str, float]:
+    """When each task's last job ended, and that every task ended."""
+    with engine.connect() as connection:
+        open_tasks = connection.execute(
+            select(func.count()).select_from(Task).where(Task.finished_at.is_(None))
+        ).scalar_one()
+        assert open_tasks == 0, f"{open_tasks} task(s) never ended"
+        rows = connection.execute(
+            select(Event.task_id, func.max(Event.finished_at)).group_by(Event.task_id)
+        ).all()
+    ours = set(task_ids)
+    return {task_id: _utc(at).timestamp() for task_id, at in rows if task_id in ours}
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
