@@ -168,7 +168,7 @@ def test_a_task_cancelled_with_nothing_running_calls_back_at_once(
     assert calls.of("success") == [] and len(calls.of("complete")) == 1
 
 
-def test_a_due_callback_pushed_again_is_pushed_once(
+def test_a_callback_is_pushed_once_and_a_second_look_pushes_nothing(
     tracking: Tracking,
     rows: JobDefinition[Any],
     kinds: dict[str, JobDefinition[Any]],
@@ -177,23 +177,58 @@ def test_a_due_callback_pushed_again_is_pushed_once(
     settings: Settings,
     start_worker: Callable[..., Worker],
 ) -> None:
-    """A pusher that died after its push, before it marked the callback pushed: the next push
-    finds it due and pushes nothing more."""
     task = tracking.create_task(rows, range(3), on_complete="on_complete_job")
     tracking.cancel_task(task.id)
     queue = Queue("default", settings=settings)
+    # Three cancelled jobs and the callback.
     wait_until(lambda: queue.size == 4, 10)
-    with engine.begin() as connection:
-        connection.execute(update(TaskCallback).values(state=callbacks.DUE))
-    pushed = callback_pusher(tracking.client.broker).push_due(engine)
-    # Redis finds its marker (0 jobs pushed, the row marked); SQL took it in one transaction
-    # with its push (the row was reset by hand: its job row is there once, as before).
-    assert queue.size == 4 if settings.uses_redis else pushed == 1
+    pusher = callback_pusher(tracking.client.broker)
+    assert pusher.push_due(engine) == 0 and queue.size == 4
     if settings.uses_redis:
-        start_tracked(start_worker)
-        wait_until(lambda: calls.of("complete"), 20)
-        time.sleep(0.5)
-        assert len(calls.of("complete")) == 1
+        # A flusher that died after its push, before it marked the callback pushed: the next one
+        # finds it due, and its push finds the marker.
+        with engine.begin() as connection:
+            connection.execute(update(TaskCallback).values(state=callbacks.DUE))
+        pusher.push_due(engine)
+        assert queue.size == 4
+        assert [c.state for c in tracking.get_task(task.id).callbacks] == ["pushed"]
+    start_tracked(start_worker)
+    wait_until(lambda: calls.of("complete"), 20)
+    time.sleep(0.5)
+    assert len(calls.of("complete")) == 1
+
+
+def test_a_task_retried_to_success_calls_success_then_and_nothing_again(
+    tracking: Tracking,
+    registry: Registry,
+    kinds: dict[str, JobDefinition[Any]],
+    calls: Calls,
+    start_worker: Callable[..., Worker],
+) -> None:
+    broken = threading.Event()
+    broken.set()
+
+    @job(registry=registry, retry=False)
+    def sometimes(chunk: list[int]) -> None:
+        if chunk[0] == 2 and broken.is_set():
+            raise JobFailed("not yet")
+
+    task = tracking.create_task(
+        sometimes,
+        range(4),
+        on_complete="on_complete_job",
+        on_success="on_success_job",
+        on_failure="on_failure_job",
+    )
+    start_tracked(start_worker)
+    wait_until(lambda: calls.of("complete") and calls.of("failure"), 20)
+    assert calls.of("success") == []
+    broken.clear()
+    tracking.retry_task(task.id)
+    wait_until(lambda: calls.of("success"), 20)
+    assert calls.of("success")[0][0]["status"] == "finished"
+    time.sleep(0.5)
+    assert [len(calls.of(kind)) for kind in callbacks.KINDS] == [1, 1, 1]
 
 
 @pytest.mark.parametrize(
