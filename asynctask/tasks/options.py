@@ -232,7 +232,9 @@ class TaskOptions:
     def callbacks(self) -> dict[str, str]:
         """The task's callback jobs' names, by kind (complete, success, failure)."""
         return {
-            kind: name for kind, field_name in CALLBACK_FIELDS.items() if (name := getattr(self, field_name))
+            kind: name
+            for kind, field_name in CALLBACK_FIELDS.items()
+            if (name := getattr(self, field_name)) is not None
         }
 
     @property

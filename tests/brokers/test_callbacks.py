@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from asynctask.job import JobDefinition
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.tracking import callbacks
 from asynctask.tracking.models import Event, TaskCallback
+from asynctask.tracking.views import TaskView
 from asynctask.worker import Worker
 from tests.conftest import wait_until
 from tests.tracking_fixtures import wait_for_task
@@ -67,6 +68,13 @@ def rows(registry: Registry) -> JobDefinition[Any]:
         time.sleep(0.01)
 
     return import_rows
+
+
+def with_every_callback(tracking: Tracking, job: JobDefinition[Any], items: Iterable[Any]) -> TaskView:
+    """A task of ``job`` over ``items`` with the three kinds of callback (``kinds``' jobs)."""
+    return tracking.create_task(
+        job, items, on_complete="on_complete_job", on_success="on_success_job", on_failure="on_failure_job"
+    )
 
 
 def start_tracked(start_worker: Callable[..., Worker]) -> Worker:
@@ -129,13 +137,7 @@ def test_a_task_with_a_failed_job_calls_complete_and_failure(
     calls: Calls,
     start_worker: Callable[..., Worker],
 ) -> None:
-    task = tracking.create_task(
-        rows,
-        [1, 2, -3, 4],
-        on_complete="on_complete_job",
-        on_success="on_success_job",
-        on_failure="on_failure_job",
-    )
+    task = with_every_callback(tracking, rows, [1, 2, -3, 4])
     start_tracked(start_worker)
     wait_until(lambda: calls.of("complete") and calls.of("failure"), 20)
     [[summary]] = calls.of("failure")
@@ -153,13 +155,7 @@ def test_a_task_cancelled_with_nothing_running_calls_back_at_once(
     calls: Calls,
     start_worker: Callable[..., Worker],
 ) -> None:
-    task = tracking.create_task(
-        rows,
-        range(6),
-        on_complete="on_complete_job",
-        on_success="on_success_job",
-        on_failure="on_failure_job",
-    )
+    task = with_every_callback(tracking, rows, range(6))
     tracking.cancel_task(task.id)
     start_tracked(start_worker)
     wait_until(lambda: calls.of("complete") and calls.of("failure"), 20)
@@ -213,13 +209,7 @@ def test_a_task_retried_to_success_calls_success_then_and_nothing_again(
         if chunk[0] == 2 and broken.is_set():
             raise JobFailed("not yet")
 
-    task = tracking.create_task(
-        sometimes,
-        range(4),
-        on_complete="on_complete_job",
-        on_success="on_success_job",
-        on_failure="on_failure_job",
-    )
+    task = with_every_callback(tracking, sometimes, range(4))
     start_tracked(start_worker)
     wait_until(lambda: calls.of("complete") and calls.of("failure"), 20)
     assert calls.of("success") == []

@@ -47,6 +47,7 @@ def test_callbacks_given_in_a_csv_query(api: Api) -> None:
     [
         ({"on_failure": "internal"}, "unknown_job", "on_failure"),
         ({"on_complete": "nope"}, "unknown_job", "on_complete"),
+        ({"on_complete": ""}, "unknown_job", "on_complete"),
         ({"on_success": 3}, "invalid_request", "on_success"),
         ({"callback_args": [1]}, "invalid_request", "callback_args"),
         ({"on_complete": "echo", "callback_args": "x"}, "invalid_request", "callback_args"),
