@@ -71,6 +71,7 @@ def _flusher_of(worker: WorkerProc) -> psutil.Process | None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_each_task_calls_back_once_through_kills_of_workers_and_flushers(
     state: BrokerState, pool: WorkerPool, runs: Runs
 ) -> None:
@@ -125,6 +126,7 @@ def test_each_task_calls_back_once_through_kills_of_workers_and_flushers(
         outcome = _settle(tracking, runs, task_ids, failing, killed, pool)
     finally:
         client.close()
+        tracking.engine.dispose()
     print(f"\ncallbacks through {faults}: {outcome}")
 
 

@@ -212,7 +212,7 @@ def _steer(existing: Existing) -> Callable[[Any, Any], Any]:
                 changed["chunk_size"] = min(options["chunk_size"], LIMITS.max_chunk_size)
             if "before" in options:
                 changed["before"] = existing.tasks_cursor
-            changed = _steer_flow(changed, container, case.media_type)
+            changed = _steer_callbacks(_steer_flow(changed, container, case.media_type))
             if changed != options:
                 setattr(case, container, changed)
         return case
@@ -245,6 +245,28 @@ def _steer_flow(options: dict[str, Any], container: str, media_type: str | None)
     elif key is None:
         changed.pop("concurrency_limit", None)
         changed.pop("concurrency_on_failure", None)
+    return changed
+
+
+#: The callback options of ``POST /api/tasks``.
+CALLBACK_FIELDS = ("on_complete", "on_success", "on_failure")
+
+
+def _steer_callbacks(options: dict[str, Any]) -> dict[str, Any]:
+    """What the document states of the callbacks only in prose: each names a registered job (here
+    ``echo``, which takes the task's summary alone, so ``callback_args`` is empty), and
+    ``callback_args`` needs a callback."""
+    changed = dict(options)
+    named = False
+    for name in CALLBACK_FIELDS:
+        if isinstance(changed.get(name), str):
+            changed[name] = "echo"
+            named = True
+    if changed.get("callback_args") is not None:
+        if named:
+            changed["callback_args"] = []
+        else:
+            changed.pop("callback_args")
     return changed
 
 
