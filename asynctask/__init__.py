@@ -24,6 +24,7 @@ from asynctask.errors import (
     TaskNotFed,
     TaskNotFound,
     TaskStateError,
+    TaskWaiting,
 )
 from asynctask.registry import Registry, default_registry
 
@@ -31,6 +32,8 @@ from asynctask.registry import Registry, default_registry
 #: ``tasks.async_service``.
 _SERVICE_FUNCTIONS = (
     "cancel_task",
+    "chain",
+    "chain",
     "create_task",
     "get_task",
     "list_events",
@@ -56,6 +59,7 @@ _LAZY = {
     **{name: "asynctask.middleware" for name in ("Chain", "client_chain", "server_chain")},
     **{name: "asynctask.settings" for name in ("QueueSpec", "Settings")},
     **{name: "asynctask.tasks.options" for name in ("TaskOptionError", "TaskOptions")},
+    **{name: "asynctask.tasks.steps" for name in ("TaskStep", "step")},
     **{name: "asynctask.tracking.status" for name in ("EventStatus", "TaskStatus")},
     **{
         name: "asynctask.tracking.views"
@@ -67,6 +71,7 @@ _LAZY = {
             "Page",
             "TaskView",
             "TaskWarning",
+            "TaskWaiting",
         )
     },
     **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
@@ -118,6 +123,7 @@ if TYPE_CHECKING:
     from asynctask.tasks.async_service import (
         AsyncTracking,
         acancel_task,
+        achain,
         acreate_task,
         aget_task,
         alist_events,
@@ -135,6 +141,7 @@ if TYPE_CHECKING:
     from asynctask.tasks.service import (
         Tracking,
         cancel_task,
+        chain,
         create_task,
         default_tracking,
         get_task,
@@ -148,6 +155,7 @@ if TYPE_CHECKING:
         stop_job,
         update_task,
     )
+    from asynctask.tasks.steps import TaskStep, step
     from asynctask.tracking.status import EventStatus, TaskStatus
     from asynctask.tracking.views import (
         EventView,
@@ -212,11 +220,14 @@ __all__ = [
     "TaskOptions",
     "TaskStateError",
     "TaskStatus",
+    "TaskStep",
     "TaskView",
+    "TaskWaiting",
     "TaskWarning",
     "Tracking",
     "__version__",
     "acancel_task",
+    "achain",
     "acreate_task",
     "aget_task",
     "alist_events",
@@ -229,6 +240,7 @@ __all__ = [
     "astop_job",
     "aupdate_task",
     "cancel_task",
+    "chain",
     "client_chain",
     "configure",
     "create_task",
@@ -251,6 +263,7 @@ __all__ = [
     "resume_task",
     "retry_task",
     "server_chain",
+    "step",
     "stop_job",
     "update_task",
 ]

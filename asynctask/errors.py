@@ -167,5 +167,10 @@ class TaskStateError(AsyncTaskError):
     """The task cannot do what was asked in its current state (retrying a cancelled task)."""
 
 
+class TaskWaiting(TaskStateError):
+    """The task waits for its parents: its feed is paused until they have ended, and only then
+    may it be paused or resumed."""
+
+
 class TaskNotFed(TaskStateError):
     """The task has no feed to change: it was created without ``parallel``."""

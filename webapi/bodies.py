@@ -230,6 +230,10 @@ class TaskFields(TypedDict):
     urls: Urls
 
 
+#: What holds the jobs of a task that waits for others.
+HOLDS = ["waiting", "releasing", "released", "dropping", "dropped"]
+
+
 class Callback(TypedDict):
     """A job the task pushes once when it ends (`on_complete`, `on_success`, `on_failure`)."""
 
@@ -247,6 +251,25 @@ class Callback(TypedDict):
     fired_at: Annotated[DateTime | None, Keywords(description="When the task's end made it due.")]
 
 
+class Parent(TypedDict):
+    """A task this one waits for (`after`)."""
+
+    task_id: str
+    job: str
+    ended_at: Annotated[DateTime | None, Keywords(description="When this task saw it end; null: not yet.")]
+    succeeded: Annotated[
+        bool | None, Keywords(description="Whether it ended `finished`; null while it has not ended.")
+    ]
+
+
+class Child(TypedDict):
+    """A task that waits for this one."""
+
+    task_id: str
+    job: str
+    hold: Annotated[str, Keywords(enum=HOLDS, description="What holds its jobs.")]
+
+
 class Task(TaskFields):
     """A task and its progress."""
 
@@ -258,6 +281,33 @@ class Task(TaskFields):
         list[Callback],
         Keywords(description="Its callbacks, in the order given (empty in lists)."),
     ]
+    run_if: Annotated[
+        str | None,
+        Keywords(
+            enum=["success", "complete", None], description="For a task created with `after`; else null."
+        ),
+    ]
+    hold: Annotated[
+        str | None,
+        Keywords(
+            enum=[*HOLDS, None],
+            description="What holds its jobs while it waits for its parents: `waiting`, then `released`, "
+            "or `dropped` when it was cancelled (`releasing` and `dropping`: on their way); null for a task "
+            "without parents.",
+        ),
+    ]
+    cancel_reason: Annotated[
+        str | None,
+        Keywords(description="Why it was cancelled without anyone asking: the parent that did not succeed."),
+    ]
+    parents: Annotated[
+        list[Parent], Keywords(description="The tasks it waits for, in the order given (empty in lists).")
+    ]
+    children: Annotated[
+        list[Child],
+        Keywords(description="The first 100 tasks that wait for it, oldest first (empty in lists)."),
+    ]
+    children_count: Annotated[int, Keywords(minimum=0, description="How many tasks wait for it.")]
 
 
 class TaskSnapshot(TaskFields):

@@ -36,6 +36,15 @@ def task_json(view: TaskView) -> bodies.Task:
             }
             for c in view.callbacks
         ],
+        "run_if": view.run_if,
+        "hold": view.hold,
+        "cancel_reason": view.cancel_reason,
+        "parents": [
+            {"task_id": p.task_id, "job": p.job_name, "ended_at": _time(p.ended_at), "succeeded": p.succeeded}
+            for p in view.parents
+        ],
+        "children": [{"task_id": c.task_id, "job": c.job_name, "hold": c.hold} for c in view.children],
+        "children_count": view.children_count,
     }
 
 

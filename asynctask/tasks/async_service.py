@@ -85,6 +85,7 @@ class AsyncTracking:
         self.tracking.sends_elsewhere = False
 
     acreate_task = _awaited(Tracking.create_task)
+    achain = _awaited(Tracking.chain)
     aget_task = _awaited(Tracking.get_task)
     alist_events = _awaited(Tracking.list_events)
     alist_failed_items = _awaited(Tracking.list_failed_items)
@@ -125,6 +126,7 @@ def _on_default(
 
 
 acreate_task = _on_default(AsyncTracking.acreate_task)
+achain = _on_default(AsyncTracking.achain)
 aget_task = _on_default(AsyncTracking.aget_task)
 alist_events = _on_default(AsyncTracking.alist_events)
 alist_failed_items = _on_default(AsyncTracking.alist_failed_items)

@@ -38,11 +38,13 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload, storable
+from asynctask.brokers import callback_pusher
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import JobsNotSent
 from asynctask.fairness import share_of
-from asynctask.feeds import FEED_FIELD
+from asynctask.feeds import FEED_FIELD, Feed
+from asynctask.feeds.model import MAX_PARALLEL
 from asynctask.flow.options import FlowOptions
 from asynctask.job_spec import JobSpec
 from asynctask.tasks import runtime
@@ -51,7 +53,7 @@ from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
 from asynctask.tasks.options import TaskOptions
 from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tasks.runtime_staging import RuntimeStaging
-from asynctask.tracking import callbacks
+from asynctask.tracking import callbacks, parents
 from asynctask.tracking.models import Task
 from asynctask.tracking.status import TaskState
 
@@ -103,18 +105,23 @@ def create_task(
     seconds, at ``priority`` (lower runs first); ``update_task`` changes all three while the
     task runs (see ``asynctask.feeds``).
 
+    ``after``: ids of tasks this one waits for (see ``tracking.parents``). It is created at
+    once, its jobs held by a paused feed (its own ``parallel`` if given, else one that holds no
+    job back once released) until every parent has ended; ``run_if="success"`` (the default)
+    cancels it instead when a parent did not end ``finished``.
+
     ``job`` may also be another runtime's job (a Celery task, a Dramatiq actor, a function
     registered by ``asynctask.integrations.rq``): its chunks are then sent through that
     runtime's client once the task is committed (see ``tasks.runtime``).
     """
-    feed = options.feed
+    feed = _feed(options)
     key_of = options.item_key
     definition = runtime.resolve(job, client.registry)
     elsewhere = definition if isinstance(definition, RuntimeJob) else None
     if elsewhere is not None and (feed is not None or key_of is not None):
         raise ValueError(
-            f"{elsewhere.name} runs on {elsewhere.runtime}: parallel, interval, priority and "
-            "concurrency_key need AsyncTask's own runtime"
+            f"{elsewhere.name} runs on {elsewhere.runtime}: parallel, interval, priority, "
+            "concurrency_key and after need AsyncTask's own runtime"
         )
     batches = _batches(items, options.chunk_size, key_of)
     chunks = next(batches, None)
@@ -168,8 +175,14 @@ def create_task(
         with _collector_paused(), writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
             callbacks.record(connection, task_id, task_callbacks)
+            linked = (
+                parents.link(connection, task_id, options.after, options.run_if or "success", options.tenant)
+                if options.after
+                else None
+            )
+            held = parents.waiting_text(options.after) if options.after else None
             total = items_total = 0
-            waiting = flow.keyed or flow.options.concurrency_key is not None
+            waiting = flow.keyed or flow.options.concurrency_key is not None or held is not None
             with event_rows(connection, task_id, definition.name, at, flow.active) as events:
                 while True:
                     events.write(jobs)
@@ -178,7 +191,7 @@ def create_task(
                     if waiting or staging.commits_with_task:
                         events.settle()
                     if waiting:
-                        write_waiting(connection, jobs, key_of.prefix if key_of else "", at)
+                        write_waiting(connection, jobs, key_of.prefix if key_of else "", at, held)
                     try:
                         staging.write(encoded, connection)
                     except client.broker.errors as exc:
@@ -194,6 +207,10 @@ def create_task(
             if staging.commits_with_task:
                 counts["state"] = TaskState.READY.value
             connection.execute(update(Task).where(Task.id == task_id).values(counts))
+            due: list[int] = []
+            if linked is not None and linked.cancel_reason is not None:
+                parents.drop(connection, task_id, linked.cancel_reason)
+                due = callbacks.fire(connection, [task_id] if task_callbacks else [])
     except BaseException:
         staging.discard()
         if staging_error is not None:
@@ -203,19 +220,45 @@ def create_task(
     if staging.commits_with_task:
         # The jobs became claimable with the task, ready: nothing is left that could fail them.
         staging.publish()
+        _follow_up(engine, client, task_id, due, linked is not None)
         return task_id
     try:
         staging.publish()
     except JobsNotSent:
         # Another runtime keeps what it took: the task runs those, and shows the rest not sent.
-        _set_state(engine, task_id, TaskState.READY)
+        _set_state(engine, client, task_id, TaskState.READY)
         raise
     except BaseException:
-        _set_state(engine, task_id, TaskState.ABORTED)
+        _set_state(engine, client, task_id, TaskState.ABORTED)
         staging.discard()
         raise
-    _set_state(engine, task_id, TaskState.READY)
+    _set_state(engine, client, task_id, TaskState.READY)
+    _follow_up(engine, client, task_id, due, linked is not None)
     return task_id
+
+
+def _feed(options: TaskOptions) -> Feed | None:
+    """The task's feed: its own, or, for a task that waits for others, one that holds its jobs
+    (paused until its parents have ended)."""
+    feed = options.feed
+    if not options.after:
+        return feed
+    return replace(feed or Feed(parallel=MAX_PARALLEL), paused=True)
+
+
+def _follow_up(engine: Engine, client: Client, task_id: str, due: list[int], held: bool) -> None:
+    """Once its jobs are published: push the callbacks of a task cancelled as it was created,
+    and release or drop the jobs of a task whose parents have all ended already (a parent's end
+    that came before the publish left that to the creator). A failure is logged: the broker's
+    sweep does it later."""
+    failures: tuple[type[BaseException], ...] = (SQLAlchemyError, *client.broker.errors)
+    try:
+        if due:
+            callback_pusher(client.broker).push_due(engine, due)
+        if held:
+            parents.release_held(engine, client.broker.feeds, [task_id])
+    except failures as exc:
+        logger.warning("task %s: its callbacks or held jobs are left for the next sweep: %s", task_id, exc)
 
 
 class Chunk(NamedTuple):
@@ -391,15 +434,28 @@ def _through_middleware(client: Client, item: payload.JobDict) -> payload.JobDic
     return pushed
 
 
-def _set_state(engine: Engine, task_id: str, state: TaskState) -> None:
+def _set_state(engine: Engine, client: Client, task_id: str, state: TaskState) -> None:
+    """Mark the task ``state``. An aborted task has ended: the tasks that wait for it, linked
+    while it was being created, follow as after any end."""
     try:
         with writer(engine).begin() as connection:
-            connection.execute(
+            changed = connection.execute(
                 update(Task)
                 .where(Task.id == task_id, Task.state == TaskState.CREATING.value)
                 .values(state=state.value)
-            )
+                .returning(Task.children)
+            ).first()
+            settled = parents.Settled([], [])
+            if state == TaskState.ABORTED and changed is not None and changed.children:
+                settled = parents.settle(connection, [task_id])
+            due = callbacks.fire(connection, settled.ended)
     except SQLAlchemyError as exc:
         # The jobs' fate is settled either way (all pushed, or none): the task reads "creating"
         # until the first of its jobs starts (which turns it ready), as the read model says.
+        # Its children wait on: it is not known to have ended.
         logger.warning("task %s: could not mark it %s: %s", task_id, state.value, exc)
+        return
+    for child_id in settled.holds:
+        _follow_up(engine, client, child_id, [], True)
+    if due:
+        _follow_up(engine, client, task_id, due, False)

@@ -134,9 +134,12 @@ class _CopiedRows:
         self.open_copy.close()
 
 
-def write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: str, at: datetime) -> None:
+def write_waiting(
+    connection: Connection, jobs: list[payload.JobDict], prefix: str, at: datetime, held: str | None = None
+) -> None:
     """The first message of each keyed job's event: the key whose line it may wait in (as its
-    tenant wrote it). Sequence 0 comes before any transition the stream numbers (from 1).
+    tenant wrote it), after what holds the task (``held``, said of every job). Sequence 0
+    comes before any transition the stream numbers (from 1).
 
     Per batch: one SELECT of the events' ids, then one COPY (PostgreSQL) or one executemany of
     plain tuples (SQLite): these rows cost as much as the events themselves otherwise."""
@@ -145,6 +148,11 @@ def write_waiting(connection: Connection, jobs: list[payload.JobDict], prefix: s
         for item in jobs
         if isinstance(item.get("concurrency_key"), str)
     }
+    if held is not None:
+        texts = {
+            item["jid"]: held if item["jid"] not in texts else f"{held}, then {texts[item['jid']][8:]}"
+            for item in jobs
+        }
     if not texts:
         return
     ids = connection.execute(select(Event.job_id, Event.id).where(Event.job_id.in_(list(texts)))).all()

@@ -21,14 +21,14 @@ from asynctask import payload
 from asynctask.brokers import callback_pusher
 from asynctask.client import Client
 from asynctask.db.engine import writer
-from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError, TaskWaiting
 from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
 from asynctask.job_spec import JobSpec
 from asynctask.tasks import jobs, runtime
 from asynctask.tasks.event_rows import shown_key
 from asynctask.tasks.itemkeys import tenant_prefix
 from asynctask.tasks.runtime import OutgoingJob, RuntimeJob
-from asynctask.tracking import callbacks, transitions
+from asynctask.tracking import callbacks, parents, transitions
 from asynctask.tracking.eta import RATE_MARK, RateMark
 from asynctask.tracking.models import Event, Task
 from asynctask.tracking.status import UNDONE, EventStatus, TaskState
@@ -106,17 +106,28 @@ def cancel_task(
                 ),
             )
         )
+        # A task waiting for others was dropped from its feed above: their ends leave it be.
+        connection.execute(
+            update(Task)
+            .where(Task.id == task_id, Task.hold.in_([parents.WAITING, *parents.DUE_HOLDS]))
+            .values(hold=parents.DROPPED)
+        )
         ended = connection.execute(
-            select(Task.id).where(Task.id == task_id, Task.finished_at.is_not(None), Task.callbacks > 0)
-        ).all()
-        due = callbacks.fire(connection, [task_id] if ended else [])
-    if due:
-        failures: tuple[type[BaseException], ...] = (SQLAlchemyError, *client.broker.errors)
-        try:
+            select(Task.callbacks, Task.children).where(Task.id == task_id, Task.finished_at.is_not(None))
+        ).first()
+        settled = parents.settle(connection, [task_id] if ended is not None and ended.children else [])
+        due = callbacks.fire(
+            connection, ([task_id] if ended is not None and ended.callbacks else []) + settled.ended
+        )
+    failures: tuple[type[BaseException], ...] = (SQLAlchemyError, *client.broker.errors)
+    try:
+        if due:
             callback_pusher(client.broker).push_due(engine, due)
-        except failures as exc:
-            # The cancel holds: the callbacks stay due, and the broker's next sweep pushes them.
-            logger.warning("task %s: its callbacks are left for the next sweep: %s", task_id, exc)
+        if settled.holds:
+            parents.release_held(engine, client.broker.feeds, settled.holds)
+    except failures as exc:
+        # The cancel holds: what is left due the broker's next sweep does.
+        logger.warning("task %s: its callbacks or children are left for the next sweep: %s", task_id, exc)
     return int(cancelled)
 
 
@@ -278,6 +289,7 @@ def _require(engine: Engine, task_id: str, tenant: str | None) -> Any:
         Task.count_finish,
         Task.count_failed,
         Task.count_error,
+        Task.hold,
     ).where(Task.id == task_id)
     if tenant is not None:
         query = query.where(Task.tenant == tenant)
@@ -304,6 +316,8 @@ def update_task(
         raise TaskNotFed(f"task {task_id} is not fed: it was created without parallel")
     if task.state in (TaskState.CANCELLED, TaskState.ABORTED) or task.finished_at is not None:
         raise TaskStateError(f"task {task_id} has ended; its feed cannot change")
+    if change.paused is not None and task.hold in (parents.WAITING, *parents.DUE_HOLDS):
+        raise TaskWaiting(f"task {task_id} waits for its parents: its feed resumes when they have ended")
     mark = RateMark(datetime.now(UTC), task.count_finish + task.count_failed + task.count_error)
     state = client.broker.feeds.update(task_id, change)
     # The broker holds the feed that acts; the task row keeps what the read model shows.

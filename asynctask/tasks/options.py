@@ -24,6 +24,8 @@ from asynctask.feeds.model import MAX_INTERVAL, MAX_PARALLEL, PRIORITY_MAX, PRIO
 from asynctask.job_spec import JobSpec
 from asynctask.tasks.itemkeys import ItemKey
 
+#: Tasks one task may wait for.
+MAX_PARENTS = 100
 #: The largest ``concurrency_limit``: what every store's integer column holds.
 MAX_CONCURRENCY_LIMIT = 2**31 - 1
 #: Queue names a request may give: safe in a URL and a log line as they are.
@@ -181,6 +183,29 @@ class TaskOptions:
         default=None,
         metadata=_request("array", "What each callback job gets after the task's summary.", nullable=True),
     )
+    after: Sequence[str] | None = field(
+        default=None,
+        metadata=_request(
+            "array",
+            "Ids of existing tasks this one waits for: it is created at once, its jobs held until "
+            "every one of them ended (422 `unknown_parent` for an id that is no task of the caller's).",
+            items={"type": "string", "minLength": 1, "maxLength": 32},
+            minItems=1,
+            maxItems=MAX_PARENTS,
+            nullable=True,
+        ),
+    )
+    run_if: Literal["success", "complete"] | None = field(
+        default=None,
+        metadata=_request(
+            "string",
+            "`success`: the task is cancelled if a task it waits for did not end `finished`; "
+            "`complete`: it runs however they ended. Needs `after`.",
+            enum=["success", "complete"],
+            default="success",
+            needs="after",
+        ),
+    )
     #: Whose task it is: its concurrency keys are the tenant's own. The API sets it from the
     #: caller, never from the request.
     tenant: str | None = None
@@ -337,6 +362,8 @@ class TaskFields(TypedDict, total=False):
     on_success: str | JobSpec[Any] | None
     on_failure: str | JobSpec[Any] | None
     callback_args: Sequence[Any] | None
+    after: Sequence[str] | None
+    run_if: Literal["success", "complete"] | None
     tenant: str | None
 
 
@@ -352,7 +379,11 @@ _NEEDS: dict[str, str] = {
 #: Options that always have a value (their default when not given).
 _REQUIRED = frozenset(option.name for option in fields(TaskOptions) if option.default is not None)
 _NULLABLE = frozenset(option.name for option in fields(TaskOptions) if option.metadata.get("nullable"))
-_TUNES = {"parallel": "it tunes a fed task", "concurrency_key": "it tunes a keyed task"}
+_TUNES = {
+    "parallel": "it tunes a fed task",
+    "concurrency_key": "it tunes a keyed task",
+    "after": "it says when a task that waits for others runs",
+}
 
 
 def _schema_of(name: str) -> dict[str, Any]:
@@ -376,6 +407,8 @@ def _check(name: str, value: Any, schema: Mapping[str, Any]) -> None:
     elif kind == "array":
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
             raise TaskOptionError(name, f"{name} must be an array")
+        if "items" in schema:
+            _check_ids(name, value, schema)
         try:
             payload.check_args(list(value))
             storable.check(list(value), name)
@@ -392,6 +425,18 @@ def _check(name: str, value: Any, schema: Mapping[str, Any]) -> None:
             # A template is stored in the payload and the key tables as it is; a queue name
             # meets the payload's rule for names when its jobs are made.
             storable.check(value, name)
+
+
+def _check_ids(name: str, value: Sequence[Any], schema: Mapping[str, Any]) -> None:
+    """An array of task ids: strings of a task id's length, as many as ``schema`` allows."""
+    if not schema["minItems"] <= len(value) <= schema["maxItems"]:
+        raise TaskOptionError(
+            name, f"{name} must hold from {schema['minItems']} to {schema['maxItems']} task ids"
+        )
+    longest = schema["items"]["maxLength"]
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not 1 <= len(item) <= longest:
+            raise TaskOptionError(name, f"{name}[{index}] must be a task id (1 to {longest} characters)")
 
 
 def _within(value: float, schema: Mapping[str, Any]) -> bool:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, Unpack
 
 from sqlalchemy import Engine
 
@@ -26,6 +26,7 @@ from asynctask.tasks.feedview import with_held
 from asynctask.tasks.options import TaskFields, TaskOptions
 from asynctask.tasks.queue_place import with_ahead
 from asynctask.tasks.runtime import RuntimeJob
+from asynctask.tasks.steps import TaskStep, linked
 from asynctask.tracking import queries
 from asynctask.tracking.views import EventView, FailedItemView, Page, TaskView
 
@@ -77,6 +78,17 @@ class Tracking:
             return view
         listeners.logger.warning("task %s: %s", task_id, warning.message)
         return replace(view, warnings=(warning,))
+
+    def chain(self, *steps: TaskStep, run_if: Literal["success", "complete"] = "success") -> list[TaskView]:
+        """Create a line of tasks, each waiting for the one before (``after``, ``run_if``), in
+        order; return their views. Each is created as ``create_task`` creates one: a step that
+        is refused raises, and the tasks created before it stay (they run, and nothing waits
+        for them)."""
+        views: list[TaskView] = []
+        for current in steps:
+            options = current.options if not views else linked(views[-1].id, current, run_if)
+            views.append(self.create_task(current.job, current.items, options))
+        return views
 
     def get_task(self, task_id: str, *, tenant: str | None = None, errors: int = 10) -> TaskView:
         with self.engine.connect() as connection:
@@ -190,6 +202,7 @@ def _on_default(call: Callable[Concatenate[Tracking, P], R]) -> Callable[P, R]:
 
 
 create_task = _on_default(Tracking.create_task)
+chain = _on_default(Tracking.chain)
 get_task = _on_default(Tracking.get_task)
 list_events = _on_default(Tracking.list_events)
 list_failed_items = _on_default(Tracking.list_failed_items)

@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
 from asynctask.db.engine import as_utc
-from asynctask.tracking import apply_items, apply_postgres, apply_sqlite, callbacks
+from asynctask.tracking import apply_items, apply_postgres, apply_sqlite, callbacks, parents
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState
 from asynctask.tracking.transitions import ITEMS, LOG, PROGRESS, Transition
@@ -61,7 +61,7 @@ def _task_update(param: Callable[[str], str], source: str = "") -> str:
         f"started_at = coalesce(started_at, {param('started')}), "
         f"finished_at = CASE WHEN {waiting} = 0 THEN coalesce(finished_at, {param('now')}) ELSE NULL END "
         f"{source}WHERE id = {param('id')} "
-        f"RETURNING id, finished_at, callbacks"
+        f"RETURNING id, finished_at, callbacks, children"
     )
 
 
@@ -116,10 +116,12 @@ class _EventState:
 
 
 class Applied(NamedTuple):
-    """What a batch changed: how many events, and the task callbacks it made due."""
+    """What a batch changed: how many events, the task callbacks it made due, and the tasks
+    whose held jobs it made due for release or drop (``parents.settle``)."""
 
     events: int
     due: tuple[int, ...]
+    holds: tuple[str, ...] = ()
 
 
 NOTHING = Applied(0, ())
@@ -127,7 +129,8 @@ NOTHING = Applied(0, ())
 
 def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> Applied:
     """Apply ``batch`` (any order) inside the caller's transaction: the callbacks of the tasks
-    it ends are made due in it (``callbacks.fire``), for the caller to push after."""
+    it ends are made due in it (``callbacks.fire``), and so are the holds of the tasks waiting
+    for them (``parents.settle``), for the caller to act on after."""
     by_job: dict[str, list[Transition]] = defaultdict(list)
     for transition in sorted(batch, key=lambda t: t.seq):
         by_job[transition.jid].append(transition)
@@ -169,7 +172,11 @@ def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> Ap
         # After the tasks' update: their rows are locked already, in the same order.
         apply_items.apply(connection, items)
     # After the items too: a failed item decides whether the task succeeded.
-    return Applied(len(changes), tuple(callbacks.fire(connection, ended)))
+    if not ended:
+        return Applied(len(changes), ())
+    settled = parents.settle(connection, [e.id for e in ended if e.children])
+    fired = callbacks.fire(connection, [e.id for e in ended if e.callbacks] + settled.ended)
+    return Applied(len(changes), tuple(fired), tuple(settled.holds))
 
 
 def _step(state: _EventState, t: Transition) -> list[dict[str, Any]]:
@@ -256,8 +263,9 @@ def _update_tasks(
     deltas: dict[str, dict[str, int]],
     started: dict[str, datetime],
     touched: set[str],
-) -> list[str]:
-    """Move the ``touched`` tasks' counts; return those that have ended with callbacks."""
+) -> list[Ended]:
+    """Move the ``touched`` tasks' counts; return those that have ended with callbacks or
+    children."""
     if not touched:
         return []
     dialect = connection.dialect.name
@@ -278,14 +286,22 @@ def _update_tasks(
         updated = _returned(
             connection, TASKS_UPDATE, {name: [row[name] for row in rows] for name in TASK_ARRAYS}
         )
-        return [task_id for task_id, finished_at, count in updated if finished_at is not None and count]
+        return [Ended(row[0], row[2], row[3]) for row in updated if row[1] is not None and (row[2] or row[3])]
     # One task at a time, in id order: the rows are locked in a fixed order.
-    ended: list[str] = []
+    ended: list[Ended] = []
     for params in rows:
-        for task_id, finished_at, count in _returned(connection, TASK_UPDATE[dialect], params):
-            if finished_at is not None and count:
-                ended.append(task_id)
+        for row in _returned(connection, TASK_UPDATE[dialect], params):
+            if row[1] is not None and (row[2] or row[3]):
+                ended.append(Ended(row[0], row[2], row[3]))
     return ended
+
+
+class Ended(NamedTuple):
+    """A task the batch ended that has callbacks or children: their counts."""
+
+    id: str
+    callbacks: int
+    children: int
 
 
 def _returned(connection: Connection, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

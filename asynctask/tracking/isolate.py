@@ -54,7 +54,11 @@ def apply_isolating(connection: Connection, batch: Sequence[Transition]) -> Appl
         connection,
         [(t.jid, t.dumps().encode("utf-8", "surrogatepass"), reason) for t, reason in refused],
     )
-    return Applied(sum(a.events for a in applied), tuple(i for a in applied for i in a.due))
+    return Applied(
+        sum(a.events for a in applied),
+        tuple(i for a in applied for i in a.due),
+        tuple(t for a in applied for t in a.holds),
+    )
 
 
 def set_aside(connection: Connection, rows: Sequence[tuple[str | None, bytes, str]]) -> None:

@@ -79,12 +79,31 @@ class Task(Base):
     #: How many callbacks it was created with (``TaskCallback``): a task with none costs its
     #: reads and its end no look at their table.
     callbacks: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: How many tasks wait for this one (``TaskParent``): a task with none costs its end no
+    #: look at their links.
+    children: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: Parents that have not ended yet; the task's jobs are held until none is left.
+    parents_left: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: A task with parents: "success" (run only if every parent succeeded) or "complete".
+    run_if: Mapped[str | None] = mapped_column(String(16))
+    #: What holds a task with parents (``tracking.parents``): waiting, releasing, released,
+    #: dropping, dropped; None for a task without parents.
+    hold: Mapped[str | None] = mapped_column(String(16))
+    #: Why a task was cancelled without anyone asking: the parent that did not succeed.
+    cancel_reason: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         # A tenant's tasks, newest first, paged by (created_at, id).
         Index(None, "tenant", "created_at", "id"),
         # Every tenant's tasks, newest first, for operators.
         Index(None, "created_at", "id"),
+        # Holds a process that died left to release or drop, found without reading the others.
+        Index(
+            None,
+            "hold",
+            postgresql_where=text("hold IN ('releasing', 'dropping')"),
+            sqlite_where=text("hold IN ('releasing', 'dropping')"),
+        ),
     )
 
 
@@ -201,6 +220,26 @@ class TaskCallback(Base):
         # The callbacks a crashed pusher left due, found without reading the others.
         Index(None, "state", postgresql_where=text("state = 'due'"), sqlite_where=text("state = 'due'")),
     )
+
+
+class TaskParent(Base):
+    """A task that waits for another (``create_task(after=[...])``): the link from the child to
+    one of its parents, marked when the parent ends (once: a later end of the parent, after a
+    retry, changes nothing)."""
+
+    __tablename__ = "asynctask_task_parent"
+
+    child_id: Mapped[str] = mapped_column(
+        ForeignKey("asynctask_task.id", ondelete="CASCADE"), primary_key=True
+    )
+    parent_id: Mapped[str] = mapped_column(
+        ForeignKey("asynctask_task.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    #: The parent's place in the child's ``after`` list.
+    position: Mapped[int] = mapped_column(Integer)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: Whether the parent had ended ``finished`` (every job and item done well).
+    succeeded: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class SetAside(Base):

@@ -35,16 +35,18 @@ from asynctask.errors import JobNotFound, TaskNotFound
 from asynctask.tracking import shown
 from asynctask.tracking.cache import FirstErrorsCache
 from asynctask.tracking.eta import eta_seconds, read_mark
-from asynctask.tracking.models import Event, EventMessage, FailedItem, Task, TaskCallback
+from asynctask.tracking.models import Event, EventMessage, FailedItem, Task, TaskCallback, TaskParent
 from asynctask.tracking.status import TERMINAL, UNDONE, EventStatus, TaskState, TaskStatus
 from asynctask.tracking.views import (
     CallbackView,
+    ChildView,
     EventView,
     FailedItemView,
     FeedView,
     ItemCounts,
     MessageView,
     Page,
+    ParentView,
     TaskView,
 )
 
@@ -77,8 +79,40 @@ def get_task(
         first_errors = cache.get(row, errors, load) if cache is not None else load()
     view = _task_view(row, first_errors)
     if row.callbacks:
-        return replace(view, callbacks=_callbacks_of(connection, task_id))
+        view = replace(view, callbacks=_callbacks_of(connection, task_id))
+    if row.hold is not None:
+        view = replace(view, parents=_parents_of(connection, task_id))
+    if row.children:
+        view = replace(view, children=_children_of(connection, task_id))
     return view
+
+
+#: Children ``get_task`` lists at most.
+CHILDREN_SHOWN = 100
+
+_PARENTS_OF = (
+    select(TaskParent.parent_id, Task.job_name, TaskParent.ended_at, TaskParent.succeeded)
+    .join(Task, Task.id == TaskParent.parent_id)
+    .where(TaskParent.child_id == bindparam("task_id"))
+    .order_by(TaskParent.position)
+)
+_CHILDREN_OF = (
+    select(TaskParent.child_id, Task.job_name, Task.hold)
+    .join(Task, Task.id == TaskParent.child_id)
+    .where(TaskParent.parent_id == bindparam("task_id"))
+    .order_by(Task.created_at, Task.id)
+    .limit(CHILDREN_SHOWN)
+)
+
+
+def _parents_of(connection: Connection, task_id: str) -> tuple[ParentView, ...]:
+    rows = connection.execute(_PARENTS_OF, {"task_id": task_id}).all()
+    return tuple(ParentView(parent, name, as_utc(at), ok) for parent, name, at, ok in rows)
+
+
+def _children_of(connection: Connection, task_id: str) -> tuple[ChildView, ...]:
+    rows = connection.execute(_CHILDREN_OF, {"task_id": task_id}).all()
+    return tuple(ChildView(child, name, hold or "") for child, name, hold in rows)
 
 
 _CALLBACKS_OF = (
@@ -397,6 +431,10 @@ def _task_view(row: Row[Any], errors: Sequence[EventView]) -> TaskView:
         errors=tuple(errors),
         items=items,
         runtime=r["runtime"],
+        run_if=r["run_if"],
+        hold=r["hold"],
+        cancel_reason=r["cancel_reason"],
+        children_count=int(r["children"]),
     )
 
 

@@ -56,6 +56,28 @@ class CallbackView:
 
 
 @dataclass(frozen=True, slots=True)
+class ParentView:
+    """A task this one waits for (``create_task(after=[...])``)."""
+
+    task_id: str
+    job_name: str
+    #: When this task saw it end; None while it has not.
+    ended_at: datetime | None
+    #: Whether it had ended ``finished``; None while it has not ended.
+    succeeded: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildView:
+    """A task that waits for this one."""
+
+    task_id: str
+    job_name: str
+    #: What holds its jobs: waiting, releasing, released, dropping, dropped.
+    hold: str
+
+
+@dataclass(frozen=True, slots=True)
 class ItemCounts:
     """A task's items: how many its chunks hold, and of those its jobs ran one by one
     (``asynctask.each``), how many ended well and how many failed."""
@@ -149,6 +171,19 @@ class TaskView:
     #: Its callbacks (``create_task(on_complete=...)``), in the order given; read by
     #: ``get_task`` only, empty in lists and streams.
     callbacks: tuple[CallbackView, ...] = ()
+    #: For a task created with ``after``: ``success`` or ``complete``; None for any other.
+    run_if: str | None = None
+    #: What holds its jobs while it waits for its parents (waiting, then released, or dropped
+    #: when it was cancelled: ``releasing`` and ``dropping`` are on their way); None for a task
+    #: without parents.
+    hold: str | None = None
+    #: Why it was cancelled without anyone asking: the parent that did not succeed.
+    cancel_reason: str | None = None
+    #: The tasks it waits for, in the order given, and the first ``CHILDREN_SHOWN`` of those
+    #: that wait for it (``children_count`` counts them all); read by ``get_task`` only.
+    parents: tuple[ParentView, ...] = ()
+    children: tuple[ChildView, ...] = ()
+    children_count: int = 0
 
 
 T = TypeVar("T")

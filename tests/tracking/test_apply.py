@@ -22,7 +22,7 @@ from asynctask import JobDefinition, Tracking, job
 from asynctask.brokers.redis.flusher import Flusher
 from asynctask.db.engine import as_utc, create_database_engine, writer
 from asynctask.registry import Registry
-from asynctask.tracking.apply import apply_transitions
+from asynctask.tracking.apply import Applied, apply_transitions
 from asynctask.tracking.models import Event, EventMessage
 from asynctask.tracking.outbox import pack
 from asynctask.tracking.status import EventStatus
@@ -165,7 +165,7 @@ def test_a_large_batch_is_applied_in_parts_at_once_each_job_whole_in_one_part(
     lock = threading.Lock()
     write = flusher._write
 
-    def watched_write(apply: Any, batch: Sequence[Transition], malformed: Any) -> list[int]:
+    def watched_write(apply: Any, batch: Sequence[Transition], malformed: Any) -> Applied:
         with lock:
             parts.append((threading.current_thread().name, {t.jid for t in batch}))
             running[0] += 1
@@ -209,7 +209,7 @@ def test_a_batch_whose_part_fails_is_retried_only_once_every_part_has_ended(
     ended: list[str] = []
     write = flusher._write
 
-    def one_part_fails(apply: Any, batch: Sequence[Transition], malformed: Any) -> list[int]:
+    def one_part_fails(apply: Any, batch: Sequence[Transition], malformed: Any) -> Applied:
         if batch[0].jid == flusher._split(list(decode_entry(1, pack(started))))[0][0].jid:
             raise OperationalError("SELECT 1", {}, Exception("connection lost"))
         time.sleep(0.3)

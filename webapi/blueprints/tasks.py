@@ -9,11 +9,19 @@ from typing import TypeVar
 
 from flask import Blueprint, Response, request
 
-from asynctask.errors import JobArgumentsError, JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError
+from asynctask.errors import (
+    JobArgumentsError,
+    JobsNotSent,
+    TaskNotFed,
+    TaskNotFound,
+    TaskStateError,
+    TaskWaiting,
+)
 from asynctask.tasks.feedview import with_held
 from asynctask.tasks.queue_place import with_ahead
 from asynctask.tasks.service import Tracking
 from asynctask.tracking import queries
+from asynctask.tracking.parents import UnknownParent
 from asynctask.tracking.status import EventStatus, TaskStatus
 from asynctask.tracking.views import Page, TaskView
 from webapi import bodies
@@ -45,6 +53,13 @@ def create() -> Response:
         if submission.item_count == 0:
             raise ApiError(422, "no_items", "a task needs at least one item") from None
         raise ApiError(422, "invalid_request", str(exc)) from None
+    except UnknownParent as exc:
+        raise ApiError(
+            422,
+            "unknown_parent",
+            f"no task {exc.task_id!r} to wait for",
+            {"field": "after", "task_id": exc.task_id},
+        ) from None
     except JobArgumentsError as exc:
         # The items are always one argument: only a callback's arguments can miss.
         raise ApiError(422, "invalid_request", str(exc), {"field": "callback_args"}) from None
@@ -129,6 +144,8 @@ def _feed_changed(task_id: str, change: Callable[[Tracking], object]) -> Respons
         raise ApiError(
             409, "task_not_fed", "the task was created without parallel: it has no feed to change"
         ) from None
+    except TaskWaiting as exc:
+        raise ApiError(409, "task_waiting", str(exc)) from None
     except TaskStateError as exc:
         raise ApiError(409, "task_ended", str(exc)) from None
     return json_response(task_json(found.tracking.get_task(task_id, tenant=caller_tenant())))

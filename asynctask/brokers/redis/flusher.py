@@ -14,6 +14,8 @@ set aside (``tracking.isolate``): only connection errors are retried.
 
 A batch that ends tasks with callbacks makes them due in its transaction; the flusher pushes
 them once it committed, and every ``CLAIM_EVERY`` pushes any that a flusher which died left due.
+Tasks waiting for the tasks it ends go the same way: the batch decides their holds, the flusher
+then resumes or drops their feeds (``parents.release_held``).
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask.brokers.redis.callbacks import RedisCallbackPusher
+from asynctask.brokers.redis.feeds import RedisFeeds
+from asynctask.brokers.redis.scripts import Scripts
 from asynctask.keys import Keys
-from asynctask.tracking.apply import Applied, apply_transitions
+from asynctask.tracking import parents
+from asynctask.tracking.apply import NOTHING, Applied, apply_transitions
 from asynctask.tracking.isolate import apply_isolating, first_line, is_data_error, set_aside
 from asynctask.tracking.transitions import Transition, decode_entry
 
@@ -76,6 +81,7 @@ class Flusher:
     parallel: int = 1
     _parts: ThreadPoolExecutor | None = field(init=False)
     _callbacks: RedisCallbackPusher = field(init=False)
+    _feeds: RedisFeeds | None = field(default=None, init=False)
     _stopped: threading.Event = field(default_factory=threading.Event, init=False)
     _group_ready: bool = field(default=False, init=False)
     _next_claim: float = field(default=0.0, init=False)
@@ -155,7 +161,7 @@ class Flusher:
         self._ensure_group()
         if time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + CLAIM_EVERY
-            self._push_callbacks(None)
+            self._follow_up(NOTHING, every=True)
             orphans = self._claim_orphans()
             if orphans:
                 return orphans
@@ -192,9 +198,9 @@ class Flusher:
                 # Applying it can never succeed; keeping it would stop every later transition.
                 malformed.append((None, fields.get(b"d", b""), f"malformed entry {entry_id.decode()}: {exc}"))
         parts = self._split(batch)
-        due: list[int] = []
+        done: list[Applied] = []
         if self._parts is None or len(parts) == 1:
-            due += self._apply_part(batch, malformed)
+            done.append(self._apply_part(batch, malformed))
         else:
             running = [
                 self._parts.submit(self._apply_part, part, malformed if n == 0 else ())
@@ -203,23 +209,37 @@ class Flusher:
             # Every part ended before the batch is acknowledged, or retried: a retry never runs
             # beside a part of the same batch still under way.
             wait(running)
-            for part in running:
-                due += part.result()
+            done.extend(part.result() for part in running)
         ids = [entry_id for entry_id, _ in entries]
         pipe = self.conn.pipeline(transaction=True)
         pipe.xack(self.keys.tracking_stream, GROUP, *ids)
         pipe.xdel(self.keys.tracking_stream, *ids)
         pipe.execute()
-        if due:
-            self._push_callbacks(due)
+        if any(applied.due or applied.holds for applied in done):
+            self._follow_up(
+                Applied(
+                    sum(a.events for a in done),
+                    tuple(i for a in done for i in a.due),
+                    tuple(t for a in done for t in a.holds),
+                )
+            )
 
-    def _push_callbacks(self, due: list[int] | None) -> None:
-        """Push the callbacks ``due`` (None: any left due). Pushing none costs the batch nothing:
-        they stay due for the next look."""
+    def _follow_up(self, applied: Applied, *, every: bool = False) -> None:
+        """Push the callbacks the batch made due and act on the holds it decided (``every``:
+        any that a process left due). Failing costs the batch nothing: they stay due for the
+        next look."""
         try:
-            self._callbacks.push_due(self.engine, due)
+            if applied.due or every:
+                self._callbacks.push_due(self.engine, applied.due or None)
         except (SQLAlchemyError, redis.RedisError) as exc:
             logger.warning("task callbacks left due for the next look: %s", _first_line(exc))
+        try:
+            if applied.holds or every:
+                if self._feeds is None:
+                    self._feeds = RedisFeeds(self.conn, self.keys, Scripts(self.conn))
+                parents.release_held(self.engine, self._feeds, applied.holds or None)
+        except (SQLAlchemyError, redis.RedisError) as exc:
+            logger.warning("held tasks left due for the next look: %s", _first_line(exc))
 
     def _split(self, batch: list[Transition]) -> list[list[Transition]]:
         """``batch`` in parts by job (a job's transitions all in one part), as many as
@@ -234,8 +254,8 @@ class Flusher:
 
     def _apply_part(
         self, batch: Sequence[Transition], malformed: Sequence[tuple[str | None, bytes, str]]
-    ) -> list[int]:
-        """Apply one part in a transaction; return the callbacks it made due."""
+    ) -> Applied:
+        """Apply one part in a transaction; return what it changed."""
         try:
             return self._write(apply_transitions, batch, malformed)
         except Exception as exc:
@@ -254,13 +274,13 @@ class Flusher:
         apply: Callable[[Connection, Sequence[Transition]], Applied],
         batch: Sequence[Transition],
         malformed: Sequence[tuple[str | None, bytes, str]],
-    ) -> list[int]:
-        """One transaction: ``batch`` applied, the ``malformed`` entries set aside; the
-        callbacks it made due."""
+    ) -> Applied:
+        """One transaction: ``batch`` applied, the ``malformed`` entries set aside; what it
+        changed."""
         with self.engine.begin() as connection:
             applied = apply(connection, batch)
             set_aside(connection, malformed)
-        return list(applied.due)
+        return applied
 
     def _keep(self, entries: Sequence[Entry]) -> None:
         """Reset the entries' idle time, so that others do not take over a batch we retry."""

@@ -26,6 +26,7 @@ from asynctask.brokers.sql.checkpoints import SqlCheckpoints
 from asynctask.brokers.sql.feeds import SqlFeeds, feed_of, is_fed
 from asynctask.brokers.sql.fetch import SqlFetcher
 from asynctask.brokers.sql.flow import Flow, LaneOf, is_flow, lane_of
+from asynctask.brokers.sql.holds import SqlHolds
 from asynctask.brokers.sql.models import DEAD, HELD, QUEUED, RETRY, SCHEDULED, STOPPED
 from asynctask.brokers.sql.periodic import SqlPeriodic
 from asynctask.brokers.sql.predicates import JOB_COLUMNS
@@ -36,6 +37,7 @@ from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
 from asynctask.db.engine import create_database_engine
 from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.settings import Settings
+from asynctask.tracking import parents
 from asynctask.tracking.outbox import Outbox, draining
 from asynctask.tracking.transitions import split_by_job
 
@@ -80,6 +82,7 @@ class SqlBroker(Broker):
         self.store.callbacks = self.callback_pusher
         self.flow = Flow(self.store.sql.postgres)
         self.feeds = SqlFeeds(self.store, self.flow)
+        self.store.holds = SqlHolds(self.feeds)
         self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
         self.periodic = SqlPeriodic(self.store, self.push_rows_in)
@@ -337,11 +340,12 @@ class SqlBroker(Broker):
 
     def sweep(self) -> int:
         """Forget expired unique holds and old rate log entries, promote from lines whose key
-        has free slots, forget idle keys and old checkpoints, push task callbacks left due;
-        return how many jobs were promoted. One transaction per kind of lock, so none waits
-        for another in a cycle."""
+        has free slots, forget idle keys and old checkpoints, push task callbacks left due and
+        release or drop the held jobs of tasks a process left due; return how many jobs were
+        promoted. One transaction per kind of lock, so none waits for another in a cycle."""
         now = payload.now()
         self.callback_pusher.push_due(self.engine)
+        parents.release_held(self.engine, self.feeds)
         with self.store.write() as tx:
             self.flow.expire(tx.connection, now)
         with self.store.write() as tx:

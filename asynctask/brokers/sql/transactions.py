@@ -59,6 +59,13 @@ class CallbacksInTransaction(Protocol):
         ...
 
 
+class HoldsInTransaction(Protocol):
+    def release_in(self, connection: Connection, ids: Sequence[str]) -> None:
+        """Release or drop the held jobs of tasks ``ids``, whose holds are due, in the caller's
+        transaction."""
+        ...
+
+
 class MissingTables(SQLAlchemyError):
     """The database has no AsyncTask tables: it was never migrated."""
 
@@ -112,6 +119,8 @@ class Store:
         self._isolating = False
         #: Pushes the callbacks of the tasks a ``record`` ends (set by the broker).
         self.callbacks: CallbacksInTransaction | None = None
+        #: Releases or drops the held jobs of tasks whose parents a ``record`` ends (set by the broker).
+        self.holds: HoldsInTransaction | None = None
         if self.postgres:
             self._serial: threading.Lock | None = None
             self.bell: Bell | None = None
@@ -276,6 +285,8 @@ class Store:
         if applied.due and self.callbacks is not None:
             # The tasks these transitions end push their callbacks as they end: same transaction.
             self.callbacks.push_in(connection, applied.due)
+        if applied.holds and self.holds is not None:
+            self.holds.release_in(connection, applied.holds)
 
     def tracking_position(self) -> int:
         with self.read() as connection:
