@@ -67,6 +67,27 @@ def test_show_a_task_with_its_callbacks(tracking: Tracking, run: Run) -> None:
     assert run("tasks", "show", "f" * 32)[0] == 1
 
 
+def test_show_a_task_with_its_parents_and_children(tracking: Tracking, run: Run) -> None:
+    parent = tracking.create_task("step", range(2))
+    child = tracking.create_task("step", range(2), after=[parent.id], run_if="complete")
+    grandchild = tracking.create_task("step", range(2), after=[child.id])
+    code, out, err = run("tasks", "show", child.id)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[2:] == [
+        "runs if its parents ended: waiting",
+        f"after task {parent.id} (step): not ended",
+        f"before task {grandchild.id} (step): waiting",
+    ]
+    tracking.cancel_task(parent.id)
+    tracking.cancel_task(child.id)
+    code, out, _ = run("tasks", "show", grandchild.id)
+    assert out.splitlines()[2:] == [
+        "runs if its parents succeeded: dropped",
+        f"cancelled: task {child.id} ended cancelled",
+        f"after task {child.id} (step): did not succeed",
+    ]
+
+
 def test_update_pause_and_resume_a_fed_task(tracking: Tracking, run: Run) -> None:
     task = tracking.create_task("step", range(10), parallel=2)
     code, out, err = run("tasks", "update", task.id, "--parallel", "4", "--priority", "-3", "--interval", "0")

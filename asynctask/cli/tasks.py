@@ -1,9 +1,9 @@
 """``asynctask tasks``: ``show`` a task; tune a fed task while it runs (``update``), ``pause``
 and ``resume`` it.
 
-``show`` prints the task's progress, first errors and callbacks; the others print the task's feed
-as it is then, in one line. A task that does not exist, is not fed or has ended is one line on
-stderr (exit status 1), a bad value is a usage error (2).
+``show`` prints the task's progress, first errors, callbacks, parents and children; the others
+print the task's feed as it is then, in one line. A task that does not exist, is not fed or has
+ended is one line on stderr (exit status 1), a bad value is a usage error (2).
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ SHOWN_ERRORS = 5
 
 
 def described(view: TaskView) -> str:
-    """The task, its first errors and its callbacks, a line each."""
+    """The task, its first errors, its callbacks, and the tasks it waits for and that wait for
+    it, a line each."""
     counts = ", ".join(f"{status} {count}" for status, count in view.counts.items() if count)
     lines = [
         f"task {view.id} {view.status}: {view.done}/{view.total} done ({counts or 'no job'})",
@@ -106,6 +107,23 @@ def described(view: TaskView) -> str:
     for callback in view.callbacks:
         when = f" since {callback.fired_at:%Y-%m-%d %H:%M:%S}" if callback.fired_at else ""
         lines.append(f"on {callback.kind}: {callback.job_name} (job {callback.jid}) {callback.state}{when}")
+    if view.hold is not None:
+        lines.append(
+            f"runs if its parents {'succeeded' if view.run_if == 'success' else 'ended'}: {view.hold}"
+        )
+    if view.cancel_reason is not None:
+        lines.append(f"cancelled: {view.cancel_reason}")
+    for parent in view.parents:
+        ended = (
+            "not ended"
+            if parent.ended_at is None
+            else ("succeeded" if parent.succeeded else "did not succeed")
+        )
+        lines.append(f"after task {parent.task_id} ({parent.job_name}): {ended}")
+    for child in view.children:
+        lines.append(f"before task {child.task_id} ({child.job_name}): {child.hold}")
+    if view.children_count > len(view.children):
+        lines.append(f"and {view.children_count - len(view.children)} more tasks wait for it")
     return "\n".join(lines)
 
 

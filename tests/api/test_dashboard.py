@@ -574,3 +574,28 @@ def test_a_task_page_shows_its_callbacks_and_their_state(board: Dashboard, regis
     callbacks = board.page(url).partition("<h2>Callbacks</h2>")[2].partition("</table>")[0]
     states = re.findall(r"<td>on (\w+)</td><td>report</td>.*?callback-state\">(\w+)<", callbacks)
     assert states == [("complete", "pushed"), ("success", "waiting")]
+
+
+def test_a_task_page_shows_the_tasks_it_waits_for_and_those_that_wait_for_it(
+    board: Dashboard, registry: Registry
+) -> None:
+    @asynctask.job(registry=registry)
+    def stage(rows: list[int]) -> None: ...
+
+    tracking = board.app.extensions[EXTENSION].tracking
+    parent = tracking.create_task(stage, range(2))
+    child = tracking.create_task(stage, range(2), after=[parent.id], parallel=1)
+    board.login()
+    page = board.page(f"/dashboard/tasks/{child.id}")
+    waits = page.partition("<h2>Waits for</h2>")[2].partition("</table>")[0]
+    assert 'Runs if they all succeed: <span class="hold-state">waiting</span>' in waits
+    assert re.findall(r"<code>(\w+)</code></a></td><td>stage</td>", waits) == [parent.id]
+    # Its feed resumes with its parents' end: no button offers it before.
+    assert _feed_controls(page) == {"Apply"}
+    children = board.page(f"/dashboard/tasks/{parent.id}").partition("<h2>Waited for by</h2>")[2]
+    assert re.findall(
+        r"<code>(\w+)</code></a></td><td>stage</td><td class=\"hold-state\">(\w+)<", children
+    ) == [(child.id, "waiting")]
+    tracking.cancel_task(parent.id)
+    page = board.page(f"/dashboard/tasks/{child.id}")
+    assert "cancelled: task " + parent.id + " ended cancelled" in page
