@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from asynctask.brokers.redis import RedisBroker
     from asynctask.brokers.sql import SqlBroker
     from asynctask.tracking.callbacks import CallbackPusher
+    from asynctask.tracking.parents import HoldReleaser
 
 __all__ = [
     "Beat",
@@ -74,6 +75,17 @@ def callback_pusher(broker: Broker) -> CallbackPusher:
         redis_broker = cast("RedisBroker", broker)
         return RedisCallbackPusher(redis_broker.redis, redis_broker.keys)
     return cast("SqlBroker", broker).callback_pusher
+
+
+def hold_releaser(broker: Broker) -> HoldReleaser:
+    """What releases or drops the held jobs of ``broker``'s tasks whose parents ended (loaded
+    only where tracking is, as ``callback_pusher``)."""
+    if broker.backend == "redis":
+        from asynctask.brokers.redis.holds import RedisHolds
+
+        redis_broker = cast("RedisBroker", broker)
+        return RedisHolds(redis_broker.redis, redis_broker.keys)
+    return cast("SqlBroker", broker).holds
 
 
 def as_redis(broker: Broker) -> RedisBroker:

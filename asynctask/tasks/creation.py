@@ -38,7 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload, storable
-from asynctask.brokers import callback_pusher
+from asynctask.brokers import callback_pusher, hold_releaser
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import JobsNotSent
@@ -159,7 +159,8 @@ def create_task(
         "items_done": 0,
         "items_failed": 0,
         "created_at": at,
-        "feed": feed.as_dict() if feed is not None else None,
+        # As the task's own settings say: a task that waits for others shows its hold apart.
+        "feed": replace(feed, paused=False).as_dict() if feed is not None else None,
         "runtime": elsewhere.runtime if elsewhere is not None else None,
         "callbacks": len(task_callbacks),
     }
@@ -209,7 +210,7 @@ def create_task(
             connection.execute(update(Task).where(Task.id == task_id).values(counts))
             due: list[int] = []
             if linked is not None and linked.cancel_reason is not None:
-                parents.drop(connection, task_id, linked.cancel_reason)
+                parents.drop(connection, [task_id], linked.cancel_reason)
                 due = callbacks.fire(connection, [task_id] if task_callbacks else [])
     except BaseException:
         staging.discard()
@@ -220,7 +221,8 @@ def create_task(
     if staging.commits_with_task:
         # The jobs became claimable with the task, ready: nothing is left that could fail them.
         staging.publish()
-        _follow_up(engine, client, task_id, due, linked is not None)
+        # The feed was created with the task: a parent's end after the commit acted on it.
+        _follow_up(engine, client, task_id, due, linked is not None and linked.settled)
         return task_id
     try:
         staging.publish()
@@ -233,6 +235,7 @@ def create_task(
         staging.discard()
         raise
     _set_state(engine, client, task_id, TaskState.READY)
+    # A parent's end between the commit and the publish found no feed to act on: the creator does.
     _follow_up(engine, client, task_id, due, linked is not None)
     return task_id
 
@@ -256,7 +259,7 @@ def _follow_up(engine: Engine, client: Client, task_id: str, due: list[int], hel
         if due:
             callback_pusher(client.broker).push_due(engine, due)
         if held:
-            parents.release_held(engine, client.broker.feeds, [task_id])
+            hold_releaser(client.broker).release_due(engine, [task_id])
     except failures as exc:
         logger.warning("task %s: its callbacks or held jobs are left for the next sweep: %s", task_id, exc)
 

@@ -18,7 +18,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask import payload
-from asynctask.brokers import callback_pusher
+from asynctask.brokers import callback_pusher, hold_releaser
 from asynctask.client import Client
 from asynctask.db.engine import writer
 from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError, TaskWaiting
@@ -124,7 +124,7 @@ def cancel_task(
         if due:
             callback_pusher(client.broker).push_due(engine, due)
         if settled.holds:
-            parents.release_held(engine, client.broker.feeds, settled.holds)
+            hold_releaser(client.broker).release_due(engine, settled.holds)
     except failures as exc:
         # The cancel holds: what is left due the broker's next sweep does.
         logger.warning("task %s: its callbacks or children are left for the next sweep: %s", task_id, exc)

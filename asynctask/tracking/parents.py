@@ -14,7 +14,7 @@ locked by that update, so two parents that end at once are counted one after the
   ``cancel_reason`` naming the parent, and its own children and callbacks follow as for any end;
 - no parent left: the child's hold turns ``releasing``.
 Its hold then turns ``dropping`` or ``releasing``, and the broker resumes or drops the child's
-feed (``release_held``; the SQL broker in the same transaction): both are harmless twice, so a
+feed (its ``HoldReleaser``; the SQL broker in the same transaction): both are harmless twice, so a
 process that dies before it marks the hold ``released`` or ``dropped`` leaves it for the next
 look (the Redis flusher's and the SQL broker's sweeps).
 
@@ -25,15 +25,13 @@ later changes nothing for a child already released or cancelled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import Connection, Engine, insert, select, update
 
-from asynctask.db.engine import writer
 from asynctask.errors import TaskNotFound
-from asynctask.feeds import FeedChange
 from asynctask.tracking.models import Event, Task, TaskParent
 from asynctask.tracking.status import EventStatus, TaskState, TaskStatus
 
@@ -58,15 +56,20 @@ class Linked(NamedTuple):
     left: int
     cancel_reason: str | None
 
+    @property
+    def settled(self) -> bool:
+        """Whether its parents' ends decided its fate already: its creator acts on its hold."""
+        return self.left == 0 or self.cancel_reason is not None
 
-class HeldFeeds(Protocol):
-    """What releasing and dropping a held task asks of its broker's feeds."""
 
-    def update(self, task_id: str, change: FeedChange) -> Any: ...
+class HoldReleaser(Protocol):
+    """What a broker offers to release or drop the held jobs of tasks whose holds are due."""
 
-    def state(self, task_id: str) -> Any: ...
-
-    def cancel(self, task_id: str) -> int: ...
+    def release_due(self, engine: Engine, ids: Sequence[str] | None = None) -> int:
+        """Act on the due holds of tasks ``ids`` (None: any a process left due); return how
+        many. A task still being created whose jobs the broker does not hold yet is left to its
+        creator, which acts once it has published them."""
+        ...
 
 
 _ENDED_COLUMNS = (
@@ -152,7 +155,8 @@ class Settled(NamedTuple):
 
 def settle(connection: Connection, parents: Iterable[str]) -> Settled:
     """Decide the open links of ``parents``, which have just ended (their rows locked by the
-    caller's transaction), and what follows for their children, in that transaction."""
+    caller's transaction), and what follows for their children, in that transaction: a few
+    statements per parent, however many children wait for it."""
     holds: list[str] = []
     ended: list[str] = []
     frontier = sorted(set(parents))
@@ -164,35 +168,59 @@ def settle(connection: Connection, parents: Iterable[str]) -> Settled:
             if parent is None:
                 continue
             ok = succeeded(parent)
-            children = connection.execute(
-                update(TaskParent)
-                .where(TaskParent.parent_id == parent_id, TaskParent.ended_at.is_(None))
-                .values(ended_at=now, succeeded=ok)
-                .returning(TaskParent.child_id)
-            ).scalars()
-            for child_id in sorted(children):
-                child = connection.execute(
-                    update(Task)
-                    .where(Task.id == child_id)
-                    .values(parents_left=Task.parents_left - 1)
-                    .returning(Task.parents_left, Task.run_if, Task.hold, Task.callbacks, Task.children)
-                ).first()
-                if child is None or child.hold != WAITING:
-                    continue
-                if not ok and child.run_if == "success":
-                    drop(connection, child_id, _reason(parent_id, parent), now)
-                    holds.append(child_id)
-                    if child.callbacks:
-                        ended.append(child_id)
-                    if child.children:
-                        following.append(child_id)
-                elif child.parents_left <= 0:
-                    connection.execute(
-                        update(Task).where(Task.id == child_id, Task.hold == WAITING).values(hold=RELEASING)
-                    )
-                    holds.append(child_id)
+            children = sorted(
+                connection.execute(
+                    update(TaskParent)
+                    .where(TaskParent.parent_id == parent_id, TaskParent.ended_at.is_(None))
+                    .values(ended_at=now, succeeded=ok)
+                    .returning(TaskParent.child_id)
+                ).scalars()
+            )
+            released: list[str] = []
+            dropped: list[str] = []
+            for part in _parts(children):
+                for child in _counted_down(connection, part):
+                    if child.hold != WAITING:
+                        continue
+                    if not ok and child.run_if == "success":
+                        dropped.append(child.id)
+                        if child.callbacks:
+                            ended.append(child.id)
+                        if child.children:
+                            following.append(child.id)
+                    elif child.parents_left <= 0:
+                        released.append(child.id)
+            for part in _parts(released):
+                connection.execute(
+                    update(Task).where(Task.id.in_(part), Task.hold == WAITING).values(hold=RELEASING)
+                )
+            if dropped:
+                drop(connection, dropped, _reason(parent_id, parent), now)
+            holds += released + dropped
         frontier = sorted(set(following))
     return Settled(holds, ended)
+
+
+#: Children one statement counts down or changes at most.
+_PART = 5000
+
+
+def _parts(ids: Sequence[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ids), _PART):
+        yield list(ids[start : start + _PART])
+
+
+def _counted_down(connection: Connection, children: list[str]) -> Sequence[Any]:
+    """One parent fewer left for each of ``children``; their rows as that leaves them. The rows
+    are locked in id order first (PostgreSQL), as every transaction that counts them down does."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(select(Task.id).where(Task.id.in_(children)).order_by(Task.id).with_for_update())
+    return connection.execute(
+        update(Task)
+        .where(Task.id.in_(children))
+        .values(parents_left=Task.parents_left - 1)
+        .returning(Task.id, Task.parents_left, Task.run_if, Task.hold, Task.callbacks, Task.children)
+    ).all()
 
 
 def _reason(parent_id: str, parent: Any) -> str:
@@ -202,30 +230,32 @@ def _reason(parent_id: str, parent: Any) -> str:
     return f"task {parent_id} ended {status.value}"
 
 
-def drop(connection: Connection, child_id: str, reason: str, now: datetime | None = None) -> None:
-    """End a held task ``cancelled`` for ``reason``, in the caller's transaction: its jobs, all
-    held, never run; the broker drops them when its hold is ``dropping``."""
+def drop(connection: Connection, children: Sequence[str], reason: str, now: datetime | None = None) -> None:
+    """End held tasks ``cancelled`` for ``reason``, in the caller's transaction: their jobs, all
+    held and so all ``enqueue``, never run; the broker drops them when their hold is
+    ``dropping``."""
     now = now or datetime.now(UTC)
-    cancelled = connection.execute(
-        update(Event)
-        .where(Event.task_id == child_id, Event.status == EventStatus.ENQUEUE.value)
-        .values(status=EventStatus.CANCELLED.value, finished_at=now, updated_at=now)
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    connection.execute(
-        update(Task)
-        .where(Task.id == child_id)
-        .values(
-            state=TaskState.CANCELLED.value,
-            cancelled_at=now,
-            finished_at=now,
-            count_enqueue=Task.count_enqueue - cancelled,
-            count_cancelled=Task.count_cancelled + cancelled,
-            cancel_reason=reason,
-            hold=DROPPING,
+    for part in _parts(children):
+        connection.execute(
+            update(Event)
+            .where(Event.task_id.in_(part), Event.status == EventStatus.ENQUEUE.value)
+            .values(status=EventStatus.CANCELLED.value, finished_at=now, updated_at=now)
+            .execution_options(synchronize_session=False)
         )
-    )
-    logger.info("task %s: cancelled, %s", child_id, reason)
+        connection.execute(
+            update(Task)
+            .where(Task.id.in_(part))
+            .values(
+                state=TaskState.CANCELLED.value,
+                cancelled_at=now,
+                finished_at=now,
+                count_cancelled=Task.count_cancelled + Task.count_enqueue,
+                count_enqueue=0,
+                cancel_reason=reason,
+                hold=DROPPING,
+            )
+        )
+    logger.info("%d task(s) cancelled: %s", len(children), reason)
 
 
 def due(connection: Connection, ids: Sequence[str] | None, limit: int = RELEASE_BATCH) -> list[Any]:
@@ -239,47 +269,5 @@ def due(connection: Connection, ids: Sequence[str] | None, limit: int = RELEASE_
 def mark(connection: Connection, released: Sequence[str], dropped: Sequence[str]) -> None:
     """Record that the broker released or dropped these tasks' held jobs."""
     for ids, before, after in ((released, RELEASING, RELEASED), (dropped, DROPPING, DROPPED)):
-        if not ids:
-            continue
-        connection.execute(
-            update(Task).where(Task.id.in_(sorted(ids)), Task.hold == before).values(hold=after)
-        )
-    for task_id, feed in connection.execute(
-        select(Task.id, Task.feed).where(Task.id.in_(sorted(released)), Task.feed.is_not(None))
-    ).all():
-        if feed.get("paused"):
-            # The row shows the feed as it acts: no longer paused by its parents.
-            connection.execute(update(Task).where(Task.id == task_id).values(feed={**feed, "paused": False}))
-
-
-def release_held(engine: Engine, feeds: HeldFeeds, ids: Sequence[str] | None = None) -> int:
-    """Resume or drop, through ``feeds``, the held jobs of the tasks ``ids`` whose hold is due
-    (None: any left due by a process that died); return how many tasks were acted on.
-
-    A task still being created whose feed the broker does not hold yet is left to its creator,
-    which acts once it has published its jobs."""
-    acted = 0
-    while True:
-        with engine.connect() as connection:
-            found = due(connection, ids)
-        if not found:
-            return acted
-        released: list[str] = []
-        dropped: list[str] = []
-        for row in found:
-            if row.state == TaskState.CREATING and feeds.state(row.id) is None:
-                continue
-            if row.hold == RELEASING:
-                feeds.update(row.id, FeedChange(paused=False))
-                released.append(row.id)
-            else:
-                feeds.cancel(row.id)
-                dropped.append(row.id)
-        with writer(engine).begin() as connection:
-            mark(connection, released, dropped)
-        for task_id in released:
-            logger.info("task %s: its parents ended; its jobs are released", task_id)
-        acted += len(released) + len(dropped)
-        if len(released) + len(dropped) < len(found):
-            # The rest are tasks still being created: their creators act on them.
-            return acted
+        for part in _parts(sorted(ids)):
+            connection.execute(update(Task).where(Task.id.in_(part), Task.hold == before).values(hold=after))

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from asynctask import JobFailed, Registry, TaskWaiting, Tracking, each, job, step
+from asynctask.brokers import hold_releaser
 from asynctask.job import JobDefinition
 from asynctask.middleware import Chain, TrackingServerMiddleware
 from asynctask.tracking import parents
@@ -228,7 +229,38 @@ def test_a_hold_a_process_left_due_is_released_by_the_next_look(
     # As a process that died after the parent's end committed, before it resumed the feed.
     with engine.begin() as connection:
         connection.execute(update(Task).where(Task.id == child.id).values(hold=parents.RELEASING))
-    assert parents.release_held(engine, tracking.client.broker.feeds) == 1
-    assert parents.release_held(engine, tracking.client.broker.feeds) == 0
+    releaser = hold_releaser(tracking.client.broker)
+    assert releaser.release_due(engine) == 1
+    assert releaser.release_due(engine) == 0
+    start_tracked(start_worker)
+    assert wait_for_task(tracking, child.id, timeout=20).status == "finished"
+
+
+def test_a_parent_that_ends_while_its_child_is_published_leaves_the_release_to_the_creator(
+    tracking: Tracking,
+    step_job: JobDefinition[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    start_worker: Callable[..., Worker],
+) -> None:
+    parent = tracking.create_task(step_job, items("parent"))
+    broker = tracking.client.broker
+    staging_of = broker.staging
+
+    def staging(*args: Any) -> Any:
+        made = staging_of(*args)
+        publish = made.publish
+
+        def parent_ends_first() -> None:
+            # Committed, not published (Redis: the broker holds no feed of the child yet).
+            tracking.cancel_task(parent.id)
+            publish()
+
+        made.publish = parent_ends_first
+        return made
+
+    monkeypatch.setattr(broker, "staging", staging)
+    child = tracking.create_task(step_job, items("child"), after=[parent.id], run_if="complete")
+    monkeypatch.undo()
+    assert tracking.get_task(child.id).hold == "released"
     start_tracked(start_worker)
     assert wait_for_task(tracking, child.id, timeout=20).status == "finished"

@@ -59,7 +59,9 @@ def chaos_fed(chunk: list[int]) -> None:
 @asynctask.job(retry=False)
 def chaos_item(chunk: list[int]) -> None:
     """A tracked task's job: its one item is ``pause_ms`` as for ``chaos_drain``; a negative
-    item fails (``JobFailed``), so that its task does not succeed."""
+    item fails (``JobFailed``), so that its task does not succeed. Its start is recorded too:
+    a task that waits for another must start none before the other's jobs all ran."""
+    _note("start")
     if chunk[0] < 0:
         _note("failed")
         raise asynctask.JobFailed("a negative item")

@@ -15,7 +15,7 @@ set aside (``tracking.isolate``): only connection errors are retried.
 A batch that ends tasks with callbacks makes them due in its transaction; the flusher pushes
 them once it committed, and every ``CLAIM_EVERY`` pushes any that a flusher which died left due.
 Tasks waiting for the tasks it ends go the same way: the batch decides their holds, the flusher
-then resumes or drops their feeds (``parents.release_held``).
+then resumes or drops their feeds (``RedisHolds``).
 """
 
 from __future__ import annotations
@@ -33,10 +33,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from asynctask.brokers.redis.callbacks import RedisCallbackPusher
-from asynctask.brokers.redis.feeds import RedisFeeds
-from asynctask.brokers.redis.scripts import Scripts
+from asynctask.brokers.redis.holds import RedisHolds
 from asynctask.keys import Keys
-from asynctask.tracking import parents
 from asynctask.tracking.apply import NOTHING, Applied, apply_transitions
 from asynctask.tracking.isolate import apply_isolating, first_line, is_data_error, set_aside
 from asynctask.tracking.transitions import Transition, decode_entry
@@ -81,7 +79,7 @@ class Flusher:
     parallel: int = 1
     _parts: ThreadPoolExecutor | None = field(init=False)
     _callbacks: RedisCallbackPusher = field(init=False)
-    _feeds: RedisFeeds | None = field(default=None, init=False)
+    _holds: RedisHolds | None = field(default=None, init=False)
     _stopped: threading.Event = field(default_factory=threading.Event, init=False)
     _group_ready: bool = field(default=False, init=False)
     _next_claim: float = field(default=0.0, init=False)
@@ -235,9 +233,9 @@ class Flusher:
             logger.warning("task callbacks left due for the next look: %s", _first_line(exc))
         try:
             if applied.holds or every:
-                if self._feeds is None:
-                    self._feeds = RedisFeeds(self.conn, self.keys, Scripts(self.conn))
-                parents.release_held(self.engine, self._feeds, applied.holds or None)
+                if self._holds is None:
+                    self._holds = RedisHolds(self.conn, self.keys)
+                self._holds.release_due(self.engine, applied.holds or None)
         except (SQLAlchemyError, redis.RedisError) as exc:
             logger.warning("held tasks left due for the next look: %s", _first_line(exc))
 

@@ -37,7 +37,6 @@ from asynctask.brokers.sql.wake import PgListener, SqlitePoll, Wake
 from asynctask.db.engine import create_database_engine
 from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.settings import Settings
-from asynctask.tracking import parents
 from asynctask.tracking.outbox import Outbox, draining
 from asynctask.tracking.transitions import split_by_job
 
@@ -82,7 +81,8 @@ class SqlBroker(Broker):
         self.store.callbacks = self.callback_pusher
         self.flow = Flow(self.store.sql.postgres)
         self.feeds = SqlFeeds(self.store, self.flow)
-        self.store.holds = SqlHolds(self.feeds)
+        self.holds = SqlHolds(self.feeds, self.store)
+        self.store.holds = self.holds
         self._next_sweep = 0.0
         self.tracking = SqlTrackingStore(self.store)
         self.periodic = SqlPeriodic(self.store, self.push_rows_in)
@@ -345,7 +345,7 @@ class SqlBroker(Broker):
         promoted. One transaction per kind of lock, so none waits for another in a cycle."""
         now = payload.now()
         self.callback_pusher.push_due(self.engine)
-        parents.release_held(self.engine, self.feeds)
+        self.holds.release_due(self.engine)
         with self.store.write() as tx:
             self.flow.expire(tx.connection, now)
         with self.store.write() as tx:
