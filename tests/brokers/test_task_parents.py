@@ -250,12 +250,12 @@ def test_a_parent_that_ends_while_its_child_is_published_leaves_the_release_to_t
         made = staging_of(*args)
         publish = made.publish
 
-        def parent_ends_first() -> None:
+        def parent_ends_first() -> int:
             # Committed, not published (Redis: the broker holds no feed of the child yet).
             tracking.cancel_task(parent.id)
-            publish()
+            return publish()
 
-        made.publish = parent_ends_first
+        made.publish = parent_ends_first  # type: ignore[method-assign]
         return made
 
     monkeypatch.setattr(broker, "staging", staging)
