@@ -7,14 +7,15 @@ rows (each gains a child), so a parent that ends meanwhile either is seen ended 
 
 The statement that ends a parent (the last of its jobs settled, or it was cancelled with nothing
 running) is followed, in the same transaction, by ``settle``: each of its links still open is
-marked ended, once, and the child's count of parents left falls by one. The child's row is
-locked by that update, so two parents that end at once are counted one after the other. Then:
+marked ended, once, and each child's count of parents left falls by one. The children's rows are
+locked by that update (in id order), so two parents that end at once are counted one after the
+other. Then:
 - a parent that did not succeed, for a child that runs only if every parent succeeded
   (``run_if="success"``, the default): the child ends ``cancelled`` there and then, its
   ``cancel_reason`` naming the parent, and its own children and callbacks follow as for any end;
 - no parent left: the child's hold turns ``releasing``.
-Its hold then turns ``dropping`` or ``releasing``, and the broker resumes or drops the child's
-feed (its ``HoldReleaser``; the SQL broker in the same transaction): both are harmless twice, so a
+The broker then resumes or drops the child's feed (its ``HoldReleaser``; the SQL broker in the
+same transaction, turning ``dropping`` to ``dropped`` in it): both are harmless twice, so a
 process that dies before it marks the hold ``released`` or ``dropped`` leaves it for the next
 look (the Redis flusher's and the SQL broker's sweeps).
 
@@ -37,12 +38,11 @@ from asynctask.tracking.status import EventStatus, TaskState, TaskStatus
 
 logger = logging.getLogger("asynctask.tracking")
 
-RUN_IF = ("success", "complete")
 WAITING, RELEASING, RELEASED, DROPPING, DROPPED = "waiting", "releasing", "released", "dropping", "dropped"
 #: Holds a process left to act on, looked at together.
 DUE_HOLDS = (RELEASING, DROPPING)
-#: Holds one pass of ``release_held`` acts on.
-RELEASE_BATCH = 100
+#: Holds one pass of a ``HoldReleaser`` acts on.
+RELEASE_BATCH = 1000
 
 
 class UnknownParent(TaskNotFound):
@@ -258,12 +258,12 @@ def drop(connection: Connection, children: Sequence[str], reason: str, now: date
     logger.info("%d task(s) cancelled: %s", len(children), reason)
 
 
-def due(connection: Connection, ids: Sequence[str] | None, limit: int = RELEASE_BATCH) -> list[Any]:
+def due(connection: Connection, ids: Sequence[str] | None) -> list[Any]:
     """Holds to act on (``releasing`` or ``dropping``): those of tasks ``ids``, or any."""
     query = select(Task.id, Task.hold, Task.state, Task.feed).where(Task.hold.in_(DUE_HOLDS))
     if ids is not None:
         query = query.where(Task.id.in_(sorted(set(ids))))
-    return list(connection.execute(query.order_by(Task.id).limit(limit)).all())
+    return list(connection.execute(query.order_by(Task.id).limit(RELEASE_BATCH)).all())
 
 
 def mark(connection: Connection, released: Sequence[str], dropped: Sequence[str]) -> None:

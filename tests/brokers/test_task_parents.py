@@ -264,3 +264,22 @@ def test_a_parent_that_ends_while_its_child_is_published_leaves_the_release_to_t
     assert tracking.get_task(child.id).hold == "released"
     start_tracked(start_worker)
     assert wait_for_task(tracking, child.id, timeout=20).status == "finished"
+
+
+def test_every_due_hold_is_released_at_once_however_many_batches_they_take(
+    tracking: Tracking, step_job: JobDefinition[Any], engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parents, "RELEASE_BATCH", 2)
+    parent = tracking.create_task(step_job, items("parent", 2))
+    children = [tracking.create_task(step_job, items(f"child{n}", 2), after=[parent.id]).id for n in range(5)]
+    # As the parent's end leaves them, in the transaction that ended it.
+    with engine.begin() as connection:
+        connection.execute(update(Task).where(Task.id.in_(children)).values(hold=parents.RELEASING))
+    broker = tracking.client.broker
+    if broker.backend == "sql":
+        # The SQL broker acts in that transaction: all of them, before it commits.
+        with broker.store.write() as tx:  # type: ignore[attr-defined]
+            assert broker.store.holds.release_in(tx.connection, children) == 5  # type: ignore[attr-defined]
+    else:
+        assert hold_releaser(broker).release_due(engine, children) == 5
+    assert {tracking.get_task(child).hold for child in children} == {"released"}

@@ -36,6 +36,15 @@ class SqlHolds(HoldsInTransaction, parents.HoldReleaser):
                 return acted
 
     def release_in(self, connection: Connection, ids: Sequence[str] | None) -> int:
+        if ids is None:
+            return self._release_batch(connection, None)
+        # Every one of them: the transaction that settled them commits what it does here.
+        acted = 0
+        while count := self._release_batch(connection, ids):
+            acted += count
+        return acted
+
+    def _release_batch(self, connection: Connection, ids: Sequence[str] | None) -> int:
         found = parents.due(connection, ids)
         if not found:
             return 0
