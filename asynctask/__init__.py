@@ -33,7 +33,6 @@ from asynctask.registry import Registry, default_registry
 _SERVICE_FUNCTIONS = (
     "cancel_task",
     "chain",
-    "chain",
     "create_task",
     "get_task",
     "list_events",
@@ -71,7 +70,6 @@ _LAZY = {
             "Page",
             "TaskView",
             "TaskWarning",
-            "TaskWaiting",
         )
     },
     **{name: "asynctask.client" for name in ("Client", "configure", "default_client")},
