@@ -226,3 +226,17 @@ def test_another_runtimes_jobs_are_refused_on_a_loop_before_anything_is_written(
     run_on_loop(create)
     with engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(Task)).scalar() == 0
+
+
+def test_a_chain_is_created_on_a_loop_each_task_waiting_for_the_one_before(
+    run_on_loop: Callable[..., Any], rows: Any
+) -> None:
+    async def scenario(tracking: AsyncTracking) -> list[Any]:
+        made = await tracking.achain(
+            asynctask.step(rows, range(4)), asynctask.step(rows, range(2), chunk_size=2)
+        )
+        return [made, await tracking.aget_task(made[1].id)]
+
+    [first, second], shown = run_on_loop(scenario)
+    assert (first.hold, second.hold, second.total) == (None, "waiting", 1)
+    assert [parent.task_id for parent in shown.parents] == [first.id]
