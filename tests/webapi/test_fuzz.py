@@ -212,7 +212,8 @@ def _steer(existing: Existing) -> Callable[[Any, Any], Any]:
                 changed["chunk_size"] = min(options["chunk_size"], LIMITS.max_chunk_size)
             if "before" in options:
                 changed["before"] = existing.tasks_cursor
-            changed = _steer_callbacks(_steer_flow(changed, container, case.media_type))
+            changed = _steer_callbacks(_steer_flow(changed, container, case.media_type), container)
+            changed = _steer_parents(changed, container, existing)
             if changed != options:
                 setattr(case, container, changed)
         return case
@@ -252,10 +253,10 @@ def _steer_flow(options: dict[str, Any], container: str, media_type: str | None)
 CALLBACK_FIELDS = ("on_complete", "on_success", "on_failure")
 
 
-def _steer_callbacks(options: dict[str, Any]) -> dict[str, Any]:
+def _steer_callbacks(options: dict[str, Any], container: str) -> dict[str, Any]:
     """What the document states of the callbacks only in prose: each names a registered job (here
-    ``echo``, which takes the task's summary alone, so ``callback_args`` is empty), and
-    ``callback_args`` needs a callback."""
+    ``echo``, which takes the task's summary alone, so ``callback_args`` is empty: ``[]`` as JSON
+    text in a query), and ``callback_args`` needs a callback."""
     changed = dict(options)
     named = False
     for name in CALLBACK_FIELDS:
@@ -264,9 +265,22 @@ def _steer_callbacks(options: dict[str, Any]) -> dict[str, Any]:
             named = True
     if changed.get("callback_args") is not None:
         if named:
-            changed["callback_args"] = []
+            changed["callback_args"] = "[]" if container == "query" else []
         else:
             changed.pop("callback_args")
+    return changed
+
+
+def _steer_parents(options: dict[str, Any], container: str, existing: Existing) -> dict[str, Any]:
+    """What the document states of ``after`` only in prose: it names tasks of the caller's that
+    exist (here the first one; as JSON text in a query); ``run_if`` needs it (a body's schema
+    says so, a query's cannot)."""
+    changed = dict(options)
+    if changed.get("after") is not None:
+        parents = [existing.task_ids[0]]
+        changed["after"] = json.dumps(parents) if container == "query" else parents
+    else:
+        changed.pop("run_if", None)
     return changed
 
 

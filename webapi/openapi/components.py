@@ -129,6 +129,9 @@ def task_options(*, as_text: bool) -> dict[str, Schema]:
             schema["description"] = f"{schema['description'].rstrip('.')}; {_API_LIMITS[name]}."
         if schema["type"] == "object" and as_text:
             schema = json_text(f"{schema['description']} A JSON object, as text.")
+        elif schema["type"] == "array" and as_text:
+            content = {key: value for key, value in schema.items() if key != "description"}
+            schema = json_text(f"{schema['description']} A JSON array, as text.", content)
         elif name in TaskOptions.nullable() and not as_text:
             schema = or_null(schema)
         options[name] = schema
@@ -140,5 +143,7 @@ def _feed_fields() -> dict[str, Schema]:
     return {name: schemas[name] for name in FEED_FIELDS}
 
 
-def json_text(description: str) -> Schema:
-    return string(contentMediaType=JSON, contentSchema={"type": "object"}, description=description)
+def json_text(description: str, content: Schema | None = None) -> Schema:
+    """A string holding JSON: an object unless ``content`` says what else."""
+    shape = content if content is not None else {"type": "object"}
+    return string(contentMediaType=JSON, contentSchema=shape, description=description)
