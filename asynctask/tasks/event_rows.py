@@ -143,14 +143,15 @@ def write_waiting(
 
     Per batch: one SELECT of the events' ids, then one COPY (PostgreSQL) or one executemany of
     plain tuples (SQLite): these rows cost as much as the events themselves otherwise."""
-    texts = {
-        item["jid"]: f"waiting for {shown_key(item['concurrency_key'], prefix)}"
+    keys = {
+        item["jid"]: shown_key(item["concurrency_key"], prefix)
         for item in jobs
         if isinstance(item.get("concurrency_key"), str)
     }
+    texts = {jid: f"waiting for {key}" for jid, key in keys.items()}
     if held is not None:
         texts = {
-            item["jid"]: held if item["jid"] not in texts else f"{held}, then {texts[item['jid']][8:]}"
+            item["jid"]: held if item["jid"] not in keys else f"{held}, then for {keys[item['jid']]}"
             for item in jobs
         }
     if not texts:

@@ -94,6 +94,10 @@ def cancel_task(
             .values(
                 state=TaskState.CANCELLED.value,
                 cancelled_at=case((Task.cancelled_at.is_(None), now), else_=Task.cancelled_at),
+                # A task waiting for others was dropped from its feed above: their ends leave it be.
+                hold=case(
+                    (Task.hold.in_([parents.WAITING, *parents.DUE_HOLDS]), parents.DROPPED), else_=Task.hold
+                ),
                 count_enqueue=Task.count_enqueue - moved[EventStatus.ENQUEUE],
                 count_stopped=Task.count_stopped - moved[EventStatus.STOPPED],
                 count_cancelled=Task.count_cancelled + cancelled,
@@ -105,12 +109,6 @@ def cancel_task(
                     else_=None,
                 ),
             )
-        )
-        # A task waiting for others was dropped from its feed above: their ends leave it be.
-        connection.execute(
-            update(Task)
-            .where(Task.id == task_id, Task.hold.in_([parents.WAITING, *parents.DUE_HOLDS]))
-            .values(hold=parents.DROPPED)
         )
         ended = connection.execute(
             select(Task.callbacks, Task.children).where(Task.id == task_id, Task.finished_at.is_not(None))

@@ -127,6 +127,15 @@ class Applied(NamedTuple):
 NOTHING = Applied(0, ())
 
 
+def combined(parts: Sequence[Applied]) -> Applied:
+    """What several parts of one batch changed, together."""
+    return Applied(
+        sum(a.events for a in parts),
+        tuple(i for a in parts for i in a.due),
+        tuple(t for a in parts for t in a.holds),
+    )
+
+
 def apply_transitions(connection: Connection, batch: Sequence[Transition]) -> Applied:
     """Apply ``batch`` (any order) inside the caller's transaction: the callbacks of the tasks
     it ends are made due in it (``callbacks.fire``), and so are the holds of the tasks waiting

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, insert
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 
 from asynctask import storable
-from asynctask.tracking.apply import Applied, apply_transitions
+from asynctask.tracking.apply import Applied, apply_transitions, combined
 from asynctask.tracking.models import SetAside
 from asynctask.tracking.transitions import Transition
 
@@ -54,11 +54,7 @@ def apply_isolating(connection: Connection, batch: Sequence[Transition]) -> Appl
         connection,
         [(t.jid, t.dumps().encode("utf-8", "surrogatepass"), reason) for t, reason in refused],
     )
-    return Applied(
-        sum(a.events for a in applied),
-        tuple(i for a in applied for i in a.due),
-        tuple(t for a in applied for t in a.holds),
-    )
+    return combined(applied)
 
 
 def set_aside(connection: Connection, rows: Sequence[tuple[str | None, bytes, str]]) -> None:

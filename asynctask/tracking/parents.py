@@ -111,13 +111,13 @@ def link(
             raise UnknownParent(parent_id)
         found[parent_id] = row
     now = datetime.now(UTC)
-    rows, left, failed = [], 0, None
+    rows, left, cancel_reason = [], 0, None
     for position, parent_id in enumerate(dict.fromkeys(parents)):
         row = found[parent_id]
         ended = _ended(row)
         ok = ended and succeeded(row)
-        if ended and not ok and failed is None:
-            failed = _reason(parent_id, row)
+        if ended and not ok and run_if == "success" and cancel_reason is None:
+            cancel_reason = _reason(parent_id, row)
         left += not ended
         rows.append(
             {
@@ -129,14 +129,13 @@ def link(
             }
         )
     connection.execute(insert(TaskParent), rows)
-    hold = WAITING if left else RELEASING
-    if failed is not None and run_if == "success":
-        # Cancelled once its events are written (``drop``): created, shown, never run.
-        hold = WAITING
+    linked = Linked(left, cancel_reason)
+    # A task to cancel waits until its events are written (``drop``): created, shown, never run.
+    hold = RELEASING if left == 0 and cancel_reason is None else WAITING
     connection.execute(
         update(Task).where(Task.id == child_id).values(parents_left=left, run_if=run_if, hold=hold)
     )
-    return Linked(left, failed if run_if == "success" else None)
+    return linked
 
 
 def waiting_text(parents: Sequence[str]) -> str:
@@ -260,7 +259,7 @@ def drop(connection: Connection, children: Sequence[str], reason: str, now: date
 
 def due(connection: Connection, ids: Sequence[str] | None) -> list[Any]:
     """Holds to act on (``releasing`` or ``dropping``): those of tasks ``ids``, or any."""
-    query = select(Task.id, Task.hold, Task.state, Task.feed).where(Task.hold.in_(DUE_HOLDS))
+    query = select(Task.id, Task.hold, Task.state).where(Task.hold.in_(DUE_HOLDS))
     if ids is not None:
         query = query.where(Task.id.in_(sorted(set(ids))))
     return list(connection.execute(query.order_by(Task.id).limit(RELEASE_BATCH)).all())

@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from asynctask.brokers.redis.callbacks import RedisCallbackPusher
 from asynctask.brokers.redis.holds import RedisHolds
 from asynctask.keys import Keys
-from asynctask.tracking.apply import NOTHING, Applied, apply_transitions
+from asynctask.tracking.apply import NOTHING, Applied, apply_transitions, combined
 from asynctask.tracking.isolate import apply_isolating, first_line, is_data_error, set_aside
 from asynctask.tracking.transitions import Transition, decode_entry
 
@@ -213,14 +213,9 @@ class Flusher:
         pipe.xack(self.keys.tracking_stream, GROUP, *ids)
         pipe.xdel(self.keys.tracking_stream, *ids)
         pipe.execute()
-        if any(applied.due or applied.holds for applied in done):
-            self._follow_up(
-                Applied(
-                    sum(a.events for a in done),
-                    tuple(i for a in done for i in a.due),
-                    tuple(t for a in done for t in a.holds),
-                )
-            )
+        together = combined(done)
+        if together.due or together.holds:
+            self._follow_up(together)
 
     def _follow_up(self, applied: Applied, *, every: bool = False) -> None:
         """Push the callbacks the batch made due and act on the holds it decided (``every``:

@@ -27,18 +27,12 @@ class SqlHolds(HoldsInTransaction, parents.HoldReleaser):
 
     def release_due(self, engine: Engine, ids: Sequence[str] | None = None) -> int:
         """``engine`` is the broker's own database: its tracking tables are there."""
-        acted = 0
-        while True:
-            with self.store.write() as tx:
-                count = self.release_in(tx.connection, ids)
-            acted += count
-            if count < parents.RELEASE_BATCH:
-                return acted
+        with self.store.write() as tx:
+            return self.release_in(tx.connection, ids)
 
     def release_in(self, connection: Connection, ids: Sequence[str] | None) -> int:
-        if ids is None:
-            return self._release_batch(connection, None)
-        # Every one of them: the transaction that settled them commits what it does here.
+        # Every one of them, a batch at a time: the transaction that settled them commits what
+        # it does here.
         acted = 0
         while count := self._release_batch(connection, ids):
             acted += count

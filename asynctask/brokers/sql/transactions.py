@@ -61,8 +61,8 @@ class CallbacksInTransaction(Protocol):
 
 class HoldsInTransaction(Protocol):
     def release_in(self, connection: Connection, ids: Sequence[str] | None) -> int:
-        """Release or drop the held jobs of tasks ``ids`` whose holds are due (None: any, a
-        batch of them), in the caller's transaction; return how many."""
+        """Release or drop the held jobs of tasks ``ids`` whose holds are due (None: any), in the
+        caller's transaction; return how many."""
         ...
 
 
