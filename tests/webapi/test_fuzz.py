@@ -208,7 +208,10 @@ def _steer(existing: Existing) -> Callable[[Any, Any], Any]:
             changed = dict(options)
             if "job" in options and options["job"] not in JOBS:
                 changed["job"] = JOBS[zlib.crc32(repr(options["job"]).encode()) % len(JOBS)]
-            if isinstance(options.get("chunk_size"), int):
+            # JSON does not tell 2.0 from 2: an integral float is an integer to the API too.
+            if isinstance(options.get("chunk_size"), int | float) and not isinstance(
+                options["chunk_size"], bool
+            ):
                 changed["chunk_size"] = min(options["chunk_size"], LIMITS.max_chunk_size)
             if "before" in options:
                 changed["before"] = existing.tasks_cursor
