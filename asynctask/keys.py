@@ -169,6 +169,11 @@ class Keys:
         """String: set by the script that pushes a task's callback job, so that it pushes once."""
         return f"{self.prefix}asynctask:callback-pushed:{jid}"
 
+    def added_pushed(self, jid: str) -> str:
+        """String: set by the script that pushes the jobs a running job added to its task (named
+        for the first of them), so that they are pushed once."""
+        return f"{self.prefix}asynctask:added-pushed:{jid}"
+
     def stat_processed_day(self, when: datetime | None = None) -> str:
         return f"{self.stat_processed}:{_day(when)}"
 

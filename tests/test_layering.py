@@ -78,8 +78,9 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"core", "db", "tracking", "middleware", "client", "api", "brokers"},
     "tokens": {"core", "db", "tracking"},
     "api": {"core", "db", "brokers", "client"},
-    # The heartbeat reports the package's ``__version__``.
-    "worker": {"core", "brokers", "tracking", "context", "middleware", "client", "asynctask"},
+    # The heartbeat reports the package's ``__version__``. A job adds work to its task through
+    # the task code, loaded at the first such call.
+    "worker": {"core", "brokers", "tracking", "context", "middleware", "client", "tasks", "asynctask"},
     "asynctask": {"core", "context", "middleware", "client", "tracking", "tasks"},
     "integrations": LIBRARY | {"asynctask"},
     "cli": LIBRARY | {"asynctask", "worker", "demo"},

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from asynctask.brokers.reads import ReadBackend
     from asynctask.brokers.redis import RedisBroker
     from asynctask.brokers.sql import SqlBroker
+    from asynctask.tracking.additions import AdditionPusher
     from asynctask.tracking.callbacks import CallbackPusher
     from asynctask.tracking.parents import HoldReleaser
 
@@ -86,6 +87,18 @@ def hold_releaser(broker: Broker) -> HoldReleaser:
         redis_broker = cast("RedisBroker", broker)
         return RedisHolds(redis_broker.redis, redis_broker.keys)
     return cast("SqlBroker", broker).holds
+
+
+def addition_pusher(broker: Broker) -> AdditionPusher | None:
+    """What pushes the jobs running jobs added to their tasks, once their SQL transaction
+    committed; None for a broker whose jobs commit with it (a SQL broker's, which inserts them
+    in that transaction)."""
+    if broker.backend == "redis":
+        from asynctask.brokers.redis.additions import RedisAdditionPusher
+
+        redis_broker = cast("RedisBroker", broker)
+        return RedisAdditionPusher(redis_broker.redis, redis_broker.keys)
+    return None
 
 
 def as_redis(broker: Broker) -> RedisBroker:

@@ -123,8 +123,8 @@ def create_task(
             f"{elsewhere.name} runs on {elsewhere.runtime}: parallel, interval, priority, "
             "concurrency_key and after need AsyncTask's own runtime"
         )
-    batches = _batches(items, options.chunk_size, key_of)
-    chunks = next(batches, None)
+    read = batches(items, options.chunk_size, key_of)
+    chunks = next(read, None)
     if chunks is None:
         raise ValueError("a task needs at least one item")
     definition.check_args([chunks[0].items])
@@ -136,7 +136,7 @@ def create_task(
     payload.check_names({**head, "class": definition.name})
     if feed is not None:
         head[FEED_FIELD] = task_id
-    flow = _chunk_flow(definition, job_options.flow, options)
+    flow = chunk_flow(definition, job_options.flow, options)
     at = datetime.fromtimestamp(created, UTC)
     task_row = {
         "id": task_id,
@@ -165,7 +165,7 @@ def create_task(
         "callbacks": len(task_callbacks),
     }
     # The first batch is ready before anything is written: bad input found there costs nothing.
-    jobs = _jobs(client, head, definition.name, created, chunks, flow)
+    jobs = chunk_jobs(client, head, definition.name, created, chunks, flow)
     staging = (
         RuntimeStaging(elsewhere, engine, task_id)
         if elsewhere is not None
@@ -173,7 +173,7 @@ def create_task(
     )
     staging_error: BaseException | None = None
     try:
-        with _collector_paused(), writer(engine).begin() as connection:
+        with collector_paused(), writer(engine).begin() as connection:
             connection.execute(insert(Task).values(task_row))
             callbacks.record(connection, task_id, task_callbacks)
             linked = (
@@ -200,10 +200,10 @@ def create_task(
                         raise
                     total += len(jobs)
                     items_total += sum(len(chunk.items) for chunk in chunks)
-                    chunks = next(batches, None)
+                    chunks = next(read, None)
                     if chunks is None:
                         break
-                    jobs = _jobs(client, head, definition.name, created, chunks, flow)
+                    jobs = chunk_jobs(client, head, definition.name, created, chunks, flow)
             counts: dict[str, Any] = {"total": total, "count_enqueue": total, "items": items_total}
             if staging.commits_with_task:
                 counts["state"] = TaskState.READY.value
@@ -271,7 +271,7 @@ class Chunk(NamedTuple):
     key: str | None = None
 
 
-def _batches(items: Iterable[Any], chunk_size: int, key_of: ItemKey | None) -> Iterator[list[Chunk]]:
+def batches(items: Iterable[Any], chunk_size: int, key_of: ItemKey | None) -> Iterator[list[Chunk]]:
     """The items' chunks, ``BATCH // chunk_size`` chunks (at least one) at a time, each batch
     checked to be JSON-native (TypeError names the culprit's position in ``items``)."""
     iterator = iter(items)
@@ -321,7 +321,7 @@ def _raise_at(values: list[Any], position: int) -> None:
             raise TypeError(str(exc).replace("args[0]", f"items[{position + index}]", 1)) from None
 
 
-class _ChunkFlow(NamedTuple):
+class ChunkFlow(NamedTuple):
     """What sets the flow-control keys of a task's chunk jobs."""
 
     definition: JobSpec[Any]
@@ -346,19 +346,19 @@ class _ChunkFlow(NamedTuple):
         return {"concurrency_key": chunk.key, **self.keyed, **out}
 
 
-def _chunk_flow(definition: JobSpec[Any], flow: FlowOptions, options: TaskOptions) -> _ChunkFlow:
+def chunk_flow(definition: JobSpec[Any], flow: FlowOptions, options: TaskOptions) -> ChunkFlow:
     kept = replace(flow, unique_for=None, unique_key=None, unique_until=None)
     if options.concurrency_key is None:
-        return _ChunkFlow(definition, kept, {})
+        return ChunkFlow(definition, kept, {})
     kept = replace(kept, concurrency_key=None, concurrency_limit=None, concurrency_on_failure=None)
     extra: dict[str, Any] = {"concurrency_limit": options.key_limit}
     if options.key_on_failure == "continue":
         extra["concurrency_on_failure"] = "continue"
-    return _ChunkFlow(definition, kept, extra)
+    return ChunkFlow(definition, kept, extra)
 
 
-def _jobs(
-    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[Chunk], flow: _ChunkFlow
+def chunk_jobs(
+    client: Client, head: payload.JobDict, name: str, created: float, chunks: list[Chunk], flow: ChunkFlow
 ) -> list[payload.JobDict]:
     """One job per chunk, through the client middleware."""
     if not flow.active:
@@ -380,7 +380,7 @@ def _jobs(
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a task's batches are built and written: each
     batch allocates thousands of containers, none in a cycle, and every few hundred would
     start a collection (a full one now and then, which walks the whole heap of the process,

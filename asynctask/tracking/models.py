@@ -242,6 +242,43 @@ class TaskParent(Base):
     succeeded: Mapped[bool | None] = mapped_column(Boolean)
 
 
+class TaskAddition(Base):
+    """Jobs that a running job of the task added to it (``current_job().task.add``): one row per
+    batch of one ``add`` call, written with the jobs' events, so that a job run again (a retry,
+    a resume from the same checkpoint) finds its call done and adds nothing twice. On Redis the
+    row is the outbox of the jobs' push: ``due`` with their payloads, then ``pushed`` (guarded so
+    that a second push does nothing); a SQL broker inserts the jobs in the same transaction, and
+    the row is ``pushed`` from the start, without payloads."""
+
+    __tablename__ = "asynctask_task_addition"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("asynctask_task.id", ondelete="CASCADE"))
+    #: The call: the adding job's id, the checkpoint it had reached (a resumable job's), and
+    #: the call's place among those it made since (``context.JobContext``).
+    call: Mapped[str] = mapped_column(String(128))
+    #: The batch's place in the call.
+    part: Mapped[int] = mapped_column(Integer)
+    #: The ids of the jobs the batch added, in item order.
+    jids: Mapped[list[Any]]
+    queue: Mapped[str] = mapped_column(String(255))
+    #: The share of a fair queue the jobs wait in (the task's), or None.
+    share: Mapped[str | None] = mapped_column(String(255))
+    #: The jobs' payloads while they wait for their push (Redis): JSON texts, one per line
+    #: (JSON spells a newline in a string as an escape).
+    payloads: Mapped[str | None] = mapped_column(Text)
+    #: due / pushed.
+    state: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    pushed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        UniqueConstraint("call", "part"),
+        # The additions a crashed job or pusher left due, found without reading the others.
+        Index(None, "state", postgresql_where=text("state = 'due'"), sqlite_where=text("state = 'due'")),
+    )
+
+
 class SetAside(Base):
     """A transition the database refused for its data (``tracking.isolate``), kept with its
     bytes for an operator to look at, instead of being retried for ever."""

@@ -167,7 +167,7 @@ class AsyncJobs:
         log_start(job, unit)
         args = job["args"]
         iteration = Iteration(None, 0) if definition.resumable else None
-        job_context = JobContext(job, unit.queue, self.crew.tracker, iteration)
+        job_context = JobContext(job, unit.queue, self.crew.tracker, iteration, self.crew.adder)
         context.enter(job_context)
         final: Callable[[], Awaitable[Any]] = lambda: definition.func(*args)  # noqa: E731
         if iteration is not None:

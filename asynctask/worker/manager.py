@@ -25,12 +25,14 @@ import time
 from typing import Any
 
 from asynctask.brokers import Broker, Fetcher
+from asynctask.context import TaskAdder
 from asynctask.errors import Shutdown
 from asynctask.middleware import Chain
 from asynctask.registry import Registry
 from asynctask.settings import Settings
 from asynctask.supervision import Activity, backoff
 from asynctask.tracking.tracker import Tracker
+from asynctask.worker.additions import WorkerAdder
 from asynctask.worker.asyncjobs import AsyncJobs
 from asynctask.worker.placement import Placement
 from asynctask.worker.processor import Processor
@@ -68,6 +70,9 @@ class Manager:
         self.server_chain = server_chain
         self.stats = stats
         self.tracker = tracker
+        #: Adds work to running jobs' tasks (``current_job().task.add``): only where they are tracked.
+        self._adder = WorkerAdder(settings, registry) if tracker is not None else None
+        self.adder: TaskAdder | None = self._adder
         self.retrier = Retrier(broker, settings, tracker)
         self.quieting = threading.Event()
         #: Set when the process is stopping (not merely quiet): resumable jobs hand their
@@ -133,6 +138,8 @@ class Manager:
             self._interrupt_busy()
         if self._async_jobs is not None:
             self._async_jobs.stop()
+        if self._adder is not None:
+            self._adder.close()
         try:
             self.fetch.flush_acks()
             if self.tracker is not None:

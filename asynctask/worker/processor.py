@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from asynctask import context, payload
 from asynctask.brokers import UnitOfWork
-from asynctask.context import Iteration, JobContext
+from asynctask.context import Iteration, JobContext, TaskAdder
 from asynctask.errors import (
     JobArgumentsError,
     JobFailed,
@@ -85,6 +85,8 @@ class Crew(Protocol):
     server_chain: Chain[Any]
     stats: Stats
     tracker: Tracker | None
+    #: Adds work to running jobs' tasks; None where jobs are not tracked.
+    adder: TaskAdder | None
     retrier: Retrier
     #: Set when the process goes quiet: take no more jobs.
     quieting: threading.Event
@@ -217,7 +219,7 @@ class Processor:
         if verbose:
             log_start(job, unit)
         iteration = Iteration(None, 0) if definition.resumable else None
-        job_context = JobContext(job, unit.queue, self.crew.tracker, iteration)
+        job_context = JobContext(job, unit.queue, self.crew.tracker, iteration, self.crew.adder)
         context.enter(job_context)
         final: Callable[[], Any] = lambda: definition.func(*args)  # noqa: E731
         if iteration is not None:

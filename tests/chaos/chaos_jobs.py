@@ -69,6 +69,16 @@ def chaos_item(chunk: list[int]) -> None:
     _note("done")
 
 
+@asynctask.job(retry=False)
+def chaos_adder(chunk: list[list[int]]) -> None:
+    """The first job of a task of unknown size: it adds ``chunk[0]`` jobs of ``chaos_item`` (of
+    ``chunk[1]`` ms each) to its task. Run again after a kill, it adds nothing twice."""
+    _note("start")
+    count, pause_ms = chunk[0]
+    asynctask.current_job().task.add([pause_ms] * count, job=chaos_item)
+    _note("done")
+
+
 def _note_task(event: str, summary: dict[str, Any]) -> None:
     """A callback's run, by its task's id (where other runs have their jid), when it starts."""
     line = f"{event} {summary['task_id']} {os.getpid()} {os.getppid()} {time.time()!r}\n"

@@ -3,9 +3,11 @@
 A thousand tasks of twenty jobs each, every one with ``on_complete`` and ``on_success``, one task
 in ten with a failing job, run by two workers of ten threads. One task in five waits for the task
 created before it (``after``): half of those wait for a failing task, and are cancelled. Five
-faults hit the drain. Every task must call ``on_complete`` once and ``on_success`` once if it
-succeeded, never otherwise, each after the task's last job ended; a task that waits starts no job
-before every job of its parent ran, and a cancelled one runs none. A callback run twice is allowed
+faults hit the drain. One task in ten starts with one job that adds the other nineteen to it.
+Every task must call ``on_complete`` once and ``on_success`` once if it succeeded, never
+otherwise, each after the task's last job ended (added ones included); a task that waits starts
+no job before every job of its parent ran, and a cancelled one runs none; a task that grew has
+twenty jobs, each run. A callback run twice is allowed
 only where the first run's process was killed (delivery is at least once, as for any job); a
 second push is not.
 """
@@ -35,6 +37,8 @@ JOBS = 20
 FAILING_EVERY = 10
 #: Every this many tasks, one waits for the task before it (every other one for a failing task).
 CHILD_EVERY = 5
+#: Every this many tasks, one is created with one job, which adds the rest.
+GROWN_EVERY = 10
 PAUSE_MS = 4
 FAULTS = 5
 TIMING = Timing(heartbeat=1.0, ttl=5, poll=1.0)
@@ -49,6 +53,9 @@ def _registry() -> Registry:
 
     @asynctask.job(registry=registry, name="chaos_item")
     def chaos_item(chunk: list[int]) -> None: ...
+
+    @asynctask.job(registry=registry, name="chaos_adder")
+    def chaos_adder(chunk: list[list[int]]) -> None: ...
 
     @asynctask.job(registry=registry, name="chaos_on_complete")
     def chaos_on_complete(summary: dict[str, object]) -> None: ...
@@ -89,6 +96,7 @@ def test_each_task_calls_back_once_through_kills_of_workers_and_flushers(
     task_ids: list[str] = []
     failing: set[str] = set()
     parent_of: dict[str, str] = {}
+    grown: list[str] = []
     created = threading.Event()
 
     def create() -> None:
@@ -98,14 +106,17 @@ def test_each_task_calls_back_once_through_kills_of_workers_and_flushers(
                 if n % FAILING_EVERY == 0:
                     items[n % JOBS] = -1
                 after = [task_ids[-1]] if n % CHILD_EVERY == 1 else None
+                grows = n % GROWN_EVERY == 3
                 view = tracking.create_task(
-                    "chaos_item",
-                    items,
+                    "chaos_adder" if grows else "chaos_item",
+                    [[JOBS - 1, PAUSE_MS]] if grows else items,
                     on_complete="chaos_on_complete",
                     on_success="chaos_on_success",
                     after=after,
                 )
                 task_ids.append(view.id)
+                if grows:
+                    grown.append(view.id)
                 if after:
                     parent_of[view.id] = after[0]
                 if n % FAILING_EVERY == 0 or (after and after[0] in failing):
@@ -137,6 +148,8 @@ def test_each_task_calls_back_once_through_kills_of_workers_and_flushers(
         assert created.wait(120), "the tasks were not all created"
         creator.join()
         outcome = _settle(tracking, runs, task_ids, failing, parent_of, killed, pool)
+        sizes = {view.total for view in map(tracking.get_task, grown)}
+        assert sizes == {JOBS}, f"tasks that added their jobs have {sizes} jobs, not {JOBS}"
     finally:
         client.close()
         tracking.engine.dispose()

@@ -15,7 +15,8 @@ set aside (``tracking.isolate``): only connection errors are retried.
 A batch that ends tasks with callbacks makes them due in its transaction; the flusher pushes
 them once it committed, and every ``CLAIM_EVERY`` pushes any that a flusher which died left due.
 Tasks waiting for the tasks it ends go the same way: the batch decides their holds, the flusher
-then resumes or drops their feeds (``RedisHolds``).
+then resumes or drops their feeds (``RedisHolds``). Jobs that a running job added to its task
+and that it died before pushing are pushed by the same look (``RedisAdditionPusher``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import redis
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from asynctask.brokers.redis.additions import RedisAdditionPusher
 from asynctask.brokers.redis.callbacks import RedisCallbackPusher
 from asynctask.brokers.redis.holds import RedisHolds
 from asynctask.keys import Keys
@@ -80,6 +82,7 @@ class Flusher:
     _parts: ThreadPoolExecutor | None = field(init=False)
     _callbacks: RedisCallbackPusher = field(init=False)
     _holds: RedisHolds | None = field(default=None, init=False)
+    _additions: RedisAdditionPusher | None = field(default=None, init=False)
     _stopped: threading.Event = field(default_factory=threading.Event, init=False)
     _group_ready: bool = field(default=False, init=False)
     _next_claim: float = field(default=0.0, init=False)
@@ -233,6 +236,18 @@ class Flusher:
                 self._holds.release_due(self.engine, applied.holds or None)
         except (SQLAlchemyError, redis.RedisError) as exc:
             logger.warning("held tasks left due for the next look: %s", _first_line(exc))
+        if every:
+            self._push_additions()
+
+    def _push_additions(self) -> None:
+        """Push the jobs that running jobs added to their tasks and left due (each job pushes
+        its own: only one that died after its commit leaves any)."""
+        try:
+            if self._additions is None:
+                self._additions = RedisAdditionPusher(self.conn, self.keys)
+            self._additions.push_due(self.engine)
+        except (SQLAlchemyError, redis.RedisError) as exc:
+            logger.warning("added jobs left due for the next look: %s", _first_line(exc))
 
     def _split(self, batch: list[Transition]) -> list[list[Transition]]:
         """``batch`` in parts by job (a job's transitions all in one part), as many as
