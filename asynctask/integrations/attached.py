@@ -20,7 +20,9 @@ scripts and all, would cost an RQ work horse more than its job. For a runtime th
 job, the parent builds the children's tracking once and refreshes the news before each fork
 (``start(forks_per_job=True)``, ``before_fork``): a horse then only records and writes.
 The flusher is AsyncTask's own: a child process by default (``ASYNCTASK_FLUSHER``), so that
-applying to SQL takes none of the job threads' interpreter lock.
+applying to SQL takes none of the job threads' interpreter lock. The process that applies also
+sends, on each check, the due task callbacks that are this runtime's jobs it knows
+(``tasks.runtime_callbacks``).
 """
 
 from __future__ import annotations
@@ -33,16 +35,21 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asynctask import payload
 from asynctask.brokers import Broker, open_broker
 from asynctask.middleware.runs import JobRun
+from asynctask.registry import default_registry
 from asynctask.settings import Settings
 from asynctask.supervision import Activity
+from asynctask.tasks.runtime import RuntimeJob
 from asynctask.tracking.outbox import Outbox
 from asynctask.tracking.store import CANCEL_NEWS_AGE
 from asynctask.tracking.tracker import Tracker
+
+if TYPE_CHECKING:
+    from asynctask.tasks.runtime_callbacks import RuntimeCallbacks
 
 logger = logging.getLogger("asynctask.integrations")
 
@@ -68,6 +75,9 @@ class _ProcessTracking:
         sender_on_demand: bool = False,
     ) -> None:
         self.pid = os.getpid()
+        self._settings = settings
+        #: Sends due callbacks of this runtime's jobs, made at the first look that has one.
+        self._callbacks: RuntimeCallbacks | None = None
         #: Whether this process opened its broker (else it took over its parent's, see ``_here``).
         self._owns_broker = parent is None
         self.broker: Broker = open_broker(settings) if parent is None else parent.broker
@@ -145,14 +155,29 @@ class _ProcessTracking:
         applier = self.applier
         assert applier is not None
         activity = Activity("tracking applier check", logger, self.broker.errors)
+        sending = Activity("sending task callbacks", logger)
         while not self._stopped.wait(interval):
             activity.attempt(applier.check)
+            sending.attempt(self._send_callbacks)
+
+    def _send_callbacks(self) -> None:
+        """Send the due task callbacks that are jobs of this runtime the process knows (in the
+        default registry: ``submittable``). Nothing is loaded while it knows none."""
+        if self._callbacks is None:
+            if not any(isinstance(job, RuntimeJob) for job in default_registry):
+                return
+            from asynctask.tasks.runtime_callbacks import RuntimeCallbacks
+
+            self._callbacks = RuntimeCallbacks(self._settings, default_registry)
+        self._callbacks.send_due()
 
     def close(self) -> None:
         self._stopped.set()
         self.tracker.stop()
         if self.applier is not None:
             self.applier.stop()
+        if self._callbacks is not None:
+            self._callbacks.close()
         if self._owns_broker:
             self.broker.close()
 

@@ -388,9 +388,8 @@ class CelerySender:
         try:
             with self.task.app.producer_or_acquire() as producer:
                 for job in jobs:
-                    self.task.apply_async(
-                        args=job.args, task_id=job.jid, headers={HEADER: job.task}, producer=producer
-                    )
+                    headers = {} if job.task is None else {HEADER: job.task}
+                    self.task.apply_async(args=job.args, task_id=job.jid, headers=headers, producer=producer)
                     sent += 1
         except Exception as exc:
             if sent:

@@ -264,7 +264,7 @@ class ActorSender:
     def send(self, jobs: Sequence[OutgoingJob]) -> None:
         broker = self.actor.broker
         for sent, job in enumerate(jobs):
-            options: dict[str, Any] = {TASK_OPTION: job.task}
+            options: dict[str, Any] = {} if job.task is None else {TASK_OPTION: job.task}
             message = self.actor.message_with_options(args=tuple(job.args), **options)
             try:
                 broker.enqueue(message.copy(message_id=job.jid))

@@ -328,7 +328,7 @@ class RqSender:
                 self.func,
                 args=job.args,
                 job_id=job.jid,
-                meta={TASK_META: job.task, **extra},
+                meta=extra if job.task is None else {TASK_META: job.task, **extra},
                 retry=self.retry,
                 timeout=self.timeout,
             )

@@ -47,7 +47,7 @@ from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.feeds.model import MAX_PARALLEL
 from asynctask.flow.options import FlowOptions
 from asynctask.job_spec import JobSpec
-from asynctask.tasks import runtime
+from asynctask.tasks import runtime, runtime_callbacks
 from asynctask.tasks.event_rows import event_rows, write_waiting
 from asynctask.tasks.itemkeys import ItemKey, ItemKeyError
 from asynctask.tasks.options import TaskOptions
@@ -258,6 +258,7 @@ def _follow_up(engine: Engine, client: Client, task_id: str, due: list[int], hel
     try:
         if due:
             callback_pusher(client.broker).push_due(engine, due)
+            runtime_callbacks.send_due(engine, client.registry, due)
         if held:
             hold_releaser(client.broker).release_due(engine, [task_id])
     except failures as exc:
@@ -406,14 +407,18 @@ def _record_aborted(engine: Engine, task_row: dict[str, Any]) -> None:
 
 def _callbacks(client: Client, options: TaskOptions, created: float) -> list[callbacks.Callback]:
     """The task's callback jobs, made now as a push would make them (through the client
-    middleware, args aside): a job that cannot be one is refused before anything is written."""
+    middleware, args aside; another runtime's job as its own client sends it): a job that
+    cannot be one is refused before anything is written."""
     made: list[callbacks.Callback] = []
     args = list(options.callback_args or ())
     for kind, name in options.callbacks.items():
         spec = client.registry.get(name)
         what = f"on_{kind}: {spec.name}"
         if isinstance(spec, RuntimeJob):
-            raise ValueError(f"{what} runs on {spec.runtime}: a callback runs on AsyncTask's own runtime")
+            spec.check_args([{}, *args])
+            head = {"class": spec.name, "queue": spec.options.queue, "jid": payload.new_jid()}
+            made.append(callbacks.Callback(kind, spec.name, head, args, spec.runtime))
+            continue
         if spec.options.flow.active:
             raise ValueError(
                 f"{what} has a concurrency key, rate limit or unique key: a callback is pushed as its "

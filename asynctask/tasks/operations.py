@@ -24,7 +24,7 @@ from asynctask.db.engine import writer
 from asynctask.errors import JobsNotSent, TaskNotFed, TaskNotFound, TaskStateError, TaskWaiting
 from asynctask.feeds import FEED_FIELD, Feed, FeedChange, FeedState
 from asynctask.job_spec import JobSpec
-from asynctask.tasks import jobs, runtime
+from asynctask.tasks import jobs, runtime, runtime_callbacks
 from asynctask.tasks.event_rows import shown_key
 from asynctask.tasks.itemkeys import tenant_prefix
 from asynctask.tasks.runtime import OutgoingJob, RuntimeJob
@@ -121,6 +121,7 @@ def cancel_task(
     try:
         if due:
             callback_pusher(client.broker).push_due(engine, due)
+            runtime_callbacks.send_due(engine, client.registry, due)
         if settled.holds:
             hold_releaser(client.broker).release_due(engine, settled.holds)
     except failures as exc:

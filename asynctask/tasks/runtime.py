@@ -35,10 +35,11 @@ SEND_BATCH = 500
 @dataclass(frozen=True, slots=True)
 class OutgoingJob:
     """One job to send. The runtime's own job or message id is ``jid``; the message carries
-    ``task`` so that the worker side knows the job is tracked, and under which task."""
+    ``task`` so that the worker side knows the job is tracked, and under which task (None: a
+    task's callback, which runs untracked)."""
 
     jid: str
-    task: str
+    task: str | None
     args: list[Any]
 
 

@@ -13,7 +13,9 @@ item, ``failure`` to the others. A task ended with errors whose failures ``retry
 again may end once more: its ``success`` callback then fires if it applies, as Sidekiq's batch
 callbacks do.
 
-A due callback is pushed by its broker (``CallbackPusher``), which then marks it ``pushed``.
+A due callback is pushed by its broker (``CallbackPusher``), which then marks it ``pushed``. One
+whose job another runtime runs (a Celery task, say) is sent through that runtime's client instead,
+by a process that knows the job (``tasks.runtime_callbacks``); the brokers leave it alone.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Callback:
     job_name: str
     head: Mapping[str, Any]
     args: Sequence[Any]
+    #: The runtime that runs the job; None for AsyncTask's own.
+    runtime: str | None = None
 
 
 @dataclass(frozen=True, order=True)
@@ -79,6 +83,7 @@ def record(connection: Connection, task_id: str, callbacks: Sequence[Callback]) 
                 "jid": str(callback.head["jid"]),
                 "head": dict(callback.head),
                 "args": list(callback.args),
+                "runtime": callback.runtime,
                 "state": WAITING,
             }
             for callback in callbacks
@@ -142,20 +147,31 @@ def summary(connection: Connection, task_id: str) -> dict[str, Any]:
 
 
 def due(connection: Connection, ids: Sequence[int] | None, limit: int = PUSH_BATCH) -> list[DueCallback]:
-    """Due callbacks, oldest first: those of ``ids``, or any."""
+    """Due callbacks that AsyncTask runs, oldest first: those of ``ids``, or any."""
     query = select(
         TaskCallback.id, TaskCallback.task_id, TaskCallback.jid, TaskCallback.head, TaskCallback.payload
-    ).where(TaskCallback.state == DUE)
+    ).where(TaskCallback.state == DUE, TaskCallback.runtime.is_(None))
     if ids is not None:
         query = query.where(TaskCallback.id.in_(list(ids)))
     return [_due(row) for row in connection.execute(query.order_by(TaskCallback.id).limit(limit)).all()]
 
 
-def take(connection: Connection, ids: Sequence[int] | None, limit: int = PUSH_BATCH) -> list[DueCallback]:
+def take(
+    connection: Connection,
+    ids: Sequence[int] | None,
+    limit: int = PUSH_BATCH,
+    elsewhere: Sequence[str] | None = None,
+) -> list[DueCallback]:
     """Mark pushed, and return, due callbacks (those of ``ids``, or any), for a push in the
     caller's transaction: a concurrent transaction that took one first leaves it out (its
-    row's lock is waited for, and the state read again)."""
-    chosen = select(TaskCallback.id).where(TaskCallback.state == DUE)
+    row's lock is waited for, and the state read again). Those AsyncTask runs, or with
+    ``elsewhere`` those of these names that another runtime runs."""
+    chosen = select(TaskCallback.id).where(
+        TaskCallback.state == DUE,
+        TaskCallback.runtime.is_(None) if elsewhere is None else TaskCallback.job_name.in_(list(elsewhere)),
+    )
+    if elsewhere is not None:
+        chosen = chosen.where(TaskCallback.runtime.is_not(None))
     if ids is not None:
         chosen = chosen.where(TaskCallback.id.in_(list(ids)))
     taken = connection.execute(

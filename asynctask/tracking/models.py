@@ -202,6 +202,9 @@ class TaskCallback(Base):
     #: complete / success / failure.
     kind: Mapped[str] = mapped_column(String(16))
     job_name: Mapped[str] = mapped_column(String(255))
+    #: The runtime that runs the job ("celery", "rq", "dramatiq"), sent through its own client
+    #: by a process that knows the job; None: AsyncTask's own, pushed by its broker.
+    runtime: Mapped[str | None] = mapped_column(String(32))
     #: The callback job's id, chosen when the task is created.
     jid: Mapped[str] = mapped_column(String(64), unique=True)
     #: The job's payload without its args: what the client and its middleware made of it.

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 from celery import Celery, Task
 
 from asynctask import JobFailed, current_job
-from asynctask.integrations.celery import track
+from asynctask.integrations.celery import submittable, track
 from asynctask.tracking import tracker
 
 #: Items of the 100-item task that are business failures, and those that always break.
@@ -125,6 +126,12 @@ def picky(chunk: list[int]) -> None:
         raise JobFailed(f"item {chunk[0]} is odd")
 
 
+def called_back(summary: dict[str, Any]) -> None:
+    """A task's callback: notes ``called-<status> <task id>``."""
+    with open(os.environ["CELERY_TEST_RUNS"], "a") as runs:
+        runs.write(f"called-{summary['status']} {summary['task_id']} {os.getpid()} {time.time()}\n")
+
+
 def make_app(broker: str, queue: str) -> Celery:
     app = Celery("celery_jobs", broker=broker, set_as_current=False)
     app.conf.update(
@@ -157,6 +164,7 @@ def make_app(broker: str, queue: str) -> Celery:
     retried_when_lost = {"retry_on_worker_lost": True, "max_retries": 2, "default_retry_delay": None}
     app.task(name="celery_jobs.fragile", **retried_when_lost)(fragile)
     app.task(name="celery_jobs.picky")(picky)
+    app.task(name="celery_jobs.called_back")(called_back)
     return app
 
 
@@ -164,6 +172,8 @@ app = make_app(
     os.environ.get("CELERY_TEST_BROKER", "memory://"), os.environ.get("CELERY_TEST_QUEUE", "celery")
 )
 track(app)
+# The worker sends the due callbacks of the jobs it knows.
+submittable(app.tasks["celery_jobs.called_back"])
 if "CELERY_TEST_SEND_INTERVAL" in os.environ:
     # What a run records then waits in its pool process for a write that is not the sender's:
     # its end, or the process's exit.

@@ -332,3 +332,38 @@ def test_a_worker_killed_mid_task_loses_no_transition(redis_rig: CeleryRig) -> N
     pids = {jid: {pid for j, pid, _ in rig.runs_of("done") if j == jid} for jid in cut}
     assert all(len(found) == 1 for found in pids.values()), pids
     assert all(events[jid]["attempt"] == 2 for jid in cut)
+
+
+def test_a_celery_task_is_called_back_once_as_its_task_ends(redis_rig: CeleryRig) -> None:
+    job = redis_rig.submittable("celery_jobs.handle")
+    redis_rig.submittable("celery_jobs.called_back")
+    callbacks = {"on_complete": "celery_jobs.called_back", "on_success": "celery_jobs.called_back"}
+    failing = redis_rig.create(job, [0, 3], chunk_size=1, **callbacks)
+    succeeding = redis_rig.create(job, [0, 1], chunk_size=1, **callbacks)
+    cancelled = redis_rig.create(job, [0], **callbacks)
+    # Sent by the process that cancels it, before any worker runs.
+    redis_rig.tracking.cancel_task(cancelled.id)
+    with redis_rig.engine.connect() as connection:
+        states = connection.execute(
+            text("SELECT kind, state FROM asynctask_task_callback WHERE task_id = :id ORDER BY kind"),
+            {"id": cancelled.id},
+        ).all()
+        assert [tuple(row) for row in states] == [("complete", "pushed"), ("success", "waiting")]
+    redis_rig.start_worker(ASYNCTASK_HEARTBEAT_INTERVAL="0.2")
+    for task in (failing, succeeding):
+        redis_rig.wait_settled(task.id)
+
+    def calls() -> list[tuple[str, str]]:
+        return sorted(
+            (kind, jid)
+            for kind in ("called-finished", "called-finished_with_errors", "called-cancelled")
+            for jid, _, _ in redis_rig.runs_of(kind)
+        )
+
+    expected = sorted(
+        [("called-finished_with_errors", failing.id), ("called-cancelled", cancelled.id)]
+        + [("called-finished", succeeding.id)] * 2
+    )
+    wait_until(lambda: calls() == expected, 20)
+    time.sleep(1)
+    assert calls() == expected

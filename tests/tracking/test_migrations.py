@@ -33,7 +33,7 @@ from tests.processes import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(Base.metadata.tables)
-HEAD = "0022"
+HEAD = "0023"
 
 
 @pytest.fixture
