@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+import asynctask
 from asynctask.integrations.celery import HEADER
 from tests.conftest import wait_until
 from tests.integrations.celery_jobs import BROKEN, EXPIRES, FAILED, TIME_LIMIT
@@ -367,3 +368,18 @@ def test_a_celery_task_is_called_back_once_as_its_task_ends(redis_rig: CeleryRig
     wait_until(lambda: calls() == expected, 20)
     time.sleep(1)
     assert calls() == expected
+
+
+def test_a_task_waiting_for_a_celery_task_is_released_when_it_ends(rig: CeleryRig) -> None:
+    @asynctask.job(registry=rig.registry)
+    def publish_rows(chunk: list[int]) -> None: ...
+
+    parent = rig.create(rig.submittable("celery_jobs.handle"), [0, 1], chunk_size=1)
+    child = rig.create(publish_rows, [0], after=[parent.id])
+    doomed = rig.create(publish_rows, [0], after=[rig.create(rig.submittable("celery_jobs.handle"), [3]).id])
+    assert child.hold == doomed.hold == "waiting"
+    rig.start_worker(ASYNCTASK_HEARTBEAT_INTERVAL="0.2")
+    assert rig.wait_settled(parent.id)["status"] == "finished"
+    wait_until(lambda: rig.tracking.get_task(child.id).hold == "released", 20)
+    wait_until(lambda: rig.tracking.get_task(doomed.id).hold == "dropped", 20)
+    assert rig.tracking.get_task(doomed.id).status == "cancelled"
