@@ -66,8 +66,12 @@ class BenchBroker:
         if self.redis_server is not None:
             with self.redis_server.client() as conn:
                 return asynctask_queued(conn, queue)
+        # A feed's held jobs are not in the queue (on Redis they wait in the feed's own list).
+        held = "state <> 'held'"
         return int(
-            sql_db.query(self.url, f"SELECT count(*) FROM asynctask_job WHERE queue = '{queue}'")[0][0]
+            sql_db.query(self.url, f"SELECT count(*) FROM asynctask_job WHERE queue = '{queue}' AND {held}")[
+                0
+            ][0]
         )
 
 
