@@ -23,8 +23,8 @@ from asynctask.db.engine import create_database_engine, normalize_url
 
 #: Children first, so that TRUNCATE needs no CASCADE into tables we did not name.
 TABLES = (
-    "asynctask_task_callback, asynctask_task_parent, asynctask_failed_item, asynctask_event_message, "
-    "asynctask_event, asynctask_task"
+    "asynctask_task_addition, asynctask_task_callback, asynctask_task_parent, asynctask_failed_item, "
+    "asynctask_event_message, asynctask_event, asynctask_task"
 )
 
 
