@@ -154,9 +154,9 @@ class OwnTask:
         work, then add it. All or nothing, as ``create_task``; once it returned the jobs are
         queued (or will be by the next look of a flusher, if Redis failed just then). A job run
         again that makes the same calls in the same order since the same checkpoint gets the
-        jobs its first run added, and adds nothing twice. Refused for a task that was cancelled
-        or has ended, one whose jobs go through a feed (``parallel``, ``after``), one of another
-        runtime, and a ``job`` with a concurrency key, rate limit or unique key."""
+        jobs its first run added, and adds nothing twice. A fed task's jobs join its feed.
+        Refused for a task that was cancelled or has ended, one of another runtime, and a
+        ``job`` with a concurrency key, rate limit or unique key."""
         return self._adder()(self.id, self.context.next_call(), items, job, chunk_size)
 
     async def aadd(

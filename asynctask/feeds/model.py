@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,16 @@ class Feed:
             "priority": self.priority,
             "paused": self.paused,
         }
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> Feed:
+        """The settings ``as_dict`` wrote (a task row's ``feed`` column, which may hold more)."""
+        return cls(
+            parallel=stored["parallel"],
+            interval=stored["interval"],
+            priority=stored["priority"],
+            paused=stored["paused"],
+        )
 
 
 @dataclass(frozen=True, slots=True)

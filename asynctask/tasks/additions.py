@@ -4,7 +4,8 @@ The export of unknown size: one job counts the rows, then adds the jobs that exp
 the task ends only once they have all ended. One SQL transaction per call, all or nothing as
 ``create_task``: each batch of the items (``creation.BATCH``) gets its ``enqueue`` events, its
 ``TaskAddition`` row and, on a SQL broker, its job rows; then the task's counts grow by what
-was added, if the task is neither cancelled nor ended. The adding job's own event has not
+was added, if the task is neither cancelled nor ended. A fed task's added jobs join its feed,
+held behind those it holds, released as it has room. The adding job's own event has not
 ended while it runs, so its task cannot end before the added events exist. On Redis the jobs
 are pushed after the commit (``brokers.addition_pusher``); a job that dies between the two
 leaves them due, for its next run or a flusher's look to push, once.
@@ -33,6 +34,7 @@ from asynctask.client import Client
 from asynctask.db.engine import create_database_engine, writer
 from asynctask.errors import TaskNotFound, TaskStateError
 from asynctask.fairness import share_of
+from asynctask.feeds import FEED_FIELD, Feed
 from asynctask.registry import Registry
 from asynctask.settings import Settings
 from asynctask.tasks import creation, runtime
@@ -90,11 +92,6 @@ def add(
         return _repeated(engine, pusher, *earlier)
     if task.runtime is not None:
         raise ValueError(f"task {task_id} runs on {task.runtime}: jobs are added to AsyncTask's tasks")
-    if task.feed is not None:
-        raise ValueError(
-            f"task {task_id} releases its jobs through a feed (parallel, interval or after): "
-            "jobs are added to tasks whose jobs go straight to their queue"
-        )
     definition = runtime.resolve(job if job is not None else task.job_name, client.registry)
     if isinstance(definition, RuntimeJob):
         raise ValueError(f"{definition.name} runs on {definition.runtime}: added jobs run on AsyncTask's")
@@ -111,10 +108,14 @@ def add(
     definition.check_args([chunks[0].items])
     created = payload.now()
     head = {**definition.options.payload_head(), "task": task_id}
+    # A fed task's added jobs join its feed, behind the jobs it holds.
+    feed = Feed.from_dict(task.feed) if task.feed is not None else None
+    if feed is not None:
+        head[FEED_FIELD] = task_id
     flow = creation.chunk_flow(definition, definition.options.flow, creation.PLAIN)
     queue = str(head["queue"])
     share = share_of(task_id, task.tenant)
-    staging = client.broker.staging(task_id, None, share) if pusher is None else None
+    staging = client.broker.staging(task_id, feed, share) if pusher is None else None
     at = datetime.fromtimestamp(created, UTC)
     added: list[str] = []
     ids: list[int] = []
@@ -129,7 +130,11 @@ def add(
                     jids = [str(job["jid"]) for job in jobs]
                     texts = _written(staging, jobs, client.settings.max_payload_bytes, connection, created)
                     part = len(ids)
-                    ids.append(additions.record(connection, task_id, call, part, queue, share, jids, texts))
+                    ids.append(
+                        additions.record(
+                            connection, task_id, call, part, queue, share, jids, texts, feed is not None
+                        )
+                    )
                     added += jids
                     items_added += sum(len(chunk.items) for chunk in chunks)
                     chunks = next(read, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -320,18 +320,8 @@ def update_task(
     mark = RateMark(datetime.now(UTC), task.count_finish + task.count_failed + task.count_error)
     state = client.broker.feeds.update(task_id, change)
     # The broker holds the feed that acts; the task row keeps what the read model shows.
-    shown = state.feed if state is not None else _stored_feed(task.feed).changed(change)
+    shown = state.feed if state is not None else Feed.from_dict(task.feed).changed(change)
     stored = {**shown.as_dict(), RATE_MARK: mark.as_json()}
     with writer(engine).begin() as connection:
         connection.execute(update(Task).where(Task.id == task_id).values(feed=stored))
     return state
-
-
-def _stored_feed(stored: Mapping[str, Any]) -> Feed:
-    """The settings of a task row's ``feed`` column (which also holds the ETA's rate mark)."""
-    return Feed(
-        parallel=stored["parallel"],
-        interval=stored["interval"],
-        priority=stored["priority"],
-        paused=stored["paused"],
-    )

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, insert, select, update
 
-from asynctask.tracking.models import TaskAddition
+from asynctask.tracking.models import Task, TaskAddition
 
 DUE, PUSHED = "due", "pushed"
 #: Due additions one pass of a pusher takes.
@@ -31,6 +31,8 @@ class DueAddition:
     queue: str
     share: str | None
     payloads: tuple[str, ...]
+    #: The task's feed settings (``Feed.as_dict``) when the jobs join its feed, else None.
+    feed: dict[str, Any] | None = None
 
 
 class AdditionPusher(Protocol):
@@ -51,10 +53,12 @@ def record(
     share: str | None,
     jids: Sequence[str],
     payloads: Sequence[str] | None,
+    fed: bool = False,
 ) -> int:
     """Write one batch of a call, in the transaction of its events; return its id. ``payloads``:
-    the jobs to push once it committed (None: they commit with it). IntegrityError if the same
-    call's batch exists (another run of the job made the call first)."""
+    the jobs to push once it committed (None: they commit with it); ``fed``: into the task's
+    feed. IntegrityError if the same call's batch exists (another run of the job made the call
+    first)."""
     return int(
         connection.execute(
             insert(TaskAddition)
@@ -65,6 +69,7 @@ def record(
                 jids=list(jids),
                 queue=queue,
                 share=share,
+                fed=fed,
                 payloads=None if payloads is None else "\n".join(payloads),
                 state=PUSHED if payloads is None else DUE,
                 created_at=datetime.now(UTC),
@@ -89,19 +94,33 @@ def made(connection: Connection, call: str) -> tuple[list[str], list[int]] | Non
 
 def due(connection: Connection, ids: Sequence[int] | None, limit: int = PUSH_BATCH) -> list[DueAddition]:
     """Due additions, oldest first: those of ``ids``, or any."""
-    query = select(
-        TaskAddition.id,
-        TaskAddition.task_id,
-        TaskAddition.jids,
-        TaskAddition.queue,
-        TaskAddition.share,
-        TaskAddition.payloads,
-    ).where(TaskAddition.state == DUE)
+    query = (
+        select(
+            TaskAddition.id,
+            TaskAddition.task_id,
+            TaskAddition.jids,
+            TaskAddition.queue,
+            TaskAddition.share,
+            TaskAddition.payloads,
+            TaskAddition.fed,
+            Task.feed,
+        )
+        .join(Task, Task.id == TaskAddition.task_id)
+        .where(TaskAddition.state == DUE)
+    )
     if ids is not None:
         query = query.where(TaskAddition.id.in_(list(ids)))
     return [
-        DueAddition(id_, task_id, tuple(jids), queue, share, tuple((payloads or "").split("\n")))
-        for id_, task_id, jids, queue, share, payloads in connection.execute(
+        DueAddition(
+            id_,
+            task_id,
+            tuple(jids),
+            queue,
+            share,
+            tuple((payloads or "").split("\n")),
+            feed if fed else None,
+        )
+        for id_, task_id, jids, queue, share, payloads, fed, feed in connection.execute(
             query.order_by(TaskAddition.id).limit(limit)
         ).all()
     ]

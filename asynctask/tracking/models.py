@@ -267,8 +267,10 @@ class TaskAddition(Base):
     queue: Mapped[str] = mapped_column(String(255))
     #: The share of a fair queue the jobs wait in (the task's), or None.
     share: Mapped[str | None] = mapped_column(String(255))
+    #: Whether the jobs join the task's feed (held, released as it has room) rather than a queue.
+    fed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     #: The jobs' payloads while they wait for their push (Redis): JSON texts, one per line
-    #: (JSON spells a newline in a string as an escape).
+    #: (JSON spells a newline in a string as an escape); a fed task's as its feed holds them.
     payloads: Mapped[str | None] = mapped_column(Text)
     #: due / pushed.
     state: Mapped[str] = mapped_column(String(8))

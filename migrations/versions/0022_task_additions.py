@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("jids", _JSON, nullable=False),
         sa.Column("queue", sa.String(255), nullable=False),
         sa.Column("share", sa.String(255), nullable=True),
+        sa.Column("fed", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("payloads", sa.Text(), nullable=True),
         sa.Column("state", sa.String(8), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import OperationalError
 
 from asynctask import Registry, TaskStateError, Tracking, current_job, job
 from asynctask.brokers import addition_pusher
@@ -143,6 +144,38 @@ def test_an_async_job_adds_while_its_event_loop_runs_on(
     assert (view.status, view.total, view.counts["finish"], view.items.total) == ("finished", 5, 5, 8)
 
 
+def test_a_fed_task_s_added_jobs_join_its_feed_and_keep_to_its_parallel(
+    tracking: Tracking, registry: Registry, start_worker: Callable[..., Worker]
+) -> None:
+    lock = threading.Lock()
+    running: list[int] = [0, 0]  # now, most at once
+
+    @job(registry=registry)
+    def fed_added(items: list[int]) -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+
+    @job(registry=registry)
+    def fed_adder(chunk: list[str]) -> None:
+        current_job().task.add(range(12), job=fed_added)
+
+    fed = tracking.create_task(fed_adder, ["go"], parallel=2)
+    start_tracked(start_worker, concurrency=8)
+    view = wait_for_task(tracking, fed.id, timeout=30)
+    assert (view.status, view.total, view.counts["finish"], view.items.total) == ("finished", 13, 13, 13)
+    # Never more than two at a time (the adder's own slot counts while it runs), and two at times.
+    assert running[1] == 2
+    # A task that waited for another has a feed too, which holds nothing back once released.
+    parent = tracking.create_task(fed_added, [0])
+    waiting = tracking.create_task(fed_adder, ["go"], after=[parent.id])
+    view = wait_for_task(tracking, waiting.id, timeout=30)
+    assert (view.status, view.total, view.counts["finish"]) == ("finished", 13, 13)
+
+
 def task_of(tracking: Tracking, definition: JobDefinition[Any], **options: Any) -> str:
     return tracking.create_task(definition, ["first"], **options).id
 
@@ -191,12 +224,9 @@ def test_additions_are_refused_where_they_cannot_run_and_write_nothing(
 
     cancelled = task_of(tracking, plain_job)
     tracking.cancel_task(cancelled)
-    fed = task_of(tracking, plain_job, parallel=1)
     plain = task_of(tracking, plain_job)
     with pytest.raises(TaskStateError, match="cancelled"):
         adder_of(cancelled, "a/0", ["x"], None, None)
-    with pytest.raises(ValueError, match="feed"):
-        adder_of(fed, "b/0", ["x"], None, None)
     with pytest.raises(ValueError, match="concurrency key"):
         adder_of(plain, "c/0", ["x"], keyed, None)
     with pytest.raises(TypeError, match="JSON"):
@@ -206,8 +236,8 @@ def test_additions_are_refused_where_they_cannot_run_and_write_nothing(
     assert adder_of(plain, "f/0", [], None, None) == []
     with engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(TaskAddition)).scalar_one() == 0
-        assert connection.execute(select(func.count()).select_from(Event)).scalar_one() == 3
-    assert [tracking.get_task(t).total for t in (cancelled, fed, plain)] == [1, 1, 1]
+        assert connection.execute(select(func.count()).select_from(Event)).scalar_one() == 2
+    assert [tracking.get_task(t).total for t in (cancelled, plain)] == [1, 1]
 
 
 def test_a_job_whose_task_was_cancelled_while_it_ran_adds_nothing(
@@ -256,7 +286,9 @@ def test_a_job_outside_a_task_or_runtime_cannot_add(
     assert refused == ["this job is not part of a task"]
 
 
+@pytest.mark.parametrize("parallel", [None, 2])
 def test_jobs_a_job_left_unpushed_are_pushed_once_by_the_next_look(
+    parallel: int | None,
     tracking: Tracking,
     plain_job: JobDefinition[Any],
     adder_of: WorkerAdder,
@@ -264,20 +296,27 @@ def test_jobs_a_job_left_unpushed_are_pushed_once_by_the_next_look(
     monkeypatch: pytest.MonkeyPatch,
     start_worker: Callable[..., Worker],
 ) -> None:
-    task_id = task_of(tracking, plain_job)
+    task_id = task_of(tracking, plain_job, parallel=parallel)
     pusher = addition_pusher(tracking.client.broker)
     if pusher is None:
         pytest.skip("a SQL broker's added jobs commit with their events: none is left to push")
     client = tracking.client
 
     def queued() -> int:
-        # The task's jobs wait in its share of the fair queue.
-        return int(client.redis.llen(client.keys.share("default", share_of(task_id, None))))
+        # The task's jobs wait in its share of the fair queue, or are held by its feed.
+        if parallel is None:
+            return int(client.redis.llen(client.keys.share("default", share_of(task_id, None))))
+        state = client.broker.feeds.state(task_id)
+        assert state is not None
+        return state.held + state.out
 
-    adder_of(task_id, "pushed/0", range(3), None, 1)
     # As a job that died after its push, before it was noted: pushed again, it pushes nothing.
-    with engine.begin() as connection:
-        connection.execute(update(TaskAddition).values(state=additions.DUE))
+    with monkeypatch.context() as dying:
+        dying.setattr(additions, "mark_pushed", _unnoted)
+        adder_of(task_id, "pushed/0", range(3), None, 1)
+    assert queued() == 4
+    with engine.connect() as connection:
+        assert connection.execute(select(TaskAddition.state)).scalar_one() == additions.DUE
     assert (pusher.push_due(engine), pusher.push_due(engine), queued()) == (1, 0, 4)
     # As a job whose push failed after its commit: the flusher's next look pushes its jobs.
     with monkeypatch.context() as outage:
@@ -293,6 +332,10 @@ def test_jobs_a_job_left_unpushed_are_pushed_once_by_the_next_look(
 
 def _refused(*args: Any) -> int:
     raise redis.ConnectionError("Redis is down")
+
+
+def _unnoted(*args: Any) -> None:
+    raise OperationalError("UPDATE asynctask_task_addition", {}, ConnectionError("the database went away"))
 
 
 def test_a_call_is_known_by_the_job_the_checkpoint_it_reached_and_its_place_since() -> None:

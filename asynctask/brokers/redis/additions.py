@@ -16,8 +16,10 @@ import redis
 from sqlalchemy import Engine
 
 from asynctask.brokers.redis.callbacks import MARKER_SECONDS
+from asynctask.brokers.redis.push import held_entry
 from asynctask.brokers.redis.scripts import script_source
 from asynctask.db.engine import writer
+from asynctask.feeds import Feed
 from asynctask.keys import Keys
 from asynctask.tracking import additions
 
@@ -29,6 +31,7 @@ class RedisAdditionPusher(additions.AdditionPusher):
 
     def __post_init__(self) -> None:
         self._push_added = self.conn.register_script(script_source("push_added"))
+        self._feed_add = self.conn.register_script(script_source("feed_add"))
 
     def push_due(self, engine: Engine, ids: Sequence[int] | None = None) -> int:
         pushed = 0
@@ -39,22 +42,45 @@ class RedisAdditionPusher(additions.AdditionPusher):
                 return pushed
             pipe = self.conn.pipeline(transaction=False)
             for addition in found:
-                self._push_added(
-                    keys=[
-                        self.keys.added_pushed(addition.jids[0]),
-                        self.keys.queues,
-                        self.keys.queue(addition.queue),
-                    ],
-                    args=[
-                        self.keys.prefix,
-                        MARKER_SECONDS,
-                        addition.queue,
-                        addition.share or "",
-                        *addition.payloads,
-                    ],
-                    client=pipe,
-                )
+                self._push(addition, pipe)
             pipe.execute()
             with writer(engine).begin() as connection:
                 additions.mark_pushed(connection, [addition.id for addition in found])
             pushed += len(found)
+
+    def _push(self, addition: additions.DueAddition, pipe: redis.client.Pipeline) -> None:
+        """Queue the script that pushes one addition's jobs onto their queue, or, for a fed
+        task, holds them in its feed (made again from the task's settings if it was forgotten)."""
+        marker = self.keys.added_pushed(addition.jids[0])
+        if addition.feed is None:
+            self._push_added(
+                keys=[marker, self.keys.queues, self.keys.queue(addition.queue)],
+                args=[
+                    self.keys.prefix,
+                    MARKER_SECONDS,
+                    addition.queue,
+                    addition.share or "",
+                    *addition.payloads,
+                ],
+                client=pipe,
+            )
+            return
+        feed = Feed.from_dict(addition.feed)
+        entries = [
+            held_entry({"jid": jid, "queue": addition.queue}, encoded)
+            for jid, encoded in zip(addition.jids, addition.payloads, strict=True)
+        ]
+        self._feed_add(
+            keys=[marker, self.keys.feed(addition.task_id), self.keys.feed_held(addition.task_id)],
+            args=[
+                self.keys.prefix,
+                addition.task_id,
+                MARKER_SECONDS,
+                feed.parallel,
+                repr(float(feed.interval)),
+                feed.priority,
+                addition.share or "",
+                *entries,
+            ],
+            client=pipe,
+        )

@@ -95,9 +95,11 @@ class FeedStatements:
             f"SELECT {FEED_COLUMNS} FROM asynctask_feed WHERE task_id IN (SELECT feed FROM asynctask_job "
             f"WHERE {in_ids} AND feed IS NOT NULL) ORDER BY task_id{for_update}"
         )
+        # A feed that exists is left as it is: the jobs a running job adds to its fed task join it.
         self.create = text(
             "INSERT INTO asynctask_feed (task_id, parallel, spacing, priority, paused, last_release_at, "
-            "held, next_at) VALUES (:task_id, :parallel, :spacing, :priority, :paused, NULL, 0, NULL)"
+            "held, next_at) VALUES (:task_id, :parallel, :spacing, :priority, :paused, NULL, 0, NULL) "
+            "ON CONFLICT (task_id) DO NOTHING"
         )
         self.state = text(
             f"SELECT {FEED_COLUMNS}, (SELECT count(*) FROM asynctask_job WHERE feed = :task_id AND {IS_OUT} "
