@@ -489,8 +489,9 @@ class SqlFeeds(Feeds):
         if count:
             connection.execute(self.statements.add_held, {"task_id": task_id, "count": count})
 
-    def create(self, connection: Connection, task_id: str, feed: Feed) -> None:
-        connection.execute(
+    def create(self, connection: Connection, task_id: str, feed: Feed) -> bool:
+        """Create the task's feed; False, changing nothing, if it has one (jobs added to it)."""
+        created = connection.execute(
             self.statements.create,
             {
                 "task_id": task_id,
@@ -500,6 +501,7 @@ class SqlFeeds(Feeds):
                 "paused": feed.paused,
             },
         )
+        return bool(created.rowcount)
 
     # The Feeds interface.
 

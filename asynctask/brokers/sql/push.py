@@ -124,6 +124,8 @@ class SqlStaging(Staging):
     #: The next turn of each queue the task has rows in (its batches follow one another).
     _next: dict[str, int] = field(default_factory=dict, init=False)
     _created: bool = field(default=False, init=False)
+    #: Whether this staging created the feed (else it holds jobs a running job added to it).
+    _fresh: bool = field(default=True, init=False)
     _count: int = field(default=0, init=False)
     #: The queues the task's transaction makes jobs claimable in, each announced once in it.
     _queues: set[str] = field(default_factory=set, init=False)
@@ -168,13 +170,14 @@ class SqlStaging(Staging):
         the release they allow; keyed jobs enter their keys' lines when released."""
         starts = self._reserve(connection, [r[1] for r in rows])
         if not self._created:
-            feeds.create(connection, task_id, feed)
+            self._fresh = feeds.create(connection, task_id, feed)
             self._created = True
         self._store.insert_jobs(connection, rows, feed=task_id, turns=_turns(starts, rows))
         feeds.add_held(connection, task_id, len(rows))
         self._count += len(rows)
         tx = Tx(connection)
-        feeds.release(tx, feeds.lock(connection, [task_id]), payload.now(), first=True)
+        # A new feed's first jobs go at once; jobs added to a running feed wait for its interval.
+        feeds.release(tx, feeds.lock(connection, [task_id]), payload.now(), first=self._fresh)
         self._announce(connection, tx.queues)
 
     def _announce(self, connection: Connection, queues: Iterable[str]) -> None:
