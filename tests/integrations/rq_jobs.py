@@ -17,7 +17,7 @@ import psutil
 from rq import Retry
 
 from asynctask import JobFailed, current_job
-from asynctask.integrations.rq import submittable
+from asynctask.integrations.rq import TrackedWorker, submittable
 
 QUEUE = "asynctask-rq-tests"
 
@@ -100,6 +100,16 @@ def redis_connections(chunk: list[Any]) -> None:
     current_job().log(f"redis connections: {len(opened)}")
 
 
+def called_back(summary: dict[str, Any]) -> None:
+    """A task's callback (run untracked): notes ``called-<status> <task id>``."""
+    line = f"called-{summary['status']} {summary['task_id']} {os.getpid()} {time.time():.6f}\n"
+    fd = os.open(os.environ["RQ_TEST_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
 def untracked(number: int) -> int:
     """A plain RQ job: enqueued without a task, never tracked."""
     return number + 1
@@ -111,3 +121,10 @@ patient_job = submittable(patient, queue=QUEUE, name="rq_patient")
 halfway_job = submittable(halfway, queue=QUEUE, name="rq_halfway")
 sleepy_job = submittable(sleepy, queue=QUEUE, name="rq_sleepy", retry=Retry(max=1), timeout=2)
 connections_job = submittable(redis_connections, queue=QUEUE, name="rq_redis_connections")
+called_back_job = submittable(called_back, queue=QUEUE, name="rq_called_back")
+
+
+class CallbackWorker(TrackedWorker):
+    """A tracked worker whose own process imports this module: RQ imports a job's module only in
+    the work horse that runs it, and the worker process sends the due callbacks of the jobs it
+    knows."""

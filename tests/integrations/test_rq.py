@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -379,3 +380,22 @@ def test_a_work_horse_records_through_rq_s_own_redis_connection(stack: RqStack, 
     # takes it instead of opening a second one, a round trip handshake saved on every job.
     logged = [m.text for event in tracking.list_events(task.id).items for m in event.messages]
     assert logged.count("redis connections: 1") == 3, logged
+
+
+def test_an_rq_function_is_called_back_once_as_its_task_ends(stack: RqStack, tracking: Tracking) -> None:
+    callbacks = {"on_complete": "rq_called_back", "on_success": "rq_called_back"}
+    ok = tracking.create_task(rq_jobs.mixed_job, [{"n": 0, "kind": "ok"}], **callbacks)
+    failed = tracking.create_task(rq_jobs.mixed_job, [{"n": 1, "kind": "failed"}], **callbacks)
+    stack.spawn_worker(worker_class="tests.integrations.rq_jobs.CallbackWorker")
+    settled(tracking, ok.id)
+    settled(tracking, failed.id)
+
+    def calls() -> list[str]:
+        return sorted(
+            line.rsplit(" ", 2)[0] for line in written_lines(stack.runs) if line.startswith("called-")
+        )
+
+    expected = sorted([f"called-finished {ok.id}"] * 2 + [f"called-finished_with_errors {failed.id}"])
+    wait_until(lambda: calls() == expected, 20)
+    time.sleep(1)
+    assert calls() == expected
