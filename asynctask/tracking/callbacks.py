@@ -166,12 +166,11 @@ def take(
     caller's transaction: a concurrent transaction that took one first leaves it out (its
     row's lock is waited for, and the state read again). Those AsyncTask runs, or with
     ``elsewhere`` those of these names that another runtime runs."""
-    chosen = select(TaskCallback.id).where(
-        TaskCallback.state == DUE,
-        TaskCallback.runtime.is_(None) if elsewhere is None else TaskCallback.job_name.in_(list(elsewhere)),
-    )
-    if elsewhere is not None:
-        chosen = chosen.where(TaskCallback.runtime.is_not(None))
+    chosen = select(TaskCallback.id).where(TaskCallback.state == DUE)
+    if elsewhere is None:
+        chosen = chosen.where(TaskCallback.runtime.is_(None))
+    else:
+        chosen = chosen.where(TaskCallback.runtime.is_not(None), TaskCallback.job_name.in_(list(elsewhere)))
     if ids is not None:
         chosen = chosen.where(TaskCallback.id.in_(list(ids)))
     taken = connection.execute(
