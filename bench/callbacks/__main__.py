@@ -17,12 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.core.fmt import fixed, rate, ratio, spread, table
-from bench.core.postgres import postgres_unreachable
+from bench.core.postgres import add_pg_url, require_postgres
 from bench.core.redis_server import RedisServer
 from bench.tracking.db import PostgresDatabase
 from bench.tracking.drain import DrainRun, drain
-
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -30,11 +28,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20000, help="jobs of the task drained per run")
     parser.add_argument("--concurrency", type=int, default=10)
-    parser.add_argument("--pg-url", default=DEFAULT_PG, help="an admin URL: the bench makes its own database")
+    add_pg_url(parser)
     args = parser.parse_args(argv)
-    unreachable = postgres_unreachable(args.pg_url)
-    if unreachable is not None:
-        raise SystemExit(f"PostgreSQL is not reachable at {args.pg_url}: {unreachable}")
+    require_postgres(args.pg_url)
     runs: dict[bool, list[DrainRun]] = {False: [], True: []}
     with (
         tempfile.TemporaryDirectory(prefix="bench-callbacks-") as tmp,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -30,3 +32,17 @@ def postgres_unreachable(admin_url: str) -> str | None:
 def shown(url: str) -> str:
     """A URL fit for the report (password hidden)."""
     return make_url(url).render_as_string(hide_password=True)
+
+
+def add_pg_url(parser: argparse.ArgumentParser) -> None:
+    """The ``--pg-url`` option of a standalone bench that makes its own databases."""
+    parser.add_argument(
+        "--pg-url", default=DEFAULT_PG_URL, help="an admin URL: the bench makes its own databases"
+    )
+
+
+def require_postgres(admin_url: str) -> None:
+    """Exit, saying why, when PostgreSQL at ``admin_url`` cannot be used."""
+    unreachable = postgres_unreachable(admin_url)
+    if unreachable is not None:
+        raise SystemExit(f"PostgreSQL is not reachable at {admin_url}: {unreachable}")

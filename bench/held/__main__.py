@@ -27,11 +27,10 @@ from asynctask.middleware import Chain
 from bench.core.drain import POSTGRESQL, QUEUE, REDIS, BenchBroker, DrainRun, drain_once
 from bench.core.fmt import rate, ratio, spread, table
 from bench.core.noop_jobs import noop_job
-from bench.core.postgres import postgres_unreachable
+from bench.core.postgres import add_pg_url, require_postgres
 from bench.core.redis_server import RedisServer
 from bench.sql.db import PostgresDatabase
 
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 JOBS_MODULE = "bench/core/noop_jobs.py"
 #: The queue of the parent's job, which no worker serves: the parent never ends.
 PARKED = "parked"
@@ -66,15 +65,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--held", type=int, default=10_000, help="tasks held waiting for the parent")
     parser.add_argument("--jobs", type=int, default=20_000, help="no-op jobs drained per run")
     parser.add_argument("--concurrency", type=int, default=10)
-    parser.add_argument(
-        "--pg-url", default=DEFAULT_PG, help="an admin URL: the bench makes its own databases"
-    )
+    add_pg_url(parser)
     args = parser.parse_args(argv)
     # No worker serves the parked queue: every creation would warn so.
     logging.getLogger("asynctask").setLevel(logging.ERROR)
-    unreachable = postgres_unreachable(args.pg_url)
-    if unreachable is not None:
-        raise SystemExit(f"PostgreSQL is not reachable at {args.pg_url}: {unreachable}")
+    require_postgres(args.pg_url)
     runs: list[HeldRun] = []
     with tempfile.TemporaryDirectory(prefix="bench-held-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)

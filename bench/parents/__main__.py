@@ -29,11 +29,10 @@ from asynctask.middleware import Chain
 from asynctask.tracking import parents
 from asynctask.tracking.models import Task
 from bench.core.fmt import fixed, spread, table
-from bench.core.postgres import postgres_unreachable
+from bench.core.postgres import add_pg_url, require_postgres
 from bench.core.redis_server import RedisServer
 from bench.tracking.db import PostgresDatabase
 
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 BROKERS = ("redis", "postgresql")
 
 
@@ -48,15 +47,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.parents", description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--children", type=int, default=10_000, help="tasks waiting for the one parent")
-    parser.add_argument(
-        "--pg-url", default=DEFAULT_PG, help="an admin URL: the bench makes its own databases"
-    )
+    add_pg_url(parser)
     args = parser.parse_args(argv)
     # No worker runs: every creation would warn that none listens to the queue.
     logging.getLogger("asynctask").setLevel(logging.ERROR)
-    unreachable = postgres_unreachable(args.pg_url)
-    if unreachable is not None:
-        raise SystemExit(f"PostgreSQL is not reachable at {args.pg_url}: {unreachable}")
+    require_postgres(args.pg_url)
     runs: dict[str, list[Run]] = {broker: [] for broker in BROKERS}
     with tempfile.TemporaryDirectory(prefix="bench-parents-") as tmp, RedisServer(Path(tmp)) as server:
         for rep in range(args.reps):
